@@ -1,0 +1,84 @@
+// `deepinfer bench`: prefill and decode speed at batch 1 on random prompt tokens, with the
+// decode weight-read bandwidth as a fraction of the memory read bandwidth measured in the same run.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "commands.h"
+#include "core/memory_bandwidth.h"
+#include "engine/generator.h"
+#include "session.h"
+
+namespace deepinfer::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
+                       [--device cpu|ref] [--threads N]
+Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
+R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
+weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
+bandwidth measured in the same run, and their ratio.
+)";
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  if (wants_help(argc, argv, kUsage)) return 0;
+  auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats"}), {});
+  if (!args.ok()) return report_error("bench", args.error());
+  auto prompt_tokens = args->get_int("--prompt-tokens", 128);
+  auto decode_tokens = args->get_int("--decode-tokens", 32);
+  auto repeats = args->get_int("--repeats", 3);
+  for (const auto* value : {&prompt_tokens, &decode_tokens, &repeats}) {
+    if (!value->ok()) return report_error("bench", value->error());
+    if (**value < 1) return report_error("bench", Error{"--prompt-tokens, --decode-tokens and --repeats must be >= 1"});
+  }
+  auto loaded = load_model_from_args(*args);
+  if (!loaded.ok()) return report_error("bench", loaded.error());
+  CausalLM& model = *loaded->model;
+  const int64_t vocab = model.config().vocab_size;
+
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(*prompt_tokens));
+  for (int32_t& t : prompt) t = pick(rng);
+
+  Generator generator(model, 128, *prompt_tokens + *decode_tokens, static_cast<int32_t>(*prompt_tokens));
+  (void)generator.append({prompt.front()}, false);  // warm-up: first-touch of weights and caches
+  double best_prefill_s = 1e30;
+  double best_decode_s = 1e30;
+  for (int64_t r = 0; r < *repeats; ++r) {
+    generator.reset();
+    const auto prefill_start = std::chrono::steady_clock::now();
+    auto logits = generator.append(prompt, false);
+    best_prefill_s = std::min(best_prefill_s, seconds_since(prefill_start));
+    if (!logits.ok()) return report_error("bench", logits.error());
+    const auto decode_start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < *decode_tokens; ++i) {
+      logits = generator.append({argmax(logits->data(), vocab)}, false);
+      if (!logits.ok()) return report_error("bench", logits.error());
+    }
+    best_decode_s = std::min(best_decode_s, seconds_since(decode_start));
+  }
+  const double memory_gb_s = measure_read_bandwidth_gbps(size_t{1} << 30, 5);
+  const double prefill_tok_s = static_cast<double>(*prompt_tokens) / best_prefill_s;
+  const double decode_tok_s = static_cast<double>(*decode_tokens) / best_decode_s;
+  const auto bytes_per_token = static_cast<double>(model.weight_bytes_per_token());
+  const double decode_gb_s = bytes_per_token * decode_tok_s / 1e9;
+  std::printf(
+      "{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prefill_tokens\":%lld,\"prefill_tok_s\":%.2f,"
+      "\"decode_tokens\":%lld,\"decode_tok_s\":%.3f,\"weight_bytes_per_token\":%.0f,\"decode_gb_s\":%.3f,"
+      "\"memory_read_gb_s\":%.3f,\"decode_bandwidth_ratio\":%.4f}\n",
+      model.config().architecture.c_str(), std::string(model.backend().name()).c_str(), omp_get_max_threads(),
+      static_cast<long long>(*prompt_tokens), prefill_tok_s, static_cast<long long>(*decode_tokens), decode_tok_s,
+      bytes_per_token, decode_gb_s, memory_gb_s, decode_gb_s / memory_gb_s);
+  return 0;
+}
+
+}  // namespace deepinfer::cli

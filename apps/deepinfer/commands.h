@@ -1,0 +1,11 @@
+// The subcommands of the deepinfer CLI; each takes argv starting at the subcommand's name and
+// returns the process exit code. Errors go to stderr.
+#pragma once
+
+namespace deepinfer::cli {
+
+int run_generate(int argc, char** argv);
+int run_score(int argc, char** argv);
+int run_bench(int argc, char** argv);
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,51 @@
+// deepinfer: the command-line entry point; dispatches to the subcommands in commands.h.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(deepinfer — an LLM inference engine
+
+usage: deepinfer <command> [flags]
+
+commands:
+  generate   continue a prompt:  --model DIR (--prompt TEXT | --tokens 1,2,3) [--max-tokens N]
+             [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--ignore-eos]
+             [--device cpu|ref] [--threads N]
+  score      per-position top-k logprobs of a token sequence as JSON lines:
+             --model DIR --tokens 1,2,3 [--top-logprobs K] [--dump-logits FILE]
+  bench      prefill and decode speed at batch 1, against memory bandwidth:
+             --model DIR [--prompt-tokens N] [--decode-tokens N] [--threads N]
+
+  deepinfer <command> --help   shows a command's flags
+  deepinfer --version          prints the version
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("deepinfer %s\n", DEEPINFER_VERSION);
+    return 0;
+  }
+  const std::string command = argv[1];
+  try {
+    using namespace deepinfer::cli;
+    if (command == "generate") return run_generate(argc - 1, argv + 1);
+    if (command == "score") return run_score(argc - 1, argv + 1);
+    if (command == "bench") return run_bench(argc - 1, argv + 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepinfer %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,31 @@
+// What the model-running subcommands share: flag sets, loading a model on a device, errors.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "args.h"
+#include "model/model.h"
+
+namespace deepinfer::cli {
+
+struct LoadedModel {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CausalLM> model;
+};
+
+// Flags every model command takes: --model, --device, --threads.
+std::set<std::string> model_value_flags(std::set<std::string> extra);
+
+// Applies --threads, makes the --device backend (default cpu) and loads --model.
+Result<LoadedModel> load_model_from_args(const Args& args);
+
+// Prints "deepinfer <command>: error: <message>" to stderr and returns exit code 1.
+int report_error(const char* command, const Error& error);
+
+// True when argv asks for --help; prints usage to stdout.
+bool wants_help(int argc, char** argv, const char* usage);
+
+}  // namespace deepinfer::cli

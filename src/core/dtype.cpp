@@ -1,0 +1,85 @@
+// Element type names and half-precision conversions.
+#include "core/dtype.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace deepinfer {
+
+size_t dtype_size_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  DI_CHECK(false, "unknown dtype");
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+  }
+  DI_CHECK(false, "unknown dtype");
+}
+
+std::optional<DType> find_dtype(std::string_view name) {
+  if (name.starts_with("torch.")) name.remove_prefix(6);
+  if (name == "F32" || name == "float32" || name == "float") return DType::kF32;
+  if (name == "BF16" || name == "bfloat16") return DType::kBF16;
+  if (name == "F16" || name == "float16" || name == "half") return DType::kF16;
+  if (name == "I32" || name == "int32") return DType::kI32;
+  if (name == "I64" || name == "int64") return DType::kI64;
+  return std::nullopt;
+}
+
+float f16_to_f32(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+uint16_t f32_to_f16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const float magnitude = std::fabs(value);
+  if (std::isnan(value)) return sign | 0x7e00u;
+  if (magnitude >= 65520.0f) return sign | 0x7c00u;
+  if (magnitude < 6.103515625e-05f) {  // subnormal: units of 2^-24, round to nearest even
+    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
+  }
+  uint32_t abs_bits = bits & 0x7fffffffu;
+  abs_bits += 0xfffu + ((abs_bits >> 13) & 1u);
+  return sign | static_cast<uint16_t>((((abs_bits >> 23) - 112) << 10) | ((abs_bits >> 13) & 0x3ffu));
+}
+
+void convert_to_f32(const void* src, DType dtype, size_t count, float* dst) {
+  switch (dtype) {
+    case DType::kF32: std::memcpy(dst, src, count * sizeof(float)); return;
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    default: DI_CHECK(false, "convert_to_f32 does not take " << dtype_name(dtype));
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,36 @@
+// Element types of weights and activations, and the scalar conversions between them.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace deepinfer {
+
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64 };
+
+size_t dtype_size_bytes(DType dtype);
+std::string_view dtype_name(DType dtype);
+// Parses safetensors / transformers spellings: "F32", "BF16", "float32", "bfloat16", "torch.float16", ...
+std::optional<DType> find_dtype(std::string_view name);
+
+inline float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+// Round to nearest even, as PyTorch does; NaN stays NaN.
+inline uint16_t f32_to_bf16(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float f16_to_f32(uint16_t bits);
+uint16_t f32_to_f16(float value);
+
+// Converts count elements of src (dtype) to float32.
+void convert_to_f32(const void* src, DType dtype, size_t count, float* dst);
+
+}  // namespace deepinfer

@@ -1,0 +1,22 @@
+// Architecture builders, one per file in this folder; registry.cpp maps config.json's
+// "architectures" names to them.
+#pragma once
+
+#include <memory>
+
+#include "model/model.h"
+
+namespace deepinfer::archs {
+
+using Builder = Result<std::unique_ptr<CausalLM>> (*)(const ModelSource& source);
+
+Result<std::unique_ptr<CausalLM>> build_llama(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_qwen2(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_qwen3(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_mistral(const ModelSource& source);
+
+// nullptr when the architecture is not supported.
+Builder find_builder(const std::string& architecture);
+std::vector<std::string> registered_architectures();
+
+}  // namespace deepinfer::archs

@@ -1,0 +1,33 @@
+// The architecture registry: one line per config.json "architectures" name.
+#include <array>
+#include <string_view>
+#include <utility>
+
+#include "model/archs/archs.h"
+
+namespace deepinfer::archs {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, Builder>, 4> kRegistry = {{
+    {"LlamaForCausalLM", &build_llama},
+    {"Qwen2ForCausalLM", &build_qwen2},
+    {"Qwen3ForCausalLM", &build_qwen3},
+    {"MistralForCausalLM", &build_mistral},
+}};
+
+}  // namespace
+
+Builder find_builder(const std::string& architecture) {
+  for (const auto& [name, builder] : kRegistry) {
+    if (name == architecture) return builder;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> registered_architectures() {
+  std::vector<std::string> names;
+  for (const auto& entry : kRegistry) names.emplace_back(entry.first);
+  return names;
+}
+
+}  // namespace deepinfer::archs

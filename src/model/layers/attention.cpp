@@ -1,0 +1,118 @@
+// Grouped-query self-attention over the paged KV cache.
+#include "model/layers/attention.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace deepinfer {
+namespace {
+
+DeviceBuffer upload_ints(Backend& backend, const std::vector<int32_t>& values) {
+  DeviceBuffer buffer = backend.allocate(values.size() * sizeof(int32_t));
+  if (!values.empty()) backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(int32_t));
+  return buffer;
+}
+
+}  // namespace
+
+DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int32_t block_size) {
+  DI_CHECK(batch.positions.size() == batch.token_ids.size() && batch.slot_mapping.size() == batch.token_ids.size(),
+           "positions and slot_mapping must have one entry per token");
+  DI_CHECK(batch.query_start.size() == batch.seq_len.size() + 1, "query_start must have num_seqs + 1 entries");
+  DI_CHECK(batch.block_table.size() == batch.seq_len.size() * static_cast<size_t>(batch.max_blocks_per_seq),
+           "block_table must be [num_seqs, max_blocks_per_seq]");
+  DeviceBatch device;
+  device.token_ids = upload_ints(backend, batch.token_ids);
+  device.positions = upload_ints(backend, batch.positions);
+  device.slot_mapping = upload_ints(backend, batch.slot_mapping);
+  device.query_start = upload_ints(backend, batch.query_start);
+  device.seq_len = upload_ints(backend, batch.seq_len);
+  device.block_table = upload_ints(backend, batch.block_table);
+  device.num_tokens = batch.num_tokens();
+  device.paged.num_seqs = batch.num_seqs();
+  device.paged.query_start = device.query_start.as<int32_t>();
+  device.paged.seq_len = device.seq_len.as<int32_t>();
+  device.paged.block_table = device.block_table.as<int32_t>();
+  device.paged.max_blocks_per_seq = batch.max_blocks_per_seq;
+  device.paged.block_size = block_size;
+  return device;
+}
+
+Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std::string& prefix,
+                                            const AttentionOptions& options, const RopeTable& rope) {
+  const ModelConfig& config = source.config;
+  AttentionLayer layer;
+  layer.params_.num_heads = static_cast<int32_t>(config.num_attention_heads);
+  layer.params_.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
+  layer.params_.head_dim = static_cast<int32_t>(config.head_dim);
+  layer.params_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim)));
+  layer.params_.sliding_window = options.sliding_window;
+  layer.rotary_dim_ = rope.rotary_dim;
+  layer.rope_attention_scaling_ = rope.attention_scaling;
+  const int64_t hidden = config.hidden_size;
+  auto q = Linear::load(source, prefix + ".q_proj", layer.q_dim(), hidden, options.qkv_bias);
+  if (!q.ok()) return q.error();
+  auto k = Linear::load(source, prefix + ".k_proj", layer.kv_dim(), hidden, options.qkv_bias);
+  if (!k.ok()) return k.error();
+  auto v = Linear::load(source, prefix + ".v_proj", layer.kv_dim(), hidden, options.qkv_bias);
+  if (!v.ok()) return v.error();
+  auto o = Linear::load(source, prefix + ".o_proj", hidden, layer.q_dim(), options.o_bias);
+  if (!o.ok()) return o.error();
+  layer.q_proj_ = *q;
+  layer.k_proj_ = *k;
+  layer.v_proj_ = *v;
+  layer.o_proj_ = *o;
+  if (options.qk_norm) {
+    auto q_norm = RmsNorm::load(source, prefix + ".q_norm.weight", config.head_dim, config.rms_norm_eps);
+    if (!q_norm.ok()) return q_norm.error();
+    auto k_norm = RmsNorm::load(source, prefix + ".k_norm.weight", config.head_dim, config.rms_norm_eps);
+    if (!k_norm.ok()) return k_norm.error();
+    layer.q_norm_ = *q_norm;
+    layer.k_norm_ = *k_norm;
+  }
+  Backend& backend = *source.backend;
+  layer.inv_freq_ = backend.allocate(rope.inv_freq.size() * sizeof(float));
+  backend.copy_to_device(layer.inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
+  return layer;
+}
+
+int64_t AttentionLayer::weight_bytes() const {
+  int64_t bytes = q_proj_.weight_bytes() + k_proj_.weight_bytes() + v_proj_.weight_bytes() + o_proj_.weight_bytes();
+  if (q_norm_) bytes += 2 * params_.head_dim * static_cast<int64_t>(dtype_size_bytes(q_norm_->weight.dtype));
+  return bytes;
+}
+
+void AttentionLayer::allocate_kv_cache(Backend& backend, const KvCacheShape& shape) {
+  const auto rows = static_cast<size_t>(shape.num_blocks) * static_cast<size_t>(shape.block_size);
+  k_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
+  v_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
+}
+
+void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch,
+                             float* out) const {
+  DI_CHECK(k_cache_.data() != nullptr, "allocate_kv_cache must run before forward");
+  const int64_t n = batch.num_tokens;
+  float* q = scratch;                 // [n, num_heads, head_dim]
+  float* k = q + n * q_dim();         // [n, num_kv_heads, head_dim]
+  float* v = k + n * kv_dim();        // [n, num_kv_heads, head_dim]
+  float* attn = v + n * kv_dim();     // [n, num_heads, head_dim]
+  q_proj_.forward(backend, x, n, q);
+  k_proj_.forward(backend, x, n, k);
+  v_proj_.forward(backend, x, n, v);
+  if (q_norm_) {
+    q_norm_->forward(backend, q, n * params_.num_heads, q);
+    k_norm_->forward(backend, k, n * params_.num_kv_heads, k);
+  }
+  const auto* positions = batch.positions.as<int32_t>();
+  const auto* inv_freq = inv_freq_.as<float>();
+  backend.rope(q, positions, n, params_.num_heads, params_.head_dim, rotary_dim_, inv_freq,
+               rope_attention_scaling_, kernels::RopeLayout::kRotateHalf);
+  backend.rope(k, positions, n, params_.num_kv_heads, params_.head_dim, rotary_dim_, inv_freq,
+               rope_attention_scaling_, kernels::RopeLayout::kRotateHalf);
+  backend.write_kv(k, v, batch.slot_mapping.as<int32_t>(), n, kv_dim(), k_cache_.as<float>(), v_cache_.as<float>());
+  backend.paged_attention(q, k_cache_.as<float>(), v_cache_.as<float>(), batch.paged, params_, attn);
+  o_proj_.forward(backend, attn, n, out);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,59 @@
+// Grouped-query self-attention over the paged KV cache: q/k/v projections (optional biases),
+// optional per-head QK RMSNorm (Qwen3), rope, cache write, paged attention, output projection.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "model/layers/linear.h"
+#include "model/layers/rope.h"
+
+namespace deepinfer {
+
+// A ForwardBatch copied to the backend, plus its kernels::PagedBatch view.
+struct DeviceBatch {
+  DeviceBuffer token_ids;     // [num_tokens] i32
+  DeviceBuffer positions;     // [num_tokens] i32
+  DeviceBuffer slot_mapping;  // [num_tokens] i32
+  DeviceBuffer query_start;   // [num_seqs + 1] i32
+  DeviceBuffer seq_len;       // [num_seqs] i32
+  DeviceBuffer block_table;   // [num_seqs, max_blocks_per_seq] i32
+  kernels::PagedBatch paged;
+  int64_t num_tokens = 0;
+
+  static DeviceBatch upload(Backend& backend, const ForwardBatch& batch, int32_t block_size);
+};
+
+struct AttentionOptions {
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool qk_norm = false;
+  int32_t sliding_window = 0;
+};
+
+class AttentionLayer {
+ public:
+  // prefix: e.g. "model.layers.3.self_attn"
+  static Result<AttentionLayer> load(const ModelSource& source, const std::string& prefix,
+                                     const AttentionOptions& options, const RopeTable& rope);
+
+  int64_t kv_dim() const { return static_cast<int64_t>(params_.num_kv_heads) * params_.head_dim; }
+  int64_t q_dim() const { return static_cast<int64_t>(params_.num_heads) * params_.head_dim; }
+  int64_t weight_bytes() const;
+  void allocate_kv_cache(Backend& backend, const KvCacheShape& shape);
+
+  // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. scratch holds at least
+  // num_tokens * (2 * q_dim + 2 * kv_dim) floats.
+  void forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch, float* out) const;
+
+ private:
+  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  std::optional<RmsNorm> q_norm_, k_norm_;
+  kernels::AttentionParams params_;
+  int32_t rotary_dim_ = 0;
+  float rope_attention_scaling_ = 1.0f;
+  DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
+  DeviceBuffer k_cache_, v_cache_;  // [num_blocks * block_size, kv_dim] f32
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,35 @@
+// The gated SwiGLU MLP.
+#include "model/layers/mlp.h"
+
+namespace deepinfer {
+
+Result<GatedMlp> GatedMlp::load(const ModelSource& source, const std::string& prefix, int64_t hidden,
+                                int64_t intermediate, bool has_bias) {
+  GatedMlp mlp;
+  auto gate = Linear::load(source, prefix + ".gate_proj", intermediate, hidden, has_bias);
+  if (!gate.ok()) return gate.error();
+  auto up = Linear::load(source, prefix + ".up_proj", intermediate, hidden, has_bias);
+  if (!up.ok()) return up.error();
+  auto down = Linear::load(source, prefix + ".down_proj", hidden, intermediate, has_bias);
+  if (!down.ok()) return down.error();
+  mlp.gate_proj_ = *gate;
+  mlp.up_proj_ = *up;
+  mlp.down_proj_ = *down;
+  return mlp;
+}
+
+int64_t GatedMlp::weight_bytes() const {
+  return gate_proj_.weight_bytes() + up_proj_.weight_bytes() + down_proj_.weight_bytes();
+}
+
+void GatedMlp::forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const {
+  const int64_t intermediate = intermediate_size();
+  float* gate = scratch;                        // [num_tokens, intermediate]
+  float* up = scratch + num_tokens * intermediate;  // [num_tokens, intermediate]
+  gate_proj_.forward(backend, x, num_tokens, gate);
+  up_proj_.forward(backend, x, num_tokens, up);
+  backend.silu_mul(gate, up, num_tokens * intermediate, gate);
+  down_proj_.forward(backend, gate, num_tokens, out);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,29 @@
+// load_model: config.json -> registry -> architecture builder.
+#include "model/model.h"
+
+#include "model/archs/archs.h"
+
+namespace deepinfer {
+
+Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& backend, bool show_progress) {
+  auto config = ModelConfig::load(dir);
+  if (!config.ok()) return config.error();
+  const archs::Builder builder = archs::find_builder(config->architecture);
+  if (builder == nullptr) {
+    std::string known;
+    for (const std::string& name : archs::registered_architectures()) known += (known.empty() ? "" : ", ") + name;
+    return Error{dir + "/config.json: architecture '" + config->architecture + "' is not supported; supported: " +
+                 known};
+  }
+  auto weights = WeightStore::open_dir(dir, show_progress);
+  if (!weights.ok()) return weights.error();
+  ModelSource source;
+  source.config = std::move(*config);
+  source.weights = std::make_shared<const WeightStore>(std::move(*weights));
+  source.backend = &backend;
+  return builder(source);
+}
+
+std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
+
+}  // namespace deepinfer

@@ -1,0 +1,75 @@
+// CausalLM: a loaded model that runs forward passes over a paged KV cache, and load_model(),
+// which picks the architecture from config.json through the registry (model/archs/registry.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "runtime/backend.h"
+#include "weights/hf_config.h"
+#include "weights/safetensors.h"
+
+namespace deepinfer {
+
+// One forward step over a batch of sequences, described on the host. The engine fills it; the
+// model copies it to the backend. Shapes as in kernels::PagedBatch.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;     // [num_tokens]
+  std::vector<int32_t> positions;     // [num_tokens] absolute position of each token
+  std::vector<int32_t> slot_mapping;  // [num_tokens] cache row: block_id * block_size + offset
+  std::vector<int32_t> query_start;   // [num_seqs + 1]
+  std::vector<int32_t> seq_len;       // [num_seqs] cached tokens after this step
+  std::vector<int32_t> block_table;   // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> logit_rows;    // token rows whose logits are returned, in this order
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }
+};
+
+struct KvCacheShape {
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
+
+  // Bytes of KV cache one token takes over all layers.
+  virtual int64_t kv_bytes_per_token() const = 0;
+  // (Re)allocates the KV cache; drops previous contents.
+  virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
+  virtual KvCacheShape kv_cache_shape() const = 0;
+  // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
+  // Not thread-safe: one forward at a time.
+  virtual void forward(const ForwardBatch& batch, float* logits) = 0;
+  // Bytes of weights one decode step reads (every weight once; embeddings one row).
+  virtual int64_t weight_bytes_per_token() const = 0;
+
+ protected:
+  CausalLM(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  ModelConfig config_;
+  Backend& backend_;
+};
+
+// Everything an architecture's builder gets.
+struct ModelSource {
+  ModelConfig config;
+  std::shared_ptr<const WeightStore> weights;
+  Backend* backend = nullptr;
+};
+
+// Loads config.json and the safetensors in dir, checks every tensor's presence and shape, and
+// builds the model on the backend. Errors name the file, tensor or field.
+Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& backend, bool show_progress = true);
+
+// The architectures load_model accepts, e.g. "LlamaForCausalLM".
+std::vector<std::string> supported_architectures();
+
+}  // namespace deepinfer

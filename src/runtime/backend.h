@@ -1,0 +1,76 @@
+// Backend: where tensors live and how ops run (the ggml-backend idea, small). The model holds a
+// Backend& and never calls kernels directly, so a device backend slots in without touching
+// model code. Pointers passed to ops are this backend's memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+#include "kernels/ops.h"
+#include "weights/safetensors.h"
+
+namespace deepinfer {
+
+// An owning allocation in a backend's memory; freed by the backend that made it.
+class DeviceBuffer {
+ public:
+  using Deleter = void (*)(void*);
+  DeviceBuffer() = default;
+  DeviceBuffer(void* data, size_t size_bytes, Deleter deleter) : data_(data, deleter), size_bytes_(size_bytes) {}
+  void* data() const { return data_.get(); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_.get());
+  }
+  size_t size_bytes() const { return size_bytes_; }
+
+ private:
+  std::unique_ptr<void, Deleter> data_{nullptr, nullptr};
+  size_t size_bytes_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Memory. allocate returns zero-filled memory aligned to 64 bytes.
+  virtual DeviceBuffer allocate(size_t size_bytes) = 0;
+  virtual void copy_to_device(void* dst, const void* src, size_t size_bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t size_bytes) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t size_bytes) = 0;
+
+  // Makes a checkpoint tensor usable by the ops. Host backends return a view into the mapped file
+  // (no copy), so the WeightStore must outlive every view. Errors name the tensor and dtype.
+  virtual Result<kernels::WeightView> load_weight(const TensorView& tensor) = 0;
+
+  // The ops of kernels/ops.h, with the same contracts.
+  virtual void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens,
+                         float* out) = 0;
+  virtual void rms_norm(const float* x, const kernels::WeightView& weight, float weight_offset, int64_t num_rows,
+                        int64_t dim, float eps, float* out) = 0;
+  virtual void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,
+                            int64_t num_rows, int64_t dim, float eps, float* out) = 0;
+  virtual void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,
+                    int32_t rotary_dim, const float* inv_freq, float attention_scaling,
+                    kernels::RopeLayout layout) = 0;
+  virtual void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias,
+                      int64_t num_rows, float* y) = 0;
+  virtual void silu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  virtual void add(const float* a, const float* b, int64_t count, float* out) = 0;
+  virtual void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens,
+                        int64_t kv_dim, float* k_cache, float* v_cache) = 0;
+  virtual void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                               const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
+                               float* out) = 0;
+};
+
+// "cpu": the optimised host kernels; "ref": the scalar reference kernels (slow; for tests).
+// Unknown names are an error listing the known ones.
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
+
+}  // namespace deepinfer

@@ -1,0 +1,106 @@
+// The two host backends: "cpu" (kernels::cpu) and "ref" (kernels::ref). Both keep weights in the
+// memory-mapped checkpoint and activations in 64-byte aligned host memory.
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/backend.h"
+
+namespace deepinfer {
+namespace {
+
+void free_host(void* p) { std::free(p); }
+
+// Forwards every op to one kernel namespace; the two backends differ only in that namespace.
+#define DEEPINFER_FORWARD_OPS(ns)                                                                                \
+  void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out)     \
+      override {                                                                                                 \
+    kernels::ns::embedding(table, token_ids, num_tokens, out);                                                   \
+  }                                                                                                              \
+  void rms_norm(const float* x, const kernels::WeightView& weight, float weight_offset, int64_t num_rows,        \
+                int64_t dim, float eps, float* out) override {                                                   \
+    kernels::ns::rms_norm(x, weight, weight_offset, num_rows, dim, eps, out);                                    \
+  }                                                                                                              \
+  void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,      \
+                    int64_t num_rows, int64_t dim, float eps, float* out) override {                             \
+    kernels::ns::add_rms_norm(residual, x, weight, weight_offset, num_rows, dim, eps, out);                      \
+  }                                                                                                              \
+  void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,         \
+            int32_t rotary_dim, const float* inv_freq, float attention_scaling, kernels::RopeLayout layout)      \
+      override {                                                                                                 \
+    kernels::ns::rope(x, positions, num_tokens, num_heads, head_dim, rotary_dim, inv_freq, attention_scaling,    \
+                      layout);                                                                                   \
+  }                                                                                                              \
+  void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,   \
+              float* y) override {                                                                               \
+    kernels::ns::matmul(x, w, bias, num_rows, y);                                                                \
+  }                                                                                                              \
+  void silu_mul(const float* gate, const float* up, int64_t count, float* out) override {                        \
+    kernels::ns::silu_mul(gate, up, count, out);                                                                 \
+  }                                                                                                              \
+  void add(const float* a, const float* b, int64_t count, float* out) override {                                 \
+    kernels::ns::add(a, b, count, out);                                                                          \
+  }                                                                                                              \
+  void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim, \
+                float* k_cache, float* v_cache) override {                                                       \
+    kernels::ns::write_kv(k, v, slot_mapping, num_tokens, kv_dim, k_cache, v_cache);                             \
+  }                                                                                                              \
+  void paged_attention(const float* q, const float* k_cache, const float* v_cache,                               \
+                       const kernels::PagedBatch& batch, const kernels::AttentionParams& params, float* out)     \
+      override {                                                                                                 \
+    kernels::ns::paged_attention(q, k_cache, v_cache, batch, params, out);                                       \
+  }
+
+class HostBackendBase : public Backend {
+ public:
+  DeviceBuffer allocate(size_t size_bytes) override {
+    const size_t rounded = (size_bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    return DeviceBuffer(p, size_bytes, &free_host);
+  }
+  void copy_to_device(void* dst, const void* src, size_t size_bytes) override { std::memcpy(dst, src, size_bytes); }
+  void copy_to_host(void* dst, const void* src, size_t size_bytes) override { std::memcpy(dst, src, size_bytes); }
+  void copy_on_device(void* dst, const void* src, size_t size_bytes) override { std::memcpy(dst, src, size_bytes); }
+
+  Result<kernels::WeightView> load_weight(const TensorView& tensor) override {
+    if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16) {
+      return Error{"tensor " + tensor.name + " in " + tensor.file + " has dtype " +
+                   std::string(dtype_name(tensor.dtype)) + "; the CPU backend takes F32, BF16 or F16 weights"};
+    }
+    if (tensor.shape.empty() || tensor.shape.size() > 2) {
+      return Error{"tensor " + tensor.name + " in " + tensor.file + " has shape " + shape_to_string(tensor.shape) +
+                   "; expected a vector or a matrix"};
+    }
+    kernels::WeightView view;
+    view.data = tensor.data;
+    view.dtype = tensor.dtype;
+    view.rows = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
+    view.cols = tensor.shape.back();
+    return view;
+  }
+};
+
+class CpuBackend final : public HostBackendBase {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  DEEPINFER_FORWARD_OPS(cpu)
+};
+
+class RefBackend final : public HostBackendBase {
+ public:
+  std::string_view name() const override { return "ref"; }
+  DEEPINFER_FORWARD_OPS(ref)
+};
+
+#undef DEEPINFER_FORWARD_OPS
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
+  if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>());
+  if (name == "ref") return std::unique_ptr<Backend>(std::make_unique<RefBackend>());
+  return Error{"unknown device '" + name + "'; this build supports: cpu, ref"};
+}
+
+}  // namespace deepinfer

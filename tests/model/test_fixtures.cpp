@@ -1,0 +1,137 @@
+// The dense architectures against transformers: per-position top-k logprobs and greedy
+// continuations of tiny random models, computed by transformers in float32.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "engine/generator.h"
+#include "fixtures.h"
+#include "model/model.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::fixture_dir;
+using testing::load_expected;
+using testing::logprob_close;
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CausalLM> model;
+};
+
+Loaded load(const std::string& name, const std::string& device = "cpu") {
+  Loaded loaded;
+  loaded.backend = std::move(make_backend(device).value());
+  auto model = load_model(fixture_dir(name), *loaded.backend, false);
+  if (!model.ok()) ADD_FAILURE() << model.error().message;
+  else loaded.model = std::move(*model);
+  return loaded;
+}
+
+// Compares our logits rows against the fixture's per-position top-k lists.
+void expect_matches_score(const nlohmann::json& score, const std::vector<float>& logits, int64_t vocab) {
+  const auto& positions = score["positions"];
+  ASSERT_EQ(logits.size(), positions.size() * static_cast<size_t>(vocab));
+  for (size_t pos = 0; pos < positions.size(); ++pos) {
+    const auto& want_top = positions[pos]["top"];
+    const auto got_top = top_logprobs(logits.data() + pos * static_cast<size_t>(vocab), vocab,
+                                      static_cast<int32_t>(want_top.size()));
+    const std::vector<double> got_all = log_softmax(logits.data() + pos * static_cast<size_t>(vocab), vocab);
+    for (size_t i = 0; i < want_top.size(); ++i) {
+      const int32_t want_id = want_top[i][0].get<int32_t>();
+      const double want_lp = want_top[i][1].get<double>();
+      // The logprob of the id transformers ranked here must match, wherever we ranked it.
+      EXPECT_TRUE(logprob_close(got_all[static_cast<size_t>(want_id)], want_lp))
+          << "pos " << pos << " id " << want_id << ": got " << got_all[static_cast<size_t>(want_id)] << " want "
+          << want_lp;
+      // Ids may differ only by a swap among near-equal values.
+      if (got_top[i].first != want_id) {
+        EXPECT_NEAR(got_top[i].second, want_lp, 1e-4) << "pos " << pos << " rank " << i << ": got id "
+                                                       << got_top[i].first << " want id " << want_id;
+      }
+    }
+  }
+}
+
+class FixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureTest, ScoreMatchesTransformers) {
+  const nlohmann::json expected = load_expected(GetParam());
+  Loaded loaded = load(GetParam());
+  ASSERT_TRUE(loaded.model);
+  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
+  Generator generator(*loaded.model, 16, static_cast<int64_t>(tokens.size()));
+  auto logits = generator.append(tokens, true);
+  ASSERT_TRUE(logits.ok()) << logits.error().message;
+  expect_matches_score(expected["score"], *logits, loaded.model->config().vocab_size);
+}
+
+TEST_P(FixtureTest, GreedyMatchesTransformersUpToFirstNearTie) {
+  const nlohmann::json expected = load_expected(GetParam());
+  Loaded loaded = load(GetParam());
+  ASSERT_TRUE(loaded.model);
+  const auto& greedy = expected["greedy"];
+  GenerateOptions options;
+  options.max_tokens = greedy["max_tokens"].get<int32_t>();
+  options.sampling.temperature = 0.0;
+  options.ignore_eos = true;
+  Generator generator(*loaded.model, 4);
+  auto got = generator.generate(greedy["prompt"].get<std::vector<int32_t>>(), options);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  const auto want = greedy["tokens"].get<std::vector<int32_t>>();
+  const auto margins = greedy["margins"].get<std::vector<double>>();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ((*got)[i], want[i]) << "step " << i;
+    if (margins[i] < 1e-3) break;  // a near-tie: later steps may legitimately diverge
+  }
+}
+
+// Chunked prefill over a cached prefix and different page sizes give the same logits as one pass.
+TEST_P(FixtureTest, ChunkingAndBlockSizeDoNotChangeLogits) {
+  const nlohmann::json expected = load_expected(GetParam());
+  Loaded loaded = load(GetParam());
+  ASSERT_TRUE(loaded.model);
+  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
+  const auto n = static_cast<int64_t>(tokens.size());
+  Generator whole(*loaded.model, 128, n, 512);
+  const std::vector<float> reference = whole.append(tokens, true).value();
+  for (const auto& [block_size, chunk] : std::vector<std::pair<int32_t, int32_t>>{{1, 5}, {16, 7}, {3, 32}}) {
+    Generator chunked(*loaded.model, block_size, n, chunk);
+    const std::vector<float> got = chunked.append(tokens, true).value();
+    ASSERT_EQ(got.size(), reference.size());
+    float max_diff = 0.0f;
+    for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::abs(got[i] - reference[i]));
+    EXPECT_LT(max_diff, 1e-4f) << "block_size " << block_size << " chunk " << chunk;
+  }
+}
+
+// The optimised CPU backend and the scalar reference backend agree on the whole model.
+TEST_P(FixtureTest, CpuBackendMatchesReferenceBackend) {
+  const nlohmann::json expected = load_expected(GetParam());
+  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
+  Loaded cpu = load(GetParam(), "cpu");
+  Loaded ref = load(GetParam(), "ref");
+  ASSERT_TRUE(cpu.model && ref.model);
+  Generator cpu_gen(*cpu.model, 8, static_cast<int64_t>(tokens.size()));
+  Generator ref_gen(*ref.model, 8, static_cast<int64_t>(tokens.size()));
+  const std::vector<float> a = cpu_gen.append(tokens, true).value();
+  const std::vector<float> b = ref_gen.append(tokens, true).value();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5f + 2e-5f * std::abs(b[i])) << "index " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transformers, FixtureTest, ::testing::ValuesIn(testing::fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(Fixtures, RequiredArchitecturesArePresent) {
+  const auto names = testing::fixture_names();
+  for (const char* required : {"llama", "llama3_tied", "qwen2", "qwen3", "mistral_swa"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), required), names.end()) << required;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer

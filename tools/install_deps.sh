@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian package deepinfer needs to build, test and benchmark; idempotent
+# (installs only what is missing). Usage: tools/install_deps.sh [--bench]
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev
+  nodejs npm
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A machine that already has Node.js from elsewhere needs no Debian nodejs/npm.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do [[ "$p" == nodejs || "$p" == npm ]] || filtered+=("$p"); done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "deps: all Debian packages present"
+fi
+
+# npm oracles for the tests (tokenizers, chat templates, API clients): pinned by the lock file.
+npm_dir="$(dirname "$0")/../tests/node"
+if [[ ! -f "$npm_dir/node_modules/.package-lock.json" || "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.package-lock.json" ]]; then
+  echo "deps: installing npm test oracles in tests/node"
+  (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error)
+else
+  echo "deps: npm test oracles present"
+fi
