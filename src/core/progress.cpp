@@ -40,9 +40,11 @@ void ProgressBar::advance(uint64_t amount) {
 
 void ProgressBar::finish() {
   if (finished_) return;
+  finished_ = true;
+  // Off a terminal the 100% line may already be printed.
+  if (!is_terminal_ && last_reported_percent_ == 100) return;
   done_ = total_;
   draw(true);
-  finished_ = true;
 }
 
 void ProgressBar::draw(bool final_line) {

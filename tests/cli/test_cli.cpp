@@ -17,11 +17,12 @@ namespace {
 
 struct RunResult {
   int exit_code = -1;
-  std::string out;  // stdout and stderr together
+  std::string out;
 };
 
-RunResult run_cli(const std::string& args) {
-  const std::string command = std::string(DEEPINFER_CLI) + " " + args + " 2>&1";
+// Runs the CLI; out gets stdout, and stderr too when with_stderr (else stderr is dropped).
+RunResult run_cli(const std::string& args, bool with_stderr = true) {
+  const std::string command = std::string(DEEPINFER_CLI) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   RunResult result;
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -36,9 +37,9 @@ RunResult run_cli(const std::string& args) {
 std::string fixture(const std::string& name) { return std::string(DEEPINFER_TEST_DATA_DIR) + "/" + name; }
 
 std::string join_ids(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s;
+  std::ostringstream os;
+  for (size_t i = 0; i < ids.size(); ++i) os << (i ? "," : "") << ids[i];
+  return os.str();
 }
 
 class TempDir {
@@ -60,7 +61,7 @@ TEST(Cli, ScorePrintsFixtureLogprobs) {
   std::ifstream in(fixture("qwen3") + "/expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
-  const RunResult r = run_cli("score --model " + fixture("qwen3") + " --tokens " + join_ids(tokens));
+  const RunResult r = run_cli("score --model " + fixture("qwen3") + " --tokens " + join_ids(tokens), false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::istringstream lines(r.out);
   std::string line;
@@ -92,16 +93,16 @@ TEST(Cli, GenerateGreedyMatchesFixture) {
   std::ifstream in(fixture("qwen2") + "/expected.json");
   const nlohmann::json greedy = nlohmann::json::parse(in)["greedy"];
   const RunResult r = run_cli("generate --model " + fixture("qwen2") + " --tokens " +
-                              join_ids(greedy["prompt"].get<std::vector<int32_t>>()) + " --max-tokens 16 2>/dev/null");
+                              join_ids(greedy["prompt"].get<std::vector<int32_t>>()) + " --max-tokens 16", false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), join_ids(greedy["tokens"].get<std::vector<int32_t>>()));
 }
 
 TEST(Cli, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + fixture("llama") +
-                           " --tokens 1,2,3 --max-tokens 12 --temperature 0.8 --top-p 0.9 --top-k 50 --seed 7 2>/dev/null";
-  const RunResult a = run_cli(args);
-  const RunResult b = run_cli(args);
+                           " --tokens 1,2,3 --max-tokens 12 --temperature 0.8 --top-p 0.9 --top-k 50 --seed 7";
+  const RunResult a = run_cli(args, false);
+  const RunResult b = run_cli(args, false);
   ASSERT_EQ(a.exit_code, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
 }

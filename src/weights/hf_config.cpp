@@ -1,0 +1,284 @@
+// config.json -> ModelConfig. The defaults and per-family rules (sliding-window layers, q/k/v
+// biases, tied embeddings) follow the transformers configuration classes of each model type.
+#include "weights/hf_config.h"
+
+#include <climits>
+#include <filesystem>
+#include <string_view>
+
+#include "core/mapped_file.h"
+#include "weights/json_fields.h"
+
+namespace deepinfer {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSupportedRopeTypes = "default, linear, dynamic, llama3, yarn";
+constexpr double kDefaultRopeTheta = 10000.0;
+// transformers' default max_window_layers for Qwen2, Qwen2-MoE and Qwen3.
+constexpr int64_t kDefaultMaxWindowLayers = 28;
+// Gemma 3 configs without layer_types: every 6th layer is global.
+constexpr int64_t kDefaultGemma3Pattern = 6;
+
+std::optional<RopeType> find_rope_type(std::string_view name) {
+  if (name == "default") return RopeType::kDefault;
+  if (name == "linear") return RopeType::kLinear;
+  if (name == "dynamic") return RopeType::kDynamic;
+  if (name == "llama3") return RopeType::kLlama3;
+  if (name == "yarn") return RopeType::kYarn;
+  return std::nullopt;
+}
+
+bool is_one_of(std::string_view value, std::initializer_list<std::string_view> options) {
+  for (std::string_view option : options) {
+    if (value == option) return true;
+  }
+  return false;
+}
+
+// Assigns a Result's value or returns its error from the enclosing function.
+#define DI_ASSIGN(target, expr)                                    \
+  do {                                                             \
+    auto di_assign_result_ = (expr);                               \
+    if (!di_assign_result_.ok()) return di_assign_result_.error(); \
+    target = std::move(di_assign_result_).value();                 \
+  } while (0)
+
+// One RoPE object: rope_parameters (new format) or rope_scaling (old). `own` reads only the
+// object; `shared` also reads the enclosing config, where the old format keeps rope_theta,
+// partial_rotary_factor and original_max_position_embeddings.
+Result<RopeConfig> parse_rope_object(const JsonFields& own, const JsonFields& shared, double default_theta) {
+  RopeConfig rope;
+  const char* type_key = own.has("rope_type") || !own.has("type") ? "rope_type" : "type";
+  std::optional<std::string> type_name;
+  DI_ASSIGN(type_name, own.optional_string(type_key));
+  const std::optional<RopeType> type = find_rope_type(type_name.value_or("default"));
+  if (!type) {
+    return own.error("field '" + own.path(type_key) + "' is \"" + *type_name +
+                     "\", which deepinfer does not support; supported RoPE types: " + kSupportedRopeTypes);
+  }
+  rope.type = *type;
+  DI_ASSIGN(rope.theta, shared.positive_number("rope_theta", default_theta));
+  DI_ASSIGN(rope.partial_rotary_factor, shared.positive_number("partial_rotary_factor", 1.0));
+  std::optional<int64_t> original_max;
+  DI_ASSIGN(original_max, shared.optional_positive_int("original_max_position_embeddings"));
+  rope.original_max_position_embeddings = original_max.value_or(0);
+
+  if (rope.type != RopeType::kDefault && !own.has("factor")) return own.missing("factor");
+  DI_ASSIGN(rope.factor, own.positive_number("factor", 1.0));
+  if (rope.type == RopeType::kLlama3) {
+    for (const char* key : {"low_freq_factor", "high_freq_factor"}) {
+      if (!own.has(key)) return own.missing(key);
+    }
+    if (!original_max) return own.missing("original_max_position_embeddings");
+    DI_ASSIGN(rope.low_freq_factor, own.positive_number("low_freq_factor", 1.0));
+    DI_ASSIGN(rope.high_freq_factor, own.positive_number("high_freq_factor", 4.0));
+  }
+  if (rope.type == RopeType::kYarn) {
+    DI_ASSIGN(rope.beta_fast, own.positive_number("beta_fast", 32.0));
+    DI_ASSIGN(rope.beta_slow, own.positive_number("beta_slow", 1.0));
+    DI_ASSIGN(rope.attention_factor, own.optional_number("attention_factor"));
+    DI_ASSIGN(rope.mscale, own.number("mscale", 0.0));
+    DI_ASSIGN(rope.mscale_all_dim, own.number("mscale_all_dim", 0.0));
+    DI_ASSIGN(rope.truncate, own.boolean("truncate", true));
+  }
+  return rope;
+}
+
+// Fills rope and sliding_rope. Formats: rope_scaling + top-level rope_theta (old, and it wins
+// as in transformers), rope_parameters (new), rope_parameters keyed by layer type (new Gemma 3),
+// rope_local_base_freq for the sliding layers (old Gemma 3).
+Result<void> parse_rope(const JsonFields& fields, const std::string& source, ModelConfig& config) {
+  static const json kEmpty = json::object();
+  const char* key = fields.has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  const json* object = fields.find(key);
+  if (object == nullptr) object = &kEmpty;
+  if (!object->is_object()) return fields.invalid(key, "an object", *object);
+  const std::string prefix = fields.path(key) + ".";
+
+  std::optional<double> local_theta;
+  DI_ASSIGN(local_theta, fields.optional_number("rope_local_base_freq"));
+  const auto is_layer_type_key = [&](const char* name) {
+    return object->contains(name) && (*object)[name].is_object();
+  };
+  if (!is_layer_type_key("full_attention") && !is_layer_type_key("sliding_attention")) {
+    JsonFields own(source, *object, prefix);
+    JsonFields shared = own;
+    shared.add_fallback(fields);
+    DI_ASSIGN(config.rope, parse_rope_object(own, shared, kDefaultRopeTheta));
+    if (local_theta) {
+      if (!(*local_theta > 0.0)) return fields.invalid("rope_local_base_freq", "a positive number", *local_theta);
+      RopeConfig local;
+      local.theta = *local_theta;
+      local.partial_rotary_factor = config.rope.partial_rotary_factor;
+      config.sliding_rope = local;
+    }
+    return {};
+  }
+  for (const char* layer_type : {"full_attention", "sliding_attention"}) {
+    const json& sub = is_layer_type_key(layer_type) ? (*object)[layer_type] : kEmpty;
+    JsonFields own(source, sub, prefix + layer_type + ".");
+    const bool sliding = std::string_view(layer_type) == "sliding_attention";
+    RopeConfig rope;
+    DI_ASSIGN(rope, parse_rope_object(own, own, sliding ? local_theta.value_or(kDefaultRopeTheta) : kDefaultRopeTheta));
+    if (sliding) {
+      if (is_layer_type_key(layer_type)) config.sliding_rope = rope;
+    } else {
+      config.rope = rope;
+    }
+  }
+  return {};
+}
+
+// Which layers use the sliding window, per model family (see each transformers config class).
+Result<std::vector<int32_t>> parse_sliding_windows(const JsonFields& fields, std::string_view model_type,
+                                                   int64_t num_layers) {
+  std::vector<int32_t> windows(static_cast<size_t>(num_layers), 0);
+  std::optional<int64_t> window;
+  DI_ASSIGN(window, fields.optional_non_negative_int("sliding_window"));
+  if (window && *window > INT32_MAX) return fields.invalid("sliding_window", "at most 2147483647", *window);
+  // Qwen models carry sliding_window even when off; use_sliding_window gates it.
+  const bool qwen =
+      is_one_of(model_type, {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}) || fields.has("use_sliding_window");
+  if (qwen) {
+    bool use_sliding_window = false;
+    DI_ASSIGN(use_sliding_window, fields.boolean("use_sliding_window", false));
+    if (!use_sliding_window) window.reset();
+  }
+  if (!window || *window == 0) return windows;
+
+  std::optional<int64_t> max_window_layers;
+  DI_ASSIGN(max_window_layers, fields.optional_non_negative_int("max_window_layers"));
+  const int64_t first_dense = max_window_layers.value_or(kDefaultMaxWindowLayers);
+  std::optional<int64_t> pattern;
+  DI_ASSIGN(pattern, fields.optional_positive_int("sliding_window_pattern"));
+  if (!pattern && model_type.starts_with("gemma3")) pattern = kDefaultGemma3Pattern;
+  if (!pattern && is_one_of(model_type, {"gemma2", "gpt_oss"})) pattern = 2;
+
+  const json* layer_types = fields.find("layer_types");
+  if (layer_types != nullptr) {
+    bool valid = layer_types->is_array() && static_cast<int64_t>(layer_types->size()) == num_layers;
+    for (size_t i = 0; valid && i < layer_types->size(); ++i) valid = (*layer_types)[i].is_string();
+    if (!valid) {
+      return fields.invalid("layer_types", "a list of " + std::to_string(num_layers) + " strings (one per layer)",
+                            *layer_types);
+    }
+  }
+  for (int64_t i = 0; i < num_layers; ++i) {
+    bool sliding = true;  // Mistral, Mixtral, Phi-3, Qwen3-MoE: every layer
+    if (layer_types != nullptr) {
+      sliding = (*layer_types)[static_cast<size_t>(i)] == "sliding_attention";
+    } else if (model_type == "qwen2_moe") {
+      sliding = (i + 1) % 2 != 0 && i < first_dense;
+    } else if (qwen && model_type != "qwen3_moe") {
+      sliding = i >= first_dense;
+    } else if (pattern) {
+      sliding = (i + 1) % *pattern != 0;
+    }
+    if (sliding) windows[static_cast<size_t>(i)] = static_cast<int32_t>(*window);
+  }
+  return windows;
+}
+
+Result<std::optional<DType>> parse_dtype(const JsonFields& fields) {
+  const char* key = fields.has("dtype") ? "dtype" : "torch_dtype";
+  std::optional<std::string> name;
+  DI_ASSIGN(name, fields.optional_string(key));
+  if (!name) return std::optional<DType>();
+  const std::optional<DType> dtype = find_dtype(*name);
+  if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kBF16 && *dtype != DType::kF16)) {
+    return fields.invalid(key, "one of float32, bfloat16, float16", *name);
+  }
+  return dtype;
+}
+
+Result<std::string> parse_architecture(const JsonFields& top) {
+  const json* architectures = top.find("architectures");
+  if (architectures == nullptr) return std::string();
+  if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string()) {
+    return top.invalid("architectures", "a list of class names such as [\"LlamaForCausalLM\"]", *architectures);
+  }
+  return (*architectures)[0].get<std::string>();
+}
+
+Result<void> parse_shape(const JsonFields& fields, ModelConfig& config) {
+  DI_ASSIGN(config.vocab_size, fields.positive_int("vocab_size"));
+  DI_ASSIGN(config.hidden_size, fields.positive_int("hidden_size"));
+  DI_ASSIGN(config.intermediate_size, fields.positive_int("intermediate_size"));
+  DI_ASSIGN(config.num_hidden_layers, fields.positive_int("num_hidden_layers"));
+  DI_ASSIGN(config.num_attention_heads, fields.positive_int("num_attention_heads"));
+  std::optional<int64_t> value;
+  DI_ASSIGN(value, fields.optional_positive_int("num_key_value_heads"));
+  config.num_key_value_heads = value.value_or(config.num_attention_heads);
+  if (config.num_attention_heads % config.num_key_value_heads != 0) {
+    return fields.error("num_attention_heads (" + std::to_string(config.num_attention_heads) +
+                        ") must be a multiple of num_key_value_heads (" + std::to_string(config.num_key_value_heads) +
+                        ")");
+  }
+  DI_ASSIGN(value, fields.optional_positive_int("head_dim"));
+  if (!value && config.hidden_size % config.num_attention_heads != 0) {
+    return fields.error("field 'head_dim' is missing and hidden_size (" + std::to_string(config.hidden_size) +
+                        ") is not a multiple of num_attention_heads (" + std::to_string(config.num_attention_heads) +
+                        ")");
+  }
+  config.head_dim = value.value_or(config.hidden_size / config.num_attention_heads);
+  DI_ASSIGN(value, fields.optional_positive_int("max_position_embeddings"));
+  config.max_position_embeddings = value.value_or(0);
+  DI_ASSIGN(config.rms_norm_eps, fields.positive_number("rms_norm_eps", 1e-6));
+  return {};
+}
+
+}  // namespace
+
+Result<ModelConfig> ModelConfig::parse(const std::string& json_text, const std::string& source_name) {
+  json raw;
+  try {
+    raw = json::parse(json_text);
+  } catch (const json::exception& e) {
+    return Error{source_name + ": invalid JSON: " + e.what()};
+  }
+  if (!raw.is_object()) return Error{source_name + ": expected a JSON object, got " + std::string(raw.type_name())};
+
+  // Multimodal checkpoints (Gemma 3, Qwen2-VL style) nest the language model in text_config.
+  const auto text_it = raw.find("text_config");
+  const bool nested = text_it != raw.end() && text_it->is_object() && !raw.contains("num_hidden_layers");
+  JsonFields top(source_name, raw);
+  JsonFields fields = nested ? JsonFields(source_name, *text_it, "text_config.") : top;
+  if (nested) fields.add_fallback(top);
+
+  ModelConfig config;
+  DI_ASSIGN(config.architecture, parse_architecture(top));
+  std::optional<std::string> model_type;
+  DI_ASSIGN(model_type, top.optional_string("model_type"));
+  config.model_type = model_type.value_or("");
+  // The family rules key on the language model's type (gemma3_text inside gemma3).
+  DI_ASSIGN(model_type, fields.optional_string("model_type"));
+  const std::string family = model_type.value_or("");
+
+  DI_TRY(parse_shape(fields, config));
+  DI_TRY(parse_rope(fields, source_name, config));
+  DI_ASSIGN(config.tie_word_embeddings, fields.boolean("tie_word_embeddings", family.starts_with("gemma")));
+  if (family == "qwen2" || family == "gpt_oss") {
+    config.attention_bias = true;  // their attention layers always have biases, whatever the field says
+  } else if (family == "qwen2_moe") {
+    DI_ASSIGN(config.attention_bias, fields.boolean("qkv_bias", true));
+  } else {
+    DI_ASSIGN(config.attention_bias, fields.boolean("attention_bias", false));
+  }
+  DI_ASSIGN(config.layer_sliding_window, parse_sliding_windows(fields, family, config.num_hidden_layers));
+  DI_ASSIGN(config.dtype, parse_dtype(fields));
+  DI_ASSIGN(config.eos_token_ids, fields.non_negative_int_or_list("eos_token_id"));
+  DI_ASSIGN(config.bos_token_id, fields.optional_non_negative_int("bos_token_id"));
+  config.raw = std::move(raw);
+  return config;
+}
+
+Result<ModelConfig> ModelConfig::load(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  Result<std::string> text = read_text_file(path);
+  if (!text.ok()) return Error{text.error().message + " (every model directory needs a config.json)"};
+  return parse(*text, path);
+}
+
+}  // namespace deepinfer

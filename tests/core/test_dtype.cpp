@@ -1,0 +1,57 @@
+// Half-precision conversions against IEEE 754 facts (exhaustive over all 16-bit patterns).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/dtype.h"
+
+namespace deepinfer {
+namespace {
+
+TEST(DType, F16RoundTripsEveryBitPattern) {
+  for (uint32_t bits = 0; bits <= 0xffffu; ++bits) {
+    const float value = f16_to_f32(static_cast<uint16_t>(bits));
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(value))));
+      continue;
+    }
+    EXPECT_EQ(f32_to_f16(value), bits) << "bits " << bits;
+  }
+}
+
+TEST(DType, F16KnownValues) {
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);                    // overflow -> inf
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie rounds to even
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+}
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  // 1 + 2^-8 is halfway between bf16 1.0 and 1 + 2^-7: ties go to even (1.0).
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  for (uint32_t bits = 0; bits <= 0xffffu; ++bits) {
+    const float value = bf16_to_f32(static_cast<uint16_t>(bits));
+    if (!std::isnan(value)) {
+      EXPECT_EQ(f32_to_bf16(value), bits);
+    }
+  }
+}
+
+TEST(DType, ParsesBothSpellings) {
+  EXPECT_EQ(find_dtype("BF16"), DType::kBF16);
+  EXPECT_EQ(find_dtype("torch.bfloat16"), DType::kBF16);
+  EXPECT_EQ(find_dtype("float16"), DType::kF16);
+  EXPECT_EQ(find_dtype("F32"), DType::kF32);
+  EXPECT_FALSE(find_dtype("F8_E4M3").has_value());
+}
+
+}  // namespace
+}  // namespace deepinfer
