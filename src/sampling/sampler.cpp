@@ -55,17 +55,26 @@ std::vector<std::pair<int32_t, double>> top_logprobs(const float* logits, int64_
   return top;
 }
 
-double deterministic_uniform(uint64_t seed, int64_t position) {
-  // splitmix64 finaliser over the pair; 53 random bits -> [0, 1).
-  uint64_t x = seed ^ (static_cast<uint64_t>(position) * 0x9e3779b97f4a7c15ull);
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+double deterministic_uniform(uint64_t seed, int64_t position, int32_t sample_index) {
+  // Chained so that each input changes every output bit.
+  const uint64_t x = splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(position)) ^
+                                static_cast<uint64_t>(static_cast<uint32_t>(sample_index)));
   return static_cast<double>(x >> 11) * 0x1.0p-53;
 }
 
-int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, int64_t position) {
+int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, int64_t position,
+                     int32_t sample_index) {
   if (params.temperature == 0.0 || params.top_k == 1) return argmax(logits, vocab_size);
   // Candidates in a fixed order: probability descending, id ascending.
   std::vector<int32_t> ids(static_cast<size_t>(vocab_size));
@@ -97,15 +106,19 @@ int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingPara
     if (mass >= params.top_p) break;
   }
   count = nucleus;
+  // The cumulative distribution runs over the kept candidates in token-id order.
+  std::vector<std::pair<int32_t, double>> kept(count);
+  for (size_t i = 0; i < count; ++i) kept[i] = {ids[i], probs[i]};
+  std::sort(kept.begin(), kept.end());
   double kept_total = 0.0;
-  for (size_t i = 0; i < count; ++i) kept_total += probs[i];
-  const double target = deterministic_uniform(params.seed, position) * kept_total;
+  for (const auto& candidate : kept) kept_total += candidate.second;
+  const double target = deterministic_uniform(params.seed, position, sample_index) * kept_total;
   double cumulative = 0.0;
-  for (size_t i = 0; i < count; ++i) {
-    cumulative += probs[i];
-    if (target < cumulative) return ids[i];
+  for (const auto& [id, prob] : kept) {
+    cumulative += prob;
+    if (target < cumulative) return id;
   }
-  return ids[count - 1];
+  return kept.back().first;
 }
 
 }  // namespace deepinfer
