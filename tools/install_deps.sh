@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev
+  libdnnl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev
+  clang-14 libclang-rt-14-dev
   nodejs npm
 )
 

@@ -1,20 +1,48 @@
 // `deepinfer generate`: continues a prompt given as text (needs tokenizer.json) or token ids.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include "commands.h"
+#include "core/thread_pool.h"
 #include "engine/generator.h"
+#include "recipe/chat_template.h"
 #include "session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT | --tokens 1,2,3) [--max-tokens N]
+constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
                           [--ignore-eos] [--device cpu|ref] [--threads N]
-Prints the continuation: text when the model directory has a tokenizer, else token ids
-(comma-separated). Defaults: --max-tokens 64, --temperature 0 (greedy), --seed 0.
+Prints the continuation as it is generated: text when the model directory has a tokenizer
+(tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
+text is sent as one user message through the model's chat template (tokenizer_config.json).
+Defaults: --max-tokens 64, --temperature 0 (greedy), --seed 0.
 )";
+
+// The prompt's ids: --tokens as given, --prompt encoded (the tokenizer's BOS rules applied), or
+// --prompt --chat rendered by the model's chat template.
+Result<std::vector<int32_t>> prompt_ids(const Args& args, const std::string& model_dir,
+                                        const std::optional<Tokenizer>& tokenizer) {
+  if (args.has("--tokens")) return args.get_int_list("--tokens");
+  if (!tokenizer) return Error{"--prompt needs " + model_dir + "/tokenizer.json; give token ids with --tokens instead"};
+  const std::string text = *args.find("--prompt");
+  if (!args.has("--chat")) {
+    auto ids = tokenizer->encode(text);
+    if (!ids.ok()) return Error{"--prompt: " + ids.error().message};
+    return tokenizer->add_special_tokens(*ids);
+  }
+  auto family = detect_chat_family(model_dir);
+  if (!family.ok()) return family.error();
+  const nlohmann::ordered_json request = {{"messages", {{{"role", "user"}, {"content", text}}}}};
+  auto segments = render_chat_request(*family, request);
+  if (!segments.ok()) return segments.error();
+  ThreadPool pool;
+  return encode_prompt(*tokenizer, *segments, &pool);
+}
 
 Result<GenerateOptions> options_from_args(const Args& args) {
   GenerateOptions options;
@@ -50,30 +78,50 @@ int run_generate(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           model_value_flags({"--prompt", "--tokens", "--max-tokens", "--temperature", "--top-p",
                                              "--top-k", "--min-p", "--seed"}),
-                          {"--ignore-eos"});
+                          {"--ignore-eos", "--chat"});
   if (!args.ok()) return report_error("generate", args.error());
   if (args->has("--prompt") == args->has("--tokens")) {
     return report_error("generate", Error{"give exactly one of --prompt TEXT or --tokens 1,2,3"});
   }
+  if (args->has("--chat") && !args->has("--prompt")) return report_error("generate", Error{"--chat needs --prompt"});
   auto options = options_from_args(*args);
   if (!options.ok()) return report_error("generate", options.error());
+  const std::string model_dir = args->find("--model").value_or("");
+  std::optional<Tokenizer> tokenizer;
+  if (std::filesystem::exists(model_dir + "/tokenizer.json")) {
+    auto loaded_tokenizer = Tokenizer::load(model_dir);
+    if (!loaded_tokenizer.ok()) return report_error("generate", loaded_tokenizer.error());
+    tokenizer = std::move(*loaded_tokenizer);
+    if (auto eos = tokenizer->eos_id(); eos && !options->ignore_eos) options->stop_token_ids.push_back(*eos);
+  }
+  auto prompt = prompt_ids(*args, model_dir, tokenizer);
+  if (!prompt.ok()) return report_error("generate", prompt.error());
   auto loaded = load_model_from_args(*args);
   if (!loaded.ok()) return report_error("generate", loaded.error());
   CausalLM& model = *loaded->model;
 
-  auto prompt = args->get_int_list("--tokens");
-  if (!prompt.ok()) return report_error("generate", prompt.error());
   const int64_t needed = static_cast<int64_t>(prompt->size()) + options->max_tokens;
   Generator generator(model, 128, std::min<int64_t>(needed, model.config().max_position_embeddings > 0
                                                                ? model.config().max_position_embeddings
                                                                : needed));
   const auto start = std::chrono::steady_clock::now();
   bool first = true;
+  std::optional<StreamingDetokenizer> detokenizer;
+  if (tokenizer) detokenizer.emplace(*tokenizer, true);
   auto generated = generator.generate(*prompt, *options, [&](int32_t token) {
-    std::printf("%s%d", first ? "" : ",", token);
+    if (detokenizer) {
+      const std::string text = detokenizer->push(token);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else {
+      std::printf("%s%d", first ? "" : ",", token);
+    }
     std::fflush(stdout);
     first = false;
   });
+  if (detokenizer) {
+    const std::string rest = detokenizer->flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
   std::printf("\n");
   if (!generated.ok()) return report_error("generate", generated.error());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

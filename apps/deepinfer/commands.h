@@ -7,5 +7,8 @@ namespace deepinfer::cli {
 int run_generate(int argc, char** argv);
 int run_score(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_prompt(int argc, char** argv);
+int run_tokenize(int argc, char** argv);
+int run_detokenize(int argc, char** argv);
 
 }  // namespace deepinfer::cli

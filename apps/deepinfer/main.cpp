@@ -20,6 +20,10 @@ commands:
              --model DIR --tokens 1,2,3 [--top-logprobs K] [--dump-logits FILE]
   bench      prefill and decode speed at batch 1, against memory bandwidth:
              --model DIR [--prompt-tokens N] [--decode-tokens N] [--threads N]
+  tokenize   UTF-8 text on stdin -> JSON array of token ids: --model DIR [--special]
+  detokenize JSON array of token ids on stdin -> text: --model DIR
+  prompt     {"messages":[...],"tools":[...]} on stdin -> the model's rendered chat prompt:
+             --model DIR [--tokens]
 
   deepinfer <command> --help   shows a command's flags
   deepinfer --version          prints the version
@@ -42,6 +46,9 @@ int main(int argc, char** argv) {
     if (command == "generate") return run_generate(argc - 1, argv + 1);
     if (command == "score") return run_score(argc - 1, argv + 1);
     if (command == "bench") return run_bench(argc - 1, argv + 1);
+    if (command == "tokenize") return run_tokenize(argc - 1, argv + 1);
+    if (command == "detokenize") return run_detokenize(argc - 1, argv + 1);
+    if (command == "prompt") return run_prompt(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer %s: error: %s\n", command.c_str(), e.what());
     return 1;

@@ -76,3 +76,11 @@ T value_or_throw(Result<T> result) {
     auto di_try_result_ = (expr);                      \
     if (!di_try_result_.ok()) return di_try_result_.error(); \
   } while (0)
+
+// Assigns a Result's value to target or returns its error from the enclosing function.
+#define DI_ASSIGN(target, expr)                                    \
+  do {                                                             \
+    auto di_assign_result_ = (expr);                               \
+    if (!di_assign_result_.ok()) return di_assign_result_.error(); \
+    target = std::move(di_assign_result_).value();                 \
+  } while (0)

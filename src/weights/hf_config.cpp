@@ -2,6 +2,7 @@
 // biases, tied embeddings) follow the transformers configuration classes of each model type.
 #include "weights/hf_config.h"
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <string_view>
@@ -36,14 +37,6 @@ bool is_one_of(std::string_view value, std::initializer_list<std::string_view> o
   }
   return false;
 }
-
-// Assigns a Result's value or returns its error from the enclosing function.
-#define DI_ASSIGN(target, expr)                                    \
-  do {                                                             \
-    auto di_assign_result_ = (expr);                               \
-    if (!di_assign_result_.ok()) return di_assign_result_.error(); \
-    target = std::move(di_assign_result_).value();                 \
-  } while (0)
 
 // One RoPE object: rope_parameters (new format) or rope_scaling (old). `own` reads only the
 // object; `shared` also reads the enclosing config, where the old format keeps rope_theta,
@@ -274,11 +267,38 @@ Result<ModelConfig> ModelConfig::parse(const std::string& json_text, const std::
   return config;
 }
 
+namespace {
+
+// Adds generation_config.json's eos_token_id (int or list) to the config's: instruct checkpoints
+// list their end-of-turn tokens there (Llama 3's <|eot_id|>, say).
+Result<void> merge_generation_config(const std::string& dir, ModelConfig& config) {
+  const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
+  if (!std::filesystem::exists(path)) return {};
+  Result<std::string> text = read_text_file(path);
+  if (!text.ok()) return text.error();
+  const json parsed = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) return Error{path + ": not a JSON object"};
+  const JsonFields fields(path, parsed);
+  std::vector<int64_t> eos_ids;
+  DI_ASSIGN(eos_ids, fields.non_negative_int_or_list("eos_token_id"));
+  for (int64_t id : eos_ids) {
+    if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) == config.eos_token_ids.end()) {
+      config.eos_token_ids.push_back(id);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<ModelConfig> ModelConfig::load(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   Result<std::string> text = read_text_file(path);
   if (!text.ok()) return Error{text.error().message + " (every model directory needs a config.json)"};
-  return parse(*text, path);
+  Result<ModelConfig> config = parse(*text, path);
+  if (!config.ok()) return config;
+  DI_TRY(merge_generation_config(dir, *config));
+  return config;
 }
 
 }  // namespace deepinfer

@@ -1,0 +1,261 @@
+// Kernel microbenchmarks against the machine's limits, all measured in one run:
+//   read_bandwidth           multithreaded streaming read (the memory roofline), GB/s
+//   gemv/...                 decode GEMV: weight GB/s and its ratio to read_bandwidth (bw_ratio)
+//   rows/...                 GEMV vs oneDNN as the row count grows (picks matmul's switch point)
+//   gemm/...                 oneDNN prefill GEMM, GFLOP/s
+//   attention/...            paged attention, decode (KV GB/s) and prefill (GFLOP/s)
+// Run: build/bin/bench_kernels [--benchmark_filter=gemv] (OMP_NUM_THREADS sets the threads).
+#include <benchmark/benchmark.h>
+#include <omp.h>
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/memory_bandwidth.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/onednn_matmul.h"
+#include "kernels/ops.h"
+
+namespace deepinfer::kernels {
+namespace {
+
+// Weights are cycled through copies totalling this much, so every call streams from DRAM as a
+// decode step does (each layer's weights have left the cache by the time they are used again).
+constexpr size_t kColdBytes = size_t{512} << 20;
+constexpr size_t kBandwidthBytes = size_t{1} << 30;
+
+double g_read_gbps = 0.0;
+
+std::vector<uint16_t> random_half_bits(size_t count, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<uint16_t> bits(count);
+  for (auto& b : bits) b = dtype == DType::kBF16 ? f32_to_bf16(dist(rng)) : f32_to_f16(dist(rng));
+  return bits;
+}
+
+// A float buffer on 2 MiB transparent huge pages, as the runtime's KV cache should be: attention
+// reads one head's slice of every cache row, a stride that would touch a new 4 KiB page per key.
+struct HugeFloats {
+  float* data = nullptr;
+  size_t bytes = 0;
+  explicit HugeFloats(size_t count) : bytes((count * sizeof(float) + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20)) {
+    data = static_cast<float*>(std::aligned_alloc(size_t{2} << 20, bytes));
+    madvise(data, bytes, MADV_HUGEPAGE);
+  }
+  ~HugeFloats() { std::free(data); }
+  HugeFloats(const HugeFloats&) = delete;
+  HugeFloats& operator=(const HugeFloats&) = delete;
+};
+
+// `copies` weights of [n, k] in dtype, in one allocation.
+struct WeightSet {
+  std::vector<uint16_t> half;
+  std::vector<float> f32;
+  DType dtype;
+  int64_t n;
+  int64_t k;
+  int copies;
+
+  WeightSet(DType dtype_in, int64_t n_in, int64_t k_in, int copies_in)
+      : dtype(dtype_in), n(n_in), k(k_in), copies(copies_in) {
+    const size_t count = static_cast<size_t>(n * k) * static_cast<size_t>(copies);
+    if (dtype == DType::kF32) {
+      f32.resize(count);
+      std::mt19937 rng(1);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (float& v : f32) v = dist(rng);
+    } else {
+      half = random_half_bits(count, dtype, 1);
+    }
+  }
+  size_t bytes_each() const { return static_cast<size_t>(n * k) * dtype_size_bytes(dtype); }
+  WeightView view(int i) const {
+    const char* base = dtype == DType::kF32 ? reinterpret_cast<const char*>(f32.data())
+                                            : reinterpret_cast<const char*>(half.data());
+    return WeightView{base + static_cast<size_t>(i) * bytes_each(), dtype, n, k};
+  }
+};
+
+int cold_copies(size_t bytes_each) { return static_cast<int>((kColdBytes + bytes_each - 1) / bytes_each); }
+
+std::string dtype_label(DType dtype) {
+  return dtype == DType::kBF16 ? "bf16" : dtype == DType::kF16 ? "f16" : "f32";
+}
+
+void bm_read_bandwidth(benchmark::State& state) {
+  double gbps = 0.0;
+  for (auto _ : state) gbps = measure_read_bandwidth_gbps(kBandwidthBytes, 3);
+  state.counters["GB/s"] = gbps;
+}
+
+void bm_gemv(benchmark::State& state, DType dtype, int64_t n, int64_t k, int64_t rows) {
+  const WeightSet weights(dtype, n, k, cold_copies(static_cast<size_t>(n * k) * dtype_size_bytes(dtype)));
+  std::vector<float> x(static_cast<size_t>(rows * k), 0.5f);
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  const cpu::Isa isa = cpu::best_isa();
+  int i = 0;
+  for (auto _ : state) {
+    cpu::gemv(x.data(), weights.view(i), rows, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % weights.copies;
+  }
+  const double bytes = static_cast<double>(weights.bytes_each()) * static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["bw_ratio"] = benchmark::Counter(bytes / 1e9 / g_read_gbps, benchmark::Counter::kIsRate);
+}
+
+// One matmul of `rows` rows through the GEMV or oneDNN, cold weights: the switch point sweep.
+void bm_rows(benchmark::State& state, DType dtype, int64_t n, int64_t k, int64_t rows, bool use_gemv) {
+  const WeightSet weights(dtype, n, k, cold_copies(static_cast<size_t>(n * k) * dtype_size_bytes(dtype)));
+  std::vector<float> x(static_cast<size_t>(rows * k), 0.5f);
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  int i = 0;
+  for (auto _ : state) {
+    if (use_gemv) {
+      cpu::gemv(x.data(), weights.view(i), rows, y.data(), cpu::best_isa());
+    } else {
+      cpu::onednn_matmul(x.data(), weights.view(i), rows, y.data());
+    }
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % weights.copies;
+  }
+  state.counters["us/row"] = benchmark::Counter(static_cast<double>(rows) * static_cast<double>(state.iterations()),
+                                                benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * n * k) / 1e9 *
+                                                     static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+
+void bm_gemm(benchmark::State& state, DType dtype, int64_t rows, int64_t n, int64_t k) {
+  const WeightSet weights(dtype, n, k, 1);
+  std::vector<float> x(static_cast<size_t>(rows * k), 0.5f);
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  for (auto _ : state) {
+    cpu::matmul(x.data(), weights.view(0), WeightView{}, rows, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(rows * n * k) / 1e9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+// Paged attention over one sequence of seq_len cached tokens with num_new new ones.
+void bm_attention(benchmark::State& state, int32_t seq_len, int32_t num_new) {
+  const int32_t num_heads = 32, num_kv_heads = 8, head_dim = 128, block_size = 16;
+  const int32_t num_blocks = (seq_len + block_size - 1) / block_size;
+  const size_t cache_floats = static_cast<size_t>(num_blocks) * block_size * num_kv_heads * head_dim;
+  HugeFloats k_cache(cache_floats), v_cache(cache_floats);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (size_t i = 0; i < cache_floats; ++i) {
+    k_cache.data[i] = dist(rng);
+    v_cache.data[i] = dist(rng);
+  }
+  std::vector<int32_t> block_table(static_cast<size_t>(num_blocks));
+  for (int32_t b = 0; b < num_blocks; ++b) block_table[static_cast<size_t>(b)] = b;
+  const int32_t query_start[2] = {0, num_new};
+  const PagedBatch batch{1, query_start, &seq_len, block_table.data(), num_blocks, block_size};
+  const AttentionParams params{num_heads, num_kv_heads, head_dim, 1.0f / std::sqrt(128.0f), 0};
+  std::vector<float> q(static_cast<size_t>(num_new) * num_heads * head_dim, 0.01f);
+  std::vector<float> out(q.size());
+  for (auto _ : state) {
+    cpu::paged_attention(q.data(), k_cache.data, v_cache.data, batch, params, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Score and value FLOPs of the causal triangle (or the decode row).
+  double key_visits = 0.0;
+  for (int32_t j = 0; j < num_new; ++j) key_visits += seq_len - num_new + j + 1;
+  const double flops = 4.0 * key_visits * num_heads * head_dim;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  if (num_new == 1) {
+    const double kv_bytes = 2.0 * static_cast<double>(seq_len) * num_kv_heads * head_dim * sizeof(float);
+    state.counters["KV GB/s"] =
+        benchmark::Counter(kv_bytes / 1e9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  }
+}
+
+void register_benchmarks() {
+  benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->Iterations(1)->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+
+  struct Shape {
+    int64_t n;
+    int64_t k;
+  };
+  // Decode shapes of 1-8B models: attention projections, MLP up/down, and a 152k-token LM head.
+  const Shape decode_shapes[] = {{1024, 4096}, {4096, 4096}, {14336, 4096}, {4096, 14336}, {151936, 1024}};
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+    for (Shape s : decode_shapes) {
+      for (int64_t rows : {1, 4}) {
+        if (dtype != DType::kBF16 && rows != 1) continue;
+        const std::string name = "gemv/" + dtype_label(dtype) + "/N=" + std::to_string(s.n) + "/K=" +
+                                 std::to_string(s.k) + "/rows=" + std::to_string(rows);
+        benchmark::RegisterBenchmark(name.c_str(), bm_gemv, dtype, s.n, s.k, rows)
+            ->MinTime(0.5)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+    for (int64_t rows : {1, 2, 4, 6, 8, 12, 16, 32}) {
+      for (bool use_gemv : {true, false}) {
+        const std::string name = std::string("rows/") + (use_gemv ? "gemv/" : "onednn/") + dtype_label(dtype) +
+                                 "/N=4096/K=4096/rows=" + std::to_string(rows);
+        benchmark::RegisterBenchmark(name.c_str(), bm_rows, dtype, int64_t{4096}, int64_t{4096}, rows, use_gemv)
+            ->MinTime(0.3)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  const Shape prefill_shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+    for (Shape s : prefill_shapes) {
+      for (int64_t rows : {128, 512, 2048}) {
+        const std::string name = "gemm/" + dtype_label(dtype) + "/M=" + std::to_string(rows) + "/N=" +
+                                 std::to_string(s.n) + "/K=" + std::to_string(s.k);
+        benchmark::RegisterBenchmark(name.c_str(), bm_gemm, dtype, rows, s.n, s.k)
+            ->MinTime(0.5)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  for (int32_t seq_len : {1024, 8192, 32768}) {
+    benchmark::RegisterBenchmark(("attention/decode/seq_len=" + std::to_string(seq_len)).c_str(), bm_attention,
+                                 seq_len, 1)
+        ->MinTime(0.3)
+        ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+  }
+  for (int32_t seq_len : {512, 2048}) {
+    benchmark::RegisterBenchmark(("attention/prefill/seq_len=" + std::to_string(seq_len)).c_str(), bm_attention,
+                                 seq_len, seq_len)
+        ->MinTime(0.5)
+        ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::kernels
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  // The roofline every bw_ratio is divided by: measured first, in this process, with these threads.
+  deepinfer::kernels::g_read_gbps = deepinfer::measure_read_bandwidth_gbps(deepinfer::kernels::kBandwidthBytes, 5);
+  std::printf("memory read bandwidth: %.2f GB/s with %d threads (bw_ratio = GEMV weight GB/s / this)\n",
+              deepinfer::kernels::g_read_gbps, omp_get_max_threads());
+  deepinfer::kernels::register_benchmarks();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

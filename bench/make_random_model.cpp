@@ -1,0 +1,200 @@
+// deepinfer-make-random-model: writes a Hugging Face checkpoint (config.json + model.safetensors)
+// shaped like a Llama / Mistral / Qwen2 / Qwen3 model with random weights, for benchmarks.
+// Usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16] [--seed N]
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "dense_layout.h"
+#include "tool_flags.h"
+#include "weights/safetensors.h"
+
+namespace deepinfer::bench {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16] [--seed N]\n"
+    "Writes DIR/config.json and DIR/model.safetensors with every tensor of the config's architecture\n"
+    "(Llama, Mistral, Qwen2, Qwen3): weights ~ normal(0, 0.02), norm weights ~ 1 + normal(0, 0.02).\n";
+
+constexpr float kWeightStd = 0.02f;  // transformers' default initializer_range
+// The unit of parallel work. Each chunk draws from its own stream seeded by (seed, tensor, chunk),
+// so the weights do not depend on the number of threads.
+constexpr int64_t kChunkElements = int64_t{1} << 20;
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// SplitMix64: a one-word generator, fast and plenty for weights nobody trains.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return mix64(state_ += 0x9e3779b97f4a7c15ull); }
+
+ private:
+  uint64_t state_;
+};
+
+// Two independent standard normals from one 64-bit draw (Box-Muller on two 24-bit uniforms).
+std::pair<float, float> normal_pair(uint64_t bits) {
+  const float u1 = (static_cast<float>(bits >> 40) + 1.0f) * 0x1p-24f;         // (0, 1]
+  const float u2 = static_cast<float>((bits >> 8) & 0xffffffu) * 0x1p-24f;      // [0, 1)
+  const float radius = std::sqrt(-2.0f * std::log(u1));
+  const float angle = 6.28318530718f * u2;
+  return {radius * std::cos(angle), radius * std::sin(angle)};
+}
+
+void store(void* dst, DType dtype, int64_t index, float value) {
+  switch (dtype) {
+    case DType::kBF16: static_cast<uint16_t*>(dst)[index] = f32_to_bf16(value); return;
+    case DType::kF16: static_cast<uint16_t*>(dst)[index] = f32_to_f16(value); return;
+    default: static_cast<float*>(dst)[index] = value; return;
+  }
+}
+
+struct Chunk {
+  size_t tensor_index;
+  int64_t begin;
+  int64_t end;
+};
+
+void fill_chunk(const Chunk& chunk, const DenseTensor& spec, TensorView& view, uint64_t seed) {
+  SplitMix64 rng(mix64(seed ^ mix64((static_cast<uint64_t>(chunk.tensor_index) << 32) ^
+                                    static_cast<uint64_t>(chunk.begin / kChunkElements))));
+  const float mean = spec.role == TensorRole::kNorm ? 1.0f : 0.0f;
+  void* dst = const_cast<void*>(view.data);
+  for (int64_t i = chunk.begin; i < chunk.end; i += 2) {
+    const auto [a, b] = normal_pair(rng.next());
+    store(dst, view.dtype, i, mean + kWeightStd * a);
+    if (i + 1 < chunk.end) store(dst, view.dtype, i + 1, mean + kWeightStd * b);
+  }
+}
+
+// Fills every tensor on all cores.
+void fill_all(const std::vector<DenseTensor>& specs, std::vector<TensorView>& views, uint64_t seed) {
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < views.size(); ++t) {
+    const int64_t numel = views[t].numel();
+    for (int64_t begin = 0; begin < numel; begin += kChunkElements) {
+      chunks.push_back({t, begin, std::min(numel, begin + kChunkElements)});
+    }
+  }
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t c = next++; c < chunks.size(); c = next++) {
+      fill_chunk(chunks[c], specs[chunks[c].tensor_index], views[chunks[c].tensor_index], seed);
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned num_threads = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < num_threads; ++i) threads.emplace_back(worker);
+  for (std::thread& thread : threads) thread.join();
+}
+
+Result<DType> parse_dtype(const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  if (name == "f32") return DType::kF32;
+  return Error{"--dtype must be bf16, f16 or f32, got '" + name + "'"};
+}
+
+const char* torch_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
+}
+
+Result<void> write_config(const ModelConfig& config, DType dtype, const std::string& path) {
+  nlohmann::json raw = config.raw;
+  raw["torch_dtype"] = torch_dtype_name(dtype);
+  if (raw.contains("dtype")) raw["dtype"] = torch_dtype_name(dtype);
+  std::ofstream out(path, std::ios::trunc);
+  out << raw.dump(2) << "\n";
+  out.close();
+  if (!out) return Error{"cannot write " + path + ": " + std::strerror(errno)};
+  return {};
+}
+
+Result<void> run(int argc, char** argv) {
+  auto flags = parse_tool_flags(argc, argv, {"--config", "--out", "--dtype", "--seed"});
+  if (!flags.ok()) return flags.error();
+  if (!flags->count("--config") || !flags->count("--out")) return Error{"--config and --out are required"};
+  const std::string out_dir = flags->at("--out");
+  auto dtype = parse_dtype(flags->count("--dtype") ? flags->at("--dtype") : "bf16");
+  if (!dtype.ok()) return dtype.error();
+  uint64_t seed = 0;
+  if (flags->count("--seed")) {
+    const std::string& text = flags->at("--seed");
+    char* end = nullptr;
+    seed = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0') return Error{"--seed must be a non-negative integer, got '" + text + "'"};
+  }
+
+  const std::string config_path = flags->at("--config");
+  auto text = read_text_file(config_path);
+  if (!text.ok()) return text.error();
+  auto config = ModelConfig::parse(*text, config_path);
+  if (!config.ok()) return config.error();
+  auto layout = dense_layout(*config);
+  if (!layout.ok()) return Error{config_path + ": " + layout.error().message};
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+  std::vector<TensorView> views;
+  uint64_t total_bytes = 0;
+  for (const DenseTensor& spec : layout->tensors) {
+    TensorView view;
+    view.name = spec.hf_name;
+    view.dtype = *dtype;
+    view.shape = spec.shape;
+    view.size_bytes = static_cast<size_t>(view.numel()) * dtype_size_bytes(*dtype);
+    buffers.emplace_back(new uint8_t[view.size_bytes]);
+    view.data = buffers.back().get();
+    total_bytes += view.size_bytes;
+    views.push_back(std::move(view));
+  }
+  fill_all(layout->tensors, views, seed);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Error{"cannot create directory " + out_dir + ": " + ec.message()};
+  DI_TRY(write_config(*config, *dtype, out_dir + "/config.json"));
+  DI_TRY(write_safetensors(out_dir + "/model.safetensors", views, {{"format", "pt"}}));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s: %zu tensors, %.2f GB %s, in %.1f s\n", out_dir.c_str(), views.size(), total_bytes * 1e-9,
+              torch_dtype_name(*dtype), seconds);
+  return {};
+}
+
+}  // namespace
+}  // namespace deepinfer::bench
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(deepinfer::bench::kUsage, stdout);
+    return 0;
+  }
+  const deepinfer::Result<void> result = deepinfer::bench::run(argc, argv);
+  if (!result.ok()) {
+    std::fprintf(stderr, "deepinfer-make-random-model: %s\n", result.error().message.c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `make bench`: deepinfer against llama.cpp on one random Qwen3-0.6B-shaped bf16 model at batch 1
+# (prefill and decode tokens/s, decode bandwidth against the machine's), then the kernel
+# benchmarks. Usage: bench/run_bench.sh BUILD_DIR   (env: BENCH_THREADS, default 2)
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$(cd "${1:?usage: bench/run_bench.sh BUILD_DIR}" && pwd)"
+work="$root/bench/work"
+threads="${BENCH_THREADS:-2}"
+prompt_tokens=128
+decode_tokens=32
+repeats=3
+mkdir -p "$work"
+
+step() { echo "bench: $*" >&2; }
+
+# True when $1 is missing or older than any of the following paths.
+stale() {
+  local target="$1"
+  shift
+  [[ -e "$target" ]] || return 0
+  local dep
+  for dep in "$@"; do [[ "$dep" -nt "$target" ]] && return 0; done
+  return 1
+}
+
+# 1. The model, in both formats (once; again when the config or a tool changes).
+config="$root/bench/configs/qwen3-0.6b.json"
+model="$work/qwen3-0.6b-bf16"
+gguf="$work/qwen3-0.6b-bf16.gguf"
+if stale "$model/model.safetensors" "$config" "$build/bin/deepinfer-make-random-model"; then
+  step "writing the random model $model"
+  rm -rf "$model"
+  "$build/bin/deepinfer-make-random-model" --config "$config" --out "$model.partial" --dtype bf16 --seed 1
+  mv "$model.partial" "$model"
+fi
+if stale "$gguf" "$model/model.safetensors" "$build/bin/deepinfer-hf-to-gguf"; then
+  step "converting it to $gguf"
+  "$build/bin/deepinfer-hf-to-gguf" --model "$model" --out "$gguf.partial"
+  mv "$gguf.partial" "$gguf"
+fi
+
+# 2. llama.cpp's llama-bench, built from the source node-llama-cpp ships (once). The package's
+# own install script would build its Node addon, which we do not use, so it is skipped; the
+# source is unpacked from the git bundle inside the package, where that script would put it.
+npm_dir="$root/bench/node"
+package="$npm_dir/node_modules/node-llama-cpp"
+if [[ ! -f "$package/package.json" || "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.package-lock.json" ]]; then
+  step "installing node-llama-cpp in bench/node"
+  (cd "$npm_dir" && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+llama_src="$package/llama/llama.cpp"
+if [[ ! -f "$llama_src/CMakeLists.txt" ]]; then
+  step "unpacking llama.cpp from $package/llama/gitRelease.bundle"
+  rm -rf "$llama_src"
+  git clone --quiet "$package/llama/gitRelease.bundle" "$llama_src"
+fi
+llama_build="$work/llama.cpp-build"
+llama_bench="$llama_build/bin/llama-bench"
+if [[ ! -x "$llama_bench" ]]; then
+  step "building llama-bench (CPU, native, Release) in $llama_build; the first time takes minutes"
+  cmake -S "$llama_src" -B "$llama_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$work/llama-cmake.log"
+  cmake --build "$llama_build" --target llama-bench -j "$(nproc)" >"$work/llama-build.log"
+fi
+llama_commit="$(git -C "$llama_src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# 3. The two runs, one after the other so they never share the cores.
+step "deepinfer bench: $prompt_tokens prompt tokens, $decode_tokens decode tokens, $threads threads"
+deepinfer_json="$work/deepinfer.json"
+OMP_NUM_THREADS="$threads" "$build/bin/deepinfer" bench --model "$model" --prompt-tokens "$prompt_tokens" \
+  --decode-tokens "$decode_tokens" --repeats "$repeats" --threads "$threads" | tail -n 1 >"$deepinfer_json"
+step "llama-bench ($llama_commit): the same model as GGUF"
+llama_json="$work/llama-bench.json"
+"$llama_bench" -m "$gguf" -p "$prompt_tokens" -n "$decode_tokens" -t "$threads" -r "$repeats" -o json >"$llama_json"
+
+echo
+echo "CPU: Qwen3-0.6B shape, bf16, batch 1, $threads threads ($(lscpu | sed -n 's/^Model name: *//p'))"
+node "$root/bench/bench_table.mjs" "$deepinfer_json" "$llama_json" "llama.cpp $llama_commit"
+
+# 4. The kernel benchmarks, when built.
+for kernels in "$build/bench/bench_kernels" "$build/bin/bench_kernels"; do
+  if [[ -x "$kernels" ]]; then
+    echo
+    step "kernel benchmarks ($kernels)"
+    OMP_NUM_THREADS="$threads" "$kernels"
+    break
+  fi
+done

@@ -1,0 +1,59 @@
+# CTest for make bench's model tools: a tiny random checkpoint of each family must load and run
+# in `deepinfer score` (the engine's loader checks every name and shape), convert to a GGUF file
+# with the v3 header, and a config of another architecture must be refused by name.
+# Run: cmake -DTOOLS_DIR=<build>/bin -DWORK_DIR=<scratch> -P bench/test_model_tools.cmake
+foreach(var TOOLS_DIR WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "pass -D${var}=...")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+function(run_ok)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(run_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(arch_llama LlamaForCausalLM)
+set(arch_mistral MistralForCausalLM)
+set(arch_qwen2 Qwen2ForCausalLM)
+set(arch_qwen3 Qwen3ForCausalLM)
+foreach(family llama mistral qwen2 qwen3)
+  set(tied false)
+  if(family STREQUAL "qwen3")
+    set(tied true)
+  endif()
+  set(dir ${WORK_DIR}/${family})
+  file(WRITE ${WORK_DIR}/${family}.json
+       "{\"architectures\": [\"${arch_${family}}\"], \"model_type\": \"${family}\", \"vocab_size\": 300,
+         \"hidden_size\": 48, \"intermediate_size\": 80, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,
+         \"num_key_value_heads\": 2, \"head_dim\": 12, \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-6,
+         \"rope_theta\": 10000.0, \"tie_word_embeddings\": ${tied}, \"eos_token_id\": 2,
+         \"torch_dtype\": \"float32\"}")
+  run_ok(${TOOLS_DIR}/deepinfer-make-random-model --config ${WORK_DIR}/${family}.json --out ${dir} --seed 3)
+  run_ok(${TOOLS_DIR}/deepinfer score --model ${dir} --tokens 5,17,250 --top-logprobs 2)
+  string(REGEX MATCHALL "\"pos\":" positions "${run_output}")
+  list(LENGTH positions num_positions)
+  if(NOT num_positions EQUAL 3)
+    message(FATAL_ERROR "${family}: deepinfer score printed ${num_positions} positions, expected 3:\n${run_output}")
+  endif()
+  run_ok(${TOOLS_DIR}/deepinfer-hf-to-gguf --model ${dir} --out ${dir}.gguf)
+  file(READ ${dir}.gguf header LIMIT 8 HEX)
+  if(NOT header STREQUAL "4747554603000000")
+    message(FATAL_ERROR "${family}: ${dir}.gguf starts with ${header}, expected GGUF magic and version 3")
+  endif()
+endforeach()
+
+file(WRITE ${WORK_DIR}/gpt2.json "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\",
+  \"vocab_size\": 300, \"hidden_size\": 48, \"intermediate_size\": 80, \"num_hidden_layers\": 2,
+  \"num_attention_heads\": 4, \"max_position_embeddings\": 128}")
+execute_process(COMMAND ${TOOLS_DIR}/deepinfer-make-random-model --config ${WORK_DIR}/gpt2.json --out ${WORK_DIR}/gpt2
+                RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "unsupported architecture 'GPT2LMHeadModel'")
+  message(FATAL_ERROR "a GPT-2 config should be refused by name, got exit ${rc}: ${err}")
+endif()
+file(REMOVE_RECURSE ${WORK_DIR})

@@ -1,0 +1,51 @@
+// One online-softmax step of CPU paged attention: the query heads of one kv head, for one token,
+// over one block of kKeyBlock consecutive cache positions. Private to the CPU kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/simd.h"
+#include "kernels/ops.h"
+
+namespace deepinfer::kernels::cpu {
+
+// Keys per step; blocks start at multiples of kKeyBlock (absolute positions), so every token
+// steps through the same blocks however the batch is cut into tasks.
+inline constexpr int32_t kKeyBlock = 16;
+// Largest head_dim the CPU attention takes (DeepSeek's absorbed MLA uses 576).
+inline constexpr int32_t kMaxHeadDim = 1024;
+
+// Running state of one (token, kv head): per query head of the group, the online-softmax max and
+// sum and the unnormalised weighted sum of values. Floats per state: see key_state_floats.
+struct KeyBlockStep {
+  const float* q;                // [group, head_dim]
+  const float* const* k_rows;    // [kKeyBlock] cache rows of the block (all kv heads)
+  const float* const* v_rows;    // [kKeyBlock]
+  int64_t head_offset;           // floats from a cache row to this kv head's slice
+  int32_t lo;                    // the token sees lanes [lo, hi] of the block
+  int32_t hi;
+  int32_t group;
+  int32_t head_dim;
+  float scale;
+  float* probs;        // [group, kKeyBlock] scratch: scores, then probabilities
+  float* acc;          // [group, head_dim]
+  float* running_max;  // [group]
+  float* running_sum;  // [group]
+  float* rescale;      // [group] scratch
+};
+
+inline int64_t key_state_floats(int32_t group, int32_t head_dim) {
+  return static_cast<int64_t>(group) * (kKeyBlock + head_dim + 3);
+}
+
+// acc = acc * exp(old_max - new_max) + sum over lanes [lo, hi] of exp(score - new_max) * v, in
+// fp32, lanes in order; the same arithmetic whichever tokens or heads share the caller's task.
+void key_block_step_avx512(const KeyBlockStep& step);
+void key_block_step_portable(const KeyBlockStep& step);
+
+// kernels::cpu::paged_attention with a chosen implementation (kAvx2 runs the portable one);
+// lets the tests check every implementation on one machine. `isa` must be supported by the CPU.
+void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache,
+                          const PagedBatch& batch, const AttentionParams& params, float* out);
+
+}  // namespace deepinfer::kernels::cpu

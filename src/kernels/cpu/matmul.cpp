@@ -1,0 +1,54 @@
+// CPU matmul: the hand-written GEMV for decode-sized batches, oneDNN for prefill-sized ones,
+// then the bias.
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/onednn_matmul.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/ops.h"
+
+namespace deepinfer::kernels::cpu {
+
+// Largest row count that still takes the GEMV, from bench_kernels' BM_MatmulRows sweep on Zen 4
+// (2 cores, ~21 GB/s): the GEMV reads the weights once and is memory-bound up to ~4 rows; beyond,
+// it is FMA-bound at fp32 while oneDNN's bf16 GEMM (vdpbf16ps) does twice the work per
+// instruction, so oneDNN wins from 8 rows on BF16 weights. F32 weights have no such edge; F16
+// weights pay oneDNN's slab conversion.
+int64_t gemv_max_rows(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return 6;
+    case DType::kF32: return 6;
+    default: return 6;
+  }
+}
+
+namespace {
+
+void add_bias(const WeightView& bias, int64_t num_rows, int64_t n_out, float* y) {
+  DI_CHECK(bias.rows * bias.cols == n_out, "bias has " << bias.rows * bias.cols << " values, expected " << n_out);
+  thread_local std::vector<float> bias_f32;
+  bias_f32.resize(static_cast<size_t>(n_out));
+  convert_row_to_f32(bias.data, bias.dtype, n_out, bias_f32.data());
+  const float* b = bias_f32.data();
+#pragma omp parallel for schedule(static) if (num_rows * n_out >= 65536)
+  for (int64_t m = 0; m < num_rows; ++m) {
+    float* row = y + m * n_out;
+    for (int64_t n = 0; n < n_out; ++n) row[n] += b[n];
+  }
+}
+
+}  // namespace
+
+void matmul(const float* x, const WeightView& w, const WeightView& bias, int64_t num_rows, float* y) {
+  DI_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.dtype == DType::kF16,
+           "matmul weights must be F32, BF16 or F16, not " << dtype_name(w.dtype));
+  if (num_rows <= gemv_max_rows(w.dtype)) {
+    gemv(x, w, num_rows, y, best_isa());
+  } else {
+    onednn_matmul(x, w, num_rows, y);
+  }
+  if (bias.data != nullptr) add_bias(bias, num_rows, w.rows, y);
+}
+
+}  // namespace deepinfer::kernels::cpu

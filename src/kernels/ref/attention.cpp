@@ -1,0 +1,75 @@
+// Reference KV-cache write and paged causal GQA attention (sliding window optional), float64 softmax.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/ops.h"
+
+namespace deepinfer::kernels::ref {
+
+void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
+              float* k_cache, float* v_cache) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    DI_CHECK(slot_mapping[t] >= 0, "token " << t << " has slot " << slot_mapping[t]);
+    const int64_t slot = slot_mapping[t];
+    std::memcpy(k_cache + slot * kv_dim, k + t * kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+    std::memcpy(v_cache + slot * kv_dim, v + t * kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+  }
+}
+
+void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+                     const AttentionParams& params, float* out) {
+  const int32_t num_heads = params.num_heads;
+  const int32_t head_dim = params.head_dim;
+  DI_CHECK(params.num_kv_heads > 0 && num_heads % params.num_kv_heads == 0,
+           "num_heads " << num_heads << ", num_kv_heads " << params.num_kv_heads);
+  const int32_t group = num_heads / params.num_kv_heads;
+  const int64_t cache_row = static_cast<int64_t>(params.num_kv_heads) * head_dim;  // floats per cache position
+
+  std::vector<double> scores;
+  std::vector<double> acc(static_cast<size_t>(head_dim));
+  for (int32_t s = 0; s < batch.num_seqs; ++s) {
+    const int32_t num_new = batch.query_start[s + 1] - batch.query_start[s];
+    const int32_t seq_len = batch.seq_len[s];
+    DI_CHECK(num_new <= seq_len, "sequence " << s << " has " << num_new << " new tokens but length " << seq_len);
+    const int32_t* blocks = batch.block_table + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
+    auto key_row = [&](const float* cache, int32_t pos, int32_t kv_head) {
+      const int64_t block = blocks[pos / batch.block_size];
+      return cache + (block * batch.block_size + pos % batch.block_size) * cache_row +
+             static_cast<int64_t>(kv_head) * head_dim;
+    };
+    for (int32_t j = 0; j < num_new; ++j) {
+      const int64_t token = batch.query_start[s] + j;
+      const int32_t pos = seq_len - num_new + j;
+      for (int32_t h = 0; h < num_heads; ++h) {
+        const int32_t kv_head = h / group;
+        const float* qh = q + (token * num_heads + h) * head_dim;
+        scores.assign(static_cast<size_t>(pos) + 1, 0.0);
+        double max_score = -INFINITY;
+        for (int32_t k = 0; k <= pos; ++k) {
+          if (params.sliding_window != 0 && pos - k >= params.sliding_window) continue;
+          const float* kr = key_row(k_cache, k, kv_head);
+          double dot = 0.0;
+          for (int32_t d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * kr[d];
+          scores[static_cast<size_t>(k)] = dot * params.scale;
+          max_score = std::max(max_score, scores[static_cast<size_t>(k)]);
+        }
+        double denom = 0.0;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int32_t k = 0; k <= pos; ++k) {
+          if (params.sliding_window != 0 && pos - k >= params.sliding_window) continue;
+          const double p = std::exp(scores[static_cast<size_t>(k)] - max_score);
+          denom += p;
+          const float* vr = key_row(v_cache, k, kv_head);
+          for (int32_t d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += p * vr[d];
+        }
+        float* oh = out + (token * num_heads + h) * head_dim;
+        for (int32_t d = 0; d < head_dim; ++d) oh[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
+      }
+    }
+  }
+}
+
+}  // namespace deepinfer::kernels::ref

@@ -1,0 +1,37 @@
+// The per-family renderers behind render_chat(), one source file each, and what they share.
+#pragma once
+
+#include <vector>
+
+#include "core/result.h"
+#include "recipe/chat_template.h"
+
+namespace deepinfer {
+
+using RenderResult = Result<std::vector<PromptSegment>>;
+
+RenderResult render_deepseek_v3(const Conversation& conversation, const ChatOptions& options);
+RenderResult render_deepseek_r1(const Conversation& conversation, const ChatOptions& options);
+RenderResult render_deepseek_v31(const Conversation& conversation, const ChatOptions& options);
+RenderResult render_qwen3(const Conversation& conversation, const ChatOptions& options);
+RenderResult render_llama3(const Conversation& conversation, const ChatOptions& options);
+// version: 31 (date fixed by the template) or 32 (date from the clock).
+RenderResult render_llama31(const Conversation& conversation, const ChatOptions& options, int version);
+RenderResult render_gpt_oss(const Conversation& conversation, const ChatOptions& options);
+
+struct CalendarDate {
+  int year = 0;
+  int month = 0;  // 1-12
+  int day = 0;
+};
+// options.date parsed (YYYY-MM-DD), or today in local time as strftime_now() sees it.
+Result<CalendarDate> chat_date(const ChatOptions& options);
+
+// The content as a template that does string operations on it sees it: none becomes "" (the
+// serving front end's rule for every family except DeepSeek, whose templates test for none).
+inline const std::string& content_or_empty(const Message& message) {
+  static const std::string kEmpty;
+  return message.content ? *message.content : kEmpty;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,251 @@
+// paged_attention and write_kv: the reference against closed forms, every cpu implementation
+// against the reference (GQA ratios, head dims, block sizes, windows, chunked prefill), and the
+// cpu kernel's batch invariance.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "kernel_test_util.h"
+#include "kernels/cpu/attention_block.h"
+
+namespace deepinfer::kernels {
+namespace {
+
+// A batch of sequences over a paged cache whose blocks are handed out in shuffled order.
+struct Scenario {
+  AttentionParams params;
+  int32_t block_size = 0;
+  std::vector<int32_t> seq_len;
+  std::vector<int32_t> query_start;
+  std::vector<int32_t> block_table;  // [num_seqs, max_blocks]
+  int32_t max_blocks = 0;
+  std::vector<float> k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  std::vector<float> v_cache;
+  std::vector<float> q;  // [num_tokens, num_heads, head_dim]
+
+  int64_t kv_dim() const { return static_cast<int64_t>(params.num_kv_heads) * params.head_dim; }
+  int64_t num_tokens() const { return query_start.back(); }
+  PagedBatch batch() const {
+    return PagedBatch{static_cast<int32_t>(seq_len.size()), query_start.data(), seq_len.data(), block_table.data(),
+                      max_blocks, block_size};
+  }
+  // Cache slot of position pos of sequence s.
+  int32_t slot(size_t s, int32_t pos) const {
+    return block_table[s * static_cast<size_t>(max_blocks) + static_cast<size_t>(pos / block_size)] * block_size +
+           pos % block_size;
+  }
+};
+
+// Sequence s holds seq_len[s] tokens of which the last num_new[s] are new (the queries).
+Scenario make_scenario(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, int32_t block_size, int32_t window,
+                       const std::vector<int32_t>& seq_len, const std::vector<int32_t>& num_new, uint32_t seed) {
+  Scenario sc;
+  sc.params = AttentionParams{num_heads, num_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim)), window};
+  sc.block_size = block_size;
+  sc.seq_len = seq_len;
+  sc.query_start.push_back(0);
+  for (int32_t n : num_new) sc.query_start.push_back(sc.query_start.back() + n);
+  for (int32_t len : seq_len) sc.max_blocks = std::max(sc.max_blocks, (len + block_size - 1) / block_size);
+  const int32_t num_blocks = sc.max_blocks * static_cast<int32_t>(seq_len.size()) + 1;
+  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  sc.block_table.assign(seq_len.size() * static_cast<size_t>(sc.max_blocks), -1);
+  size_t next = 0;
+  for (size_t s = 0; s < seq_len.size(); ++s) {
+    for (int32_t b = 0; b < (seq_len[s] + block_size - 1) / block_size; ++b) {
+      sc.block_table[s * static_cast<size_t>(sc.max_blocks) + static_cast<size_t>(b)] = order[next++];
+    }
+  }
+  const size_t cache_floats = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size * sc.kv_dim());
+  // Unwritten rows hold NaN: reading a key outside a sequence's blocks poisons the result.
+  sc.k_cache.assign(cache_floats, std::numeric_limits<float>::quiet_NaN());
+  sc.v_cache.assign(cache_floats, std::numeric_limits<float>::quiet_NaN());
+  for (size_t s = 0; s < seq_len.size(); ++s) {
+    const auto k = testing::random_floats(static_cast<size_t>(seq_len[s] * sc.kv_dim()), seed + 100 + static_cast<uint32_t>(s));
+    const auto v = testing::random_floats(static_cast<size_t>(seq_len[s] * sc.kv_dim()), seed + 200 + static_cast<uint32_t>(s));
+    std::vector<int32_t> slots;
+    for (int32_t p = 0; p < seq_len[s]; ++p) slots.push_back(sc.slot(s, p));
+    ref::write_kv(k.data(), v.data(), slots.data(), seq_len[s], sc.kv_dim(), sc.k_cache.data(), sc.v_cache.data());
+  }
+  sc.q = testing::random_floats(static_cast<size_t>(sc.num_tokens() * num_heads * head_dim), seed + 300);
+  return sc;
+}
+
+std::vector<float> run_ref(const Scenario& sc) {
+  std::vector<float> out(sc.q.size());
+  ref::paged_attention(sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), sc.batch(), sc.params, out.data());
+  return out;
+}
+
+// Softmax-weighted mean of V (|v| <= 1) with fp32 scores. A score is an fp32 dot of length d whose
+// rounding error grows like eps sqrt(d) |q|_2 max|k| (max|k| <= 1); it and exp's few ulp move each
+// weight by that relative amount. The weighted sum of values is a convex combination: its own
+// roundings stay within a few eps of max|v|.
+double attention_tolerance(const Scenario& sc) {
+  const int32_t d = sc.params.head_dim;
+  double max_q_norm = 0.0;
+  for (size_t r = 0; r < sc.q.size() / static_cast<size_t>(d); ++r) {
+    double sum_squares = 0.0;
+    for (int32_t i = 0; i < d; ++i) {
+      const double v = sc.q[r * static_cast<size_t>(d) + static_cast<size_t>(i)];
+      sum_squares += v * v;
+    }
+    max_q_norm = std::max(max_q_norm, std::sqrt(sum_squares));
+  }
+  const double score_error = std::sqrt(static_cast<double>(d)) * sc.params.scale * max_q_norm;
+  return 8.0 * testing::kEpsF32 * (score_error + 4.0);
+}
+
+std::vector<cpu::Isa> attention_isas() {
+  std::vector<cpu::Isa> isas{cpu::Isa::kPortable};
+  if (cpu::best_isa() == cpu::Isa::kAvx512) isas.push_back(cpu::Isa::kAvx512);
+  return isas;
+}
+
+// Five sequences: a 1-token prompt, a decode step, chunked prefill after a cached prefix, a whole
+// prompt, and a few new tokens after a prefix longer than one 128-token block.
+const std::vector<int32_t> kSeqLen = {1, 37, 50, 20, 150};
+const std::vector<int32_t> kNumNew = {1, 1, 13, 20, 3};
+
+TEST(PagedAttention, CpuMatchesRefAcrossShapes) {
+  for (int32_t ratio : {1, 2, 4, 8}) {
+    for (int32_t head_dim : {16, 64, 80, 128}) {
+      for (int32_t block_size : {1, 16, 128}) {
+        for (int32_t window : {0, 5, 1000}) {
+          const Scenario sc = make_scenario(2 * ratio, 2, head_dim, block_size, window, kSeqLen, kNumNew,
+                                            static_cast<uint32_t>(ratio * 1000 + head_dim + block_size + window));
+          const std::vector<float> expected = run_ref(sc);
+          const double tolerance = attention_tolerance(sc);
+          for (cpu::Isa isa : attention_isas()) {
+            std::vector<float> actual(sc.q.size());
+            cpu::paged_attention_with(isa, sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), sc.batch(), sc.params,
+                                      actual.data());
+            testing::expect_within(actual, expected, tolerance,
+                                   std::string(cpu::isa_name(isa)) + " gqa " + std::to_string(ratio) + " head_dim " +
+                                       std::to_string(head_dim) + " block " + std::to_string(block_size) +
+                                       " window " + std::to_string(window));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttention, CpuIsBatchInvariant) {
+  const Scenario sc = make_scenario(8, 2, 64, 16, 0, kSeqLen, kNumNew, 7);
+  std::vector<float> batched(sc.q.size());
+  cpu::paged_attention(sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), sc.batch(), sc.params, batched.data());
+  const int64_t token_floats = static_cast<int64_t>(sc.params.num_heads) * sc.params.head_dim;
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : {1, saved_threads}) {
+    omp_set_num_threads(threads);
+    for (size_t s = 0; s < sc.seq_len.size(); ++s) {
+      const int32_t num_new = sc.query_start[s + 1] - sc.query_start[s];
+      const int32_t query_start[2] = {0, num_new};
+      const PagedBatch alone{1, query_start, &sc.seq_len[s], sc.block_table.data() + s * static_cast<size_t>(sc.max_blocks),
+                             sc.max_blocks, sc.block_size};
+      std::vector<float> out(static_cast<size_t>(num_new * token_floats));
+      cpu::paged_attention(sc.q.data() + sc.query_start[s] * token_floats, sc.k_cache.data(), sc.v_cache.data(), alone,
+                           sc.params, out.data());
+      EXPECT_EQ(0, std::memcmp(out.data(), batched.data() + sc.query_start[s] * token_floats, out.size() * sizeof(float)))
+          << "sequence " << s << " with " << threads << " threads";
+    }
+  }
+  omp_set_num_threads(saved_threads);
+}
+
+TEST(PagedAttention, CpuChunkedPrefillMatchesOneShot) {
+  // A 45-token prompt prefilled at once vs in chunks of 13, 20 and 12 tokens (the cache already
+  // holds every chunk's keys): each token's output must be bitwise the same.
+  for (int32_t window : {0, 7}) {
+    const Scenario sc = make_scenario(8, 2, 64, 16, window, {45}, {45}, 11);
+    std::vector<float> whole(sc.q.size());
+    cpu::paged_attention(sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), sc.batch(), sc.params, whole.data());
+    const int64_t token_floats = static_cast<int64_t>(sc.params.num_heads) * sc.params.head_dim;
+    int32_t done = 0;
+    for (int32_t chunk : {13, 20, 12}) {
+      const int32_t seq_len = done + chunk;
+      const int32_t query_start[2] = {0, chunk};
+      const PagedBatch batch{1, query_start, &seq_len, sc.block_table.data(), sc.max_blocks, sc.block_size};
+      std::vector<float> out(static_cast<size_t>(chunk * token_floats));
+      cpu::paged_attention(sc.q.data() + done * token_floats, sc.k_cache.data(), sc.v_cache.data(), batch, sc.params,
+                           out.data());
+      EXPECT_EQ(0, std::memcmp(out.data(), whole.data() + done * token_floats, out.size() * sizeof(float)))
+          << "chunk ending at " << seq_len << ", window " << window;
+      done = seq_len;
+    }
+  }
+}
+
+TEST(RefAttention, OneKeyReturnsItsValue) {
+  const Scenario sc = make_scenario(4, 2, 16, 16, 0, {1}, {1}, 3);
+  const std::vector<float> out = run_ref(sc);
+  for (int32_t h = 0; h < 4; ++h) {
+    for (int32_t d = 0; d < 16; ++d) {
+      EXPECT_EQ(out[static_cast<size_t>(h * 16 + d)], sc.v_cache[static_cast<size_t>(sc.slot(0, 0) * sc.kv_dim() + (h / 2) * 16 + d)]);
+    }
+  }
+}
+
+// With q = 0 every visible key scores 0, so each output is the plain mean of the visible V rows:
+// this pins down the causal and sliding-window masks exactly.
+void expect_mean_of_visible_values(int32_t window) {
+  const std::vector<int32_t> seq_len = {9};
+  const std::vector<int32_t> num_new = {4};
+  Scenario sc = make_scenario(2, 1, 16, 4, window, seq_len, num_new, 5);
+  std::fill(sc.q.begin(), sc.q.end(), 0.0f);
+  const std::vector<float> out = run_ref(sc);
+  for (int32_t j = 0; j < 4; ++j) {
+    const int32_t pos = 9 - 4 + j;
+    const int32_t first = window == 0 ? 0 : std::max(0, pos - window + 1);
+    for (int32_t h = 0; h < 2; ++h) {
+      for (int32_t d = 0; d < 16; ++d) {
+        double sum = 0.0;
+        for (int32_t k = first; k <= pos; ++k) sum += sc.v_cache[static_cast<size_t>(sc.slot(0, k) * sc.kv_dim() + d)];
+        const double mean = sum / (pos - first + 1);
+        EXPECT_NEAR(out[static_cast<size_t>((j * 2 + h) * 16 + d)], mean, 4 * testing::kEpsF32)
+            << "window " << window << " token " << j << " head " << h << " dim " << d;
+      }
+    }
+  }
+}
+
+TEST(RefAttention, UniformScoresAverageVisibleValues) {
+  expect_mean_of_visible_values(0);
+  expect_mean_of_visible_values(1);
+  expect_mean_of_visible_values(3);
+  expect_mean_of_visible_values(100);
+}
+
+TEST(RefAttention, DominantKeyWins) {
+  // Query aligned with key 2 and scaled so its score exceeds the others by > 100: the softmax
+  // puts all but e^-100 of the weight on key 2, so the output is V[2].
+  Scenario sc = make_scenario(1, 1, 16, 16, 0, {5}, {1}, 9);
+  for (int32_t k = 0; k < 5; ++k) {
+    for (int32_t d = 0; d < 16; ++d) sc.k_cache[static_cast<size_t>(sc.slot(0, k) * 16 + d)] = k == 2 ? (d == 0 ? 1.0f : 0.0f) : (d == 1 ? 1.0f : 0.0f);
+  }
+  std::fill(sc.q.begin(), sc.q.end(), 0.0f);
+  sc.q[0] = 500.0f;
+  const std::vector<float> out = run_ref(sc);
+  for (int32_t d = 0; d < 16; ++d) EXPECT_EQ(out[static_cast<size_t>(d)], sc.v_cache[static_cast<size_t>(sc.slot(0, 2) * 16 + d)]);
+}
+
+TEST(WriteKv, CpuWritesTheSameSlotsAsRef) {
+  const int64_t kv_dim = 40;
+  const std::vector<int32_t> slots = {7, 0, 19, 3, 12};
+  const auto k = testing::random_floats(slots.size() * kv_dim, 1);
+  const auto v = testing::random_floats(slots.size() * kv_dim, 2);
+  std::vector<float> k_ref(20 * kv_dim, 0.5f), v_ref(20 * kv_dim, 0.5f);
+  std::vector<float> k_cpu = k_ref, v_cpu = v_ref;
+  ref::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, k_ref.data(), v_ref.data());
+  cpu::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, k_cpu.data(), v_cpu.data());
+  EXPECT_EQ(k_cpu, k_ref);
+  EXPECT_EQ(v_cpu, v_ref);
+  for (int64_t i = 0; i < kv_dim; ++i) EXPECT_EQ(k_ref[static_cast<size_t>(19 * kv_dim + i)], k[static_cast<size_t>(2 * kv_dim + i)]);
+}
+
+}  // namespace
+}  // namespace deepinfer::kernels
