@@ -9,8 +9,8 @@
 #include <omp.h>
 #include <sys/mman.h>
 
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -45,7 +45,8 @@ std::vector<uint16_t> random_half_bits(size_t count, DType dtype, uint32_t seed)
 struct HugeFloats {
   float* data = nullptr;
   size_t bytes = 0;
-  explicit HugeFloats(size_t count) : bytes((count * sizeof(float) + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20)) {
+  explicit HugeFloats(size_t count)
+      : bytes((count * sizeof(float) + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20)) {
     data = static_cast<float*>(std::aligned_alloc(size_t{2} << 20, bytes));
     madvise(data, bytes, MADV_HUGEPAGE);
   }
@@ -77,17 +78,15 @@ struct WeightSet {
   }
   size_t bytes_each() const { return static_cast<size_t>(n * k) * dtype_size_bytes(dtype); }
   WeightView view(int i) const {
-    const char* base = dtype == DType::kF32 ? reinterpret_cast<const char*>(f32.data())
-                                            : reinterpret_cast<const char*>(half.data());
+    const char* base =
+        dtype == DType::kF32 ? reinterpret_cast<const char*>(f32.data()) : reinterpret_cast<const char*>(half.data());
     return WeightView{base + static_cast<size_t>(i) * bytes_each(), dtype, n, k};
   }
 };
 
 int cold_copies(size_t bytes_each) { return static_cast<int>((kColdBytes + bytes_each - 1) / bytes_each); }
 
-std::string dtype_label(DType dtype) {
-  return dtype == DType::kBF16 ? "bf16" : dtype == DType::kF16 ? "f16" : "f32";
-}
+std::string dtype_label(DType dtype) { return dtype == DType::kBF16 ? "bf16" : dtype == DType::kF16 ? "f16" : "f32"; }
 
 void bm_read_bandwidth(benchmark::State& state) {
   double gbps = 0.0;
@@ -128,9 +127,9 @@ void bm_rows(benchmark::State& state, DType dtype, int64_t n, int64_t k, int64_t
   }
   state.counters["us/row"] = benchmark::Counter(static_cast<double>(rows) * static_cast<double>(state.iterations()),
                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * n * k) / 1e9 *
-                                                     static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(rows * n * k) / 1e9 * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 void bm_gemm(benchmark::State& state, DType dtype, int64_t rows, int64_t n, int64_t k) {
@@ -141,8 +140,9 @@ void bm_gemm(benchmark::State& state, DType dtype, int64_t rows, int64_t n, int6
     cpu::matmul(x.data(), weights.view(0), WeightView{}, rows, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * static_cast<double>(rows * n * k) / 1e9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(rows * n * k) / 1e9 * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 // Paged attention over one sequence of seq_len cached tokens with num_new new ones.
@@ -182,8 +182,10 @@ void bm_attention(benchmark::State& state, int32_t seq_len, int32_t num_new) {
 }
 
 void register_benchmarks() {
-  benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->Iterations(1)->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)
+      ->Iterations(1)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
 
   struct Shape {
     int64_t n;
@@ -195,8 +197,8 @@ void register_benchmarks() {
     for (Shape s : decode_shapes) {
       for (int64_t rows : {1, 4}) {
         if (dtype != DType::kBF16 && rows != 1) continue;
-        const std::string name = "gemv/" + dtype_label(dtype) + "/N=" + std::to_string(s.n) + "/K=" +
-                                 std::to_string(s.k) + "/rows=" + std::to_string(rows);
+        const std::string name = "gemv/" + dtype_label(dtype) + "/N=" + std::to_string(s.n) +
+                                 "/K=" + std::to_string(s.k) + "/rows=" + std::to_string(rows);
         benchmark::RegisterBenchmark(name.c_str(), bm_gemv, dtype, s.n, s.k, rows)
             ->MinTime(0.5)
             ->UseRealTime()
@@ -220,8 +222,8 @@ void register_benchmarks() {
   for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
     for (Shape s : prefill_shapes) {
       for (int64_t rows : {128, 512, 2048}) {
-        const std::string name = "gemm/" + dtype_label(dtype) + "/M=" + std::to_string(rows) + "/N=" +
-                                 std::to_string(s.n) + "/K=" + std::to_string(s.k);
+        const std::string name = "gemm/" + dtype_label(dtype) + "/M=" + std::to_string(rows) +
+                                 "/N=" + std::to_string(s.n) + "/K=" + std::to_string(s.k);
         benchmark::RegisterBenchmark(name.c_str(), bm_gemm, dtype, rows, s.n, s.k)
             ->MinTime(0.5)
             ->UseRealTime()
@@ -230,18 +232,18 @@ void register_benchmarks() {
     }
   }
   for (int32_t seq_len : {1024, 8192, 32768}) {
-    benchmark::RegisterBenchmark(("attention/decode/seq_len=" + std::to_string(seq_len)).c_str(), bm_attention,
-                                 seq_len, 1)
+    benchmark::RegisterBenchmark(("attention/decode/seq_len=" + std::to_string(seq_len)).c_str(), bm_attention, seq_len,
+                                 1)
         ->MinTime(0.3)
         ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        ->Unit(benchmark::kMicrosecond);
   }
   for (int32_t seq_len : {512, 2048}) {
     benchmark::RegisterBenchmark(("attention/prefill/seq_len=" + std::to_string(seq_len)).c_str(), bm_attention,
                                  seq_len, seq_len)
         ->MinTime(0.5)
         ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        ->Unit(benchmark::kMillisecond);
   }
 }
 

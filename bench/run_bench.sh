@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: deepinfer against llama.cpp on one random Qwen3-0.6B-shaped bf16 model at batch 1
-# (prefill and decode tokens/s, decode bandwidth against the machine's), then the kernel
-# benchmarks. Usage: bench/run_bench.sh BUILD_DIR   (env: BENCH_THREADS, default 2)
+# (prefill and decode tokens/s, decode bandwidth against the machine's), then the kernel and
+# tokenizer benchmarks. Usage: bench/run_bench.sh BUILD_DIR   (env: BENCH_THREADS, default 2)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -80,7 +80,7 @@ echo
 echo "CPU: Qwen3-0.6B shape, bf16, batch 1, $threads threads ($(lscpu | sed -n 's/^Model name: *//p'))"
 node "$root/bench/bench_table.mjs" "$deepinfer_json" "$llama_json" "llama.cpp $llama_commit"
 
-# 4. The kernel benchmarks, when built.
+# 4. The kernel and tokenizer benchmarks, when built.
 for kernels in "$build/bench/bench_kernels" "$build/bin/bench_kernels"; do
   if [[ -x "$kernels" ]]; then
     echo
@@ -89,3 +89,8 @@ for kernels in "$build/bench/bench_kernels" "$build/bin/bench_kernels"; do
     break
   fi
 done
+if [[ -x "$build/bin/deepinfer-bench-tokenizer" ]]; then
+  echo
+  step "tokenizer benchmark"
+  "$root/bench/bench_tokenizer.sh" "$build" --threads "$threads"
+fi

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev
+  libdnnl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev libssl-dev
   clang-14 libclang-rt-14-dev
   nodejs npm
 )

@@ -1,4 +1,7 @@
-// `deepinfer generate`: continues a prompt given as text (needs tokenizer.json) or token ids.
+// `deepinfer generate`: continues one prompt (text, chat or token ids) and streams the result,
+// or runs a JSONL batch (--input/--output); both on the batching engine via deepinfer::LLM.
+#include <omp.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -6,7 +9,8 @@
 
 #include "commands.h"
 #include "core/thread_pool.h"
-#include "engine/generator.h"
+#include "deepinfer/llm.h"
+#include "generate_batch.h"
 #include "recipe/chat_template.h"
 #include "session.h"
 #include "tokenizer/tokenizer.h"
@@ -17,24 +21,52 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
                           [--ignore-eos] [--device cpu|ref] [--threads N]
+       deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
 (tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
 text is sent as one user message through the model's chat template (tokenizer_config.json).
-Defaults: --max-tokens 64, --temperature 0 (greedy), --seed 0.
+Batch mode: each input line is {"prompt": "..."} or {"prompt_token_ids": [...]} with optional
+OpenAI-named sampling fields (max_tokens, temperature, top_p, top_k, min_p, seed, stop, n,
+logprobs, top_logprobs, ignore_eos, ...; the flags give their defaults); each output line, in
+input order, has token_ids, text (with a tokenizer), logprobs (when asked) and finish_reason.
+Defaults: --max-tokens 64, --temperature 0 (greedy).
 )";
+
+Result<SamplingParams> params_from_args(const Args& args) {
+  SamplingParams params;
+  auto max_tokens = args.get_int("--max-tokens", 64);
+  if (!max_tokens.ok()) return max_tokens.error();
+  if (*max_tokens < 1 || *max_tokens > 1'000'000) return Error{"--max-tokens must be in [1, 1000000]"};
+  params.max_tokens = static_cast<int32_t>(*max_tokens);
+  auto temperature = args.get_double("--temperature", 0.0);
+  if (!temperature.ok()) return temperature.error();
+  auto top_p = args.get_double("--top-p", 1.0);
+  if (!top_p.ok()) return top_p.error();
+  auto top_k = args.get_int("--top-k", 0);
+  if (!top_k.ok()) return top_k.error();
+  auto min_p = args.get_double("--min-p", 0.0);
+  if (!min_p.ok()) return min_p.error();
+  params.temperature = *temperature;
+  params.top_p = *top_p;
+  params.top_k = static_cast<int32_t>(std::clamp<int64_t>(*top_k, -1, INT32_MAX));
+  params.min_p = *min_p;
+  if (args.has("--seed")) {
+    auto seed = args.get_int("--seed", 0);
+    if (!seed.ok()) return seed.error();
+    params.seed = static_cast<uint64_t>(*seed);
+  }
+  params.ignore_eos = args.has("--ignore-eos");
+  return params;
+}
 
 // The prompt's ids: --tokens as given, --prompt encoded (the tokenizer's BOS rules applied), or
 // --prompt --chat rendered by the model's chat template.
-Result<std::vector<int32_t>> prompt_ids(const Args& args, const std::string& model_dir,
-                                        const std::optional<Tokenizer>& tokenizer) {
+Result<std::vector<int32_t>> prompt_ids(const Args& args, const std::string& model_dir, const LLM& llm) {
   if (args.has("--tokens")) return args.get_int_list("--tokens");
-  if (!tokenizer) return Error{"--prompt needs " + model_dir + "/tokenizer.json; give token ids with --tokens instead"};
   const std::string text = *args.find("--prompt");
-  if (!args.has("--chat")) {
-    auto ids = tokenizer->encode(text);
-    if (!ids.ok()) return Error{"--prompt: " + ids.error().message};
-    return tokenizer->add_special_tokens(*ids);
-  }
+  if (!args.has("--chat")) return llm.tokenize(text);
+  auto tokenizer = Tokenizer::load(model_dir);
+  if (!tokenizer.ok()) return Error{"--chat needs the model's tokenizer: " + tokenizer.error().message};
   auto family = detect_chat_family(model_dir);
   if (!family.ok()) return family.error();
   const nlohmann::ordered_json request = {{"messages", {{{"role", "user"}, {"content", text}}}}};
@@ -44,88 +76,52 @@ Result<std::vector<int32_t>> prompt_ids(const Args& args, const std::string& mod
   return encode_prompt(*tokenizer, *segments, &pool);
 }
 
-Result<GenerateOptions> options_from_args(const Args& args) {
-  GenerateOptions options;
-  auto max_tokens = args.get_int("--max-tokens", 64);
-  if (!max_tokens.ok()) return max_tokens.error();
-  if (*max_tokens < 0 || *max_tokens > 1'000'000) return Error{"--max-tokens must be in [0, 1000000]"};
-  options.max_tokens = static_cast<int32_t>(*max_tokens);
-  auto temperature = args.get_double("--temperature", 0.0);
-  if (!temperature.ok()) return temperature.error();
-  auto top_p = args.get_double("--top-p", 1.0);
-  if (!top_p.ok()) return top_p.error();
-  auto top_k = args.get_int("--top-k", 0);
-  if (!top_k.ok()) return top_k.error();
-  auto min_p = args.get_double("--min-p", 0.0);
-  if (!min_p.ok()) return min_p.error();
-  auto seed = args.get_int("--seed", 0);
-  if (!seed.ok()) return seed.error();
-  options.sampling.temperature = *temperature;
-  options.sampling.top_p = *top_p;
-  options.sampling.top_k = static_cast<int32_t>(std::clamp<int64_t>(*top_k, -1, INT32_MAX));
-  options.sampling.min_p = *min_p;
-  options.sampling.seed = static_cast<uint64_t>(*seed);
-  options.ignore_eos = args.has("--ignore-eos");
-  auto valid = options.sampling.validate();
-  if (!valid.ok()) return Error{"--" + valid.error().message};
-  return options;
-}
-
 }  // namespace
 
 int run_generate(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv,
                           model_value_flags({"--prompt", "--tokens", "--max-tokens", "--temperature", "--top-p",
-                                             "--top-k", "--min-p", "--seed"}),
+                                             "--top-k", "--min-p", "--seed", "--input", "--output",
+                                             "--max-num-seqs"}),
                           {"--ignore-eos", "--chat"});
   if (!args.ok()) return report_error("generate", args.error());
+  auto params = params_from_args(*args);
+  if (!params.ok()) return report_error("generate", params.error());
+  if (!args->has("--model")) return report_error("generate", Error{"missing required flag --model"});
+  if (args->has("--input") || args->has("--output")) return run_generate_batch(*args, *params);
   if (args->has("--prompt") == args->has("--tokens")) {
-    return report_error("generate", Error{"give exactly one of --prompt TEXT or --tokens 1,2,3"});
+    return report_error("generate", Error{"give exactly one of --prompt TEXT or --tokens 1,2,3 (or --input FILE)"});
   }
   if (args->has("--chat") && !args->has("--prompt")) return report_error("generate", Error{"--chat needs --prompt"});
-  auto options = options_from_args(*args);
-  if (!options.ok()) return report_error("generate", options.error());
-  const std::string model_dir = args->find("--model").value_or("");
-  std::optional<Tokenizer> tokenizer;
-  if (std::filesystem::exists(model_dir + "/tokenizer.json")) {
-    auto loaded_tokenizer = Tokenizer::load(model_dir);
-    if (!loaded_tokenizer.ok()) return report_error("generate", loaded_tokenizer.error());
-    tokenizer = std::move(*loaded_tokenizer);
-    if (auto eos = tokenizer->eos_id(); eos && !options->ignore_eos) options->stop_token_ids.push_back(*eos);
-  }
-  auto prompt = prompt_ids(*args, model_dir, tokenizer);
-  if (!prompt.ok()) return report_error("generate", prompt.error());
-  auto loaded = load_model_from_args(*args);
-  if (!loaded.ok()) return report_error("generate", loaded.error());
-  CausalLM& model = *loaded->model;
+  auto threads = args->get_int("--threads", 0);
+  if (!threads.ok()) return report_error("generate", threads.error());
+  if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
 
-  const int64_t needed = static_cast<int64_t>(prompt->size()) + options->max_tokens;
-  Generator generator(model, 128, std::min<int64_t>(needed, model.config().max_position_embeddings > 0
-                                                               ? model.config().max_position_embeddings
-                                                               : needed));
+  LLMConfig config;
+  config.model_dir = *args->find("--model");
+  config.device = args->find("--device").value_or("cpu");
+  config.max_num_seqs = 1;
+  auto llm = LLM::open(config);
+  if (!llm.ok()) return report_error("generate", llm.error());
+  auto prompt = prompt_ids(*args, config.model_dir, **llm);
+  if (!prompt.ok()) return report_error("generate", prompt.error());
   const auto start = std::chrono::steady_clock::now();
-  bool first = true;
-  std::optional<StreamingDetokenizer> detokenizer;
-  if (tokenizer) detokenizer.emplace(*tokenizer, true);
-  auto generated = generator.generate(*prompt, *options, [&](int32_t token) {
-    if (detokenizer) {
-      const std::string text = detokenizer->push(token);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    } else {
-      std::printf("%s%d", first ? "" : ",", token);
+  auto stream = (*llm)->stream({Prompt{"", *prompt}}, {*params});
+  if (!stream.ok()) return report_error("generate", stream.error());
+  const bool as_text = (*llm)->has_tokenizer();
+  size_t num_generated = 0;
+  while (auto event = stream->next()) {
+    if (as_text) std::fwrite(event->new_text.data(), 1, event->new_text.size(), stdout);
+    for (int32_t token : event->new_token_ids) {
+      if (!as_text) std::printf("%s%d", num_generated > 0 ? "," : "", token);
+      ++num_generated;
     }
     std::fflush(stdout);
-    first = false;
-  });
-  if (detokenizer) {
-    const std::string rest = detokenizer->flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
   std::printf("\n");
-  if (!generated.ok()) return report_error("generate", generated.error());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "[%zu prompt tokens, %zu generated in %.2fs]\n", prompt->size(), generated->size(), seconds);
+  std::fprintf(stderr, "[%zu prompt tokens, %zu generated in %.2fs]\n", prompt->size(), num_generated, seconds);
   return 0;
 }
 

@@ -59,9 +59,9 @@ void ProgressBar::draw(bool final_line) {
   if (filled < kWidth) bar += '>';
   bar.resize(kWidth, ' ');
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  std::fprintf(stderr, "%s%s [%s] %3d%% %s/%s %.1fs%s", is_terminal_ ? "\r" : "", label_.c_str(), bar.c_str(),
+  std::fprintf(stderr, "%s%s [%s] %3d%% %s/%s %.1fs%s%s%s", is_terminal_ ? "\r" : "", label_.c_str(), bar.c_str(),
                percent, format_amount(done_, unit_).c_str(), format_amount(total_, unit_).c_str(), seconds,
-               (is_terminal_ && !final_line) ? "" : "\n");
+               detail_.empty() ? "" : " ", detail_.c_str(), (is_terminal_ && !final_line) ? "" : "\n");
   std::fflush(stderr);
 }
 

@@ -14,12 +14,15 @@ class ProgressBar {
   ProgressBar(std::string label, uint64_t total, std::string unit = "");
   ~ProgressBar();
   void advance(uint64_t amount);
+  // Text drawn after the counts, e.g. "1234 tok/s"; shown from the next draw on.
+  void set_detail(std::string detail) { detail_ = std::move(detail); }
   void finish();
 
  private:
   void draw(bool final_line);
   std::string label_;
   std::string unit_;
+  std::string detail_;
   uint64_t total_;
   uint64_t done_ = 0;
   int last_reported_percent_ = -1;

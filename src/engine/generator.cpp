@@ -15,6 +15,17 @@ int64_t resolve_max_tokens(const CausalLM& model, int64_t requested) {
   return model_max > 0 ? model_max : 4096;
 }
 
+// One sequence, no prefix caching: the pool holds exactly the longest sequence.
+KvCacheConfig generator_kv_config(int64_t max_seq_tokens, int32_t block_size) {
+  KvCacheConfig config;
+  config.num_blocks = blocks_for_tokens(max_seq_tokens, block_size);
+  config.block_size = block_size;
+  config.enable_prefix_caching = false;
+  return config;
+}
+
+constexpr int64_t kSeqId = 0;
+
 }  // namespace
 
 Generator::Generator(CausalLM& model, int32_t block_size, int64_t max_seq_tokens, int32_t prefill_chunk_tokens)
@@ -22,32 +33,32 @@ Generator::Generator(CausalLM& model, int32_t block_size, int64_t max_seq_tokens
       block_size_(block_size),
       max_seq_tokens_(resolve_max_tokens(model, max_seq_tokens)),
       prefill_chunk_tokens_(prefill_chunk_tokens),
-      pool_(blocks_for_tokens(max_seq_tokens_, block_size)) {
+      kv_cache_(generator_kv_config(max_seq_tokens_, block_size)) {
   DI_CHECK(block_size > 0 && prefill_chunk_tokens > 0);
-  model_.allocate_kv_cache(KvCacheShape{pool_.num_blocks(), block_size_});
+  model_.allocate_kv_cache(KvCacheShape{kv_cache_.num_blocks(), block_size_});
 }
 
 void Generator::reset() {
-  pool_.deallocate(block_ids_);
-  block_ids_.clear();
+  kv_cache_.free(kSeqId);
   tokens_.clear();
 }
 
 ForwardBatch Generator::make_batch(const std::vector<int32_t>& tokens, size_t begin, size_t end, bool all_logits) {
+  const std::vector<int32_t>& block_ids = kv_cache_.block_table(kSeqId);
   ForwardBatch batch;
   const auto first_position = static_cast<int32_t>(tokens_.size());
   for (size_t i = begin; i < end; ++i) {
     const auto position = static_cast<int32_t>(first_position + (i - begin));
     batch.token_ids.push_back(tokens[i]);
     batch.positions.push_back(position);
-    const int32_t block = block_ids_[static_cast<size_t>(position / block_size_)];
+    const int32_t block = block_ids[static_cast<size_t>(position / block_size_)];
     batch.slot_mapping.push_back(block * block_size_ + position % block_size_);
   }
   const auto num_new = static_cast<int32_t>(end - begin);
   batch.query_start = {0, num_new};
   batch.seq_len = {first_position + num_new};
-  batch.max_blocks_per_seq = static_cast<int32_t>(block_ids_.size());
-  batch.block_table = block_ids_;
+  batch.max_blocks_per_seq = static_cast<int32_t>(block_ids.size());
+  batch.block_table = block_ids;
   if (all_logits) {
     for (int32_t r = 0; r < num_new; ++r) batch.logit_rows.push_back(r);
   } else {
@@ -70,11 +81,9 @@ Result<std::vector<float>> Generator::append(const std::vector<int32_t>& tokens,
                  std::to_string(max_seq_tokens_) + " fit (the model's context length)"};
   }
   if (tokens.empty()) return std::vector<float>{};
-  const int32_t needed_blocks = blocks_for_tokens(total, block_size_) - static_cast<int32_t>(block_ids_.size());
-  if (needed_blocks > 0) {
-    const std::vector<int32_t> more = pool_.allocate(needed_blocks);
-    block_ids_.insert(block_ids_.end(), more.begin(), more.end());
-  }
+  int32_t num_cached_tokens = 0;
+  const bool allocated = kv_cache_.allocate(kSeqId, tokens_, static_cast<int32_t>(total), "", &num_cached_tokens);
+  DI_CHECK(allocated, "the pool is sized for max_seq_tokens");
   std::vector<float> logits;
   for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(prefill_chunk_tokens_)) {
     const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(prefill_chunk_tokens_));
@@ -97,7 +106,7 @@ Result<std::vector<float>> Generator::append(const std::vector<int32_t>& tokens,
 
 Result<std::vector<int32_t>> Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                                  const std::function<void(int32_t)>& on_token) {
-  DI_TRY(options.sampling.validate());
+  DI_TRY(options.sampling.validate(model_.config().vocab_size));
   if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
   if (options.max_tokens < 0) return Error{"max_tokens must be >= 0"};
   reset();
@@ -110,7 +119,8 @@ Result<std::vector<int32_t>> Generator::generate(const std::vector<int32_t>& pro
   const int64_t vocab = model_.config().vocab_size;
   std::vector<int32_t> generated;
   while (static_cast<int32_t>(generated.size()) < options.max_tokens) {
-    const int32_t token = sample_token(logits->data(), vocab, options.sampling, num_tokens());
+    const int32_t token =
+        sample_token(logits->data(), vocab, options.sampling, options.sampling.seed.value_or(0), num_tokens(), 0);
     generated.push_back(token);
     if (on_token) on_token(token);
     if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) break;

@@ -7,8 +7,9 @@
 #include <functional>
 #include <vector>
 
-#include "kvcache/block_pool.h"
+#include "kvcache/kv_cache_manager.h"
 #include "model/model.h"
+#include "sampling/logprobs.h"
 #include "sampling/sampler.h"
 
 namespace deepinfer {
@@ -48,9 +49,8 @@ class Generator {
   int32_t block_size_;
   int64_t max_seq_tokens_;
   int32_t prefill_chunk_tokens_;
-  BlockPool pool_;
+  KvCacheManager kv_cache_;
   std::vector<int32_t> tokens_;
-  std::vector<int32_t> block_ids_;
 };
 
 }  // namespace deepinfer

@@ -1,28 +1,54 @@
-// BlockPool: hands out KV-cache block ids from a fixed pool (CPU bookkeeping only; the backend
-// owns the bytes). Not thread-safe: the engine thread owns it.
+// BlockPool: KV-cache block ids with reference counts and the prefix-cache index (CPU
+// bookkeeping only; the backend owns the bytes). A block is free (on the free list), in use
+// (ref_count > 0), or cached-evictable (ref_count == 0 but still holding a registered prefix
+// hash, reusable until allocate() evicts it, least recently released first).
+// Not thread-safe: the engine thread owns it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
+
+#include "kvcache/prefix_hash.h"
 
 namespace deepinfer {
 
 class BlockPool {
  public:
   explicit BlockPool(int32_t num_blocks);
+  ~BlockPool();
+  BlockPool(BlockPool&&) noexcept;
+  BlockPool& operator=(BlockPool&&) noexcept;
 
-  int32_t num_blocks() const { return num_blocks_; }
-  int32_t num_free_blocks() const { return static_cast<int32_t>(free_ids_.size()); }
+  int32_t num_blocks() const;
+  // Blocks allocate() can hand out now: free ones plus evictable cached ones.
+  int32_t num_free_blocks() const;
+  // Of those, the ones still holding a cached prefix (ref_count 0, hash registered).
+  int32_t num_evictable_blocks() const;
   bool can_allocate(int32_t count) const { return count <= num_free_blocks(); }
-  // Takes count free blocks; the caller checks can_allocate first.
+  // Takes count blocks (free first, then evicting the least recently released cached ones,
+  // whose hashes leave the index); each comes back with ref_count 1 and no hash. The caller
+  // checks can_allocate first.
   std::vector<int32_t> allocate(int32_t count);
-  // Returns blocks to the pool; each id must be allocated and not yet freed.
-  void deallocate(const std::vector<int32_t>& block_ids);
+  // Adds a reference; revives an evictable cached block.
+  void incref(int32_t block_id);
+  // Drops a reference; at zero the block becomes evictable if it has a hash, else free.
+  void decref(int32_t block_id);
+  int32_t ref_count(int32_t block_id) const;
+
+  // The block registered for this prefix hash, if any (in use or evictable).
+  std::optional<int32_t> find_cached(const BlockHash& hash) const;
+  // Registers a full, computed block under its prefix hash (no-op if the hash is already
+  // registered to another block: the first copy stays canonical).
+  void register_hash(int32_t block_id, const BlockHash& hash);
+
+  // Asserts (DI_CHECK) that free list, evictable list, ref counts and the hash index agree.
+  void check_invariants() const;
 
  private:
-  int32_t num_blocks_;
-  std::vector<int32_t> free_ids_;
-  std::vector<bool> is_free_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Number of blocks that hold num_tokens tokens.

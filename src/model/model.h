@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -46,6 +47,16 @@ class CausalLM {
   // (Re)allocates the KV cache; drops previous contents.
   virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
   virtual KvCacheShape kv_cache_shape() const = 0;
+  // Copies whole KV blocks (every layer) from pair.first to pair.second: copy-on-write when
+  // sequences that share blocks diverge (n > 1).
+  virtual void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
+  // Floats one block holds over all layers (K and V): the unit of read/write_kv_blocks.
+  virtual int64_t kv_floats_per_block() const = 0;
+  // Moves the KV of whole blocks between the cache and host memory ([block_ids.size(),
+  // kv_floats_per_block()] floats, blocks in the given order): a prefilled request's KV handed
+  // from a PROMPT engine to a COMPLETION engine.
+  virtual void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const = 0;
+  virtual void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) = 0;
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
   // Not thread-safe: one forward at a time.
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,7 +19,7 @@ namespace deepinfer {
 // An owning allocation in a backend's memory; freed by the backend that made it.
 class DeviceBuffer {
  public:
-  using Deleter = void (*)(void*);
+  using Deleter = std::function<void(void*)>;
   DeviceBuffer() = default;
   DeviceBuffer(void* data, size_t size_bytes, Deleter deleter) : data_(data, deleter), size_bytes_(size_bytes) {}
   void* data() const { return data_.get(); }
@@ -29,7 +30,7 @@ class DeviceBuffer {
   size_t size_bytes() const { return size_bytes_; }
 
  private:
-  std::unique_ptr<void, Deleter> data_{nullptr, nullptr};
+  std::unique_ptr<void, Deleter> data_{nullptr, Deleter()};
   size_t size_bytes_ = 0;
 };
 

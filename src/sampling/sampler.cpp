@@ -1,60 +1,17 @@
-// Deterministic sampling and logprobs.
+// Deterministic sampling: candidate filtering in vLLM's order, then one draw searched in the
+// float64 cumulative distribution over the survivors in token-id order. Each step is linear in
+// the vocabulary (selection, never a full sort), as it runs once per sequence per step.
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <limits>
-#include <numeric>
-#include <string>
+#include <functional>
+#include <vector>
+
+#include "core/check.h"
 
 namespace deepinfer {
-
-Result<void> SamplingParams::validate() const {
-  if (!std::isfinite(temperature) || temperature < 0.0) {
-    return Error{"temperature must be a finite number >= 0, got " + std::to_string(temperature)};
-  }
-  if (!(top_p > 0.0 && top_p <= 1.0)) return Error{"top_p must be in (0, 1], got " + std::to_string(top_p)};
-  if (top_k < 0) return Error{"top_k must be >= 0 (0 disables it), got " + std::to_string(top_k)};
-  if (!(min_p >= 0.0 && min_p <= 1.0)) return Error{"min_p must be in [0, 1], got " + std::to_string(min_p)};
-  return {};
-}
-
-int32_t argmax(const float* logits, int64_t vocab_size) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab_size; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
-}
-
-std::vector<double> log_softmax(const float* logits, int64_t vocab_size) {
-  double max_logit = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < vocab_size; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[i]));
-  double sum = 0.0;
-  for (int64_t i = 0; i < vocab_size; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
-  const double log_sum = max_logit + std::log(sum);
-  std::vector<double> out(static_cast<size_t>(vocab_size));
-  for (int64_t i = 0; i < vocab_size; ++i) out[static_cast<size_t>(i)] = static_cast<double>(logits[i]) - log_sum;
-  return out;
-}
-
-std::vector<std::pair<int32_t, double>> top_logprobs(const float* logits, int64_t vocab_size, int32_t k) {
-  const std::vector<double> logprobs = log_softmax(logits, vocab_size);
-  std::vector<int32_t> ids(static_cast<size_t>(vocab_size));
-  std::iota(ids.begin(), ids.end(), 0);
-  const auto count = static_cast<size_t>(std::clamp<int64_t>(k, 0, vocab_size));
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(count), ids.end(),
-                    [&](int32_t a, int32_t b) {
-                      const double la = logprobs[static_cast<size_t>(a)];
-                      const double lb = logprobs[static_cast<size_t>(b)];
-                      return la != lb ? la > lb : a < b;
-                    });
-  std::vector<std::pair<int32_t, double>> top;
-  top.reserve(count);
-  for (size_t i = 0; i < count; ++i) top.emplace_back(ids[i], logprobs[static_cast<size_t>(ids[i])]);
-  return top;
-}
-
 namespace {
 
 uint64_t splitmix64(uint64_t x) {
@@ -64,7 +21,92 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A token's rank as one integer, in the filters' order: logit descending, then id ascending. A
+// strict total order, so what is kept never depends on how a selection is carried out.
+uint64_t rank_key(float logit, int32_t id) {
+  const uint32_t bits = std::bit_cast<uint32_t>(logit + 0.0f);  // -0 becomes +0, equal as floats
+  const uint32_t ordered = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+  return (static_cast<uint64_t>(ordered) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
+}
+
+size_t key_id(uint64_t key) { return 0xffffffffu - static_cast<uint32_t>(key); }
+
+// Takes tokens most likely first, keeping each while the weight of those taken before it is
+// below `limit`, and zeroes the probability of the rest. Weights are integers, so the sums do
+// not depend on their order: one pass totals the weight per bucket of the top 12 key bits, and
+// only the bucket where the limit falls is sorted. Linear in the vocabulary.
+template <typename Weight>
+void keep_most_likely(const float* logits, std::vector<double>& probs, Weight weight, uint64_t limit) {
+  constexpr int kBucketShift = 52;
+  const auto vocab_size = static_cast<int32_t>(probs.size());
+  std::vector<uint64_t> bucket_weight(size_t{1} << (64 - kBucketShift), 0);
+  for (int32_t i = 0; i < vocab_size; ++i) {
+    if (probs[size_t(i)] > 0.0) bucket_weight[rank_key(logits[i], i) >> kBucketShift] += weight(probs[size_t(i)]);
+  }
+  uint64_t before = 0;
+  size_t boundary = bucket_weight.size();
+  while (boundary > 0 && before + bucket_weight[boundary - 1] < limit) before += bucket_weight[--boundary];
+  if (boundary == 0) return;  // everything fits under the limit
+  --boundary;
+  std::vector<uint64_t> members;
+  for (int32_t i = 0; i < vocab_size; ++i) {
+    const uint64_t key = rank_key(logits[i], i);
+    if (probs[size_t(i)] > 0.0 && key >> kBucketShift == boundary) members.push_back(key);
+  }
+  std::sort(members.begin(), members.end(), std::greater<>());
+  // The bucket's first member is always kept: the weight before it is below the limit.
+  uint64_t min_kept_key = members.front();
+  for (uint64_t key : members) {
+    if (before >= limit) break;
+    min_kept_key = key;
+    before += weight(probs[key_id(key)]);
+  }
+  for (int32_t i = 0; i < vocab_size; ++i) {
+    if (rank_key(logits[i], i) < min_kept_key) probs[size_t(i)] = 0.0;
+  }
+}
+
+// top_p as vLLM defines it: a token stays iff the renormalised mass of the tokens more likely
+// than it is < top_p. Masses are integers: probability in units of 2^-40 of the most likely
+// token's, so the total fits 64 bits for vocabularies below 2^24 tokens.
+void keep_top_p(const float* logits, std::vector<double>& probs, double top_p) {
+  DI_CHECK(probs.size() < (size_t{1} << 24), "vocabulary of " << probs.size() << " tokens");
+  auto units = [](double prob) { return static_cast<uint64_t>(prob * 0x1p40); };
+  uint64_t total = 0;
+  for (double prob : probs) total += units(prob);
+  // mass < top_p * total  <=>  mass < ceil(top_p * total). top_p * 2^64 is an integer for
+  // top_p >= 2^-11; below, truncating it moves the limit by at most one unit.
+  const unsigned __int128 scaled = static_cast<unsigned __int128>(std::ldexp(top_p, 64)) * total;
+  const uint64_t limit = static_cast<uint64_t>(scaled >> 64) + (static_cast<uint64_t>(scaled) != 0 ? 1 : 0);
+  keep_most_likely(logits, probs, units, limit);
+}
+
+// The first token whose float64 cumulative probability, summed in token-id order, exceeds
+// u * total. Dropped tokens have probability 0 and add nothing.
+int32_t inverse_cdf(const std::vector<double>& probs, double u) {
+  double total = 0.0;
+  for (double prob : probs) total += prob;
+  const double target = u * total;
+  double cumulative = 0.0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    cumulative += probs[i];
+    if (target < cumulative) return static_cast<int32_t>(i);
+  }
+  // u * total can round up to total itself: the last token that can be drawn.
+  size_t last = probs.size() - 1;
+  while (probs[last] == 0.0) --last;
+  return static_cast<int32_t>(last);
+}
+
 }  // namespace
+
+int32_t argmax(const float* logits, int64_t vocab_size) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab_size; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
 
 double deterministic_uniform(uint64_t seed, int64_t position, int32_t sample_index) {
   // Chained so that each input changes every output bit.
@@ -73,52 +115,35 @@ double deterministic_uniform(uint64_t seed, int64_t position, int32_t sample_ind
   return static_cast<double>(x >> 11) * 0x1.0p-53;
 }
 
+int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, uint64_t seed,
+                     int64_t position, int32_t sample_index) {
+  DI_CHECK(vocab_size > 0, "vocab_size " << vocab_size);
+  if (params.temperature == 0.0 || params.top_k == 1) return argmax(logits, vocab_size);
+  const double max_logit = logits[argmax(logits, vocab_size)];
+  DI_CHECK(std::isfinite(max_logit), "no finite logit to sample from (max " << max_logit << ")");
+
+  // Temperature, with the most likely token at exactly 1.
+  std::vector<double> probs(static_cast<size_t>(vocab_size));
+  for (int64_t i = 0; i < vocab_size; ++i) {
+    probs[static_cast<size_t>(i)] = std::exp((static_cast<double>(logits[i]) - max_logit) / params.temperature);
+  }
+  // vLLM's order: min_p (p >= min_p * p_max), then top_k, then top_p over what is left. A
+  // dropped token's probability becomes 0.
+  if (params.min_p > 0.0) {
+    for (double& prob : probs) prob = prob >= params.min_p ? prob : 0.0;
+  }
+  if (params.top_k > 0 && params.top_k < vocab_size) {
+    keep_most_likely(logits, probs, [](double) { return uint64_t{1}; }, static_cast<uint64_t>(params.top_k));
+  }
+  if (params.top_p < 1.0) keep_top_p(logits, probs, params.top_p);
+  return inverse_cdf(probs, deterministic_uniform(seed, position, sample_index));
+}
+
 int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, int64_t position,
                      int32_t sample_index) {
   if (params.temperature == 0.0 || params.top_k == 1) return argmax(logits, vocab_size);
-  // Candidates in a fixed order: probability descending, id ascending.
-  std::vector<int32_t> ids(static_cast<size_t>(vocab_size));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-  });
-  size_t count = ids.size();
-  if (params.top_k > 0) count = std::min(count, static_cast<size_t>(params.top_k));
-  const double max_scaled = static_cast<double>(logits[ids[0]]) / params.temperature;
-  std::vector<double> probs(count);
-  double total = 0.0;
-  for (size_t i = 0; i < count; ++i) {
-    probs[i] = std::exp(static_cast<double>(logits[ids[i]]) / params.temperature - max_scaled);
-    total += probs[i];
-  }
-  // min_p keeps tokens with p >= min_p * p_max (p_max is probs[0] / total).
-  if (params.min_p > 0.0) {
-    size_t kept = 1;
-    while (kept < count && probs[kept] >= params.min_p * probs[0]) ++kept;
-    count = kept;
-  }
-  // top_p keeps the smallest prefix whose mass reaches top_p.
-  double mass = 0.0;
-  size_t nucleus = 0;
-  while (nucleus < count) {
-    mass += probs[nucleus] / total;
-    ++nucleus;
-    if (mass >= params.top_p) break;
-  }
-  count = nucleus;
-  // The cumulative distribution runs over the kept candidates in token-id order.
-  std::vector<std::pair<int32_t, double>> kept(count);
-  for (size_t i = 0; i < count; ++i) kept[i] = {ids[i], probs[i]};
-  std::sort(kept.begin(), kept.end());
-  double kept_total = 0.0;
-  for (const auto& candidate : kept) kept_total += candidate.second;
-  const double target = deterministic_uniform(params.seed, position, sample_index) * kept_total;
-  double cumulative = 0.0;
-  for (const auto& [id, prob] : kept) {
-    cumulative += prob;
-    if (target < cumulative) return id;
-  }
-  return kept.back().first;
+  DI_CHECK(params.seed.has_value(), "sampling needs a seed; the engine sets one from the request id");
+  return sample_token(logits, vocab_size, params, *params.seed, position, sample_index);
 }
 
 }  // namespace deepinfer

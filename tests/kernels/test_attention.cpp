@@ -28,8 +28,12 @@ struct Scenario {
   int64_t kv_dim() const { return static_cast<int64_t>(params.num_kv_heads) * params.head_dim; }
   int64_t num_tokens() const { return query_start.back(); }
   PagedBatch batch() const {
-    return PagedBatch{static_cast<int32_t>(seq_len.size()), query_start.data(), seq_len.data(), block_table.data(),
-                      max_blocks, block_size};
+    return PagedBatch{static_cast<int32_t>(seq_len.size()),
+                      query_start.data(),
+                      seq_len.data(),
+                      block_table.data(),
+                      max_blocks,
+                      block_size};
   }
   // Cache slot of position pos of sequence s.
   int32_t slot(size_t s, int32_t pos) const {
@@ -42,7 +46,8 @@ struct Scenario {
 Scenario make_scenario(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, int32_t block_size, int32_t window,
                        const std::vector<int32_t>& seq_len, const std::vector<int32_t>& num_new, uint32_t seed) {
   Scenario sc;
-  sc.params = AttentionParams{num_heads, num_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim)), window};
+  sc.params =
+      AttentionParams{num_heads, num_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim)), window};
   sc.block_size = block_size;
   sc.seq_len = seq_len;
   sc.query_start.push_back(0);
@@ -64,8 +69,10 @@ Scenario make_scenario(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim
   sc.k_cache.assign(cache_floats, std::numeric_limits<float>::quiet_NaN());
   sc.v_cache.assign(cache_floats, std::numeric_limits<float>::quiet_NaN());
   for (size_t s = 0; s < seq_len.size(); ++s) {
-    const auto k = testing::random_floats(static_cast<size_t>(seq_len[s] * sc.kv_dim()), seed + 100 + static_cast<uint32_t>(s));
-    const auto v = testing::random_floats(static_cast<size_t>(seq_len[s] * sc.kv_dim()), seed + 200 + static_cast<uint32_t>(s));
+    const auto k =
+        testing::random_floats(static_cast<size_t>(seq_len[s] * sc.kv_dim()), seed + 100 + static_cast<uint32_t>(s));
+    const auto v =
+        testing::random_floats(static_cast<size_t>(seq_len[s] * sc.kv_dim()), seed + 200 + static_cast<uint32_t>(s));
     std::vector<int32_t> slots;
     for (int32_t p = 0; p < seq_len[s]; ++p) slots.push_back(sc.slot(s, p));
     ref::write_kv(k.data(), v.data(), slots.data(), seq_len[s], sc.kv_dim(), sc.k_cache.data(), sc.v_cache.data());
@@ -125,8 +132,8 @@ TEST(PagedAttention, CpuMatchesRefAcrossShapes) {
                                       actual.data());
             testing::expect_within(actual, expected, tolerance,
                                    std::string(cpu::isa_name(isa)) + " gqa " + std::to_string(ratio) + " head_dim " +
-                                       std::to_string(head_dim) + " block " + std::to_string(block_size) +
-                                       " window " + std::to_string(window));
+                                       std::to_string(head_dim) + " block " + std::to_string(block_size) + " window " +
+                                       std::to_string(window));
           }
         }
       }
@@ -145,12 +152,17 @@ TEST(PagedAttention, CpuIsBatchInvariant) {
     for (size_t s = 0; s < sc.seq_len.size(); ++s) {
       const int32_t num_new = sc.query_start[s + 1] - sc.query_start[s];
       const int32_t query_start[2] = {0, num_new};
-      const PagedBatch alone{1, query_start, &sc.seq_len[s], sc.block_table.data() + s * static_cast<size_t>(sc.max_blocks),
-                             sc.max_blocks, sc.block_size};
+      const PagedBatch alone{1,
+                             query_start,
+                             &sc.seq_len[s],
+                             sc.block_table.data() + s * static_cast<size_t>(sc.max_blocks),
+                             sc.max_blocks,
+                             sc.block_size};
       std::vector<float> out(static_cast<size_t>(num_new * token_floats));
       cpu::paged_attention(sc.q.data() + sc.query_start[s] * token_floats, sc.k_cache.data(), sc.v_cache.data(), alone,
                            sc.params, out.data());
-      EXPECT_EQ(0, std::memcmp(out.data(), batched.data() + sc.query_start[s] * token_floats, out.size() * sizeof(float)))
+      EXPECT_EQ(0,
+                std::memcmp(out.data(), batched.data() + sc.query_start[s] * token_floats, out.size() * sizeof(float)))
           << "sequence " << s << " with " << threads << " threads";
     }
   }
@@ -185,7 +197,8 @@ TEST(RefAttention, OneKeyReturnsItsValue) {
   const std::vector<float> out = run_ref(sc);
   for (int32_t h = 0; h < 4; ++h) {
     for (int32_t d = 0; d < 16; ++d) {
-      EXPECT_EQ(out[static_cast<size_t>(h * 16 + d)], sc.v_cache[static_cast<size_t>(sc.slot(0, 0) * sc.kv_dim() + (h / 2) * 16 + d)]);
+      EXPECT_EQ(out[static_cast<size_t>(h * 16 + d)],
+                sc.v_cache[static_cast<size_t>(sc.slot(0, 0) * sc.kv_dim() + (h / 2) * 16 + d)]);
     }
   }
 }
@@ -225,12 +238,15 @@ TEST(RefAttention, DominantKeyWins) {
   // puts all but e^-100 of the weight on key 2, so the output is V[2].
   Scenario sc = make_scenario(1, 1, 16, 16, 0, {5}, {1}, 9);
   for (int32_t k = 0; k < 5; ++k) {
-    for (int32_t d = 0; d < 16; ++d) sc.k_cache[static_cast<size_t>(sc.slot(0, k) * 16 + d)] = k == 2 ? (d == 0 ? 1.0f : 0.0f) : (d == 1 ? 1.0f : 0.0f);
+    for (int32_t d = 0; d < 16; ++d)
+      sc.k_cache[static_cast<size_t>(sc.slot(0, k) * 16 + d)] =
+          k == 2 ? (d == 0 ? 1.0f : 0.0f) : (d == 1 ? 1.0f : 0.0f);
   }
   std::fill(sc.q.begin(), sc.q.end(), 0.0f);
   sc.q[0] = 500.0f;
   const std::vector<float> out = run_ref(sc);
-  for (int32_t d = 0; d < 16; ++d) EXPECT_EQ(out[static_cast<size_t>(d)], sc.v_cache[static_cast<size_t>(sc.slot(0, 2) * 16 + d)]);
+  for (int32_t d = 0; d < 16; ++d)
+    EXPECT_EQ(out[static_cast<size_t>(d)], sc.v_cache[static_cast<size_t>(sc.slot(0, 2) * 16 + d)]);
 }
 
 TEST(WriteKv, CpuWritesTheSameSlotsAsRef) {
@@ -244,7 +260,8 @@ TEST(WriteKv, CpuWritesTheSameSlotsAsRef) {
   cpu::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, k_cpu.data(), v_cpu.data());
   EXPECT_EQ(k_cpu, k_ref);
   EXPECT_EQ(v_cpu, v_ref);
-  for (int64_t i = 0; i < kv_dim; ++i) EXPECT_EQ(k_ref[static_cast<size_t>(19 * kv_dim + i)], k[static_cast<size_t>(2 * kv_dim + i)]);
+  for (int64_t i = 0; i < kv_dim; ++i)
+    EXPECT_EQ(k_ref[static_cast<size_t>(19 * kv_dim + i)], k[static_cast<size_t>(2 * kv_dim + i)]);
 }
 
 }  // namespace

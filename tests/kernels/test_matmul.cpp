@@ -63,8 +63,9 @@ TEST(Gemv, MatchesRefOnEveryIsaDtypeAndShape) {
           for (cpu::Isa isa : supported_isas()) {
             std::vector<float> actual(expected.size());
             cpu::gemv(x.data(), w.view(), rows, actual.data(), isa);
-            testing::expect_within(actual, expected, tolerance,
-                                   std::string("gemv ") + cpu::isa_name(isa) + " " + shape_name(dtype, rows, n_out, k_in));
+            testing::expect_within(
+                actual, expected, tolerance,
+                std::string("gemv ") + cpu::isa_name(isa) + " " + shape_name(dtype, rows, n_out, k_in));
           }
         }
       }

@@ -68,8 +68,9 @@ TEST(AddRmsNorm, CpuMatchesRef) {
         std::vector<float> actual = x;  // out aliases x
         cpu::add_rms_norm(residual_cpu.data(), actual.data(), weight.view(), 0.0f, rows, dim, 1e-5f, actual.data());
         EXPECT_EQ(residual_cpu, residual_ref) << "residual, dim " << dim;
-        testing::expect_within(actual, expected, norm_tolerance(expected, dim),
-                               std::string("add_rms_norm ") + std::string(dtype_name(dtype)) + " dim " + std::to_string(dim));
+        testing::expect_within(
+            actual, expected, norm_tolerance(expected, dim),
+            std::string("add_rms_norm ") + std::string(dtype_name(dtype)) + " dim " + std::to_string(dim));
       }
     }
   }

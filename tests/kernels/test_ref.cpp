@@ -81,7 +81,7 @@ TEST(RefSiluMul, KnownValues) {
 
 TEST(RefMatmul, SmallProductWithBiasInEveryDtype) {
   // All values are exact in bf16 and f16, so every dtype gives the same exact result.
-  const float x[4] = {1.0f, 2.0f, -1.0f, 0.5f};  // [2, 2]
+  const float x[4] = {1.0f, 2.0f, -1.0f, 0.5f};                  // [2, 2]
   const float w_f32[6] = {1.0f, 0.0f, 0.5f, 2.0f, -3.0f, 1.0f};  // [3, 2]
   const float b_f32[3] = {0.25f, 0.0f, -1.0f};
   const float expected[6] = {1.25f, 4.5f, -2.0f, -0.75f, 0.5f, 2.5f};
@@ -98,7 +98,7 @@ TEST(RefMatmul, SmallProductWithBiasInEveryDtype) {
 }
 
 TEST(RefEmbedding, CopiesTheSelectedRows) {
-  const uint16_t table[6] = {f32_to_f16(1.0f), f32_to_f16(2.0f), f32_to_f16(3.0f),
+  const uint16_t table[6] = {f32_to_f16(1.0f), f32_to_f16(2.0f),  f32_to_f16(3.0f),
                              f32_to_f16(4.0f), f32_to_f16(-5.0f), f32_to_f16(0.5f)};  // [3, 2]
   const int32_t ids[3] = {2, 0, 2};
   float out[6];

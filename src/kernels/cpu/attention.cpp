@@ -100,7 +100,8 @@ struct TaskView {
     const int64_t stride = static_cast<int64_t>(ctx->params->num_kv_heads) * head_dim();
     for (int32_t b = 0; b < count; ++b) {
       const int32_t pos = first + b;
-      const int64_t row = static_cast<int64_t>(blocks[pos / batch.block_size]) * batch.block_size + pos % batch.block_size;
+      const int64_t row =
+          static_cast<int64_t>(blocks[pos / batch.block_size]) * batch.block_size + pos % batch.block_size;
       k_rows[b] = ctx->k_cache + row * stride;
       v_rows[b] = ctx->v_cache + row * stride;
     }
@@ -110,7 +111,8 @@ struct TaskView {
   // new 4 KiB page per key, where the hardware prefetchers stop.
   void prefetch(const float* const* rows, int32_t count) const {
     const int64_t offset = static_cast<int64_t>(head_begin) * head_dim() * static_cast<int64_t>(sizeof(float));
-    const int64_t bytes = static_cast<int64_t>(head_end - head_begin) * head_dim() * static_cast<int64_t>(sizeof(float));
+    const int64_t bytes =
+        static_cast<int64_t>(head_end - head_begin) * head_dim() * static_cast<int64_t>(sizeof(float));
     for (int32_t b = 0; b < count; ++b) {
       const char* base = reinterpret_cast<const char*>(rows[b]) + offset;
       for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(base + off, 0, 2);
@@ -210,12 +212,12 @@ void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64
   }
 }
 
-void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache,
-                          const PagedBatch& batch, const AttentionParams& params, float* out) {
-  DI_CHECK(params.num_kv_heads > 0 && params.num_heads % params.num_kv_heads == 0 && params.head_dim > 0 &&
-               params.head_dim <= kMaxHeadDim,
-           "num_heads " << params.num_heads << ", num_kv_heads " << params.num_kv_heads << ", head_dim "
-                        << params.head_dim);
+void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+                          const AttentionParams& params, float* out) {
+  DI_CHECK(
+      params.num_kv_heads > 0 && params.num_heads % params.num_kv_heads == 0 && params.head_dim > 0 &&
+          params.head_dim <= kMaxHeadDim,
+      "num_heads " << params.num_heads << ", num_kv_heads " << params.num_kv_heads << ", head_dim " << params.head_dim);
   std::vector<Tile> tiles;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
     const int32_t num_new = batch.query_start[s + 1] - batch.query_start[s];
@@ -233,13 +235,18 @@ void paged_attention_with(Isa isa, const float* q, const float* k_cache, const f
   const int32_t head_splits = (params.num_kv_heads + heads_per_task - 1) / heads_per_task;
   const int64_t num_tasks = static_cast<int64_t>(num_tiles) * head_splits;
   const int32_t group = params.num_heads / params.num_kv_heads;
-  const AttentionContext ctx{q, k_cache, v_cache, &batch, &params, out,
+  const AttentionContext ctx{q,
+                             k_cache,
+                             v_cache,
+                             &batch,
+                             &params,
+                             out,
                              isa == Isa::kAvx512 ? &key_block_step_avx512 : &key_block_step_portable};
 
 #pragma omp parallel if (num_tasks > 1)
   {
-    std::vector<float> scratch(static_cast<size_t>(kTileTokens * heads_per_task *
-                                                   key_state_floats(group, params.head_dim)));
+    std::vector<float> scratch(
+        static_cast<size_t>(kTileTokens * heads_per_task * key_state_floats(group, params.head_dim)));
     // Dynamic: causal tiles differ in length, and which thread runs a task never changes its result.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < num_tasks; ++task) {

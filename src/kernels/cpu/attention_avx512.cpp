@@ -53,8 +53,8 @@ DI_TARGET_AVX512 __attribute__((always_inline)) inline __m512 sum_each(const __m
                               _mm512_unpackhi_ps(quads[2 * i], quads[2 * i + 1]));
   }
   // Lane 4j + m now holds row 4m + j; the permutation puts row b in lane b.
-  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(halves[0], halves[1], 0x44),
-                                    _mm512_shuffle_ps(halves[0], halves[1], 0xee));
+  const __m512 sums =
+      _mm512_add_ps(_mm512_shuffle_ps(halves[0], halves[1], 0x44), _mm512_shuffle_ps(halves[0], halves[1], 0xee));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   return _mm512_permutexvar_ps(order, sums);
 }
@@ -104,7 +104,8 @@ DI_TARGET_AVX512 void key_block_step_avx512(const KeyBlockStep& step) {
   DI_DCHECK(step.head_dim <= kMaxHeadDim);
   alignas(64) static const float zeros[kMaxHeadDim] = {};
   const float* rows[kKeyBlock];
-  for (int32_t b = 0; b < kKeyBlock; ++b) rows[b] = b >= step.lo && b <= step.hi ? step.k_rows[b] + step.head_offset : zeros;
+  for (int32_t b = 0; b < kKeyBlock; ++b)
+    rows[b] = b >= step.lo && b <= step.hi ? step.k_rows[b] + step.head_offset : zeros;
   const __mmask16 visible = static_cast<__mmask16>(first_lanes(step.hi - step.lo + 1) << step.lo);
   const __m512 scale = _mm512_set1_ps(step.scale);
   for (int32_t g = 0; g < step.group; ++g) {

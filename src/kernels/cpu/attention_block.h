@@ -18,11 +18,11 @@ inline constexpr int32_t kMaxHeadDim = 1024;
 // Running state of one (token, kv head): per query head of the group, the online-softmax max and
 // sum and the unnormalised weighted sum of values. Floats per state: see key_state_floats.
 struct KeyBlockStep {
-  const float* q;                // [group, head_dim]
-  const float* const* k_rows;    // [kKeyBlock] cache rows of the block (all kv heads)
-  const float* const* v_rows;    // [kKeyBlock]
-  int64_t head_offset;           // floats from a cache row to this kv head's slice
-  int32_t lo;                    // the token sees lanes [lo, hi] of the block
+  const float* q;              // [group, head_dim]
+  const float* const* k_rows;  // [kKeyBlock] cache rows of the block (all kv heads)
+  const float* const* v_rows;  // [kKeyBlock]
+  int64_t head_offset;         // floats from a cache row to this kv head's slice
+  int32_t lo;                  // the token sees lanes [lo, hi] of the block
   int32_t hi;
   int32_t group;
   int32_t head_dim;
@@ -45,7 +45,7 @@ void key_block_step_portable(const KeyBlockStep& step);
 
 // kernels::cpu::paged_attention with a chosen implementation (kAvx2 runs the portable one);
 // lets the tests check every implementation on one machine. `isa` must be supported by the CPU.
-void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache,
-                          const PagedBatch& batch, const AttentionParams& params, float* out);
+void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+                          const AttentionParams& params, float* out);
 
 }  // namespace deepinfer::kernels::cpu

@@ -63,8 +63,8 @@ void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_to
   }
 }
 
-void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim,
-              float eps, float* out) {
+void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim, float eps,
+              float* out) {
   const float* scale = norm_scale(weight, weight_offset, dim);
 #pragma omp parallel for schedule(static) if (num_rows * dim >= kParallelMinFloats)
   for (int64_t r = 0; r < num_rows; ++r) norm_row(x + r * dim, scale, dim, eps, out + r * dim);

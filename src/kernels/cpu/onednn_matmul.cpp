@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <dnnl.hpp>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
-
-#include <dnnl.hpp>
 
 #include "core/check.h"
 #include "kernels/cpu/simd.h"
@@ -22,7 +21,8 @@ namespace {
 // 512 / 16 = 32 primitives exist per weight shape, and a short chunk computes < 16 padding rows.
 constexpr int64_t kMaxChunkRows = 512;
 constexpr int64_t kRowQuantum = 16;
-// F16 (and, without oneDNN bf16, BF16) weights are converted to f32 in slabs of about this many floats (4 MiB: stays in L3).
+// F16 (and, without oneDNN bf16, BF16) weights are converted to f32 in slabs of about this many floats (4 MiB: stays in
+// L3).
 constexpr int64_t kSlabFloats = int64_t{1} << 20;
 
 struct PrimitiveKey {
@@ -37,7 +37,8 @@ struct PrimitiveKey {
 struct PrimitiveKeyHash {
   size_t operator()(const PrimitiveKey& key) const {
     size_t h = std::hash<int64_t>()(key.rows);
-    for (int64_t v : {key.n, key.k, key.ldy, static_cast<int64_t>(key.bf16)}) h = h * 1000003u ^ std::hash<int64_t>()(v);
+    for (int64_t v : {key.n, key.k, key.ldy, static_cast<int64_t>(key.bf16)})
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
     return h;
   }
 };
@@ -125,7 +126,8 @@ void run_matmul(const float* x, const void* weights, bool bf16, int64_t rows, in
       src = padded;
     }
     float* dst = y + m0 * ldy;
-    if (bucket != chunk) dst = reinterpret_cast<float*>(grow(scratch.dst, static_cast<size_t>(bucket * ldy) * sizeof(float)));
+    if (bucket != chunk)
+      dst = reinterpret_cast<float*>(grow(scratch.dst, static_cast<size_t>(bucket * ldy) * sizeof(float)));
 
     try {
       dnnl::engine& engine = cpu_engine();
@@ -141,7 +143,8 @@ void run_matmul(const float* x, const void* weights, bool bf16, int64_t rows, in
                                          {DNNL_ARG_SCRATCHPAD, scratchpad_mem}});
       stream.wait();
     } catch (const dnnl::error& e) {
-      DI_CHECK(false, "oneDNN matmul [" << bucket << ", " << k << "] x [" << k << ", " << n << "] failed: " << e.what());
+      DI_CHECK(false,
+               "oneDNN matmul [" << bucket << ", " << k << "] x [" << k << ", " << n << "] failed: " << e.what());
     }
     if (bucket != chunk) {
       for (int64_t r = 0; r < chunk; ++r) {

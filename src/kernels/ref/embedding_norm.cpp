@@ -37,8 +37,8 @@ void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_to
   }
 }
 
-void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim,
-              float eps, float* out) {
+void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim, float eps,
+              float* out) {
   DI_CHECK(weight.rows * weight.cols == dim, "norm weight has " << weight.rows * weight.cols << " values, dim " << dim);
   const std::vector<float> w = weight_row(WeightView{weight.data, weight.dtype, 1, dim}, 0);
   for (int64_t r = 0; r < num_rows; ++r) rms_norm_row(x + r * dim, w, weight_offset, dim, eps, out + r * dim);

@@ -84,9 +84,31 @@ int64_t AttentionLayer::weight_bytes() const {
 }
 
 void AttentionLayer::allocate_kv_cache(Backend& backend, const KvCacheShape& shape) {
+  block_size_ = shape.block_size;
   const auto rows = static_cast<size_t>(shape.num_blocks) * static_cast<size_t>(shape.block_size);
   k_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
   v_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
+}
+
+void AttentionLayer::copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const {
+  const int64_t floats = block_size_ * kv_dim();
+  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
+  backend.copy_on_device(k_cache_.as<float>() + dst_block * floats, k_cache_.as<float>() + src_block * floats, bytes);
+  backend.copy_on_device(v_cache_.as<float>() + dst_block * floats, v_cache_.as<float>() + src_block * floats, bytes);
+}
+
+void AttentionLayer::read_kv_block(Backend& backend, int32_t block, float* host) const {
+  const int64_t floats = block_size_ * kv_dim();
+  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
+  backend.copy_to_host(host, k_cache_.as<float>() + block * floats, bytes);
+  backend.copy_to_host(host + floats, v_cache_.as<float>() + block * floats, bytes);
+}
+
+void AttentionLayer::write_kv_block(Backend& backend, int32_t block, const float* host) const {
+  const int64_t floats = block_size_ * kv_dim();
+  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
+  backend.copy_to_device(k_cache_.as<float>() + block * floats, host, bytes);
+  backend.copy_to_device(v_cache_.as<float>() + block * floats, host + floats, bytes);
 }
 
 void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch,

@@ -41,6 +41,11 @@ class AttentionLayer {
   int64_t q_dim() const { return static_cast<int64_t>(params_.num_heads) * params_.head_dim; }
   int64_t weight_bytes() const;
   void allocate_kv_cache(Backend& backend, const KvCacheShape& shape);
+  // One block's K then V rows: 2 * block_size * kv_dim floats.
+  int64_t kv_floats_per_block() const { return 2 * block_size_ * kv_dim(); }
+  void copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const;
+  void read_kv_block(Backend& backend, int32_t block, float* host) const;
+  void write_kv_block(Backend& backend, int32_t block, const float* host) const;
 
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. scratch holds at least
   // num_tokens * (2 * q_dim + 2 * kv_dim) floats.
@@ -54,6 +59,7 @@ class AttentionLayer {
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   DeviceBuffer k_cache_, v_cache_;  // [num_blocks * block_size, kv_dim] f32
+  int32_t block_size_ = 0;
 };
 
 }  // namespace deepinfer

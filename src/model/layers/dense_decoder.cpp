@@ -68,6 +68,36 @@ void DenseDecoder::allocate_kv_cache(const KvCacheShape& shape) {
   for (Layer& layer : layers_) layer.attention.allocate_kv_cache(backend_, shape);
 }
 
+void DenseDecoder::copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
+  for (const Layer& layer : layers_) {
+    for (const auto& [src, dst] : src_dst) layer.attention.copy_kv_block(backend_, src, dst);
+  }
+}
+
+int64_t DenseDecoder::kv_floats_per_block() const {
+  int64_t floats = 0;
+  for (const Layer& layer : layers_) floats += layer.attention.kv_floats_per_block();
+  return floats;
+}
+
+void DenseDecoder::read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const {
+  for (int32_t block : block_ids) {
+    for (const Layer& layer : layers_) {
+      layer.attention.read_kv_block(backend_, block, host);
+      host += layer.attention.kv_floats_per_block();
+    }
+  }
+}
+
+void DenseDecoder::write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
+  for (int32_t block : block_ids) {
+    for (const Layer& layer : layers_) {
+      layer.attention.write_kv_block(backend_, block, host);
+      host += layer.attention.kv_floats_per_block();
+    }
+  }
+}
+
 int64_t DenseDecoder::weight_bytes_per_token() const {
   const auto element = [](const kernels::WeightView& w) { return static_cast<int64_t>(dtype_size_bytes(w.dtype)); };
   int64_t bytes = embed_tokens_.cols * element(embed_tokens_) + lm_head_.rows * lm_head_.cols * element(lm_head_);

@@ -25,6 +25,10 @@ class DenseDecoder final : public CausalLM {
   int64_t kv_bytes_per_token() const override;
   void allocate_kv_cache(const KvCacheShape& shape) override;
   KvCacheShape kv_cache_shape() const override { return kv_shape_; }
+  void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
+  int64_t kv_floats_per_block() const override;
+  void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const override;
+  void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) override;
   void forward(const ForwardBatch& batch, float* logits) override;
   int64_t weight_bytes_per_token() const override;
 

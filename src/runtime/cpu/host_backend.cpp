@@ -1,7 +1,10 @@
 // The two host backends: "cpu" (kernels::cpu) and "ref" (kernels::ref). Both keep weights in the
 // memory-mapped checkpoint and activations in 64-byte aligned host memory.
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "runtime/backend.h"
 
@@ -9,6 +12,9 @@ namespace deepinfer {
 namespace {
 
 void free_host(void* p) { std::free(p); }
+
+// Large buffers (KV caches) come from mmap: zero pages that cost nothing until touched.
+constexpr size_t kMmapThresholdBytes = size_t{2} << 20;
 
 // Forwards every op to one kernel namespace; the two backends differ only in that namespace.
 #define DEEPINFER_FORWARD_OPS(ns)                                                                                \
@@ -53,6 +59,11 @@ void free_host(void* p) { std::free(p); }
 class HostBackendBase : public Backend {
  public:
   DeviceBuffer allocate(size_t size_bytes) override {
+    if (size_bytes >= kMmapThresholdBytes) {
+      void* p = ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      return DeviceBuffer(p, size_bytes, [size_bytes](void* q) { ::munmap(q, size_bytes); });
+    }
     const size_t rounded = (size_bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (p == nullptr) throw std::bad_alloc();

@@ -1,0 +1,124 @@
+// Offline JSONL batches: one request per input line, one result per output line, same order.
+#include "generate_batch.h"
+
+#include <omp.h>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/llm.h"
+#include "engine/sampling_json.h"
+#include "session.h"
+
+namespace deepinfer::cli {
+namespace {
+
+using nlohmann::json;
+
+struct ParsedInput {
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+};
+
+Result<ParsedInput> read_input(const std::string& path, const SamplingParams& defaults) {
+  std::ifstream in(path);
+  if (!in) return Error{"cannot open --input " + path};
+  ParsedInput parsed;
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_number) + ": ";
+    const json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (request.is_discarded() || !request.is_object()) return Error{where + "not a JSON object"};
+    Prompt prompt;
+    if (request.contains("prompt_token_ids")) {
+      const json& ids = request["prompt_token_ids"];
+      if (!ids.is_array()) return Error{where + "'prompt_token_ids' must be a list of token ids"};
+      for (const json& id : ids) {
+        if (!id.is_number_integer()) return Error{where + "'prompt_token_ids' must be a list of token ids"};
+        prompt.token_ids.push_back(id.get<int32_t>());
+      }
+      if (prompt.token_ids.empty()) return Error{where + "'prompt_token_ids' is empty"};
+    } else if (request.contains("prompt") && request["prompt"].is_string()) {
+      prompt.text = request["prompt"].get<std::string>();
+    } else {
+      return Error{where + "each line needs \"prompt\" (a string) or \"prompt_token_ids\" (a list)"};
+    }
+    auto params = sampling_params_from_json(request, defaults);
+    if (!params.ok()) return Error{where + params.error().message};
+    parsed.prompts.push_back(std::move(prompt));
+    parsed.params.push_back(std::move(*params));
+  }
+  return parsed;
+}
+
+json sample_json(const SampleResult& sample, bool with_text) {
+  json out = {{"index", sample.index}, {"token_ids", sample.token_ids}, {"finish_reason", sample.finish_reason}};
+  if (with_text) out["text"] = sample.text;
+  if (!sample.stop_reason.empty()) out["stop_reason"] = sample.stop_reason;
+  if (!sample.logprobs.empty()) {
+    out["logprobs"] = sample.logprobs;
+    json top = json::array();
+    for (const auto& entries : sample.top_logprobs) {
+      json row = json::array();
+      for (const TopLogprob& t : entries) row.push_back({t.token_id, t.logprob});
+      top.push_back(row);
+    }
+    out["top_logprobs"] = top;
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_generate_batch(const Args& args, const SamplingParams& defaults) {
+  auto threads = args.get_int("--threads", 0);
+  if (!threads.ok()) return report_error("generate", threads.error());
+  if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
+  auto input_path = args.get_string("--input");
+  auto output_path = args.get_string("--output");
+  if (!input_path.ok() || !output_path.ok()) {
+    return report_error("generate", Error{"batch mode needs both --input FILE.jsonl and --output FILE.jsonl"});
+  }
+  auto input = read_input(*input_path, defaults);
+  if (!input.ok()) return report_error("generate", input.error());
+  LLMConfig config;
+  config.model_dir = args.find("--model").value_or("");
+  config.device = args.find("--device").value_or("cpu");
+  auto max_num_seqs = args.get_int("--max-num-seqs", config.max_num_seqs);
+  if (!max_num_seqs.ok()) return report_error("generate", max_num_seqs.error());
+  if (*max_num_seqs < 1) return report_error("generate", Error{"--max-num-seqs must be >= 1"});
+  config.max_num_seqs = static_cast<int32_t>(*max_num_seqs);
+  auto llm = LLM::open(config);
+  if (!llm.ok()) return report_error("generate", llm.error());
+  auto results = (*llm)->generate(input->prompts, input->params);
+  if (!results.ok()) return report_error("generate", results.error());
+  std::ofstream out(*output_path);
+  if (!out) return report_error("generate", Error{"cannot open --output " + *output_path + " for writing"});
+  const bool with_text = (*llm)->has_tokenizer();
+  for (size_t i = 0; i < results->size(); ++i) {
+    const GenerationResult& result = (*results)[i];
+    json line = sample_json(result.outputs.front(), with_text);
+    line["index"] = i;
+    line["num_prompt_tokens"] = result.prompt_token_ids.size();
+    line["num_cached_tokens"] = result.num_cached_tokens;
+    if (result.outputs.size() > 1) {
+      line["outputs"] = json::array();
+      for (const SampleResult& sample : result.outputs) line["outputs"].push_back(sample_json(sample, with_text));
+    }
+    if (!result.prompt_token_logprobs.empty()) {
+      json prompt_logprobs = json::array();
+      for (const auto& logprob : result.prompt_token_logprobs) prompt_logprobs.push_back(logprob ? json(*logprob) : json());
+      line["prompt_logprobs"] = prompt_logprobs;
+    }
+    out << line.dump() << "\n";
+  }
+  if (!out) return report_error("generate", Error{"cannot write --output " + *output_path});
+  return 0;
+}
+
+}  // namespace deepinfer::cli

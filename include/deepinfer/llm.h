@@ -1,0 +1,115 @@
+// deepinfer::LLM — the offline batch API: load a Hugging Face model directory once, then
+// generate for many prompts with continuous batching, as a whole or as a stream of deltas.
+//
+//   auto llm = deepinfer::LLM::open({.model_dir = "/models/Qwen3-0.6B"}).value();
+//   deepinfer::SamplingParams params;
+//   params.max_tokens = 64;
+//   auto results = llm->generate({{.text = "Hello"}}, {params}).value();
+//   std::cout << results[0].outputs[0].text;
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/result.h"
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer {
+
+struct LLMConfig {
+  std::string model_dir;
+  std::string device = "cpu";            // "cpu" or "ref" (scalar reference kernels)
+  int32_t max_num_seqs = 64;             // sequences running at once
+  int32_t max_num_batched_tokens = 2048; // tokens per engine step (chunked prefill budget)
+  int32_t block_size = 128;              // KV page size in tokens
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  bool show_progress = true;             // progress bars on stderr (loading, batches)
+};
+
+// One prompt: text (needs the model's tokenizer) or token ids.
+struct Prompt {
+  std::string text;
+  std::vector<int32_t> token_ids;  // used when not empty
+};
+
+struct TopLogprob {
+  int32_t token_id = 0;
+  double logprob = 0.0;
+};
+
+struct SampleResult {
+  int32_t index = 0;
+  std::vector<int32_t> token_ids;
+  std::string text;                            // empty without a tokenizer
+  std::vector<double> logprobs;                // of the chosen tokens, when params.logprobs is set
+  std::vector<std::vector<TopLogprob>> top_logprobs;  // per token, params.logprobs entries
+  std::string finish_reason;                   // "stop", "length", "abort"
+  std::string stop_reason;                     // the stop string or stop token id that ended it
+};
+
+struct GenerationResult {
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<SampleResult> outputs;  // n of them, by index
+  int32_t num_cached_tokens = 0;      // prompt tokens served from the prefix cache
+  // When params.prompt_logprobs is set: entry i scores prompt token i (none for token 0).
+  std::vector<std::optional<std::vector<TopLogprob>>> prompt_logprobs;
+  std::vector<std::optional<double>> prompt_token_logprobs;
+};
+
+// A delta of one sample of one prompt, in generation order.
+struct StreamEvent {
+  size_t prompt_index = 0;
+  int32_t sample_index = 0;
+  std::vector<int32_t> new_token_ids;
+  std::string new_text;
+  bool finished = false;
+  std::string finish_reason;
+};
+
+class LLM {
+ public:
+  // Loads the model (progress bar), its tokenizer when present, and sizes the KV cache.
+  static Result<std::unique_ptr<LLM>> open(const LLMConfig& config);
+  ~LLM();
+
+  // params has one entry for all prompts or one per prompt. Results are in prompt order. Errors
+  // (bad parameters, too-long prompts, text without a tokenizer) name the prompt's index; no
+  // prompt runs unless all are valid.
+  Result<std::vector<GenerationResult>> generate(const std::vector<Prompt>& prompts,
+                                                 const std::vector<SamplingParams>& params);
+
+  // The same work as a stream: next() returns deltas as the engine produces them and nullopt at
+  // the end. Not thread-safe; one stream at a time.
+  class Stream {
+   public:
+    std::optional<StreamEvent> next();
+    ~Stream();
+    Stream(Stream&&) noexcept;
+    Stream& operator=(Stream&&) noexcept;
+
+   private:
+    friend class LLM;
+    struct Impl;
+    explicit Stream(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+  };
+  Result<Stream> stream(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params);
+
+  // Token ids of a text prompt (the tokenizer's BOS rules applied); an error without tokenizer.
+  Result<std::vector<int32_t>> tokenize(const std::string& text) const;
+  bool has_tokenizer() const;
+  int64_t vocab_size() const;
+
+ private:
+  struct Impl;
+  explicit LLM(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

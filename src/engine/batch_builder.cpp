@@ -1,0 +1,61 @@
+// ForwardBatch assembly.
+#include "engine/batch_builder.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace deepinfer {
+
+BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache) {
+  BuiltBatch built;
+  ForwardBatch& batch = built.batch;
+  const int32_t block_size = kv_cache.block_size();
+  int32_t max_blocks = 0;
+  for (const ScheduledSequence& s : scheduled.scheduled) {
+    max_blocks = std::max(max_blocks, static_cast<int32_t>(kv_cache.block_table(s.request->seq_id).size()));
+  }
+  batch.max_blocks_per_seq = max_blocks;
+  batch.query_start.push_back(0);
+  for (const ScheduledSequence& s : scheduled.scheduled) {
+    const Request& request = *s.request;
+    const std::vector<int32_t>& table = kv_cache.block_table(request.seq_id);
+    ScheduledRows rows;
+    rows.request = s.request;
+    rows.first_position = request.num_computed_tokens;
+    rows.num_new_tokens = s.num_new_tokens;
+    const int32_t end = request.num_computed_tokens + s.num_new_tokens;
+    DI_CHECK(end <= request.num_tokens() && blocks_for_tokens(end, block_size) <= static_cast<int32_t>(table.size()),
+             "sequence " << request.seq_id << " scheduled beyond its tokens or blocks");
+    const auto first_row = static_cast<int32_t>(batch.token_ids.size());
+    for (int32_t pos = rows.first_position; pos < end; ++pos) {
+      const int32_t block = table[static_cast<size_t>(pos / block_size)];
+      DI_CHECK(block >= 0, "position " << pos << " of sequence " << request.seq_id << " has no block");
+      batch.token_ids.push_back(request.token_at(pos));
+      batch.positions.push_back(pos);
+      batch.slot_mapping.push_back(block * block_size + pos % block_size);
+    }
+    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    batch.seq_len.push_back(end);
+    for (int32_t b = 0; b < max_blocks; ++b) {
+      // Padding and released sliding-window entries point at block 0; the kernels never read them.
+      const int32_t block = b < static_cast<int32_t>(table.size()) ? table[static_cast<size_t>(b)] : 0;
+      batch.block_table.push_back(std::max(block, 0));
+    }
+    rows.samples = end == request.num_tokens();
+    // Prompt logprobs: logits at position p score prompt token p + 1.
+    if (request.params.prompt_logprobs && rows.first_position < request.num_prompt_tokens() - 1) {
+      const int32_t last_scoring = std::min(end, request.num_prompt_tokens() - 1);
+      rows.num_prompt_logprob_rows = last_scoring - rows.first_position;
+    }
+    if (rows.num_prompt_logprob_rows > 0 || rows.samples) {
+      rows.first_logit_row = static_cast<int32_t>(batch.logit_rows.size());
+      for (int32_t r = 0; r < rows.num_prompt_logprob_rows; ++r) batch.logit_rows.push_back(first_row + r);
+      if (rows.samples) batch.logit_rows.push_back(first_row + s.num_new_tokens - 1);
+    }
+    built.rows.push_back(rows);
+  }
+  return built;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,32 @@
+// Turns the scheduler's decision into the model's ForwardBatch: tokens, positions, slot
+// mapping and block tables of every scheduled sequence, and which rows need logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+// Where one scheduled sequence's rows landed in the batch and its logits.
+struct ScheduledRows {
+  Request* request = nullptr;
+  int32_t first_position = 0;     // absolute position of its first new token
+  int32_t num_new_tokens = 0;
+  int32_t first_logit_row = -1;   // index into the logits of its first returned row; -1: none
+  int32_t num_prompt_logprob_rows = 0;  // rows before the sampling row that score prompt tokens
+  bool samples = false;           // its last new token is the sequence's last: sample after it
+};
+
+struct BuiltBatch {
+  ForwardBatch batch;
+  std::vector<ScheduledRows> rows;  // in scheduled order
+};
+
+// Logit rows: a sequence's prompt-logprob rows (when params.prompt_logprobs is set) and then its
+// sampling row, in scheduled order.
+BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache);
+
+}  // namespace deepinfer

@@ -1,0 +1,407 @@
+// The engine step loop: schedule, one forward pass, sample, detokenize, stop.
+#include "engine/engine_core.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "engine/batch_builder.h"
+#include "sampling/logits_processor.h"
+#include "sampling/sampler.h"
+#include "sampling/stop_matcher.h"
+
+namespace deepinfer {
+namespace {
+
+// The context length: the config's max_model_len, else the model's max_position_embeddings.
+int64_t resolve_max_model_len(const CausalLM& model, const EngineConfig& config) {
+  if (config.max_model_len > 0) return config.max_model_len;
+  const int64_t model_max = model.config().max_position_embeddings;
+  return model_max > 0 ? model_max : 4096;
+}
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+struct EngineCore::Impl {
+  struct Sequence {
+    Request request;
+    std::optional<StreamingDetokenizer> detokenizer;
+    std::optional<StopMatcher> stop_matcher;
+  };
+  struct Group {
+    int32_t n = 1;
+    std::vector<int64_t> seq_ids;         // index = sample index
+    std::vector<int64_t> held_children;   // samples waiting for sample 0's prefill to fork from
+    std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+    int32_t num_finished = 0;
+  };
+
+  Impl(CausalLM& m, const Tokenizer* t, const EngineConfig& c)
+      : model(m), tokenizer(t), config(c), kv(make_kv_config(m, c)), scheduler(c.scheduler, kv) {
+    max_model_len = resolve_max_model_len(model, config);
+    model.allocate_kv_cache(KvCacheShape{kv.num_blocks(), config.block_size});
+    for (int64_t id : model.config().eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+    if (tokenizer != nullptr) {
+      if (auto eos = tokenizer->eos_id(); eos && std::find(eos_ids.begin(), eos_ids.end(), *eos) == eos_ids.end()) {
+        eos_ids.push_back(*eos);
+      }
+    }
+  }
+
+  static KvCacheConfig make_kv_config(const CausalLM& model, const EngineConfig& config) {
+    KvCacheConfig kv_config;
+    kv_config.block_size = config.block_size;
+    kv_config.enable_prefix_caching = config.enable_prefix_caching;
+    const int64_t bytes_per_block = model.kv_bytes_per_token() * config.block_size;
+    // No more blocks than max_num_seqs full-length sequences can use.
+    const int64_t useful_blocks = int64_t{config.scheduler.max_num_seqs} *
+                                  blocks_for_tokens(resolve_max_model_len(model, config), config.block_size);
+    kv_config.num_blocks =
+        config.num_kv_blocks > 0
+            ? config.num_kv_blocks
+            : static_cast<int32_t>(std::clamp<int64_t>(config.kv_cache_bytes / bytes_per_block, 1, std::max<int64_t>(useful_blocks, 1)));
+    const ModelConfig& mc = model.config();
+    // Everything the cached KV depends on: architecture, shapes, weights' dtype, KV layout.
+    kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=f32|block=" +
+                                  std::to_string(config.block_size) + "|deepinfer=" DEEPINFER_VERSION;
+    return kv_config;
+  }
+
+  Sequence* make_sequence(int64_t request_id, int32_t sample_index, const std::vector<int32_t>& prompt,
+                          const SamplingParams& params, int32_t priority, const std::string& cache_salt) {
+    auto seq = std::make_unique<Sequence>();
+    Request& r = seq->request;
+    r.seq_id = next_seq_id++;
+    r.request_id = request_id;
+    r.sample_index = sample_index;
+    r.prompt_token_ids = prompt;
+    r.params = params;
+    r.seed = params.seed.value_or(mix64(static_cast<uint64_t>(request_id)));
+    r.priority = priority;
+    r.arrival = next_arrival++;
+    r.cache_salt = cache_salt;
+    // Prompt logprobs need logits at every prompt position, so such a request never reuses
+    // cached blocks: a salt of its own keeps its chain apart.
+    if (params.prompt_logprobs) r.cache_salt += "\x1fprompt_logprobs:" + std::to_string(r.seq_id);
+    if (tokenizer != nullptr) {
+      seq->detokenizer.emplace(*tokenizer, params.skip_special_tokens);
+      if (!params.stop.empty()) seq->stop_matcher.emplace(params.stop, params.include_stop_str_in_output);
+    }
+    Sequence* raw = seq.get();
+    sequences[r.seq_id] = std::move(seq);
+    return raw;
+  }
+
+  SampleOutput& sample_output(RequestOutput& out, int32_t index) {
+    for (SampleOutput& s : out.samples) {
+      if (s.index == index) return s;
+    }
+    out.samples.push_back(SampleOutput{});
+    out.samples.back().index = index;
+    return out.samples.back();
+  }
+
+  RequestOutput& output_for(std::map<int64_t, RequestOutput>& outputs, const Request& r) {
+    RequestOutput& out = outputs[r.request_id];
+    out.request_id = r.request_id;
+    out.num_prompt_tokens = r.num_prompt_tokens();
+    out.num_cached_tokens = sequences.at(groups.at(r.request_id).seq_ids[0])->request.num_cached_tokens;
+    return out;
+  }
+
+  // flush_text: emit the text still held back; false when a stop string ended the sample (the
+  // text after it is never emitted).
+  void finish(Sequence& seq, FinishReason reason, RequestOutput& out, bool flush_text = true) {
+    Request& r = seq.request;
+    SampleOutput& sample = sample_output(out, r.sample_index);
+    if (flush_text) {
+      // Text still held back (an incomplete character, a possible stop-string start) is final now.
+      std::string rest = seq.detokenizer ? seq.detokenizer->flush() : std::string();
+      if (seq.stop_matcher) {
+        StopMatcher::Output match = seq.stop_matcher->push(rest);
+        rest = match.text;
+        if (!match.stopped) rest += seq.stop_matcher->finish();
+      }
+      sample.new_text += rest;
+    }
+    r.status = RequestStatus::kFinished;
+    r.finish_reason = reason;
+    sample.finished = true;
+    sample.finish_reason = reason;
+    scheduler.remove(&r);
+    Group& group = groups.at(r.request_id);
+    if (++group.num_finished == group.n) out.finished = true;
+  }
+
+  // Appends a sampled token and applies the stop rules: stop / eos token ids and stop strings
+  // (both only once min_tokens are out), max_tokens, the context length.
+  void append_token(Sequence& seq, int32_t token, std::optional<TokenLogprob> logprob, RequestOutput& out) {
+    Request& r = seq.request;
+    r.output_token_ids.push_back(token);
+    SampleOutput& sample = sample_output(out, r.sample_index);
+    sample.new_token_ids.push_back(token);
+    if (logprob) sample.new_logprobs.push_back(std::move(*logprob));
+    const auto num_outputs = static_cast<int32_t>(r.output_token_ids.size());
+    const bool may_stop = num_outputs >= r.params.min_tokens;
+    std::string piece = seq.detokenizer ? seq.detokenizer->push(token) : std::string();
+    if (seq.stop_matcher && may_stop) {
+      StopMatcher::Output match = seq.stop_matcher->push(piece);
+      sample.new_text += match.text;
+      if (match.stopped) {
+        sample.stop_reason = match.stop_str;
+        finish(seq, FinishReason::kStop, out, false);
+        return;
+      }
+    } else {
+      sample.new_text += piece;
+    }
+    const auto& stop_ids = r.params.stop_token_ids;
+    if (may_stop && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+      sample.stop_reason = std::to_string(token);
+      finish(seq, FinishReason::kStop, out);
+    } else if (may_stop && !r.params.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end()) {
+      finish(seq, FinishReason::kStop, out);
+    } else if (num_outputs >= r.params.max_tokens || r.num_tokens() >= max_model_len) {
+      finish(seq, FinishReason::kLength, out);
+    }
+  }
+
+  int32_t sample(const Request& r, const float* raw_logits, std::optional<TokenLogprob>* logprob) {
+    const int64_t vocab = model.config().vocab_size;
+    processed.assign(raw_logits, raw_logits + vocab);
+    apply_logits_processors(processed.data(), vocab, r.params, r.prompt_token_ids, r.output_token_ids, eos_ids);
+    const int32_t token = sample_token(processed.data(), vocab, r.params, r.seed, r.num_tokens(), r.sample_index);
+    if (r.params.logprobs) *logprob = token_logprob(raw_logits, vocab, token, *r.params.logprobs);
+    return token;
+  }
+
+  // Sample 0 just finished its prompt: the other samples share its blocks and sample their
+  // first token from the same logits.
+  void fork_held_children(Sequence& parent, const float* raw_logits, std::map<int64_t, RequestOutput>& outputs) {
+    Group& group = groups.at(parent.request.request_id);
+    for (int64_t child_id : group.held_children) {
+      Sequence& child = *sequences.at(child_id);
+      std::vector<std::pair<int32_t, int32_t>> copies;
+      if (!kv.fork(parent.request.seq_id, child_id, &copies)) {
+        scheduler.add(&child.request);  // no block to copy into: it prefills itself later
+        continue;
+      }
+      model.copy_kv_blocks(copies);
+      child.request.num_computed_tokens = child.request.num_prompt_tokens();
+      child.request.num_cached_tokens = parent.request.num_cached_tokens;
+      scheduler.add_running(&child.request);
+      std::optional<TokenLogprob> logprob;
+      const int32_t token = sample(child.request, raw_logits, &logprob);
+      append_token(child, token, std::move(logprob), output_for(outputs, child.request));
+    }
+    group.held_children.clear();
+  }
+
+  void hand_over_prefilled(Sequence& seq, RequestOutput& out) {
+    Request& r = seq.request;
+    PrefilledRequest p;
+    p.request_id = r.request_id;
+    p.prompt_token_ids = r.prompt_token_ids;
+    p.params = r.params;
+    p.params.seed = r.seed;
+    p.first_token = r.output_token_ids.front();
+    p.block_size = config.block_size;
+    const std::vector<int32_t>& table = kv.block_table(r.seq_id);
+    const std::vector<int32_t> blocks(table.begin(), table.begin() + blocks_for_tokens(r.num_prompt_tokens(), config.block_size));
+    p.kv.resize(blocks.size() * static_cast<size_t>(model.kv_floats_per_block()));
+    model.read_kv_blocks(blocks, p.kv.data());
+    prefilled.push_back(std::move(p));
+    finish(seq, FinishReason::kPrefilled, out);
+  }
+
+  void process_rows(const ScheduledRows& rows, const std::vector<float>& logits, std::map<int64_t, RequestOutput>& outputs) {
+    Sequence& seq = *sequences.at(rows.request->seq_id);
+    Request& r = seq.request;
+    const int64_t vocab = model.config().vocab_size;
+    r.num_computed_tokens += rows.num_new_tokens;
+    kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
+    Group& group = groups.at(r.request_id);
+    for (int32_t k = 0; k < rows.num_prompt_logprob_rows; ++k) {
+      const int32_t scored = rows.first_position + k + 1;
+      const float* row = logits.data() + static_cast<size_t>(rows.first_logit_row + k) * static_cast<size_t>(vocab);
+      group.prompt_logprobs[static_cast<size_t>(scored)] =
+          token_logprob(row, vocab, r.prompt_token_ids[static_cast<size_t>(scored)], *r.params.prompt_logprobs);
+    }
+    if (!rows.samples) return;
+    const float* row = logits.data() + static_cast<size_t>(rows.first_logit_row + rows.num_prompt_logprob_rows) *
+                                           static_cast<size_t>(vocab);
+    const bool prompt_done_now = r.output_token_ids.empty();
+    RequestOutput& out = output_for(outputs, r);
+    if (prompt_done_now && r.params.prompt_logprobs && r.sample_index == 0) out.prompt_logprobs = group.prompt_logprobs;
+    std::optional<TokenLogprob> logprob;
+    const int32_t token = sample(r, row, &logprob);
+    if (prompt_done_now && r.sample_index == 0) fork_held_children(seq, row, outputs);
+    append_token(seq, token, std::move(logprob), out);
+    if (prompt_done_now && config.mode == EngineMode::kPrompt && !r.is_finished()) hand_over_prefilled(seq, out);
+  }
+
+  CausalLM& model;
+  const Tokenizer* tokenizer;
+  EngineConfig config;
+  KvCacheManager kv;
+  Scheduler scheduler;
+  int64_t max_model_len = 0;
+  std::vector<int32_t> eos_ids;
+  std::map<int64_t, std::unique_ptr<Sequence>> sequences;  // by seq_id
+  std::map<int64_t, Group> groups;                          // by request_id
+  std::map<int64_t, RequestOutput> pending_outputs;         // aborts, finished-at-admission
+  std::vector<PrefilledRequest> prefilled;
+  std::vector<float> logits;
+  std::vector<float> processed;
+  int64_t next_seq_id = 0;
+  int64_t next_arrival = 0;
+  int64_t num_preemptions = 0;
+};
+
+EngineCore::EngineCore(CausalLM& model, const Tokenizer* tokenizer, const EngineConfig& config)
+    : impl_(std::make_unique<Impl>(model, tokenizer, config)) {}
+
+EngineCore::~EngineCore() = default;
+
+const EngineConfig& EngineCore::config() const { return impl_->config; }
+
+Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> prompt, const SamplingParams& params,
+                                     int32_t priority, std::string cache_salt) {
+  Impl& m = *impl_;
+  const int64_t vocab = m.model.config().vocab_size;
+  if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return Error{"prompt token id " + std::to_string(prompt[i]) + " at index " + std::to_string(i) +
+                   " is outside the vocabulary [0, " + std::to_string(vocab) + ")"};
+    }
+  }
+  DI_TRY(params.validate(vocab));
+  const auto num_prompt = static_cast<int64_t>(prompt.size());
+  if (num_prompt >= m.max_model_len) {
+    return Error{"the prompt has " + std::to_string(num_prompt) + " tokens; the model's context length is " +
+                 std::to_string(m.max_model_len) + " tokens, prompt and output together"};
+  }
+  const int64_t needed_blocks = blocks_for_tokens(std::min<int64_t>(num_prompt + params.max_tokens, m.max_model_len),
+                                                  m.config.block_size);
+  if (needed_blocks > m.kv.num_blocks()) {
+    return Error{"the request needs " + std::to_string(needed_blocks) + " KV blocks but the cache has " +
+                 std::to_string(m.kv.num_blocks()) + "; shorten it or give the engine more KV memory"};
+  }
+  if (!params.stop.empty() && m.tokenizer == nullptr) {
+    return Error{"stop strings need the model's tokenizer (tokenizer.json); use stop_token_ids instead"};
+  }
+  if (m.config.mode == EngineMode::kPrompt && params.n > 1) return Error{"a PROMPT engine takes n = 1 requests"};
+  if (m.config.mode == EngineMode::kCompletion) return Error{"a COMPLETION engine takes prefilled requests only"};
+  if (m.groups.count(request_id) != 0) return Error{"request id " + std::to_string(request_id) + " is already in use"};
+  Impl::Group& group = m.groups[request_id];
+  group.n = params.n;
+  if (params.prompt_logprobs) group.prompt_logprobs.resize(prompt.size());
+  for (int32_t i = 0; i < params.n; ++i) {
+    Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
+    group.seq_ids.push_back(seq->request.seq_id);
+    if (i == 0) {
+      m.scheduler.add(&seq->request);
+    } else {
+      group.held_children.push_back(seq->request.seq_id);
+    }
+  }
+  return {};
+}
+
+void EngineCore::abort_request(int64_t request_id) {
+  Impl& m = *impl_;
+  const auto it = m.groups.find(request_id);
+  if (it == m.groups.end()) return;
+  RequestOutput& out = m.pending_outputs[request_id];
+  out.request_id = request_id;
+  for (int64_t seq_id : it->second.seq_ids) {
+    Impl::Sequence& seq = *m.sequences.at(seq_id);
+    if (!seq.request.is_finished()) m.finish(seq, FinishReason::kAbort, out);
+  }
+  it->second.held_children.clear();
+}
+
+std::vector<RequestOutput> EngineCore::step() {
+  Impl& m = *impl_;
+  std::map<int64_t, RequestOutput> outputs = std::move(m.pending_outputs);
+  m.pending_outputs.clear();
+  const SchedulerOutput scheduled = m.scheduler.schedule();
+  m.num_preemptions += static_cast<int64_t>(scheduled.preempted.size());
+  if (!scheduled.empty()) {
+    const BuiltBatch built = build_forward_batch(scheduled, m.kv);
+    m.logits.resize(built.batch.logit_rows.size() * static_cast<size_t>(m.model.config().vocab_size));
+    m.model.forward(built.batch, m.logits.data());
+    for (const ScheduledRows& rows : built.rows) m.process_rows(rows, m.logits, outputs);
+  }
+  std::vector<RequestOutput> result;
+  for (auto& [request_id, out] : outputs) {
+    if (out.finished) {
+      for (int64_t seq_id : m.groups.at(request_id).seq_ids) m.sequences.erase(seq_id);
+      m.groups.erase(request_id);
+    }
+    result.push_back(std::move(out));
+  }
+  return result;
+}
+
+bool EngineCore::has_unfinished_requests() const { return !impl_->groups.empty() || !impl_->pending_outputs.empty(); }
+
+std::vector<PrefilledRequest> EngineCore::take_prefilled() { return std::exchange(impl_->prefilled, {}); }
+
+Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t priority) {
+  Impl& m = *impl_;
+  if (m.config.mode != EngineMode::kCompletion) return Error{"only a COMPLETION engine takes prefilled requests"};
+  if (p.block_size != m.config.block_size) {
+    return Error{"prefilled KV uses " + std::to_string(p.block_size) + "-token blocks; this engine uses " +
+                 std::to_string(m.config.block_size)};
+  }
+  const int32_t num_blocks = blocks_for_tokens(static_cast<int64_t>(p.prompt_token_ids.size()), p.block_size);
+  if (p.kv.size() != static_cast<size_t>(num_blocks) * static_cast<size_t>(m.model.kv_floats_per_block())) {
+    return Error{"prefilled KV has the wrong size for this model"};
+  }
+  if (p.params.n != 1) return Error{"prefilled requests have n = 1"};
+  if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
+  Impl::Group& group = m.groups[p.request_id];
+  Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, "");
+  group.seq_ids.push_back(seq->request.seq_id);
+  Request& r = seq->request;
+  int32_t cached = 0;
+  if (!m.kv.allocate(r.seq_id, r.prompt_token_ids, r.num_prompt_tokens(), r.cache_salt, &cached)) {
+    m.sequences.erase(r.seq_id);
+    m.groups.erase(p.request_id);
+    return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
+  }
+  // Blocks found in this engine's prefix cache already hold this KV; write the rest.
+  const std::vector<int32_t>& table = m.kv.block_table(r.seq_id);
+  const int32_t first_new_block = cached / m.config.block_size;
+  const std::vector<int32_t> new_blocks(table.begin() + first_new_block, table.begin() + num_blocks);
+  m.model.write_kv_blocks(new_blocks, p.kv.data() + static_cast<size_t>(first_new_block) *
+                                                        static_cast<size_t>(m.model.kv_floats_per_block()));
+  r.num_computed_tokens = r.num_prompt_tokens();
+  r.num_cached_tokens = cached;
+  m.kv.commit_computed(r.seq_id, r.prompt_token_ids, r.num_computed_tokens);
+  m.scheduler.add_running(&r);
+  m.append_token(*seq, p.first_token, std::nullopt, m.output_for(m.pending_outputs, r));
+  return {};
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats s;
+  s.num_waiting = impl_->scheduler.num_waiting();
+  s.num_running = impl_->scheduler.num_running();
+  s.kv_usage = impl_->kv.usage();
+  s.prefix_cache = impl_->kv.stats();
+  s.num_preemptions = impl_->num_preemptions;
+  return s;
+}
+
+void EngineCore::check_invariants() const { impl_->kv.check_invariants(); }
+
+}  // namespace deepinfer

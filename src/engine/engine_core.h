@@ -1,0 +1,107 @@
+// EngineCore: the step loop. Each step() schedules sequences (scheduler.h), runs one forward
+// pass over all of them (prefill chunks and decodes mixed), samples the sequences whose last
+// token ran, and turns tokens into text (streaming detokenizer, stop strings). Engine modes:
+// NORMAL; PROMPT (prefill only: a request ends after its first token and its KV is handed back
+// as a PrefilledRequest); COMPLETION (decode only: takes PrefilledRequests).
+// Not thread-safe: one thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kvcache/kv_cache_manager.h"
+#include "model/model.h"
+#include "sampling/logprobs.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+enum class EngineMode : uint8_t { kNormal, kPrompt, kCompletion };
+
+struct EngineConfig {
+  int32_t block_size = 128;      // tokens per KV page (the seeds' page size)
+  int32_t num_kv_blocks = 0;     // 0: kv_cache_bytes / the model's bytes per block
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int32_t max_model_len = 0;     // 0: the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  SchedulerConfig scheduler;
+  EngineMode mode = EngineMode::kNormal;
+};
+
+// One sample's progress in one step.
+struct SampleOutput {
+  int32_t index = 0;  // the sample index (0..n-1)
+  std::vector<int32_t> new_token_ids;
+  std::string new_text;  // empty without a tokenizer
+  std::vector<TokenLogprob> new_logprobs;  // when params.logprobs is set
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_reason;  // the matched stop string, or the stop token id as text
+};
+
+struct RequestOutput {
+  int64_t request_id = 0;
+  std::vector<SampleOutput> samples;  // the samples that changed this step
+  // Once, in the step where the prompt finished: prompt_logprobs[i] scores prompt token i
+  // (nullopt for token 0).
+  std::optional<std::vector<std::optional<TokenLogprob>>> prompt_logprobs;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;
+  bool finished = false;  // every sample finished
+};
+
+// A request whose prompt a PROMPT engine ran: its first token and its KV blocks' contents.
+struct PrefilledRequest {
+  int64_t request_id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams params;
+  int32_t first_token = 0;
+  int32_t block_size = 0;
+  std::vector<float> kv;  // [blocks_for_tokens(prompt), model.kv_floats_per_block()]
+};
+
+struct EngineStats {
+  size_t num_waiting = 0;
+  size_t num_running = 0;
+  double kv_usage = 0.0;
+  PrefixCacheStats prefix_cache;
+  int64_t num_preemptions = 0;
+};
+
+class EngineCore {
+ public:
+  // tokenizer may be null (ids only; stop strings are then an error).
+  EngineCore(CausalLM& model, const Tokenizer* tokenizer, const EngineConfig& config);
+  ~EngineCore();
+
+  // Errors: empty prompt, ids outside the vocabulary, prompt + max_tokens beyond max_model_len
+  // or the KV pool, invalid sampling parameters, a duplicate request id.
+  Result<void> add_request(int64_t request_id, std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
+                           int32_t priority = 0, std::string cache_salt = "");
+  // Cancels at any point; frees everything; the next step() reports it finished (kAbort).
+  void abort_request(int64_t request_id);
+  std::vector<RequestOutput> step();
+  bool has_unfinished_requests() const;
+
+  // PROMPT mode: requests whose prefill finished since the last call.
+  std::vector<PrefilledRequest> take_prefilled();
+  // COMPLETION mode: continues a request from its prefilled KV.
+  Result<void> add_prefilled_request(PrefilledRequest prefilled, int32_t priority = 0);
+
+  EngineStats stats() const;
+  const EngineConfig& config() const;
+  // Asserts the KV bookkeeping is consistent (tests).
+  void check_invariants() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,120 @@
+// Continuous batching with chunked prefill, preemption by recompute and policy-ordered queues.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace deepinfer {
+namespace {
+
+template <typename Container>
+void insert_ordered(Container& queue, Request* request, const SchedulingPolicy& policy) {
+  const auto at = std::upper_bound(queue.begin(), queue.end(), request,
+                                   [&](const Request* a, const Request* b) { return policy.runs_before(*a, *b); });
+  queue.insert(at, request);
+}
+
+template <typename Container>
+bool erase_from(Container& queue, const Request* request) {
+  const auto it = std::find(queue.begin(), queue.end(), request);
+  if (it == queue.end()) return false;
+  queue.erase(it);
+  return true;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
+    : config_(config), kv_cache_(kv_cache) {
+  if (config.priority_policy) {
+    policy_ = std::make_unique<PriorityPolicy>();
+  } else {
+    policy_ = std::make_unique<FcfsPolicy>();
+  }
+}
+
+void Scheduler::add(Request* request) {
+  request->status = RequestStatus::kWaiting;
+  insert_ordered(waiting_, request, *policy_);
+}
+
+void Scheduler::add_running(Request* request) {
+  request->status = RequestStatus::kRunning;
+  insert_ordered(running_, request, *policy_);
+}
+
+void Scheduler::remove(Request* request) {
+  if (!erase_from(waiting_, request)) erase_from(running_, request);
+  kv_cache_.free(request->seq_id);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int32_t budget = config_.max_num_batched_tokens;
+  schedule_running(budget, out);
+  // A step that had to preempt admits nobody: the pool is the bottleneck.
+  if (out.preempted.empty()) admit_waiting(budget, out);
+  out.num_batched_tokens = config_.max_num_batched_tokens - budget;
+  return out;
+}
+
+void Scheduler::preempt(Request* victim, SchedulerOutput& out) {
+  kv_cache_.free(victim->seq_id);
+  victim->num_computed_tokens = 0;
+  ++victim->num_preemptions;
+  erase_from(running_, victim);
+  insert_ordered(waiting_, victim, *policy_);
+  victim->status = RequestStatus::kWaiting;
+  out.preempted.push_back(victim);
+}
+
+bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request* request = running_[i];
+    const int32_t remaining = request->num_tokens() - request->num_computed_tokens;
+    DI_CHECK(remaining > 0, "running sequence " << request->seq_id << " has nothing to compute");
+    const int32_t num_new = std::min(remaining, budget);
+    const std::vector<int32_t> tokens = request->all_tokens();
+    bool preempted_self = false;
+    int32_t ignored_cached = 0;
+    while (!kv_cache_.allocate(request->seq_id, tokens, request->num_computed_tokens + num_new, request->cache_salt,
+                               &ignored_cached)) {
+      Request* victim = running_.back();
+      preempt(victim, out);
+      if (victim == request) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;  // it was the lowest-ranked: nothing after it remains
+    out.scheduled.push_back({request, num_new});
+    budget -= num_new;
+    ++i;
+  }
+  return out.preempted.empty();
+}
+
+void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
+  while (!waiting_.empty() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
+    Request* request = waiting_.front();
+    const std::vector<int32_t> tokens = request->all_tokens();
+    const int32_t cached = kv_cache_.num_cached_tokens(tokens, request->cache_salt);
+    const int32_t remaining = static_cast<int32_t>(tokens.size()) - cached;
+    const int32_t num_new = std::min(remaining, budget);
+    if (num_new < remaining && !config_.enable_chunked_prefill) break;
+    int32_t taken_cached = 0;
+    if (!kv_cache_.allocate(request->seq_id, tokens, cached + num_new, request->cache_salt, &taken_cached)) break;
+    DI_CHECK(taken_cached == cached, "prefix cache changed between lookup and allocation");
+    waiting_.pop_front();
+    request->num_computed_tokens = cached;
+    if (request->num_preemptions == 0) request->num_cached_tokens = cached;
+    request->status = RequestStatus::kRunning;
+    insert_ordered(running_, request, *policy_);
+    out.scheduled.push_back({request, num_new});
+    budget -= num_new;
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,85 @@
+// KvCacheManager: page tables per sequence over a BlockPool, with prefix caching. The
+// scheduler asks it for room before scheduling tokens and tells it what was computed after
+// each step. CPU bookkeeping only; not thread-safe (the engine thread owns it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kvcache/block_pool.h"
+
+namespace deepinfer {
+
+struct KvCacheConfig {
+  int32_t num_blocks = 0;
+  int32_t block_size = 128;
+  bool enable_prefix_caching = true;
+  // Model, dtype, KV layout and code version: seeds every hash chain.
+  std::string model_fingerprint;
+  // > 0 when every layer uses this sliding window: blocks wholly before the window of the
+  // sequence's next token are released (their table entries become -1).
+  int32_t sliding_window = 0;
+};
+
+struct PrefixCacheStats {
+  int64_t queried_tokens = 0;  // prompt tokens looked up
+  int64_t hit_tokens = 0;      // of those, found cached
+};
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);
+  ~KvCacheManager();
+  KvCacheManager(KvCacheManager&&) noexcept;
+  KvCacheManager& operator=(KvCacheManager&&) noexcept;
+
+  int32_t block_size() const;
+  int32_t num_free_blocks() const;
+  int32_t num_blocks() const;
+  // Fraction of blocks in use (not free, not evictable).
+  double usage() const;
+
+  // How many leading tokens of a new sequence's tokens are cached: whole blocks only, and
+  // always fewer than tokens.size() (the last token must run to give logits). Does not mutate.
+  int32_t num_cached_tokens(const std::vector<int32_t>& tokens, std::string_view cache_salt) const;
+
+  // Makes seq_id's table cover its first num_tokens tokens. On the sequence's first call it
+  // first takes the cached prefix blocks (counted in stats) and returns how many tokens they
+  // hold through num_cached_tokens (0 on later calls). Returns false and changes nothing when
+  // there are not enough free blocks.
+  bool allocate(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens, std::string_view cache_salt,
+                int32_t* num_cached_tokens);
+
+  // After a step computed tokens [0, num_computed) of seq_id: registers its newly full blocks
+  // in the prefix index and releases blocks outside the sliding window. num_computed never
+  // shrinks (commit only accepted tokens) and tokens holds at least num_computed ids.
+  void commit_computed(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_computed);
+
+  // n > 1: child gets parent's table, full blocks shared (ref counted); the partial last block
+  // is copied into a fresh block. Returns the (src, dst) block pairs the caller must copy on the
+  // device before the child's next step (appended to copies). False when there is no free block
+  // for the copy. The child covers the parent's computed tokens (call after commit_computed).
+  bool fork(int64_t parent_seq_id, int64_t child_seq_id, std::vector<std::pair<int32_t, int32_t>>* copies);
+
+  // Drops the sequence's references (preemption, finish, abort). Unknown ids are ignored.
+  void free(int64_t seq_id);
+  bool has(int64_t seq_id) const;
+  // The sequence's block ids in order; -1 where a sliding-window block was released.
+  const std::vector<int32_t>& block_table(int64_t seq_id) const;
+
+  const PrefixCacheStats& stats() const;
+  // Asserts pool and tables agree: every table entry holds a reference, ref counts equal the
+  // number of tables holding a block, nothing leaks.
+  void check_invariants() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,80 @@
+// History-dependent logits processors: min_tokens, logit bias, repetition / frequency / presence.
+#include "sampling/logits_processor.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/check.h"
+
+namespace deepinfer {
+namespace {
+
+void check_token(int32_t token_id, int64_t vocab) {
+  DI_CHECK(token_id >= 0 && token_id < vocab, "token " << token_id << " outside vocabulary " << vocab);
+}
+
+void apply_min_tokens(float* logits, int64_t vocab, const SamplingParams& params, size_t num_output_tokens,
+                      const std::vector<int32_t>& eos_ids) {
+  if (num_output_tokens >= static_cast<size_t>(std::max(params.min_tokens, 0))) return;
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int32_t id : eos_ids) {
+    check_token(id, vocab);
+    logits[id] = kMasked;
+  }
+  for (int32_t id : params.stop_token_ids) {
+    check_token(id, vocab);
+    logits[id] = kMasked;
+  }
+}
+
+void apply_repetition_penalty(float* logits, int64_t vocab, float penalty, std::span<const int32_t> prompt_tokens,
+                              std::span<const int32_t> output_tokens) {
+  // A token seen twice is still penalised once.
+  std::vector<bool> seen(static_cast<size_t>(vocab), false);
+  for (std::span<const int32_t> tokens : {prompt_tokens, output_tokens}) {
+    for (int32_t id : tokens) {
+      check_token(id, vocab);
+      if (seen[static_cast<size_t>(id)]) continue;
+      seen[static_cast<size_t>(id)] = true;
+      logits[id] = logits[id] > 0.0f ? logits[id] / penalty : logits[id] * penalty;
+    }
+  }
+}
+
+void apply_output_penalties(float* logits, int64_t vocab, float frequency_penalty, float presence_penalty,
+                            std::span<const int32_t> output_tokens) {
+  std::vector<int32_t> sorted(output_tokens.begin(), output_tokens.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t begin = 0; begin < sorted.size();) {
+    const int32_t id = sorted[begin];
+    check_token(id, vocab);
+    size_t end = begin;
+    while (end < sorted.size() && sorted[end] == id) ++end;
+    logits[id] -= frequency_penalty * static_cast<float>(end - begin);
+    logits[id] -= presence_penalty;
+    begin = end;
+  }
+}
+
+}  // namespace
+
+void apply_logits_processors(float* logits, int64_t vocab, const SamplingParams& params,
+                             std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
+                             const std::vector<int32_t>& eos_ids) {
+  DI_CHECK(vocab > 0, "vocab " << vocab);
+  apply_min_tokens(logits, vocab, params, output_tokens.size(), eos_ids);
+  for (const auto& [id, bias] : params.logit_bias) {
+    check_token(id, vocab);
+    logits[id] += bias;
+  }
+  if (params.repetition_penalty != 1.0) {
+    apply_repetition_penalty(logits, vocab, static_cast<float>(params.repetition_penalty), prompt_tokens,
+                             output_tokens);
+  }
+  if (params.frequency_penalty != 0.0 || params.presence_penalty != 0.0) {
+    apply_output_penalties(logits, vocab, static_cast<float>(params.frequency_penalty),
+                           static_cast<float>(params.presence_penalty), output_tokens);
+  }
+}
+
+}  // namespace deepinfer
