@@ -7,13 +7,10 @@
 // Run: build/bin/bench_kernels [--benchmark_filter=gemv] (OMP_NUM_THREADS sets the threads).
 #include <benchmark/benchmark.h>
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -32,28 +29,12 @@ constexpr size_t kBandwidthBytes = size_t{1} << 30;
 
 double g_read_gbps = 0.0;
 
-std::vector<uint16_t> random_half_bits(size_t count, DType dtype, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<uint16_t> bits(count);
-  for (auto& b : bits) b = dtype == DType::kBF16 ? f32_to_bf16(dist(rng)) : f32_to_f16(dist(rng));
-  return bits;
+// A value in [-1, 1) from an index hash: cheap enough to fill gigabytes in parallel.
+float pseudo_random(size_t i) {
+  uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull;
+  h ^= h >> 29;
+  return static_cast<float>(h >> 40) / static_cast<float>(1 << 23) - 1.0f;
 }
-
-// A float buffer on 2 MiB transparent huge pages, as the runtime's KV cache should be: attention
-// reads one head's slice of every cache row, a stride that would touch a new 4 KiB page per key.
-struct HugeFloats {
-  float* data = nullptr;
-  size_t bytes = 0;
-  explicit HugeFloats(size_t count)
-      : bytes((count * sizeof(float) + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20)) {
-    data = static_cast<float*>(std::aligned_alloc(size_t{2} << 20, bytes));
-    madvise(data, bytes, MADV_HUGEPAGE);
-  }
-  ~HugeFloats() { std::free(data); }
-  HugeFloats(const HugeFloats&) = delete;
-  HugeFloats& operator=(const HugeFloats&) = delete;
-};
 
 // `copies` weights of [n, k] in dtype, in one allocation.
 struct WeightSet {
@@ -66,14 +47,18 @@ struct WeightSet {
 
   WeightSet(DType dtype_in, int64_t n_in, int64_t k_in, int copies_in)
       : dtype(dtype_in), n(n_in), k(k_in), copies(copies_in) {
-    const size_t count = static_cast<size_t>(n * k) * static_cast<size_t>(copies);
+    const auto count = static_cast<int64_t>(n * k) * copies;
     if (dtype == DType::kF32) {
-      f32.resize(count);
-      std::mt19937 rng(1);
-      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-      for (float& v : f32) v = dist(rng);
+      f32.resize(static_cast<size_t>(count));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i) f32[static_cast<size_t>(i)] = pseudo_random(static_cast<size_t>(i));
     } else {
-      half = random_half_bits(count, dtype, 1);
+      half.resize(static_cast<size_t>(count));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = pseudo_random(static_cast<size_t>(i));
+        half[static_cast<size_t>(i)] = dtype == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+      }
     }
   }
   size_t bytes_each() const { return static_cast<size_t>(n * k) * dtype_size_bytes(dtype); }
@@ -150,12 +135,10 @@ void bm_attention(benchmark::State& state, int32_t seq_len, int32_t num_new) {
   const int32_t num_heads = 32, num_kv_heads = 8, head_dim = 128, block_size = 16;
   const int32_t num_blocks = (seq_len + block_size - 1) / block_size;
   const size_t cache_floats = static_cast<size_t>(num_blocks) * block_size * num_kv_heads * head_dim;
-  HugeFloats k_cache(cache_floats), v_cache(cache_floats);
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> k_cache(cache_floats), v_cache(cache_floats);
   for (size_t i = 0; i < cache_floats; ++i) {
-    k_cache.data[i] = dist(rng);
-    v_cache.data[i] = dist(rng);
+    k_cache[i] = pseudo_random(i);
+    v_cache[i] = pseudo_random(i + cache_floats);
   }
   std::vector<int32_t> block_table(static_cast<size_t>(num_blocks));
   for (int32_t b = 0; b < num_blocks; ++b) block_table[static_cast<size_t>(b)] = b;
@@ -165,7 +148,7 @@ void bm_attention(benchmark::State& state, int32_t seq_len, int32_t num_new) {
   std::vector<float> q(static_cast<size_t>(num_new) * num_heads * head_dim, 0.01f);
   std::vector<float> out(q.size());
   for (auto _ : state) {
-    cpu::paged_attention(q.data(), k_cache.data, v_cache.data, batch, params, out.data());
+    cpu::paged_attention(q.data(), k_cache.data(), v_cache.data(), batch, params, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   // Score and value FLOPs of the causal triangle (or the decode row).
@@ -207,7 +190,7 @@ void register_benchmarks() {
     }
   }
   for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
-    for (int64_t rows : {1, 2, 4, 6, 8, 12, 16, 32}) {
+    for (int64_t rows : {1, 4, 8, 16, 24, 32, 48, 64, 128, 256}) {
       for (bool use_gemv : {true, false}) {
         const std::string name = std::string("rows/") + (use_gemv ? "gemv/" : "onednn/") + dtype_label(dtype) +
                                  "/N=4096/K=4096/rows=" + std::to_string(rows);

@@ -15,11 +15,12 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
-                       [--device cpu|ref] [--threads N]
+                       [--device cpu|ref] [--threads N] [--batch-invariant]
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
-bandwidth measured in the same run, and their ratio.
+bandwidth measured in the same run, and their ratio. --batch-invariant runs the kernels whose
+results do not depend on the batch (slower prefill; see docs/benchmarks.md).
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -30,7 +31,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 int run_bench(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
-  auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats"}), {});
+  auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats"}),
+                          model_bool_flags({}));
   if (!args.ok()) return report_error("bench", args.error());
   auto prompt_tokens = args->get_int("--prompt-tokens", 128);
   auto decode_tokens = args->get_int("--decode-tokens", 32);

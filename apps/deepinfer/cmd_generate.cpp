@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
-                          [--ignore-eos] [--device cpu|ref] [--threads N]
+                          [--ignore-eos] [--device cpu|ref] [--threads N] [--batch-invariant]
        deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
 (tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
@@ -29,6 +29,8 @@ Batch mode: each input line is {"prompt": "..."} or {"prompt_token_ids": [...]} 
 OpenAI-named sampling fields (max_tokens, temperature, top_p, top_k, min_p, seed, stop, n,
 logprobs, top_logprobs, ignore_eos, ...; the flags give their defaults); each output line, in
 input order, has token_ids, text (with a tokenizer), logprobs (when asked) and finish_reason.
+--batch-invariant: every request gives the same tokens and logprobs, bit for bit, whatever else
+runs in its batch (slower prefill).
 Defaults: --max-tokens 64, --temperature 0 (greedy).
 )";
 
@@ -84,7 +86,7 @@ int run_generate(int argc, char** argv) {
                           model_value_flags({"--prompt", "--tokens", "--max-tokens", "--temperature", "--top-p",
                                              "--top-k", "--min-p", "--seed", "--input", "--output",
                                              "--max-num-seqs"}),
-                          {"--ignore-eos", "--chat"});
+                          model_bool_flags({"--ignore-eos", "--chat"}));
   if (!args.ok()) return report_error("generate", args.error());
   auto params = params_from_args(*args);
   if (!params.ok()) return report_error("generate", params.error());
@@ -102,6 +104,7 @@ int run_generate(int argc, char** argv) {
   config.model_dir = *args->find("--model");
   config.device = args->find("--device").value_or("cpu");
   config.max_num_seqs = 1;
+  config.batch_invariant = args->has("--batch-invariant");
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
   auto prompt = prompt_ids(*args, config.model_dir, **llm);

@@ -9,7 +9,7 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer score --model DIR --tokens 1,2,3 [--top-logprobs K] [--dump-logits FILE]
-                       [--device cpu|ref] [--threads N]
+                       [--device cpu|ref] [--threads N] [--batch-invariant]
 Prints one JSON object per input position i: {"pos":i,"token":id,"top":[[id,logprob],...]} where
 logprobs are the log-softmax over the full vocabulary of the logits at position i (predicting
 token i+1), top K (default 8) by logprob descending. --dump-logits writes the last position's raw
@@ -29,7 +29,8 @@ Result<void> write_logits(const std::string& path, const float* logits, int64_t 
 
 int run_score(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
-  auto args = Args::parse(argc, argv, model_value_flags({"--tokens", "--top-logprobs", "--dump-logits"}), {});
+  auto args = Args::parse(argc, argv, model_value_flags({"--tokens", "--top-logprobs", "--dump-logits"}),
+                          model_bool_flags({}));
   if (!args.ok()) return report_error("score", args.error());
   auto tokens = args->get_int_list("--tokens");
   if (!tokens.ok()) return report_error("score", tokens.error());

@@ -89,6 +89,7 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   LLMConfig config;
   config.model_dir = args.find("--model").value_or("");
   config.device = args.find("--device").value_or("cpu");
+  config.batch_invariant = args.has("--batch-invariant");
   auto max_num_seqs = args.get_int("--max-num-seqs", config.max_num_seqs);
   if (!max_num_seqs.ok()) return report_error("generate", max_num_seqs.error());
   if (*max_num_seqs < 1) return report_error("generate", Error{"--max-num-seqs must be >= 1"});

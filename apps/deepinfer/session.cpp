@@ -12,6 +12,17 @@ std::set<std::string> model_value_flags(std::set<std::string> extra) {
   return extra;
 }
 
+std::set<std::string> model_bool_flags(std::set<std::string> extra) {
+  extra.insert("--batch-invariant");
+  return extra;
+}
+
+BackendOptions backend_options_from_args(const Args& args) {
+  BackendOptions options;
+  options.batch_invariant = args.has("--batch-invariant");
+  return options;
+}
+
 Result<LoadedModel> load_model_from_args(const Args& args) {
   auto threads = args.get_int("--threads", 0);
   if (!threads.ok()) return threads.error();
@@ -19,7 +30,7 @@ Result<LoadedModel> load_model_from_args(const Args& args) {
   if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
   auto dir = args.get_string("--model");
   if (!dir.ok()) return dir.error();
-  auto backend = make_backend(args.find("--device").value_or("cpu"));
+  auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
   if (!backend.ok()) return backend.error();
   LoadedModel loaded;
   loaded.backend = std::move(*backend);

@@ -16,8 +16,12 @@ struct LoadedModel {
   std::unique_ptr<CausalLM> model;
 };
 
-// Flags every model command takes: --model, --device, --threads.
+// Flags every model command takes: --model, --device, --threads; and --batch-invariant.
 std::set<std::string> model_value_flags(std::set<std::string> extra);
+std::set<std::string> model_bool_flags(std::set<std::string> extra);
+
+// The backend options the flags ask for (--batch-invariant).
+BackendOptions backend_options_from_args(const Args& args);
 
 // Applies --threads, makes the --device backend (default cpu) and loads --model.
 Result<LoadedModel> load_model_from_args(const Args& args);

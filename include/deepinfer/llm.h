@@ -29,6 +29,10 @@ struct LLMConfig {
   int64_t kv_cache_bytes = int64_t{1} << 30;
   int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
   bool enable_prefix_caching = true;
+  // Every request gives bit-identical tokens and logprobs alone or batched, whatever else runs
+  // with it, how its prompt is chunked, cached or preempted (slower prefill on "cpu"; see
+  // BackendOptions in runtime/backend.h and docs/benchmarks.md).
+  bool batch_invariant = false;
   bool show_progress = true;             // progress bars on stderr (loading, batches)
 };
 

@@ -62,8 +62,8 @@ struct SamplingParams {
   // The most tokens to generate (>= 0; 0 only runs the prompt, e.g. for prompt_logprobs). The
   // engine also stops at the model's context length.
   int32_t max_tokens = 16;
-  // The fewest tokens to generate before eos or stop_token_ids may end the sequence, in
-  // [0, max_tokens]. Stop strings still apply.
+  // The fewest tokens to generate before eos, stop_token_ids or stop strings may end the
+  // sequence, in [0, max_tokens].
   int32_t min_tokens = 0;
 
   // Number of most likely tokens to return with each generated token's logprob, in [0, 20];

@@ -67,6 +67,12 @@ struct EngineCore::Impl {
             ? config.num_kv_blocks
             : static_cast<int32_t>(std::clamp<int64_t>(config.kv_cache_bytes / bytes_per_block, 1, std::max<int64_t>(useful_blocks, 1)));
     const ModelConfig& mc = model.config();
+    // When every layer has the same window, pages that left it are released.
+    const auto& windows = mc.layer_sliding_window;
+    if (!windows.empty() && windows.front() > 0 &&
+        std::all_of(windows.begin(), windows.end(), [&](int32_t w) { return w == windows.front(); })) {
+      kv_config.sliding_window = windows.front();
+    }
     // Everything the cached KV depends on: architecture, shapes, weights' dtype, KV layout.
     kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=f32|block=" +
                                   std::to_string(config.block_size) + "|deepinfer=" DEEPINFER_VERSION;
@@ -140,7 +146,8 @@ struct EngineCore::Impl {
   }
 
   // Appends a sampled token and applies the stop rules: stop / eos token ids and stop strings
-  // (both only once min_tokens are out), max_tokens, the context length.
+  // (both only once min_tokens are out), max_tokens, the context length. As in vLLM, a stop
+  // token's own text is left out unless include_stop_str_in_output.
   void append_token(Sequence& seq, int32_t token, std::optional<TokenLogprob> logprob, RequestOutput& out) {
     Request& r = seq.request;
     r.output_token_ids.push_back(token);
@@ -149,7 +156,12 @@ struct EngineCore::Impl {
     if (logprob) sample.new_logprobs.push_back(std::move(*logprob));
     const auto num_outputs = static_cast<int32_t>(r.output_token_ids.size());
     const bool may_stop = num_outputs >= r.params.min_tokens;
+    const auto& stop_ids = r.params.stop_token_ids;
+    const bool is_stop_id = may_stop && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+    const bool is_eos =
+        may_stop && !r.params.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
     std::string piece = seq.detokenizer ? seq.detokenizer->push(token) : std::string();
+    if ((is_stop_id || is_eos) && !r.params.include_stop_str_in_output) piece.clear();
     if (seq.stop_matcher && may_stop) {
       StopMatcher::Output match = seq.stop_matcher->push(piece);
       sample.new_text += match.text;
@@ -161,11 +173,10 @@ struct EngineCore::Impl {
     } else {
       sample.new_text += piece;
     }
-    const auto& stop_ids = r.params.stop_token_ids;
-    if (may_stop && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    if (is_stop_id) {
       sample.stop_reason = std::to_string(token);
       finish(seq, FinishReason::kStop, out);
-    } else if (may_stop && !r.params.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end()) {
+    } else if (is_eos) {
       finish(seq, FinishReason::kStop, out);
     } else if (num_outputs >= r.params.max_tokens || r.num_tokens() >= max_model_len) {
       finish(seq, FinishReason::kLength, out);
@@ -213,9 +224,14 @@ struct EngineCore::Impl {
     p.first_token = r.output_token_ids.front();
     p.block_size = config.block_size;
     const std::vector<int32_t>& table = kv.block_table(r.seq_id);
-    const std::vector<int32_t> blocks(table.begin(), table.begin() + blocks_for_tokens(r.num_prompt_tokens(), config.block_size));
-    p.kv.resize(blocks.size() * static_cast<size_t>(model.kv_floats_per_block()));
-    model.read_kv_blocks(blocks, p.kv.data());
+    const int32_t num_blocks = blocks_for_tokens(r.num_prompt_tokens(), config.block_size);
+    const auto floats_per_block = static_cast<size_t>(model.kv_floats_per_block());
+    p.kv.assign(static_cast<size_t>(num_blocks) * floats_per_block, 0.0f);
+    // Blocks released from a sliding window (-1) are never read again: they travel as zeros.
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      const int32_t block = table[static_cast<size_t>(b)];
+      if (block >= 0) model.read_kv_blocks({block}, p.kv.data() + static_cast<size_t>(b) * floats_per_block);
+    }
     prefilled.push_back(std::move(p));
     finish(seq, FinishReason::kPrefilled, out);
   }

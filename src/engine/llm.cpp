@@ -95,7 +95,9 @@ LLM::~LLM() = default;
 Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
-  auto backend = make_backend(config.device);
+  BackendOptions backend_options;
+  backend_options.batch_invariant = config.batch_invariant;
+  auto backend = make_backend(config.device, backend_options);
   if (!backend.ok()) return backend.error();
   impl->backend = std::move(*backend);
   if (std::filesystem::exists(std::filesystem::path(config.model_dir) / "tokenizer.json")) {

@@ -70,8 +70,16 @@ class Backend {
                                float* out) = 0;
 };
 
+struct BackendOptions {
+  // Every op's result for a token depends only on that token's own inputs (and, for attention,
+  // its sequence's cache), never on the batch's size or make-up or the thread count: a request
+  // gives the same bits alone or batched. "cpu" then runs every matmul through the GEMV's
+  // per-row reduction instead of oneDNN (slower prefill; docs/benchmarks.md); "ref" always is.
+  bool batch_invariant = false;
+};
+
 // "cpu": the optimised host kernels; "ref": the scalar reference kernels (slow; for tests).
 // Unknown names are an error listing the known ones.
-Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options = {});
 
 }  // namespace deepinfer

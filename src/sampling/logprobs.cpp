@@ -58,7 +58,9 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab_size, int32_t chos
   TokenLogprob out;
   out.token_id = chosen;
   out.logprob = static_cast<double>(logits[chosen]) - log_sum;
-  for (int32_t id : top_ids(logits, vocab_size, top_k)) out.top.emplace_back(id, static_cast<double>(logits[id]) - log_sum);
+  for (int32_t id : top_ids(logits, vocab_size, top_k)) {
+    out.top.emplace_back(id, static_cast<double>(logits[id]) - log_sum);
+  }
   return out;
 }
 

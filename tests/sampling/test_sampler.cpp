@@ -141,7 +141,9 @@ std::vector<int32_t> reference_kept(const std::vector<float>& logits, const std:
 
 TEST(Sampler, LargeVocabularyFiltersMatchAFullSort) {
   std::vector<float> logits(5000);
-  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::fmod(i * 0.6180339887, 1.0) * 8.0 - 4.0);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    logits[i] = static_cast<float>(std::fmod(i * 0.6180339887, 1.0) * 8.0 - 4.0);
+  }
   logits[17] = logits[4000];  // a tie across the list
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   for (auto [top_k, top_p, temperature] : {std::tuple{0, 0.9, 2.0}, std::tuple{0, 0.3, 1.0},
@@ -246,7 +248,9 @@ TEST(Sampler, SampleIndicesSeedsAndPositionsGiveIndependentStreams) {
   const int kPositions = 4000;
   auto stream = [&](uint64_t seed, int64_t offset, int32_t index) {
     std::vector<int32_t> tokens;
-    for (int64_t pos = 0; pos < kPositions; ++pos) tokens.push_back(sample_token(uniform.data(), 8, p, seed, pos + offset, index));
+    for (int64_t pos = 0; pos < kPositions; ++pos) {
+      tokens.push_back(sample_token(uniform.data(), 8, p, seed, pos + offset, index));
+    }
     return tokens;
   };
   auto agreement = [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {

@@ -19,7 +19,7 @@ namespace {
 
 constexpr int32_t kTileTokens = 8;
 // Tasks per thread to aim for when there are few tiles (decode): the kv heads are split to get there.
-constexpr int32_t kTasksPerThread = 4;
+constexpr int32_t kTasksPerThread = 2;
 
 DI_SIMD_CLONES float dot_portable(const float* a, const float* b, int32_t n) {
   float sum = 0.0f;
@@ -33,7 +33,7 @@ DI_SIMD_CLONES void scale_and_add_values(float* acc, float rescale, const float*
   for (int32_t d = 0; d < step.head_dim; ++d) acc[d] *= rescale;
   for (int32_t b = step.lo; b <= step.hi; ++b) {
     const float p = probs[b];
-    const float* v = step.v_rows[b] + step.head_offset;
+    const float* v = step.v_rows[b];
 #pragma omp simd
     for (int32_t d = 0; d < step.head_dim; ++d) acc[d] += p * v[d];
   }
@@ -78,8 +78,12 @@ struct TaskView {
   Tile tile;
   int32_t head_begin;
   int32_t head_end;
-  int32_t first_pos;  // position of the tile's first token
-  float* scratch;
+  int32_t first_pos;                  // position of the tile's first token
+  float* scratch;                     // [tile tokens, kv heads] states, see state()
+  float* k_pack;                      // [kKeyBlock, head_dim]: one kv head's K slice of the current block
+  float* v_pack;                      // [kKeyBlock, head_dim]
+  const float* const* packed_k_rows;  // [kKeyBlock] rows of k_pack
+  const float* const* packed_v_rows;
 
   int32_t group() const { return ctx->params->num_heads / ctx->params->num_kv_heads; }
   int32_t head_dim() const { return ctx->params->head_dim; }
@@ -104,6 +108,16 @@ struct TaskView {
           static_cast<int64_t>(blocks[pos / batch.block_size]) * batch.block_size + pos % batch.block_size;
       k_rows[b] = ctx->k_cache + row * stride;
       v_rows[b] = ctx->v_cache + row * stride;
+    }
+  }
+  // Copies the kv head slice at `head_offset` of the block's rows into k_pack / v_pack. In the cache the
+  // slices of consecutive positions sit num_kv_heads * head_dim floats apart, often exactly 4 KiB:
+  // read in place, a block's 16 rows would fight over the same few L1 sets.
+  void pack(const float* const* k_rows, const float* const* v_rows, int32_t count, int64_t head_offset) const {
+    const size_t bytes = static_cast<size_t>(head_dim()) * sizeof(float);
+    for (int32_t b = 0; b < count; ++b) {
+      std::memcpy(k_pack + static_cast<int64_t>(b) * head_dim(), k_rows[b] + head_offset, bytes);
+      std::memcpy(v_pack + static_cast<int64_t>(b) * head_dim(), v_rows[b] + head_offset, bytes);
     }
   }
   // Pulls this task's slice of the given rows towards the cache while the current block computes:
@@ -139,12 +153,14 @@ void run_task(const TaskView& task) {
   int32_t block_start = task.first_key(task.first_pos) / kKeyBlock * kKeyBlock;
   task.rows(block_start, std::min(kKeyBlock, last_pos - block_start + 1), k_rows, v_rows);
   for (; block_start <= last_pos; block_start += kKeyBlock) {
+    const int32_t count = std::min(kKeyBlock, last_pos - block_start + 1);
     const int32_t next_count = std::clamp(last_pos - block_start - kKeyBlock + 1, 0, kKeyBlock);
     task.rows(block_start + kKeyBlock, next_count, next_k_rows, next_v_rows);
     task.prefetch(next_k_rows, next_count);
     task.prefetch(next_v_rows, next_count);
-    // Heads outer, tokens inner: one kv head's slice of the block stays in L1 for all tokens.
+    // Heads outer, tokens inner: one kv head's slice of the block is packed once for all tokens.
     for (int32_t h = task.head_begin; h < task.head_end; ++h) {
+      task.pack(k_rows, v_rows, count, static_cast<int64_t>(h) * head_dim);
       for (int32_t t = 0; t < task.tile.num_tokens; ++t) {
         const int32_t pos = task.first_pos + t;
         const int32_t lo = std::max(block_start, task.first_key(pos)) - block_start;
@@ -153,7 +169,7 @@ void run_task(const TaskView& task) {
         const StateView s = task.state(t, h);
         const float* q = task.ctx->q + (task.tile.first_token + t) * task.token_floats() +
                          static_cast<int64_t>(h) * group * head_dim;
-        task.ctx->step_fn(KeyBlockStep{q, k_rows, v_rows, static_cast<int64_t>(h) * head_dim, lo, hi, group, head_dim,
+        task.ctx->step_fn(KeyBlockStep{q, task.packed_k_rows, task.packed_v_rows, lo, hi, group, head_dim,
                                        task.ctx->params->scale, s.probs, s.acc, s.running_max, s.running_sum,
                                        s.rescale});
       }
@@ -182,13 +198,11 @@ void key_block_step_portable(const KeyBlockStep& step) {
     float* p = step.probs + g * kKeyBlock;
     float block_max = -INFINITY;
     for (int32_t b = step.lo; b <= step.hi; ++b) {
-      p[b] = dot_portable(step.q + static_cast<int64_t>(g) * step.head_dim, step.k_rows[b] + step.head_offset,
-                          step.head_dim) *
-             step.scale;
+      p[b] = dot_portable(step.q + static_cast<int64_t>(g) * step.head_dim, step.k_rows[b], step.head_dim) * step.scale;
       block_max = std::max(block_max, p[b]);
     }
     const float new_max = std::max(step.running_max[g], block_max);
-    const float rescale = std::exp(step.running_max[g] - new_max);
+    const float rescale = fast_exp(step.running_max[g] - new_max);  // ~0 on the first step (max -inf)
     float block_sum = 0.0f;
     for (int32_t b = step.lo; b <= step.hi; ++b) {
       p[b] = fast_exp(p[b] - new_max);
@@ -215,8 +229,7 @@ void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64
 void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
                           const AttentionParams& params, float* out) {
   DI_CHECK(
-      params.num_kv_heads > 0 && params.num_heads % params.num_kv_heads == 0 && params.head_dim > 0 &&
-          params.head_dim <= kMaxHeadDim,
+      params.num_kv_heads > 0 && params.num_heads % params.num_kv_heads == 0 && params.head_dim > 0,
       "num_heads " << params.num_heads << ", num_kv_heads " << params.num_kv_heads << ", head_dim " << params.head_dim);
   std::vector<Tile> tiles;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
@@ -245,8 +258,16 @@ void paged_attention_with(Isa isa, const float* q, const float* k_cache, const f
 
 #pragma omp parallel if (num_tasks > 1)
   {
-    std::vector<float> scratch(
-        static_cast<size_t>(kTileTokens * heads_per_task * key_state_floats(group, params.head_dim)));
+    const int64_t states_floats = kTileTokens * heads_per_task * key_state_floats(group, params.head_dim);
+    std::vector<float> scratch(static_cast<size_t>(states_floats + 2 * kKeyBlock * params.head_dim));
+    float* k_pack = scratch.data() + states_floats;
+    float* v_pack = k_pack + kKeyBlock * params.head_dim;
+    const float* packed_k_rows[kKeyBlock];
+    const float* packed_v_rows[kKeyBlock];
+    for (int32_t b = 0; b < kKeyBlock; ++b) {
+      packed_k_rows[b] = k_pack + static_cast<int64_t>(b) * params.head_dim;
+      packed_v_rows[b] = v_pack + static_cast<int64_t>(b) * params.head_dim;
+    }
     // Dynamic: causal tiles differ in length, and which thread runs a task never changes its result.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < num_tasks; ++task) {
@@ -255,7 +276,7 @@ void paged_attention_with(Isa isa, const float* q, const float* k_cache, const f
       const int32_t num_new = batch.query_start[tile.seq + 1] - batch.query_start[tile.seq];
       const int32_t first_pos = batch.seq_len[tile.seq] - num_new + (tile.first_token - batch.query_start[tile.seq]);
       run_task(TaskView{&ctx, tile, head_begin, std::min(head_begin + heads_per_task, params.num_kv_heads), first_pos,
-                        scratch.data()});
+                        scratch.data(), k_pack, v_pack, packed_k_rows, packed_v_rows});
     }
   }
 }

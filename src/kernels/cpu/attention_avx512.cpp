@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/check.h"
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/simd.h"
 
@@ -34,20 +33,40 @@ DI_TARGET_AVX512 inline __mmask16 first_lanes(int32_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1);
 }
 
-// Lane b of the result holds sum(rows[b]): a 16 x 16 transpose folded into additions (46 shuffles
-// and adds instead of 16 separate horizontal sums).
-DI_TARGET_AVX512 __attribute__((always_inline)) inline __m512 sum_each(const __m512 (&rows)[kKeyBlock]) {
+// Lane b: q . rows[b]. The 16 dot products accumulate side by side, then a 16 x 16 transpose
+// folded into additions (46 shuffles and adds) replaces 16 separate horizontal sums.
+DI_TARGET_AVX512 inline __m512 block_scores(const float* q, const float* const* rows, int32_t head_dim) {
+  __m512 acc[kKeyBlock];
+#pragma GCC unroll 16
+  for (int b = 0; b < kKeyBlock; ++b) acc[b] = _mm512_setzero_ps();
+  int32_t d = 0;
+  for (; d + 16 <= head_dim; d += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + d);
+#pragma GCC unroll 16
+    for (int b = 0; b < kKeyBlock; ++b) acc[b] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(rows[b] + d), acc[b]);
+  }
+  if (d < head_dim) {
+    const __mmask16 mask = first_lanes(head_dim - d);
+    const __m512 qv = _mm512_maskz_loadu_ps(mask, q + d);
+#pragma GCC unroll 16
+    for (int b = 0; b < kKeyBlock; ++b) {
+      acc[b] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mask, rows[b] + d), acc[b]);
+    }
+  }
   __m512 pairs[8];  // 128-bit chunks: (2i, 2i, 2i+1, 2i+1), four partial sums each
+#pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
-    pairs[i] = _mm512_add_ps(_mm512_shuffle_f32x4(rows[2 * i], rows[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(rows[2 * i], rows[2 * i + 1], 0xee));
+    pairs[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0xee));
   }
   __m512 quads[4];  // chunk j holds four partial sums of row 4i + j
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     quads[i] = _mm512_add_ps(_mm512_shuffle_f32x4(pairs[2 * i], pairs[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(pairs[2 * i], pairs[2 * i + 1], 0xdd));
   }
   __m512 halves[2];  // chunk j: rows (8i + j, 8i + 4 + j), two partial sums each, interleaved
+#pragma GCC unroll 2
   for (int i = 0; i < 2; ++i) {
     halves[i] = _mm512_add_ps(_mm512_unpacklo_ps(quads[2 * i], quads[2 * i + 1]),
                               _mm512_unpackhi_ps(quads[2 * i], quads[2 * i + 1]));
@@ -57,19 +76,6 @@ DI_TARGET_AVX512 __attribute__((always_inline)) inline __m512 sum_each(const __m
       _mm512_add_ps(_mm512_shuffle_ps(halves[0], halves[1], 0x44), _mm512_shuffle_ps(halves[0], halves[1], 0xee));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   return _mm512_permutexvar_ps(order, sums);
-}
-
-// Lane b: q . k(b) for the visible lanes b in [lo, hi] of the block, 0 elsewhere (hidden lanes
-// read a row of zeros, so every lane runs the same straight-line code).
-DI_TARGET_AVX512 inline __m512 block_scores(const float* q, const float* const (&rows)[kKeyBlock], int32_t head_dim) {
-  __m512 acc[kKeyBlock];
-  for (int b = 0; b < kKeyBlock; ++b) acc[b] = _mm512_setzero_ps();
-  for (int32_t d = 0; d < head_dim; d += 16) {
-    const __mmask16 mask = first_lanes(head_dim - d);
-    const __m512 qv = _mm512_maskz_loadu_ps(mask, q + d);
-    for (int b = 0; b < kKeyBlock; ++b) acc[b] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mask, rows[b] + d), acc[b]);
-  }
-  return sum_each(acc);
 }
 
 // acc[g, :] = acc[g, :] * rescale[g] + sum_{b=lo..hi} probs[g, b] * v(b) for kHeads query heads.
@@ -85,7 +91,7 @@ DI_TARGET_AVX512 void accumulate_values(const KeyBlockStep& step, int32_t g0) {
       a[g] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, acc + g * head_dim + d), _mm512_set1_ps(step.rescale[g0 + g]));
     }
     for (int32_t b = step.lo; b <= step.hi; ++b) {
-      const __m512 v = _mm512_maskz_loadu_ps(mask, step.v_rows[b] + step.head_offset + d);
+      const __m512 v = _mm512_maskz_loadu_ps(mask, step.v_rows[b] + d);
       for (int g = 0; g < kHeads; ++g) a[g] = _mm512_fmadd_ps(_mm512_set1_ps(probs[g * kKeyBlock + b]), v, a[g]);
     }
     for (int g = 0; g < kHeads; ++g) _mm512_mask_storeu_ps(acc + g * head_dim + d, mask, a[g]);
@@ -101,18 +107,13 @@ constexpr AccumulateFn kAccumulate[kMaxHeadTile] = {
 }  // namespace
 
 DI_TARGET_AVX512 void key_block_step_avx512(const KeyBlockStep& step) {
-  DI_DCHECK(step.head_dim <= kMaxHeadDim);
-  alignas(64) static const float zeros[kMaxHeadDim] = {};
-  const float* rows[kKeyBlock];
-  for (int32_t b = 0; b < kKeyBlock; ++b)
-    rows[b] = b >= step.lo && b <= step.hi ? step.k_rows[b] + step.head_offset : zeros;
   const __mmask16 visible = static_cast<__mmask16>(first_lanes(step.hi - step.lo + 1) << step.lo);
   const __m512 scale = _mm512_set1_ps(step.scale);
   for (int32_t g = 0; g < step.group; ++g) {
-    const __m512 scores =
-        _mm512_mul_ps(block_scores(step.q + static_cast<int64_t>(g) * step.head_dim, rows, step.head_dim), scale);
+    const __m512 scores = _mm512_mul_ps(
+        block_scores(step.q + static_cast<int64_t>(g) * step.head_dim, step.k_rows, step.head_dim), scale);
     const float new_max = std::max(step.running_max[g], _mm512_mask_reduce_max_ps(visible, scores));
-    step.rescale[g] = std::exp(step.running_max[g] - new_max);  // exp(-inf) = 0 on the first step
+    step.rescale[g] = fast_exp(step.running_max[g] - new_max);  // ~0 on the first step (max -inf)
     const __m512 p = _mm512_maskz_mov_ps(visible, exp512(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
     step.running_sum[g] = step.running_sum[g] * step.rescale[g] + _mm512_reduce_add_ps(p);
     step.running_max[g] = new_max;

@@ -12,16 +12,15 @@ namespace deepinfer::kernels::cpu {
 // Keys per step; blocks start at multiples of kKeyBlock (absolute positions), so every token
 // steps through the same blocks however the batch is cut into tasks.
 inline constexpr int32_t kKeyBlock = 16;
-// Largest head_dim the CPU attention takes (DeepSeek's absorbed MLA uses 576).
-inline constexpr int32_t kMaxHeadDim = 1024;
 
-// Running state of one (token, kv head): per query head of the group, the online-softmax max and
-// sum and the unnormalised weighted sum of values. Floats per state: see key_state_floats.
+// One step for one (token, kv head). The running state holds, per query head of the group, the
+// online-softmax max and sum and the unnormalised weighted sum of values (key_state_floats).
+// All kKeyBlock key rows must be readable, also those outside [lo, hi]: their lanes are computed
+// and masked out (never mixed into visible lanes), so any range runs the same straight-line code.
 struct KeyBlockStep {
   const float* q;              // [group, head_dim]
-  const float* const* k_rows;  // [kKeyBlock] cache rows of the block (all kv heads)
-  const float* const* v_rows;  // [kKeyBlock]
-  int64_t head_offset;         // floats from a cache row to this kv head's slice
+  const float* const* k_rows;  // [kKeyBlock] rows of [head_dim]: this kv head's keys of the block
+  const float* const* v_rows;  // [kKeyBlock] rows of [head_dim]
   int32_t lo;                  // the token sees lanes [lo, hi] of the block
   int32_t hi;
   int32_t group;

@@ -10,16 +10,17 @@
 
 namespace deepinfer::kernels::cpu {
 
-// Largest row count that still takes the GEMV, from bench_kernels' BM_MatmulRows sweep on Zen 4
-// (2 cores, ~21 GB/s): the GEMV reads the weights once and is memory-bound up to ~4 rows; beyond,
-// it is FMA-bound at fp32 while oneDNN's bf16 GEMM (vdpbf16ps) does twice the work per
-// instruction, so oneDNN wins from 8 rows on BF16 weights. F32 weights have no such edge; F16
-// weights pay oneDNN's slab conversion.
+// Largest row count that still takes the GEMV. Measured with bench_kernels' rows/ sweep
+// (N = K = 4096, cold weights) on Zen 4: the GEMV is memory-bound up to ~4 rows, then FMA-bound
+// near the fp32 peak (~100 GFLOP/s a core); oneDNN's bf16 GEMM (vdpbf16ps: two products per
+// lane) overtakes it from ~24-32 rows, its f32 GEMM from ~48 rows, and for F16 weights (no f16
+// GEMM on this CPU: slab conversion plus f32 GEMM) only past ~256 rows. Below the switch the GEMV
+// also keeps activations in fp32 where oneDNN's bf16 path rounds them to bf16.
 int64_t gemv_max_rows(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return 6;
-    case DType::kF32: return 6;
-    default: return 6;
+    case DType::kBF16: return 16;
+    case DType::kF32: return 32;
+    default: return 128;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "kernels/cpu/matmul_invariant.h"
 #include "runtime/backend.h"
 
 namespace deepinfer {
@@ -16,7 +17,8 @@ void free_host(void* p) { std::free(p); }
 // Large buffers (KV caches) come from mmap: zero pages that cost nothing until touched.
 constexpr size_t kMmapThresholdBytes = size_t{2} << 20;
 
-// Forwards every op to one kernel namespace; the two backends differ only in that namespace.
+// Forwards every op but matmul to one kernel namespace; the two backends differ only in that
+// namespace and in how they pick their matmul.
 #define DEEPINFER_FORWARD_OPS(ns)                                                                                \
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out)     \
       override {                                                                                                 \
@@ -35,10 +37,6 @@ constexpr size_t kMmapThresholdBytes = size_t{2} << 20;
       override {                                                                                                 \
     kernels::ns::rope(x, positions, num_tokens, num_heads, head_dim, rotary_dim, inv_freq, attention_scaling,    \
                       layout);                                                                                   \
-  }                                                                                                              \
-  void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,   \
-              float* y) override {                                                                               \
-    kernels::ns::matmul(x, w, bias, num_rows, y);                                                                \
   }                                                                                                              \
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override {                        \
     kernels::ns::silu_mul(gate, up, count, out);                                                                 \
@@ -94,22 +92,41 @@ class HostBackendBase : public Backend {
 
 class CpuBackend final : public HostBackendBase {
  public:
+  explicit CpuBackend(const BackendOptions& options) : batch_invariant_(options.batch_invariant) {}
   std::string_view name() const override { return "cpu"; }
   DEEPINFER_FORWARD_OPS(cpu)
+  // The other CPU ops are batch invariant as they are; the default matmul is not (GEMV for a
+  // few rows, oneDNN beyond).
+  void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
+              float* y) override {
+    if (batch_invariant_) {
+      kernels::cpu::matmul_invariant(x, w, bias, num_rows, y);
+    } else {
+      kernels::cpu::matmul(x, w, bias, num_rows, y);
+    }
+  }
+
+ private:
+  bool batch_invariant_;
 };
 
+// Scalar loops, one row at a time: batch invariant whatever the options.
 class RefBackend final : public HostBackendBase {
  public:
   std::string_view name() const override { return "ref"; }
   DEEPINFER_FORWARD_OPS(ref)
+  void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
+              float* y) override {
+    kernels::ref::matmul(x, w, bias, num_rows, y);
+  }
 };
 
 #undef DEEPINFER_FORWARD_OPS
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
-  if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>());
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
+  if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
   if (name == "ref") return std::unique_ptr<Backend>(std::make_unique<RefBackend>());
   return Error{"unknown device '" + name + "'; this build supports: cpu, ref"};
 }
