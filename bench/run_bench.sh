@@ -79,6 +79,24 @@ llama_json="$work/llama-bench.json"
 echo
 echo "CPU: Qwen3-0.6B shape, bf16, batch 1, $threads threads ($(lscpu | sed -n 's/^Model name: *//p'))"
 node "$root/bench/bench_table.mjs" "$deepinfer_json" "$llama_json" "llama.cpp $llama_commit"
+step "deepinfer bench --batch-invariant: the same run with batch-invariant kernels (their cost)"
+OMP_NUM_THREADS="$threads" "$build/bin/deepinfer" bench --model "$model" --prompt-tokens "$prompt_tokens" \
+  --decode-tokens "$decode_tokens" --repeats "$repeats" --threads "$threads" --batch-invariant | tail -n 1
+
+# 3b. The engine end to end on a smaller random model (bench/configs/qwen3-mini.json): offline
+# throughput with 64 sequences at once vs one at a time, and time to first token of a 4K-token
+# prompt on a prefix-cache miss vs a full hit. About half a minute on 2 cores.
+mini_config="$root/bench/configs/qwen3-mini.json"
+mini="$work/qwen3-mini-bf16"
+if stale "$mini/model.safetensors" "$mini_config" "$build/bin/deepinfer-make-random-model"; then
+  step "writing the random model $mini"
+  rm -rf "$mini"
+  "$build/bin/deepinfer-make-random-model" --config "$mini_config" --out "$mini.partial" --dtype bf16 --seed 1
+  mv "$mini.partial" "$mini"
+fi
+echo
+step "engine benchmark (deepinfer-bench-engine)"
+"$build/bin/deepinfer-bench-engine" --model "$mini" --threads "$threads"
 
 # 4. The kernel and tokenizer benchmarks, when built.
 for kernels in "$build/bench/bench_kernels" "$build/bin/bench_kernels"; do

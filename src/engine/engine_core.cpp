@@ -255,6 +255,12 @@ struct EngineCore::Impl {
     const bool prompt_done_now = r.output_token_ids.empty();
     RequestOutput& out = output_for(outputs, r);
     if (prompt_done_now && r.params.prompt_logprobs && r.sample_index == 0) out.prompt_logprobs = group.prompt_logprobs;
+    if (r.params.max_tokens == 0) {  // only the prompt was asked for (e.g. its logprobs): sample nothing
+      for (int64_t child_id : group.held_children) finish(*sequences.at(child_id), FinishReason::kLength, out);
+      group.held_children.clear();
+      finish(seq, FinishReason::kLength, out);
+      return;
+    }
     std::optional<TokenLogprob> logprob;
     const int32_t token = sample(r, row, &logprob);
     if (prompt_done_now && r.sample_index == 0) fork_held_children(seq, row, outputs);
@@ -310,6 +316,14 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
     return Error{"the request needs " + std::to_string(needed_blocks) + " KV blocks but the cache has " +
                  std::to_string(m.kv.num_blocks()) + "; shorten it or give the engine more KV memory"};
   }
+  // Unchunked, a prompt (or a preempted sequence's recompute, up to prompt + max_tokens) runs in
+  // one step or never.
+  const int64_t max_step_tokens = std::min<int64_t>(num_prompt + params.max_tokens, m.max_model_len);
+  if (!m.config.scheduler.enable_chunked_prefill && max_step_tokens > m.config.scheduler.max_num_batched_tokens) {
+    return Error{"with chunked prefill off, prompt + max_tokens (" + std::to_string(max_step_tokens) +
+                 " tokens) must fit one step's max_num_batched_tokens (" +
+                 std::to_string(m.config.scheduler.max_num_batched_tokens) + "); enable chunked prefill or raise it"};
+  }
   if (!params.stop.empty() && m.tokenizer == nullptr) {
     return Error{"stop strings need the model's tokenizer (tokenizer.json); use stop_token_ids instead"};
   }
@@ -335,8 +349,7 @@ void EngineCore::abort_request(int64_t request_id) {
   Impl& m = *impl_;
   const auto it = m.groups.find(request_id);
   if (it == m.groups.end()) return;
-  RequestOutput& out = m.pending_outputs[request_id];
-  out.request_id = request_id;
+  RequestOutput& out = m.output_for(m.pending_outputs, m.sequences.at(it->second.seq_ids.front())->request);
   for (int64_t seq_id : it->second.seq_ids) {
     Impl::Sequence& seq = *m.sequences.at(seq_id);
     if (!seq.request.is_finished()) m.finish(seq, FinishReason::kAbort, out);

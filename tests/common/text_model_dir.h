@@ -51,8 +51,13 @@ class TextModelDir {
     nlohmann::json added = nlohmann::json::array();
     int id = 300;
     for (const char* token : {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"}) {
-      added.push_back({{"id", id++}, {"content", token}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+      added.push_back({{"id", id++},
+                       {"content", token},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", true}});
     }
     const nlohmann::json tokenizer = {
         {"version", "1.0"},

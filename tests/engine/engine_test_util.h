@@ -71,8 +71,8 @@ inline EngineConfig small_engine_config(int32_t num_kv_blocks, int32_t block_siz
 // Everything one sample produced, accumulated over the steps.
 struct SampleRun {
   std::vector<int32_t> token_ids;
-  std::vector<double> logprobs;                                  // of the chosen tokens
-  std::vector<std::vector<std::pair<int32_t, double>>> top;      // top logprobs per token
+  std::vector<double> logprobs;                              // of the chosen tokens
+  std::vector<std::vector<std::pair<int32_t, double>>> top;  // top logprobs per token
   std::string text;
   bool finished = false;
   int32_t num_finish_reports = 0;

@@ -47,7 +47,7 @@ std::vector<RequestSpec> make_requests(int32_t vocab, bool seeded, const std::ve
 
 class BatchInvariance : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { loaded_ = load_test_model(GetParam(), /*batch_invariant=*/false); }
+  void SetUp() override { loaded_ = load_test_model(GetParam(), /*batch_invariant=*/true); }
   CausalLM& model() { return *loaded_.model; }
   int32_t vocab() { return static_cast<int32_t>(model().config().vocab_size); }
 

@@ -3,12 +3,10 @@
 // how many threads run; attention gives a token the same bits whether its sequence's prompt ran
 // whole, in chunks or one token at a time, and whatever other sequences share the batch.
 #include <gtest/gtest.h>
-#include <omp.h>
 
-#include <bit>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -72,8 +70,8 @@ TEST_P(MatmulInvariant, RowsDoNotDependOnTheBatchOrThreads) {
       double sum = bias.values[static_cast<size_t>(n)];
       double magnitude = std::abs(sum);
       for (int64_t k = 0; k < k_in; ++k) {
-        const double product = static_cast<double>(x[static_cast<size_t>(m * k_in + k)]) *
-                               w.values[static_cast<size_t>(n * k_in + k)];
+        const double product =
+            static_cast<double>(x[static_cast<size_t>(m * k_in + k)]) * w.values[static_cast<size_t>(n * k_in + k)];
         sum += product;
         magnitude += std::abs(product);
       }
@@ -172,7 +170,8 @@ class AttentionInvariant : public ::testing::TestWithParam<std::tuple<int32_t, i
       for (int32_t b = 0; b < kMaxBlocks; ++b) {
         table.push_back(b < static_cast<int32_t>(s.blocks->size()) ? (*s.blocks)[static_cast<size_t>(b)] : 0);
       }
-      q.insert(q.end(), s.q + static_cast<ptrdiff_t>(s.first_new) * q_dim_, s.q + static_cast<ptrdiff_t>(s.seq_len) * q_dim_);
+      q.insert(q.end(), s.q + static_cast<ptrdiff_t>(s.first_new) * q_dim_,
+               s.q + static_cast<ptrdiff_t>(s.seq_len) * q_dim_);
     }
     kernels::PagedBatch batch;
     batch.num_seqs = static_cast<int32_t>(seqs.size());
@@ -205,7 +204,9 @@ TEST_P(AttentionInvariant, TokensDoNotDependOnChunkingOrTheBatch) {
     ScopedThreads two(2);
     whole = attend({{&blocks_, kLength, 0, q_.data()}});
   }
-  const auto token = [&](const std::vector<float>& out, int32_t row) { return out.data() + static_cast<ptrdiff_t>(row) * q_dim_; };
+  const auto token = [&](const std::vector<float>& out, int32_t row) {
+    return out.data() + static_cast<ptrdiff_t>(row) * q_dim_;
+  };
   ScopedThreads one(1);
   // Two chunks (13 + 32 tokens), the second next to another sequence's prefill and a decode.
   const std::vector<float> first = attend({{&blocks_, 13, 0, q_.data()}});
