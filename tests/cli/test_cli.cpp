@@ -13,26 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_cli.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-// Runs the CLI; out gets stdout, and stderr too when with_stderr (else stderr is dropped).
-RunResult run_cli(const std::string& args, bool with_stderr = true) {
-  const std::string command = std::string(DEEPINFER_CLI) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  RunResult result;
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using deepinfer::testing::run_cli;
+using RunResult = deepinfer::testing::CliResult;
 
 std::string fixture(const std::string& name) { return std::string(DEEPINFER_TEST_DATA_DIR) + "/" + name; }
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <thread>
 #include <tuple>
 
 #include "kernel_test_util.h"
@@ -139,6 +140,33 @@ TEST(OnednnMatmul, LargeBatchSpansSeveralChunksAndSlabs) {
       const std::vector<float> got(actual.begin() + m * n_out, actual.begin() + (m + 1) * n_out);
       testing::expect_within(got, expected, tolerance, std::string(dtype_name(dtype)) + " row " + std::to_string(m));
     }
+  }
+}
+
+TEST(OnednnMatmul, ConcurrentCallersGetTheirOwnResults) {
+  // Two threads share the cached primitive (same shapes); each must use its own scratch, or one
+  // caller's rounded activations would leak into the other's product.
+  const int64_t rows = 40, n_out = 96, k_in = 200;
+  const TestWeight w(DType::kBF16, n_out, k_in, 61);
+  std::vector<std::vector<float>> inputs, actual;
+  for (uint32_t i = 0; i < 2; ++i) {
+    inputs.push_back(testing::random_floats(static_cast<size_t>(rows * k_in), 62 + i));
+    actual.emplace_back(static_cast<size_t>(rows * n_out));
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      for (int repeat = 0; repeat < 20; ++repeat)
+        cpu::onednn_matmul(inputs[i].data(), w.view(), rows, actual[i].data());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < 2; ++i) {
+    const std::vector<float> x_ref = testing::round_to_bf16(inputs[i]);
+    std::vector<float> expected(actual[i].size());
+    ref::matmul(x_ref.data(), w.view(), WeightView{}, rows, expected.data());
+    const auto tolerance = dot_tolerances(dot_magnitudes(x_ref, w.values(), rows, n_out, k_in), k_in);
+    testing::expect_within(actual[i], expected, tolerance, "caller " + std::to_string(i));
   }
 }
 

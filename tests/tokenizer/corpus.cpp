@@ -1,29 +1,13 @@
 // Tokenizer test corpus.
 #include "corpus.h"
 
+#include "tokenizer/utf8.h"
+
 #include <utility>
 
 namespace deepinfer::testing {
 
 namespace {
-
-void append_code_point(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Blocks whose assignments predate Unicode 14 (PCRE2 10.42's tables).
 constexpr std::pair<char32_t, char32_t> kBlocks[] = {
@@ -111,7 +95,7 @@ std::string random_unicode(std::mt19937_64& rng, size_t num_chars) {
   for (size_t i = 0; i < num_chars; ++i) {
     auto [lo, hi] = kBlocks[block_pick(rng)];
     std::uniform_int_distribution<uint32_t> cp(lo, hi);
-    append_code_point(out, cp(rng));
+    tokenizer::append_utf8(out, cp(rng));
   }
   return out;
 }

@@ -10,9 +10,10 @@ namespace deepinfer::kernels::cpu {
 
 // y[m, n] = sum_k x[m, k] * w[n, k]; no bias. x: [num_rows, K] f32; w: [N, K]; y: [num_rows, N] f32.
 // F32 weights: f32 GEMM. BF16 weights: bf16 x bf16 -> f32 GEMM, x rounded to bf16 first (so the
-// result equals an exact product of bf16-rounded x and w, up to fp32 accumulation). F16 weights:
+// result equals an exact product of bf16-rounded x and w, up to fp32 accumulation). F16 weights
+// (oneDNN 2.6 has no f16 GEMM without AVX512-FP16), and BF16 ones on CPUs without oneDNN bf16:
 // converted to f32 one slab of rows at a time, then f32 GEMM. Thread-safe; primitives are cached
-// per (row bucket, N, K, dtype) and the weights are used in place, never copied.
+// per (row bucket, N, K, dtype) and BF16/F32 weights are used in place, never copied.
 void onednn_matmul(const float* x, const WeightView& w, int64_t num_rows, float* y);
 
 }  // namespace deepinfer::kernels::cpu
