@@ -33,7 +33,7 @@ struct LLMConfig {
   // with it, how its prompt is chunked, cached or preempted (slower prefill on "cpu"; see
   // BackendOptions in runtime/backend.h and docs/benchmarks.md).
   bool batch_invariant = false;
-  bool show_progress = true;             // progress bars on stderr (loading, batches)
+  bool show_progress = true;             // progress bars on stderr (loading; batches of 2+ prompts)
 };
 
 // One prompt: text (needs the model's tokenizer) or token ids.

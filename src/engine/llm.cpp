@@ -164,7 +164,7 @@ Result<LLM::Stream> LLM::stream(const std::vector<Prompt>& prompts, const std::v
     result.outputs.resize(static_cast<size_t>(p.n));
     for (int32_t k = 0; k < p.n; ++k) result.outputs[static_cast<size_t>(k)].index = k;
   }
-  if (impl_->config.show_progress && !prompts.empty()) stream->progress.emplace("generating", prompts.size(), "prompts");
+  if (impl_->config.show_progress && prompts.size() > 1) stream->progress.emplace("generating", prompts.size(), "prompts");
   return Stream(std::move(stream));
 }
 
