@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "dense_layout.h"
 #include "gguf_writer.h"
 #include "tool_flags.h"

@@ -54,7 +54,7 @@ llama_src="$package/llama/llama.cpp"
 if [[ ! -f "$llama_src/CMakeLists.txt" ]]; then
   step "unpacking llama.cpp from $package/llama/gitRelease.bundle"
   rm -rf "$llama_src"
-  git clone --quiet "$package/llama/gitRelease.bundle" "$llama_src"
+  git -c advice.detachedHead=false clone --quiet "$package/llama/gitRelease.bundle" "$llama_src"
 fi
 llama_build="$work/llama.cpp-build"
 llama_bench="$llama_build/bin/llama-bench"
