@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package deepinfer needs to build, test and benchmark; idempotent
-# (installs only what is missing). Usage: tools/install_deps.sh [--bench]
+# (installs only what is missing), and the pinned npm test oracles. Usage: tools/install_deps.sh
 set -euo pipefail
 
 packages=(

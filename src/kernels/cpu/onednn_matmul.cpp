@@ -3,6 +3,7 @@
 #include "kernels/cpu/onednn_matmul.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
@@ -135,8 +136,10 @@ void run_matmul(const float* x, const void* weights, bool bf16, int64_t rows, in
       dnnl::memory src_mem(cached->src_md, engine, const_cast<void*>(src));
       dnnl::memory weights_mem(cached->weights_md, engine, const_cast<void*>(weights));
       dnnl::memory dst_mem(cached->dst_md, engine, dst);
-      dnnl::memory scratchpad_mem(cached->scratchpad_md, engine,
-                                  grow(scratch.scratchpad, cached->scratchpad_md.get_size() + 64));
+      // oneDNN's own scratchpads are 64-byte aligned; give it the same.
+      char* scratchpad = grow(scratch.scratchpad, cached->scratchpad_md.get_size() + 64);
+      scratchpad += (64 - reinterpret_cast<uintptr_t>(scratchpad) % 64) % 64;
+      dnnl::memory scratchpad_mem(cached->scratchpad_md, engine, scratchpad);
       cached->primitive.execute(stream, {{DNNL_ARG_SRC, src_mem},
                                          {DNNL_ARG_WEIGHTS, weights_mem},
                                          {DNNL_ARG_DST, dst_mem},

@@ -40,7 +40,7 @@ void convert_row_to_f32(const void* src, DType dtype, int64_t count, float* dst)
 void round_row_to_bf16(const float* src, int64_t count, uint16_t* dst);
 
 // exp(x) for float32 in plain arithmetic that compilers vectorise (no libm call in the loop);
-// relative error about 2 ulp over the clamped range. Used by SiLU and the portable attention.
+// relative error about 2 ulp over the clamped range. Used by SiLU and the attention softmax.
 inline float fast_exp(float x) {
   // Clamped so 2^n stays a normal float: below -87.3 the result is ~1e-38 instead of smaller.
   x = std::min(std::max(x, -87.3f), 88.3f);
