@@ -10,17 +10,18 @@
 
 namespace deepinfer::kernels::cpu {
 
-// Largest row count that still takes the GEMV. Measured with bench_kernels' rows/ sweep
-// (N = K = 4096, cold weights) on Zen 4: the GEMV is memory-bound up to ~4 rows, then FMA-bound
-// near the fp32 peak (~100 GFLOP/s a core); oneDNN's bf16 GEMM (vdpbf16ps: two products per
-// lane) overtakes it from ~24-32 rows, its f32 GEMM from ~48 rows, and for F16 weights (no f16
-// GEMM on this CPU: slab conversion plus f32 GEMM) only past ~256 rows. Below the switch the GEMV
-// also keeps activations in fp32 where oneDNN's bf16 path rounds them to bf16.
+// Largest row count that still takes the GEMV. Measured with bench_kernels' rows/ sweep (N = K =
+// 4096, cold weights, 2 threads) on Zen 4: the GEMV is memory-bound up to ~4 rows, then FMA-bound
+// near the fp32 peak (150-200 GFLOP/s); oneDNN's bf16 GEMM (vdpbf16ps: two products per lane)
+// ties it at 16 rows (2.96 vs 2.93 ms) and wins beyond; its f32 GEMM ties at 32 rows and wins
+// from 48; F16 weights (no f16 GEMM on this CPU: slab conversion, then f32 GEMM) tie only at 512
+// rows (108 vs 106 ms; GEMV 48 vs 92 ms at 256). Ties go to the GEMV: it keeps activations in
+// fp32 (oneDNN's bf16 path rounds them) and its rows are independent of the batch (gemv.h).
 int64_t gemv_max_rows(DType dtype) {
   switch (dtype) {
     case DType::kBF16: return 16;
     case DType::kF32: return 32;
-    default: return 128;
+    default: return 256;
   }
 }
 
