@@ -191,14 +191,5 @@ Result<void> run(int argc, char** argv) {
 }  // namespace deepinfer::bench
 
 int main(int argc, char** argv) {
-  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::fputs(deepinfer::bench::kUsage, stdout);
-    return 0;
-  }
-  const deepinfer::Result<void> result = deepinfer::bench::run(argc, argv);
-  if (!result.ok()) {
-    std::fprintf(stderr, "deepinfer-hf-to-gguf: %s\n", result.error().message.c_str());
-    return 1;
-  }
-  return 0;
+  return deepinfer::bench::tool_main(argc, argv, "deepinfer-hf-to-gguf", deepinfer::bench::kUsage, &deepinfer::bench::run);
 }
