@@ -43,6 +43,20 @@ Result<std::string> type_of(const JsonObject& object, const std::string& where) 
   return std::string(*type);
 }
 
+// Runs add(child, child_where) on each element of object[key] (a component's "Sequence").
+template <typename AddChild>
+Result<void> for_each_in_sequence(const JsonObject& object, const char* key, const std::string& where,
+                                  AddChild&& add) {
+  std::optional<JsonElement> list = json_field(object, key);
+  simdjson::dom::array array;
+  if (!list || list->get_array().get(array) != simdjson::SUCCESS) {
+    return Error{where + "." + key + ": expected an array"};
+  }
+  size_t i = 0;
+  for (JsonElement child : array) DI_TRY(add(child, where + "." + key + "[" + std::to_string(i++) + "]"));
+  return {};
+}
+
 Result<void> add_normalizer(const JsonElement& element, const std::string& where, std::vector<NormalizerStep>& steps) {
   Result<JsonObject> object = json_as_object(element, where);
   if (!object.ok()) return object.error();
@@ -50,14 +64,9 @@ Result<void> add_normalizer(const JsonElement& element, const std::string& where
   if (!type.ok()) return type.error();
   NormalizerStep step;
   if (*type == "Sequence") {
-    std::optional<JsonElement> list = json_field(*object, "normalizers");
-    simdjson::dom::array array;
-    if (!list || list->get_array().get(array) != simdjson::SUCCESS) return Error{where + ".normalizers: expected an array"};
-    size_t i = 0;
-    for (JsonElement child : array) {
-      DI_TRY(add_normalizer(child, where + ".normalizers[" + std::to_string(i++) + "]", steps));
-    }
-    return {};
+    return for_each_in_sequence(*object, "normalizers", where, [&](const JsonElement& child, const std::string& child_where) {
+      return add_normalizer(child, child_where, steps);
+    });
   } else if (*type == "NFC" || *type == "NFD" || *type == "NFKC" || *type == "NFKD") {
     step.kind = NormalizerStep::Kind::kUnicode;
     step.form = *type == "NFC" ? NormalForm::kNfc : *type == "NFD" ? NormalForm::kNfd : *type == "NFKC" ? NormalForm::kNfkc : NormalForm::kNfkd;
@@ -139,14 +148,9 @@ Result<void> add_pre_tokenizer(const JsonElement& element, const std::string& wh
   if (!type.ok()) return type.error();
   PreTokenizerStep step;
   if (*type == "Sequence") {
-    std::optional<JsonElement> list = json_field(*object, "pretokenizers");
-    simdjson::dom::array array;
-    if (!list || list->get_array().get(array) != simdjson::SUCCESS) return Error{where + ".pretokenizers: expected an array"};
-    size_t i = 0;
-    for (JsonElement child : array) {
-      DI_TRY(add_pre_tokenizer(child, where + ".pretokenizers[" + std::to_string(i++) + "]", steps));
-    }
-    return {};
+    return for_each_in_sequence(*object, "pretokenizers", where, [&](const JsonElement& child, const std::string& child_where) {
+      return add_pre_tokenizer(child, child_where, steps);
+    });
   } else if (*type == "Split") {
     step.kind = PreTokenizerStep::Kind::kSplit;
     Result<Pattern> pattern = parse_pattern(*object, where);
@@ -201,14 +205,9 @@ Result<void> add_decoder(const JsonElement& element, const std::string& where, s
   if (!type.ok()) return type.error();
   DecoderStep step;
   if (*type == "Sequence") {
-    std::optional<JsonElement> list = json_field(*object, "decoders");
-    simdjson::dom::array array;
-    if (!list || list->get_array().get(array) != simdjson::SUCCESS) return Error{where + ".decoders: expected an array"};
-    size_t i = 0;
-    for (JsonElement child : array) {
-      DI_TRY(add_decoder(child, where + ".decoders[" + std::to_string(i++) + "]", steps));
-    }
-    return {};
+    return for_each_in_sequence(*object, "decoders", where, [&](const JsonElement& child, const std::string& child_where) {
+      return add_decoder(child, child_where, steps);
+    });
   } else if (*type == "ByteLevel") {
     step.kind = DecoderStep::Kind::kByteLevel;
   } else if (*type == "Metaspace") {
@@ -333,14 +332,9 @@ Result<void> add_post_processor(const JsonElement& element, const std::string& w
   if (!type.ok()) return type.error();
   if (*type == "ByteLevel") return {};  // it only adjusts offsets
   if (*type == "Sequence") {
-    std::optional<JsonElement> list = json_field(*object, "processors");
-    simdjson::dom::array array;
-    if (!list || list->get_array().get(array) != simdjson::SUCCESS) return Error{where + ".processors: expected an array"};
-    size_t i = 0;
-    for (JsonElement child : array) {
-      DI_TRY(add_post_processor(child, where + ".processors[" + std::to_string(i++) + "]", templates));
-    }
-    return {};
+    return for_each_in_sequence(*object, "processors", where, [&](const JsonElement& child, const std::string& child_where) {
+      return add_post_processor(child, child_where, templates);
+    });
   }
   if (*type == "TemplateProcessing") {
     Result<std::vector<int32_t>> ids = parse_template(*object, where);

@@ -21,24 +21,25 @@ DI_SIMD_CLONES void add_span(const float* a, const float* b, int64_t count, floa
   for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
 }
 
-}  // namespace
-
-void silu_mul(const float* gate, const float* up, int64_t count, float* out) {
+// Applies span_op to count elements in kChunk pieces, in parallel when there are several.
+template <typename SpanOp>
+void for_each_chunk(int64_t count, SpanOp&& span_op) {
   const int64_t num_chunks = (count + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (num_chunks > 1)
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t begin = c * kChunk;
-    silu_mul_span(gate + begin, up + begin, std::min(kChunk, count - begin), out + begin);
+    span_op(begin, std::min(kChunk, count - begin));
   }
 }
 
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, int64_t count, float* out) {
+  for_each_chunk(count, [&](int64_t begin, int64_t n) { silu_mul_span(gate + begin, up + begin, n, out + begin); });
+}
+
 void add(const float* a, const float* b, int64_t count, float* out) {
-  const int64_t num_chunks = (count + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (num_chunks > 1)
-  for (int64_t c = 0; c < num_chunks; ++c) {
-    const int64_t begin = c * kChunk;
-    add_span(a + begin, b + begin, std::min(kChunk, count - begin), out + begin);
-  }
+  for_each_chunk(count, [&](int64_t begin, int64_t n) { add_span(a + begin, b + begin, n, out + begin); });
 }
 
 }  // namespace deepinfer::kernels::cpu
