@@ -12,7 +12,7 @@ set(rank_sampling 3)
 set(rank_kvstore 3)
 set(rank_engine 4)
 set(rank_recipe 5)
-set(rank_server 5)
+set(rank_server 6)  # the server renders prompts through recipe/
 
 file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}/src ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cpp
      ${SOURCE_DIR}/src/*.cu ${SOURCE_DIR}/src/*.cuh)

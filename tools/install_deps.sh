@@ -7,7 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev libssl-dev
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev ccache
+  libboost1.81-dev libhiredis-dev libxxhash-dev redis-server
   nodejs npm
 )
 
