@@ -1,5 +1,6 @@
 // deepinfer-make-random-model: writes a Hugging Face checkpoint (config.json + model.safetensors)
-// shaped like a Llama / Mistral / Qwen2 / Qwen3 model with random weights, for benchmarks.
+// shaped like a Llama / Mistral / Qwen2 / Qwen3 model, or a MoE one (DeepSeek-V2/V3, Qwen3-MoE,
+// Mixtral, GPT-OSS), with random weights, for benchmarks.
 // Usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16] [--seed N]
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "dense_layout.h"
+#include "moe_layout.h"
 #include "tool_flags.h"
 #include "weights/safetensors.h"
 
@@ -27,7 +29,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16] [--seed N]\n"
     "Writes DIR/config.json and DIR/model.safetensors with every tensor of the config's architecture\n"
-    "(Llama, Mistral, Qwen2, Qwen3): weights ~ normal(0, 0.02), norm weights ~ 1 + normal(0, 0.02).\n";
+    "(Llama, Mistral, Qwen2, Qwen3; DeepSeek-V2/V3, Qwen3-MoE, Mixtral, GPT-OSS): weights ~ normal(0, 0.02),\n"
+    "norm weights ~ 1 + normal(0, 0.02).\n";
 
 constexpr float kWeightStd = 0.02f;  // transformers' default initializer_range
 // The unit of parallel work. Each chunk draws from its own stream seeded by (seed, tensor, chunk),
@@ -152,7 +155,7 @@ Result<void> run(int argc, char** argv) {
   if (!text.ok()) return text.error();
   auto config = ModelConfig::parse(*text, config_path);
   if (!config.ok()) return config.error();
-  auto layout = dense_layout(*config);
+  auto layout = config->moe ? moe_layout(*config) : dense_layout(*config);
   if (!layout.ok()) return Error{config_path + ": " + layout.error().message};
 
   const auto start = std::chrono::steady_clock::now();

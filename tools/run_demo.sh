@@ -1,12 +1,31 @@
 #!/usr/bin/env bash
-# `make run`: until the HTTP server lands, runs a greedy generate demo on a tiny model the
-# project generated (tests/data/qwen3, made by tools/reference/make_fixtures.py).
+# `make run`: starts `deepinfer serve` on 127.0.0.1:${PORT:-8000} and prints example requests.
+# It serves the default model (`serve` without --model: models/default, the embedded
+# deepinfer-tiny-v3); without it, a tiny random Qwen3-shaped model with the real Qwen3
+# tokenizer, written once into the build directory (gibberish text, every API working).
 set -euo pipefail
 cli="${1:-build/bin/deepinfer}"
-model="$(dirname "$0")/../tests/data/qwen3"
-echo "deepinfer demo: greedy continuation of 8 token ids on the tiny random Qwen3 in $model"
-echo "+ $cli generate --model $model --tokens 1,2,3,4,5,6,7,8 --max-tokens 16"
-"$cli" generate --model "$model" --tokens 1,2,3,4,5,6,7,8 --max-tokens 16
-echo
-echo "Point it at any Hugging Face model directory (config.json + *.safetensors):"
-echo "  $cli generate --model /path/to/Qwen3-0.6B --tokens 9707,11,1879 --max-tokens 32"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$(cd "$(dirname "$cli")/.." && pwd)"
+port="${PORT:-8000}"
+model_flags=()
+name="$(basename "$(readlink -f "$root/models/default")")"
+if [[ ! -d "$root/models/default" ]]; then
+  model="$build/demo-models/qwen3-tiny"
+  cmake -DMAKE_MODEL="$build/bin/deepinfer-make-random-model" -DSOURCE_DIR="$root" -DOUT="$model" \
+    -P "$root/tests/server/make_server_model.cmake"
+  name=qwen3-tiny
+  model_flags=(--model "$model" --served-model-name "$name")
+fi
+cd "$root"
+cat <<MSG
+deepinfer demo server on http://127.0.0.1:$port (Ctrl-C stops it). Try, from another shell:
+  curl http://127.0.0.1:$port/v1/models
+  curl http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{"model": "$name", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "stream": true}'
+  curl http://127.0.0.1:$port/v1/messages -H 'Content-Type: application/json' -H 'anthropic-version: 2023-06-01' \\
+    -d '{"model": "$name", "max_tokens": 16, "messages": [{"role": "user", "content": "Hello!"}]}'
+Or point the official OpenAI SDK at base_url http://127.0.0.1:$port/v1 (any api_key), and the
+Anthropic SDK at base_url http://127.0.0.1:$port. Metrics: curl http://127.0.0.1:$port/metrics
+MSG
+exec "$cli" serve "${model_flags[@]}" --port "$port"

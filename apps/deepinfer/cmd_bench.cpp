@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 
+#include "bench_device.h"
 #include "commands.h"
 #include "core/memory_bandwidth.h"
 #include "engine/generator.h"
@@ -15,12 +16,15 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
-                       [--device cpu|ref] [--threads N] [--batch-invariant]
+                       [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
+                       [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]  (cuda)
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
 bandwidth measured in the same run, and their ratio. --batch-invariant runs the kernels whose
-results do not depend on the batch (slower prefill; see docs/benchmarks.md).
+results do not depend on the batch (slower prefill; see docs/benchmarks.md). With --device cuda:
+decode at each batch x context, the decode attention kernel, and prefill at each length, one JSON
+line each, beside the GPU's copy bandwidth and bf16 GEMM rate measured in the same run.
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -31,7 +35,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 int run_bench(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
-  auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats"}),
+  auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
+                                                       "--contexts", "--prefill", "--steps"}),
                           model_bool_flags({}));
   if (!args.ok()) return report_error("bench", args.error());
   auto prompt_tokens = args->get_int("--prompt-tokens", 128);
@@ -43,6 +48,7 @@ int run_bench(int argc, char** argv) {
   }
   auto loaded = load_model_from_args(*args);
   if (!loaded.ok()) return report_error("bench", loaded.error());
+  if (loaded->backend->free_memory_bytes()) return run_device_bench(*args, *loaded);
   CausalLM& model = *loaded->model;
   const int64_t vocab = model.config().vocab_size;
 

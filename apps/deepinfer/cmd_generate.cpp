@@ -13,6 +13,7 @@
 #include "generate_batch.h"
 #include "recipe/chat_template.h"
 #include "session.h"
+#include "structured_flags.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -20,7 +21,10 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
-                          [--ignore-eos] [--device cpu|ref] [--threads N] [--batch-invariant]
+                          [--ignore-eos] [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
+                          [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
+                          [--kv-cache-dir DIR] [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
+                          [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
        deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
 (tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
@@ -29,8 +33,15 @@ Batch mode: each input line is {"prompt": "..."} or {"prompt_token_ids": [...]} 
 OpenAI-named sampling fields (max_tokens, temperature, top_p, top_k, min_p, seed, stop, n,
 logprobs, top_logprobs, ignore_eos, ...; the flags give their defaults); each output line, in
 input order, has token_ids, text (with a tokenizer), logprobs (when asked) and finish_reason.
+--kv-cache-dir DIR keeps prompt KV pages on disk across runs (a later run with the same prefix
+loads them instead of recomputing); --kv-cache-host-bytes N, --kv-cache-disk-bytes N bound its
+tiers, --kv-cache-backend redis://host:port adds a Redis tier shared by many machines.
+--kv-cache-load auto (default) loads a stored page only when that is faster than recomputing it
+(both measured at start-up); always loads every stored page.
 --batch-invariant: every request gives the same tokens and logprobs, bit for bit, whatever else
 runs in its batch (slower prefill).
+--json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
+(docs/structured_output.md); a schema keyword the engine cannot enforce is an error.
 Defaults: --max-tokens 64, --temperature 0 (greedy).
 )";
 
@@ -58,6 +69,7 @@ Result<SamplingParams> params_from_args(const Args& args) {
     params.seed = static_cast<uint64_t>(*seed);
   }
   params.ignore_eos = args.has("--ignore-eos");
+  DI_TRY(read_structured_flags(args, params));
   return params;
 }
 
@@ -83,10 +95,10 @@ Result<std::vector<int32_t>> prompt_ids(const Args& args, const std::string& mod
 int run_generate(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv,
-                          model_value_flags({"--prompt", "--tokens", "--max-tokens", "--temperature", "--top-p",
-                                             "--top-k", "--min-p", "--seed", "--input", "--output",
-                                             "--max-num-seqs"}),
-                          model_bool_flags({"--ignore-eos", "--chat"}));
+                          model_value_flags(structured_value_flags(kv_store_value_flags({"--prompt", "--tokens", "--max-tokens",
+                                                                  "--temperature", "--top-p", "--top-k", "--min-p",
+                                                                  "--seed", "--input", "--output", "--max-num-seqs"}))),
+                          model_bool_flags({"--ignore-eos", "--chat", "--json-object"}));
   if (!args.ok()) return report_error("generate", args.error());
   auto params = params_from_args(*args);
   if (!params.ok()) return report_error("generate", params.error());
@@ -105,6 +117,13 @@ int run_generate(int argc, char** argv) {
   config.device = args->find("--device").value_or("cpu");
   config.max_num_seqs = 1;
   config.batch_invariant = args->has("--batch-invariant");
+  auto kv_store = kv_store_config_from_args(*args, config.model_dir);
+  if (!kv_store.ok()) return report_error("generate", kv_store.error());
+  config.kv_cache_dir = kv_store->dir;
+  config.kv_cache_host_bytes = kv_store->host_bytes;
+  config.kv_cache_disk_bytes = kv_store->disk_bytes;
+  config.kv_cache_backend = kv_store->backend;
+  config.kv_cache_cost_guard = kv_store->cost_guard;
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
   auto prompt = prompt_ids(*args, config.model_dir, **llm);

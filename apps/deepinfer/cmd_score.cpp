@@ -9,7 +9,7 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer score --model DIR --tokens 1,2,3 [--top-logprobs K] [--dump-logits FILE]
-                       [--device cpu|ref] [--threads N] [--batch-invariant]
+                       [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
 Prints one JSON object per input position i: {"pos":i,"token":id,"top":[[id,logprob],...]} where
 logprobs are the log-softmax over the full vocabulary of the logits at position i (predicting
 token i+1), top K (default 8) by logprob descending. --dump-logits writes the last position's raw

@@ -10,5 +10,7 @@ int run_bench(int argc, char** argv);
 int run_prompt(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_detokenize(int argc, char** argv);
+int run_serve(int argc, char** argv);
+int run_bench_serve(int argc, char** argv);
 
 }  // namespace deepinfer::cli

@@ -15,7 +15,7 @@ usage: deepinfer <command> [flags]
 commands:
   generate   continue a prompt:  --model DIR (--prompt TEXT | --tokens 1,2,3) [--max-tokens N]
              [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--ignore-eos]
-             [--device cpu|ref] [--threads N]
+             [--device cpu|ref|cuda] [--threads N]
   score      per-position top-k logprobs of a token sequence as JSON lines:
              --model DIR --tokens 1,2,3 [--top-logprobs K] [--dump-logits FILE]
   bench      prefill and decode speed at batch 1, against memory bandwidth:
@@ -24,6 +24,9 @@ commands:
   detokenize JSON array of token ids on stdin -> text: --model DIR
   prompt     {"messages":[...],"tools":[...]} on stdin -> the model's rendered chat prompt:
              --model DIR [--tokens]
+  serve      OpenAI- and Anthropic-compatible HTTP server: [--model DIR] [--host H] [--port P]
+             [--served-model-name NAME] [--api-key KEY] ...
+  bench serve  load a running server, vLLM benchmark_serving style: --url http://127.0.0.1:8000
 
   deepinfer <command> --help   shows a command's flags
   deepinfer --version          prints the version
@@ -45,7 +48,9 @@ int main(int argc, char** argv) {
     using namespace deepinfer::cli;
     if (command == "generate") return run_generate(argc - 1, argv + 1);
     if (command == "score") return run_score(argc - 1, argv + 1);
+    if (command == "bench" && argc > 2 && std::strcmp(argv[2], "serve") == 0) return run_bench_serve(argc - 2, argv + 2);
     if (command == "bench") return run_bench(argc - 1, argv + 1);
+    if (command == "serve") return run_serve(argc - 1, argv + 1);
     if (command == "tokenize") return run_tokenize(argc - 1, argv + 1);
     if (command == "detokenize") return run_detokenize(argc - 1, argv + 1);
     if (command == "prompt") return run_prompt(argc - 1, argv + 1);

@@ -17,6 +17,41 @@ std::set<std::string> model_bool_flags(std::set<std::string> extra) {
   return extra;
 }
 
+std::set<std::string> kv_store_value_flags(std::set<std::string> extra) {
+  extra.insert({"--kv-cache-dir", "--kv-cache-host-bytes", "--kv-cache-disk-bytes", "--kv-cache-backend",
+                "--kv-cache-load"});
+  return extra;
+}
+
+Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::string& model_dir) {
+  KvStoreConfig config;
+  config.dir = args.find("--kv-cache-dir").value_or("");
+  config.backend = args.find("--kv-cache-backend").value_or("disk");
+  auto host_bytes = args.get_int("--kv-cache-host-bytes", config.host_bytes);
+  if (!host_bytes.ok()) return host_bytes.error();
+  auto disk_bytes = args.get_int("--kv-cache-disk-bytes", config.disk_bytes);
+  if (!disk_bytes.ok()) return disk_bytes.error();
+  if (*host_bytes < 0 || *disk_bytes < 0) return Error{"--kv-cache-host-bytes and --kv-cache-disk-bytes must be >= 0"};
+  config.host_bytes = *host_bytes;
+  config.disk_bytes = *disk_bytes;
+  if (config.backend != "disk" && !config.backend.starts_with("redis://")) {
+    return Error{"--kv-cache-backend '" + config.backend + "': expected disk or redis://host:port"};
+  }
+  const std::string load = args.find("--kv-cache-load").value_or("auto");
+  if (load != "auto" && load != "always") return Error{"--kv-cache-load must be auto or always, got '" + load + "'"};
+  config.cost_guard = load == "auto";
+  if (config.backend == "disk" && config.dir.empty() &&
+      (args.has("--kv-cache-host-bytes") || args.has("--kv-cache-disk-bytes"))) {
+    return Error{"--kv-cache-host-bytes and --kv-cache-disk-bytes need --kv-cache-dir DIR or a redis:// backend"};
+  }
+  if (config.enabled()) {
+    auto identity = fingerprint_model_dir(model_dir);
+    if (!identity.ok()) return identity.error();
+    config.model_identity = *identity;
+  }
+  return config;
+}
+
 BackendOptions backend_options_from_args(const Args& args) {
   BackendOptions options;
   options.batch_invariant = args.has("--batch-invariant");

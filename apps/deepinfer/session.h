@@ -7,6 +7,7 @@
 #include <string>
 
 #include "args.h"
+#include "kvstore/kv_store.h"
 #include "model/model.h"
 
 namespace deepinfer::cli {
@@ -19,6 +20,13 @@ struct LoadedModel {
 // Flags every model command takes: --model, --device, --threads; and --batch-invariant.
 std::set<std::string> model_value_flags(std::set<std::string> extra);
 std::set<std::string> model_bool_flags(std::set<std::string> extra);
+
+// Adds the persistent KV store's flags (--kv-cache-dir, --kv-cache-host-bytes,
+// --kv-cache-disk-bytes, --kv-cache-backend, --kv-cache-load auto|always) to a command's value flags.
+std::set<std::string> kv_store_value_flags(std::set<std::string> extra);
+// The store those flags ask for (off unless --kv-cache-dir or a redis:// backend is given), keyed
+// to model_dir's weights and tokenizer. Errors name the bad flag.
+Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::string& model_dir);
 
 // The backend options the flags ask for (--batch-invariant).
 BackendOptions backend_options_from_args(const Args& args);

@@ -34,6 +34,13 @@ struct LLMConfig {
   // BackendOptions in runtime/backend.h and docs/benchmarks.md).
   bool batch_invariant = false;
   bool show_progress = true;             // progress bars on stderr (loading; batches of 2+ prompts)
+  // Persistent KV store below the prefix cache (docs/kvstore.md): on when kv_cache_dir names a
+  // directory or kv_cache_backend is "redis://host:port".
+  std::string kv_cache_dir;
+  int64_t kv_cache_host_bytes = int64_t{1} << 30;
+  int64_t kv_cache_disk_bytes = int64_t{64} << 30;
+  std::string kv_cache_backend = "disk";
+  bool kv_cache_cost_guard = true;  // load stored pages only when faster than recomputing them
 };
 
 // One prompt: text (needs the model's tokenizer) or token ids.

@@ -13,6 +13,20 @@
 
 namespace deepinfer {
 
+// Constrains the output to a JSON Schema, any JSON object, a regex, an EBNF grammar (GBNF
+// style, docs/structured_output.md) or one of fixed strings; the engine masks every other token
+// before sampling, so the output matches by construction (unless max_tokens cuts it short).
+struct StructuredOutputParams {
+  enum class Kind : uint8_t { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice };
+  Kind kind = Kind::kJsonObject;
+  std::string spec;                  // the schema (JSON text), regex or grammar
+  std::vector<std::string> choices;  // kChoice
+  // Schema keywords the engine cannot enforce are errors; false drops them (with warnings).
+  bool strict = true;
+  // Whitespace bytes allowed between JSON tokens (0: compact JSON).
+  int32_t max_whitespace = 0;
+};
+
 struct SamplingParams {
   // Number of output sequences to generate from the prompt (>= 1). They share the prompt's KV
   // blocks and differ only in their sample index, which is part of every draw.
@@ -75,6 +89,10 @@ struct SamplingParams {
   std::optional<int32_t> prompt_logprobs;
   // Whether special tokens (eos, chat markers) are left out of the output text.
   bool skip_special_tokens = true;
+
+  // Structured output (response_format, guided_json / guided_regex / guided_grammar /
+  // guided_choice); unset leaves the output unconstrained.
+  std::optional<StructuredOutputParams> structured_output;
 
   // Checks every field against its documented range; vocab_size bounds the token ids of
   // logit_bias and stop_token_ids. The error names the field, the value and the valid range.

@@ -2,6 +2,7 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/check.h"
 
@@ -14,6 +15,7 @@ size_t dtype_size_bytes(DType dtype) {
     case DType::kF16: return 2;
     case DType::kI32: return 4;
     case DType::kI64: return 8;
+    case DType::kF8E4M3: return 1;
   }
   DI_CHECK(false, "unknown dtype");
 }
@@ -25,6 +27,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kF16: return "F16";
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   DI_CHECK(false, "unknown dtype");
 }
@@ -36,6 +39,7 @@ std::optional<DType> find_dtype(std::string_view name) {
   if (name == "F16" || name == "float16" || name == "half") return DType::kF16;
   if (name == "I32" || name == "int32") return DType::kI32;
   if (name == "I64" || name == "int64") return DType::kI64;
+  if (name == "F8_E4M3" || name == "float8_e4m3fn") return DType::kF8E4M3;
   return std::nullopt;
 }
 
@@ -49,6 +53,15 @@ float f16_to_f32(uint16_t bits) {
   }
   if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+float f8e4m3_to_f32(uint8_t bits) {
+  const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
 
 uint16_t f32_to_f16(float value) {
@@ -76,6 +89,11 @@ void convert_to_f32(const void* src, DType dtype, size_t count, float* dst) {
     case DType::kF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f8e4m3_to_f32(s[i]);
       return;
     }
     default: DI_CHECK(false, "convert_to_f32 does not take " << dtype_name(dtype));

@@ -10,7 +10,8 @@
 
 namespace deepinfer {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64 };
+// kF8E4M3: float8 e4m3fn (DeepSeek-V3's block-scaled weights), dequantised at load.
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF8E4M3 };
 
 size_t dtype_size_bytes(DType dtype);
 std::string_view dtype_name(DType dtype);
@@ -28,6 +29,8 @@ inline uint16_t f32_to_bf16(float value) {
 }
 
 float f16_to_f32(uint16_t bits);
+// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN.
+float f8e4m3_to_f32(uint8_t bits);
 uint16_t f32_to_f16(float value);
 
 // Converts count elements of src (dtype) to float32.

@@ -20,6 +20,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
   for (const ScheduledSequence& s : scheduled.scheduled) {
     const Request& request = *s.request;
     const std::vector<int32_t>& table = kv_cache.block_table(request.seq_id);
+    const std::vector<int32_t>& swa_table = kv_cache.swa_block_table(request.seq_id);
     ScheduledRows rows;
     rows.request = s.request;
     rows.first_position = request.num_computed_tokens;
@@ -34,6 +35,11 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
       batch.token_ids.push_back(request.token_at(pos));
       batch.positions.push_back(pos);
       batch.slot_mapping.push_back(block * block_size + pos % block_size);
+      if (!swa_table.empty()) {
+        const int32_t swa_block = swa_table[static_cast<size_t>(pos / block_size)];
+        DI_CHECK(swa_block >= 0, "position " << pos << " of sequence " << request.seq_id << " has no sliding block");
+        batch.swa_slot_mapping.push_back(swa_block * block_size + pos % block_size);
+      }
     }
     batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
     batch.seq_len.push_back(end);
@@ -41,6 +47,10 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
       // Padding and released sliding-window entries point at block 0; the kernels never read them.
       const int32_t block = b < static_cast<int32_t>(table.size()) ? table[static_cast<size_t>(b)] : 0;
       batch.block_table.push_back(std::max(block, 0));
+      if (!swa_table.empty()) {
+        const int32_t swa_block = b < static_cast<int32_t>(swa_table.size()) ? swa_table[static_cast<size_t>(b)] : 0;
+        batch.swa_block_table.push_back(std::max(swa_block, 0));
+      }
     }
     rows.samples = end == request.num_tokens();
     // Prompt logprobs: logits at position p score prompt token p + 1.

@@ -5,6 +5,8 @@
 
 #include "core/check.h"
 #include "engine/batch_builder.h"
+#include "engine/kv_offload.h"
+#include "engine/structured_output.h"
 #include "sampling/logits_processor.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_matcher.h"
@@ -45,7 +47,11 @@ struct EngineCore::Impl {
   Impl(CausalLM& m, const Tokenizer* t, const EngineConfig& c)
       : model(m), tokenizer(t), config(c), kv(make_kv_config(m, c)), scheduler(c.scheduler, kv) {
     max_model_len = resolve_max_model_len(model, config);
-    model.allocate_kv_cache(KvCacheShape{kv.num_blocks(), config.block_size});
+    model.allocate_kv_cache(KvCacheShape{kv.num_blocks(), config.block_size, kv.num_swa_blocks()});
+    if (config.kv_store.enabled() && config.enable_prefix_caching) {
+      offload = value_or_throw(KvOffload::create(model, kv, config.kv_store, make_kv_config(m, c).model_fingerprint,
+                                                 config.block_size));
+    }
     for (int64_t id : model.config().eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
     if (tokenizer != nullptr) {
       if (auto eos = tokenizer->eos_id(); eos && std::find(eos_ids.begin(), eos_ids.end(), *eos) == eos_ids.end()) {
@@ -62,10 +68,15 @@ struct EngineCore::Impl {
     // No more blocks than max_num_seqs full-length sequences can use.
     const int64_t useful_blocks = int64_t{config.scheduler.max_num_seqs} *
                                   blocks_for_tokens(resolve_max_model_len(model, config), config.block_size);
+    // A device backend gives the cache ~90% of the memory left after the weights.
+    int64_t kv_bytes = config.kv_cache_bytes;
+    if (const auto free_bytes = model.backend().free_memory_bytes()) {
+      kv_bytes = static_cast<int64_t>(*free_bytes / 10 * 9);
+    }
     kv_config.num_blocks =
         config.num_kv_blocks > 0
             ? config.num_kv_blocks
-            : static_cast<int32_t>(std::clamp<int64_t>(config.kv_cache_bytes / bytes_per_block, 1, std::max<int64_t>(useful_blocks, 1)));
+            : static_cast<int32_t>(std::clamp<int64_t>(kv_bytes / bytes_per_block, 1, std::max<int64_t>(useful_blocks, 1)));
     const ModelConfig& mc = model.config();
     // When every layer has the same window, pages that left it are released.
     const auto& windows = mc.layer_sliding_window;
@@ -73,10 +84,38 @@ struct EngineCore::Impl {
         std::all_of(windows.begin(), windows.end(), [&](int32_t w) { return w == windows.front(); })) {
       kv_config.sliding_window = windows.front();
     }
+    apply_swa_split(model, config, kv_bytes, kv_config);
     // Everything the cached KV depends on: architecture, shapes, weights' dtype, KV layout.
     kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=f32|block=" +
                                   std::to_string(config.block_size) + "|deepinfer=" DEEPINFER_VERSION;
+    // The weights' and tokenizer's identity, so a persistent store never mixes models.
+    if (!config.kv_store.model_identity.empty()) kv_config.model_fingerprint += "|" + config.kv_store.model_identity;
     return kv_config;
+  }
+
+  // A model mixing sliding-window and full-attention layers gets separate tables for its sliding
+  // layers (docs/architecture.md, "Sliding-window KV"): their pool holds every running sequence's
+  // window plus one step's new tokens, and the full layers' pool gets the remaining memory. Only
+  // in NORMAL mode without the KV store: the PROMPT/COMPLETION handover and the store move whole
+  // blocks of every layer.
+  static void apply_swa_split(const CausalLM& model, const EngineConfig& config, int64_t kv_bytes,
+                              KvCacheConfig& kv_config) {
+    const int64_t swa_bytes_per_token = model.swa_kv_bytes_per_token();
+    if (swa_bytes_per_token <= 0 || config.mode != EngineMode::kNormal || config.kv_store.enabled()) return;
+    const auto& windows = model.config().layer_sliding_window;
+    const int32_t window = *std::max_element(windows.begin(), windows.end());
+    const int32_t bs = config.block_size;
+    const int64_t swa_blocks = int64_t{config.scheduler.max_num_seqs} * (blocks_for_tokens(window, bs) + 3) +
+                               blocks_for_tokens(config.scheduler.max_num_batched_tokens, bs);
+    kv_config.sliding_window = window;
+    kv_config.num_swa_blocks = static_cast<int32_t>(std::min<int64_t>(swa_blocks, INT32_MAX));
+    if (config.num_kv_blocks > 0) return;
+    const int64_t full_bytes_per_block = (model.kv_bytes_per_token() - swa_bytes_per_token) * bs;
+    const int64_t useful_blocks =
+        int64_t{config.scheduler.max_num_seqs} * blocks_for_tokens(resolve_max_model_len(model, config), bs);
+    const int64_t left = kv_bytes - swa_blocks * swa_bytes_per_token * bs;
+    kv_config.num_blocks =
+        static_cast<int32_t>(std::clamp<int64_t>(left / full_bytes_per_block, 1, std::max<int64_t>(useful_blocks, 1)));
   }
 
   Sequence* make_sequence(int64_t request_id, int32_t sample_index, const std::vector<int32_t>& prompt,
@@ -125,6 +164,7 @@ struct EngineCore::Impl {
   // text after it is never emitted).
   void finish(Sequence& seq, FinishReason reason, RequestOutput& out, bool flush_text = true) {
     Request& r = seq.request;
+    if (structured) structured->remove(r.seq_id);
     SampleOutput& sample = sample_output(out, r.sample_index);
     if (flush_text) {
       // Text still held back (an incomplete character, a possible stop-string start) is final now.
@@ -140,6 +180,10 @@ struct EngineCore::Impl {
     r.finish_reason = reason;
     sample.finished = true;
     sample.finish_reason = reason;
+    if (offload) {
+      offload->release(&r);
+      if (kv.has(r.seq_id)) offload->persist(r, kv.block_table(r.seq_id));
+    }
     scheduler.remove(&r);
     Group& group = groups.at(r.request_id);
     if (++group.num_finished == group.n) out.finished = true;
@@ -150,6 +194,14 @@ struct EngineCore::Impl {
   // token's own text is left out unless include_stop_str_in_output.
   void append_token(Sequence& seq, int32_t token, std::optional<TokenLogprob> logprob, RequestOutput& out) {
     Request& r = seq.request;
+    // A grammar that failed to compile or reached a dead end ends its request alone.
+    if (auto error = structured_errors.find(r.seq_id); error != structured_errors.end()) {
+      sample_output(out, r.sample_index).stop_reason = error->second;
+      structured_errors.erase(error);
+      finish(seq, FinishReason::kAbort, out);
+      return;
+    }
+    const bool grammar_complete = r.params.structured_output && structured->accept(r.seq_id, token);
     r.output_token_ids.push_back(token);
     SampleOutput& sample = sample_output(out, r.sample_index);
     sample.new_token_ids.push_back(token);
@@ -180,6 +232,8 @@ struct EngineCore::Impl {
       finish(seq, FinishReason::kStop, out);
     } else if (num_outputs >= r.params.max_tokens || r.num_tokens() >= max_model_len) {
       finish(seq, FinishReason::kLength, out);
+    } else if (grammar_complete) {
+      finish(seq, FinishReason::kStop, out);
     }
   }
 
@@ -187,6 +241,10 @@ struct EngineCore::Impl {
     const int64_t vocab = model.config().vocab_size;
     processed.assign(raw_logits, raw_logits + vocab);
     apply_logits_processors(processed.data(), vocab, r.params, r.prompt_token_ids, r.output_token_ids, eos_ids);
+    if (r.params.structured_output) {
+      auto masked = structured->mask(r.seq_id, *r.params.structured_output, processed.data());
+      if (!masked.ok()) structured_errors[r.seq_id] = masked.error().message;
+    }
     const int32_t token = sample_token(processed.data(), vocab, r.params, r.seed, r.num_tokens(), r.sample_index);
     if (r.params.logprobs) *logprob = token_logprob(raw_logits, vocab, token, *r.params.logprobs);
     return token;
@@ -198,12 +256,13 @@ struct EngineCore::Impl {
     Group& group = groups.at(parent.request.request_id);
     for (int64_t child_id : group.held_children) {
       Sequence& child = *sequences.at(child_id);
-      std::vector<std::pair<int32_t, int32_t>> copies;
-      if (!kv.fork(parent.request.seq_id, child_id, &copies)) {
+      std::vector<std::pair<int32_t, int32_t>> copies, swa_copies;
+      if (!kv.fork(parent.request.seq_id, child_id, &copies, &swa_copies)) {
         scheduler.add(&child.request);  // no block to copy into: it prefills itself later
         continue;
       }
       model.copy_kv_blocks(copies);
+      model.copy_swa_kv_blocks(swa_copies);
       child.request.num_computed_tokens = child.request.num_prompt_tokens();
       child.request.num_cached_tokens = parent.request.num_cached_tokens;
       scheduler.add_running(&child.request);
@@ -284,6 +343,9 @@ struct EngineCore::Impl {
   int64_t next_seq_id = 0;
   int64_t next_arrival = 0;
   int64_t num_preemptions = 0;
+  std::unique_ptr<KvOffload> offload;  // null without a persistent store
+  std::unique_ptr<StructuredOutputs> structured;  // made by the first constrained request
+  std::map<int64_t, std::string> structured_errors;  // by seq_id, until the sample is finished
 };
 
 EngineCore::EngineCore(CausalLM& model, const Tokenizer* tokenizer, const EngineConfig& config)
@@ -330,13 +392,20 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   if (m.config.mode == EngineMode::kPrompt && params.n > 1) return Error{"a PROMPT engine takes n = 1 requests"};
   if (m.config.mode == EngineMode::kCompletion) return Error{"a COMPLETION engine takes prefilled requests only"};
   if (m.groups.count(request_id) != 0) return Error{"request id " + std::to_string(request_id) + " is already in use"};
+  if (params.structured_output) {
+    if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
+    if (!m.structured) DI_ASSIGN(m.structured, StructuredOutputs::create(*m.tokenizer, static_cast<int32_t>(vocab), m.eos_ids));
+    m.structured->prepare(*params.structured_output);  // compiles while the prompt runs
+  }
   Impl::Group& group = m.groups[request_id];
   group.n = params.n;
   if (params.prompt_logprobs) group.prompt_logprobs.resize(prompt.size());
   for (int32_t i = 0; i < params.n; ++i) {
     Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
     group.seq_ids.push_back(seq->request.seq_id);
-    if (i == 0) {
+    if (i == 0 && m.offload) {
+      m.offload->hold(&seq->request);  // joins the scheduler once its stored prefix is loaded
+    } else if (i == 0) {
       m.scheduler.add(&seq->request);
     } else {
       group.held_children.push_back(seq->request.seq_id);
@@ -361,11 +430,22 @@ std::vector<RequestOutput> EngineCore::step() {
   Impl& m = *impl_;
   std::map<int64_t, RequestOutput> outputs = std::move(m.pending_outputs);
   m.pending_outputs.clear();
+  if (m.offload) {
+    const bool idle = m.scheduler.num_waiting() == 0 && m.scheduler.num_running() == 0;
+    for (Request* r : m.offload->take_ready(idle)) m.scheduler.add(r);
+  }
   const SchedulerOutput scheduled = m.scheduler.schedule();
   m.num_preemptions += static_cast<int64_t>(scheduled.preempted.size());
   if (!scheduled.empty()) {
     const BuiltBatch built = build_forward_batch(scheduled, m.kv);
     m.logits.resize(built.batch.logit_rows.size() * static_cast<size_t>(m.model.config().vocab_size));
+    if (m.structured) {  // the next token masks are computed while the forward pass runs
+      std::vector<int64_t> constrained;
+      for (const ScheduledRows& rows : built.rows) {
+        if (rows.samples && rows.request->params.structured_output) constrained.push_back(rows.request->seq_id);
+      }
+      m.structured->prefetch(constrained);
+    }
     m.model.forward(built.batch, m.logits.data());
     for (const ScheduledRows& rows : built.rows) m.process_rows(rows, m.logits, outputs);
   }
@@ -426,8 +506,14 @@ EngineStats EngineCore::stats() const {
   s.num_waiting = impl_->scheduler.num_waiting();
   s.num_running = impl_->scheduler.num_running();
   s.kv_usage = impl_->kv.usage();
+  s.num_swa_kv_blocks = impl_->kv.num_swa_blocks();
   s.prefix_cache = impl_->kv.stats();
   s.num_preemptions = impl_->num_preemptions;
+  if (impl_->offload) {
+    s.kv_store = impl_->offload->stats();
+    s.prefix_cache.queried_tokens -= impl_->offload->import_stats().queried_tokens;
+    s.prefix_cache.hit_tokens -= impl_->offload->import_stats().hit_tokens;
+  }
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "kvcache/kv_cache_manager.h"
+#include "kvstore/kv_store.h"
 #include "model/model.h"
 #include "sampling/logprobs.h"
 #include "tokenizer/tokenizer.h"
@@ -27,11 +28,14 @@ enum class EngineMode : uint8_t { kNormal, kPrompt, kCompletion };
 struct EngineConfig {
   int32_t block_size = 128;      // tokens per KV page (the seeds' page size)
   int32_t num_kv_blocks = 0;     // 0: kv_cache_bytes / the model's bytes per block
-  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int64_t kv_cache_bytes = int64_t{1} << 30;  // host backends; device backends use 90% of free memory
   int32_t max_model_len = 0;     // 0: the model's max_position_embeddings
   bool enable_prefix_caching = true;
   SchedulerConfig scheduler;
   EngineMode mode = EngineMode::kNormal;
+  // Persistent KV store below the device cache (host memory, disk, Redis); off unless it names
+  // a directory or a Redis backend (engine/kv_offload.h).
+  KvStoreConfig kv_store;
 };
 
 // One sample's progress in one step.
@@ -70,8 +74,12 @@ struct EngineStats {
   size_t num_waiting = 0;
   size_t num_running = 0;
   double kv_usage = 0.0;
+  // Blocks of the sliding-window layers' own pool when the model mixes window and full layers
+  // (docs/architecture.md); 0: not split.
+  int32_t num_swa_kv_blocks = 0;
   PrefixCacheStats prefix_cache;
   int64_t num_preemptions = 0;
+  std::optional<KvStoreStats> kv_store;  // per-tier counters when the store is on
 };
 
 class EngineCore {

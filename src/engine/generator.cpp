@@ -15,12 +15,21 @@ int64_t resolve_max_tokens(const CausalLM& model, int64_t requested) {
   return model_max > 0 ? model_max : 4096;
 }
 
-// One sequence, no prefix caching: the pool holds exactly the longest sequence.
-KvCacheConfig generator_kv_config(int64_t max_seq_tokens, int32_t block_size) {
+// One sequence, no prefix caching: the pool holds exactly the longest sequence. A model mixing
+// sliding-window and full-attention layers keeps the sliding layers' pages apart (unless
+// bound_sliding_kv is off): they need the window plus one chunk, whatever the sequence length.
+KvCacheConfig generator_kv_config(const CausalLM& model, int64_t max_seq_tokens, int32_t block_size,
+                                  int32_t prefill_chunk_tokens, bool bound_sliding_kv) {
   KvCacheConfig config;
   config.num_blocks = blocks_for_tokens(max_seq_tokens, block_size);
   config.block_size = block_size;
   config.enable_prefix_caching = false;
+  const auto& windows = model.config().layer_sliding_window;
+  if (bound_sliding_kv && model.swa_kv_bytes_per_token() > 0) {
+    config.sliding_window = *std::max_element(windows.begin(), windows.end());
+    config.num_swa_blocks = blocks_for_tokens(config.sliding_window, block_size) +
+                            blocks_for_tokens(prefill_chunk_tokens, block_size) + 2;
+  }
   return config;
 }
 
@@ -28,14 +37,15 @@ constexpr int64_t kSeqId = 0;
 
 }  // namespace
 
-Generator::Generator(CausalLM& model, int32_t block_size, int64_t max_seq_tokens, int32_t prefill_chunk_tokens)
+Generator::Generator(CausalLM& model, int32_t block_size, int64_t max_seq_tokens, int32_t prefill_chunk_tokens,
+                     bool bound_sliding_kv)
     : model_(model),
       block_size_(block_size),
       max_seq_tokens_(resolve_max_tokens(model, max_seq_tokens)),
       prefill_chunk_tokens_(prefill_chunk_tokens),
-      kv_cache_(generator_kv_config(max_seq_tokens_, block_size)) {
+      kv_cache_(generator_kv_config(model, max_seq_tokens_, block_size, prefill_chunk_tokens, bound_sliding_kv)) {
   DI_CHECK(block_size > 0 && prefill_chunk_tokens > 0);
-  model_.allocate_kv_cache(KvCacheShape{kv_cache_.num_blocks(), block_size_});
+  model_.allocate_kv_cache(KvCacheShape{kv_cache_.num_blocks(), block_size_, kv_cache_.num_swa_blocks()});
 }
 
 void Generator::reset() {
@@ -45,6 +55,7 @@ void Generator::reset() {
 
 ForwardBatch Generator::make_batch(const std::vector<int32_t>& tokens, size_t begin, size_t end, bool all_logits) {
   const std::vector<int32_t>& block_ids = kv_cache_.block_table(kSeqId);
+  const std::vector<int32_t>& swa_ids = kv_cache_.swa_block_table(kSeqId);
   ForwardBatch batch;
   const auto first_position = static_cast<int32_t>(tokens_.size());
   for (size_t i = begin; i < end; ++i) {
@@ -53,12 +64,18 @@ ForwardBatch Generator::make_batch(const std::vector<int32_t>& tokens, size_t be
     batch.positions.push_back(position);
     const int32_t block = block_ids[static_cast<size_t>(position / block_size_)];
     batch.slot_mapping.push_back(block * block_size_ + position % block_size_);
+    if (!swa_ids.empty()) {
+      const int32_t swa_block = swa_ids[static_cast<size_t>(position / block_size_)];
+      batch.swa_slot_mapping.push_back(swa_block * block_size_ + position % block_size_);
+    }
   }
   const auto num_new = static_cast<int32_t>(end - begin);
   batch.query_start = {0, num_new};
   batch.seq_len = {first_position + num_new};
   batch.max_blocks_per_seq = static_cast<int32_t>(block_ids.size());
   batch.block_table = block_ids;
+  // Released sliding-window entries (-1) point at block 0; the kernels never read them.
+  for (int32_t block : swa_ids) batch.swa_block_table.push_back(std::max(block, 0));
   if (all_logits) {
     for (int32_t r = 0; r < num_new; ++r) batch.logit_rows.push_back(r);
   } else {
@@ -81,13 +98,15 @@ Result<std::vector<float>> Generator::append(const std::vector<int32_t>& tokens,
                  std::to_string(max_seq_tokens_) + " fit (the model's context length)"};
   }
   if (tokens.empty()) return std::vector<float>{};
-  int32_t num_cached_tokens = 0;
-  const bool allocated = kv_cache_.allocate(kSeqId, tokens_, static_cast<int32_t>(total), "", &num_cached_tokens);
-  DI_CHECK(allocated, "the pool is sized for max_seq_tokens");
   std::vector<float> logits;
   for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(prefill_chunk_tokens_)) {
     const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(prefill_chunk_tokens_));
     const bool last_chunk = end == tokens.size();
+    // Blocks one chunk at a time: a split cache's sliding-window pool holds only a window and a chunk.
+    int32_t num_cached_tokens = 0;
+    const auto covered = static_cast<int32_t>(num_tokens() + static_cast<int64_t>(end - begin));
+    const bool allocated = kv_cache_.allocate(kSeqId, tokens_, covered, "", &num_cached_tokens);
+    DI_CHECK(allocated, "the pools are sized for max_seq_tokens and one chunk past the window");
     if (!all_logits && !last_chunk) {
       ForwardBatch batch = make_batch(tokens, begin, end, false);
       batch.logit_rows.clear();
@@ -100,6 +119,7 @@ Result<std::vector<float>> Generator::append(const std::vector<int32_t>& tokens,
     }
     tokens_.insert(tokens_.end(), tokens.begin() + static_cast<std::ptrdiff_t>(begin),
                    tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    kv_cache_.commit_computed(kSeqId, tokens_, static_cast<int32_t>(num_tokens()));
   }
   return logits;
 }

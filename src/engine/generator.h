@@ -24,13 +24,17 @@ struct GenerateOptions {
 class Generator {
  public:
   // Allocates the model's KV cache for one sequence of up to max_seq_tokens tokens (the model's
-  // max_position_embeddings when 0).
-  Generator(CausalLM& model, int32_t block_size = 128, int64_t max_seq_tokens = 0, int32_t prefill_chunk_tokens = 512);
+  // max_position_embeddings when 0). bound_sliding_kv: a model mixing sliding-window and full
+  // layers keeps its sliding layers' pages in a pool bounded by the window (off: every layer
+  // keeps every page, as for other models).
+  Generator(CausalLM& model, int32_t block_size = 128, int64_t max_seq_tokens = 0, int32_t prefill_chunk_tokens = 512,
+            bool bound_sliding_kv = true);
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
   int64_t max_seq_tokens() const { return max_seq_tokens_; }
   // Forgets the sequence (its blocks go back to the pool).
   void reset();
+  const KvCacheManager& kv_cache() const { return kv_cache_; }
 
   // Appends tokens to the sequence and runs them (in chunks of prefill_chunk_tokens). Returns
   // logits [n, vocab]: one row per appended token when all_logits, else the last token's row.

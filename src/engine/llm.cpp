@@ -115,8 +115,22 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   engine_config.enable_prefix_caching = config.enable_prefix_caching;
   engine_config.scheduler.max_num_seqs = config.max_num_seqs;
   engine_config.scheduler.max_num_batched_tokens = config.max_num_batched_tokens;
-  impl->engine = std::make_unique<EngineCore>(*impl->model, impl->tokenizer ? &*impl->tokenizer : nullptr,
-                                              engine_config);
+  engine_config.kv_store.dir = config.kv_cache_dir;
+  engine_config.kv_store.host_bytes = config.kv_cache_host_bytes;
+  engine_config.kv_store.disk_bytes = config.kv_cache_disk_bytes;
+  engine_config.kv_store.backend = config.kv_cache_backend;
+  engine_config.kv_store.cost_guard = config.kv_cache_cost_guard;
+  if (engine_config.kv_store.enabled()) {
+    auto identity = fingerprint_model_dir(config.model_dir);
+    if (!identity.ok()) return identity.error();
+    engine_config.kv_store.model_identity = *identity;
+  }
+  try {
+    impl->engine = std::make_unique<EngineCore>(*impl->model, impl->tokenizer ? &*impl->tokenizer : nullptr,
+                                                engine_config);
+  } catch (const UserError& e) {  // a malformed kv store setting
+    return Error{e.what()};
+  }
   return std::unique_ptr<LLM>(new LLM(std::move(impl)));
 }
 

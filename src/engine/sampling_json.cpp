@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "engine/structured_output.h"
+
 namespace deepinfer {
 namespace {
 
@@ -155,6 +157,7 @@ Result<SamplingParams> sampling_params_from_json(const json& request, const Samp
     if (!v.ok()) return v.error();
     p.prompt_logprobs = *v;
   }
+  DI_TRY(read_structured_output(request, p));
   return p;
 }
 

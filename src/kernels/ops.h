@@ -37,6 +37,9 @@ struct PagedBatch {
   const int32_t* block_table = nullptr;  // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   int32_t block_size = 0;
+  // Host-side sizes for device launches (grid shapes, workspaces); host kernels ignore them.
+  int32_t num_tokens = 0;     // query_start[num_seqs]
+  int32_t max_query_len = 0;  // the most new tokens of any sequence
 };
 
 struct AttentionParams {
@@ -45,9 +48,73 @@ struct AttentionParams {
   int32_t head_dim = 0;
   float scale = 0.0f;          // multiplies q.k before the softmax
   int32_t sliding_window = 0;  // 0: full causal; else a query at p sees keys k with p - k < window
+  // [num_heads] or null. GPT-OSS's attention sinks: a learned logit per query head that joins the
+  // softmax denominator (exp(sink) next to the keys' exp(score)) but carries no value.
+  const float* sinks = nullptr;
 };
 
+// Mixture-of-experts routing (kernels moe_route / moe_experts; model/layers/moe.h builds these).
+enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
+// How a group of experts is ranked in grouped top-k: its best expert (DeepSeek-V2
+// group_limited_greedy) or the sum of its best two (DeepSeek-V3 noaux_tc).
+enum class MoeGroupScore : uint8_t { kMax, kTopTwoSum };
+enum class ExpertActivation : uint8_t {
+  kSiluGated,      // down(silu(gate) * up)
+  kClampedSwiglu,  // GPT-OSS: g = min(gate, limit), u = clamp(up, +-limit), down((u + 1) * g * sigmoid(alpha g))
+};
+
+struct MoeRouting {
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  int32_t num_groups = 1;  // > 1: pick top_groups groups first, then top_k experts inside them
+  int32_t top_groups = 1;
+  MoeGroupScore group_score = MoeGroupScore::kMax;
+  bool normalize = false;  // divide the top-k weights by their sum (+1e-20)
+  float scaling = 1.0f;    // routed_scaling_factor, applied after normalisation
+};
+
+// One layer's routed experts. Each array has num_experts views; biases may be null arrays.
+struct MoeExperts {
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  const WeightView* gate = nullptr;  // [num_experts] x [intermediate, hidden]
+  const WeightView* up = nullptr;    // [num_experts] x [intermediate, hidden]
+  const WeightView* down = nullptr;  // [num_experts] x [hidden, intermediate]
+  const WeightView* gate_bias = nullptr;  // [num_experts] x [1, intermediate] or null
+  const WeightView* up_bias = nullptr;
+  const WeightView* down_bias = nullptr;  // [num_experts] x [1, hidden] or null
+  ExpertActivation activation = ExpertActivation::kSiluGated;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+};
+
+// Floats of workspace moe_experts needs for num_tokens tokens.
+inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& experts) {
+  return num_tokens * experts.top_k * (2 * experts.hidden + 2 * experts.intermediate);
+}
+
 #define DEEPINFER_KERNEL_OPS                                                                                  \
+  /* Router: scores = softmax or sigmoid of logits [num_tokens, num_experts]; experts are chosen by          \
+     scores + selection_bias (DeepSeek-V3's e_score_correction_bias; data may be null), within the best      \
+     groups when routing.num_groups > 1 (other groups' experts never chosen); weights are the unbiased       \
+     scores of the chosen, normalised and scaled per routing. expert_ids, expert_weights: [num_tokens,       \
+     top_k], best first (ties: lower expert id). */                                                          \
+  void moe_route(const float* logits, const WeightView& selection_bias, int64_t num_tokens,                 \
+                 const MoeRouting& routing, int32_t* expert_ids, float* expert_weights);                     \
+                                                                                                              \
+  /* out[t] = sum_j expert_weights[t, j] * expert_{expert_ids[t, j]}(x[t]), summed in j order. x, out:        \
+     [num_tokens, hidden]; workspace: moe_workspace_floats(num_tokens, experts) floats;                      \
+     expert_token_counts: [num_experts] int64, each expert's routed-token count is added (may be null). */   \
+  void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights, \
+                   const MoeExperts& experts, float* workspace, int64_t* expert_token_counts, float* out);      \
+                                                                                                              \
+  /* dst[r * dst_stride + i] = src[r * src_stride + i] for r < num_rows, i < width (no overlap). */           \
+  void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,          \
+                 int64_t dst_stride);                                                                        \
+                                                                                                              \
   /* out[t, :] = table[token_ids[t], :] as float32. out: [num_tokens, table.cols] */                          \
   void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out);          \
                                                                                                               \
@@ -72,17 +139,27 @@ struct AttentionParams {
   /* out[i] = silu(gate[i]) * up[i]; out may alias gate or up. */                                             \
   void silu_mul(const float* gate, const float* up, int64_t count, float* out);                               \
                                                                                                               \
+  /* out[i] = gelu_tanh(gate[i]) * up[i] (PyTorch's gelu approximate="tanh", Gemma's GeGLU); out may       \
+     alias gate or up. */                                                                                     \
+  void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out);                          \
+                                                                                                              \
   /* out[i] = a[i] + b[i]; out may alias a or b. */                                                           \
   void add(const float* a, const float* b, int64_t count, float* out);                                        \
+                                                                                                              \
+  /* out[i] = x[i] * factor; out may alias x. */                                                              \
+  void scale(const float* x, int64_t count, float factor, float* out);                                        \
+                                                                                                              \
+  /* out[i] = tanh(x[i] / cap) * cap (logit soft-capping, cap > 0); out may alias x. */                       \
+  void softcap(const float* x, int64_t count, float cap, float* out);                                         \
                                                                                                               \
   /* Copies new K/V rows into the cache: cache row slot_mapping[t] (= block_id * block_size + offset)         \
      gets k[t, :] / v[t, :]. k, v: [num_tokens, kv_dim]; caches: [num_blocks * block_size, kv_dim]. */        \
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens,             \
                 int64_t kv_dim, float* k_cache, float* v_cache);                                              \
                                                                                                               \
-  /* Causal (optionally sliding-window) grouped-query attention of the batch's new tokens over the            \
-     cache. q, out: [num_tokens, num_heads, head_dim]; caches: [num_blocks, block_size, num_kv_heads,          \
-     head_dim]. Each token's result depends only on its own sequence (batch invariant). */                    \
+  /* Causal (optionally sliding-window, optionally with sinks) grouped-query attention of the batch's new     \
+     tokens over the cache. q, out: [num_tokens, num_heads, head_dim]; caches: [num_blocks, block_size,       \
+     num_kv_heads, head_dim]. Each token's result depends only on its own sequence (batch invariant). */      \
   void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,   \
                        const AttentionParams& params, float* out);
 

@@ -1,4 +1,5 @@
-// KvCacheManager: page tables per sequence over a BlockPool, with prefix caching. The
+// KvCacheManager: page tables per sequence over a BlockPool (two tables and pools when sliding-
+// window and full-attention layers are mixed), with prefix caching. The
 // scheduler asks it for room before scheduling tokens and tells it what was computed after
 // each step. CPU bookkeeping only; not thread-safe (the engine thread owns it).
 #pragma once
@@ -21,9 +22,15 @@ struct KvCacheConfig {
   bool enable_prefix_caching = true;
   // Model, dtype, KV layout and code version: seeds every hash chain.
   std::string model_fingerprint;
-  // > 0 when every layer uses this sliding window: blocks wholly before the window of the
-  // sequence's next token are released (their table entries become -1).
+  // > 0: blocks wholly before this window of the sequence's next token are released (their
+  // table entries become -1) from the tables of the layers that use it: every layer's when
+  // num_swa_blocks is 0, else only the sliding-window layers' own tables (below).
   int32_t sliding_window = 0;
+  // > 0 for a model that mixes sliding-window and full-attention layers: each sequence then has
+  // two page tables, block_table() for the full-attention layers (every page kept) and
+  // swa_block_table() for the sliding-window layers, over a second pool of this many blocks,
+  // so the sliding layers' KV memory is bounded by the window instead of the sequence length.
+  int32_t num_swa_blocks = 0;
 };
 
 struct PrefixCacheStats {
@@ -62,15 +69,24 @@ class KvCacheManager {
 
   // n > 1: child gets parent's table, full blocks shared (ref counted); the partial last block
   // is copied into a fresh block. Returns the (src, dst) block pairs the caller must copy on the
-  // device before the child's next step (appended to copies). False when there is no free block
-  // for the copy. The child covers the parent's computed tokens (call after commit_computed).
-  bool fork(int64_t parent_seq_id, int64_t child_seq_id, std::vector<std::pair<int32_t, int32_t>>* copies);
+  // device before the child's next step (appended to copies; those of the sliding-window tables
+  // to swa_copies, required when num_swa_blocks > 0). False when there is no free block for a
+  // copy. The child covers the parent's computed tokens (call after commit_computed).
+  bool fork(int64_t parent_seq_id, int64_t child_seq_id, std::vector<std::pair<int32_t, int32_t>>* copies,
+            std::vector<std::pair<int32_t, int32_t>>* swa_copies = nullptr);
 
   // Drops the sequence's references (preemption, finish, abort). Unknown ids are ignored.
   void free(int64_t seq_id);
   bool has(int64_t seq_id) const;
   // The sequence's block ids in order; -1 where a sliding-window block was released.
   const std::vector<int32_t>& block_table(int64_t seq_id) const;
+  // With num_swa_blocks > 0: the sliding-window layers' table (ids in their own pool, the same
+  // length as block_table, -1 for released blocks). Empty otherwise.
+  const std::vector<int32_t>& swa_block_table(int64_t seq_id) const;
+  bool has_swa_tables() const;
+  int32_t num_swa_blocks() const;  // the sliding-window pool's size; 0 without separate tables
+  // Blocks of the sliding-window pool in use by some table (not free, not evictable).
+  int32_t num_used_swa_blocks() const;
 
   const PrefixCacheStats& stats() const;
   // Asserts pool and tables agree: every table entry holds a reference, ref counts equal the

@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include "model/archs/archs.h"
+#include "model/layers/linear.h"
 
 namespace deepinfer {
 
@@ -21,6 +22,7 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
   source.config = std::move(*config);
   source.weights = std::make_shared<const WeightStore>(std::move(*weights));
   source.backend = &backend;
+  source.arena = std::make_shared<WeightArena>();
   return builder(source);
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/check.h"
 #include "core/result.h"
 #include "runtime/backend.h"
 #include "weights/hf_config.h"
@@ -26,6 +27,10 @@ struct ForwardBatch {
   std::vector<int32_t> block_table;   // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   std::vector<int32_t> logit_rows;    // token rows whose logits are returned, in this order
+  // When the KV cache keeps the sliding-window layers' pages apart (KvCacheShape::num_swa_blocks
+  // > 0): their slots and tables, shaped as slot_mapping and block_table. Empty otherwise.
+  std::vector<int32_t> swa_slot_mapping;
+  std::vector<int32_t> swa_block_table;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }
@@ -34,6 +39,9 @@ struct ForwardBatch {
 struct KvCacheShape {
   int32_t num_blocks = 0;
   int32_t block_size = 0;
+  // > 0: the sliding-window layers get their own cache of this many blocks, addressed by
+  // ForwardBatch's swa_* tables (KvCacheConfig::num_swa_blocks); 0: every layer uses num_blocks.
+  int32_t num_swa_blocks = 0;
 };
 
 class CausalLM {
@@ -44,17 +52,25 @@ class CausalLM {
 
   // Bytes of KV cache one token takes over all layers.
   virtual int64_t kv_bytes_per_token() const = 0;
+  // Of those, the bytes of the sliding-window layers when the model also has full-attention
+  // layers (the part a split cache bounds by the window, KvCacheShape::num_swa_blocks); 0 when
+  // the layers do not mix, and then the cache is never split.
+  virtual int64_t swa_kv_bytes_per_token() const { return 0; }
   // (Re)allocates the KV cache; drops previous contents.
   virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
   virtual KvCacheShape kv_cache_shape() const = 0;
   // Copies whole KV blocks (every layer) from pair.first to pair.second: copy-on-write when
-  // sequences that share blocks diverge (n > 1).
+  // sequences that share blocks diverge (n > 1). With a split cache (num_swa_blocks > 0) it
+  // copies the full-attention layers' blocks and copy_swa_kv_blocks the sliding layers'.
   virtual void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
+  virtual void copy_swa_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
+    DI_CHECK(src_dst.empty(), "this model's KV cache has no separate sliding-window blocks");
+  }
   // Floats one block holds over all layers (K and V): the unit of read/write_kv_blocks.
   virtual int64_t kv_floats_per_block() const = 0;
   // Moves the KV of whole blocks between the cache and host memory ([block_ids.size(),
   // kv_floats_per_block()] floats, blocks in the given order): a prefilled request's KV handed
-  // from a PROMPT engine to a COMPLETION engine.
+  // from a PROMPT engine to a COMPLETION engine. Only for caches that are not split.
   virtual void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const = 0;
   virtual void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) = 0;
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
@@ -69,11 +85,15 @@ class CausalLM {
   Backend& backend_;
 };
 
+class WeightArena;  // model/layers/linear.h
+
 // Everything an architecture's builder gets.
 struct ModelSource {
   ModelConfig config;
   std::shared_ptr<const WeightStore> weights;
   Backend* backend = nullptr;
+  // Holds weights made at load time; the model keeps a reference.
+  std::shared_ptr<WeightArena> arena;
 };
 
 // Loads config.json and the safetensors in dir, checks every tensor's presence and shape, and

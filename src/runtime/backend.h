@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,12 @@ class DeviceBuffer {
   size_t size_bytes_ = 0;
 };
 
+// A device's ceilings measured in the running process, for benchmarks' roofline fractions.
+struct DevicePeaks {
+  double copy_bytes_per_s = 0.0;         // device-to-device copy, bytes read + written
+  double bf16_matmul_flop_per_s = 0.0;   // a large bf16 x bf16 -> f32 product through the backend's GEMM
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -49,6 +56,13 @@ class Backend {
   // (no copy), so the WeightStore must outlive every view. Errors name the tensor and dtype.
   virtual Result<kernels::WeightView> load_weight(const TensorView& tensor) = 0;
 
+  // Device memory still free for caches: device backends size the KV cache from it. Host backends
+  // return nullopt (the engine's configured byte budget applies).
+  virtual std::optional<size_t> free_memory_bytes() const { return std::nullopt; }
+  // Measures the device's copy bandwidth and matrix rate (seconds of device time; benchmarks
+  // only). Host backends return nullopt.
+  virtual std::optional<DevicePeaks> measure_peaks() { return std::nullopt; }
+
   // The ops of kernels/ops.h, with the same contracts.
   virtual void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens,
                          float* out) = 0;
@@ -62,12 +76,23 @@ class Backend {
   virtual void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias,
                       int64_t num_rows, float* y) = 0;
   virtual void silu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  virtual void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
   virtual void add(const float* a, const float* b, int64_t count, float* out) = 0;
+  virtual void scale(const float* x, int64_t count, float factor, float* out) = 0;
+  virtual void softcap(const float* x, int64_t count, float cap, float* out) = 0;
   virtual void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens,
                         int64_t kv_dim, float* k_cache, float* v_cache) = 0;
   virtual void paged_attention(const float* q, const float* k_cache, const float* v_cache,
                                const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
                                float* out) = 0;
+  // Mixture of experts and strided copies (kernels/ops.h has the contracts).
+  virtual void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
+                         const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) = 0;
+  virtual void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
+                           const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
+                           float* out) = 0;
+  virtual void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
+                         int64_t dst_stride) = 0;
 };
 
 struct BackendOptions {

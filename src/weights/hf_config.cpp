@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/mapped_file.h"
+#include "weights/hf_config_moe.h"
 #include "weights/json_fields.h"
 
 namespace deepinfer {
@@ -174,6 +175,40 @@ Result<std::vector<int32_t>> parse_sliding_windows(const JsonFields& fields, std
   return windows;
 }
 
+// Gemma3TextConfig's defaults: the text_config of multimodal Gemma 3 checkpoints lists only the
+// fields that differ from them.
+const json& gemma3_text_defaults() {
+  static const json kDefaults = {
+      {"vocab_size", 262208}, {"hidden_size", 2304}, {"intermediate_size", 9216}, {"num_hidden_layers", 26},
+      {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256},
+      {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0},
+      {"rope_local_base_freq", 10000.0}, {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
+      {"hidden_activation", "gelu_pytorch_tanh"}};
+  return kDefaults;
+}
+
+// Gemma's attention and output options. Attention-logit soft-capping (Gemma 2) is refused rather
+// than silently ignored.
+Result<void> parse_gemma_options(const JsonFields& fields, ModelConfig& config) {
+  std::optional<double> value;
+  DI_ASSIGN(value, fields.optional_number("attn_logit_softcapping"));
+  if (value) {
+    return fields.error("field '" + fields.path("attn_logit_softcapping") +
+                        "' is set; attention-logit soft-capping is not supported (remove it or set it to null)");
+  }
+  DI_ASSIGN(value, fields.optional_number("query_pre_attn_scalar"));
+  if (value && !(*value > 0.0)) return fields.invalid("query_pre_attn_scalar", "a positive number", *value);
+  config.query_pre_attn_scalar = value;
+  DI_ASSIGN(value, fields.optional_number("final_logit_softcapping"));
+  if (value && !(*value > 0.0)) return fields.invalid("final_logit_softcapping", "a positive number or null", *value);
+  config.final_logit_softcapping = value;
+  std::optional<std::string> activation;
+  DI_ASSIGN(activation, fields.optional_string("hidden_activation"));
+  if (!activation) DI_ASSIGN(activation, fields.optional_string("hidden_act"));
+  config.hidden_activation = activation.value_or("silu");
+  return {};
+}
+
 Result<std::optional<DType>> parse_dtype(const JsonFields& fields) {
   const char* key = fields.has("dtype") ? "dtype" : "torch_dtype";
   std::optional<std::string> name;
@@ -248,6 +283,7 @@ Result<ModelConfig> ModelConfig::parse(const std::string& json_text, const std::
   // The family rules key on the language model's type (gemma3_text inside gemma3).
   DI_ASSIGN(model_type, fields.optional_string("model_type"));
   const std::string family = model_type.value_or("");
+  if (family == "gemma3_text") fields.add_fallback(gemma3_text_defaults(), "");
 
   DI_TRY(parse_shape(fields, config));
   DI_TRY(parse_rope(fields, source_name, config));
@@ -260,6 +296,8 @@ Result<ModelConfig> ModelConfig::parse(const std::string& json_text, const std::
     DI_ASSIGN(config.attention_bias, fields.boolean("attention_bias", false));
   }
   DI_ASSIGN(config.layer_sliding_window, parse_sliding_windows(fields, family, config.num_hidden_layers));
+  DI_TRY(parse_gemma_options(fields, config));
+  DI_TRY(parse_moe_fields(fields, config));
   DI_ASSIGN(config.dtype, parse_dtype(fields));
   DI_ASSIGN(config.eos_token_ids, fields.non_negative_int_or_list("eos_token_id"));
   DI_ASSIGN(config.bos_token_id, fields.optional_non_negative_int("bos_token_id"));

@@ -37,6 +37,45 @@ struct RopeConfig {
   bool operator==(const RopeConfig&) const = default;
 };
 
+// Mixture-of-experts fields under every spelling the families use (DeepSeek, Qwen, Mixtral, GPT-OSS).
+struct MoeConfig {
+  int64_t num_experts = 0;            // n_routed_experts | num_experts | num_local_experts
+  int64_t num_experts_per_tok = 0;    // num_experts_per_tok | experts_per_token
+  int64_t moe_intermediate_size = 0;  // moe_intermediate_size, else intermediate_size
+  int64_t num_shared_experts = 0;     // n_shared_experts
+  int64_t shared_expert_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  std::string scoring_func = "softmax";  // softmax | sigmoid
+  std::string topk_method = "greedy";    // greedy | group_limited_greedy | noaux_tc
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  // Which layers are MoE: i >= first_k_dense_replace, i % moe_layer_freq == 0 (DeepSeek),
+  // (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers (Qwen).
+  int64_t first_k_dense_replace = 0;
+  int64_t moe_layer_freq = 1;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  bool is_moe_layer(int64_t layer) const;
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3).
+struct MlaConfig {
+  std::optional<int64_t> q_lora_rank;  // null: a plain q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
+// quantization_config of FP8 block-scaled checkpoints (DeepSeek-V3): weight = fp8 * weight_scale_inv
+// per [block_rows, block_cols] block.
+struct Fp8Config {
+  int64_t block_rows = 128;
+  int64_t block_cols = 128;
+};
+
 struct ModelConfig {
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama"
@@ -58,6 +97,16 @@ struct ModelConfig {
   // Per-layer sliding window: 0 = full attention. Filled from sliding_window together with
   // use_sliding_window / max_window_layers (Qwen2) or layer_types (newer configs).
   std::vector<int32_t> layer_sliding_window;
+  // Gemma: the softmax scale is query_pre_attn_scalar^-0.5 instead of head_dim^-0.5.
+  std::optional<double> query_pre_attn_scalar;
+  // Gemma: logits = tanh(logits / c) * c when set.
+  std::optional<double> final_logit_softcapping;
+  // The MLP's activation: hidden_activation (Gemma) or hidden_act, e.g. "silu", "gelu_pytorch_tanh".
+  std::string hidden_activation = "silu";
+  std::optional<MoeConfig> moe;  // set when the config names a number of experts
+  std::optional<MlaConfig> mla;  // set when the config has kv_lora_rank
+  std::optional<Fp8Config> fp8;  // set for quantization_config.quant_method "fp8"
+  int64_t num_nextn_predict_layers = 0;  // DeepSeek-V3's MTP layers after the decoder layers
   std::optional<DType> dtype;  // "dtype" or "torch_dtype"
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id;

@@ -21,7 +21,7 @@ using nlohmann::json;
 constexpr uint64_t kLengthBytes = 8;
 // The safetensors format caps the header at 100 MB; a bigger length means "not safetensors".
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr const char* kSupportedDTypes = "F32, BF16, F16, I32, I64";
+constexpr const char* kSupportedDTypes = "F32, BF16, F16, I32, I64, F8_E4M3";
 
 // Only the safetensors spellings: find_dtype() also takes transformers names ("float32").
 std::optional<DType> find_safetensors_dtype(const std::string& name) {
@@ -30,6 +30,7 @@ std::optional<DType> find_safetensors_dtype(const std::string& name) {
   if (name == "F16") return DType::kF16;
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
   return std::nullopt;
 }
 

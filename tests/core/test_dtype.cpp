@@ -50,7 +50,8 @@ TEST(DType, ParsesBothSpellings) {
   EXPECT_EQ(find_dtype("torch.bfloat16"), DType::kBF16);
   EXPECT_EQ(find_dtype("float16"), DType::kF16);
   EXPECT_EQ(find_dtype("F32"), DType::kF32);
-  EXPECT_FALSE(find_dtype("F8_E4M3").has_value());
+  EXPECT_EQ(find_dtype("F8_E4M3"), DType::kF8E4M3);  // DeepSeek-V3's block-scaled fp8 weights
+  EXPECT_FALSE(find_dtype("F8_E5M2").has_value());
 }
 
 }  // namespace

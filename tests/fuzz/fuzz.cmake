@@ -1,4 +1,4 @@
-# Builds the tokenizer fuzzers with clang-14 (an external project: the main build uses g++) and
+# Builds the tokenizer and grammar fuzzers with clang-14 (an external project: the main build uses g++) and
 # runs each for DEEPINFER_FUZZ_SECONDS (default 10) as a ctest entry. Included by tests/CMakeLists.txt.
 find_program(DEEPINFER_FUZZ_CXX NAMES clang++-14 clang++)
 if(NOT DEEPINFER_FUZZ_CXX)
@@ -17,4 +17,8 @@ foreach(fuzzer fuzz_encode fuzz_detokenize)
   add_test(NAME tokenizer_${fuzzer}
            COMMAND ${PROJECT_SOURCE_DIR}/tests/fuzz/run_fuzzer.sh ${fuzz_binary_dir}/${fuzzer})
   set_tests_properties(tokenizer_${fuzzer} PROPERTIES LABELS "tokenizer;fuzz" TIMEOUT 900)
+endforeach()
+foreach(fuzzer fuzz_grammar_ebnf fuzz_grammar_regex)
+  add_test(NAME ${fuzzer} COMMAND ${PROJECT_SOURCE_DIR}/tests/fuzz/run_fuzzer.sh ${fuzz_binary_dir}/${fuzzer})
+  set_tests_properties(${fuzzer} PROPERTIES LABELS "grammar;fuzz" TIMEOUT 900)
 endforeach()

@@ -1,6 +1,6 @@
 // paged_attention and write_kv: the reference against closed forms, every cpu implementation
 // against the reference (GQA ratios, head dims, block sizes, windows, chunked prefill), and the
-// cpu kernel's batch invariance.
+// cpu kernel's batch invariance; attention sinks against a closed form and the reference.
 #include <omp.h>
 
 #include <algorithm>
@@ -247,6 +247,42 @@ TEST(RefAttention, DominantKeyWins) {
   const std::vector<float> out = run_ref(sc);
   for (int32_t d = 0; d < 16; ++d)
     EXPECT_EQ(out[static_cast<size_t>(d)], sc.v_cache[static_cast<size_t>(sc.slot(0, 2) * 16 + d)]);
+}
+
+// Sinks of both signs and sizes (one far above every score, so the keys keep almost no weight),
+// with and without a window, every cpu implementation against the reference.
+TEST(PagedAttention, SinksCpuMatchesRef) {
+  for (int32_t ratio : {1, 4}) {
+    for (int32_t window : {0, 5}) {
+      Scenario sc = make_scenario(2 * ratio, 2, 64, 16, window, kSeqLen, kNumNew, static_cast<uint32_t>(ratio + window));
+      std::vector<float> sinks = testing::random_floats(static_cast<size_t>(sc.params.num_heads), 41, -3.0f, 3.0f);
+      sinks.back() = 40.0f;
+      sc.params.sinks = sinks.data();
+      const std::vector<float> expected = run_ref(sc);
+      for (cpu::Isa isa : attention_isas()) {
+        std::vector<float> actual(sc.q.size());
+        cpu::paged_attention_with(isa, sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), sc.batch(), sc.params,
+                                  actual.data());
+        testing::expect_within(actual, expected, attention_tolerance(sc),
+                               std::string(cpu::isa_name(isa)) + " sinks gqa " + std::to_string(ratio) + " window " +
+                                   std::to_string(window));
+      }
+    }
+  }
+}
+
+// One key with score s and a sink z: the output is V * e^s / (e^s + e^z), a closed form.
+TEST(RefAttention, SinkJoinsTheDenominatorOnly) {
+  Scenario sc = make_scenario(2, 1, 16, 16, 0, {1}, {1}, 13);
+  std::fill(sc.q.begin(), sc.q.end(), 0.0f);  // score 0 for both heads
+  const float sinks[2] = {0.0f, std::log(3.0f)};
+  sc.params.sinks = sinks;
+  const std::vector<float> out = run_ref(sc);
+  for (int32_t d = 0; d < 16; ++d) {
+    const float v = sc.v_cache[static_cast<size_t>(sc.slot(0, 0) * sc.kv_dim() + d)];
+    EXPECT_NEAR(out[static_cast<size_t>(d)], v / 2.0f, 2 * testing::kEpsF32);
+    EXPECT_NEAR(out[static_cast<size_t>(16 + d)], v / 4.0f, 2 * testing::kEpsF32);
+  }
 }
 
 TEST(WriteKv, CpuWritesTheSameSlotsAsRef) {

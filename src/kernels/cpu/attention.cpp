@@ -2,6 +2,7 @@
 // consecutive new tokens of one sequence times a range of kv heads; a task walks the cache in
 // key blocks, heads outer and tokens inner, so a block's K/V slice is loaded once for all the
 // tile's tokens. Every (token, head) takes the same steps however tasks are cut: batch invariant.
+// Attention sinks enter once, in the final normalisation.
 #include <omp.h>
 
 #include <algorithm>
@@ -182,8 +183,11 @@ void run_task(const TaskView& task) {
       const StateView s = task.state(t, h);
       float* out = task.ctx->out + (task.tile.first_token + t) * task.token_floats() +
                    static_cast<int64_t>(h) * group * head_dim;
+      const float* sinks = task.ctx->params->sinks;
       for (int32_t g = 0; g < group; ++g) {
-        const float inv_sum = 1.0f / s.running_sum[g];
+        // A sink joins the denominator only: the scores' online sum is relative to running_max.
+        const float sink_term = sinks != nullptr ? fast_exp(sinks[h * group + g] - s.running_max[g]) : 0.0f;
+        const float inv_sum = 1.0f / (s.running_sum[g] + sink_term);
         for (int32_t d = 0; d < head_dim; ++d) out[g * head_dim + d] = s.acc[g * head_dim + d] * inv_sum;
       }
     }

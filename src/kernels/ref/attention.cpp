@@ -1,4 +1,5 @@
-// Reference KV-cache write and paged causal GQA attention (sliding window optional), float64 softmax.
+// Reference KV-cache write and paged causal GQA attention (sliding window and sinks optional),
+// float64 softmax.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,7 +48,9 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
         const int32_t kv_head = h / group;
         const float* qh = q + (token * num_heads + h) * head_dim;
         scores.assign(static_cast<size_t>(pos) + 1, 0.0);
-        double max_score = -INFINITY;
+        // A sink is one more softmax logit with no value row.
+        const double sink = params.sinks != nullptr ? params.sinks[h] : -INFINITY;
+        double max_score = sink;
         for (int32_t k = 0; k <= pos; ++k) {
           if (params.sliding_window != 0 && pos - k >= params.sliding_window) continue;
           const float* kr = key_row(k_cache, k, kv_head);
@@ -56,7 +59,7 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
           scores[static_cast<size_t>(k)] = dot * params.scale;
           max_score = std::max(max_score, scores[static_cast<size_t>(k)]);
         }
-        double denom = 0.0;
+        double denom = params.sinks != nullptr ? std::exp(sink - max_score) : 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int32_t k = 0; k <= pos; ++k) {
           if (params.sliding_window != 0 && pos - k >= params.sliding_window) continue;

@@ -14,6 +14,12 @@ Result<std::unique_ptr<CausalLM>> build_llama(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_qwen2(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_qwen3(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_mistral(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_deepseek_v2(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_deepseek_v3(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_qwen3_moe(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_mixtral(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_gpt_oss(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source);
 
 // nullptr when the architecture is not supported.
 Builder find_builder(const std::string& architecture);

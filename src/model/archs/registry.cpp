@@ -8,11 +8,17 @@
 namespace deepinfer::archs {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, Builder>, 4> kRegistry = {{
+constexpr std::array<std::pair<std::string_view, Builder>, 10> kRegistry = {{
     {"LlamaForCausalLM", &build_llama},
     {"Qwen2ForCausalLM", &build_qwen2},
     {"Qwen3ForCausalLM", &build_qwen3},
     {"MistralForCausalLM", &build_mistral},
+    {"DeepseekV2ForCausalLM", &build_deepseek_v2},
+    {"DeepseekV3ForCausalLM", &build_deepseek_v3},
+    {"Qwen3MoeForCausalLM", &build_qwen3_moe},
+    {"MixtralForCausalLM", &build_mixtral},
+    {"GptOssForCausalLM", &build_gpt_oss},
+    {"Gemma3ForCausalLM", &build_gemma3},
 }};
 
 }  // namespace

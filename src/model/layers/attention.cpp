@@ -1,7 +1,9 @@
 // Grouped-query self-attention over the paged KV cache.
 #include "model/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 
@@ -36,6 +38,21 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
   device.paged.block_table = device.block_table.as<int32_t>();
   device.paged.max_blocks_per_seq = batch.max_blocks_per_seq;
   device.paged.block_size = block_size;
+  device.paged.num_tokens = static_cast<int32_t>(batch.num_tokens());
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const auto s_index = static_cast<size_t>(s);
+    device.paged.max_query_len =
+        std::max(device.paged.max_query_len, batch.query_start[s_index + 1] - batch.query_start[s_index]);
+  }
+  if (!batch.swa_block_table.empty()) {
+    DI_CHECK(batch.swa_slot_mapping.size() == batch.token_ids.size() &&
+                 batch.swa_block_table.size() == batch.block_table.size(),
+             "swa_slot_mapping and swa_block_table must be shaped as slot_mapping and block_table");
+    device.swa_slot_mapping = upload_ints(backend, batch.swa_slot_mapping);
+    device.swa_block_table = upload_ints(backend, batch.swa_block_table);
+    device.swa_paged = device.paged;
+    device.swa_paged.block_table = device.swa_block_table.as<int32_t>();
+  }
   return device;
 }
 
@@ -46,7 +63,8 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   layer.params_.num_heads = static_cast<int32_t>(config.num_attention_heads);
   layer.params_.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
   layer.params_.head_dim = static_cast<int32_t>(config.head_dim);
-  layer.params_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim)));
+  const double scale_denominator = options.query_pre_attn_scalar.value_or(static_cast<double>(config.head_dim));
+  layer.params_.scale = static_cast<float>(1.0 / std::sqrt(scale_denominator));
   layer.params_.sliding_window = options.sliding_window;
   layer.rotary_dim_ = rope.rotary_dim;
   layer.rope_attention_scaling_ = rope.attention_scaling;
@@ -70,8 +88,24 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
     if (!k_norm.ok()) return k_norm.error();
     layer.q_norm_ = *q_norm;
     layer.k_norm_ = *k_norm;
+    layer.q_norm_->weight_offset = options.qk_norm_weight_offset;
+    layer.k_norm_->weight_offset = options.qk_norm_weight_offset;
   }
   Backend& backend = *source.backend;
+  if (options.sinks) {
+    // Read from the mapped file and widened to f32 here: the kernel takes f32 sinks.
+    auto sinks = source.weights->get(prefix + ".sinks", {config.num_attention_heads});
+    if (!sinks.ok()) return sinks.error();
+    std::vector<float> values(static_cast<size_t>(config.num_attention_heads));
+    if (sinks->dtype != DType::kF32 && sinks->dtype != DType::kBF16 && sinks->dtype != DType::kF16) {
+      return Error{"tensor " + sinks->name + " in " + sinks->file + " has dtype " +
+                   std::string(dtype_name(sinks->dtype)) + "; expected F32, BF16 or F16"};
+    }
+    convert_to_f32(sinks->data, sinks->dtype, values.size(), values.data());
+    layer.sinks_ = backend.allocate(values.size() * sizeof(float));
+    backend.copy_to_device(layer.sinks_.data(), values.data(), values.size() * sizeof(float));
+    layer.params_.sinks = layer.sinks_.as<float>();
+  }
   layer.inv_freq_ = backend.allocate(rope.inv_freq.size() * sizeof(float));
   backend.copy_to_device(layer.inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
   return layer;
@@ -85,7 +119,9 @@ int64_t AttentionLayer::weight_bytes() const {
 
 void AttentionLayer::allocate_kv_cache(Backend& backend, const KvCacheShape& shape) {
   block_size_ = shape.block_size;
-  const auto rows = static_cast<size_t>(shape.num_blocks) * static_cast<size_t>(shape.block_size);
+  swa_tables_ = uses_swa_tables(shape);
+  const int32_t num_blocks = swa_tables_ ? shape.num_swa_blocks : shape.num_blocks;
+  const auto rows = static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size);
   k_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
   v_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
 }
@@ -132,8 +168,12 @@ void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const f
                rope_attention_scaling_, kernels::RopeLayout::kRotateHalf);
   backend.rope(k, positions, n, params_.num_kv_heads, params_.head_dim, rotary_dim_, inv_freq,
                rope_attention_scaling_, kernels::RopeLayout::kRotateHalf);
-  backend.write_kv(k, v, batch.slot_mapping.as<int32_t>(), n, kv_dim(), k_cache_.as<float>(), v_cache_.as<float>());
-  backend.paged_attention(q, k_cache_.as<float>(), v_cache_.as<float>(), batch.paged, params_, attn);
+  DI_CHECK(!swa_tables_ || batch.swa_paged.block_table != nullptr,
+           "this sliding-window layer keeps its own cache but the batch has no swa tables");
+  const DeviceBuffer& slots = swa_tables_ ? batch.swa_slot_mapping : batch.slot_mapping;
+  backend.write_kv(k, v, slots.as<int32_t>(), n, kv_dim(), k_cache_.as<float>(), v_cache_.as<float>());
+  backend.paged_attention(q, k_cache_.as<float>(), v_cache_.as<float>(), swa_tables_ ? batch.swa_paged : batch.paged,
+                          params_, attn);
   o_proj_.forward(backend, attn, n, out);
 }
 

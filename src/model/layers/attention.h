@@ -1,5 +1,6 @@
 // Grouped-query self-attention over the paged KV cache: q/k/v projections (optional biases),
-// optional per-head QK RMSNorm (Qwen3), rope, cache write, paged attention, output projection.
+// optional per-head QK RMSNorm (Qwen3, Gemma 3), rope, cache write, paged attention (optional
+// sliding window, sinks and softmax scale), output projection.
 #pragma once
 
 #include <optional>
@@ -19,6 +20,11 @@ struct DeviceBatch {
   DeviceBuffer seq_len;       // [num_seqs] i32
   DeviceBuffer block_table;   // [num_seqs, max_blocks_per_seq] i32
   kernels::PagedBatch paged;
+  // The sliding-window layers' own tables when the cache keeps them apart (ForwardBatch's
+  // swa_* fields); swa_paged.block_table is null otherwise and those layers use paged.
+  DeviceBuffer swa_slot_mapping;  // [num_tokens] i32
+  DeviceBuffer swa_block_table;   // [num_seqs, max_blocks_per_seq] i32
+  kernels::PagedBatch swa_paged;
   int64_t num_tokens = 0;
 
   static DeviceBatch upload(Backend& backend, const ForwardBatch& batch, int32_t block_size);
@@ -28,7 +34,11 @@ struct AttentionOptions {
   bool qkv_bias = false;
   bool o_bias = false;
   bool qk_norm = false;
+  float qk_norm_weight_offset = 0.0f;  // Gemma's (1 + w) norms: 1
   int32_t sliding_window = 0;
+  // The softmax scale's denominator when it is not head_dim: scale = query_pre_attn_scalar^-0.5 (Gemma).
+  std::optional<double> query_pre_attn_scalar;
+  bool sinks = false;  // GPT-OSS: <prefix>.sinks [num_heads], one extra softmax logit per head
 };
 
 class AttentionLayer {
@@ -38,9 +48,14 @@ class AttentionLayer {
                                      const AttentionOptions& options, const RopeTable& rope);
 
   int64_t kv_dim() const { return static_cast<int64_t>(params_.num_kv_heads) * params_.head_dim; }
+  int32_t sliding_window() const { return params_.sliding_window; }
   int64_t q_dim() const { return static_cast<int64_t>(params_.num_heads) * params_.head_dim; }
   int64_t weight_bytes() const;
+  // Sliding-window layers size their cache by shape.num_swa_blocks when it is non-zero.
   void allocate_kv_cache(Backend& backend, const KvCacheShape& shape);
+  bool uses_swa_tables(const KvCacheShape& shape) const {
+    return params_.sliding_window > 0 && shape.num_swa_blocks > 0;
+  }
   // One block's K then V rows: 2 * block_size * kv_dim floats.
   int64_t kv_floats_per_block() const { return 2 * block_size_ * kv_dim(); }
   void copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const;
@@ -58,6 +73,8 @@ class AttentionLayer {
   int32_t rotary_dim_ = 0;
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
+  DeviceBuffer sinks_;     // [num_heads] f32, when the layer has sinks
+  bool swa_tables_ = false;  // reads the batch's sliding-window tables
   DeviceBuffer k_cache_, v_cache_;  // [num_blocks * block_size, kv_dim] f32
   int32_t block_size_ = 0;
 };

@@ -1,22 +1,112 @@
-// The Llama-family decoder stack.
+// The decoder stack: per-layer attention / feed-forward variants, KV cache plumbing, forward.
 #include "model/layers/dense_decoder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
 namespace deepinfer {
+namespace {
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+
+int64_t attention_scratch_floats(const DecoderAttention& attention, int64_t num_tokens) {
+  return std::visit(Overloaded{[&](const AttentionLayer& a) { return num_tokens * (2 * a.q_dim() + 2 * a.kv_dim()); },
+                               [&](const MlaLayer& a) { return a.scratch_floats(num_tokens); }},
+                    attention);
+}
+
+int64_t ffn_scratch_floats(const DecoderFeedForward& ffn, int64_t num_tokens) {
+  return std::visit(Overloaded{[&](const GatedMlp& m) { return 2 * num_tokens * m.intermediate_size(); },
+                               [&](const MoeLayer& m) { return m.scratch_floats(num_tokens); }},
+                    ffn);
+}
+
+int64_t kv_floats_per_block_of(const DecoderAttention& attention) {
+  return std::visit([](const auto& a) { return a.kv_floats_per_block(); }, attention);
+}
+
+}  // namespace
+
+Result<DecoderLayer> DenseDecoder::load_layer(const ModelSource& source, const DenseDecoderOptions& options,
+                                              int64_t index, const RopeTable& rope, const RopeTable* sliding_rope) {
+  const ModelConfig& config = source.config;
+  const std::string prefix = "model.layers." + std::to_string(index);
+  const auto load_norm = [&](const std::string& name) -> Result<RmsNorm> {
+    auto norm = RmsNorm::load(source, prefix + "." + name + ".weight", config.hidden_size, config.rms_norm_eps);
+    if (norm.ok()) norm->weight_offset = options.norm_weight_offset;
+    return norm;
+  };
+  auto input_norm = load_norm("input_layernorm");
+  if (!input_norm.ok()) return input_norm.error();
+  auto post_norm = load_norm("post_attention_layernorm");
+  if (!post_norm.ok()) return post_norm.error();
+
+  std::optional<DecoderAttention> attention;
+  if (options.mla) {
+    auto mla = MlaLayer::load(source, prefix + ".self_attn", *options.mla, rope);
+    if (!mla.ok()) return mla.error();
+    attention.emplace(std::in_place_type<MlaLayer>, std::move(*mla));
+  } else {
+    AttentionOptions attention_options;
+    attention_options.qkv_bias = options.qkv_bias;
+    attention_options.o_bias = options.o_bias;
+    attention_options.qk_norm = options.qk_norm;
+    attention_options.qk_norm_weight_offset = options.norm_weight_offset;
+    attention_options.query_pre_attn_scalar = config.query_pre_attn_scalar;
+    attention_options.sinks = options.attention_sinks;
+    if (static_cast<size_t>(index) < config.layer_sliding_window.size()) {
+      attention_options.sliding_window = config.layer_sliding_window[static_cast<size_t>(index)];
+    }
+    const bool local_rope = attention_options.sliding_window > 0 && sliding_rope != nullptr;
+    const RopeTable& layer_rope = local_rope ? *sliding_rope : rope;
+    auto gqa = AttentionLayer::load(source, prefix + ".self_attn", attention_options, layer_rope);
+    if (!gqa.ok()) return gqa.error();
+    attention.emplace(std::in_place_type<AttentionLayer>, std::move(*gqa));
+  }
+
+  std::optional<DecoderFeedForward> ffn;
+  const std::string ffn_prefix = prefix + "." + options.ffn_name;
+  if (options.moe && (!options.is_moe_layer || options.is_moe_layer(index))) {
+    auto moe = MoeLayer::load(source, ffn_prefix, config.hidden_size, *options.moe);
+    if (!moe.ok()) return moe.error();
+    ffn.emplace(std::in_place_type<MoeLayer>, std::move(*moe));
+  } else {
+    auto activation = parse_mlp_activation(config.hidden_activation);
+    if (!activation.ok()) return Error{activation.error().message + " by " + config.architecture};
+    auto mlp = GatedMlp::load(source, ffn_prefix, config.hidden_size, config.intermediate_size, options.mlp_bias,
+                              *activation);
+    if (!mlp.ok()) return mlp.error();
+    ffn.emplace(std::in_place_type<GatedMlp>, *mlp);
+  }
+  DecoderLayer layer{*input_norm, std::move(*attention), *post_norm, std::move(*ffn), std::nullopt, std::nullopt};
+  if (options.sandwich_norms) {
+    auto pre_ffn_norm = load_norm("pre_feedforward_layernorm");
+    if (!pre_ffn_norm.ok()) return pre_ffn_norm.error();
+    auto post_ffn_norm = load_norm("post_feedforward_layernorm");
+    if (!post_ffn_norm.ok()) return post_ffn_norm.error();
+    layer.pre_feedforward_norm = *pre_ffn_norm;
+    layer.post_feedforward_norm = *post_ffn_norm;
+  }
+  return layer;
+}
 
 Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, const DenseDecoderOptions& options) {
   const ModelConfig& config = source.config;
-  const std::string activation = config.raw.value("hidden_act", std::string("silu"));
-  if (activation != "silu" && activation != "swish") {
-    return Error{"config.json: hidden_act '" + activation + "' is not supported by " + config.architecture +
-                 " (expected silu)"};
-  }
   std::unique_ptr<DenseDecoder> model(new DenseDecoder(source));
-  auto rope = make_rope_table(config.rope, config.head_dim, config.max_position_embeddings);
+  const int64_t rope_dim = options.mla ? options.mla->qk_rope_head_dim : config.head_dim;
+  auto rope = make_rope_table(config.rope, rope_dim, config.max_position_embeddings);
   if (!rope.ok()) return Error{"config.json: " + rope.error().message};
+  std::optional<RopeTable> sliding_rope;
+  if (config.sliding_rope) {
+    auto table = make_rope_table(*config.sliding_rope, rope_dim, config.max_position_embeddings);
+    if (!table.ok()) return Error{"config.json: sliding-window layers' " + table.error().message};
+    sliding_rope = std::move(*table);
+  }
 
   auto embed = load_tensor(source, "model.embed_tokens.weight", {config.vocab_size, config.hidden_size});
   if (!embed.ok()) return embed.error();
@@ -31,69 +121,131 @@ Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, 
   auto final_norm = RmsNorm::load(source, "model.norm.weight", config.hidden_size, config.rms_norm_eps);
   if (!final_norm.ok()) return final_norm.error();
   model->final_norm_ = *final_norm;
+  model->final_norm_.weight_offset = options.norm_weight_offset;
+  if (options.scale_embeddings) {
+    // transformers: torch.tensor(hidden_size ** 0.5) (float32), cast to the embedding's dtype.
+    const auto scale = static_cast<float>(std::sqrt(static_cast<double>(config.hidden_size)));
+    model->embedding_scale_ = embed->dtype == DType::kBF16  ? bf16_to_f32(f32_to_bf16(scale))
+                              : embed->dtype == DType::kF16 ? f16_to_f32(f32_to_f16(scale))
+                                                            : scale;
+  }
+  if (config.final_logit_softcapping) model->final_logit_softcap_ = static_cast<float>(*config.final_logit_softcapping);
 
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    const std::string prefix = "model.layers." + std::to_string(i);
-    AttentionOptions attention_options;
-    attention_options.qkv_bias = options.qkv_bias;
-    attention_options.o_bias = options.o_bias;
-    attention_options.qk_norm = options.qk_norm;
-    if (static_cast<size_t>(i) < config.layer_sliding_window.size()) {
-      attention_options.sliding_window = config.layer_sliding_window[static_cast<size_t>(i)];
-    }
-    auto input_norm = RmsNorm::load(source, prefix + ".input_layernorm.weight", config.hidden_size,
-                                    config.rms_norm_eps);
-    if (!input_norm.ok()) return input_norm.error();
-    auto attention = AttentionLayer::load(source, prefix + ".self_attn", attention_options, *rope);
-    if (!attention.ok()) return attention.error();
-    auto post_norm = RmsNorm::load(source, prefix + ".post_attention_layernorm.weight", config.hidden_size,
-                                   config.rms_norm_eps);
-    if (!post_norm.ok()) return post_norm.error();
-    auto mlp = GatedMlp::load(source, prefix + ".mlp", config.hidden_size, config.intermediate_size,
-                              options.mlp_bias);
-    if (!mlp.ok()) return mlp.error();
-    model->layers_.push_back(Layer{*input_norm, std::move(*attention), *post_norm, *mlp});
+    auto layer = load_layer(source, options, i, *rope, sliding_rope ? &*sliding_rope : nullptr);
+    if (!layer.ok()) return layer.error();
+    model->layers_.push_back(std::move(*layer));
   }
+  DI_TRY(model->load_mtp_layers(source, options, *rope));
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 
+Result<void> DenseDecoder::load_mtp_layers(const ModelSource& source, const DenseDecoderOptions& options,
+                                           const RopeTable& rope) {
+  const ModelConfig& config = source.config;
+  const int64_t hidden = config.hidden_size;
+  const int64_t count = config.raw.value("num_nextn_predict_layers", int64_t{0});
+  for (int64_t i = config.num_hidden_layers; i < config.num_hidden_layers + count; ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i);
+    // transformers drops these layers when it saves, so checkpoints without them still load.
+    if (!weights_->find(prefix + ".eh_proj.weight")) return {};
+    auto block = load_layer(source, options, i, rope);
+    if (!block.ok()) return block.error();
+    auto enorm = RmsNorm::load(source, prefix + ".enorm.weight", hidden, config.rms_norm_eps);
+    if (!enorm.ok()) return enorm.error();
+    auto hnorm = RmsNorm::load(source, prefix + ".hnorm.weight", hidden, config.rms_norm_eps);
+    if (!hnorm.ok()) return hnorm.error();
+    auto eh_proj = Linear::load(source, prefix + ".eh_proj", hidden, 2 * hidden, false);
+    if (!eh_proj.ok()) return eh_proj.error();
+    auto head_norm = RmsNorm::load(source, prefix + ".shared_head.norm.weight", hidden, config.rms_norm_eps);
+    if (!head_norm.ok()) return head_norm.error();
+    auto head = load_tensor(source, prefix + ".shared_head.head.weight", {config.vocab_size, hidden});
+    if (!head.ok()) return head.error();
+    MtpLayerWeights mtp{*enorm, *hnorm, *eh_proj, *head_norm, *head, std::nullopt, std::nullopt, std::move(*block)};
+    if (weights_->find(prefix + ".embed_tokens.weight")) {
+      auto embed = load_tensor(source, prefix + ".embed_tokens.weight", {config.vocab_size, hidden});
+      if (!embed.ok()) return embed.error();
+      mtp.embed_tokens = *embed;
+    }
+    if (weights_->find(prefix + ".confidence_head.weight")) {
+      auto confidence = Linear::load(source, prefix + ".confidence_head", 1, hidden, true);
+      if (!confidence.ok()) return confidence.error();
+      mtp.confidence_head = *confidence;
+    }
+    mtp_layers_.push_back(std::move(mtp));
+  }
+  return {};
+}
+
 int64_t DenseDecoder::kv_bytes_per_token() const {
-  int64_t bytes = 0;
-  for (const Layer& layer : layers_) bytes += 2 * layer.attention.kv_dim() * static_cast<int64_t>(sizeof(float));
-  return bytes;
+  int64_t floats = 0;
+  for (const Layer& layer : layers_) {
+    floats += std::visit(Overloaded{[](const AttentionLayer& a) { return 2 * a.kv_dim(); },
+                                    [](const MlaLayer& a) { return a.kv_row_floats(); }},
+                         layer.attention);
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 void DenseDecoder::allocate_kv_cache(const KvCacheShape& shape) {
   kv_shape_ = shape;
-  for (Layer& layer : layers_) layer.attention.allocate_kv_cache(backend_, shape);
+  for (Layer& layer : layers_) std::visit([&](auto& a) { a.allocate_kv_cache(backend_, shape); }, layer.attention);
 }
 
 void DenseDecoder::copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
   for (const Layer& layer : layers_) {
-    for (const auto& [src, dst] : src_dst) layer.attention.copy_kv_block(backend_, src, dst);
+    const auto* gqa = std::get_if<AttentionLayer>(&layer.attention);
+    if (gqa != nullptr && gqa->uses_swa_tables(kv_shape_)) continue;  // copy_swa_kv_blocks' ids
+    for (const auto& [src, dst] : src_dst) {
+      std::visit([&](const auto& a) { a.copy_kv_block(backend_, src, dst); }, layer.attention);
+    }
+  }
+}
+
+int64_t DenseDecoder::swa_kv_bytes_per_token() const {
+  int64_t swa_floats = 0;
+  bool has_full_layer = false;
+  for (const Layer& layer : layers_) {
+    const auto* gqa = std::get_if<AttentionLayer>(&layer.attention);
+    if (gqa != nullptr && gqa->sliding_window() > 0) {
+      swa_floats += 2 * gqa->kv_dim();
+    } else {
+      has_full_layer = true;
+    }
+  }
+  return has_full_layer ? swa_floats * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
+void DenseDecoder::copy_swa_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
+  for (const Layer& layer : layers_) {
+    const auto* gqa = std::get_if<AttentionLayer>(&layer.attention);
+    if (gqa == nullptr || !gqa->uses_swa_tables(kv_shape_)) continue;
+    for (const auto& [src, dst] : src_dst) gqa->copy_kv_block(backend_, src, dst);
   }
 }
 
 int64_t DenseDecoder::kv_floats_per_block() const {
   int64_t floats = 0;
-  for (const Layer& layer : layers_) floats += layer.attention.kv_floats_per_block();
+  for (const Layer& layer : layers_) floats += kv_floats_per_block_of(layer.attention);
   return floats;
 }
 
 void DenseDecoder::read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const {
+  DI_CHECK(kv_shape_.num_swa_blocks == 0, "read_kv_blocks needs a cache whose layers share block ids");
   for (int32_t block : block_ids) {
     for (const Layer& layer : layers_) {
-      layer.attention.read_kv_block(backend_, block, host);
-      host += layer.attention.kv_floats_per_block();
+      std::visit([&](const auto& a) { a.read_kv_block(backend_, block, host); }, layer.attention);
+      host += kv_floats_per_block_of(layer.attention);
     }
   }
 }
 
 void DenseDecoder::write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
+  DI_CHECK(kv_shape_.num_swa_blocks == 0, "write_kv_blocks needs a cache whose layers share block ids");
   for (int32_t block : block_ids) {
     for (const Layer& layer : layers_) {
-      layer.attention.write_kv_block(backend_, block, host);
-      host += layer.attention.kv_floats_per_block();
+      std::visit([&](const auto& a) { a.write_kv_block(backend_, block, host); }, layer.attention);
+      host += kv_floats_per_block_of(layer.attention);
     }
   }
 }
@@ -102,25 +254,44 @@ int64_t DenseDecoder::weight_bytes_per_token() const {
   const auto element = [](const kernels::WeightView& w) { return static_cast<int64_t>(dtype_size_bytes(w.dtype)); };
   int64_t bytes = embed_tokens_.cols * element(embed_tokens_) + lm_head_.rows * lm_head_.cols * element(lm_head_);
   for (const Layer& layer : layers_) {
-    bytes += layer.attention.weight_bytes() + layer.mlp.weight_bytes();
-    bytes += 2 * config_.hidden_size * element(layer.input_norm.weight);
+    bytes += std::visit([](const auto& a) { return a.weight_bytes(); }, layer.attention);
+    // A MoE layer counts the experts one token reads (top_k of them), not all of them.
+    bytes += std::visit([](const auto& f) { return f.weight_bytes(); }, layer.ffn);
+    bytes += (layer.pre_feedforward_norm ? 4 : 2) * config_.hidden_size * element(layer.input_norm.weight);
   }
   return bytes;
+}
+
+DenseDecoder::ExpertCounts DenseDecoder::expert_token_counts() const {
+  ExpertCounts counts;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (const auto* moe = std::get_if<MoeLayer>(&layers_[i].ffn)) {
+      counts.layer_ids.push_back(static_cast<int64_t>(i));
+      counts.counts.push_back(moe->expert_token_counts(backend_));
+    }
+  }
+  return counts;
+}
+
+void DenseDecoder::reset_expert_token_counts() {
+  for (const Layer& layer : layers_) {
+    if (const auto* moe = std::get_if<MoeLayer>(&layer.ffn)) moe->reset_expert_token_counts(backend_);
+  }
 }
 
 void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) {
   if (num_tokens > workspace_tokens_) {
     const int64_t hidden = config_.hidden_size;
-    int64_t scratch_per_token = 2 * config_.intermediate_size;
-    if (!layers_.empty()) {
-      const AttentionLayer& attention = layers_.front().attention;
-      scratch_per_token = std::max(scratch_per_token, 2 * attention.q_dim() + 2 * attention.kv_dim());
+    int64_t scratch = 2 * num_tokens * config_.intermediate_size;
+    for (const Layer& layer : layers_) {
+      scratch = std::max({scratch, attention_scratch_floats(layer.attention, num_tokens),
+                          ffn_scratch_floats(layer.ffn, num_tokens)});
     }
     const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
     hidden_ = backend_.allocate(floats(num_tokens * hidden));
     normed_ = backend_.allocate(floats(num_tokens * hidden));
     delta_ = backend_.allocate(floats(num_tokens * hidden));
-    scratch_ = backend_.allocate(floats(num_tokens * scratch_per_token));
+    scratch_ = backend_.allocate(floats(scratch));
     workspace_tokens_ = num_tokens;
   }
   if (num_logit_rows > workspace_logit_rows_) {
@@ -144,6 +315,7 @@ void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
   auto* scratch = scratch_.as<float>();
 
   backend_.embedding(embed_tokens_, device_batch.token_ids.as<int32_t>(), num_tokens, residual);
+  if (embedding_scale_ != 1.0f) backend_.scale(residual, num_tokens * hidden, embedding_scale_, residual);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     if (i == 0) {
@@ -151,9 +323,17 @@ void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
     } else {
       layer.input_norm.add_forward(backend_, residual, delta, num_tokens, normed);
     }
-    layer.attention.forward(backend_, device_batch, normed, scratch, delta);
-    layer.post_attention_norm.add_forward(backend_, residual, delta, num_tokens, normed);
-    layer.mlp.forward(backend_, normed, num_tokens, scratch, delta);
+    std::visit([&](const auto& a) { a.forward(backend_, device_batch, normed, scratch, delta); }, layer.attention);
+    if (layer.pre_feedforward_norm) {
+      // Sandwich: residual += norm(attention); ffn(norm(residual)) is normalised again before the next add.
+      layer.post_attention_norm.forward(backend_, delta, num_tokens, delta);
+      layer.pre_feedforward_norm->add_forward(backend_, residual, delta, num_tokens, normed);
+      std::visit([&](const auto& f) { f.forward(backend_, normed, num_tokens, scratch, delta); }, layer.ffn);
+      layer.post_feedforward_norm->forward(backend_, delta, num_tokens, delta);
+    } else {
+      layer.post_attention_norm.add_forward(backend_, residual, delta, num_tokens, normed);
+      std::visit([&](const auto& f) { f.forward(backend_, normed, num_tokens, scratch, delta); }, layer.ffn);
+    }
   }
   final_norm_.add_forward(backend_, residual, delta, num_tokens, normed);
   if (num_logit_rows == 0) return;
@@ -164,6 +344,10 @@ void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
                             static_cast<size_t>(hidden) * sizeof(float));
   }
   backend_.matmul(logit_hidden, lm_head_, kernels::WeightView{}, num_logit_rows, logits_.as<float>());
+  if (final_logit_softcap_) {
+    float* capped = logits_.as<float>();
+    backend_.softcap(capped, num_logit_rows * config_.vocab_size, *final_logit_softcap_, capped);
+  }
   backend_.copy_to_host(logits, logits_.as<float>(),
                         static_cast<size_t>(num_logit_rows * config_.vocab_size) * sizeof(float));
 }

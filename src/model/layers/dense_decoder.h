@@ -1,13 +1,20 @@
-// The pre-norm decoder stack shared by the Llama family (Llama, Qwen2, Qwen3, Mistral):
-// embed -> N x [norm -> attention -> add -> norm -> gated MLP -> add] -> norm -> lm_head.
-// An architecture file picks the options; the graph lives here once.
+// The pre-norm decoder stack shared by every architecture we serve:
+// embed -> N x [norm -> attention -> add -> norm -> feed-forward -> add] -> norm -> lm_head.
+// A layer's attention is GQA (AttentionLayer) or MLA (MlaLayer) and its feed-forward a gated MLP
+// or a mixture of experts (MoeLayer); the KV cache is sized per layer kind. An architecture file
+// picks the options; the graph lives here once.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <variant>
 #include <vector>
 
 #include "model/layers/attention.h"
+#include "model/layers/mla.h"
 #include "model/layers/mlp.h"
+#include "model/layers/moe.h"
 
 namespace deepinfer {
 
@@ -16,6 +23,48 @@ struct DenseDecoderOptions {
   bool o_bias = false;
   bool mlp_bias = false;
   bool qk_norm = false;
+  // Every layer uses multi-head latent attention (DeepSeek-V2/V3) instead of GQA.
+  std::optional<MlaOptions> mla;
+  // The feed-forward of layer i is a MoeLayer when moe is set and is_moe_layer(i) (every layer
+  // when is_moe_layer is empty), else a GatedMlp of config.intermediate_size.
+  std::optional<MoeOptions> moe;
+  std::function<bool(int64_t layer)> is_moe_layer;
+  std::string ffn_name = "mlp";  // model.layers.<i>.<ffn_name>: Mixtral's published checkpoints say block_sparse_moe
+  // Gemma: every RMSNorm (the q/k norms too) stores w - 1 and scales by (1 + w).
+  float norm_weight_offset = 0.0f;
+  // Gemma 2/3: each sub-layer's output is normalised before the residual add
+  // (post_attention_layernorm, post_feedforward_layernorm), the feed-forward input by
+  // pre_feedforward_layernorm.
+  bool sandwich_norms = false;
+  // Gemma: embeddings times sqrt(hidden_size), the factor rounded to the embedding's dtype.
+  bool scale_embeddings = false;
+  bool attention_sinks = false;  // GPT-OSS: model.layers.<i>.self_attn.sinks [num_heads]
+};
+
+using DecoderAttention = std::variant<AttentionLayer, MlaLayer>;
+using DecoderFeedForward = std::variant<GatedMlp, MoeLayer>;
+
+struct DecoderLayer {
+  RmsNorm input_norm;
+  DecoderAttention attention;
+  RmsNorm post_attention_norm;
+  DecoderFeedForward ffn;
+  // sandwich_norms: post_attention_norm normalises the attention output, these the feed-forward's
+  // input and output.
+  std::optional<RmsNorm> pre_feedforward_norm, post_feedforward_norm;
+};
+
+// The multi-token-prediction block DeepSeek-V3 checkpoints ship after the decoder layers
+// (model.layers.<num_hidden_layers + i>). Loaded and kept for speculative decoding; plain
+// decoding never runs it.
+struct MtpLayerWeights {
+  RmsNorm enorm, hnorm;     // [hidden]
+  Linear eh_proj;           // [hidden, 2 * hidden]
+  RmsNorm shared_head_norm; // [hidden]
+  kernels::WeightView shared_head;  // [vocab, hidden]
+  std::optional<Linear> confidence_head;  // [1, hidden] + bias, when the checkpoint has one
+  std::optional<kernels::WeightView> embed_tokens;  // [vocab, hidden]: the layer's own copy, when it has one
+  DecoderLayer block;  // attention + feed-forward as in a decoder layer (its KV cache is never allocated)
 };
 
 class DenseDecoder final : public CausalLM {
@@ -26,34 +75,50 @@ class DenseDecoder final : public CausalLM {
   void allocate_kv_cache(const KvCacheShape& shape) override;
   KvCacheShape kv_cache_shape() const override { return kv_shape_; }
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
+  int64_t swa_kv_bytes_per_token() const override;
+  void copy_swa_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
   int64_t kv_floats_per_block() const override;
   void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const override;
   void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) override;
   void forward(const ForwardBatch& batch, float* logits) override;
   int64_t weight_bytes_per_token() const override;
 
- private:
-  struct Layer {
-    RmsNorm input_norm;
-    AttentionLayer attention;
-    RmsNorm post_attention_norm;
-    GatedMlp mlp;
+  // Tokens routed to each expert since load or the last reset: [num_moe_layers][num_experts]
+  // with the layer index of each row in layer_ids (empty for dense models).
+  struct ExpertCounts {
+    std::vector<int64_t> layer_ids;
+    std::vector<std::vector<int64_t>> counts;
   };
-  DenseDecoder(const ModelSource& source) : CausalLM(source.config, *source.backend), weights_(source.weights) {}
+  ExpertCounts expert_token_counts() const;
+  void reset_expert_token_counts();
+  const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_layers_; }
+
+ private:
+  using Layer = DecoderLayer;
+  DenseDecoder(const ModelSource& source)
+      : CausalLM(source.config, *source.backend), weights_(source.weights), arena_(source.arena) {}
+  // sliding_rope: the rope of sliding-window layers when it differs (Gemma 3's local layers).
+  static Result<Layer> load_layer(const ModelSource& source, const DenseDecoderOptions& options, int64_t index,
+                                  const RopeTable& rope, const RopeTable* sliding_rope = nullptr);
+  Result<void> load_mtp_layers(const ModelSource& source, const DenseDecoderOptions& options, const RopeTable& rope);
   void ensure_workspace(int64_t num_tokens, int64_t num_logit_rows);
 
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
+  std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
   kernels::WeightView embed_tokens_;  // [vocab, hidden]
   kernels::WeightView lm_head_;       // [vocab, hidden]; the embedding when tied
   std::vector<Layer> layers_;
+  std::vector<MtpLayerWeights> mtp_layers_;
   RmsNorm final_norm_;
+  float embedding_scale_ = 1.0f;             // scale_embeddings
+  std::optional<float> final_logit_softcap_;  // config.final_logit_softcapping
   KvCacheShape kv_shape_;
   int64_t workspace_tokens_ = 0;
   int64_t workspace_logit_rows_ = 0;
   DeviceBuffer hidden_;   // [num_tokens, hidden] the residual stream
   DeviceBuffer normed_;   // [num_tokens, hidden]
   DeviceBuffer delta_;    // [num_tokens, hidden] a sub-layer's output
-  DeviceBuffer scratch_;  // attention / MLP intermediates
+  DeviceBuffer scratch_;  // attention / feed-forward intermediates
   DeviceBuffer logit_hidden_;  // [num_logit_rows, hidden]
   DeviceBuffer logits_;        // [num_logit_rows, vocab]
 };

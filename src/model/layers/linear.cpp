@@ -1,13 +1,66 @@
 // Tensor lookup, linear and norm loading.
 #include "model/layers/linear.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "weights/fp8.h"
+
 namespace deepinfer {
 
 Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::string& name,
                                         const std::vector<int64_t>& shape) {
   auto tensor = source.weights->get(name, shape);
   if (!tensor.ok()) return tensor.error();
-  return source.backend->load_weight(*tensor);
+  if (tensor->dtype != DType::kF8E4M3) return source.backend->load_weight(*tensor);
+  // FP8 block-scaled (DeepSeek-V3): dequantised to float32 here, once.
+  auto values = read_tensor_f32(source, name, shape);
+  if (!values.ok()) return values.error();
+  return source.backend->load_weight(source.arena->add(name, shape, *values));
+}
+
+TensorView WeightArena::add(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& data,
+                            DType dtype) {
+  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "the weight arena stores F32 or BF16");
+  std::vector<uint8_t>& bytes = buffers_.emplace_back(data.size() * dtype_size_bytes(dtype));
+  if (dtype == DType::kF32) {
+    std::memcpy(bytes.data(), data.data(), bytes.size());
+  } else {
+    auto* bits = reinterpret_cast<uint16_t*>(bytes.data());
+    for (size_t i = 0; i < data.size(); ++i) bits[i] = f32_to_bf16(data[i]);
+  }
+  TensorView view;
+  view.name = name;
+  view.dtype = dtype;
+  view.shape = shape;
+  view.data = bytes.data();
+  view.size_bytes = bytes.size();
+  view.file = "(computed at load)";
+  return view;
+}
+
+Result<std::vector<float>> read_tensor_f32(const ModelSource& source, const std::string& name,
+                                           const std::vector<int64_t>& shape) {
+  auto tensor = source.weights->get(name, shape);
+  if (!tensor.ok()) return tensor.error();
+  if (tensor->dtype == DType::kF8E4M3) {
+    const std::optional<TensorView> scale_inv = source.weights->find(name + "_scale_inv");
+    if (!scale_inv) return Error{"tensor " + name + " is F8_E4M3 but " + name + "_scale_inv is missing"};
+    const Fp8Config block = source.config.fp8.value_or(Fp8Config{});
+    return dequantize_fp8(*tensor, *scale_inv, block.block_rows, block.block_cols);
+  }
+  std::vector<float> data(static_cast<size_t>(tensor->numel()));
+  convert_to_f32(tensor->data, tensor->dtype, data.size(), data.data());
+  return data;
+}
+
+Result<kernels::WeightView> load_host_tensor(const ModelSource& source, const std::string& name, int64_t rows,
+                                             int64_t cols, const std::vector<float>& data, DType dtype) {
+  DI_CHECK(source.arena != nullptr, "ModelSource has no arena");
+  DI_CHECK(static_cast<int64_t>(data.size()) == std::max<int64_t>(rows, 1) * cols, name << ": size mismatch");
+  const std::vector<int64_t> shape = rows == 0 ? std::vector<int64_t>{cols} : std::vector<int64_t>{rows, cols};
+  return source.backend->load_weight(source.arena->add(name, shape, data, dtype));
 }
 
 Result<Linear> Linear::load(const ModelSource& source, const std::string& prefix, int64_t out_features,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,29 @@
 
 namespace deepinfer {
 
+// Host memory for weights computed at load time (transposed, split or dequantised tensors); the
+// model keeps it alive because host backends' WeightViews point into it. Not thread-safe.
+class WeightArena {
+ public:
+  // Stores data ([shape] float32 values) as `dtype` (F32, or BF16: exact when the values came
+  // from a BF16 tensor) and returns a view of it named `name`.
+  TensorView add(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& data,
+                 DType dtype = DType::kF32);
+
+ private:
+  std::deque<std::vector<uint8_t>> buffers_;  // a deque: earlier buffers never move
+};
+
 // The tensor `name` with exactly `shape`, made usable by the source's backend.
 Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::string& name,
                                         const std::vector<int64_t>& shape);
+// The tensor `name` with exactly `shape` (any rank), converted to float32 on the host.
+Result<std::vector<float>> read_tensor_f32(const ModelSource& source, const std::string& name,
+                                           const std::vector<int64_t>& shape);
+// Puts host float32 data ([rows, cols], or [cols] when rows == 0) into the arena as dtype and
+// onto the backend.
+Result<kernels::WeightView> load_host_tensor(const ModelSource& source, const std::string& name, int64_t rows,
+                                             int64_t cols, const std::vector<float>& data, DType dtype = DType::kF32);
 
 // y = x W^T (+ b); W: [out_features, in_features] as in PyTorch.
 struct Linear {

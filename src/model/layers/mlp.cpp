@@ -1,11 +1,19 @@
-// The gated SwiGLU MLP.
+// The gated MLP (SwiGLU or GeGLU).
 #include "model/layers/mlp.h"
 
 namespace deepinfer {
 
+Result<MlpActivation> parse_mlp_activation(const std::string& name) {
+  if (name == "silu" || name == "swish") return MlpActivation::kSilu;
+  // transformers' GELUTanh: PyTorch's gelu(approximate="tanh").
+  if (name == "gelu_pytorch_tanh") return MlpActivation::kGeluTanh;
+  return Error{"config.json: activation '" + name + "' is not supported (supported: silu, gelu_pytorch_tanh)"};
+}
+
 Result<GatedMlp> GatedMlp::load(const ModelSource& source, const std::string& prefix, int64_t hidden,
-                                int64_t intermediate, bool has_bias) {
+                                int64_t intermediate, bool has_bias, MlpActivation activation) {
   GatedMlp mlp;
+  mlp.activation_ = activation;
   auto gate = Linear::load(source, prefix + ".gate_proj", intermediate, hidden, has_bias);
   if (!gate.ok()) return gate.error();
   auto up = Linear::load(source, prefix + ".up_proj", intermediate, hidden, has_bias);
@@ -28,7 +36,11 @@ void GatedMlp::forward(Backend& backend, const float* x, int64_t num_tokens, flo
   float* up = scratch + num_tokens * intermediate;  // [num_tokens, intermediate]
   gate_proj_.forward(backend, x, num_tokens, gate);
   up_proj_.forward(backend, x, num_tokens, up);
-  backend.silu_mul(gate, up, num_tokens * intermediate, gate);
+  if (activation_ == MlpActivation::kGeluTanh) {
+    backend.gelu_tanh_mul(gate, up, num_tokens * intermediate, gate);
+  } else {
+    backend.silu_mul(gate, up, num_tokens * intermediate, gate);
+  }
   down_proj_.forward(backend, gate, num_tokens, out);
 }
 

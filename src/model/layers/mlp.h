@@ -1,4 +1,5 @@
-// The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)).
+// The gated MLP: down(act(gate(x)) * up(x)) with act = SiLU (Llama family) or tanh-approximated
+// GeLU (Gemma's GeGLU).
 #pragma once
 
 #include <string>
@@ -7,11 +8,16 @@
 
 namespace deepinfer {
 
+enum class MlpActivation : uint8_t { kSilu, kGeluTanh };
+
+// The activation config.json names (hidden_activation / hidden_act); errors list the supported ones.
+Result<MlpActivation> parse_mlp_activation(const std::string& name);
+
 class GatedMlp {
  public:
   // prefix: e.g. "model.layers.3.mlp"
   static Result<GatedMlp> load(const ModelSource& source, const std::string& prefix, int64_t hidden,
-                               int64_t intermediate, bool has_bias);
+                               int64_t intermediate, bool has_bias, MlpActivation activation = MlpActivation::kSilu);
   int64_t intermediate_size() const { return gate_proj_.out_features; }
   int64_t weight_bytes() const;
   // x: [num_tokens, hidden] -> out: [num_tokens, hidden]; scratch: 2 * num_tokens * intermediate floats.
@@ -19,6 +25,7 @@ class GatedMlp {
 
  private:
   Linear gate_proj_, up_proj_, down_proj_;
+  MlpActivation activation_ = MlpActivation::kSilu;
 };
 
 }  // namespace deepinfer

@@ -7,7 +7,11 @@
 #include <new>
 
 #include "kernels/cpu/matmul_invariant.h"
+#include "kernels/cpu/moe.h"
 #include "runtime/backend.h"
+#ifdef DEEPINFER_HAS_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
 
 namespace deepinfer {
 namespace {
@@ -41,8 +45,17 @@ constexpr size_t kMmapThresholdBytes = size_t{2} << 20;
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override {                        \
     kernels::ns::silu_mul(gate, up, count, out);                                                                 \
   }                                                                                                              \
+  void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) override {                   \
+    kernels::ns::gelu_tanh_mul(gate, up, count, out);                                                            \
+  }                                                                                                              \
   void add(const float* a, const float* b, int64_t count, float* out) override {                                 \
     kernels::ns::add(a, b, count, out);                                                                          \
+  }                                                                                                              \
+  void scale(const float* x, int64_t count, float factor, float* out) override {                                 \
+    kernels::ns::scale(x, count, factor, out);                                                                   \
+  }                                                                                                              \
+  void softcap(const float* x, int64_t count, float cap, float* out) override {                                  \
+    kernels::ns::softcap(x, count, cap, out);                                                                    \
   }                                                                                                              \
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim, \
                 float* k_cache, float* v_cache) override {                                                       \
@@ -105,6 +118,25 @@ class CpuBackend final : public HostBackendBase {
       kernels::cpu::matmul(x, w, bias, num_rows, y);
     }
   }
+  void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
+                 const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) override {
+    kernels::cpu::moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights);
+  }
+  void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
+                   const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
+                   float* out) override {
+    if (batch_invariant_) {
+      kernels::cpu::moe_experts_invariant(x, num_tokens, expert_ids, expert_weights, experts, workspace,
+                                          expert_token_counts, out);
+    } else {
+      kernels::cpu::moe_experts(x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts,
+                                out);
+    }
+  }
+  void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
+                 int64_t dst_stride) override {
+    kernels::cpu::copy_rows(src, src_stride, num_rows, width, dst, dst_stride);
+  }
 
  private:
   bool batch_invariant_;
@@ -119,6 +151,19 @@ class RefBackend final : public HostBackendBase {
               float* y) override {
     kernels::ref::matmul(x, w, bias, num_rows, y);
   }
+  void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
+                 const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) override {
+    kernels::ref::moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights);
+  }
+  void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
+                   const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
+                   float* out) override {
+    kernels::ref::moe_experts(x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts, out);
+  }
+  void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
+                 int64_t dst_stride) override {
+    kernels::ref::copy_rows(src, src_stride, num_rows, width, dst, dst_stride);
+  }
 };
 
 #undef DEEPINFER_FORWARD_OPS
@@ -128,7 +173,12 @@ class RefBackend final : public HostBackendBase {
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
   if (name == "ref") return std::unique_ptr<Backend>(std::make_unique<RefBackend>());
-  return Error{"unknown device '" + name + "'; this build supports: cpu, ref"};
+#ifdef DEEPINFER_HAS_CUDA
+  if (name == "cuda") return make_cuda_backend(options);
+  return Error{"unknown device '" + name + "'; this build supports: cpu, ref, cuda"};
+#else
+  return Error{"unknown device '" + name + "'; this build supports: cpu, ref (cuda needs a build with nvcc)"};
+#endif
 }
 
 }  // namespace deepinfer

@@ -1,0 +1,16 @@
+// `deepinfer bench` on a device backend (--device cuda): decode tokens/s at several batch sizes and
+// context lengths, prefill tokens/s at several prompt lengths, and the decode attention kernel's
+// effective bandwidth, each beside the device ceilings measured in the same run.
+#pragma once
+
+#include "args.h"
+#include "session.h"
+
+namespace deepinfer::cli {
+
+// Flags (besides the model flags): --batches LIST (default 1,8,64,256), --contexts LIST
+// (1024,8192), --prefill LIST (4096), --steps N (decode steps timed per point, default 8).
+// Prints one JSON line per measurement. Returns the exit code.
+int run_device_bench(const Args& args, LoadedModel& loaded);
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,208 @@
+// The device benchmark. Decode points skip the prefill: each sequence's cache holds whatever the
+// KV pages contain and the step reads context keys per sequence exactly as after a real prefill,
+// so the timing is that of a real step. When B sequences of C tokens do not fit in memory (the KV
+// cache is float32), sequences share physical pages and the line says "shared_kv": true.
+#include "bench_device.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "engine/generator.h"
+#include "sampling/sampler.h"
+
+namespace deepinfer::cli {
+namespace {
+
+constexpr int32_t kBlockSize = 128;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<int32_t> list_or(const Args& args, const std::string& flag, std::vector<int32_t> fallback) {
+  if (!args.has(flag)) return fallback;
+  auto values = args.get_int_list(flag);
+  return values.ok() ? *values : std::vector<int32_t>{};
+}
+
+// Matmul parameters one token multiplies in the decoder layers.
+double layer_params(const ModelConfig& c) {
+  const double q_dim = static_cast<double>(c.num_attention_heads * c.head_dim);
+  const double kv_dim = static_cast<double>(c.num_key_value_heads * c.head_dim);
+  const double hidden = static_cast<double>(c.hidden_size);
+  return static_cast<double>(c.num_hidden_layers) *
+         (hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * static_cast<double>(c.intermediate_size));
+}
+
+void bench_prefill(CausalLM& model, const DevicePeaks& peaks, int32_t tokens, int32_t repeats) {
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(tokens));
+  for (int32_t& t : prompt) t = pick(rng);
+  Generator generator(model, kBlockSize, tokens + 1, tokens);
+  (void)generator.append({prompt.front()}, false);  // warm-up: plans, workspaces
+  double best_s = 1e30;
+  for (int32_t r = 0; r < repeats; ++r) {
+    generator.reset();
+    const auto start = std::chrono::steady_clock::now();
+    auto logits = generator.append(prompt, false);
+    best_s = std::min(best_s, seconds_since(start));
+    if (!logits.ok()) throw UserError(logits.error());
+  }
+  const double n = tokens;
+  const double linear_flops = 2.0 * n * layer_params(c) + 2.0 * static_cast<double>(c.hidden_size * c.vocab_size);
+  const double attention_flops = 4.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) *
+                                 n * (n + 1) / 2;
+  const double flop_s = (linear_flops + attention_flops) / best_s;
+  std::printf("{\"kind\":\"prefill\",\"tokens\":%d,\"tok_s\":%.1f,\"seconds\":%.4f,\"tflop_s\":%.1f,"
+              "\"attention_flop_share\":%.3f,\"matmul_peak_tflop_s\":%.1f,\"matmul_fraction\":%.3f}\n",
+              tokens, n / best_s, best_s, flop_s / 1e12, attention_flops / (linear_flops + attention_flops),
+              peaks.bf16_matmul_flop_per_s / 1e12, flop_s / peaks.bf16_matmul_flop_per_s);
+  std::fflush(stdout);
+}
+
+void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, int32_t batch, int32_t context,
+                  int32_t steps) {
+  const ModelConfig& c = model.config();
+  const int32_t blocks_per_seq = (context + steps + 2 + kBlockSize - 1) / kBlockSize;
+  const int64_t block_bytes = model.kv_bytes_per_token() * kBlockSize;
+  model.allocate_kv_cache(KvCacheShape{1, kBlockSize});  // frees the previous point's cache first
+  const auto fit = static_cast<int64_t>(static_cast<double>(backend.free_memory_bytes().value_or(0)) * 0.85 /
+                                        static_cast<double>(block_bytes));
+  const int64_t wanted = int64_t{batch} * blocks_per_seq;
+  const auto num_blocks = static_cast<int32_t>(std::min(wanted, std::max<int64_t>(fit, blocks_per_seq)));
+  const bool shared = num_blocks < wanted;
+  model.allocate_kv_cache(KvCacheShape{num_blocks, kBlockSize});
+
+  ForwardBatch fb;
+  fb.max_blocks_per_seq = blocks_per_seq;
+  for (int32_t s = 0; s < batch; ++s) {
+    for (int32_t b = 0; b < blocks_per_seq; ++b) {
+      fb.block_table.push_back(static_cast<int32_t>((int64_t{s} * blocks_per_seq + b) % num_blocks));
+    }
+  }
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<float> logits(static_cast<size_t>(batch) * static_cast<size_t>(c.vocab_size));
+  const auto run_step = [&](int32_t step) {
+    const int32_t position = context + step;
+    fb.token_ids.assign(static_cast<size_t>(batch), 0);
+    fb.positions.assign(static_cast<size_t>(batch), position);
+    fb.slot_mapping.clear();
+    fb.query_start.clear();
+    fb.seq_len.assign(static_cast<size_t>(batch), position + 1);
+    fb.logit_rows.clear();
+    for (int32_t s = 0; s < batch; ++s) {
+      fb.token_ids[static_cast<size_t>(s)] = pick(rng);
+      const int32_t block = fb.block_table[static_cast<size_t>(s * blocks_per_seq + position / kBlockSize)];
+      fb.slot_mapping.push_back(block * kBlockSize + position % kBlockSize);
+      fb.query_start.push_back(s);
+      fb.logit_rows.push_back(s);
+    }
+    fb.query_start.push_back(batch);
+    model.forward(fb, logits.data());
+  };
+  run_step(0);
+  run_step(1);
+  const auto start = std::chrono::steady_clock::now();
+  for (int32_t i = 0; i < steps; ++i) run_step(2 + i);
+  const double step_s = seconds_since(start) / steps;
+  const double weight_bytes = static_cast<double>(model.weight_bytes_per_token());
+  const double kv_bytes = static_cast<double>(batch) * (context + 2 + steps / 2.0) *
+                          static_cast<double>(model.kv_bytes_per_token());
+  const double bytes_s = (weight_bytes + kv_bytes) / step_s;
+  std::printf("{\"kind\":\"decode\",\"batch\":%d,\"context\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f,"
+              "\"weight_gb\":%.3f,\"kv_gb\":%.3f,\"achieved_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f,"
+              "\"bandwidth_fraction\":%.3f,\"shared_kv\":%s}\n",
+              batch, context, batch / step_s, step_s * 1e3, weight_bytes / 1e9, kv_bytes / 1e9, bytes_s / 1e12,
+              peaks.copy_bytes_per_s / 1e12, bytes_s / peaks.copy_bytes_per_s, shared ? "true" : "false");
+  std::fflush(stdout);
+}
+
+// The attention kernel alone at decode: batch sequences of context keys, the model's head shapes.
+void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, int32_t batch,
+                     int32_t context) {
+  kernels::AttentionParams params;
+  params.num_heads = static_cast<int32_t>(c.num_attention_heads);
+  params.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+  params.head_dim = static_cast<int32_t>(c.head_dim);
+  params.scale = 0.08838834764f;
+  const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
+  const auto cache_bytes = static_cast<size_t>(int64_t{batch} * blocks_per_seq * kBlockSize * kv_dim) * sizeof(float);
+  DeviceBuffer k_cache = backend.allocate(cache_bytes);
+  DeviceBuffer v_cache = backend.allocate(cache_bytes);
+  const auto q_floats = static_cast<size_t>(int64_t{batch} * params.num_heads * params.head_dim);
+  DeviceBuffer q = backend.allocate(q_floats * sizeof(float));
+  DeviceBuffer out = backend.allocate(q_floats * sizeof(float));
+  std::vector<int32_t> query_start, seq_len, table;
+  for (int32_t s = 0; s <= batch; ++s) query_start.push_back(s);
+  seq_len.assign(static_cast<size_t>(batch), context);
+  for (int32_t i = 0; i < batch * blocks_per_seq; ++i) table.push_back(i);
+  DeviceBuffer d_start = backend.allocate(query_start.size() * 4);
+  DeviceBuffer d_len = backend.allocate(seq_len.size() * 4);
+  DeviceBuffer d_table = backend.allocate(table.size() * 4);
+  backend.copy_to_device(d_start.data(), query_start.data(), query_start.size() * 4);
+  backend.copy_to_device(d_len.data(), seq_len.data(), seq_len.size() * 4);
+  backend.copy_to_device(d_table.data(), table.data(), table.size() * 4);
+  kernels::PagedBatch pb{batch, d_start.as<int32_t>(), d_len.as<int32_t>(), d_table.as<int32_t>(), blocks_per_seq,
+                         kBlockSize};
+  pb.num_tokens = batch;
+  pb.max_query_len = 1;
+  float sink = 0.0f;
+  const auto run = [&] {
+    backend.paged_attention(q.as<float>(), k_cache.as<float>(), v_cache.as<float>(), pb, params, out.as<float>());
+  };
+  run();
+  backend.copy_to_host(&sink, out.data(), sizeof(float));
+  constexpr int kRuns = 20;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRuns; ++i) run();
+  backend.copy_to_host(&sink, out.data(), sizeof(float));  // waits for the stream
+  const double seconds = seconds_since(start) / kRuns;
+  const double bytes = 2.0 * static_cast<double>(batch) * context * static_cast<double>(kv_dim) * sizeof(float);
+  std::printf("{\"kind\":\"decode_attention\",\"batch\":%d,\"context\":%d,\"heads\":%d,\"kv_heads\":%d,"
+              "\"us\":%.1f,\"effective_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f}\n",
+              batch, context, params.num_heads, params.num_kv_heads, seconds * 1e6, bytes / seconds / 1e12,
+              peaks.copy_bytes_per_s / 1e12);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int run_device_bench(const Args& args, LoadedModel& loaded) {
+  CausalLM& model = *loaded.model;
+  Backend& backend = *loaded.backend;
+  auto steps = args.get_int("--steps", 8);
+  if (!steps.ok()) return report_error("bench", steps.error());
+  const std::vector<int32_t> batches = list_or(args, "--batches", {1, 8, 64, 256});
+  const std::vector<int32_t> contexts = list_or(args, "--contexts", {1024, 8192});
+  const std::vector<int32_t> prefill = list_or(args, "--prefill", {4096});
+  if (batches.empty() || contexts.empty() || prefill.empty() || *steps < 1) {
+    return report_error("bench", Error{"--batches, --contexts and --prefill take lists like 1,8,64; --steps >= 1"});
+  }
+  const std::optional<DevicePeaks> peaks = backend.measure_peaks();
+  if (!peaks) return report_error("bench", Error{"the device benchmark needs a device backend (--device cuda)"});
+  const ModelConfig& c = model.config();
+  std::printf("{\"kind\":\"peaks\",\"model\":\"%s\",\"device\":\"%s\",\"copy_tb_s\":%.3f,\"bf16_matmul_tflop_s\":%.1f,"
+              "\"weight_gb_per_step\":%.3f,\"kv_kb_per_token\":%.1f}\n",
+              c.architecture.c_str(), std::string(backend.name()).c_str(), peaks->copy_bytes_per_s / 1e12,
+              peaks->bf16_matmul_flop_per_s / 1e12, static_cast<double>(model.weight_bytes_per_token()) / 1e9,
+              static_cast<double>(model.kv_bytes_per_token()) / 1024.0);
+  std::fflush(stdout);
+  try {
+    for (int32_t context : contexts) {
+      for (int32_t batch : batches) bench_decode(model, backend, *peaks, batch, context, static_cast<int32_t>(*steps));
+    }
+    for (int32_t context : contexts) bench_attention(backend, c, *peaks, 16, context);
+    for (int32_t tokens : prefill) bench_prefill(model, *peaks, tokens, tokens > 8192 ? 1 : 2);
+  } catch (const std::exception& error) {
+    return report_error("bench", Error{error.what()});
+  }
+  return 0;
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,209 @@
+// `deepinfer serve`: the OpenAI- and Anthropic-compatible HTTP server (src/server) over one model.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "commands.h"
+#include "core/thread_pool.h"
+#include "engine/engine_core.h"
+#include "recipe/chat_template.h"
+#include "server/engine_worker.h"
+#include "server/http_server.h"
+#include "session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::cli {
+namespace {
+
+// The model `serve` runs without --model (relative to the working directory).
+constexpr const char* kDefaultModelDir = "models/default";
+
+constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
+                       [--api-key KEY] [--max-queued-requests N] [--max-queued-tokens N]
+                       [--request-timeout S] [--max-body-bytes N] [--max-num-seqs N]
+                       [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
+                       [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
+                       [--batch-invariant] [--check-invariants] [--kv-cache-dir DIR]
+                       [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
+                       [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
+Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
+/v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
+The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
+Without --model it serves models/default. --port 0 picks a free port; the first line printed
+is "deepinfer serve: listening on http://HOST:PORT".
+--api-key: clients must send 'Authorization: Bearer KEY' or 'x-api-key: KEY'.
+--max-queued-requests / --max-queued-tokens: bounds on requests (and their prompt tokens)
+waiting for the engine; past them requests get 429 (529 on /v1/messages) with Retry-After.
+--request-timeout: seconds a request may run (default 600). --max-body-bytes: default 8 MiB.
+--kv-cache-dir DIR: keep prompt KV pages in a persistent store (host memory, then DIR on disk,
+then a Redis server with --kv-cache-backend redis://host:port) so any later request with the
+same prefix, in this process or another, loads them instead of recomputing (docs/kvstore.md);
+--kv-cache-load always skips the load-vs-recompute check (default auto).
+--check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
+)";
+
+struct ServeSetup {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CausalLM> model;
+  std::optional<Tokenizer> tokenizer;
+  ChatFamily family = ChatFamily::kQwen3;
+};
+
+Result<ServeSetup> load(const Args& args, const std::string& model_dir) {
+  ServeSetup setup;
+  auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
+  if (!backend.ok()) return backend.error();
+  setup.backend = std::move(*backend);
+  auto model = load_model(model_dir, *setup.backend);
+  if (!model.ok()) return model.error();
+  setup.model = std::move(*model);
+  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
+    return Error{"serve needs " + model_dir + "/tokenizer.json: the APIs take and return text"};
+  }
+  auto tokenizer = Tokenizer::load(model_dir);
+  if (!tokenizer.ok()) return tokenizer.error();
+  setup.tokenizer = std::move(*tokenizer);
+  auto family = detect_chat_family(model_dir);
+  if (family.ok()) {
+    setup.family = *family;
+  } else {
+    std::fprintf(stderr, "deepinfer serve: %s; chat prompts use the qwen3 template\n", family.error().message.c_str());
+  }
+  return setup;
+}
+
+Result<int64_t> positive(const Args& args, const char* flag, int64_t fallback) {
+  auto value = args.get_int(flag, fallback);
+  if (!value.ok()) return value.error();
+  if (*value < 0) return Error{std::string(flag) + " must be >= 0, got " + std::to_string(*value)};
+  return *value;
+}
+
+Result<server::ServerConfig> server_config(const Args& args) {
+  server::ServerConfig config;
+  config.host = args.find("--host").value_or(config.host);
+  auto port = positive(args, "--port", config.port);
+  if (!port.ok()) return port.error();
+  if (*port > 65535) return Error{"--port must be in [0, 65535]"};
+  config.port = static_cast<uint16_t>(*port);
+  config.api_key = args.find("--api-key");
+  auto queued = positive(args, "--max-queued-requests", config.max_queued_requests);
+  if (!queued.ok()) return queued.error();
+  config.max_queued_requests = static_cast<int32_t>(std::min<int64_t>(*queued, INT32_MAX));
+  auto queued_tokens = positive(args, "--max-queued-tokens", config.max_queued_tokens);
+  if (!queued_tokens.ok()) return queued_tokens.error();
+  config.max_queued_tokens = *queued_tokens;
+  auto timeout = args.get_double("--request-timeout", config.request_timeout_s);
+  if (!timeout.ok()) return timeout.error();
+  if (!(*timeout > 0)) return Error{"--request-timeout must be > 0 seconds"};
+  config.request_timeout_s = *timeout;
+  auto body = positive(args, "--max-body-bytes", config.max_body_bytes);
+  if (!body.ok()) return body.error();
+  config.max_body_bytes = *body;
+  auto io_threads = positive(args, "--io-threads", config.num_io_threads);
+  if (!io_threads.ok()) return io_threads.error();
+  config.num_io_threads = static_cast<int32_t>(std::clamp<int64_t>(*io_threads, 1, 64));
+  config.check_invariants = args.has("--check-invariants");
+  return config;
+}
+
+Result<EngineConfig> engine_config(const Args& args) {
+  EngineConfig config;
+  auto seqs = positive(args, "--max-num-seqs", 64);
+  auto batched = positive(args, "--max-num-batched-tokens", 2048);
+  auto model_len = positive(args, "--max-model-len", 0);
+  auto kv_bytes = positive(args, "--kv-cache-bytes", config.kv_cache_bytes);
+  auto block = positive(args, "--block-size", config.block_size);
+  for (const auto* value : {&seqs, &batched, &model_len, &kv_bytes, &block}) {
+    if (!value->ok()) return value->error();
+  }
+  if (*seqs < 1 || *batched < 1 || *block < 1) {
+    return Error{"--max-num-seqs, --max-num-batched-tokens and --block-size must be >= 1"};
+  }
+  config.scheduler.max_num_seqs = static_cast<int32_t>(*seqs);
+  config.scheduler.max_num_batched_tokens = static_cast<int32_t>(*batched);
+  config.max_model_len = static_cast<int32_t>(*model_len);
+  config.kv_cache_bytes = *kv_bytes;
+  config.block_size = static_cast<int32_t>(*block);
+  return config;
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  if (wants_help(argc, argv, kUsage)) return 0;
+  auto args = Args::parse(argc, argv,
+                          model_value_flags(kv_store_value_flags(
+                              {"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests",
+                               "--max-queued-tokens", "--request-timeout", "--max-body-bytes", "--max-num-seqs",
+                               "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes", "--block-size",
+                               "--io-threads"})),
+                          model_bool_flags({"--check-invariants"}));
+  if (!args.ok()) return report_error("serve", args.error());
+  auto config = server_config(*args);
+  if (!config.ok()) return report_error("serve", config.error());
+  auto engine_cfg = engine_config(*args);
+  if (!engine_cfg.ok()) return report_error("serve", engine_cfg.error());
+  auto threads = positive(*args, "--threads", 0);
+  if (!threads.ok()) return report_error("serve", threads.error());
+  if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
+
+  const std::string model_dir = args->find("--model").value_or(kDefaultModelDir);
+  if (!args->has("--model") && !std::filesystem::exists(model_dir)) {
+    return report_error("serve", Error{std::string("no --model given and the default model ") + kDefaultModelDir +
+                                       " is not there; pass --model DIR (a Hugging Face model directory)"});
+  }
+  auto kv_store = kv_store_config_from_args(*args, model_dir);
+  if (!kv_store.ok()) return report_error("serve", kv_store.error());
+  engine_cfg->kv_store = *kv_store;
+  auto setup = load(*args, model_dir);
+  if (!setup.ok()) return report_error("serve", setup.error());
+  EngineCore engine(*setup->model, &*setup->tokenizer, *engine_cfg);
+  ThreadPool encode_pool(2);
+
+  server::Metrics metrics;
+  server::WorkerLimits limits;
+  limits.max_queued_requests = config->max_queued_requests;
+  limits.max_queued_tokens = config->max_queued_tokens;
+  limits.check_invariants = config->check_invariants;
+  // Stopped before the server's io_context goes, so it never posts to a destroyed one.
+  auto worker = std::make_unique<server::EngineWorker>(engine, metrics, limits);
+
+  server::ServerContext context;
+  context.config = *config;
+  // The directory's own name, through symlinks (models/default -> deepinfer-tiny-v3).
+  std::error_code resolve_error;
+  const auto resolved = std::filesystem::weakly_canonical(model_dir, resolve_error);
+  context.model.served_name = args->find("--served-model-name")
+                                  .value_or((resolve_error ? std::filesystem::path(model_dir) : resolved)
+                                                .lexically_normal().filename().string());
+  if (context.model.served_name.empty()) context.model.served_name = model_dir;
+  context.model.tokenizer = &*setup->tokenizer;
+  context.model.family = setup->family;
+  context.model.max_model_len = static_cast<int32_t>(engine_cfg->max_model_len > 0
+                                                         ? engine_cfg->max_model_len
+                                                         : setup->model->config().max_position_embeddings);
+  context.model.vocab_size = static_cast<int32_t>(setup->model->config().vocab_size);
+  context.model.pool = &encode_pool;
+  context.worker = worker.get();
+  context.metrics = &metrics;
+  context.started_unix =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+
+  server::HttpServer http_server(context);
+  auto port = http_server.listen();
+  if (!port.ok()) return report_error("serve", port.error());
+  std::printf("deepinfer serve: listening on http://%s:%u (model '%s', %s family)\n", config->host.c_str(),
+              static_cast<unsigned>(*port), context.model.served_name.c_str(),
+              std::string(chat_family_name(context.model.family)).c_str());
+  std::fflush(stdout);
+  http_server.run();
+  worker.reset();
+  std::fprintf(stderr, "deepinfer serve: stopped\n");
+  return 0;
+}
+
+}  // namespace deepinfer::cli

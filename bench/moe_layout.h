@@ -1,0 +1,13 @@
+// The tensors of a mixture-of-experts checkpoint (DeepSeek-V2/V3 with MLA, Qwen3-MoE, Mixtral,
+// GPT-OSS) in the published per-expert naming, for deepinfer-make-random-model. No GGUF names:
+// these are benchmarked against the hardware roofline, not llama.cpp.
+#pragma once
+
+#include "dense_layout.h"
+
+namespace deepinfer::bench {
+
+// Every tensor of the config's checkpoint; errors name the model_type when it is not one of the five.
+Result<DenseLayout> moe_layout(const ModelConfig& config);
+
+}  // namespace deepinfer::bench

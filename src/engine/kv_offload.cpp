@@ -1,0 +1,176 @@
+// Loading prompt pages from the persistent KV store into the device cache, and persisting
+// finished sequences' pages.
+#include "engine/kv_offload.h"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace deepinfer {
+
+KvOffload::KvOffload(CausalLM& model, KvCacheManager& kv, std::unique_ptr<KvStore> store, std::string fingerprint,
+                     int32_t block_size)
+    : model_(model),
+      kv_(kv),
+      store_(std::move(store)),
+      fingerprint_(std::move(fingerprint)),
+      block_size_(block_size),
+      payload_bytes_(model.kv_floats_per_block() * static_cast<int64_t>(sizeof(float))) {}
+
+Result<std::unique_ptr<KvOffload>> KvOffload::create(CausalLM& model, KvCacheManager& kv, const KvStoreConfig& config,
+                                                     const std::string& fingerprint, int32_t block_size) {
+  auto store = KvStore::open(config, fingerprint);
+  if (!store.ok()) return store.error();
+  std::unique_ptr<KvOffload> offload(new KvOffload(model, kv, std::move(*store), fingerprint, block_size));
+  offload->measure_prefill();
+  return offload;
+}
+
+KvOffload::~KvOffload() {
+  const KvStoreStats s = store_->stats();
+  std::ostringstream tiers;
+  for (const TierStats& t : s.tiers) tiers << " " << t.name << " " << t.hits << " hits/" << t.pages_written << " written;";
+  DI_LOG(kInfo, "kv store: " << s.pages_loaded << " pages loaded, " << s.pages_queued << " queued for writing ("
+                             << s.queue_drops << " dropped);" << tiers.str());
+}
+
+void KvOffload::measure_prefill() {
+  // Over free blocks that hold nothing yet; the KV written here is never registered or read.
+  const int32_t num_blocks = std::min<int32_t>(4, kv_.num_blocks());
+  const int32_t max_positions = std::max<int32_t>(model_.config().max_position_embeddings, 2) - 1;
+  const int32_t num_tokens = std::min(num_blocks * block_size_, max_positions);
+  ForwardBatch batch;
+  for (int32_t i = 0; i < num_tokens; ++i) {
+    batch.token_ids.push_back(0);
+    batch.positions.push_back(i);
+    batch.slot_mapping.push_back(i);
+  }
+  batch.query_start = {0, num_tokens};
+  batch.seq_len = {num_tokens};
+  batch.max_blocks_per_seq = num_blocks;
+  for (int32_t b = 0; b < num_blocks; ++b) batch.block_table.push_back(b);
+  batch.logit_rows = {num_tokens - 1};
+  std::vector<float> logits(static_cast<size_t>(model_.config().vocab_size));
+  model_.forward(batch, logits.data());  // warm-up: first-call allocations and primitive setup
+  const auto start = std::chrono::steady_clock::now();
+  model_.forward(batch, logits.data());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  prefill_tokens_per_s_ = num_tokens / std::max(seconds, 1e-9);
+  std::ostringstream costs;
+  const std::vector<TierCost>& tier_costs = store_->tier_costs();
+  for (size_t t = 0; t < tier_costs.size(); ++t) {
+    costs << " " << store_->stats().tiers[t].name << " " << tier_costs[t].bytes_per_s / 1e9 << " GB/s + "
+          << tier_costs[t].seconds_per_page * 1e6 << " us/page;";
+  }
+  DI_LOG(kInfo, "kv store: prefill " << static_cast<int64_t>(prefill_tokens_per_s_) << " tokens/s, "
+                                     << payload_bytes_ << " bytes/page; loads:" << costs.str());
+}
+
+std::vector<BlockHash> KvOffload::page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
+                                              const std::string& cache_salt) const {
+  std::vector<BlockHash> hashes;
+  hashes.reserve(static_cast<size_t>(num_pages));
+  BlockHash hash = prefix_root_hash(fingerprint_, cache_salt);
+  for (int32_t i = 0; i < num_pages; ++i) {
+    hash = chain_block_hash(hash, tokens.data() + static_cast<ptrdiff_t>(i) * block_size_, block_size_, {});
+    hashes.push_back(hash);
+  }
+  return hashes;
+}
+
+void KvOffload::hold(Request* request) {
+  Held held;
+  held.request = request;
+  const std::vector<int32_t>& prompt = request->prompt_token_ids;
+  // As in the device cache, the page holding the last prompt token always runs (it gives logits).
+  const auto num_pages = static_cast<int32_t>((prompt.size() - 1) / static_cast<size_t>(block_size_));
+  held.first_page = kv_.num_cached_tokens(prompt, request->cache_salt) / block_size_;
+  // A prompt_logprobs request has a salt of its own and needs every position's logits anyway.
+  if (held.first_page < num_pages && !request->params.prompt_logprobs) {
+    const std::vector<BlockHash> hashes = page_hashes(prompt, num_pages, request->cache_salt);
+    std::vector<PageRequest> pages;
+    for (int32_t i = held.first_page; i < num_pages; ++i) {
+      PageRequest page;
+      page.hash = hashes[static_cast<size_t>(i)];
+      page.page_index = i;
+      const auto begin = prompt.begin() + static_cast<ptrdiff_t>(i) * block_size_;
+      page.token_ids.assign(begin, begin + block_size_);
+      pages.push_back(std::move(page));
+    }
+    held.load = store_->load_chain_async(std::move(pages), payload_bytes_, block_size_ / prefill_tokens_per_s_);
+  }
+  held_.push_back(std::move(held));
+}
+
+void KvOffload::release(const Request* request) {
+  // The loader thread finishes a discarded load on its own; the future's state keeps its result.
+  std::erase_if(held_, [&](const Held& held) { return held.request == request; });
+}
+
+std::vector<Request*> KvOffload::take_ready(bool wait) {
+  std::vector<Request*> ready;
+  if (wait && !held_.empty() && held_.front().load) held_.front().load->wait();
+  std::vector<Held> still_held;
+  for (Held& held : held_) {
+    if (held.load && held.load->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      still_held.push_back(std::move(held));
+      continue;
+    }
+    if (held.load) import_pages(*held.request, held.first_page, held.load->get());
+    ready.push_back(held.request);
+  }
+  held_ = std::move(still_held);
+  return ready;
+}
+
+void KvOffload::import_pages(const Request& request, int32_t first_page, const std::vector<LoadedPage>& pages) {
+  if (pages.empty()) return;
+  const int32_t num_pages = first_page + static_cast<int32_t>(pages.size());
+  const int64_t import_seq_id = next_import_seq_id_--;
+  int32_t num_cached = 0;
+  // A short-lived sequence owns the blocks while they are written; freeing it leaves them in
+  // the prefix index as cached blocks, exactly like a finished request's pages.
+  if (!kv_.allocate(import_seq_id, request.prompt_token_ids, num_pages * block_size_, request.cache_salt,
+                    &num_cached)) {
+    return;  // no room now: the request recomputes these pages
+  }
+  import_stats_.queried_tokens += request.num_prompt_tokens();
+  import_stats_.hit_tokens += num_cached;
+  const int32_t first_new = num_cached / block_size_;
+  // A device page the lookup counted on was evicted meanwhile: the chain has a hole, so skip.
+  if (first_new >= first_page) {
+    const std::vector<int32_t>& table = kv_.block_table(import_seq_id);
+    for (int32_t i = first_new; i < num_pages; ++i) {
+      const LoadedPage& page = pages[static_cast<size_t>(i - first_page)];
+      DI_CHECK(static_cast<int64_t>(page.payload.size()) == payload_bytes_);
+      model_.write_kv_blocks({table[static_cast<size_t>(i)]}, reinterpret_cast<const float*>(page.payload.data()));
+    }
+    kv_.commit_computed(import_seq_id, request.prompt_token_ids, num_pages * block_size_);
+  }
+  kv_.free(import_seq_id);
+}
+
+void KvOffload::persist(const Request& request, const std::vector<int32_t>& block_table) {
+  if (request.params.prompt_logprobs) return;
+  const std::vector<int32_t> tokens = request.all_tokens();
+  const int32_t num_pages = std::min(request.num_computed_tokens / block_size_, static_cast<int32_t>(block_table.size()));
+  const std::vector<BlockHash> hashes = page_hashes(tokens, num_pages, request.cache_salt);
+  for (int32_t i = 0; i < num_pages; ++i) {
+    const int32_t block_id = block_table[static_cast<size_t>(i)];
+    const BlockHash& hash = hashes[static_cast<size_t>(i)];
+    if (block_id < 0 || store_->contains_local(hash)) continue;
+    PageWrite write;
+    write.hash = hash;
+    write.page_index = i;
+    const auto begin = tokens.begin() + static_cast<ptrdiff_t>(i) * block_size_;
+    write.token_ids.assign(begin, begin + block_size_);
+    write.payload.resize(static_cast<size_t>(payload_bytes_));
+    model_.read_kv_blocks({block_id}, reinterpret_cast<float*>(write.payload.data()));
+    if (!store_->enqueue_write(std::move(write))) return;  // queue full: later pages would drop too
+  }
+}
+
+}  // namespace deepinfer

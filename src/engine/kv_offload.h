@@ -1,0 +1,75 @@
+// KvOffload: the engine's hook into the persistent KV store (kvstore/). A new request is held
+// back while the pages of its prompt that miss the device cache are looked up and loaded on the
+// store's loader thread; when the load is done, the pages are written into free device blocks
+// and registered in the prefix index, so the scheduler admits the request with them as ordinary
+// prefix-cache hits (they count in num_cached_tokens). A finishing sequence's computed full
+// pages are queued for the store's writer. Lives on the engine thread; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "kvcache/kv_cache_manager.h"
+#include "kvstore/kv_store.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+class KvOffload {
+ public:
+  // Opens the store and measures the model's prefill speed once (two forward passes of a few
+  // pages over free blocks), which the store's cost guard weighs page loads against.
+  // fingerprint: the prefix-hash chain's seed (KvCacheConfig::model_fingerprint).
+  static Result<std::unique_ptr<KvOffload>> create(CausalLM& model, KvCacheManager& kv, const KvStoreConfig& config,
+                                                   const std::string& fingerprint, int32_t block_size);
+  // Logs what the store served and stored (info level).
+  ~KvOffload();
+
+  // Takes a request that has not been scheduled yet and starts loading its missing prefix pages.
+  void hold(Request* request);
+  // Forgets a held request (aborted); its load, if running, is discarded.
+  void release(const Request* request);
+  // Held requests whose loads are done, their pages now in the device cache, in hold order.
+  // wait: block until at least one is ready (the engine has nothing else to run).
+  std::vector<Request*> take_ready(bool wait);
+  bool has_held() const { return !held_.empty(); }
+  // Queues the sequence's computed full pages that the store lacks (never blocks).
+  void persist(const Request& request, const std::vector<int32_t>& block_table);
+
+  KvStoreStats stats() const { return store_->stats(); }
+  // What importing pages added to the prefix cache's own counters (the engine subtracts it).
+  const PrefixCacheStats& import_stats() const { return import_stats_; }
+  double prefill_tokens_per_s() const { return prefill_tokens_per_s_; }
+  KvStore& store() { return *store_; }
+
+ private:
+  struct Held {
+    Request* request = nullptr;
+    int32_t first_page = 0;  // pages before it were already in the device cache
+    std::optional<std::future<std::vector<LoadedPage>>> load;
+  };
+  KvOffload(CausalLM& model, KvCacheManager& kv, std::unique_ptr<KvStore> store, std::string fingerprint,
+            int32_t block_size);
+  void measure_prefill();
+  // Chain hashes of the first num_pages full pages of tokens.
+  std::vector<BlockHash> page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
+                                     const std::string& cache_salt) const;
+  void import_pages(const Request& request, int32_t first_page, const std::vector<LoadedPage>& pages);
+
+  CausalLM& model_;
+  KvCacheManager& kv_;
+  std::unique_ptr<KvStore> store_;
+  std::string fingerprint_;
+  int32_t block_size_;
+  int64_t payload_bytes_;
+  double prefill_tokens_per_s_ = 0.0;
+  std::vector<Held> held_;
+  int64_t next_import_seq_id_ = -1;  // engine sequences have ids >= 0
+  PrefixCacheStats import_stats_;
+};
+
+}  // namespace deepinfer

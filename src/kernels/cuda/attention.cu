@@ -1,0 +1,362 @@
+// Paged causal GQA attention (sliding window and sinks optional) for prefill and decode alike:
+// a block takes up to kWarps * kRowsPerWarp query rows (token, head) of one sequence that share one
+// KV head, streams that head's keys of one split through shared memory in tiles of 32 (K and V read
+// once for all the group's heads), and keeps an online softmax per row. Splits over the key axis
+// (flash-decoding) give long decodes enough blocks; a second kernel combines them in split order.
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kTileKeys = 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttentionArgs {
+  const float* q;        // [num_tokens, num_heads, head_dim]
+  const float* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const float* v_cache;
+  PagedBatch batch;
+  AttentionParams params;
+  int32_t split_keys;
+  int32_t num_splits;
+  bool write_partials;
+  float* out;      // [num_tokens, num_heads, head_dim]
+  float* partial;  // [num_splits, num_tokens, num_heads, head_dim + 2]: acc, then m and l (log2 units)
+};
+
+__device__ __forceinline__ float* partial_row(const AttentionArgs& a, int32_t split, int64_t token, int32_t head) {
+  const int64_t stride = a.params.head_dim + 2;
+  return a.partial + ((static_cast<int64_t>(split) * a.batch.num_tokens + token) * a.params.num_heads + head) * stride;
+}
+
+// kDims = head_dim rounded up to a multiple of 32 (lane l owns dims l, l + 32, ...).
+template <int kDims, int kRowsPerWarp>
+__global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionArgs a) {
+  constexpr int kRows = kWarps * kRowsPerWarp;
+  constexpr int kPerLane = kDims / 32;
+  constexpr int kKStride = kDims + 4;  // 16-byte padding: lane j's float4 reads of row j miss each other's banks
+  extern __shared__ float4 shared_raw[];
+  float* q_tile = reinterpret_cast<float*>(shared_raw);  // [kRows, kDims], pre-scaled
+  float* k_tile = q_tile + kRows * kDims;                  // [kTileKeys, kKStride]
+  float* v_tile = k_tile + kTileKeys * kKStride;           // [kTileKeys, kDims]
+
+  const int32_t num_splits = a.num_splits;
+  const int32_t split = static_cast<int32_t>(blockIdx.x % num_splits);
+  const int32_t tile = static_cast<int32_t>(blockIdx.x / num_splits);
+  const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
+  const int32_t seq = static_cast<int32_t>(blockIdx.z);
+  const int32_t head_dim = a.params.head_dim;
+  const int32_t group = a.params.num_heads / a.params.num_kv_heads;
+  const int32_t window = a.params.sliding_window;
+  const int32_t q_begin = a.batch.query_start[seq];
+  const int32_t num_new = a.batch.query_start[seq + 1] - q_begin;
+  const int32_t seq_len = a.batch.seq_len[seq];
+  const int32_t num_rows = num_new * group;
+  const int32_t row0 = tile * kRows;
+  if (row0 >= num_rows) return;
+  const int32_t last_row = min(row0 + kRows, num_rows) - 1;
+  const int32_t first_pos = seq_len - num_new + row0 / group;
+  const int32_t last_pos = seq_len - num_new + last_row / group;
+
+  // Keys of this split that any row here can see, starting on a 32-key boundary of the split.
+  const int32_t split_begin = split * a.split_keys;
+  const int32_t key_end = min(min(split_begin + a.split_keys, seq_len), last_pos + 1);
+  int32_t key_begin = split_begin;
+  if (window > 0 && first_pos - window + 1 > key_begin) {
+    key_begin += (first_pos - window + 1 - split_begin) / kTileKeys * kTileKeys;
+  }
+
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const float q_scale = a.params.scale * kLog2e;
+  for (int i = static_cast<int>(threadIdx.x); i < kRows * kDims; i += kWarps * 32) {
+    const int r = i / kDims;
+    const int d = i % kDims;
+    const int32_t row = row0 + r;
+    float value = 0.0f;
+    if (row < num_rows && d < head_dim) {
+      const int64_t token = q_begin + row / group;
+      const int32_t head = kv_head * group + row % group;
+      value = a.q[(token * a.params.num_heads + head) * head_dim + d] * q_scale;
+    }
+    q_tile[i] = value;
+  }
+
+  int32_t pos[kRowsPerWarp];
+  float m[kRowsPerWarp];
+  float l[kRowsPerWarp];
+  float acc[kRowsPerWarp][kPerLane];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int32_t row = row0 + warp * kRowsPerWarp + r;
+    pos[r] = row < num_rows ? seq_len - num_new + row / group : -1;  // -1: no row, every key masked
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) acc[r][c] = 0.0f;
+  }
+
+  const int64_t cache_row = static_cast<int64_t>(a.params.num_kv_heads) * head_dim;
+  const int32_t* blocks = a.batch.block_table + static_cast<int64_t>(seq) * a.batch.max_blocks_per_seq;
+  const int32_t block_size = a.batch.block_size;
+  // Fast path (head_dim == kDims): 16-byte loads into registers, all issued before any is used.
+  // Decode blocks (one row per warp, registers to spare) load the next tile while the warps work on
+  // the current one; prefill blocks keep their registers for the rows.
+  const bool fast = head_dim == kDims;
+  constexpr bool kPrefetch = kRowsPerWarp == 1;
+  constexpr int kLoads = kTileKeys * kDims / 4 / (kWarps * 32);
+  float4 staged_k[kLoads];
+  float4 staged_v[kLoads];
+  const auto load_tile = [&](int32_t begin) {
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kWarps * 32;
+      const int32_t p = begin + i / (kDims / 4);
+      staged_k[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      staged_v[j] = staged_k[j];
+      if (p < key_end) {
+        const int64_t offset = (static_cast<int64_t>(blocks[p / block_size]) * block_size + p % block_size) *
+                                   cache_row + static_cast<int64_t>(kv_head) * head_dim + i % (kDims / 4) * 4;
+        staged_k[j] = *reinterpret_cast<const float4*>(a.k_cache + offset);
+        staged_v[j] = *reinterpret_cast<const float4*>(a.v_cache + offset);
+      }
+    }
+  };
+  if (kPrefetch && fast && key_begin < key_end) load_tile(key_begin);
+  for (int32_t tile_begin = key_begin; tile_begin < key_end; tile_begin += kTileKeys) {
+    __syncthreads();  // the previous tile's readers are done (and q_tile is written, first time)
+    if (fast) {
+      if constexpr (!kPrefetch) load_tile(tile_begin);
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        const int i = static_cast<int>(threadIdx.x) + j * kWarps * 32;
+        *reinterpret_cast<float4*>(k_tile + i / (kDims / 4) * kKStride + i % (kDims / 4) * 4) = staged_k[j];
+        *reinterpret_cast<float4*>(v_tile + i / (kDims / 4) * kDims + i % (kDims / 4) * 4) = staged_v[j];
+      }
+      if (kPrefetch && tile_begin + kTileKeys < key_end) load_tile(tile_begin + kTileKeys);
+    } else {
+      for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * kDims; i += kWarps * 32) {
+        const int key = i / kDims;
+        const int d = i % kDims;
+        const int32_t p = tile_begin + key;
+        float kx = 0.0f;
+        float vx = 0.0f;
+        if (p < key_end && d < head_dim) {
+          const int64_t offset = (static_cast<int64_t>(blocks[p / block_size]) * block_size + p % block_size) *
+                                     cache_row + static_cast<int64_t>(kv_head) * head_dim + d;
+          kx = a.k_cache[offset];
+          vx = a.v_cache[offset];
+        }
+        k_tile[key * kKStride + d] = kx;
+        v_tile[key * kDims + d] = vx;
+      }
+    }
+    __syncthreads();
+
+    // Lane j scores key tile_begin + j against each of the warp's rows.
+    float score[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) score[r] = 0.0f;
+    const float* k_row = k_tile + lane * kKStride;
+    const float* q_rows = q_tile + warp * kRowsPerWarp * kDims;
+#pragma unroll 4
+    for (int d = 0; d < kDims; d += 4) {
+      const float4 kx = *reinterpret_cast<const float4*>(k_row + d);
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const float4 qx = *reinterpret_cast<const float4*>(q_rows + r * kDims + d);
+        // Explicit FMAs: the same rounding in every instantiation (batch invariance).
+        score[r] = __fmaf_rn(qx.w, kx.w, __fmaf_rn(qx.z, kx.z, __fmaf_rn(qx.y, kx.y, __fmaf_rn(qx.x, kx.x, score[r]))));
+      }
+    }
+    const int32_t key = tile_begin + lane;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const bool visible = key < key_end && key <= pos[r] && (window == 0 || pos[r] - key < window);
+      const float s = visible ? score[r] : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_max(s));
+      // A row that has seen no key yet keeps m = -inf; exp2 of (-inf) - (-inf) would be NaN.
+      const float p = m_new == -INFINITY ? 0.0f : exp2f(s - m_new);
+      const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
+      l[r] = __fmaf_rn(l[r], alpha, warp_sum(p));
+      m[r] = m_new;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) acc[r][c] *= alpha;
+      score[r] = p;
+    }
+#pragma unroll 8
+    for (int j = 0; j < kTileKeys; ++j) {
+      float v[kPerLane];
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) v[c] = v_tile[j * kDims + lane + 32 * c];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const float p = __shfl_sync(0xffffffffu, score[r], j);
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) acc[r][c] = __fmaf_rn(p, v[c], acc[r][c]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int32_t row = row0 + warp * kRowsPerWarp + r;
+    if (row >= num_rows) continue;
+    const int64_t token = q_begin + row / group;
+    const int32_t head = kv_head * group + row % group;
+    if (a.write_partials) {
+      float* dst = partial_row(a, split, token, head);
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) {
+        if (lane + 32 * c < head_dim) dst[lane + 32 * c] = acc[r][c];
+      }
+      if (lane == 0) {
+        dst[head_dim] = m[r];
+        dst[head_dim + 1] = l[r];
+      }
+    } else {
+      float denom = l[r];
+      float rescale = 1.0f;
+      if (a.params.sinks != nullptr) {
+        const float sink = a.params.sinks[head] * kLog2e;
+        const float m_all = fmaxf(m[r], sink);
+        rescale = exp2f(m[r] - m_all);
+        denom = l[r] * rescale + exp2f(sink - m_all);
+      }
+      float* dst = a.out + (token * a.params.num_heads + head) * head_dim;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) {
+        if (lane + 32 * c < head_dim) dst[lane + 32 * c] = acc[r][c] * rescale / denom;
+      }
+    }
+  }
+}
+
+// One warp per (token, head): combines the splits' partial softmaxes in split order.
+__global__ void combine_splits_kernel(AttentionArgs a) {
+  const int64_t index = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t num_rows = static_cast<int64_t>(a.batch.num_tokens) * a.params.num_heads;
+  if (index >= num_rows) return;
+  const int64_t token = index / a.params.num_heads;
+  const int32_t head = static_cast<int32_t>(index % a.params.num_heads);
+  const int32_t head_dim = a.params.head_dim;
+  float m_all = -INFINITY;
+  for (int32_t s = 0; s < a.num_splits; ++s) m_all = fmaxf(m_all, partial_row(a, s, token, head)[head_dim]);
+  float sink = -INFINITY;
+  if (a.params.sinks != nullptr) {
+    sink = a.params.sinks[head] * kLog2e;
+    m_all = fmaxf(m_all, sink);
+  }
+  float denom = a.params.sinks != nullptr ? exp2f(sink - m_all) : 0.0f;
+  for (int32_t s = 0; s < a.num_splits; ++s) {
+    const float* src = partial_row(a, s, token, head);
+    denom += src[head_dim + 1] * exp2f(src[head_dim] - m_all);
+  }
+  float* dst = a.out + (token * a.params.num_heads + head) * head_dim;
+  for (int32_t d = lane; d < head_dim; d += 32) {
+    float sum = 0.0f;
+    for (int32_t s = 0; s < a.num_splits; ++s) {
+      const float* src = partial_row(a, s, token, head);
+      sum += src[d] * exp2f(src[head_dim] - m_all);
+    }
+    dst[d] = sum / denom;
+  }
+}
+
+template <int kDims, int kRowsPerWarp>
+void launch(const AttentionArgs& args, unsigned row_tiles, cudaStream_t stream) {
+  constexpr int kRows = kWarps * kRowsPerWarp;
+  constexpr size_t kSharedBytes = (kRows * kDims + kTileKeys * (kDims + 4) + kTileKeys * kDims) * sizeof(float);
+  static const bool configured = [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<kDims, kRowsPerWarp>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(row_tiles * static_cast<unsigned>(args.num_splits), static_cast<unsigned>(args.params.num_kv_heads),
+                  static_cast<unsigned>(args.batch.num_seqs));
+  paged_attention_kernel<kDims, kRowsPerWarp><<<grid, kWarps * 32, kSharedBytes, stream>>>(args);
+  DI_CUDA_CHECK_LAUNCH("paged_attention_kernel");
+}
+
+template <int kRowsPerWarp>
+void launch_for_dims(const AttentionArgs& args, unsigned row_tiles, cudaStream_t stream) {
+  const int32_t head_dim = args.params.head_dim;
+  if (head_dim <= 32) return launch<32, kRowsPerWarp>(args, row_tiles, stream);
+  if (head_dim <= 64) return launch<64, kRowsPerWarp>(args, row_tiles, stream);
+  if (head_dim <= 128) return launch<128, kRowsPerWarp>(args, row_tiles, stream);
+  return launch<256, kRowsPerWarp>(args, row_tiles, stream);
+}
+
+// Decode-like batches (a few rows per KV head) give each warp one row; prefill gives it eight so a
+// key tile in shared memory serves 32 rows.
+int32_t rows_per_warp(const PagedBatch& batch, const AttentionParams& params) {
+  const int32_t group = params.num_heads / params.num_kv_heads;
+  return batch.max_query_len * group > kWarps * 2 ? 8 : 1;
+}
+
+}  // namespace
+
+AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParams& params, int32_t fixed_split_keys,
+                                   int32_t num_sms) {
+  DI_CHECK(params.num_kv_heads > 0 && params.num_heads % params.num_kv_heads == 0,
+           "num_heads " << params.num_heads << ", num_kv_heads " << params.num_kv_heads);
+  DI_CHECK(params.head_dim > 0 && params.head_dim <= 256, "head_dim " << params.head_dim << " (CUDA takes <= 256)");
+  DI_CHECK(batch.num_tokens > 0 && batch.max_query_len > 0, "PagedBatch needs its host-side sizes");
+  const int64_t max_keys = std::max<int64_t>(int64_t{batch.max_blocks_per_seq} * batch.block_size, 1);
+  AttentionPlan plan;
+  if (fixed_split_keys > 0) {
+    plan.split_keys = fixed_split_keys;
+  } else {
+    const int32_t group = params.num_heads / params.num_kv_heads;
+    const int64_t rows = int64_t{kWarps} * rows_per_warp(batch, params);
+    const int64_t row_tiles = (int64_t{batch.max_query_len} * group + rows - 1) / rows;
+    const int64_t base_blocks = row_tiles * params.num_kv_heads * batch.num_seqs;
+    const int64_t wanted = (int64_t{4} * num_sms + base_blocks - 1) / base_blocks;
+    const int64_t splits = std::clamp<int64_t>(wanted, 1, (max_keys + 255) / 256);
+    const int64_t keys = (max_keys + splits - 1) / splits;
+    plan.split_keys = static_cast<int32_t>((keys + kTileKeys - 1) / kTileKeys * kTileKeys);
+  }
+  plan.num_splits = static_cast<int32_t>((max_keys + plan.split_keys - 1) / plan.split_keys);
+  // Batch-invariant mode always combines through the workspace, so one split and many give the
+  // same arithmetic.
+  if (plan.num_splits > 1 || fixed_split_keys > 0) {
+    plan.workspace_bytes = static_cast<size_t>(plan.num_splits) * static_cast<size_t>(batch.num_tokens) *
+                           static_cast<size_t>(params.num_heads) * static_cast<size_t>(params.head_dim + 2) *
+                           sizeof(float);
+  }
+  return plan;
+}
+
+void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+                     const AttentionParams& params, const AttentionPlan& plan, void* workspace, float* out,
+                     cudaStream_t stream) {
+  if (batch.num_seqs == 0 || batch.num_tokens == 0) return;
+  AttentionArgs args{q, k_cache, v_cache, batch, params, plan.split_keys, plan.num_splits,
+                     plan.workspace_bytes > 0, out, static_cast<float*>(workspace)};
+  const int32_t group = params.num_heads / params.num_kv_heads;
+  const int32_t rpw = rows_per_warp(batch, params);
+  const int32_t rows = kWarps * rpw;
+  const auto row_tiles = static_cast<unsigned>((int64_t{batch.max_query_len} * group + rows - 1) / rows);
+  if (rpw == 8) {
+    launch_for_dims<8>(args, row_tiles, stream);
+  } else {
+    launch_for_dims<1>(args, row_tiles, stream);
+  }
+  if (args.write_partials) {
+    const int64_t num_rows = int64_t{batch.num_tokens} * params.num_heads;
+    combine_splits_kernel<<<static_cast<unsigned>((num_rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(args);
+    DI_CUDA_CHECK_LAUNCH("combine_splits_kernel");
+  }
+}
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,57 @@
+// The ops of kernels/ops.h on an NVIDIA GPU: the same contracts, on device pointers, enqueued on a
+// stream (every function returns before the work is done). Weights may be F32, BF16 or F16;
+// activations are float32. Launch errors throw CudaError (kernels/cuda/cuda_check.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace deepinfer::kernels::cuda {
+
+void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out, cudaStream_t stream);
+void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim, float eps,
+              float* out, cudaStream_t stream);
+void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
+                  int64_t dim, float eps, float* out, cudaStream_t stream);
+void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,
+          int32_t rotary_dim, const float* inv_freq, float attention_scaling, RopeLayout layout, cudaStream_t stream);
+void silu_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream);
+void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream);
+void add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream);
+void scale(const float* x, int64_t count, float factor, float* out, cudaStream_t stream);
+void softcap(const float* x, int64_t count, float cap, float* out, cudaStream_t stream);
+void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
+              float* k_cache, float* v_cache, cudaStream_t stream);
+
+// Matmul helpers. y[r, :] += bias for num_rows rows; bias: [1, cols] of any weight dtype.
+void add_bias(float* y, const WeightView& bias, int64_t num_rows, cudaStream_t stream);
+// out[i] = x[i] rounded to dtype (kBF16 or kF16, round to nearest even). out: count elements.
+void cast_from_f32(const float* x, int64_t count, DType dtype, void* out, cudaStream_t stream);
+
+// out[i] = a uniform value in [-1, 1) from a hash of (seed, i), rounded to dtype: benchmark and
+// probe inputs that are neither zeros nor the same in every run.
+void fill_random(void* out, int64_t count, DType dtype, uint64_t seed, cudaStream_t stream);
+
+// Paged attention. Keys are processed in splits of split_keys cache positions (split s covers
+// [s * split_keys, (s + 1) * split_keys)); each split's partial softmax goes to the workspace and a
+// second kernel combines them in split order. The split size, not the batch, fixes the reduction
+// order, so a fixed split_keys gives batch-invariant results.
+struct AttentionPlan {
+  int32_t split_keys = 0;
+  int32_t num_splits = 1;
+  size_t workspace_bytes = 0;  // [num_splits, num_tokens, num_heads, head_dim + 2] float32, 0 when one split
+};
+
+// fixed_split_keys > 0 pins the split size (batch-invariant mode); 0 picks one that fills
+// num_sms multiprocessors. Needs batch.num_tokens and batch.max_query_len (host-side sizes).
+AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParams& params, int32_t fixed_split_keys,
+                                   int32_t num_sms);
+void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+                     const AttentionParams& params, const AttentionPlan& plan, void* workspace, float* out,
+                     cudaStream_t stream);
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,55 @@
+// Device helpers shared by the CUDA kernels: weight element loads by dtype, launch sizing, and
+// warp/block reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace deepinfer::kernels::cuda {
+
+__device__ __forceinline__ float load_as_f32(const void* data, DType dtype, int64_t index) {
+  switch (dtype) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[index]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(data)[index]);
+    default: return static_cast<const float*>(data)[index];
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ float warp_max(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// Sum over a block of kThreads threads (a multiple of 32); every thread gets the total. The
+// reduction tree is fixed, so the result depends only on the inputs.
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float value) {
+  __shared__ float partial[kThreads / 32];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  value = warp_sum(value);
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+  return total;
+}
+
+// Blocks for a grid-stride loop over count elements.
+inline unsigned grid_for(int64_t count, int threads) {
+  const int64_t blocks = (count + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
+}
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,182 @@
+// Element-wise CUDA kernels: activations, add/scale/softcap, embedding gather, KV-cache writes,
+// bias add and float32 -> bf16/f16 casts for the matmul inputs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t count, float* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t count, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+__global__ void add_kernel(const float* a, const float* b, int64_t count, float* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = a[i] + b[i];
+  }
+}
+
+__global__ void scale_kernel(const float* x, int64_t count, float factor, float* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = x[i] * factor;
+  }
+}
+
+__global__ void softcap_kernel(const float* x, int64_t count, float cap, float* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = tanhf(x[i] / cap) * cap;
+  }
+}
+
+// One block per token.
+__global__ void embedding_kernel(const void* table, DType dtype, int64_t cols, const int32_t* token_ids, float* out) {
+  const int64_t row = token_ids[blockIdx.x];
+  float* dst = out + blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = load_as_f32(table, dtype, row * cols + c);
+}
+
+// One block per token; 16-byte copies when kv_dim is a multiple of 4.
+__global__ void write_kv_kernel(const float* k, const float* v, const int32_t* slot_mapping, int64_t kv_dim,
+                                float* k_cache, float* v_cache) {
+  const int64_t slot = slot_mapping[blockIdx.x];
+  if (slot < 0) return;
+  const int64_t src = blockIdx.x * kv_dim;
+  const int64_t dst = slot * kv_dim;
+  if (kv_dim % 4 == 0) {
+    for (int64_t c = threadIdx.x; c < kv_dim / 4; c += blockDim.x) {
+      reinterpret_cast<float4*>(k_cache + dst)[c] = reinterpret_cast<const float4*>(k + src)[c];
+      reinterpret_cast<float4*>(v_cache + dst)[c] = reinterpret_cast<const float4*>(v + src)[c];
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
+      k_cache[dst + c] = k[src + c];
+      v_cache[dst + c] = v[src + c];
+    }
+  }
+}
+
+__global__ void add_bias_kernel(float* y, const void* bias, DType dtype, int64_t cols, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += load_as_f32(bias, dtype, i % cols);
+  }
+}
+
+__global__ void cast_bf16_kernel(const float* x, int64_t count, __nv_bfloat16* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+__global__ void cast_f16_kernel(const float* x, int64_t count, __half* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __float2half_rn(x[i]);
+  }
+}
+
+__global__ void fill_random_kernel(void* out, int64_t count, DType dtype, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float value = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    if (dtype == DType::kBF16) {
+      static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(value);
+    } else if (dtype == DType::kF16) {
+      static_cast<__half*>(out)[i] = __float2half_rn(value);
+    } else {
+      static_cast<float*>(out)[i] = value;
+    }
+  }
+}
+
+}  // namespace
+
+void fill_random(void* out, int64_t count, DType dtype, uint64_t seed, cudaStream_t stream) {
+  if (count == 0) return;
+  fill_random_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(out, count, dtype, seed);
+  DI_CUDA_CHECK_LAUNCH("fill_random_kernel");
+}
+
+void silu_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  silu_mul_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count, out);
+  DI_CUDA_CHECK_LAUNCH("silu_mul_kernel");
+}
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  gelu_tanh_mul_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count, out);
+  DI_CUDA_CHECK_LAUNCH("gelu_tanh_mul_kernel");
+}
+
+void add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  add_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(a, b, count, out);
+  DI_CUDA_CHECK_LAUNCH("add_kernel");
+}
+
+void scale(const float* x, int64_t count, float factor, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  scale_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, count, factor, out);
+  DI_CUDA_CHECK_LAUNCH("scale_kernel");
+}
+
+void softcap(const float* x, int64_t count, float cap, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  softcap_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, count, cap, out);
+  DI_CUDA_CHECK_LAUNCH("softcap_kernel");
+}
+
+void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out,
+               cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(table.data, table.dtype, table.cols,
+                                                                                 token_ids, out);
+  DI_CUDA_CHECK_LAUNCH("embedding_kernel");
+}
+
+void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
+              float* k_cache, float* v_cache, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  write_kv_kernel<<<static_cast<unsigned>(num_tokens), 128, 0, stream>>>(k, v, slot_mapping, kv_dim, k_cache, v_cache);
+  DI_CUDA_CHECK_LAUNCH("write_kv_kernel");
+}
+
+void add_bias(float* y, const WeightView& bias, int64_t num_rows, cudaStream_t stream) {
+  const int64_t cols = bias.rows * bias.cols;
+  const int64_t count = num_rows * cols;
+  if (count == 0) return;
+  add_bias_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(y, bias.data, bias.dtype, cols, count);
+  DI_CUDA_CHECK_LAUNCH("add_bias_kernel");
+}
+
+void cast_from_f32(const float* x, int64_t count, DType dtype, void* out, cudaStream_t stream) {
+  if (count == 0) return;
+  if (dtype == DType::kBF16) {
+    cast_bf16_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, count, static_cast<__nv_bfloat16*>(out));
+    DI_CUDA_CHECK_LAUNCH("cast_bf16_kernel");
+  } else {
+    cast_f16_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, count, static_cast<__half*>(out));
+    DI_CUDA_CHECK_LAUNCH("cast_f16_kernel");
+  }
+}
+
+}  // namespace deepinfer::kernels::cuda

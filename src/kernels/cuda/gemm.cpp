@@ -1,0 +1,178 @@
+// cuBLASLt plans (descriptors, layouts, algorithm) cached per shape, dtype and alignment.
+#include "kernels/cuda/gemm.h"
+
+#include <string>
+
+#include "core/check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemv.h"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{64} << 20;
+// The M the invariant mode's algorithm is chosen for; it must then run every M.
+constexpr int64_t kPinnedRows = 256;
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// Largest power of two (<= 256) dividing the address.
+int pointer_alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int alignment = 256;
+  while (alignment > 4 && address % static_cast<uintptr_t>(alignment) != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+struct LtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr;  // the weight: column-major [K, N], used transposed
+  cublasLtMatrixLayout_t b = nullptr;  // x: column-major [K, M]
+  cublasLtMatrixLayout_t c = nullptr;  // y: column-major [N, M] float32
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+LtGemm::LtGemm(bool batch_invariant) : batch_invariant_(batch_invariant) {
+  DI_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  DI_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  workspace_bytes_ = kWorkspaceBytes;
+}
+
+LtGemm::~LtGemm() {
+  plans_.clear();
+  if (cast_ != nullptr) cudaFree(cast_);
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+void* LtGemm::cast_buffer(size_t bytes) {
+  if (bytes > cast_bytes_) {
+    // cudaFree waits for the device, so no queued product still reads the old buffer.
+    if (cast_ != nullptr) DI_CUDA_CHECK(cudaFree(cast_));
+    cast_ = nullptr;
+    const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+    DI_CUDA_CHECK(cudaMalloc(&cast_, rounded));
+    cast_bytes_ = rounded;
+  }
+  return cast_;
+}
+
+const LtGemm::Plan& LtGemm::plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y) {
+  if (batch_invariant_) {
+    align_x = 4;
+    align_y = 4;
+  }
+  const Key key{m, n, k, static_cast<int>(dtype), align_x, align_y};
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t in_type = cuda_type(dtype);
+  DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T;
+  const cublasOperation_t none = CUBLAS_OP_N;
+  DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                                 sizeof(transpose)));
+  DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+  DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
+  DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
+  DI_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n));
+
+  const auto pinned_key = std::make_tuple(n, k, static_cast<int>(dtype));
+  if (batch_invariant_ && m != kPinnedRows && pinned_.count(pinned_key) == 0) plan_for(kPinnedRows, n, k, dtype, 4, 4);
+  if (batch_invariant_ && pinned_.count(pinned_key) != 0) {
+    plan->algo = pinned_.at(pinned_key);
+    cublasLtMatmulHeuristicResult_t check{};
+    DI_CUBLAS_CHECK(cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c, &plan->algo,
+                                            &check));
+  } else {
+    cublasLtMatmulPreference_t preference = nullptr;
+    DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t max_workspace = batch_invariant_ ? 0 : workspace_bytes_;
+    const uint32_t weight_alignment = 256;
+    const auto x_alignment = static_cast<uint32_t>(align_x);
+    const auto y_alignment = static_cast<uint32_t>(align_y);
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+                                         sizeof(max_workspace));
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &weight_alignment,
+                                         sizeof(weight_alignment));
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &x_alignment,
+                                         sizeof(x_alignment));
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &y_alignment,
+                                         sizeof(y_alignment));
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &y_alignment,
+                                         sizeof(y_alignment));
+    cublasLtMatmulHeuristicResult_t results[8];
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
+                                                                 plan->c, preference, 8, results, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    DI_CUBLAS_CHECK(status);
+    if (found == 0) {
+      throw CudaError("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                      std::to_string(k) + " product with " + std::string(dtype_name(dtype)) + " weights");
+    }
+    int chosen = 0;
+    if (batch_invariant_) {
+      // Without workspace no algorithm splits K across blocks; still pin the first one whose
+      // split count is 1, so the reduction order is the kernel's own.
+      for (int i = 0; i < found; ++i) {
+        int32_t split_k = 1;
+        size_t written = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
+                                             sizeof(split_k), &written);
+        if (split_k <= 1) {
+          chosen = i;
+          break;
+        }
+      }
+      pinned_[pinned_key] = results[chosen].algo;
+    }
+    plan->algo = results[chosen].algo;
+  }
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  // Decode-sized batches: a bandwidth-bound kernel beats cuBLASLt's small-M tiles and skips the
+  // cast. Not in invariant mode, where one algorithm serves every M.
+  if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
+    gemv(x, w, num_rows, y, stream);
+    return;
+  }
+  const int64_t k = w.cols;
+  const void* b = x;
+  if (w.dtype != DType::kF32) {
+    void* cast = cast_buffer(static_cast<size_t>(num_rows * k) * dtype_size_bytes(w.dtype));
+    cast_from_f32(x, num_rows * k, w.dtype, cast, stream);
+    b = cast;
+  }
+  matmul_cast(b, w, num_rows, y, stream);
+}
+
+void LtGemm::matmul_cast(const void* b, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
+  const int64_t n = w.rows;
+  const int64_t k = w.cols;
+  const Plan& plan = plan_for(num_rows, n, k, w.dtype, pointer_alignment(b), pointer_alignment(y));
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  DI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, b, plan.b, &beta, y, plan.c, y, plan.c,
+                                 &plan.algo, workspace_, batch_invariant_ ? 0 : workspace_bytes_, stream));
+}
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,51 @@
+// Linear layers through cuBLASLt: y[M, N] = x[M, K] @ w[N, K]^T with float32 x and y. BF16/F16
+// weights: x is cast to the weight's dtype by a small kernel and the product runs on the tensor
+// cores with float32 accumulation and output; F32 weights: plain float32 GEMM (TF32 off).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "kernels/ops.h"
+
+namespace deepinfer::kernels::cuda {
+
+class LtGemm {
+ public:
+  // batch_invariant: one algorithm per (N, K, dtype), without split-K, for every M and pointer
+  // alignment, so a row's result never depends on the other rows. Otherwise cuBLASLt's heuristic
+  // choice per (M, N, K, dtype, alignment), cached.
+  explicit LtGemm(bool batch_invariant);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // Enqueues the product on stream. x, y: device float32; w: device weight (F32, BF16 or F16).
+  // Not thread-safe (one stream, shared buffers).
+  void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
+  // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
+  void matmul_cast(const void* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int>;  // m, n, k, dtype, align x, align y
+
+  const Plan& plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y);
+  void* cast_buffer(size_t bytes);
+
+  bool batch_invariant_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  void* cast_ = nullptr;
+  size_t cast_bytes_ = 0;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int64_t, int64_t, int>, cublasLtMatmulAlgo_t> pinned_;  // (n, k, dtype) in invariant mode
+};
+
+}  // namespace deepinfer::kernels::cuda

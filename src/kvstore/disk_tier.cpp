@@ -1,0 +1,324 @@
+// Local-directory tier: one file per page, temp file + fsync + rename, index rebuilt from headers.
+#include "kvstore/disk_tier.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A temp file this old belongs to a writer that died (a live one renames within seconds).
+constexpr int64_t kStaleTempSeconds = 600;
+
+std::optional<BlockHash> parse_hex_hash(std::string_view text) {
+  BlockHash hash{};
+  if (text.size() != hash.size() * 2) return std::nullopt;
+  for (size_t i = 0; i < hash.size(); ++i) {
+    int value = 0;
+    for (int k = 0; k < 2; ++k) {
+      const char c = text[2 * i + static_cast<size_t>(k)];
+      int digit = 0;
+      if (c >= '0' && c <= '9') {
+        digit = c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        digit = c - 'a' + 10;
+      } else {
+        return std::nullopt;
+      }
+      value = value * 16 + digit;
+    }
+    hash[i] = static_cast<uint8_t>(value);
+  }
+  return hash;
+}
+
+bool write_all(int fd, const uint8_t* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool read_all(int fd, uint8_t* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::read(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void set_mtime(int fd, int64_t unix_s) {
+  const timespec times[2] = {{static_cast<time_t>(unix_s), 0}, {static_cast<time_t>(unix_s), 0}};
+  ::futimens(fd, times);
+}
+
+std::string temp_name() {
+  static std::atomic<uint64_t> counter{0};
+  return std::to_string(::getpid()) + "." +
+         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "." +
+         std::to_string(counter.fetch_add(1)) + ".tmp";
+}
+
+}  // namespace
+
+DiskTier::DiskTier(std::string dir, int64_t capacity_bytes, const RetentionConfig& retention)
+    : dir_(std::move(dir)), retention_(retention), policy_(retention, capacity_bytes) {
+  std::error_code ec;
+  fs::create_directories(fs::path(dir_) / "pages", ec);
+  if (!ec) fs::create_directories(fs::path(dir_) / "tmp", ec);
+  if (ec) {
+    usable_ = false;
+    fail("cannot create the store directory " + dir_ + ": " + ec.message(), 0);
+    return;
+  }
+  rebuild_index();
+}
+
+std::string disk_page_path(const std::string& dir, const BlockHash& hash) {
+  const std::string hex = hash_hex(hash);
+  return dir + "/pages/" + hex.substr(0, 2) + "/" + hex + ".page";
+}
+
+void DiskTier::fail(const std::string& what, int error_number) {
+  counters_.errors++;
+  warn_rate_limited("disk:" + dir_, what + (error_number != 0 ? std::string(": ") + std::strerror(error_number) : "") +
+                                        " (pages are recomputed instead)");
+}
+
+void DiskTier::rebuild_index() {
+  std::lock_guard lock(mutex_);
+  std::error_code ec;
+  const int64_t now = retention_.now();
+  for (const auto& entry : fs::directory_iterator(fs::path(dir_) / "tmp", ec)) {
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTempSeconds) fs::remove(entry.path(), ec);
+  }
+  for (const auto& shard : fs::directory_iterator(fs::path(dir_) / "pages", ec)) {
+    std::error_code shard_ec;
+    for (const auto& file : fs::directory_iterator(shard.path(), shard_ec)) {
+      const std::string stem = file.path().stem().string();
+      const std::optional<BlockHash> hash = parse_hex_hash(stem);
+      if (!hash || file.path().extension() != ".page") continue;
+      if (adopt_file(*hash, file.path().string())) {
+        ++num_rebuilt_pages_;
+      } else {
+        ++num_discarded_files_;
+        fs::remove(file.path(), shard_ec);
+      }
+    }
+  }
+  for (const BlockHash& hash : policy_.take_expired(now)) {
+    remove_file(hash);
+    counters_.expirations++;
+  }
+}
+
+bool DiskTier::adopt_file(const BlockHash& hash, const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  uint8_t bytes[sizeof(PageHeader)];
+  const bool read_ok = ::fstat(fd, &st) == 0 && read_all(fd, bytes, sizeof(bytes));
+  ::close(fd);
+  if (!read_ok) return false;
+  auto header = parse_page_header(bytes, static_cast<uint64_t>(st.st_size));
+  if (!header.ok() || std::memcmp(header->chain_hash, hash.data(), hash.size()) != 0) return false;
+  PageEntryInfo info;
+  info.bytes = st.st_size;
+  info.depth = static_cast<int32_t>(header->page_index);
+  info.traffic_class = static_cast<TrafficClass>(header->traffic_class);
+  const std::optional<std::vector<BlockHash>> victims = policy_.admit(hash, info, st.st_mtime);
+  if (!victims) return false;
+  for (const BlockHash& victim : *victims) {
+    remove_file(victim);
+    counters_.evictions++;
+  }
+  return true;
+}
+
+void DiskTier::remove_file(const BlockHash& hash) {
+  policy_.remove(hash);
+  ::unlink(page_path(hash).c_str());
+}
+
+bool DiskTier::contains(const BlockHash& hash) {
+  std::lock_guard lock(mutex_);
+  if (!usable_) return false;
+  if (policy_.contains(hash)) return true;
+  // Another process sharing the directory may have written it since our scan.
+  const std::string path = page_path(hash);
+  return ::access(path.c_str(), F_OK) == 0 && adopt_file(hash, path);
+}
+
+std::optional<SharedPage> DiskTier::get(const BlockHash& hash) {
+  const std::string path = page_path(hash);
+  const int64_t now = retention_.now();
+  {
+    // The lock covers the index only: file I/O runs unlocked so loads never queue behind a
+    // writer's fsync, and the engine thread's contains() never waits on the disk.
+    std::lock_guard lock(mutex_);
+    if (!usable_ || (!policy_.contains(hash) && !(::access(path.c_str(), F_OK) == 0 && adopt_file(hash, path)))) {
+      counters_.misses++;
+      return std::nullopt;
+    }
+    if (!policy_.touch(hash, now)) {
+      ::unlink(path.c_str());
+      counters_.expirations++;
+      counters_.misses++;
+      return std::nullopt;
+    }
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    if (fd >= 0) ::close(fd);
+    std::lock_guard lock(mutex_);
+    policy_.remove(hash);  // evicted meanwhile, here or by another process sharing the directory
+    counters_.misses++;
+    return std::nullopt;
+  }
+  auto image = std::make_shared<PageBuffer>(static_cast<size_t>(st.st_size), default_host_allocator());
+  const bool ok = read_all(fd, image->data(), image->size());
+  const int error_number = errno;
+  if (ok) set_mtime(fd, now);
+  ::close(fd);
+  std::lock_guard lock(mutex_);
+  if (!ok) {
+    fail("cannot read " + path, error_number);
+    counters_.misses++;
+    return std::nullopt;
+  }
+  counters_.hits++;
+  counters_.bytes_read += st.st_size;
+  return image;
+}
+
+bool DiskTier::put(const BlockHash& hash, const PageEntryInfo& info, const SharedPage& image) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!usable_) return false;
+    if (policy_.contains(hash)) {
+      // Already stored: a rewrite is a use (the file's mtime carries it across restarts).
+      const int64_t now = retention_.now();
+      policy_.admit(hash, info, now);
+      const timespec times[2] = {{static_cast<time_t>(now), 0}, {static_cast<time_t>(now), 0}};
+      ::utimensat(AT_FDCWD, page_path(hash).c_str(), times, 0);
+      return true;
+    }
+  }
+  const std::string tmp = dir_ + "/tmp/" + temp_name();
+  const std::string path = page_path(hash);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int error_number = errno;
+    std::lock_guard lock(mutex_);
+    fail("cannot create " + tmp, error_number);
+    return false;
+  }
+  const int64_t now = retention_.now();
+  bool ok = write_all(fd, image->data(), image->size());
+  int error_number = errno;
+  if (ok) set_mtime(fd, now);
+  if (ok && ::fsync(fd) != 0) {
+    ok = false;
+    error_number = errno;
+  }
+  ::close(fd);
+  std::error_code ec;
+  if (ok) fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    error_number = errno;
+  }
+  std::lock_guard lock(mutex_);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    fail("cannot write page " + path, error_number);
+    return false;
+  }
+  const std::optional<std::vector<BlockHash>> victims = policy_.admit(hash, info, now);
+  if (!victims) {
+    ::unlink(path.c_str());
+    return false;
+  }
+  for (const BlockHash& victim : *victims) {
+    remove_file(victim);
+    counters_.evictions++;
+  }
+  counters_.pages_written++;
+  counters_.bytes_written += static_cast<int64_t>(image->size());
+  return true;
+}
+
+void DiskTier::drop_corrupt(const BlockHash& hash) {
+  std::lock_guard lock(mutex_);
+  counters_.checksum_failures++;
+  remove_file(hash);
+}
+
+void DiskTier::expire() {
+  std::lock_guard lock(mutex_);
+  for (const BlockHash& hash : policy_.take_expired(retention_.now())) {
+    ::unlink(page_path(hash).c_str());
+    counters_.expirations++;
+  }
+}
+
+TierStats DiskTier::stats() const {
+  std::lock_guard lock(mutex_);
+  TierStats s = counters_.snapshot(name());
+  s.num_pages = static_cast<int64_t>(policy_.num_pages());
+  s.used_bytes = policy_.used_bytes();
+  return s;
+}
+
+TierCost DiskTier::measure_cost(int64_t probe_bytes) {
+  TierCost cost;
+  const std::string path = dir_ + "/tmp/" + temp_name();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return cost;
+  std::vector<uint8_t> bytes(static_cast<size_t>(probe_bytes), 7);
+  const bool written = write_all(fd, bytes.data(), bytes.size()) && ::fsync(fd) == 0;
+  // Dropped from the page cache so the read measures the device, as a cold page would.
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  const auto start = std::chrono::steady_clock::now();
+  const bool read_ok = written && ::pread(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(fd);
+  // The per-page cost: open, read a header-sized piece, close, on a cold file.
+  const auto open_start = std::chrono::steady_clock::now();
+  const int probe = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (probe >= 0) {
+    ::posix_fadvise(probe, 0, 0, POSIX_FADV_DONTNEED);
+    uint8_t header[sizeof(PageHeader)];
+    read_all(probe, header, sizeof(header));
+    ::close(probe);
+  }
+  const double open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start).count();
+  ::unlink(path.c_str());
+  if (!read_ok) return cost;
+  cost.bytes_per_s = static_cast<double>(probe_bytes) / std::max(seconds, 1e-9);
+  cost.seconds_per_page = open_seconds;
+  return cost;
+}
+
+}  // namespace deepinfer

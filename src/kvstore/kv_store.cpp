@@ -1,0 +1,325 @@
+// The tiered store: writer and loader threads over the tiers, verification on every load; the
+// tiers' shared counters and rate-limited warnings; the model-directory fingerprint.
+#include "kvstore/kv_store.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/logging.h"
+#include "kvstore/disk_tier.h"
+#include "kvstore/host_tier.h"
+#include "kvstore/redis_tier.h"
+
+namespace deepinfer {
+namespace {
+
+// Probe size for the start-up bandwidth measurement: large enough to amortise call overheads.
+constexpr int64_t kProbeBytes = int64_t{4} << 20;
+constexpr auto kExpirePeriod = std::chrono::seconds(10);
+
+}  // namespace
+
+struct KvStore::Impl {
+  KvStoreConfig config;
+  uint64_t layout_id = 0;
+  std::vector<std::unique_ptr<StoreTier>> tiers;
+  std::vector<TierCost> costs;
+
+  std::mutex mutex;
+  std::condition_variable wake_writer, writer_idle, wake_loader;
+  std::deque<PageWrite> writes;
+  int64_t queued_bytes = 0;
+  bool writer_busy = false;
+  std::deque<std::packaged_task<std::vector<LoadedPage>()>> loads;
+  bool stopping = false;
+  std::thread writer, loader;
+
+  std::atomic<int64_t> pages_queued{0}, queue_drops{0}, pages_loaded{0}, loads_skipped_by_cost{0};
+
+  void write_page(const PageWrite& w) {
+    PageContent content;
+    content.identity = PageIdentity{w.hash, layout_id, w.page_index, w.token_ids};
+    content.traffic_class = w.traffic_class;
+    content.created_unix_s = config.retention.now();
+    content.payload = w.payload;
+    const SharedPage image = encode_page(content, default_host_allocator());
+    PageEntryInfo info;
+    info.bytes = static_cast<int64_t>(image->size());
+    info.depth = w.page_index;
+    info.traffic_class = w.traffic_class;
+    for (const auto& tier : tiers) tier->put(w.hash, info, image);
+  }
+
+  void writer_loop() {
+    auto next_expire = std::chrono::steady_clock::now() + kExpirePeriod;
+    std::unique_lock lock(mutex);
+    while (true) {
+      wake_writer.wait_until(lock, next_expire, [&] { return stopping || !writes.empty(); });
+      if (std::chrono::steady_clock::now() >= next_expire) {
+        lock.unlock();
+        for (const auto& tier : tiers) tier->expire();
+        lock.lock();
+        next_expire = std::chrono::steady_clock::now() + kExpirePeriod;
+      }
+      if (writes.empty()) {
+        if (stopping) return;
+        continue;
+      }
+      PageWrite w = std::move(writes.front());
+      writes.pop_front();
+      queued_bytes -= static_cast<int64_t>(w.payload.size());
+      writer_busy = true;
+      lock.unlock();
+      write_page(w);
+      lock.lock();
+      writer_busy = false;
+      if (writes.empty()) writer_idle.notify_all();
+    }
+  }
+
+  void loader_loop() {
+    std::unique_lock lock(mutex);
+    while (true) {
+      wake_loader.wait(lock, [&] { return stopping || !loads.empty(); });
+      if (loads.empty()) return;
+      auto task = std::move(loads.front());
+      loads.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  // One page from the first tier that holds a verified copy; nullopt on a miss, or when the
+  // cost guard says recomputing is cheaper than the next tier.
+  std::optional<LoadedPage> load_page(const PageRequest& request, int64_t payload_bytes, double recompute_seconds) {
+    const PageIdentity expected{request.hash, layout_id, request.page_index, request.token_ids};
+    const auto image_bytes = static_cast<int64_t>(
+        page_image_bytes(static_cast<int32_t>(request.token_ids.size()), static_cast<size_t>(payload_bytes)));
+    for (size_t t = 0; t < tiers.size(); ++t) {
+      if (config.cost_guard && costs[t].seconds_for(image_bytes) >= recompute_seconds) {
+        loads_skipped_by_cost++;
+        return std::nullopt;
+      }
+      const std::optional<SharedPage> image = tiers[t]->get(request.hash);
+      if (!image) continue;
+      auto payload = verify_page((*image)->bytes(), expected);
+      if (!payload.ok() || static_cast<int64_t>(payload->size()) != payload_bytes) {
+        tiers[t]->drop_corrupt(request.hash);
+        continue;  // a lower tier may hold a good copy
+      }
+      if (t > 0) {  // promoted so the next hit is a host-memory hit
+        PageEntryInfo info;
+        info.bytes = image_bytes;
+        info.depth = request.page_index;
+        tiers[0]->put(request.hash, info, *image);
+      }
+      return LoadedPage{*image, *payload, static_cast<int32_t>(t)};
+    }
+    return std::nullopt;
+  }
+};
+
+KvStore::KvStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<KvStore>> KvStore::open(const KvStoreConfig& config, std::string_view fingerprint) {
+  if (config.host_bytes < 0 || config.disk_bytes < 0) return Error{"kv-cache host and disk bytes must be >= 0"};
+  if (config.write_queue_pages < 1) return Error{"the kv store's write queue needs room for at least one page"};
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->layout_id = layout_id_of(fingerprint);
+  if (config.host_bytes > 0) impl->tiers.push_back(std::make_unique<HostTier>(config.host_bytes, config.retention));
+  if (!config.dir.empty()) {
+    impl->tiers.push_back(std::make_unique<DiskTier>(config.dir, config.disk_bytes, config.retention));
+  }
+  if (config.backend.starts_with("redis://")) {
+    auto address = parse_redis_url(config.backend);
+    if (!address.ok()) return address.error();
+    impl->tiers.push_back(std::make_unique<RedisTier>(*address, config.retention));
+  } else if (config.backend != "disk") {
+    return Error{"--kv-cache-backend '" + config.backend + "': expected disk or redis://host:port"};
+  }
+  for (const auto& tier : impl->tiers) impl->costs.push_back(tier->measure_cost(kProbeBytes));
+  Impl* raw = impl.get();
+  impl->writer = std::thread([raw] { raw->writer_loop(); });
+  impl->loader = std::thread([raw] { raw->loader_loop(); });
+  return std::unique_ptr<KvStore>(new KvStore(std::move(impl)));
+}
+
+KvStore::~KvStore() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake_writer.notify_all();
+  impl_->wake_loader.notify_all();
+  impl_->writer.join();
+  impl_->loader.join();
+}
+
+bool KvStore::enqueue_write(PageWrite write) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.mutex);
+    const auto bytes = static_cast<int64_t>(write.payload.size());
+    if (static_cast<int32_t>(m.writes.size()) >= m.config.write_queue_pages ||
+        (!m.writes.empty() && m.queued_bytes + bytes > m.config.write_queue_bytes)) {
+      m.queue_drops++;
+      return false;
+    }
+    m.queued_bytes += bytes;
+    m.writes.push_back(std::move(write));
+  }
+  m.pages_queued++;
+  m.wake_writer.notify_one();
+  return true;
+}
+
+std::vector<LoadedPage> KvStore::load_chain(const std::vector<PageRequest>& pages, int64_t payload_bytes,
+                                            double recompute_seconds_per_page) {
+  std::vector<LoadedPage> loaded;
+  for (const PageRequest& page : pages) {
+    std::optional<LoadedPage> hit = impl_->load_page(page, payload_bytes, recompute_seconds_per_page);
+    if (!hit) break;
+    loaded.push_back(std::move(*hit));
+  }
+  impl_->pages_loaded += static_cast<int64_t>(loaded.size());
+  return loaded;
+}
+
+std::future<std::vector<LoadedPage>> KvStore::load_chain_async(std::vector<PageRequest> pages, int64_t payload_bytes,
+                                                               double recompute_seconds_per_page) {
+  std::packaged_task<std::vector<LoadedPage>()> task(
+      [this, pages = std::move(pages), payload_bytes, recompute_seconds_per_page] {
+        return load_chain(pages, payload_bytes, recompute_seconds_per_page);
+      });
+  std::future<std::vector<LoadedPage>> result = task.get_future();
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->loads.push_back(std::move(task));
+  }
+  impl_->wake_loader.notify_one();
+  return result;
+}
+
+bool KvStore::contains_local(const BlockHash& hash) {
+  for (const auto& tier : impl_->tiers) {
+    if (tier->name() != "redis" && tier->contains(hash)) return true;
+  }
+  return false;
+}
+
+void KvStore::flush() {
+  std::unique_lock lock(impl_->mutex);
+  impl_->writer_idle.wait(lock, [&] { return impl_->writes.empty() && !impl_->writer_busy; });
+}
+
+void KvStore::expire() {
+  for (const auto& tier : impl_->tiers) tier->expire();
+}
+
+KvStoreStats KvStore::stats() const {
+  KvStoreStats s;
+  for (const auto& tier : impl_->tiers) s.tiers.push_back(tier->stats());
+  s.pages_queued = impl_->pages_queued.load();
+  s.queue_drops = impl_->queue_drops.load();
+  s.pages_loaded = impl_->pages_loaded.load();
+  s.loads_skipped_by_cost = impl_->loads_skipped_by_cost.load();
+  return s;
+}
+
+const std::vector<TierCost>& KvStore::tier_costs() const { return impl_->costs; }
+uint64_t KvStore::layout_id() const { return impl_->layout_id; }
+
+TierStats TierCounters::snapshot(std::string_view name) const {
+  TierStats s;
+  s.name = std::string(name);
+  s.hits = hits.load();
+  s.misses = misses.load();
+  s.bytes_read = bytes_read.load();
+  s.bytes_written = bytes_written.load();
+  s.pages_written = pages_written.load();
+  s.evictions = evictions.load();
+  s.expirations = expirations.load();
+  s.checksum_failures = checksum_failures.load();
+  s.errors = errors.load();
+  return s;
+}
+
+void warn_rate_limited(std::string_view key, const std::string& message) {
+  static std::mutex mutex;
+  static std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> last_warned;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex);
+    const auto it = last_warned.find(key);
+    if (it != last_warned.end() && now - it->second < std::chrono::minutes(1)) return;
+    last_warned[std::string(key)] = now;
+  }
+  DI_LOG(kWarn, "kv store: " << message);
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::streamsize kSampleBytes = 1 << 20;
+
+// XXH3-64 of the first and last kSampleBytes (the whole file when smaller) and its size.
+Result<uint64_t> sample_file_hash(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot read " + path.string() + " to fingerprint the model"};
+  std::error_code ec;
+  const auto size = static_cast<std::streamsize>(fs::file_size(path, ec));
+  if (ec) return Error{"cannot stat " + path.string() + ": " + ec.message()};
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, &size, sizeof(size));
+  std::vector<char> buffer(static_cast<size_t>(std::min(size, kSampleBytes)));
+  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+  XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(in.gcount()));
+  if (size > kSampleBytes) {
+    in.seekg(size - std::min(size - kSampleBytes, kSampleBytes));
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(in.gcount()));
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return hash;
+}
+
+}  // namespace
+
+Result<std::string> fingerprint_model_dir(const std::string& dir) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == ".safetensors" || name == "tokenizer.json" || name == "tokenizer_config.json") {
+      files.push_back(entry.path());
+    }
+  }
+  if (ec) return Error{"cannot list model directory " + dir + ": " + ec.message()};
+  std::sort(files.begin(), files.end());
+  std::string identity;
+  for (const fs::path& file : files) {
+    auto hash = sample_file_hash(file);
+    if (!hash.ok()) return hash.error();
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(*hash));
+    identity += file.filename().string() + "=" + hex + ";";
+  }
+  return identity;
+}
+
+}  // namespace deepinfer

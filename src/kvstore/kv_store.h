@@ -1,0 +1,103 @@
+// KvStore: the persistent KV page store behind the engine's device cache. Tiers are tried in
+// order host memory -> local disk -> shared backend (Redis); a page found lower down is promoted
+// to host memory. Writes go through a background writer thread with a bounded queue and are
+// dropped (and counted) when it is full, so the engine never waits on storage. Loads run on a
+// background loader thread and stop at the first page that is missing, fails verification, or
+// would cost more to load than to recompute. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "kvstore/store_tier.h"
+
+namespace deepinfer {
+
+struct KvStoreConfig {
+  std::string dir;                                 // local disk tier; empty: none
+  int64_t host_bytes = int64_t{1} << 30;           // host-memory tier; 0: none
+  int64_t disk_bytes = int64_t{64} << 30;
+  std::string backend = "disk";                    // "disk", or "redis://host:port" for a shared tier too
+  // Weights and tokenizer identity (fingerprint_model_dir); joins the prefix-hash chain's seed.
+  std::string model_identity;
+  int32_t write_queue_pages = 1024;
+  int64_t write_queue_bytes = int64_t{256} << 20;
+  bool cost_guard = true;  // load a page only when that is cheaper than recomputing it
+  RetentionConfig retention;
+
+  bool enabled() const { return !dir.empty() || backend.starts_with("redis://"); }
+};
+
+struct PageWrite {
+  BlockHash hash{};
+  int32_t page_index = 0;
+  std::vector<int32_t> token_ids;
+  std::vector<uint8_t> payload;
+  TrafficClass traffic_class = TrafficClass::kDefault;
+};
+
+struct PageRequest {
+  BlockHash hash{};
+  int32_t page_index = 0;
+  std::vector<int32_t> token_ids;
+};
+
+struct LoadedPage {
+  SharedPage image;                 // keeps payload alive
+  std::span<const uint8_t> payload;
+  int32_t tier = 0;                 // index into KvStoreStats::tiers
+};
+
+struct KvStoreStats {
+  std::vector<TierStats> tiers;     // in lookup order
+  int64_t pages_queued = 0;         // accepted by the writer queue
+  int64_t queue_drops = 0;          // refused because the queue was full
+  int64_t pages_loaded = 0;         // verified pages handed to the engine
+  int64_t loads_skipped_by_cost = 0;  // pages left to recompute because loading was slower
+};
+
+class KvStore {
+ public:
+  // fingerprint: the engine's chain seed (model, dtype, KV layout, code version, identity);
+  // page images carry its hash. Errors: a malformed backend URL.
+  static Result<std::unique_ptr<KvStore>> open(const KvStoreConfig& config, std::string_view fingerprint);
+  ~KvStore();
+
+  // Queues a page for every tier without blocking; false (counted) when the queue is full.
+  bool enqueue_write(PageWrite write);
+  // Loads the longest run of pages from the front of pages; each payload is verified against
+  // its request (hash, index, tokens, checksum) and must be payload_bytes long. With the cost
+  // guard on, a page is taken from a tier only if tier cost < recompute_seconds_per_page.
+  std::vector<LoadedPage> load_chain(const std::vector<PageRequest>& pages, int64_t payload_bytes,
+                                     double recompute_seconds_per_page);
+  // load_chain on the loader thread.
+  std::future<std::vector<LoadedPage>> load_chain_async(std::vector<PageRequest> pages, int64_t payload_bytes,
+                                                        double recompute_seconds_per_page);
+  // Whether host memory or the local disk holds the page (no network).
+  bool contains_local(const BlockHash& hash);
+  // Blocks until every queued write is done (tests, shutdown, benchmarks).
+  void flush();
+  // Drops TTL-expired pages now (the writer also does it every few seconds).
+  void expire();
+
+  KvStoreStats stats() const;
+  const std::vector<TierCost>& tier_costs() const;
+  uint64_t layout_id() const;
+
+ private:
+  struct Impl;
+  explicit KvStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Identity of a model directory for cache keys: sizes and XXH3 of the ends of each
+// *.safetensors file (their headers name every tensor) and XXH3 of tokenizer.json and
+// tokenizer_config.json. Cheap on any model size. Errors: an unreadable directory.
+Result<std::string> fingerprint_model_dir(const std::string& dir);
+
+}  // namespace deepinfer

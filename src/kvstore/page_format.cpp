@@ -1,0 +1,126 @@
+// Page image encoding and verification with XXH3 (libxxhash).
+#include "kvstore/page_format.h"
+
+#include <xxhash.h>
+
+#include <bit>
+#include <cstring>
+#include <new>
+
+
+namespace deepinfer {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "page images are little-endian");
+constexpr char kMagic[8] = {'D', 'I', 'K', 'V', 'P', 'A', 'G', 'E'};
+
+class NewDeleteAllocator final : public HostAllocator {
+ public:
+  void* allocate(size_t bytes) override { return ::operator new(bytes); }
+  void deallocate(void* ptr, size_t) override { ::operator delete(ptr); }
+};
+
+uint64_t header_checksum(const PageHeader& header) {
+  return XXH3_64bits(&header, offsetof(PageHeader, header_xxh3));
+}
+
+}  // namespace
+
+HostAllocator& default_host_allocator() {
+  static NewDeleteAllocator allocator;
+  return allocator;
+}
+
+PageBuffer::PageBuffer(size_t size, HostAllocator& allocator)
+    : data_(static_cast<uint8_t*>(allocator.allocate(size))), size_(size), allocator_(allocator) {}
+
+PageBuffer::~PageBuffer() { allocator_.deallocate(data_, size_); }
+
+size_t page_image_bytes(int32_t num_tokens, size_t payload_bytes) {
+  return sizeof(PageHeader) + static_cast<size_t>(num_tokens) * sizeof(int32_t) + payload_bytes;
+}
+
+uint64_t layout_id_of(std::string_view fingerprint) { return XXH3_64bits(fingerprint.data(), fingerprint.size()); }
+
+std::string hash_hex(const BlockHash& hash) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(hash.size() * 2, '0');
+  for (size_t i = 0; i < hash.size(); ++i) {
+    out[2 * i] = kDigits[hash[i] >> 4];
+    out[2 * i + 1] = kDigits[hash[i] & 15];
+  }
+  return out;
+}
+
+SharedPage encode_page(const PageContent& content, HostAllocator& allocator) {
+  const PageIdentity& id = content.identity;
+  const auto num_tokens = static_cast<int32_t>(id.token_ids.size());
+  auto buffer = std::make_shared<PageBuffer>(page_image_bytes(num_tokens, content.payload.size()), allocator);
+  PageHeader header{};
+  std::memcpy(header.magic, kMagic, sizeof(kMagic));
+  header.version = kPageFormatVersion;
+  header.traffic_class = static_cast<uint8_t>(content.traffic_class);
+  header.num_tokens = static_cast<uint32_t>(num_tokens);
+  header.page_index = static_cast<uint32_t>(id.page_index);
+  header.layout_id = id.layout_id;
+  header.payload_bytes = content.payload.size();
+  header.created_unix_s = static_cast<uint64_t>(content.created_unix_s);
+  std::memcpy(header.chain_hash, id.chain_hash.data(), id.chain_hash.size());
+  uint8_t* body = buffer->data() + sizeof(PageHeader);
+  std::memcpy(body, id.token_ids.data(), id.token_ids.size_bytes());
+  if (!content.payload.empty()) {
+    std::memcpy(body + id.token_ids.size_bytes(), content.payload.data(), content.payload.size());
+  }
+  const XXH128_hash_t sum = XXH3_128bits(body, buffer->size() - sizeof(PageHeader));
+  header.body_xxh3_low = sum.low64;
+  header.body_xxh3_high = sum.high64;
+  header.header_xxh3 = header_checksum(header);
+  std::memcpy(buffer->data(), &header, sizeof(header));
+  return buffer;
+}
+
+Result<PageHeader> parse_page_header(std::span<const uint8_t> bytes, uint64_t total_size) {
+  if (bytes.size() < sizeof(PageHeader)) {
+    return Error{"page image has " + std::to_string(bytes.size()) + " bytes, less than its " +
+                 std::to_string(sizeof(PageHeader)) + "-byte header (truncated)"};
+  }
+  PageHeader header;
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0) return Error{"page header has no DIKVPAGE magic"};
+  if (header.version != kPageFormatVersion) {
+    return Error{"page format version " + std::to_string(header.version) + ", expected " +
+                 std::to_string(kPageFormatVersion)};
+  }
+  if (header.header_xxh3 != header_checksum(header)) return Error{"page header checksum mismatch"};
+  if (header.traffic_class >= kNumTrafficClasses) return Error{"page header has an unknown traffic class"};
+  const uint64_t expected = page_image_bytes(static_cast<int32_t>(header.num_tokens), header.payload_bytes);
+  if (total_size != expected) {
+    return Error{"page image has " + std::to_string(total_size) + " bytes, its header says " + std::to_string(expected)};
+  }
+  return header;
+}
+
+Result<std::span<const uint8_t>> verify_page(std::span<const uint8_t> image, const PageIdentity& expected) {
+  auto parsed = parse_page_header(image, image.size());
+  if (!parsed.ok()) return parsed.error();
+  const PageHeader& header = *parsed;
+  if (header.layout_id != expected.layout_id) return Error{"page was written for another model or KV layout"};
+  if (std::memcmp(header.chain_hash, expected.chain_hash.data(), expected.chain_hash.size()) != 0) {
+    return Error{"page chain hash differs from its key"};
+  }
+  if (header.page_index != static_cast<uint32_t>(expected.page_index)) return Error{"page index differs"};
+  if (header.num_tokens != expected.token_ids.size()) return Error{"page token count differs"};
+  const uint8_t* body = image.data() + sizeof(PageHeader);
+  const size_t body_size = image.size() - sizeof(PageHeader);
+  const XXH128_hash_t sum = XXH3_128bits(body, body_size);
+  if (sum.low64 != header.body_xxh3_low || sum.high64 != header.body_xxh3_high) {
+    return Error{"page body checksum mismatch"};
+  }
+  if (std::memcmp(body, expected.token_ids.data(), expected.token_ids.size_bytes()) != 0) {
+    return Error{"page token ids differ from the request's"};
+  }
+  const size_t tokens_bytes = expected.token_ids.size_bytes();
+  return std::span<const uint8_t>(body + tokens_bytes, body_size - tokens_bytes);
+}
+
+}  // namespace deepinfer

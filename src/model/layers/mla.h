@@ -1,0 +1,70 @@
+// Multi-head latent attention (DeepSeek-V2/V3) in its serving form: the KV cache keeps one
+// compressed row per token (kv_lora_rank latent + qk_rope_head_dim rope key, shared by all
+// heads); attention runs over the latent with W_UK absorbed into the query and W_UV applied to
+// the attended latent, so K/V are never expanded per head.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "model/layers/attention.h"
+
+namespace deepinfer {
+
+struct MlaOptions {
+  int32_t num_heads = 0;
+  int64_t q_lora_rank = 0;  // 0: a plain q_proj (DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool attention_bias = false;  // biases on q_a_proj / kv_a_proj_with_mqa / o_proj
+  float softmax_scale = 0.0f;   // (nope + rope)^-0.5 times yarn's mscale correction when configured
+  kernels::RopeLayout rope_layout = kernels::RopeLayout::kInterleaved;
+};
+
+// MLA shapes from config.json, and the softmax scale: (nope + rope)^-0.5, times mscale^2 with
+// mscale = 0.1 * mscale_all_dim * ln(factor) + 1 under yarn scaling when mscale_all_dim is set
+// (DeepSeek's attention-scale correction).
+Result<MlaOptions> mla_options_from_config(const ModelConfig& config);
+
+class MlaLayer {
+ public:
+  // prefix: e.g. "model.layers.3.self_attn"; rope: the table over qk_rope_head_dim.
+  static Result<MlaLayer> load(const ModelSource& source, const std::string& prefix, const MlaOptions& options,
+                               const RopeTable& rope);
+
+  // Floats one token's cache row holds: kv_lora_rank + qk_rope_head_dim.
+  int64_t kv_row_floats() const { return options_.kv_lora_rank + options_.qk_rope_head_dim; }
+  int64_t weight_bytes() const;
+  void allocate_kv_cache(Backend& backend, const KvCacheShape& shape);
+  int64_t kv_floats_per_block() const { return block_size_ * kv_row_floats(); }
+  void copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const;
+  void read_kv_block(Backend& backend, int32_t block, float* host) const;
+  void write_kv_block(Backend& backend, int32_t block, const float* host) const;
+  int64_t scratch_floats(int64_t num_tokens) const;
+
+  // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden].
+  void forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch, float* out) const;
+
+ private:
+  int64_t q_head_dim() const { return options_.qk_nope_head_dim + options_.qk_rope_head_dim; }
+
+  MlaOptions options_;
+  std::optional<Linear> q_proj_;             // [heads * q_head_dim, hidden] when q_lora_rank == 0
+  std::optional<Linear> q_a_proj_, q_b_proj_;  // [q_lora_rank, hidden], [heads * q_head_dim, q_lora_rank]
+  std::optional<RmsNorm> q_a_norm_;
+  Linear kv_a_proj_;  // [kv_lora_rank + rope, hidden]
+  RmsNorm kv_a_norm_;
+  Linear kv_b_proj_;  // [heads * (nope + v), kv_lora_rank]
+  Linear o_proj_;     // [hidden, heads * v]
+  std::vector<kernels::WeightView> w_uk_t_;  // [heads] x [kv_lora_rank, nope]: W_UK transposed, for absorption
+  std::vector<kernels::WeightView> w_uv_;    // [heads] x [v, kv_lora_rank]: row slices of kv_b_proj
+  int32_t rotary_dim_ = 0;
+  float rope_attention_scaling_ = 1.0f;
+  DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
+  DeviceBuffer cache_;     // [num_blocks * block_size, kv_lora_rank + rope] f32
+  int32_t block_size_ = 0;
+};
+
+}  // namespace deepinfer

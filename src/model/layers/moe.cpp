@@ -1,0 +1,259 @@
+// The mixture-of-experts block: loading every expert layout, routing and the expert kernels.
+#include "model/layers/moe.h"
+
+#include "core/check.h"
+
+namespace deepinfer {
+namespace {
+
+std::string expert_name(const std::string& prefix, int32_t expert, const std::string& projection) {
+  return prefix + ".experts." + std::to_string(expert) + "." + projection + ".weight";
+}
+
+// A view of one expert's [rows, cols] slice of a 3-D checkpoint tensor, made usable by the backend.
+Result<kernels::WeightView> load_slice(const ModelSource& source, const TensorView& tensor, int64_t index,
+                                       int64_t row_begin, int64_t rows, int64_t cols) {
+  TensorView slice = tensor;
+  const size_t element = dtype_size_bytes(tensor.dtype);
+  const auto offset = static_cast<size_t>((index * tensor.shape[1] + row_begin) * cols) * element;
+  slice.data = static_cast<const char*>(tensor.data) + offset;
+  slice.shape = {rows, cols};
+  slice.size_bytes = static_cast<size_t>(rows * cols) * element;
+  slice.name = tensor.name + "[" + std::to_string(index) + "]";
+  return source.backend->load_weight(slice);
+}
+
+}  // namespace
+
+MoeOptions moe_options_from_config(const MoeConfig& config) {
+  MoeOptions options;
+  kernels::MoeRouting& routing = options.routing;
+  routing.num_experts = static_cast<int32_t>(config.num_experts);
+  routing.top_k = static_cast<int32_t>(config.num_experts_per_tok);
+  routing.scoring = config.scoring_func == "sigmoid" ? kernels::MoeScoring::kSigmoid : kernels::MoeScoring::kSoftmax;
+  if (config.topk_method != "greedy") {
+    routing.num_groups = static_cast<int32_t>(config.n_group);
+    routing.top_groups = static_cast<int32_t>(config.topk_group);
+    routing.group_score =
+        config.topk_method == "noaux_tc" ? kernels::MoeGroupScore::kTopTwoSum : kernels::MoeGroupScore::kMax;
+  }
+  routing.normalize = config.norm_topk_prob;
+  routing.scaling = static_cast<float>(config.routed_scaling_factor);
+  options.intermediate_size = config.moe_intermediate_size;
+  options.selection_bias = config.topk_method == "noaux_tc";
+  options.shared_intermediate_size = config.shared_expert_intermediate_size > 0
+                                         ? config.shared_expert_intermediate_size
+                                         : config.num_shared_experts * config.moe_intermediate_size;
+  return options;
+}
+
+Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& prefix, int64_t hidden,
+                                const MoeOptions& options) {
+  const kernels::MoeRouting& routing = options.routing;
+  if (routing.num_experts <= 0 || routing.top_k <= 0 || routing.top_k > routing.num_experts) {
+    return Error{"config.json: num_experts_per_tok (" + std::to_string(routing.top_k) +
+                 ") must be between 1 and the number of experts (" + std::to_string(routing.num_experts) + ")"};
+  }
+  if (routing.num_groups < 1 || routing.num_experts % routing.num_groups != 0 || routing.top_groups < 1 ||
+      routing.top_groups > routing.num_groups) {
+    return Error{"config.json: n_group (" + std::to_string(routing.num_groups) + ") must divide the " +
+                 std::to_string(routing.num_experts) + " experts and topk_group (" +
+                 std::to_string(routing.top_groups) + ") must be between 1 and n_group"};
+  }
+  if (options.intermediate_size <= 0) return Error{"config.json: moe_intermediate_size must be positive"};
+  MoeLayer layer;
+  layer.hidden_ = hidden;
+  layer.intermediate_ = options.intermediate_size;
+  layer.routing_ = routing;
+  layer.activation_ = options.activation;
+  layer.swiglu_alpha_ = options.swiglu_alpha;
+  layer.swiglu_limit_ = options.swiglu_limit;
+  const std::string router = prefix + "." + options.router_name;
+  auto router_linear = Linear::load(source, router, routing.num_experts, hidden, options.router_bias);
+  if (!router_linear.ok()) return router_linear.error();
+  layer.router_ = *router_linear;
+  if (options.selection_bias) {
+    auto bias = load_tensor(source, router + ".e_score_correction_bias", {routing.num_experts});
+    if (!bias.ok()) return bias.error();
+    layer.selection_bias_ = *bias;
+  }
+  Result<void> experts = options.layout == ExpertLayout::kGptOss ? layer.load_gpt_oss_experts(source, prefix, options)
+                         : source.weights->find(prefix + ".experts.gate_up_proj")
+                             ? layer.load_fused_experts(source, prefix, options)
+                             : layer.load_experts(source, prefix, options);
+  if (!experts.ok()) return experts.error();
+  if (options.shared_intermediate_size > 0) {
+    auto shared = GatedMlp::load(source, prefix + "." + options.shared_name, hidden,
+                                 options.shared_intermediate_size, false);
+    if (!shared.ok()) return shared.error();
+    layer.shared_ = *shared;
+  }
+  layer.token_counts_ = source.backend->allocate(static_cast<size_t>(routing.num_experts) * sizeof(int64_t));
+  return layer;
+}
+
+Result<void> MoeLayer::load_experts(const ModelSource& source, const std::string& prefix, const MoeOptions& options) {
+  const int64_t inter = intermediate_;
+  for (int32_t e = 0; e < routing_.num_experts; ++e) {
+    auto gate = load_tensor(source, expert_name(prefix, e, options.gate_name), {inter, hidden_});
+    if (!gate.ok()) return gate.error();
+    auto up = load_tensor(source, expert_name(prefix, e, options.up_name), {inter, hidden_});
+    if (!up.ok()) return up.error();
+    auto down = load_tensor(source, expert_name(prefix, e, options.down_name), {hidden_, inter});
+    if (!down.ok()) return down.error();
+    gate_.push_back(*gate);
+    up_.push_back(*up);
+    down_.push_back(*down);
+  }
+  return {};
+}
+
+Result<void> MoeLayer::load_fused_experts(const ModelSource& source, const std::string& prefix,
+                                          const MoeOptions& /*options*/) {
+  const int64_t num_experts = routing_.num_experts;
+  const int64_t inter = intermediate_;
+  auto gate_up = source.weights->get(prefix + ".experts.gate_up_proj", {num_experts, 2 * inter, hidden_});
+  if (!gate_up.ok()) return gate_up.error();
+  auto down = source.weights->get(prefix + ".experts.down_proj", {num_experts, hidden_, inter});
+  if (!down.ok()) return down.error();
+  for (int64_t e = 0; e < num_experts; ++e) {
+    auto gate = load_slice(source, *gate_up, e, 0, inter, hidden_);
+    if (!gate.ok()) return gate.error();
+    auto up = load_slice(source, *gate_up, e, inter, inter, hidden_);
+    if (!up.ok()) return up.error();
+    auto down_e = load_slice(source, *down, e, 0, hidden_, inter);
+    if (!down_e.ok()) return down_e.error();
+    gate_.push_back(*gate);
+    up_.push_back(*up);
+    down_.push_back(*down_e);
+  }
+  return {};
+}
+
+Result<void> MoeLayer::load_gpt_oss_experts(const ModelSource& source, const std::string& prefix,
+                                            const MoeOptions& /*options*/) {
+  const int64_t num_experts = routing_.num_experts;
+  const int64_t inter = intermediate_;
+  const int64_t hidden = hidden_;
+  const std::string base = prefix + ".experts.";
+  auto gate_up = read_tensor_f32(source, base + "gate_up_proj", {num_experts, hidden, 2 * inter});
+  if (!gate_up.ok()) return gate_up.error();
+  auto gate_up_bias = read_tensor_f32(source, base + "gate_up_proj_bias", {num_experts, 2 * inter});
+  if (!gate_up_bias.ok()) return gate_up_bias.error();
+  auto down = read_tensor_f32(source, base + "down_proj", {num_experts, inter, hidden});
+  if (!down.ok()) return down.error();
+  auto down_bias = read_tensor_f32(source, base + "down_proj_bias", {num_experts, hidden});
+  if (!down_bias.ok()) return down_bias.error();
+  // A BF16 checkpoint's values round-trip exactly, so the transposed copies keep its dtype.
+  const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
+  const DType dtype = stored && stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  // [in, out] with gate/up interleaved on out -> separate [out, in] matrices, as Linear stores them.
+  for (int64_t e = 0; e < num_experts; ++e) {
+    std::vector<float> gate(static_cast<size_t>(inter * hidden)), up(gate.size());
+    std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
+    std::vector<float> down_t(static_cast<size_t>(hidden * inter));
+    const float* gu = gate_up->data() + e * hidden * 2 * inter;
+    for (int64_t i = 0; i < inter; ++i) {
+      for (int64_t h = 0; h < hidden; ++h) {
+        gate[static_cast<size_t>(i * hidden + h)] = gu[h * 2 * inter + 2 * i];
+        up[static_cast<size_t>(i * hidden + h)] = gu[h * 2 * inter + 2 * i + 1];
+      }
+      gate_b[static_cast<size_t>(i)] = (*gate_up_bias)[static_cast<size_t>(e * 2 * inter + 2 * i)];
+      up_b[static_cast<size_t>(i)] = (*gate_up_bias)[static_cast<size_t>(e * 2 * inter + 2 * i + 1)];
+    }
+    const float* d = down->data() + e * inter * hidden;
+    for (int64_t h = 0; h < hidden; ++h) {
+      for (int64_t i = 0; i < inter; ++i) down_t[static_cast<size_t>(h * inter + i)] = d[i * hidden + h];
+    }
+    std::vector<float> down_b(down_bias->begin() + e * hidden, down_bias->begin() + (e + 1) * hidden);
+    const std::string name = base + std::to_string(e);
+    auto g = load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype);
+    auto u = load_host_tensor(source, name + ".up", inter, hidden, up, dtype);
+    auto dn = load_host_tensor(source, name + ".down", hidden, inter, down_t, dtype);
+    auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
+    auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
+    auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_b, dtype);
+    for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
+      if (!view->ok()) return view->error();
+    }
+    gate_.push_back(*g);
+    up_.push_back(*u);
+    down_.push_back(*dn);
+    gate_bias_.push_back(*gb);
+    up_bias_.push_back(*ub);
+    down_bias_.push_back(*db);
+  }
+  return {};
+}
+
+kernels::MoeExperts MoeLayer::experts_view() const {
+  kernels::MoeExperts experts;
+  experts.num_experts = routing_.num_experts;
+  experts.top_k = routing_.top_k;
+  experts.hidden = hidden_;
+  experts.intermediate = intermediate_;
+  experts.gate = gate_.data();
+  experts.up = up_.data();
+  experts.down = down_.data();
+  if (!gate_bias_.empty()) {
+    experts.gate_bias = gate_bias_.data();
+    experts.up_bias = up_bias_.data();
+    experts.down_bias = down_bias_.data();
+  }
+  experts.activation = activation_;
+  experts.swiglu_alpha = swiglu_alpha_;
+  experts.swiglu_limit = swiglu_limit_;
+  return experts;
+}
+
+int64_t MoeLayer::scratch_floats(int64_t num_tokens) const {
+  int64_t floats = num_tokens * routing_.num_experts + 2 * num_tokens * routing_.top_k;
+  floats += kernels::moe_workspace_floats(num_tokens, experts_view());
+  if (shared_) floats += num_tokens * hidden_ + 2 * num_tokens * shared_->intermediate_size();
+  return floats;
+}
+
+int64_t MoeLayer::weight_bytes() const {
+  int64_t bytes = router_.weight_bytes();
+  if (shared_) bytes += shared_->weight_bytes();
+  int64_t expert_bytes = 0;
+  for (int32_t e = 0; e < routing_.num_experts; ++e) {
+    for (const auto* views : {&gate_, &up_, &down_, &gate_bias_, &up_bias_, &down_bias_}) {
+      if (views->empty()) continue;
+      const kernels::WeightView& w = (*views)[static_cast<size_t>(e)];
+      expert_bytes += w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+    }
+  }
+  return bytes + expert_bytes / routing_.num_experts * routing_.top_k;
+}
+
+void MoeLayer::forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const {
+  const int64_t n = num_tokens;
+  const int32_t k = routing_.top_k;
+  float* logits = scratch;                                      // [n, num_experts]
+  auto* expert_ids = reinterpret_cast<int32_t*>(logits + n * routing_.num_experts);  // [n, top_k]
+  float* expert_weights = logits + n * routing_.num_experts + n * k;                 // [n, top_k]
+  float* workspace = expert_weights + n * k;
+  const kernels::MoeExperts experts = experts_view();
+  router_.forward(backend, x, n, logits);
+  backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
+  backend.moe_experts(x, n, expert_ids, expert_weights, experts, workspace, token_counts_.as<int64_t>(), out);
+  if (shared_) {
+    float* shared_out = workspace + kernels::moe_workspace_floats(n, experts);  // [n, hidden]
+    shared_->forward(backend, x, n, shared_out + n * hidden_, shared_out);
+    backend.add(out, shared_out, n * hidden_, out);
+  }
+}
+
+std::vector<int64_t> MoeLayer::expert_token_counts(Backend& backend) const {
+  std::vector<int64_t> counts(static_cast<size_t>(routing_.num_experts));
+  backend.copy_to_host(counts.data(), token_counts_.data(), counts.size() * sizeof(int64_t));
+  return counts;
+}
+
+void MoeLayer::reset_expert_token_counts(Backend& backend) const {
+  const std::vector<int64_t> zeros(static_cast<size_t>(routing_.num_experts), 0);
+  backend.copy_to_device(token_counts_.data(), zeros.data(), zeros.size() * sizeof(int64_t));
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,80 @@
+// CudaBackend: the Backend vtable over kernels/cuda on one device and one stream.
+#include "runtime/cuda/cuda_backend.h"
+
+#include <string>
+
+#include "runtime/cuda/cuda_backend_impl.h"
+
+namespace deepinfer {
+
+CudaBackend::CudaBackend(const BackendOptions& options)
+    : batch_invariant_(options.batch_invariant), gemm_(options.batch_invariant) {
+  DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  staging_ = std::make_unique<PinnedStaging>(stream_);
+  int device = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  staging_.reset();
+  for (void* p : weights_) allocator_.deallocate(p);
+  cudaStreamDestroy(stream_);
+}
+
+Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
+  if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16) {
+    return Error{"tensor " + tensor.name + " in " + tensor.file + " has dtype " +
+                 std::string(dtype_name(tensor.dtype)) + "; the CUDA backend takes F32, BF16 or F16 weights"};
+  }
+  if (tensor.shape.empty() || tensor.shape.size() > 2) {
+    return Error{"tensor " + tensor.name + " in " + tensor.file + " has shape " + shape_to_string(tensor.shape) +
+                 "; expected a vector or a matrix"};
+  }
+  kernels::WeightView view;
+  view.dtype = tensor.dtype;
+  view.rows = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
+  view.cols = tensor.shape.back();
+  const size_t bytes = static_cast<size_t>(view.rows * view.cols) * dtype_size_bytes(view.dtype);
+  void* device = allocator_.allocate(bytes);
+  weights_.push_back(device);
+  staging_->to_device(device, tensor.data, bytes);
+  view.data = device;
+  return view;
+}
+
+void CudaBackend::paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                                const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
+                                float* out) {
+  if (batch.num_seqs == 0) return;
+  const kc::AttentionPlan plan =
+      kc::plan_paged_attention(batch, params, batch_invariant_ ? kInvariantSplitKeys : 0, num_sms_);
+  // The workspace goes back to the cache right after the launches are enqueued: the stream
+  // orders any later user after them.
+  void* workspace = plan.workspace_bytes > 0 ? allocator_.allocate(plan.workspace_bytes) : nullptr;
+  try {
+    kc::paged_attention(q, k_cache, v_cache, batch, params, plan, workspace, out, stream_);
+  } catch (...) {
+    allocator_.deallocate(workspace);
+    throw;
+  }
+  allocator_.deallocate(workspace);
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return Error{std::string("--device cuda: no usable CUDA device (") +
+                 (status != cudaSuccess ? cudaGetErrorString(status) : "none found") + ")"};
+  }
+  try {
+    return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options));
+  } catch (const kernels::cuda::CudaError& error) {
+    return Error{std::string("--device cuda: ") + error.what()};
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,286 @@
+// The four generation endpoints: request -> recipe (parse_api_request) -> engine thread ->
+// ApiResponseBuilder -> one JSON body, or SSE frames in chunks as the engine produces them.
+// While a request runs, its connection also watches the socket (a client that hangs up cancels
+// the request and frees its KV at once) and its deadline (--request-timeout).
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <random>
+
+#include "core/logging.h"
+#include "server/server_context.h"
+
+namespace deepinfer::server {
+namespace {
+
+namespace asio = boost::asio;
+using Json = nlohmann::ordered_json;
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+std::string endpoint_name(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::kChatCompletions: return "/v1/chat/completions";
+    case ApiKind::kCompletions: return "/v1/completions";
+    case ApiKind::kResponses: return "/v1/responses";
+    case ApiKind::kMessages: return "/v1/messages";
+  }
+  return "other";
+}
+
+std::string response_id(ApiKind kind) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = kind == ApiKind::kChatCompletions ? "chatcmpl-"
+                   : kind == ApiKind::kCompletions   ? "cmpl-"
+                   : kind == ApiKind::kResponses     ? "resp_"
+                                                     : "msg_";
+  for (int i = 0; i < 24; ++i) id += kHex[rng() % 16];
+  return id;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+enum class Wait { kEvent, kTimedOut, kDisconnected, kDropped };
+
+// One running request as its connection sees it.
+class RunningRequest {
+ public:
+  RunningRequest(TcpStream& stream, ServerContext& context, std::shared_ptr<OutputChannel> channel)
+      : stream_(stream), context_(context), channel_(std::move(channel)), deadline_(stream.get_executor()) {
+    deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(context.config.request_timeout_s)));
+  }
+
+  void set_id(int64_t request_id) { request_id_ = request_id; }
+  void abort() { context_.worker->abort(request_id_); }
+
+  // The next engine event, or why there is none. The waits run as one parallel group whose
+  // every result comes back, so an event that arrives in the same turn as a timeout or socket
+  // readiness is still delivered, never dropped with the losing operation.
+  asio::awaitable<Wait> next(EngineEvent& event) {
+    namespace exp = asio::experimental;
+    for (;;) {
+      if (!watch_socket_) {
+        auto [order, receive_error, received, timer_error] =
+            co_await exp::make_parallel_group(channel_->async_receive(asio::deferred),
+                                              deadline_.async_wait(asio::deferred))
+                .async_wait(exp::wait_for_one(), asio::use_awaitable);
+        if (!receive_error) {
+          event = std::move(received);
+          co_return Wait::kEvent;
+        }
+        co_return order[0] == 0 ? Wait::kDropped : Wait::kTimedOut;
+      }
+      auto [order, receive_error, received, timer_error, socket_error] =
+          co_await exp::make_parallel_group(channel_->async_receive(asio::deferred),
+                                            deadline_.async_wait(asio::deferred),
+                                            stream_.socket().async_wait(asio::socket_base::wait_read, asio::deferred))
+              .async_wait(exp::wait_for_one(), asio::use_awaitable);
+      if (!receive_error) {
+        event = std::move(received);
+        co_return Wait::kEvent;
+      }
+      if (order[0] == 0) co_return Wait::kDropped;
+      if (order[0] == 1) co_return Wait::kTimedOut;
+      boost::system::error_code error;
+      if (socket_error || stream_.socket().available(error) == 0 || error) co_return Wait::kDisconnected;
+      // The client pipelined its next request: the socket stays readable, so stop watching it.
+      watch_socket_ = false;
+    }
+  }
+
+ private:
+  TcpStream& stream_;
+  ServerContext& context_;
+  std::shared_ptr<OutputChannel> channel_;
+  asio::steady_timer deadline_;
+  int64_t request_id_ = 0;
+  bool watch_socket_ = true;
+};
+
+std::string join(const std::vector<std::string>& frames) {
+  std::string out;
+  for (const std::string& frame : frames) out += frame;
+  return out;
+}
+
+class GenerationHandler {
+ public:
+  GenerationHandler(TcpStream& stream, const HttpRequest& request, ApiKind kind, ServerContext& context)
+      : stream_(stream), request_(request), kind_(kind), context_(context), endpoint_(endpoint_name(kind)) {}
+
+  asio::awaitable<bool> run() {
+    auto body = parse_json_body(kind_, request_.body());
+    if (const ApiError* error = std::get_if<ApiError>(&body)) co_return co_await reply_error(*error);
+    auto parsed = parse_api_request(kind_, std::get<Json>(body), context_.model);
+    if (const ApiError* error = std::get_if<ApiError>(&parsed)) co_return co_await reply_error(*error);
+    ApiRequest& api = std::get<ApiRequest>(parsed);
+    if (!api.model.empty() && api.model != context_.model.served_name) {
+      co_return co_await reply_error(model_not_found_error(kind_, api.model, context_.model.served_name));
+    }
+    auto channel = std::make_shared<OutputChannel>(stream_.get_executor(),
+                                                   static_cast<size_t>(context_.config.stream_buffer_outputs));
+    RunningRequest running(stream_, context_, channel);
+    Submission submission{api.prompt_token_ids, api.sampling, api.priority, api.cache_salt, channel};
+    const std::optional<int64_t> request_id = context_.worker->submit(std::move(submission));
+    if (!request_id) {
+      const int status = kind_ == ApiKind::kMessages ? 529 : 429;
+      co_return co_await reply_error(api_error(kind_, status, "the server is overloaded: too many requests are queued; retry later"));
+    }
+    running.set_id(*request_id);
+    auto builder = ApiResponseBuilder::create(api, context_.model, response_id(kind_), unix_now());
+    bool keep_alive = false;
+    if (api.stream) {
+      keep_alive = co_await stream_response(running, *builder);
+    } else {
+      keep_alive = co_await whole_response(running, *builder);
+    }
+    co_return keep_alive;
+  }
+
+  bool response_started() const { return response_started_; }
+
+ private:
+  asio::awaitable<bool> reply_error(const ApiError& error) {
+    response_started_ = true;
+    context_.metrics->record_request(endpoint_, error.status);
+    HttpResponse response = make_error_response(request_, kind_, error);
+    if (error.status == 429 || error.status == 529) response.set(http::field::retry_after, "1");
+    co_return co_await write_response(stream_, std::move(response), context_.config.write_timeout_s);
+  }
+
+  ApiError timeout_error() const {
+    return api_error(kind_, 408, "the request ran past the server's limit of " +
+                                     std::to_string(context_.config.request_timeout_s) + " s (--request-timeout)");
+  }
+
+  asio::awaitable<bool> whole_response(RunningRequest& running, ApiResponseBuilder& builder) {
+    EngineEvent event;
+    for (;;) {
+      const Wait wait = co_await running.next(event);
+      if (wait == Wait::kDisconnected) {
+        context_.metrics->record_request(endpoint_, 499);
+        running.abort();
+        co_return false;
+      }
+      if (wait == Wait::kTimedOut) {
+        running.abort();
+        co_return co_await reply_error(timeout_error());
+      }
+      if (wait == Wait::kDropped) co_return co_await reply_error(api_error(kind_, 500, "the request was dropped"));
+      if (event.error) co_return co_await reply_error(api_error(kind_, 400, event.error->message));
+      builder.on_output(event.output);
+      if (event.output.finished) break;
+    }
+    std::string body = builder.final_body().dump();
+    response_started_ = true;
+    context_.metrics->record_request(endpoint_, 200);
+    co_return co_await write_response(stream_, make_response(request_, http::status::ok, std::move(body)),
+                                      context_.config.write_timeout_s);
+  }
+
+  asio::awaitable<bool> write_chunk(const std::string& data) {
+    if (data.empty()) co_return true;
+    stream_.expires_after(write_timeout());
+    auto [error, bytes] = co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)), kTuple);
+    co_return !error;
+  }
+
+  asio::awaitable<bool> end_stream(const std::string& last_frames) {
+    if (!co_await write_chunk(last_frames)) co_return false;
+    stream_.expires_after(write_timeout());
+    auto [error, bytes] = co_await asio::async_write(stream_, http::make_chunk_last(), kTuple);
+    stream_.expires_never();
+    co_return !error && request_.keep_alive();
+  }
+
+  std::chrono::steady_clock::duration write_timeout() const {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(context_.config.write_timeout_s));
+  }
+
+  // Headers go out with the first engine event, so a request the engine refuses still gets a
+  // plain error response with its status code.
+  asio::awaitable<bool> stream_response(RunningRequest& running, ApiResponseBuilder& builder) {
+    EngineEvent event;
+    bool headers_sent = false;
+    for (;;) {
+      const Wait wait = co_await running.next(event);
+      if (wait == Wait::kDisconnected || wait == Wait::kDropped) {
+        context_.metrics->record_request(endpoint_, headers_sent ? 200 : 499);
+        running.abort();
+        co_return false;
+      }
+      if (wait == Wait::kTimedOut) {
+        running.abort();
+        if (!headers_sent) co_return co_await reply_error(timeout_error());
+        context_.metrics->record_request(endpoint_, 200);
+        co_return co_await end_stream(builder.stream_error(timeout_error()));
+      }
+      if (event.error) co_return co_await reply_error(api_error(kind_, 400, event.error->message));
+      if (!headers_sent) {
+        if (!co_await send_headers()) {
+          running.abort();
+          co_return false;
+        }
+        headers_sent = true;
+      }
+      if (!co_await write_chunk(join(builder.on_output(event.output)))) {
+        context_.metrics->record_request(endpoint_, 200);
+        running.abort();
+        co_return false;
+      }
+      if (event.output.finished) break;
+    }
+    context_.metrics->record_request(endpoint_, 200);
+    co_return co_await end_stream(join(builder.finish_stream()));
+  }
+
+  asio::awaitable<bool> send_headers() {
+    response_started_ = true;
+    http::response<http::empty_body> response{http::status::ok, request_.version()};
+    response.set(http::field::server, "deepinfer");
+    response.set(http::field::content_type, "text/event-stream");
+    response.set(http::field::cache_control, "no-cache");
+    response.keep_alive(request_.keep_alive());
+    response.chunked(true);
+    http::response_serializer<http::empty_body> serializer{response};
+    stream_.expires_after(write_timeout());
+    auto [error, bytes] = co_await http::async_write_header(stream_, serializer, kTuple);
+    co_return !error;
+  }
+
+  TcpStream& stream_;
+  const HttpRequest& request_;
+  ApiKind kind_;
+  ServerContext& context_;
+  std::string endpoint_;
+  bool response_started_ = false;
+};
+
+}  // namespace
+
+asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,
+                                        ServerContext& context) {
+  GenerationHandler handler(stream, request, kind, context);
+  std::string failure;
+  try {
+    co_return co_await handler.run();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // A bug on one request answers 500 (or ends its stream) and never takes the server down.
+  DI_LOG(kError, endpoint_name(kind) << ": internal error: " << failure);
+  if (handler.response_started()) co_return false;
+  context.metrics->record_request(endpoint_name(kind), 500);
+  co_return co_await write_response(
+      stream, make_error_response(request, kind, api_error(kind, 500, "internal error: " + failure)),
+      context.config.write_timeout_s);
+}
+
+}  // namespace deepinfer::server

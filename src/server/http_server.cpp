@@ -1,0 +1,211 @@
+// Connection handling and routing of the HTTP server.
+#include "server/http_server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <chrono>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace deepinfer::server {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+struct Route {
+  std::string_view path;
+  http::verb method;
+  std::optional<ApiKind> api;  // a generation endpoint
+  bool needs_key;              // behind --api-key
+};
+
+constexpr Route kRoutes[] = {
+    {"/v1/chat/completions", http::verb::post, ApiKind::kChatCompletions, true},
+    {"/v1/completions", http::verb::post, ApiKind::kCompletions, true},
+    {"/v1/responses", http::verb::post, ApiKind::kResponses, true},
+    {"/v1/messages", http::verb::post, ApiKind::kMessages, true},
+    {"/v1/models", http::verb::get, std::nullopt, true},
+    {"/tokenize", http::verb::post, std::nullopt, true},
+    {"/detokenize", http::verb::post, std::nullopt, true},
+    {"/health", http::verb::get, std::nullopt, false},
+    {"/metrics", http::verb::get, std::nullopt, false},
+};
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Compares without an early exit, so response time does not reveal how much of a key matched.
+bool same_key(std::string_view given, std::string_view expected) {
+  unsigned diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned>(given[i] ^ expected[i % expected.size()]);
+  return diff == 0;
+}
+
+bool authorized(const HttpRequest& request, const ServerConfig& config) {
+  if (!config.api_key || config.api_key->empty()) return true;
+  const std::string_view bearer = request[http::field::authorization];
+  if (bearer.starts_with("Bearer ") && same_key(bearer.substr(7), *config.api_key)) return true;
+  return same_key(request["x-api-key"], *config.api_key);
+}
+
+asio::awaitable<bool> dispatch(TcpStream& stream, const HttpRequest& request, ServerContext& context) {
+  std::string_view path = request.target();
+  path = path.substr(0, path.find('?'));
+  const Route* route = nullptr;
+  for (const Route& r : kRoutes) {
+    if (r.path == path) route = &r;
+  }
+  const double timeout_s = context.config.write_timeout_s;
+  if (route == nullptr) {
+    context.metrics->record_request("other", 404);
+    const ApiError error{404, "not_found_error", "", "no route for " + std::string(path)};
+    co_return co_await write_response(stream, make_error_response(request, ApiKind::kChatCompletions, error), timeout_s);
+  }
+  const ApiKind kind = route->api.value_or(ApiKind::kChatCompletions);
+  if (request.method() != route->method) {
+    context.metrics->record_request(std::string(route->path), 405);
+    const std::string allowed(http::to_string(route->method));
+    HttpResponse response = make_error_response(
+        request, kind, api_error(kind, 405, "method " + std::string(request.method_string()) + " is not allowed on " +
+                                                std::string(path) + "; use " + allowed));
+    response.set(http::field::allow, allowed);
+    co_return co_await write_response(stream, std::move(response), timeout_s);
+  }
+  if (route->needs_key && !authorized(request, context.config)) {
+    context.metrics->record_request(std::string(route->path), 401);
+    const ApiError error = api_error(kind, 401, "invalid API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+    co_return co_await write_response(stream, make_error_response(request, kind, error), timeout_s);
+  }
+  if (route->api) co_return co_await handle_generation(stream, request, *route->api, context);
+  std::optional<HttpResponse> response;
+  try {
+    response = handle_info_route(request, context);
+  } catch (const std::exception& e) {
+    DI_LOG(kError, path << ": internal error: " << e.what());
+    response = make_error_response(request, kind, api_error(kind, 500, std::string("internal error: ") + e.what()));
+  }
+  DI_CHECK(response.has_value());
+  context.metrics->record_request(std::string(route->path), static_cast<int>(response->result_int()));
+  co_return co_await write_response(stream, std::move(*response), timeout_s);
+}
+
+// A response to a request that could not be read whole; the connection closes after it.
+asio::awaitable<void> refuse(TcpStream& stream, ServerContext& context, int status, std::string message) {
+  HttpRequest request;
+  request.version(11);
+  HttpResponse response = make_error_response(request, ApiKind::kChatCompletions,
+                                              api_error(ApiKind::kChatCompletions, status, std::move(message)));
+  response.keep_alive(false);
+  context.metrics->record_request("other", status);
+  co_await write_response(stream, std::move(response), context.config.write_timeout_s);
+}
+
+asio::awaitable<void> serve_connection(TcpStream stream, ServerContext& context) {
+  const ServerConfig& config = context.config;
+  boost::beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(static_cast<uint64_t>(config.max_body_bytes));
+    stream.expires_after(seconds(config.idle_timeout_s));
+    auto [header_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kTuple);
+    const std::string too_large = "request body is over the limit of " + std::to_string(config.max_body_bytes) +
+                                  " bytes (--max-body-bytes)";
+    if (header_error == http::error::body_limit) {
+      co_await refuse(stream, context, 413, too_large);
+      break;
+    }
+    if (header_error == http::error::end_of_stream || header_error == asio::error::eof ||
+        header_error == boost::beast::error::timeout || header_error == asio::error::connection_reset ||
+        header_error == asio::error::operation_aborted) {
+      break;
+    }
+    if (header_error) {
+      co_await refuse(stream, context, 400, "malformed HTTP request: " + header_error.message());
+      break;
+    }
+    if (boost::beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
+      auto [continue_error, n] = co_await http::async_write(stream, go_on, kTuple);
+      if (continue_error) break;
+    }
+    stream.expires_after(seconds(config.idle_timeout_s));
+    auto [body_error, body_bytes] = co_await http::async_read(stream, buffer, parser, kTuple);
+    if (body_error == http::error::body_limit) {
+      co_await refuse(stream, context, 413, too_large);
+      break;
+    }
+    if (body_error) {
+      if (body_error != asio::error::eof && body_error != http::error::end_of_stream &&
+          body_error != boost::beast::error::timeout) {
+        co_await refuse(stream, context, 400, "malformed HTTP request body: " + body_error.message());
+      }
+      break;
+    }
+    stream.expires_never();
+    HttpRequest request = parser.release();
+    const bool keep_alive = request.keep_alive();
+    if (!co_await dispatch(stream, request, context) || !keep_alive) break;
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, ServerContext& context) {
+  for (;;) {
+    auto [error, socket] = co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()), kTuple);
+    if (error == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (error) continue;  // e.g. out of file descriptors: keep serving the others
+    socket.set_option(tcp::no_delay(true), error);
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, serve_connection(TcpStream(std::move(socket)), context), asio::detached);
+  }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(ServerContext& context)
+    : context_(context), acceptor_(io_), signals_(io_, SIGINT, SIGTERM) {}
+
+HttpServer::~HttpServer() = default;
+
+Result<uint16_t> HttpServer::listen() {
+  boost::system::error_code error;
+  const auto address = asio::ip::make_address(context_.config.host, error);
+  if (error) return Error{"--host '" + context_.config.host + "' is not an IP address: " + error.message()};
+  const tcp::endpoint endpoint(address, context_.config.port);
+  acceptor_.open(endpoint.protocol(), error);
+  if (!error) acceptor_.set_option(tcp::acceptor::reuse_address(true), error);
+  if (!error) acceptor_.bind(endpoint, error);
+  if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
+  if (error) {
+    return Error{"cannot listen on " + context_.config.host + ":" + std::to_string(context_.config.port) + ": " +
+                 error.message()};
+  }
+  return acceptor_.local_endpoint().port();
+}
+
+void HttpServer::run() {
+  signals_.async_wait([this](const boost::system::error_code& error, int) {
+    if (!error) stop();
+  });
+  asio::co_spawn(io_, accept_loop(acceptor_, context_), asio::detached);
+  std::vector<std::thread> threads;
+  for (int32_t i = 1; i < context_.config.num_io_threads; ++i) threads.emplace_back([this] { io_.run(); });
+  io_.run();
+  for (std::thread& thread : threads) thread.join();
+}
+
+void HttpServer::stop() { io_.stop(); }
+
+}  // namespace deepinfer::server

@@ -1,0 +1,68 @@
+// What every route of the HTTP server shares: its settings, the served model, the engine thread
+// and the metrics; plus the Beast types the routes are written in.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "recipe/api.h"
+#include "server/engine_worker.h"
+#include "server/metrics.h"
+
+namespace deepinfer::server {
+
+namespace http = boost::beast::http;
+using HttpRequest = http::request<http::string_body>;
+using HttpResponse = http::response<http::string_body>;
+using TcpStream = boost::beast::tcp_stream;
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  // 0: any free port (printed on startup)
+  std::optional<std::string> api_key;  // required on /v1/*, /tokenize, /detokenize when set
+  int32_t max_queued_requests = 256;
+  int64_t max_queued_tokens = 1 << 20;
+  double request_timeout_s = 600.0;     // from admission to the last token
+  int64_t max_body_bytes = 8 << 20;
+  int32_t num_io_threads = 2;
+  int32_t stream_buffer_outputs = 1024;  // engine outputs a request may have unsent
+  double write_timeout_s = 30.0;         // one write to a client that stopped reading
+  double idle_timeout_s = 120.0;         // between requests on a kept-alive connection
+  bool check_invariants = false;         // EngineCore::check_invariants whenever idle (tests)
+};
+
+struct ServerContext {
+  ServerConfig config;
+  ModelContext model;
+  EngineWorker* worker = nullptr;
+  Metrics* metrics = nullptr;
+  int64_t started_unix = 0;
+};
+
+// Reads a request body as JSON: invalid UTF-8 names the byte offset, malformed JSON the line and
+// column, a non-object body says so.
+std::variant<nlohmann::ordered_json, ApiError> parse_json_body(ApiKind kind, const std::string& body);
+
+// A JSON (or other) response with the request's HTTP version and keep-alive.
+HttpResponse make_response(const HttpRequest& request, http::status status, std::string body,
+                           const char* content_type = "application/json");
+HttpResponse make_error_response(const HttpRequest& request, ApiKind kind, const ApiError& error);
+
+// Writes one whole response; false when the connection failed.
+boost::asio::awaitable<bool> write_response(TcpStream& stream, HttpResponse response, double timeout_s);
+
+// The generation endpoints (/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages):
+// parse, admit, stream or collect, answer. Records the request in the metrics. Returns false
+// when the connection must close.
+boost::asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,
+                                               ServerContext& context);
+
+// GET /health, GET /v1/models, GET /metrics, POST /tokenize, POST /detokenize; nullopt for any
+// other path.
+std::optional<HttpResponse> handle_info_route(const HttpRequest& request, ServerContext& context);
+
+}  // namespace deepinfer::server

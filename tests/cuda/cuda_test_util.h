@@ -1,0 +1,114 @@
+// Helpers for the GPU tests: the CUDA backend (and its batch-invariant twin), host<->device
+// arrays through the Backend interface, random data, host weights in any dtype, and the
+// dtype-aware closeness check (threshold + |ref| * eps, llm.c style).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "runtime/backend.h"
+
+namespace deepinfer::testing {
+
+inline std::unique_ptr<Backend> cuda_backend(bool batch_invariant = false) {
+  BackendOptions options;
+  options.batch_invariant = batch_invariant;
+  auto backend = make_backend("cuda", options);
+  if (!backend.ok()) throw std::runtime_error(backend.error().message);
+  return std::move(*backend);
+}
+
+inline std::vector<float> random_floats(std::mt19937& rng, size_t count, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+template <typename T>
+DeviceBuffer upload(Backend& backend, const std::vector<T>& values) {
+  DeviceBuffer buffer = backend.allocate(std::max<size_t>(values.size(), 1) * sizeof(T));
+  if (!values.empty()) backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(T));
+  return buffer;
+}
+
+template <typename T>
+std::vector<T> download(Backend& backend, const DeviceBuffer& buffer, size_t count) {
+  std::vector<T> values(count);
+  if (count > 0) backend.copy_to_host(values.data(), buffer.data(), count * sizeof(T));
+  return values;
+}
+
+// A weight held on the host in its dtype: raw bits plus a float32 copy of the rounded values.
+struct HostWeight {
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<float> rounded;
+
+  kernels::WeightView view() const { return kernels::WeightView{bytes.data(), dtype, rows, cols}; }
+};
+
+inline HostWeight make_weight(const std::vector<float>& values, DType dtype, int64_t rows, int64_t cols) {
+  HostWeight w;
+  w.dtype = dtype;
+  w.rows = rows;
+  w.cols = cols;
+  w.bytes.resize(values.size() * dtype_size_bytes(dtype));
+  w.rounded.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(w.bytes.data() + i * 4, &values[i], 4);
+      w.rounded[i] = values[i];
+    } else {
+      const uint16_t bits = dtype == DType::kBF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+      std::memcpy(w.bytes.data() + i * 2, &bits, 2);
+      w.rounded[i] = dtype == DType::kBF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+    }
+  }
+  return w;
+}
+
+// The backend's copy of a host weight (kept alive by the backend).
+inline kernels::WeightView load(Backend& backend, const HostWeight& w, const std::string& name = "test.weight") {
+  TensorView tensor;
+  tensor.name = name;
+  tensor.dtype = w.dtype;
+  tensor.shape = w.rows == 1 ? std::vector<int64_t>{w.cols} : std::vector<int64_t>{w.rows, w.cols};
+  tensor.data = w.bytes.data();
+  tensor.size_bytes = w.bytes.size();
+  tensor.file = "test";
+  auto view = backend.load_weight(tensor);
+  if (!view.ok()) throw std::runtime_error(view.error().message);
+  return *view;
+}
+
+// |got - want| <= abs_tol + rel_tol * |want| for every element; reports the first miss and the
+// largest error.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double abs_tol,
+                         double rel_tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0.0;
+  size_t misses = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, diff);
+    if (!(diff <= abs_tol + rel_tol * std::abs(want[i]))) {
+      if (misses == 0) ADD_FAILURE() << what << ": index " << i << " got " << got[i] << " want " << want[i];
+      ++misses;
+    }
+  }
+  EXPECT_EQ(misses, 0u) << what << ": " << misses << " of " << got.size() << " outside tolerance, max |diff| "
+                        << worst;
+}
+
+}  // namespace deepinfer::testing

@@ -1,0 +1,153 @@
+// Helpers for the kvstore tests: temporary directories, synthetic pages, a real redis-server on
+// a free loopback port, and child processes (this test binary re-run in a child mode, see
+// child_main.cpp) for the restart and kill -9 tests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvstore/kv_store.h"
+
+extern char** environ;
+
+namespace deepinfer::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dikv-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all, ec);
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Page i of a synthetic chain: hash = chain over tokens seeded by "test", tokens and payload
+// derived from i and seed.
+struct TestPage {
+  PageRequest request;
+  std::vector<uint8_t> payload;
+};
+
+inline std::vector<TestPage> make_chain(int32_t num_pages, int32_t page_tokens, size_t payload_bytes,
+                                        uint32_t seed = 1) {
+  std::vector<TestPage> pages;
+  BlockHash hash = prefix_root_hash("test-model", std::to_string(seed));
+  for (int32_t i = 0; i < num_pages; ++i) {
+    TestPage page;
+    for (int32_t t = 0; t < page_tokens; ++t) page.request.token_ids.push_back(static_cast<int32_t>((i * 131 + t * 7 + seed) % 1000));
+    hash = chain_block_hash(hash, page.request.token_ids.data(), page_tokens, {});
+    page.request.hash = hash;
+    page.request.page_index = i;
+    page.payload.resize(payload_bytes);
+    for (size_t b = 0; b < payload_bytes; ++b) page.payload[b] = static_cast<uint8_t>((b * 31 + static_cast<size_t>(i) * 17 + seed) & 0xff);
+    pages.push_back(std::move(page));
+  }
+  return pages;
+}
+
+inline PageWrite to_write(const TestPage& page, TrafficClass traffic_class = TrafficClass::kDefault) {
+  return PageWrite{page.request.hash, page.request.page_index, page.request.token_ids, page.payload, traffic_class};
+}
+
+inline std::vector<PageRequest> requests_of(const std::vector<TestPage>& pages) {
+  std::vector<PageRequest> requests;
+  for (const TestPage& page : pages) requests.push_back(page.request);
+  return requests;
+}
+
+// The page_writer child (child_main.cpp) writes make_chain(kChildPages, 16, 2048, 7), slowly.
+inline constexpr int32_t kChildPages = 2000;
+
+// Spawns argv with extra environment variables; returns the pid.
+inline pid_t spawn_process(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> argv, envp;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawnp(&pid, args[0].c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
+  return pid;
+}
+
+// Re-runs this test binary in a child mode (child_main.cpp) and waits; returns its wait status.
+inline int run_child(const std::map<std::string, std::string>& env) {
+  const pid_t pid = spawn_process({"/proc/self/exe"}, env);
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return -1;
+  return status;
+}
+
+inline int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A real redis-server on a free loopback port, without persistence; killed on destruction.
+class RedisServer {
+ public:
+  RedisServer() : port_(free_loopback_port()) {
+    pid_ = spawn_process({"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--logfile", "/dev/null"});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      redisContext* c = redisConnect("127.0.0.1", port_);
+      const bool up = c != nullptr && c->err == 0;
+      if (c != nullptr) redisFree(c);
+      if (up) {
+        ready_ = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~RedisServer() { kill(); }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  bool ready() const { return ready_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+  bool ready_ = false;
+};
+
+}  // namespace deepinfer::testing

@@ -1,0 +1,323 @@
+// The disk tier through KvStore: pages survive a reopen (index rebuilt from headers), torn,
+// truncated, bit-flipped and zeroed files are misses (counted, deleted, never loaded), an
+// unusable directory degrades to misses, capacity eviction, TTL across a restart, a writer
+// killed with SIGKILL mid-stream, and concurrent readers and writers.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <csignal>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "kvstore/disk_tier.h"
+#include "kvstore_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::make_chain;
+using testing::requests_of;
+using testing::TempDir;
+using testing::to_write;
+
+constexpr int32_t kTokens = 16;
+constexpr size_t kPayload = 2048;
+
+KvStoreConfig disk_config(const std::string& dir) {
+  KvStoreConfig config;
+  config.dir = dir;
+  config.host_bytes = 0;
+  config.cost_guard = false;
+  return config;
+}
+
+std::unique_ptr<KvStore> open_store(const KvStoreConfig& config) {
+  auto store = KvStore::open(config, "test-layout");
+  EXPECT_TRUE(store.ok()) << store.error().message;
+  return std::move(*store);
+}
+
+void write_all(KvStore& store, const std::vector<testing::TestPage>& pages) {
+  for (const auto& page : pages) ASSERT_TRUE(store.enqueue_write(to_write(page)));
+  store.flush();
+}
+
+void expect_payloads(const std::vector<LoadedPage>& loaded, const std::vector<testing::TestPage>& pages) {
+  ASSERT_LE(loaded.size(), pages.size());
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    EXPECT_EQ(std::vector<uint8_t>(loaded[i].payload.begin(), loaded[i].payload.end()), pages[i].payload) << i;
+  }
+}
+
+std::string page_file(const std::string& dir, const BlockHash& hash) { return disk_page_path(dir, hash); }
+
+TEST(DiskStore, PagesSurviveAReopen) {
+  TempDir dir;
+  const auto pages = make_chain(5, kTokens, kPayload);
+  write_all(*open_store(disk_config(dir.path())), pages);
+  auto store = open_store(disk_config(dir.path()));
+  const auto loaded = store->load_chain(requests_of(pages), kPayload, 1.0);
+  ASSERT_EQ(loaded.size(), 5u);
+  expect_payloads(loaded, pages);
+  EXPECT_EQ(store->stats().tiers.at(0).num_pages, 5);
+  EXPECT_EQ(store->stats().tiers.at(0).hits, 5);
+}
+
+TEST(DiskStore, TheChainStopsAtTheFirstMissingPage) {
+  TempDir dir;
+  auto pages = make_chain(4, kTokens, kPayload);
+  auto store = open_store(disk_config(dir.path()));
+  write_all(*store, {pages[0], pages[1], pages[3]});
+  EXPECT_EQ(store->load_chain(requests_of(pages), kPayload, 1.0).size(), 2u);
+}
+
+// Each corruption of page 2's file: pages 0-1 load, page 2 is a miss counted as a checksum
+// failure, its file is deleted, and nothing after it loads.
+TEST(DiskStore, CorruptedPagesAreMissesNeverLoaded) {
+  const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> corruptions = {
+      {"truncate", [](const std::string& path) { std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100); }},
+      {"flip payload byte",
+       [](const std::string& path) {
+         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekg(-5, std::ios::end);
+         char c = 0;
+         f.read(&c, 1);
+         c ^= 0x01;
+         f.seekp(-5, std::ios::end);
+         f.write(&c, 1);
+       }},
+      {"zero header",
+       [](const std::string& path) {
+         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+         const std::vector<char> zeros(sizeof(PageHeader), 0);
+         f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+       }},
+  };
+  for (const auto& [name, corrupt] : corruptions) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    const auto pages = make_chain(4, kTokens, kPayload);
+    auto store = open_store(disk_config(dir.path()));
+    write_all(*store, pages);
+    const std::string path = page_file(dir.path(), pages[2].request.hash);
+    corrupt(path);
+    // Live store (index built before the damage): caught on load by the checksum.
+    auto loaded = store->load_chain(requests_of(pages), kPayload, 1.0);
+    EXPECT_EQ(loaded.size(), 2u);
+    expect_payloads(loaded, pages);
+    const KvStoreStats stats = store->stats();
+    EXPECT_EQ(stats.tiers.at(0).checksum_failures, 1);
+    EXPECT_FALSE(std::filesystem::exists(path));
+    // Damage page 1 too and restart: the rebuild drops what its header check catches; the load
+    // catches the rest. Either way only page 0 loads.
+    store.reset();
+    corrupt(page_file(dir.path(), pages[1].request.hash));
+    auto reopened = open_store(disk_config(dir.path()));
+    loaded = reopened->load_chain(requests_of(pages), kPayload, 1.0);
+    EXPECT_EQ(loaded.size(), 1u);
+    expect_payloads(loaded, pages);
+  }
+}
+
+TEST(DiskStore, ATornTempFileIsIgnored) {
+  TempDir dir;
+  const auto pages = make_chain(2, kTokens, kPayload);
+  write_all(*open_store(disk_config(dir.path())), pages);
+  // A writer killed between write and rename leaves only a temp file.
+  std::ofstream(dir.path() + "/tmp/12345.1.0.tmp") << "half a page";
+  auto store = open_store(disk_config(dir.path()));
+  EXPECT_EQ(store->load_chain(requests_of(pages), kPayload, 1.0).size(), 2u);
+}
+
+TEST(DiskStore, AFullDiskDegradesToMisses) {
+  TempDir dir;
+  auto store = open_store(disk_config(dir.path()));
+  const auto pages = make_chain(3, kTokens, kPayload);
+  // A file-size limit below one page makes every page write fail with EFBIG, as a full disk
+  // fails with ENOSPC (the signal it would raise is ignored, as a server would).
+  rlimit old_limit{};
+  ::getrlimit(RLIMIT_FSIZE, &old_limit);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old_limit;
+  small.rlim_cur = 1000;
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  for (const auto& page : pages) store->enqueue_write(to_write(page));
+  store->flush();
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(store->load_chain(requests_of(pages), kPayload, 1.0).empty());
+  EXPECT_EQ(store->stats().tiers.at(0).errors, 3);
+  EXPECT_EQ(store->stats().tiers.at(0).pages_written, 0);
+  // No temp file is left behind.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/tmp"));
+}
+
+TEST(DiskStore, MissingDirectoryParentDegradesToMisses) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/file") << "not a directory";
+  auto store = open_store(disk_config(dir.path() + "/file/store"));
+  const auto pages = make_chain(2, kTokens, kPayload);
+  write_all(*store, pages);
+  EXPECT_TRUE(store->load_chain(requests_of(pages), kPayload, 1.0).empty());
+  EXPECT_GT(store->stats().tiers.at(0).errors, 0);
+}
+
+TEST(DiskStore, CapacityKeepsReusedPagesOverOneOffPages) {
+  TempDir dir;
+  KvStoreConfig config = disk_config(dir.path());
+  const size_t image = page_image_bytes(kTokens, kPayload);
+  config.disk_bytes = static_cast<int64_t>(image * 6);
+  auto store = open_store(config);
+  const auto hot = make_chain(3, kTokens, kPayload, 1);
+  write_all(*store, hot);
+  ASSERT_EQ(store->load_chain(requests_of(hot), kPayload, 1.0).size(), 3u);  // now protected
+  const auto cold = make_chain(8, kTokens, kPayload, 2);
+  write_all(*store, cold);
+  const TierStats stats = store->stats().tiers.at(0);
+  EXPECT_LE(stats.used_bytes, config.disk_bytes);
+  EXPECT_EQ(stats.evictions, 5);
+  EXPECT_EQ(store->load_chain(requests_of(hot), kPayload, 1.0).size(), 3u);
+  // Of the one-off chain only the newest pages remain; its head is gone, so it no longer hits.
+  EXPECT_TRUE(store->load_chain(requests_of(cold), kPayload, 1.0).empty());
+  // The disk holds exactly the indexed pages.
+  size_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() + "/pages")) files += e.is_regular_file();
+  EXPECT_EQ(files, 6u);
+}
+
+TEST(DiskStore, TtlSurvivesARestartAndHitsRefreshIt) {
+  TempDir dir;
+  int64_t now = 1'000'000;
+  KvStoreConfig config = disk_config(dir.path());
+  config.retention.clock = [&] { return now; };
+  config.retention.default_ttl_s = 100;
+  const auto pages = make_chain(2, kTokens, kPayload);
+  write_all(*open_store(config), pages);
+  now += 90;
+  {
+    auto store = open_store(config);
+    ASSERT_EQ(store->load_chain({pages[0].request}, kPayload, 1.0).size(), 1u);  // page 0 refreshed at +90
+  }
+  now += 20;  // +110: page 1 (last used at +0) is past its TTL, page 0 is not
+  auto store = open_store(config);
+  EXPECT_EQ(store->stats().tiers.at(0).num_pages, 1);
+  EXPECT_EQ(store->stats().tiers.at(0).expirations, 1);
+  EXPECT_EQ(store->load_chain(requests_of(pages), kPayload, 1.0).size(), 1u);
+}
+
+TEST(DiskStore, AWriterKilledMidStreamLeavesOnlyWholePages) {
+  TempDir dir;
+  const pid_t pid = testing::spawn_process({"/proc/self/exe"}, {{"DIKV_CHILD", "page_writer"}, {"DIKV_DIR", dir.path()}});
+  ASSERT_GT(pid, 0);
+  // Kill it once it has written a few pages and is still writing.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  size_t num_files = 0;
+  while (std::chrono::steady_clock::now() < deadline && num_files < 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    num_files = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() + "/pages", ec)) num_files += e.is_regular_file();
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer exited on its own";
+  ASSERT_GE(num_files, 20u);
+  // The writer's chain is make_chain(kChildPages, ...); every page present verifies.
+  auto store = open_store(disk_config(dir.path()));
+  const auto pages = make_chain(testing::kChildPages, kTokens, kPayload, 7);
+  const auto loaded = store->load_chain(requests_of(pages), kPayload, 1.0);
+  EXPECT_GE(loaded.size(), 20u);
+  expect_payloads(loaded, pages);
+  EXPECT_EQ(store->stats().tiers.at(0).checksum_failures, 0);
+}
+
+TEST(DiskStore, ConcurrentReadersAndWritersNeverSeeWrongBytes) {
+  TempDir dir;
+  // Two stores on one directory stand in for two processes; each writes its own chains while
+  // reader threads on both load all chains.
+  auto a = open_store(disk_config(dir.path()));
+  auto b = open_store(disk_config(dir.path()));
+  std::vector<std::vector<testing::TestPage>> chains;
+  for (uint32_t seed = 10; seed < 16; ++seed) chains.push_back(make_chain(6, kTokens, kPayload, seed));
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> loaded_pages{0};
+  auto reader = [&](KvStore& store) {
+    while (!done) {
+      for (const auto& chain : chains) {
+        const auto loaded = store.load_chain(requests_of(chain), kPayload, 1.0);
+        for (size_t i = 0; i < loaded.size(); ++i) {
+          ASSERT_EQ(std::memcmp(loaded[i].payload.data(), chain[i].payload.data(), kPayload), 0);
+        }
+        loaded_pages += static_cast<int64_t>(loaded.size());
+      }
+    }
+  };
+  std::thread r1(reader, std::ref(*a)), r2(reader, std::ref(*b));
+  for (size_t c = 0; c < chains.size(); ++c) {
+    KvStore& writer = c % 2 == 0 ? *a : *b;
+    for (const auto& page : chains[c]) writer.enqueue_write(to_write(page));
+  }
+  a->flush();
+  b->flush();
+  done = true;
+  r1.join();
+  r2.join();
+  for (const auto& chain : chains) EXPECT_EQ(a->load_chain(requests_of(chain), kPayload, 1.0).size(), 6u);
+  for (const auto& chain : chains) EXPECT_EQ(b->load_chain(requests_of(chain), kPayload, 1.0).size(), 6u);
+  EXPECT_EQ(a->stats().tiers.at(0).checksum_failures + b->stats().tiers.at(0).checksum_failures, 0);
+}
+
+TEST(DiskStore, AFullWriteQueueDropsAndCounts) {
+  TempDir dir;
+  KvStoreConfig config = disk_config(dir.path());
+  config.write_queue_pages = 2;
+  auto store = open_store(config);
+  const auto pages = make_chain(200, kTokens, kPayload);
+  int64_t accepted = 0;
+  for (const auto& page : pages) accepted += store->enqueue_write(to_write(page));
+  store->flush();
+  const KvStoreStats stats = store->stats();
+  EXPECT_EQ(stats.pages_queued, accepted);
+  EXPECT_EQ(stats.queue_drops, 200 - accepted);
+  EXPECT_GT(stats.queue_drops, 0);
+}
+
+TEST(DiskStore, TheCostGuardSkipsPagesSlowerThanRecompute) {
+  TempDir dir;
+  KvStoreConfig config = disk_config(dir.path());
+  config.cost_guard = true;
+  auto store = open_store(config);
+  const auto pages = make_chain(3, kTokens, kPayload);
+  write_all(*store, pages);
+  ASSERT_EQ(store->tier_costs().size(), 1u);
+  EXPECT_GT(store->tier_costs()[0].bytes_per_s, 0.0);
+  // Recomputing a page in 1 ns beats any disk read; in 10 s loses to it.
+  EXPECT_TRUE(store->load_chain(requests_of(pages), kPayload, 1e-9).empty());
+  EXPECT_EQ(store->stats().loads_skipped_by_cost, 1);
+  EXPECT_EQ(store->load_chain(requests_of(pages), kPayload, 10.0).size(), 3u);
+}
+
+TEST(DiskStore, HostTierPromotesDiskHits) {
+  TempDir dir;
+  const auto pages = make_chain(3, kTokens, kPayload);
+  write_all(*open_store(disk_config(dir.path())), pages);
+  KvStoreConfig config = disk_config(dir.path());
+  config.host_bytes = 1 << 20;
+  auto store = open_store(config);
+  auto loaded = store->load_chain(requests_of(pages), kPayload, 1.0);
+  ASSERT_EQ(loaded.size(), 3u);
+  EXPECT_EQ(loaded[0].tier, 1);
+  loaded = store->load_chain(requests_of(pages), kPayload, 1.0);
+  ASSERT_EQ(loaded.size(), 3u);
+  EXPECT_EQ(loaded[0].tier, 0);
+  expect_payloads(loaded, pages);
+  EXPECT_EQ(store->stats().tiers.at(0).hits, 3);
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,0 +1,64 @@
+// The Prometheus text the server's /metrics renders: cumulative histogram buckets, counters by
+// label, and the format rules scrapers rely on (HELP and TYPE before each family).
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace deepinfer::server {
+namespace {
+
+TEST(Histogram, BucketsAreCumulativeWithSumAndCount) {
+  Histogram histogram({0.1, 1.0});
+  histogram.observe(0.05);
+  histogram.observe(0.1);  // on a bound: counted in that bucket (le = less or equal)
+  histogram.observe(0.5);
+  histogram.observe(7.0);
+  std::string out;
+  histogram.render("h", out);
+  EXPECT_EQ(out,
+            "h_bucket{le=\"0.10000000000000001\"} 2\n"
+            "h_bucket{le=\"1\"} 3\n"
+            "h_bucket{le=\"+Inf\"} 4\n"
+            "h_sum 7.6500000000000004\n"
+            "h_count 4\n");
+}
+
+TEST(Metrics, RendersEveryFamilyOnceWithHelpAndType) {
+  Metrics metrics;
+  metrics.record_request("/v1/chat/completions", 200);
+  metrics.record_request("/v1/chat/completions", 200);
+  metrics.record_request("/v1/messages", 529);
+  metrics.add_prompt_tokens(12);
+  metrics.add_generation_tokens(5);
+  metrics.set_engine(EngineGauges{3, 2, 0.25, 100, 64, 1});
+  metrics.observe_ttft(0.2);
+  const std::string text = metrics.render();
+  EXPECT_NE(text.find("deepinfer_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_requests_total{endpoint=\"/v1/messages\",status=\"529\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_num_requests_waiting 3\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_num_requests_running 2\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_kv_cache_usage_ratio 0.25\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_prompt_tokens_total 12\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_generation_tokens_total 5\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_prefix_cache_queries_tokens_total 100\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_prefix_cache_hits_tokens_total 64\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_time_to_first_token_seconds_count 1\n"), std::string::npos);
+  // Every sample line belongs to a family declared just before with # TYPE.
+  std::istringstream lines(text);
+  std::string line;
+  std::string family;
+  while (std::getline(lines, line)) {
+    if (line.starts_with("# TYPE ")) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      continue;
+    }
+    if (line.starts_with("#")) continue;
+    ASSERT_FALSE(family.empty()) << line;
+    EXPECT_TRUE(line.starts_with(family)) << line << " outside family " << family;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::server

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# tools/gpu/check.sh: the CUDA backend's whole check on the GPU machine in one command (< 9 min):
+# builds it (Release, sm_90a, -j16; or unpacks the bundle tools/gpu/pack.sh made when this machine
+# lacks the host libraries), runs tests/cuda (every CUDA op against kernels/ref, the transformers
+# fixtures on --device cuda, bf16 vs float32, batch invariance), then `deepinfer bench --device cuda`
+# on random Llama-3-8B- and Qwen3-8B-shaped bf16 models. Logs and summary.txt go to $OUT.
+# Usage, from the repository root: tools/gpu/check.sh [--no-bench] [--long]
+# (32K prefill runs on the Llama shape; --long adds it for Qwen3 too.)
+set -uo pipefail
+OUT=${OUT:-/tmp/deepinfer-gpu-check}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+START=$(date +%s)
+BENCH=1
+LONG=0
+for arg in "$@"; do
+  case "$arg" in
+    --no-bench) BENCH=0 ;;
+    --long) LONG=1 ;;
+    *) echo "unknown flag $arg" >&2; exit 2 ;;
+  esac
+done
+note() { echo "$*" | tee -a "$SUMMARY"; }
+elapsed() { echo $(( $(date +%s) - START )); }
+
+note "== deepinfer GPU check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+
+# 1. Build here, or fall back to the carried bundle.
+BIN=""
+BUILD_DIR=build-gpu
+if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+     -DDEEPINFER_CUDA=ON -DBUILD_TESTING=ON -DDEEPINFER_BENCH=ON > "$OUT/build.log" 2>&1 &&
+   cmake --build "$BUILD_DIR" --target test_cuda deepinfer deepinfer-make-random-model -j16 >> "$OUT/build.log" 2>&1; then
+  BIN="$BUILD_DIR/bin"
+  note "build: built here in $(elapsed) s"
+elif [ -f build-cuda/gpu-bundle.tar.xz ]; then
+  note "build: this machine cannot build it (tail of build.log below); using build-cuda/gpu-bundle.tar.xz"
+  tail -5 "$OUT/build.log" | tee -a "$SUMMARY"
+  mkdir -p /tmp/deepinfer-bundle && tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
+  BIN=/tmp/deepinfer-bundle/bin
+  export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
+  # The test binary looks for tests/data at the path it was built with.
+  DATA_DIR=$(cat /tmp/deepinfer-bundle/source_dir)
+  if [ ! -e "$DATA_DIR" ]; then mkdir -p "$(dirname "$DATA_DIR")" && ln -s "$PWD" "$DATA_DIR"; fi
+else
+  note "build: FAILED and no bundle (tail of build.log):"
+  tail -30 "$OUT/build.log" | tee -a "$SUMMARY"
+  exit 1
+fi
+
+# 2. Tests.
+timeout 300 "$BIN/test_cuda" --gtest_color=no > "$OUT/test_cuda.log" 2>&1
+TEST_RC=$?
+note "test_cuda: exit $TEST_RC after $(elapsed) s; $(grep -c '^\[       OK \]' "$OUT/test_cuda.log") passed, $(grep -c '^\[  FAILED  \].*ms)' "$OUT/test_cuda.log") failed"
+grep -E '^\[  FAILED  \].*ms\)|\[bf16 vs f32\]' "$OUT/test_cuda.log" | tee -a "$SUMMARY"
+grep -B3 -A12 -m5 'Failure' "$OUT/test_cuda.log" | head -80 > "$OUT/test_failures.txt"
+
+# 3. Benchmarks.
+if [ "$BENCH" = 1 ]; then
+  MODELS=/tmp/deepinfer-bench-models
+  : > "$OUT/bench.jsonl"
+  for name in llama3-8b qwen3-8b; do
+    if [ "$(elapsed)" -gt 420 ]; then note "bench $name: skipped (time budget)"; continue; fi
+    rm -rf "$MODELS" && mkdir -p "$MODELS"
+    "$BIN/deepinfer-make-random-model" --config "bench/configs/$name.json" --out "$MODELS/$name" --dtype bf16 \
+      >> "$OUT/bench.log" 2>&1 || { note "bench $name: model generation failed"; continue; }
+    PREFILL=4096
+    if [ "$name" = llama3-8b ] || [ "$LONG" = 1 ]; then PREFILL=4096,32768; fi
+    echo "== $name" >> "$OUT/bench.log"
+    timeout 200 "$BIN/deepinfer" bench --device cuda --model "$MODELS/$name" --batches 1,8,64,256 \
+      --contexts 1024,8192 --prefill "$PREFILL" --steps 8 2>> "$OUT/bench.log" |
+      sed "s/^{/{\"config\":\"$name\",/" | tee -a "$OUT/bench.jsonl" >> "$OUT/bench.log"
+    note "bench $name: exit ${PIPESTATUS[0]} at $(elapsed) s"
+    rm -rf "$MODELS"
+  done
+  python3 - "$OUT/bench.jsonl" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    k = r["kind"]
+    if k == "peaks":
+        print(f'{r["config"]}: copy {r["copy_tb_s"]:.2f} TB/s, bf16 GEMM {r["bf16_matmul_tflop_s"]:.0f} TFLOP/s, weights {r["weight_gb_per_step"]:.2f} GB')
+    elif k == "decode":
+        print(f'{r["config"]} decode b={r["batch"]:>3} ctx={r["context"]:>5}: {r["tok_s"]:>9.1f} tok/s  step {r["step_ms"]:.2f} ms  {r["achieved_tb_s"]:.2f} TB/s = {100*r["bandwidth_fraction"]:.1f}% of copy{"  (shared KV pages)" if r["shared_kv"] else ""}')
+    elif k == "decode_attention":
+        print(f'{r["config"]} decode attention b={r["batch"]} ctx={r["context"]}: {r["us"]:.1f} us, {r["effective_tb_s"]:.2f} TB/s effective')
+    elif k == "prefill":
+        print(f'{r["config"]} prefill {r["tokens"]}: {r["tok_s"]:.0f} tok/s, {r["tflop_s"]:.0f} TFLOP/s = {100*r["matmul_fraction"]:.1f}% of GEMM (attention {100*r["attention_flop_share"]:.0f}% of FLOPs)')
+PY
+fi
+note "total: $(elapsed) s"
+exit $TEST_RC
