@@ -25,6 +25,10 @@ struct StructuredOutputParams {
   bool strict = true;
   // Whitespace bytes allowed between JSON tokens (0: compact JSON).
   int32_t max_whitespace = 0;
+  // kJsonSchema: literal text the output starts and ends with around the JSON value (set by the
+  // API layer to force one tool call in the model's own markers, e.g. "<tool_call>\n").
+  std::string prefix;
+  std::string suffix;
 };
 
 struct SamplingParams {

@@ -356,7 +356,7 @@ EngineCore::~EngineCore() = default;
 const EngineConfig& EngineCore::config() const { return impl_->config; }
 
 Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> prompt, const SamplingParams& params,
-                                     int32_t priority, std::string cache_salt) {
+                                     int32_t priority, std::string cache_salt, TrafficClass kv_cache_class) {
   Impl& m = *impl_;
   const int64_t vocab = m.model.config().vocab_size;
   if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
@@ -402,6 +402,7 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   if (params.prompt_logprobs) group.prompt_logprobs.resize(prompt.size());
   for (int32_t i = 0; i < params.n; ++i) {
     Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
+    seq->request.kv_cache_class = kv_cache_class;
     group.seq_ids.push_back(seq->request.seq_id);
     if (i == 0 && m.offload) {
       m.offload->hold(&seq->request);  // joins the scheduler once its stored prefix is loaded

@@ -91,7 +91,8 @@ class EngineCore {
   // Errors: empty prompt, ids outside the vocabulary, prompt + max_tokens beyond max_model_len
   // or the KV pool, invalid sampling parameters, a duplicate request id.
   Result<void> add_request(int64_t request_id, std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
-                           int32_t priority = 0, std::string cache_salt = "");
+                           int32_t priority = 0, std::string cache_salt = "",
+                           TrafficClass kv_cache_class = TrafficClass::kDefault);
   // Cancels at any point; frees everything; the next step() reports it finished (kAbort).
   void abort_request(int64_t request_id);
   std::vector<RequestOutput> step();

@@ -165,6 +165,7 @@ void KvOffload::persist(const Request& request, const std::vector<int32_t>& bloc
     PageWrite write;
     write.hash = hash;
     write.page_index = i;
+    write.traffic_class = request.kv_cache_class;
     const auto begin = tokens.begin() + static_cast<ptrdiff_t>(i) * block_size_;
     write.token_ids.assign(begin, begin + block_size_);
     write.payload.resize(static_cast<size_t>(payload_bytes_));

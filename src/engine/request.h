@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
+#include "kvstore/page_format.h"
 
 namespace deepinfer {
 
@@ -33,6 +34,7 @@ struct Request {
   int32_t priority = 0;     // lower runs first under the priority policy
   int64_t arrival = 0;      // arrival order
   std::string cache_salt;   // tenant isolation of the prefix cache (set by the server only)
+  TrafficClass kv_cache_class = TrafficClass::kDefault;  // TTL of its pages in the persistent store
 
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;

@@ -55,6 +55,8 @@ grammar::GrammarSpec to_grammar_spec(const StructuredOutputParams& params) {
   spec.choices = params.choices;
   spec.json.lenient = !params.strict;
   spec.json.max_whitespace = params.max_whitespace;
+  spec.json.prefix = params.prefix;
+  spec.json.suffix = params.suffix;
   switch (params.kind) {
     case Kind::kJsonSchema: spec.kind = grammar::GrammarSpec::Kind::kJsonSchema; break;
     case Kind::kJsonObject: spec.kind = grammar::GrammarSpec::Kind::kJsonObject; break;
@@ -112,6 +114,13 @@ Result<void> read_structured_output(const json& request, SamplingParams& p) {
   if (found.size() > 1) {
     return Error{"give at most one of response_format, text.format, guided_json, guided_regex, guided_grammar, "
                  "guided_choice"};
+  }
+  if (request.contains("structured_outputs_lenient") && !request["structured_outputs_lenient"].is_null()) {
+    if (!request["structured_outputs_lenient"].is_boolean()) {
+      return wrong_shape("structured_outputs_lenient", "a boolean");
+    }
+    // Drops what the engine cannot enforce (with warnings) instead of failing the request.
+    if (request["structured_outputs_lenient"].get<bool>() && !found.empty()) found[0].strict = false;
   }
   if (!found.empty()) p.structured_output = std::move(found[0]);
   return {};

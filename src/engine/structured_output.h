@@ -23,7 +23,8 @@ grammar::GrammarSpec to_grammar_spec(const StructuredOutputParams& params);
 // Reads OpenAI's response_format ({"type": "json_schema", "json_schema": {"schema", "strict"}}
 // or {"type": "json_object"}), the Responses API's text.format, and vLLM's guided_json,
 // guided_regex, guided_grammar and guided_choice into p.structured_output. At most one may be
-// given; a wrong shape is an error naming the field.
+// given; a wrong shape is an error naming the field. structured_outputs_lenient: true (or a
+// schema's "strict": false) compiles in lenient mode.
 Result<void> read_structured_output(const nlohmann::json& request, SamplingParams& p);
 
 // Not thread-safe: the engine thread drives it (prefetch runs masks on a helper thread until

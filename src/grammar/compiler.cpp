@@ -11,6 +11,7 @@ std::string GrammarSpec::key() const {
   k += json.strict_properties ? 's' : 'o';
   k += json.lenient ? 'l' : 'x';
   k += std::to_string(json.max_whitespace) + ":";
+  k += std::to_string(json.prefix.size()) + ":" + json.prefix + std::to_string(json.suffix.size()) + ":" + json.suffix;
   if (kind == Kind::kChoice) {
     for (const auto& c : choices) k += std::to_string(c.size()) + ":" + c;
   } else {

@@ -408,7 +408,11 @@ Result<Grammar> JsonSchemaCompiler::compile_document(const Json& root) {
   root_ = &root;
   const Symbol top = schema(root, "", 0);
   if (!b_.ok()) return Error{"JSON Schema: " + b_.error()};
-  const int32_t rule = b_.define_rule("root", {Sequence{top}});
+  Sequence body;
+  b_.append_literal(body, options_.prefix);
+  body.push_back(top);
+  b_.append_literal(body, options_.suffix);
+  const int32_t rule = b_.define_rule("root", {std::move(body)});
   auto grammar = b_.finish(rule);
   if (!grammar.ok()) return Error{"JSON Schema: " + grammar.error().message};
   return grammar;

@@ -83,7 +83,12 @@ struct ApiRequest {
   // response_format / text.format / guided_json / guided_regex / guided_grammar / guided_choice as
   // sent, wrapped as {"<field name>": value}; nullopt when none was given or it is plain text.
   std::optional<nlohmann::ordered_json> structured_output;
+  // What lenient structured output dropped (JSON Schema keywords the engine cannot enforce); the
+  // response carries them as a top-level "warnings" array.
+  std::vector<std::string> warnings;
   std::string cache_salt;
+  // Extension field kv_cache_class: how long the persistent KV store keeps the prompt's pages.
+  TrafficClass kv_cache_class = TrafficClass::kDefault;
   int32_t priority = 0;
   // Request fields a response echoes back (Responses: instructions, tools, tool_choice,
   // temperature, top_p, max_output_tokens, metadata, ...; Messages: nothing).

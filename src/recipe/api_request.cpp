@@ -73,6 +73,17 @@ std::optional<ApiError> parse_common(const Json& body, ApiRequest& request) {
   if (const Json* stream = find_field(body, "stream")) request.stream = stream->get<bool>();
   if (auto e = check_string(body, "cache_salt", "")) return e;
   if (const Json* salt = find_field(body, "cache_salt")) request.cache_salt = salt->get<std::string>();
+  if (const Json* kv_class = find_field(body, "kv_cache_class")) {
+    const std::string name = kv_class->is_string() ? kv_class->get<std::string>() : "";
+    if (name == "chat") {
+      request.kv_cache_class = TrafficClass::kChat;
+    } else if (name == "agent") {
+      request.kv_cache_class = TrafficClass::kAgent;
+    } else if (name != "default") {
+      return bad_request("kv_cache_class", "kv_cache_class: expected \"chat\", \"agent\" or \"default\", got " +
+                                               kv_class->dump());
+    }
+  }
   if (const Json* priority = find_field(body, "priority")) {
     if (!priority->is_number_integer()) return wrong_type("priority", "an integer", *priority);
     request.priority = priority->get<int32_t>();
@@ -131,7 +142,7 @@ std::optional<ApiError> apply_sampling(ApiRequest& request, const Json& fields, 
     request.logprobs = true;
     request.top_logprobs = *request.sampling.logprobs;
   }
-  return std::nullopt;
+  return collect_structured_warnings(request);
 }
 
 namespace {
@@ -206,6 +217,9 @@ ParseResult finish_chat_request(ApiRequest request, ChatInput input, const Model
   request.sampling.skip_special_tokens = false;
   if (auto error = apply_sampling(request, input.sampling_fields, input.max_tokens_field, 0, input.prompt_field, model)) {
     return *error;
+  }
+  if (input.tool_choice == ToolChoice::kRequired) {
+    if (auto error = constrain_tool_call(request, conversation.tools, model.family)) return *error;
   }
   return request;
 }

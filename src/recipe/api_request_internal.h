@@ -57,6 +57,16 @@ std::optional<ApiError> parse_common(const Json& body, ApiRequest& request);
 // response_format / text.format / guided_*: kept for structured output.
 void keep_structured_output(const Json& body, ApiRequest& request);
 
+// Lenient JSON Schema output (strict false): runs the front end now, so the keywords it drops
+// reach request.warnings; a schema it still cannot compile is a 400 naming the field.
+std::optional<ApiError> collect_structured_warnings(ApiRequest& request);
+// tool_choice "required" or a named function, Qwen3 family: sets request.sampling's structured
+// output to exactly one `<tool_call>` whose name is one of tools and whose arguments validate
+// against that tool's parameters (lenient unless a tool is strict; drops go to request.warnings).
+// Other families are left unconstrained. Errors: response_format given too, or a parameters
+// schema the engine cannot compile.
+std::optional<ApiError> constrain_tool_call(ApiRequest& request, const std::vector<Json>& tools, ChatFamily family);
+
 ParseResult parse_chat_completions(const Json& body, const ModelContext& model);
 ParseResult parse_completions(const Json& body, const ModelContext& model);
 ParseResult parse_responses(const Json& body, const ModelContext& model);

@@ -45,7 +45,7 @@ constexpr std::initializer_list<const char*> kOpenAiSampling = {
     "stop_token_ids", "ignore_eos", "min_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "logit_bias", "include_stop_str_in_output", "prompt_logprobs",
     // Structured output: the engine reads and enforces these (engine/structured_output.h).
-    "response_format", "guided_json", "guided_regex", "guided_grammar", "guided_choice"};
+    "response_format", "guided_json", "guided_regex", "guided_grammar", "guided_choice", "structured_outputs_lenient"};
 
 }  // namespace
 

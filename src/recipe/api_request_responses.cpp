@@ -194,7 +194,7 @@ ParseResult parse_responses(const Json& body, const ModelContext& model) {
            {"max_output_tokens", "max_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"},
            {"top_k", "top_k"}, {"seed", "seed"}, {"top_logprobs", "top_logprobs"}, {"text", "text"},
            {"guided_json", "guided_json"}, {"guided_regex", "guided_regex"}, {"guided_grammar", "guided_grammar"},
-           {"guided_choice", "guided_choice"}}) {
+           {"guided_choice", "guided_choice"}, {"structured_outputs_lenient", "structured_outputs_lenient"}}) {
     if (const Json* v = find_field(body, from)) input.sampling_fields[to] = *v;
   }
   for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",

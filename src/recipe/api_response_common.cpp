@@ -79,6 +79,23 @@ int32_t BuilderBase::num_completion_tokens() const {
   return static_cast<int32_t>(n);
 }
 
+void BuilderBase::add_warnings(Json& object) const {
+  if (request_.warnings.empty()) return;
+  object["warnings"] = request_.warnings;
+}
+
+std::vector<std::string> BuilderBase::openai_stream_end(Json header) const {
+  std::vector<std::string> frames;
+  if (request_.include_usage || !request_.warnings.empty()) {
+    header["choices"] = Json::array();
+    if (request_.include_usage) header["usage"] = usage_openai();
+    add_warnings(header);
+    frames.push_back(sse_data(header));
+  }
+  frames.push_back("data: [DONE]\n\n");
+  return frames;
+}
+
 Json BuilderBase::usage_openai() const {
   const int32_t completion = num_completion_tokens();
   return Json{{"prompt_tokens", num_prompt_tokens_},

@@ -48,6 +48,11 @@ class BuilderBase : public ApiResponseBuilder {
   void note_output(const RequestOutput& output);
   int32_t num_completion_tokens() const;
   Json usage_openai() const;  // Chat / Completions usage
+  // Chat / Completions stream end: a last chunk with no choices when usage or warnings are due
+  // (header: the builder's chunk header), then "data: [DONE]".
+  std::vector<std::string> openai_stream_end(Json header) const;
+  // Sets object["warnings"] to the request's structured-output warnings, when there are any.
+  void add_warnings(Json& object) const;
   // "call_<id>_<n>" / "toolu_<id>_<n>": unique within the response.
   std::string tool_call_id(const char* prefix, size_t sample, size_t index) const;
   // stop | length | tool_calls.

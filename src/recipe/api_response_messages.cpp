@@ -33,10 +33,11 @@ class MessagesBuilder : public BuilderBase {
     std::vector<std::string> frames;
     close_block(frames);
     const auto [reason, sequence] = stop_reason();
-    Json usage = usage_object();
-    frames.push_back(sse_event("message_delta", {{"type", "message_delta"},
-                                                 {"delta", {{"stop_reason", reason}, {"stop_sequence", sequence}}},
-                                                 {"usage", usage}}));
+    Json delta = {{"type", "message_delta"},
+                  {"delta", {{"stop_reason", reason}, {"stop_sequence", sequence}}},
+                  {"usage", usage_object()}};
+    add_warnings(delta);
+    frames.push_back(sse_event("message_delta", delta));
     frames.push_back(sse_event("message_stop", {{"type", "message_stop"}}));
     return frames;
   }
@@ -49,6 +50,7 @@ class MessagesBuilder : public BuilderBase {
     const auto [reason, sequence] = stop_reason();
     message["stop_reason"] = reason;
     message["stop_sequence"] = sequence;
+    add_warnings(message);
     return message;
   }
 

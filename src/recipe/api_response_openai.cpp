@@ -35,17 +35,7 @@ class ChatBuilder : public BuilderBase {
     return frames;
   }
 
-  std::vector<std::string> finish_stream() override {
-    std::vector<std::string> frames;
-    if (request_.include_usage) {
-      Json usage_chunk = header();
-      usage_chunk["choices"] = Json::array();
-      usage_chunk["usage"] = usage_openai();
-      frames.push_back(sse_data(usage_chunk));
-    }
-    frames.push_back("data: [DONE]\n\n");
-    return frames;
-  }
+  std::vector<std::string> finish_stream() override { return openai_stream_end(header()); }
 
   Json final_body() override {
     Json body = header();
@@ -70,6 +60,7 @@ class ChatBuilder : public BuilderBase {
     }
     body["choices"] = std::move(choices);
     body["usage"] = usage_openai();
+    add_warnings(body);
     return body;
   }
 
@@ -154,17 +145,7 @@ class CompletionsBuilder : public BuilderBase {
     return frames;
   }
 
-  std::vector<std::string> finish_stream() override {
-    std::vector<std::string> frames;
-    if (request_.include_usage) {
-      Json usage_chunk = header();
-      usage_chunk["choices"] = Json::array();
-      usage_chunk["usage"] = usage_openai();
-      frames.push_back(sse_data(usage_chunk));
-    }
-    frames.push_back("data: [DONE]\n\n");
-    return frames;
-  }
+  std::vector<std::string> finish_stream() override { return openai_stream_end(header()); }
 
   Json final_body() override {
     Json body = header();
@@ -184,6 +165,7 @@ class CompletionsBuilder : public BuilderBase {
     }
     body["choices"] = std::move(choices);
     body["usage"] = usage_openai();
+    add_warnings(body);
     return body;
   }
 

@@ -65,7 +65,7 @@ void EngineWorker::admit(Pending pending) {
   Result<void> added;
   try {
     added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
-                                std::move(s.cache_salt));
+                                std::move(s.cache_salt), s.kv_cache_class);
   } catch (const std::exception& e) {
     // A failed check while validating one request refuses that request, not the server.
     added = Error{e.what()};
@@ -121,6 +121,7 @@ void EngineWorker::publish_gauges() {
   gauges.prefix_queried_tokens = stats.prefix_cache.queried_tokens;
   gauges.prefix_hit_tokens = stats.prefix_cache.hit_tokens;
   gauges.num_preemptions = stats.num_preemptions;
+  gauges.kv_store = stats.kv_store;
   metrics_.set_engine(gauges);
 }
 

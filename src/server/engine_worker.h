@@ -47,6 +47,7 @@ struct Submission {
   int32_t priority = 0;
   std::string cache_salt;
   std::shared_ptr<OutputChannel> channel;  // receives every output; the worker keeps it alive
+  TrafficClass kv_cache_class = TrafficClass::kDefault;
 };
 
 class EngineWorker {

@@ -126,7 +126,7 @@ class GenerationHandler {
     auto channel = std::make_shared<OutputChannel>(stream_.get_executor(),
                                                    static_cast<size_t>(context_.config.stream_buffer_outputs));
     RunningRequest running(stream_, context_, channel);
-    Submission submission{api.prompt_token_ids, api.sampling, api.priority, api.cache_salt, channel};
+    Submission submission{api.prompt_token_ids, api.sampling, api.priority, api.cache_salt, channel, api.kv_cache_class};
     const std::optional<int64_t> request_id = context_.worker->submit(std::move(submission));
     if (!request_id) {
       const int status = kind_ == ApiKind::kMessages ? 529 : 429;

