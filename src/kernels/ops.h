@@ -154,6 +154,7 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
                                                                                                               \
   /* Copies new K/V rows into the cache: cache row slot_mapping[t] (= block_id * block_size + offset)         \
      gets k[t, :] / v[t, :]. k, v: [num_tokens, kv_dim]; caches: [num_blocks * block_size, kv_dim]. */        \
+  /* A negative slot skips token t (a replayed token whose KV is already cached). */                        \
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens,             \
                 int64_t kv_dim, float* k_cache, float* v_cache);                                              \
                                                                                                               \

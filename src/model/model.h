@@ -31,6 +31,11 @@ struct ForwardBatch {
   // > 0): their slots and tables, shaped as slot_mapping and block_table. Empty otherwise.
   std::vector<int32_t> swa_slot_mapping;
   std::vector<int32_t> swa_block_table;
+  // SWA bounded replay (docs/kvstore.md): when set, the sliding-window layers see only the keys
+  // from a page-aligned replay start on: swa_block_table begins at that start's page and
+  // swa_seq_len[s] counts tokens from it. A slot_mapping entry < 0 leaves the full-attention
+  // layers' cache untouched (the replay reads their stored KV and does not rewrite it).
+  std::vector<int32_t> swa_seq_len;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }

@@ -223,8 +223,8 @@ void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64
   const size_t row_bytes = static_cast<size_t>(kv_dim) * sizeof(float);
 #pragma omp parallel for schedule(static) if (num_tokens * kv_dim >= 65536)
   for (int64_t t = 0; t < num_tokens; ++t) {
-    DI_CHECK(slot_mapping[t] >= 0, "token " << t << " has slot " << slot_mapping[t]);
     const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // a replayed token whose KV is already cached (as the CUDA kernel)
     std::memcpy(k_cache + slot * kv_dim, k + t * kv_dim, row_bytes);
     std::memcpy(v_cache + slot * kv_dim, v + t * kv_dim, row_bytes);
   }

@@ -52,6 +52,11 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
     device.swa_block_table = upload_ints(backend, batch.swa_block_table);
     device.swa_paged = device.paged;
     device.swa_paged.block_table = device.swa_block_table.as<int32_t>();
+    if (!batch.swa_seq_len.empty()) {
+      DI_CHECK(batch.swa_seq_len.size() == batch.seq_len.size(), "swa_seq_len must be shaped as seq_len");
+      device.swa_seq_len = upload_ints(backend, batch.swa_seq_len);
+      device.swa_paged.seq_len = device.swa_seq_len.as<int32_t>();
+    }
   }
   return device;
 }

@@ -24,6 +24,7 @@ struct DeviceBatch {
   // swa_* fields); swa_paged.block_table is null otherwise and those layers use paged.
   DeviceBuffer swa_slot_mapping;  // [num_tokens] i32
   DeviceBuffer swa_block_table;   // [num_seqs, max_blocks_per_seq] i32
+  DeviceBuffer swa_seq_len;       // [num_seqs] i32, a replay's (ForwardBatch::swa_seq_len)
   kernels::PagedBatch swa_paged;
   int64_t num_tokens = 0;
 
