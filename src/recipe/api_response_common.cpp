@@ -84,6 +84,11 @@ void BuilderBase::add_warnings(Json& object) const {
   object["warnings"] = request_.warnings;
 }
 
+Json BuilderBase::openai_header(const char* object) const {
+  return Json{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_.served_name},
+              {"system_fingerprint", nullptr}};
+}
+
 std::vector<std::string> BuilderBase::openai_stream_end(Json header) const {
   std::vector<std::string> frames;
   if (request_.include_usage || !request_.warnings.empty()) {

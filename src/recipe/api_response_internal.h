@@ -48,6 +48,8 @@ class BuilderBase : public ApiResponseBuilder {
   void note_output(const RequestOutput& output);
   int32_t num_completion_tokens() const;
   Json usage_openai() const;  // Chat / Completions usage
+  // The id / object / created / model fields every Chat and Completions body and chunk starts with.
+  Json openai_header(const char* object) const;
   // Chat / Completions stream end: a last chunk with no choices when usage or warnings are due
   // (header: the builder's chunk header), then "data: [DONE]".
   std::vector<std::string> openai_stream_end(Json header) const;

@@ -64,16 +64,10 @@ class ChatBuilder : public BuilderBase {
     return body;
   }
 
-  std::string stream_error(const ApiError& error) override {
-    return sse_data(Json{{"error", {{"message", error.message}, {"type", error.type},
-                                    {"param", error.param.empty() ? Json() : Json(error.param)}, {"code", nullptr}}}});
-  }
+  std::string stream_error(const ApiError& error) override { return "data: " + error_body(request_.kind, error) + "\n\n"; }
 
  private:
-  Json header() const {
-    return Json{{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_.served_name},
-                {"system_fingerprint", nullptr}};
-  }
+  Json header() const { return openai_header("chat.completion.chunk"); }
 
   std::string chunk(int32_t index, Json delta, Json logprobs, Json finish_reason) const {
     Json c = header();
@@ -169,16 +163,10 @@ class CompletionsBuilder : public BuilderBase {
     return body;
   }
 
-  std::string stream_error(const ApiError& error) override {
-    return sse_data(Json{{"error", {{"message", error.message}, {"type", error.type},
-                                    {"param", error.param.empty() ? Json() : Json(error.param)}, {"code", nullptr}}}});
-  }
+  std::string stream_error(const ApiError& error) override { return "data: " + error_body(request_.kind, error) + "\n\n"; }
 
  private:
-  Json header() const {
-    return Json{{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_.served_name},
-                {"system_fingerprint", nullptr}};
-  }
+  Json header() const { return openai_header("text_completion"); }
 
   std::string chunk(int32_t index, const std::string& text, Json logprobs, Json finish_reason) const {
     Json c = header();
