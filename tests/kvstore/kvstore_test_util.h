@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +50,23 @@ struct TestPage {
   PageRequest request;
   std::vector<uint8_t> payload;
 };
+
+// A store with the host tier off and the load-or-recompute check off, so every lookup reaches
+// the tier under test. backend: "disk" (in dir) or a redis:// URL.
+inline KvStoreConfig tier_only_config(const std::string& dir, const std::string& backend = "disk") {
+  KvStoreConfig config;
+  config.dir = dir;
+  config.backend = backend;
+  config.host_bytes = 0;
+  config.cost_guard = false;
+  return config;
+}
+
+inline std::unique_ptr<KvStore> open_store(const KvStoreConfig& config) {
+  auto store = KvStore::open(config, "test-layout");
+  EXPECT_TRUE(store.ok()) << store.error().message;
+  return std::move(*store);
+}
 
 inline std::vector<TestPage> make_chain(int32_t num_pages, int32_t page_tokens, size_t payload_bytes,
                                         uint32_t seed = 1) {

@@ -20,6 +20,7 @@ namespace deepinfer {
 namespace {
 
 using testing::make_chain;
+using testing::open_store;
 using testing::requests_of;
 using testing::TempDir;
 using testing::to_write;
@@ -27,19 +28,7 @@ using testing::to_write;
 constexpr int32_t kTokens = 16;
 constexpr size_t kPayload = 2048;
 
-KvStoreConfig disk_config(const std::string& dir) {
-  KvStoreConfig config;
-  config.dir = dir;
-  config.host_bytes = 0;
-  config.cost_guard = false;
-  return config;
-}
-
-std::unique_ptr<KvStore> open_store(const KvStoreConfig& config) {
-  auto store = KvStore::open(config, "test-layout");
-  EXPECT_TRUE(store.ok()) << store.error().message;
-  return std::move(*store);
-}
+KvStoreConfig disk_config(const std::string& dir) { return testing::tier_only_config(dir); }
 
 void write_all(KvStore& store, const std::vector<testing::TestPage>& pages) {
   for (const auto& page : pages) ASSERT_TRUE(store.enqueue_write(to_write(page)));

@@ -11,25 +11,14 @@ namespace deepinfer {
 namespace {
 
 using testing::make_chain;
+using testing::open_store;
 using testing::requests_of;
 using testing::to_write;
 
 constexpr int32_t kTokens = 16;
 constexpr size_t kPayload = 4096;
 
-KvStoreConfig redis_config(const std::string& url) {
-  KvStoreConfig config;
-  config.backend = url;
-  config.host_bytes = 0;
-  config.cost_guard = false;
-  return config;
-}
-
-std::unique_ptr<KvStore> open_store(const KvStoreConfig& config) {
-  auto store = KvStore::open(config, "test-layout");
-  EXPECT_TRUE(store.ok()) << store.error().message;
-  return std::move(*store);
-}
+KvStoreConfig redis_config(const std::string& url) { return testing::tier_only_config("", url); }
 
 TEST(RedisStore, ParsesBackendUrls) {
   auto address = parse_redis_url("redis://10.0.0.5:7000");
