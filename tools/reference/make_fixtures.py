@@ -205,6 +205,20 @@ def tensor_names(path):
         return sorted(f.keys())
 
 
+def save_fixture(model, outdir, name):
+    """Saves model + generation config into a fresh outdir, keeps only KEEP_FILES, prints the
+    config.json transformers wrote; returns the names of the files it removed."""
+    shutil.rmtree(outdir, ignore_errors=True)
+    model.save_pretrained(outdir, safe_serialization=True)
+    model.generation_config.save_pretrained(outdir)
+    extra = sorted(set(os.listdir(outdir)) - KEEP_FILES)
+    for fname in extra:
+        os.remove(os.path.join(outdir, fname))
+    with open(os.path.join(outdir, "config.json")) as f:
+        print(f"--- {name}: config.json as transformers wrote it:\n{json.dumps(json.load(f), sort_keys=True)}")
+    return extra
+
+
 def main():
     parser = argparse.ArgumentParser(description="Write tests/data-style fixtures.")
     parser.add_argument("--out", required=True, help="folder that receives one folder per model")
@@ -224,16 +238,7 @@ def main():
         seed = 1000 + index
         model = build(cfg_cls, model_cls, overrides, seed)
         outdir = os.path.join(args.out, name)
-        shutil.rmtree(outdir, ignore_errors=True)
-        model.save_pretrained(outdir, safe_serialization=True)
-        model.generation_config.save_pretrained(outdir)
-        with open(os.path.join(outdir, "config.json")) as f:
-            saved_cfg = json.load(f)
-        print(f"--- {name}: config.json as transformers wrote it:")
-        print(json.dumps(saved_cfg, sort_keys=True))
-        extra = sorted(set(os.listdir(outdir)) - KEEP_FILES)
-        for fname in extra:
-            os.remove(os.path.join(outdir, fname))
+        extra = save_fixture(model, outdir, name)
         if fmt == "old":
             to_old_format(os.path.join(outdir, "config.json"))
 

@@ -222,13 +222,7 @@ def make_one(args, index, name, cfg_name, model_name, overrides, fmt, summary):
     seed = 2000 + index
     model = build(cfg_name, model_name, overrides, seed)
     outdir = os.path.join(args.out, name)
-    shutil.rmtree(outdir, ignore_errors=True)
-    model.save_pretrained(outdir, safe_serialization=True)
-    model.generation_config.save_pretrained(outdir)
-    for fname in sorted(set(os.listdir(outdir)) - mf.KEEP_FILES):
-        os.remove(os.path.join(outdir, fname))
-    with open(os.path.join(outdir, "config.json")) as f:
-        print(f"--- {name}: config.json as transformers wrote it:\n{json.dumps(json.load(f), sort_keys=True)}")
+    mf.save_fixture(model, outdir, name)
     weights = os.path.join(outdir, "model.safetensors")
     print(f"{name}: tensors as saved: {mf.tensor_names(weights)}")
     # qwen3_moe keeps whatever layout transformers saves; the others get the published one.
