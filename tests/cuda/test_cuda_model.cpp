@@ -65,20 +65,8 @@ TEST_P(CudaFixture, GreedyMatchesTransformersUpToFirstNearTie) {
   const nlohmann::json expected = load_expected(GetParam());
   Loaded loaded = load_on(fixture_dir(GetParam()), "cuda");
   const auto& greedy = expected["greedy"];
-  GenerateOptions options;
-  options.max_tokens = greedy["max_tokens"].get<int32_t>();
-  options.sampling.temperature = 0.0;
-  options.ignore_eos = true;
   Generator generator(*loaded.model, 4);
-  auto got = generator.generate(greedy["prompt"].get<std::vector<int32_t>>(), options);
-  ASSERT_TRUE(got.ok()) << got.error().message;
-  const auto want = greedy["tokens"].get<std::vector<int32_t>>();
-  const auto margins = greedy["margins"].get<std::vector<double>>();
-  ASSERT_EQ(got->size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ((*got)[i], want[i]) << "step " << i;
-    if (margins[i] < 1e-3) break;
-  }
+  expect_greedy_matches(greedy, generator);
 }
 
 // Chunked prefill over a cached prefix and other page sizes give the same logits as one pass.

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "engine/generator.h"
 
 namespace deepinfer::testing {
 
@@ -33,5 +36,23 @@ inline std::vector<std::string> fixture_names() {
 
 // The tolerance on logprobs: |got - want| <= 1e-4 + 1e-4 * |want|.
 inline bool logprob_close(double got, double want) { return std::abs(got - want) <= 1e-4 + 1e-4 * std::abs(want); }
+
+// Greedy generation from expected["greedy"]'s prompt gives its tokens, up to and including the first
+// near-tie (margin < 1e-3), after which the two may legitimately diverge.
+inline void expect_greedy_matches(const nlohmann::json& greedy, Generator& generator) {
+  GenerateOptions options;
+  options.max_tokens = greedy["max_tokens"].get<int32_t>();
+  options.sampling.temperature = 0.0;
+  options.ignore_eos = true;
+  auto got = generator.generate(greedy["prompt"].get<std::vector<int32_t>>(), options);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  const auto want = greedy["tokens"].get<std::vector<int32_t>>();
+  const auto margins = greedy["margins"].get<std::vector<double>>();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ((*got)[i], want[i]) << "step " << i;
+    if (margins[i] < 1e-3) break;
+  }
+}
 
 }  // namespace deepinfer::testing

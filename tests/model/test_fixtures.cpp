@@ -13,6 +13,7 @@ namespace deepinfer {
 namespace {
 
 using testing::fixture_dir;
+using testing::expect_greedy_matches;
 using testing::load_expected;
 using testing::logprob_close;
 
@@ -73,20 +74,8 @@ TEST_P(FixtureTest, GreedyMatchesTransformersUpToFirstNearTie) {
   Loaded loaded = load(GetParam());
   ASSERT_TRUE(loaded.model);
   const auto& greedy = expected["greedy"];
-  GenerateOptions options;
-  options.max_tokens = greedy["max_tokens"].get<int32_t>();
-  options.sampling.temperature = 0.0;
-  options.ignore_eos = true;
   Generator generator(*loaded.model, 4);
-  auto got = generator.generate(greedy["prompt"].get<std::vector<int32_t>>(), options);
-  ASSERT_TRUE(got.ok()) << got.error().message;
-  const auto want = greedy["tokens"].get<std::vector<int32_t>>();
-  const auto margins = greedy["margins"].get<std::vector<double>>();
-  ASSERT_EQ(got->size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ((*got)[i], want[i]) << "step " << i;
-    if (margins[i] < 1e-3) break;  // a near-tie: later steps may legitimately diverge
-  }
+  expect_greedy_matches(greedy, generator);
 }
 
 // Chunked prefill over a cached prefix and different page sizes give the same logits as one pass.
