@@ -2,6 +2,9 @@
 // xgrammar): for each MaskBench schema, the compile time, the per-token mask time along a
 // seeded random walk on a real tokenizer, and the verdicts on MaskBench's labelled instances.
 // Usage: deepinfer-bench-grammar TOKENIZER_DIR SCHEMA_DIR [--steps N] [--json OUT]
+//        deepinfer-bench-grammar TOKENIZER_DIR --verdicts REQUEST.json ANSWER.json
+// The second form answers xgrammar_oracle.cjs's verdict requests ([{schema, instances}] ->
+// [{compiled, accepted}]) for bench/grammar_exactness.cjs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,9 +39,41 @@ struct SetStats {
   int schemas = 0, compiled = 0, valid = 0, valid_accepted = 0, invalid = 0, invalid_rejected = 0;
 };
 
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Byte-level accept/reject of each instance by each schema's compiled grammar.
+int verdicts(const std::shared_ptr<const TokenVocab>& vocab, const char* request_path, const char* answer_path) {
+  const Json request = Json::parse(read_file(request_path));
+  Json answer = Json::array();
+  for (const auto& item : request) {
+    auto grammar = compile_json_schema(item["schema"].get<std::string>(), {});
+    CompileResult compiled =
+        grammar.ok() ? compile_grammar(std::move(grammar).value(), vocab) : CompileResult(grammar.error());
+    if (!compiled.ok()) {
+      answer.push_back({{"compiled", false}, {"error", compiled.error().message}});
+      continue;
+    }
+    Json accepted = Json::array();
+    for (const auto& instance : item["instances"]) {
+      GrammarMatcher m(*compiled);
+      accepted.push_back(m.accept_bytes(instance.get<std::string>()) && m.can_end());
+    }
+    answer.push_back({{"compiled", true}, {"accepted", accepted}});
+  }
+  std::ofstream(answer_path) << answer.dump();
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: deepinfer-bench-grammar TOKENIZER_DIR SCHEMA_DIR [--steps N] [--json OUT]\n");
+    std::fprintf(stderr,
+                 "usage: deepinfer-bench-grammar TOKENIZER_DIR SCHEMA_DIR [--steps N] [--json OUT]\n"
+                 "       deepinfer-bench-grammar TOKENIZER_DIR --verdicts REQUEST.json ANSWER.json\n");
     return 2;
   }
   int steps = 32;
@@ -55,6 +90,7 @@ int run(int argc, char** argv) {
   auto vocab_result = TokenVocab::from_tokenizer(*tokenizer);
   if (!vocab_result.ok()) return 1;
   auto vocab = std::make_shared<const TokenVocab>(std::move(vocab_result).value());
+  if (argc == 5 && std::string(argv[2]) == "--verdicts") return verdicts(vocab, argv[3], argv[4]);
   std::vector<std::filesystem::path> paths;
   for (const auto& e : std::filesystem::directory_iterator(argv[2])) paths.push_back(e.path());
   std::sort(paths.begin(), paths.end());
@@ -63,10 +99,7 @@ int run(int argc, char** argv) {
   std::mt19937 rng(1234);
   std::vector<uint32_t> mask(static_cast<size_t>(vocab->num_mask_words()));
   for (const auto& path : paths) {
-    std::ifstream in(path);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    const Json file = Json::parse(buffer.str());
+    const Json file = Json::parse(read_file(path));
     const std::string name = path.filename().string();
     const std::string set = name.substr(0, name.find("---") != std::string::npos ? name.find("---") : name.find('_'));
     SetStats& stats = sets[set];

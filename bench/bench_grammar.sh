@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Structured-output benchmark: deepinfer vs xgrammar (npm @mlc-ai/web-xgrammar) on the MaskBench
 # sample in tests/data/jsonschema and the DeepSeek-V3 tokenizer (128K vocabulary), same run;
-# then deepinfer's coverage and instance verdicts per set. Prints markdown (docs/benchmarks.md).
+# then deepinfer's coverage and instance verdicts per set, and each engine's over-acceptance
+# (bench/grammar_exactness.cjs, ajv as the oracle). Prints markdown (docs/benchmarks.md).
 # Usage: bench/bench_grammar.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,3 +31,5 @@ const s = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
 for (const [k, v] of Object.entries(s))
   console.log(`| ${k} | ${v.schemas} | ${v.compiled} | ${v.valid_accepted}/${v.valid} | ${v.invalid_rejected}/${v.invalid} |`);
 ' "$sets"
+echo
+node "$root/bench/grammar_exactness.cjs" "$bin" "$model" "$schemas"

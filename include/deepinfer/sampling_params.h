@@ -17,18 +17,16 @@ namespace deepinfer {
 // style, docs/structured_output.md) or one of fixed strings; the engine masks every other token
 // before sampling, so the output matches by construction (unless max_tokens cuts it short).
 struct StructuredOutputParams {
-  enum class Kind : uint8_t { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice };
+  // kStructural: markup, marker-free text and JSON values composed (grammar/structural.h); the
+  // API layer builds it for tool calls in the model's own markup.
+  enum class Kind : uint8_t { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice, kStructural };
   Kind kind = Kind::kJsonObject;
-  std::string spec;                  // the schema (JSON text), regex or grammar
+  std::string spec;                  // the schema (JSON text), regex, grammar or structural spec
   std::vector<std::string> choices;  // kChoice
   // Schema keywords the engine cannot enforce are errors; false drops them (with warnings).
   bool strict = true;
   // Whitespace bytes allowed between JSON tokens (0: compact JSON).
   int32_t max_whitespace = 0;
-  // kJsonSchema: literal text the output starts and ends with around the JSON value (set by the
-  // API layer to force one tool call in the model's own markers, e.g. "<tool_call>\n").
-  std::string prefix;
-  std::string suffix;
 };
 
 struct SamplingParams {

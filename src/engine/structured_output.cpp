@@ -55,14 +55,13 @@ grammar::GrammarSpec to_grammar_spec(const StructuredOutputParams& params) {
   spec.choices = params.choices;
   spec.json.lenient = !params.strict;
   spec.json.max_whitespace = params.max_whitespace;
-  spec.json.prefix = params.prefix;
-  spec.json.suffix = params.suffix;
   switch (params.kind) {
     case Kind::kJsonSchema: spec.kind = grammar::GrammarSpec::Kind::kJsonSchema; break;
     case Kind::kJsonObject: spec.kind = grammar::GrammarSpec::Kind::kJsonObject; break;
     case Kind::kRegex: spec.kind = grammar::GrammarSpec::Kind::kRegex; break;
     case Kind::kGrammar: spec.kind = grammar::GrammarSpec::Kind::kEbnf; break;
     case Kind::kChoice: spec.kind = grammar::GrammarSpec::Kind::kChoice; break;
+    case Kind::kStructural: spec.kind = grammar::GrammarSpec::Kind::kStructural; break;
   }
   return spec;
 }

@@ -87,6 +87,7 @@ class Automaton {
   std::vector<ByteSet> terminals_;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, StateId> index_;
+  std::vector<int32_t> seen_slots_;  // close_and_intern's hash table, kept between calls
   size_t max_states_;
   size_t max_items_;
   StateId initial_ = kDeadState;

@@ -11,7 +11,6 @@ std::string GrammarSpec::key() const {
   k += json.strict_properties ? 's' : 'o';
   k += json.lenient ? 'l' : 'x';
   k += std::to_string(json.max_whitespace) + ":";
-  k += std::to_string(json.prefix.size()) + ":" + json.prefix + std::to_string(json.suffix.size()) + ":" + json.suffix;
   if (kind == Kind::kChoice) {
     for (const auto& c : choices) k += std::to_string(c.size()) + ":" + c;
   } else {
@@ -27,6 +26,7 @@ Result<Grammar> build_grammar(const GrammarSpec& spec, GrammarLimits limits, std
     case GrammarSpec::Kind::kRegex: return compile_regex(spec.text, limits);
     case GrammarSpec::Kind::kEbnf: return compile_ebnf(spec.text, "root", limits);
     case GrammarSpec::Kind::kChoice: return compile_choice(spec.choices, limits);
+    case GrammarSpec::Kind::kStructural: return compile_structural(spec.text, spec.json, warnings, limits);
   }
   return Error{"unknown structured output kind"};
 }

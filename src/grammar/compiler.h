@@ -15,15 +15,16 @@
 
 #include "core/thread_pool.h"
 #include "grammar/front_ends.h"
+#include "grammar/structural.h"
 #include "grammar/matcher.h"
 
 namespace deepinfer::grammar {
 
 // What a request's output must match.
 struct GrammarSpec {
-  enum class Kind : uint8_t { kJsonSchema, kJsonObject, kRegex, kEbnf, kChoice };
+  enum class Kind : uint8_t { kJsonSchema, kJsonObject, kRegex, kEbnf, kChoice, kStructural };
   Kind kind = Kind::kJsonObject;
-  std::string text;                  // the schema, regex or EBNF
+  std::string text;                  // the schema, regex, EBNF or structural spec (structural.h)
   std::vector<std::string> choices;  // kChoice
   JsonSchemaOptions json;            // kJsonSchema / kJsonObject
   // The cache key: equal keys compile to the same grammar.

@@ -29,9 +29,6 @@ struct JsonSchemaOptions {
   bool strict_properties = true;
   // Drop unsupported keywords with a warning instead of failing.
   bool lenient = false;
-  // Literal bytes before and after the JSON value (JSON Schema only): a tool call's markers.
-  std::string prefix;
-  std::string suffix;
 };
 
 // JSON Schema (draft 2020-12 and draft-07 spellings) as text. Every keyword is either enforced

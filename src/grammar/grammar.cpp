@@ -331,4 +331,10 @@ Result<Grammar> GrammarBuilder::finish(int32_t root) {
   return std::move(grammar_);
 }
 
+Result<Grammar> GrammarBuilder::finish_root(Symbol top, std::string_view context) {
+  auto grammar = finish(define_rule("root", {Sequence{top}}));
+  if (!grammar.ok()) return Error{std::string(context) + ": " + grammar.error().message};
+  return grammar;
+}
+
 }  // namespace deepinfer::grammar

@@ -109,6 +109,8 @@ class GrammarBuilder {
   Symbol repeat(Symbol s, int64_t min, int64_t max);
 
   Result<Grammar> finish(int32_t root);
+  // Defines the rule "root" as top and finishes; an error's message is prefixed "<context>: ".
+  Result<Grammar> finish_root(Symbol top, std::string_view context);
 
  private:
   bool charge(size_t num_symbols);

@@ -1,8 +1,11 @@
-// The JSON Schema front end: keyword policy, $ref (local, recursive), allOf merging,
-// anyOf / provably disjoint oneOf (objects and arrays: json_containers.cpp).
+// The JSON Schema front end: keyword policy, $ref (local, recursive), enum/const (values
+// checked by the validator), anyOf / provably disjoint oneOf. Merging and `not`:
+// json_schema_merge.cpp; objects and arrays: json_objects.cpp; leaves:
+// json_values.cpp, json_numbers.cpp.
 #include <algorithm>
 #include <set>
 
+#include "grammar/automaton.h"
 #include "grammar/json_schema_compiler.h"
 
 namespace deepinfer::grammar {
@@ -15,14 +18,17 @@ const std::set<std::string> kAnnotations = {
     "$vocabulary", "discriminator", "xml", "externalDocs", "nullable_description"};
 // Validation keywords with a meaning this front end does not enforce: an error, or a warning
 // when lenient. Unknown keywords are annotations (JSON Schema ignores them).
+// (not, patternProperties, min/maxProperties, dependencies and multipleOf are enforced in the
+// forms json_schema_merge.cpp, json_objects.cpp and json_values.cpp accept, an error otherwise;
+// on enum/const values every keyword the validator knows is.)
 const std::set<std::string> kUnsupported = {
-    "not", "if", "then", "else", "uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
-    "propertyNames", "minProperties", "maxProperties", "multipleOf", "dependencies", "dependentRequired",
-    "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "$anchor",
+    "if", "then", "else", "uniqueItems", "contains", "minContains", "maxContains", "propertyNames",
+    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "$anchor",
     "$dynamicAnchor", "$recursiveAnchor", "contentSchema"};
 
-bool is_annotation(const std::string& key) { return kAnnotations.count(key) || key.rfind("x-", 0) == 0; }
+}  // namespace
 
+bool is_annotation(const std::string& key) { return kAnnotations.count(key) || key.rfind("x-", 0) == 0; }
 
 std::set<std::string> type_set(const Json& s) {
   std::set<std::string> out;
@@ -37,6 +43,8 @@ std::set<std::string> type_set(const Json& s) {
   if (out.count("number")) out.insert("integer");
   return out;
 }
+
+namespace {
 
 std::string type_of_value(const Json& v) {
   if (v.is_null()) return "null";
@@ -54,52 +62,25 @@ std::optional<std::vector<Json>> finite_values(const Json& s) {
   return std::nullopt;
 }
 
-// Types a branch can take, sharpened by const/enum.
-std::set<std::string> branch_types(const Json& s) {
-  if (auto values = finite_values(s)) {
-    std::set<std::string> out;
-    for (const auto& v : *values) {
-      out.insert(type_of_value(v));
-      if (type_of_value(v) == "integer") out.insert("number");
-    }
-    return out;
-  }
-  return type_set(s);
-}
-
-bool disjoint(const Json& a, const Json& b) {
-  const auto ta = branch_types(a), tb = branch_types(b);
-  bool overlap = false;
-  for (const auto& t : ta) overlap |= tb.count(t) > 0;
-  if (!overlap) return true;
-  const auto va = finite_values(a), vb = finite_values(b);
-  if (va && vb) {
-    for (const auto& x : *va)
-      for (const auto& y : *vb)
-        if (x == y) return false;
-    return true;
-  }
-  // Objects told apart by a required property with different consts.
-  if (a.contains("properties") && b.contains("properties") && a["properties"].is_object() && b["properties"].is_object()) {
-    for (const auto& property : a["properties"].items()) {
-      const std::string key = property.key();  // a named copy: lambdas cannot capture bindings
-      const Json& pa = property.value();
-      if (!b["properties"].contains(key)) continue;
-      const Json& pb = b["properties"][key];
-      auto required = [&](const Json& s) {
-        return s.contains("required") && s["required"].is_array() &&
-               std::find(s["required"].begin(), s["required"].end(), Json(key)) != s["required"].end();
-      };
-      const auto fa = pa.is_object() ? finite_values(pa) : std::nullopt;
-      const auto fb = pb.is_object() ? finite_values(pb) : std::nullopt;
-      if (!fa || !fb || !required(a) || !required(b)) continue;
-      bool shared = false;
-      for (const auto& x : *fa)
-        for (const auto& y : *fb) shared |= x == y;
-      if (!shared && (ta == std::set<std::string>{"object"} || tb == std::set<std::string>{"object"})) return true;
+bool share_a_value(const std::vector<Json>& a, const std::vector<Json>& b) {
+  for (const auto& x : a) {
+    for (const auto& y : b) {
+      if (json_equal(x, y)) return true;
     }
   }
   return false;
+}
+
+bool requires_key(const Json& s, const std::string& key) {
+  return s.contains("required") && s["required"].is_array() &&
+         std::find(s["required"].begin(), s["required"].end(), Json(key)) != s["required"].end();
+}
+
+// Whether s rejects every object that has key (explicitly closed, key not declared).
+bool rejects_key(const Json& s, const std::string& key) {
+  if (!s.contains("additionalProperties") || s["additionalProperties"] != Json(false)) return false;
+  if (s.contains("patternProperties")) return false;
+  return !(s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key));
 }
 
 }  // namespace
@@ -113,45 +94,30 @@ void JsonSchemaCompiler::unsupported(const std::string& what, const std::string&
   b_.fail("unsupported " + message + " (set lenient to ignore it)");
 }
 
+namespace {
+
+// Forms of unsupported keywords that constrain nothing: uniqueItems false or on arrays of at
+// most one item, `if` without then/else, then/else without `if`.
+bool no_op(const Json& s, const std::string& key, const Json& value) {
+  if (key == "uniqueItems") {
+    return value == Json(false) || (s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() <= 1);
+  }
+  if (key == "if") return !s.contains("then") && !s.contains("else");
+  return (key == "then" || key == "else") && !s.contains("if");
+}
+
+}  // namespace
+
 bool JsonSchemaCompiler::check_keywords(const Json& s, const std::string& pointer) {
   for (const auto& [key, value] : s.items()) {
-    if (kUnsupported.count(key)) unsupported("keyword '" + key + "'", pointer + "/" + escape_pointer(key));
+    if (kUnsupported.count(key) && !no_op(s, key, value)) {
+      unsupported("keyword '" + key + "'", pointer + "/" + escape_pointer(key));
+    }
   }
   return b_.ok();
 }
 
-const Json* JsonSchemaCompiler::resolve(const std::string& target) {
-  if (target.empty() || target[0] != '#') return nullptr;
-  const Json* node = root_;
-  size_t pos = 1;
-  while (pos < target.size()) {
-    if (target[pos] != '/') return nullptr;
-    const size_t next = std::min(target.find('/', pos + 1), target.size());
-    std::string token = target.substr(pos + 1, next - pos - 1);
-    std::string decoded;
-    for (size_t i = 0; i < token.size(); ++i) {
-      if (token[i] == '~' && i + 1 < token.size()) {
-        decoded += token[i + 1] == '1' ? '/' : '~';
-        ++i;
-      } else if (token[i] == '%' && i + 2 < token.size()) {
-        decoded += static_cast<char>(std::stoi(token.substr(i + 1, 2), nullptr, 16));
-        i += 2;
-      } else {
-        decoded += token[i];
-      }
-    }
-    if (node->is_object() && node->contains(decoded)) {
-      node = &(*node)[decoded];
-    } else if (node->is_array() && !decoded.empty() && decoded.find_first_not_of("0123456789") == std::string::npos &&
-               std::stoul(decoded) < node->size()) {
-      node = &(*node)[std::stoul(decoded)];
-    } else {
-      return nullptr;
-    }
-    pos = next;
-  }
-  return node;
-}
+const Json* JsonSchemaCompiler::resolve(const std::string& target) { return resolve_pointer(*root_, target); }
 
 Symbol JsonSchemaCompiler::ref(const std::string& target, const std::string& pointer, int depth) {
   if (auto found = ref_rules_.find(target); found != ref_rules_.end()) return found->second;
@@ -171,93 +137,177 @@ Symbol JsonSchemaCompiler::ref(const std::string& target, const std::string& poi
   return rule;
 }
 
-bool JsonSchemaCompiler::merge_into(Json& target, const Json& source, const std::string& pointer) {
-  auto fail = [&](const std::string& what) {
-    b_.fail("allOf at '#" + pointer + "': " + what);
-    return false;
-  };
-  auto closed_against = [](const Json& closed, const Json& other) {
-    // closed's additionalProperties must not reject a property other declares.
-    if (!closed.contains("additionalProperties") || closed["additionalProperties"] == Json(true)) return true;
-    if (!other.contains("properties")) return true;
-    for (const auto& [key, v] : other["properties"].items()) {
-      if (!closed.contains("properties") || !closed["properties"].contains(key)) return false;
-    }
-    return true;
-  };
-  if (!closed_against(target, source) || !closed_against(source, target)) {
-    return fail("additionalProperties of one part would reject properties of another");
+// The values a branch can take when it is a const or enum, or a union of such branches.
+std::optional<std::vector<Json>> JsonSchemaCompiler::branch_values(const Json& s, int depth) {
+  if (!s.is_object() || depth > b_.limits().max_nesting) return std::nullopt;
+  if (auto values = finite_values(s)) return values;
+  if (s.contains("$ref") && s["$ref"].is_string()) {
+    const Json* node = resolve(s["$ref"].get<std::string>());
+    return node ? branch_values(*node, depth + 1) : std::nullopt;
   }
-  for (const auto& [key, value] : source.items()) {
-    if (is_annotation(key)) continue;
-    if (!target.contains(key)) {
-      target[key] = value;
-    } else if (key == "required") {
-      for (const auto& r : value) {
-        if (std::find(target[key].begin(), target[key].end(), r) == target[key].end()) target[key].push_back(r);
-      }
-    } else if (key == "properties") {
-      for (const auto& [name, sub] : value.items()) {
-        if (!target[key].contains(name)) {
-          target[key][name] = sub;
-        } else if (target[key][name] != sub) {
-          target[key][name] = Json{{"allOf", Json::array({target[key][name], sub})}};
-        }
-      }
-    } else if (key == "type") {
-      const auto a = type_set(target), b = type_set(source);
-      Json types = Json::array();
-      for (const char* t : {"null", "boolean", "string", "number", "object", "array"}) {
-        if (a.count(t) && b.count(t)) types.push_back(t);
-      }
-      if (!a.count("number") || !b.count("number")) {
-        if (a.count("integer") && b.count("integer")) types.push_back("integer");
-      }
-      if (types.empty()) return fail("the parts allow no common type");
-      target[key] = types;
-    } else if (key == "minLength" || key == "minItems" || key == "minimum") {
-      if (value.is_number()) target[key] = std::max(target[key].get<double>(), value.get<double>());
-    } else if (key == "maxLength" || key == "maxItems" || key == "maximum") {
-      if (value.is_number()) target[key] = std::min(target[key].get<double>(), value.get<double>());
-    } else if (target[key] != value) {
-      return fail("cannot combine two different '" + key + "'");
+  for (const char* keyword : {"anyOf", "oneOf"}) {
+    if (!s.contains(keyword) || !s[keyword].is_array()) continue;
+    std::vector<Json> out;
+    for (const auto& branch : s[keyword]) {
+      auto values = branch_values(branch, depth + 1);
+      if (!values) return std::nullopt;
+      out.insert(out.end(), values->begin(), values->end());
     }
+    return out;
+  }
+  return std::nullopt;
+}
+
+// Types a branch can take, sharpened by const/enum and by the branches of anyOf/oneOf.
+std::set<std::string> JsonSchemaCompiler::branch_types(const Json& s, int depth) {
+  if (auto values = branch_values(s, depth)) {
+    std::set<std::string> out;
+    for (const auto& v : *values) {
+      out.insert(type_of_value(v));
+      if (type_of_value(v) == "integer") out.insert("number");
+    }
+    return out;
+  }
+  auto out = type_set(s);
+  if (depth > b_.limits().max_nesting || !s.is_object()) return out;
+  if (s.contains("$ref") && s["$ref"].is_string()) {
+    if (const Json* node = resolve(s["$ref"].get<std::string>())) return branch_types(*node, depth + 1);
+  }
+  for (const char* keyword : {"anyOf", "oneOf"}) {
+    if (!s.contains(keyword) || !s[keyword].is_array()) continue;
+    std::set<std::string> branches;
+    for (const auto& branch : s[keyword]) {
+      const auto types = branch_types(branch, depth + 1);
+      branches.insert(types.begin(), types.end());
+    }
+    std::set<std::string> both;
+    for (const auto& t : out) {
+      if (branches.count(t)) both.insert(t);
+    }
+    out = both;
+  }
+  return out;
+}
+
+bool JsonSchemaCompiler::disjoint(const Json& a, const Json& b, int depth) {
+  const auto ta = branch_types(a, depth), tb = branch_types(b, depth);
+  std::set<std::string> shared_types;
+  for (const auto& t : ta) {
+    if (tb.count(t)) shared_types.insert(t);
+  }
+  if (shared_types.empty()) return true;
+  const auto va = branch_values(a, depth), vb = branch_values(b, depth);
+  if (va && vb) return !share_a_value(*va, *vb);
+  // A finite branch against any other: none of its values may satisfy the other.
+  const std::pair<const std::optional<std::vector<Json>>*, const Json*> finite_sides[] = {{&va, &b}, {&vb, &a}};
+  for (const auto& [values, other] : finite_sides) {
+    if (!*values) continue;
+    bool none = true;
+    for (const auto& v : **values) none &= validator_->validate(*other, v, "") == SchemaValidator::Verdict::kInvalid;
+    if (none) return true;
+  }
+  if (shared_types == std::set<std::string>{"string"}) return disjoint_patterns(a, b);
+  if (shared_types != std::set<std::string>{"object"}) return false;
+  // Objects: one requires a key the other rejects, or both require a key with different consts.
+  const std::pair<const Json*, const Json*> orders[] = {{&a, &b}, {&b, &a}};
+  for (const auto& [px, py] : orders) {
+    const Json& x = *px;
+    const Json& y = *py;
+    if (!x.contains("required") || !x["required"].is_array()) continue;
+    for (const auto& key : x["required"]) {
+      if (key.is_string() && rejects_key(y, key.get<std::string>())) return true;
+    }
+  }
+  if (a.contains("properties") && b.contains("properties") && a["properties"].is_object() && b["properties"].is_object()) {
+    for (const auto& [key, pa] : a["properties"].items()) {
+      if (!b["properties"].contains(key) || !requires_key(a, key) || !requires_key(b, key)) continue;
+      const auto fa = branch_values(pa, depth), fb = branch_values(b["properties"][key], depth);
+      if (fa && fb && !share_a_value(*fa, *fb)) return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// Whether a and b are objects that are both closed (additionalProperties false) and declare
+// no property name in common, so that {} is the only object both can accept.
+bool only_empty_in_common(const Json& a, const Json& b) {
+  for (const Json* s : {&a, &b}) {
+    if (!s->contains("additionalProperties") || (*s)["additionalProperties"] != Json(false)) return false;
+    if (s->contains("patternProperties")) return false;
+  }
+  if (!a.contains("properties") || !b.contains("properties")) return true;
+  for (const auto& [key, v] : a["properties"].items()) {
+    if (b["properties"].contains(key)) return false;
   }
   return true;
 }
 
-std::optional<Json> JsonSchemaCompiler::flatten(const Json& s, const std::string& pointer, int depth) {
-  if (depth > b_.limits().max_nesting) {
-    b_.fail("schema nested deeper than " + std::to_string(b_.limits().max_nesting) + " at '#" + pointer + "'");
-    return std::nullopt;
-  }
-  if (s.is_boolean()) return s == Json(true) ? Json::object() : Json{{"not", true}};
-  Json out = s;
-  out.erase("allOf");
-  bool has_siblings = false;
-  for (const auto& [key, v] : out.items()) has_siblings |= key != "$ref" && !is_annotation(key);
-  if (out.contains("$ref") && has_siblings && out["$ref"].is_string()) {
-    const std::string target = out["$ref"].get<std::string>();
-    const Json* node = resolve(target);
-    if (!node) {
-      unsupported("$ref '" + target + "' next to other keywords", pointer);
-      return std::nullopt;
+}  // namespace
+
+// Strings whose patterns cannot begin alike: the first bytes each pattern's grammar allows
+// after the opening quote are disjoint, and at most one of them matches the empty string.
+bool JsonSchemaCompiler::disjoint_patterns(const Json& a, const Json& b) {
+  std::vector<std::pair<ByteSet, bool>> starts;
+  for (const Json* s : {&a, &b}) {
+    if (!s->contains("pattern") || !(*s)["pattern"].is_string() || s->contains("format") || s->contains("$ref")) {
+      return false;
     }
-    out.erase("$ref");
-    auto flat = flatten(*node, target.substr(1), depth + 1);
-    if (!flat || !check_keywords(*flat, target.substr(1)) || !merge_into(out, *flat, pointer)) return std::nullopt;
+    GrammarBuilder builder(b_.limits());
+    auto body = build_regex(builder, (*s)["pattern"].get<std::string>(), true);
+    if (!body.ok()) return false;
+    const int32_t root = builder.define_rule("root", {Sequence{*body}});
+    auto grammar = builder.finish(root);
+    if (!grammar.ok()) return false;
+    Automaton automaton(*grammar, 1000, 1000);
+    starts.emplace_back(automaton.next_bytes(automaton.initial()), automaton.can_end(automaton.initial()));
   }
-  if (s.is_object() && s.contains("allOf") && s["allOf"].is_array()) {
-    for (size_t i = 0; i < s["allOf"].size(); ++i) {
-      const std::string sub_pointer = pointer + "/allOf/" + std::to_string(i);
-      if (s["allOf"][i].is_object() && !check_keywords(s["allOf"][i], sub_pointer)) return std::nullopt;
-      auto flat = flatten(s["allOf"][i], sub_pointer, depth + 1);
-      if (!flat || !merge_into(out, *flat, sub_pointer)) return std::nullopt;
+  for (int i = 0; i < 4; ++i) {
+    if (starts[0].first.bits[i] & starts[1].first.bits[i]) return false;
+  }
+  return !(starts[0].second && starts[1].second);
+}
+
+std::optional<std::vector<Json>> JsonSchemaCompiler::finite_values_of(const Json& s, int depth) {
+  if (!s.is_object() || depth > 50) return std::nullopt;
+  if (auto values = finite_values(s)) return values;
+  if (s.contains("allOf") && s["allOf"].is_array()) {
+    for (const auto& part : s["allOf"]) {
+      if (auto values = finite_values_of(part, depth + 1)) return values;
     }
-    // A $ref that came in through allOf with siblings is resolved by one more pass.
-    if (out.contains("$ref") || out.contains("allOf")) return flatten(out, pointer, depth + 1);
   }
-  return out;
+  if (s.contains("$ref") && s["$ref"].is_string()) {
+    if (const Json* node = resolve(s["$ref"].get<std::string>())) return finite_values_of(*node, depth + 1);
+  }
+  return std::nullopt;
+}
+
+Symbol JsonSchemaCompiler::finite(const Json& s, const std::vector<Json>& values, const std::string& pointer) {
+  // The values listed by s's own const (or else enum) are members by construction: checking them
+  // against that list again would cost |values|^2 (a 100k-entry enum: minutes).
+  Json rest = s;
+  if (rest.contains("const")) {
+    rest.erase("const");
+  } else if (rest.contains("enum")) {
+    rest.erase("enum");
+  }
+  std::vector<std::string> literals;
+  for (const auto& v : values) {
+    const auto verdict = validator_->validate(rest, v, pointer);
+    if (verdict == SchemaValidator::Verdict::kUnknown) {
+      unsupported(validator_->unknown() + " (checking the enum/const values)", pointer);
+      if (!b_.ok()) return 0;
+    }
+    if (verdict != SchemaValidator::Verdict::kInvalid) {
+      literals.push_back(v.dump(-1, ' ', false, Json::error_handler_t::replace));
+    }
+  }
+  if (literals.empty()) {
+    b_.fail("'enum'/'const' at '#" + pointer + "' leaves no value that satisfies the schema");
+    return 0;
+  }
+  return b_.one_of_literals(std::move(literals));
 }
 
 Symbol JsonSchemaCompiler::schema(const Json& s, const std::string& pointer, int depth) {
@@ -275,12 +325,21 @@ Symbol JsonSchemaCompiler::schema(const Json& s, const std::string& pointer, int
     b_.fail("schema at '#" + pointer + "' must be an object or a boolean");
     return 0;
   }
+  // A finite value set (enum/const here or in an allOf / $ref part) is exact whatever else the
+  // schema says: each value is checked against all of it.
+  if (auto values = finite_values_of(s, 0)) {
+    if (s.contains("enum") && !s["enum"].is_array()) {
+      b_.fail("'enum' at '#" + pointer + "' must be an array");
+      return 0;
+    }
+    return finite(s, *values, pointer);
+  }
   if (!check_keywords(s, pointer)) return 0;
   const auto flat = flatten(s, pointer, depth);
   if (!flat) return 0;
   const Json& f = *flat;
   if (f.contains("not")) {
-    b_.fail("schema 'false' at '#" + pointer + "' accepts nothing");
+    b_.fail("schema at '#" + pointer + "' accepts nothing (its 'not', 'type' or allOf parts leave no value)");
     return 0;
   }
   if (f.contains("$ref")) {
@@ -296,30 +355,13 @@ Symbol JsonSchemaCompiler::schema(const Json& s, const std::string& pointer, int
   }
   if (f.contains("anyOf")) return alternatives(f, "anyOf", pointer, depth);
   if (f.contains("oneOf")) return alternatives(f, "oneOf", pointer, depth);
-  if (auto values = finite_values(f)) {
-    if (f.contains("enum") && !f["enum"].is_array()) {
-      b_.fail("'enum' at '#" + pointer + "' must be an array");
-      return 0;
-    }
-    const auto types = type_set(f);
-    std::vector<std::string> literals;
-    for (const auto& v : *values) {
-      const std::string t = type_of_value(v);
-      if (types.count(t) || (t == "integer" && types.count("number"))) {
-        literals.push_back(v.dump(-1, ' ', false, Json::error_handler_t::replace));
-      }
-    }
-    if (literals.empty()) {
-      b_.fail("'enum'/'const' at '#" + pointer + "' leaves no value of the allowed types");
-      return 0;
-    }
-    return b_.one_of_literals(std::move(literals));
-  }
   bool typed = f.contains("type");
   static const char* kTypeKeywords[] = {"properties", "required", "additionalProperties", "items", "prefixItems",
                                         "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
                                         "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-                                        "exclusiveMaximum"};
+                                        "exclusiveMaximum", "patternProperties", "minProperties",
+                                        "maxProperties", "dependencies", "dependentRequired",
+                                        "dependentSchemas", "multipleOf", kForbiddenKeys};
   bool constrained = false;
   for (const char* k : kTypeKeywords) constrained |= f.contains(k);
   if (!typed && !constrained) return any_value();
@@ -381,15 +423,34 @@ Symbol JsonSchemaCompiler::alternatives(const Json& s, const std::string& keywor
     flat.push_back(*branch);
   }
   if (keyword == "oneOf") {
+    bool empty_object_overlap = false;
     for (size_t i = 0; i < flat.size(); ++i) {
       for (size_t j = i + 1; j < flat.size(); ++j) {
-        if (!disjoint(flat[i], flat[j])) {
+        if (disjoint(flat[i], flat[j], depth)) continue;
+        const std::set<std::string> objects = {"object"};
+        if (branch_types(flat[i], depth) == objects && branch_types(flat[j], depth) == objects &&
+            only_empty_in_common(flat[i], flat[j])) {
+          empty_object_overlap = true;
+          continue;
+        }
+        {
           unsupported("'oneOf' whose branches " + std::to_string(i) + " and " + std::to_string(j) +
                           " may overlap (treated as anyOf)",
                       pointer + "/oneOf");
           if (!b_.ok()) return 0;
         }
       }
+    }
+    // Closed objects with no property name in common share only {}: it is valid when exactly
+    // one branch accepts it.
+    std::vector<size_t> accept_empty;
+    for (size_t i = 0; empty_object_overlap && i < flat.size(); ++i) {
+      if (validator_->validate(flat[i], Json::object(), pointer) != SchemaValidator::Verdict::kInvalid) {
+        accept_empty.push_back(i);
+      }
+    }
+    for (size_t i : accept_empty.size() > 1 ? accept_empty : std::vector<size_t>{}) {
+      flat[i]["minProperties"] = std::max(1.0, flat[i].value("minProperties", Json(0)).get<double>());
     }
   }
   std::vector<Sequence> alts;
@@ -406,16 +467,8 @@ Symbol JsonSchemaCompiler::alternatives(const Json& s, const std::string& keywor
 
 Result<Grammar> JsonSchemaCompiler::compile_document(const Json& root) {
   root_ = &root;
-  const Symbol top = schema(root, "", 0);
-  if (!b_.ok()) return Error{"JSON Schema: " + b_.error()};
-  Sequence body;
-  b_.append_literal(body, options_.prefix);
-  body.push_back(top);
-  b_.append_literal(body, options_.suffix);
-  const int32_t rule = b_.define_rule("root", {std::move(body)});
-  auto grammar = b_.finish(rule);
-  if (!grammar.ok()) return Error{"JSON Schema: " + grammar.error().message};
-  return grammar;
+  validator_ = std::make_unique<SchemaValidator>(root);
+  return b_.finish_root(schema(root, "", 0), "JSON Schema");
 }
 
 Result<Grammar> compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options,

@@ -1,5 +1,6 @@
 // JSON Schema leaves: strings (length, pattern, format), integers with bounds as digit-range
-// grammars, numbers, literal values, any JSON value, keys excluding declared names.
+// grammars, literal values, any JSON value, keys excluding declared names. Numbers:
+// json_numbers.cpp.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -9,10 +10,7 @@
 
 namespace deepinfer::grammar {
 
-namespace {
-
-// Anchored regexes (JSON string content) that accept only valid instances of each format.
-const std::map<std::string, std::string>& format_patterns() {
+const std::map<std::string, std::string>& json_format_patterns() {
   // Days per month, with 29 February only in leap years.
   static const std::string kDate =
       R"((\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|\d{4}-(0[469]|11)-(0[1-9]|[12]\d|30)|)"
@@ -30,9 +28,16 @@ const std::map<std::string, std::string>& format_patterns() {
       {"uri", R"(^[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9\-._~:/?#@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*$)"},
       {"ipv4", "^(" + kOctet + R"(\.){3})" + kOctet + "$"},
       {"ipv6", R"(^([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}$)"},
+      // Internationalised forms, generated in their ASCII subset (a sound restriction).
+      {"idn-email", R"(^[A-Za-z0-9_+-]+(\.[A-Za-z0-9_+-]+)*@)" + kLabel + R"((\.)" + kLabel + ")+$"},
+      {"idn-hostname", "^" + kLabel + R"((\.)" + kLabel + ")*$"},
+      // OpenAPI's base64 data (RFC 4648 alphabet, padded).
+      {"byte", R"(^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$)"},
   };
   return table;
 }
+
+namespace {
 
 int num_digits(uint64_t x) {
   int n = 1;
@@ -95,6 +100,73 @@ Symbol JsonSchemaCompiler::literal_value(const Json& value) {
   return b_.literal(value.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
+namespace {
+
+// The length of the single-character atom at the start of body (a class, an escape, '.' or one
+// literal code point); 0 when body does not start with one.
+size_t atom_length(const std::string& body) {
+  if (body.empty()) return 0;
+  const char c = body[0];
+  if (c == '[') {
+    for (size_t i = 1; i < body.size(); ++i) {
+      if (body[i] == '\\') ++i;
+      else if (body[i] == ']') return i > 1 ? i + 1 : 0;
+    }
+    return 0;
+  }
+  if (c == '\\') {
+    if (body.size() < 2 || std::string("123456789bBck").find(body[1]) != std::string::npos) return 0;
+    if (body[1] == 'u') return body.size() >= 3 && body[2] == '{' ? body.find('}') + 1 : 6;
+    return body[1] == 'x' ? 4 : 2;
+  }
+  if (std::string("()|*+?{}^$").find(c) != std::string::npos) return 0;
+  const auto lead = static_cast<unsigned char>(c);
+  return lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+}
+
+}  // namespace
+
+std::optional<std::string> JsonSchemaCompiler::fold_lengths(const std::string& pattern, int64_t min, int64_t max) {
+  // minLength 0 or 1 says nothing more when the pattern cannot match the empty string.
+  const auto matches_empty = validator_->search(pattern, "");
+  if (max < 0 && (min == 0 || (min == 1 && matches_empty && !*matches_empty))) return pattern;
+  // ^A{lo,hi}$ with a single-character atom A: each repetition is one character.
+  if (pattern.size() < 3 || pattern.front() != '^' || pattern.back() != '$' || pattern[pattern.size() - 2] == '\\') {
+    return std::nullopt;
+  }
+  const std::string body = pattern.substr(1, pattern.size() - 2);
+  const size_t atom = atom_length(body);
+  if (atom == 0 || atom > body.size()) return std::nullopt;
+  std::string quantifier = body.substr(atom);
+  if (!quantifier.empty() && quantifier.back() == '?' && quantifier.size() > 1) quantifier.pop_back();  // lazy
+  int64_t lo = 1, hi = 1;  // hi < 0: unbounded
+  if (quantifier == "+") {
+    hi = -1;
+  } else if (quantifier == "*") {
+    lo = 0, hi = -1;
+  } else if (quantifier == "?") {
+    lo = 0;
+  } else if (!quantifier.empty()) {
+    const size_t comma = quantifier.find(',');
+    if (quantifier.front() != '{' || quantifier.back() != '}' || quantifier.size() > 24 ||
+        quantifier.find_first_not_of("0123456789,{}") != std::string::npos) {
+      return std::nullopt;
+    }
+    const std::string first = quantifier.substr(1, std::min(comma, quantifier.size() - 1) - 1);
+    if (first.empty()) return std::nullopt;
+    lo = std::stoll(first);
+    hi = lo;
+    if (comma != std::string::npos) {
+      const std::string second = quantifier.substr(comma + 1, quantifier.size() - comma - 2);
+      hi = second.empty() ? -1 : std::stoll(second);
+    }
+  }
+  lo = std::max(lo, min);
+  if (max >= 0) hi = hi < 0 ? max : std::min(hi, max);
+  if (hi >= 0 && lo > hi) return std::nullopt;
+  return "^" + body.substr(0, atom) + "{" + std::to_string(lo) + "," + (hi < 0 ? "" : std::to_string(hi)) + "}$";
+}
+
 Symbol JsonSchemaCompiler::string(const Json& s, const std::string& pointer) {
   const bool has_length = s.contains("minLength") || s.contains("maxLength");
   const int64_t min = s.contains("minLength") && s["minLength"].is_number() ? s["minLength"].get<int64_t>() : 0;
@@ -103,8 +175,8 @@ Symbol JsonSchemaCompiler::string(const Json& s, const std::string& pointer) {
   std::string what;
   if (s.contains("format") && s["format"].is_string()) {
     const std::string format = s["format"].get<std::string>();
-    auto found = format_patterns().find(format);
-    if (found == format_patterns().end()) {
+    auto found = json_format_patterns().find(format);
+    if (found == json_format_patterns().end()) {
       unsupported("format '" + format + "'", pointer + "/format");
       if (!b_.ok()) return 0;
     } else {
@@ -123,8 +195,12 @@ Symbol JsonSchemaCompiler::string(const Json& s, const std::string& pointer) {
   }
   if (!pattern.empty()) {
     if (has_length) {
-      unsupported("'minLength'/'maxLength' together with '" + what + "'", pointer + "/" + what);
-      if (!b_.ok()) return 0;
+      if (auto folded = fold_lengths(pattern, min, max)) {
+        pattern = *folded;
+      } else {
+        unsupported("'minLength'/'maxLength' together with '" + what + "'", pointer + "/" + what);
+        if (!b_.ok()) return 0;
+      }
     }
     auto body = build_regex(b_, pattern, true);
     if (!body.ok()) {
@@ -223,6 +299,7 @@ Symbol JsonSchemaCompiler::int_range(std::optional<int64_t> lo, std::optional<in
 }
 
 Symbol JsonSchemaCompiler::integer(const Json& s, const std::string& pointer) {
+  if (auto multiples = multiple_of(s, true, pointer)) return *multiples;
   std::optional<int64_t> lo, hi;
   auto bound = [&](const char* key, bool upper) {
     if (!s.contains(key)) return true;
@@ -245,108 +322,6 @@ Symbol JsonSchemaCompiler::integer(const Json& s, const std::string& pointer) {
     return 0;
   }
   return int_range(lo, hi, pointer);
-}
-
-Symbol JsonSchemaCompiler::number(const Json& s, const std::string& pointer) {
-  ByteSet digit, nonzero, exp, sign;
-  digit.add_range('0', '9');
-  nonzero.add_range('1', '9');
-  exp.add('e'), exp.add('E');
-  sign.add('+'), sign.add('-');
-  const Symbol d = b_.terminal(digit);
-  const Symbol digits = b_.repeat(d, 1, -1);
-  const Symbol int_part = b_.group({{b_.byte('0')}, {b_.terminal(nonzero), b_.repeat(d, 0, -1)}});
-  const Symbol frac = b_.group({{b_.byte('.'), digits}});
-  const bool bounded = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
-                       s.contains("exclusiveMaximum");
-  if (!bounded) {
-    if (!number_) {
-      const Symbol exponent = b_.group({{b_.terminal(exp), b_.optional(b_.terminal(sign)), digits}});
-      number_ = b_.group({{b_.optional(b_.byte('-')), int_part, b_.optional(frac), b_.optional(exponent)}});
-    }
-    return *number_;
-  }
-  // Integer-valued bounds are exact over plain decimals (no exponent): the integer part
-  // decides, and only at a bound does the fraction matter.
-  struct Bound {
-    std::optional<int64_t> value;
-    bool exclusive = false;
-  };
-  Bound lo, hi;
-  bool expressible = true;
-  auto read = [&](const char* key, bool upper) {
-    if (!s.contains(key) || s[key].is_boolean()) return;
-    const Json& v = s[key];
-    const double x = v.is_number() ? v.get<double>() : 0.5;
-    if (!v.is_number() || x != std::floor(x) || std::abs(x) > 1e15) {
-      expressible = false;
-      return;
-    }
-    const bool exclusive = std::string(key).rfind("exclusive", 0) == 0 ||
-                           (s.contains(upper ? "exclusiveMaximum" : "exclusiveMinimum") &&
-                            s[upper ? "exclusiveMaximum" : "exclusiveMinimum"] == Json(true));
-    Bound& bound = upper ? hi : lo;
-    const auto value = static_cast<int64_t>(x);
-    const bool tighter = !bound.value || (upper ? value < *bound.value : value > *bound.value) ||
-                         (value == *bound.value && exclusive);
-    if (tighter) bound = {value, exclusive};
-  };
-  read("minimum", false), read("exclusiveMinimum", false), read("maximum", true), read("exclusiveMaximum", true);
-  if (!expressible) {
-    unsupported("non-integer bounds on 'number'", pointer);
-    if (!b_.ok()) return 0;
-    return number(Json::object(), pointer);
-  }
-  const Symbol zero_frac = b_.group({{b_.byte('.'), b_.repeat(b_.byte('0'), 1, -1)}});
-  const Symbol nonzero_frac =
-      b_.group({{b_.byte('.'), b_.repeat(b_.byte('0'), 0, -1), b_.terminal(nonzero), b_.repeat(d, 0, -1)}});
-  // Decimals v >= 0 with a (<) v (<) b for integers 0 <= a, b; b unset is unbounded.
-  auto nonneg = [&](int64_t a, bool a_excl, std::optional<int64_t> b, bool b_excl) {
-    std::vector<Sequence> alts;
-    if (b && (*b < a || (*b == a && (a_excl || b_excl)))) return alts;
-    auto with_int = [&](uint64_t from, std::optional<uint64_t> to, std::optional<Symbol> tail) {
-      for (auto seq : nonneg_range(from, to)) {
-        if (tail) seq.push_back(*tail);
-        alts.push_back(std::move(seq));
-      }
-    };
-    const auto ua = static_cast<uint64_t>(a);
-    if (b && *b == a) {
-      with_int(ua, ua, b_.optional(zero_frac));
-      return alts;
-    }
-    with_int(ua, ua, a_excl ? nonzero_frac : b_.optional(frac));
-    if (!b) {
-      with_int(ua + 1, std::nullopt, b_.optional(frac));
-    } else {
-      if (*b - 1 >= a + 1) with_int(ua + 1, static_cast<uint64_t>(*b - 1), b_.optional(frac));
-      if (!b_excl) with_int(static_cast<uint64_t>(*b), static_cast<uint64_t>(*b), b_.optional(zero_frac));
-    }
-    return alts;
-  };
-  std::vector<Sequence> alts;
-  if (!lo.value || *lo.value < 0) {
-    // v = -y with y > 0: -hi (<) y (<) -lo.
-    const bool hi_negative = hi.value && (*hi.value < 0 || (*hi.value == 0 && hi.exclusive));
-    const int64_t y_lo = hi_negative ? -*hi.value : 0;
-    const bool y_lo_excl = hi_negative ? hi.exclusive : true;
-    std::optional<int64_t> y_hi;
-    if (lo.value) y_hi = -*lo.value;
-    for (auto seq : nonneg(y_lo, y_lo_excl, y_hi, lo.exclusive)) {
-      seq.insert(seq.begin(), b_.byte('-'));
-      alts.push_back(std::move(seq));
-    }
-  }
-  if (!hi.value || *hi.value > 0 || (*hi.value == 0 && !hi.exclusive)) {
-    const bool from_zero = !lo.value || *lo.value < 0;
-    auto part = nonneg(from_zero ? 0 : *lo.value, from_zero ? false : lo.exclusive, hi.value, hi.exclusive);
-    alts.insert(alts.end(), part.begin(), part.end());
-  }
-  if (alts.empty()) {
-    b_.fail("number at '#" + pointer + "' has an empty range");
-    return 0;
-  }
-  return b_.group(std::move(alts));
 }
 
 Symbol JsonSchemaCompiler::any_value() {
@@ -433,11 +408,7 @@ Symbol JsonSchemaCompiler::string_excluding(const std::vector<std::string>& keys
 }
 
 Result<Grammar> JsonSchemaCompiler::compile_object_mode() {
-  const Symbol top = any_object();
-  const int32_t rule = b_.define_rule("root", {Sequence{top}});
-  auto grammar = b_.finish(rule);
-  if (!grammar.ok()) return Error{"json_object: " + grammar.error().message};
-  return grammar;
+  return b_.finish_root(any_object(), "json_object");
 }
 
 }  // namespace deepinfer::grammar

@@ -1,5 +1,5 @@
-// Token masks by one trie walk per automaton state (cached per state, LRU by bytes), and the
-// matcher's history of states for rollback.
+// Token masks per automaton state (cached per state, LRU by bytes): by character class
+// (class_mask.cpp) or one trie walk; and the matcher's history of states for rollback.
 #include "grammar/matcher.h"
 
 #include <cstring>
@@ -44,7 +44,26 @@ bool CompiledGrammar::fill_mask(StateId state, uint32_t* words) {
     std::memcpy(words, found->second.first.data(), num_words * sizeof(uint32_t));
     return true;
   }
-  std::memset(words, 0, num_words * sizeof(uint32_t));
+  const ClassMask by_class = fill_mask_by_class(state, words);
+  if (by_class == ClassMask::kOverflow) return false;
+  if (by_class == ClassMask::kNotApplicable && !walk_trie(state, words)) return false;
+  if (automaton_.can_end(state)) {
+    for (int32_t id : vocab_->stop_ids()) words[id >> 5] |= uint32_t{1} << (id & 31);
+  }
+  const size_t entry_bytes = num_words * sizeof(uint32_t);
+  if (entry_bytes <= mask_cache_bytes_) {
+    while ((masks_.size() + 1) * entry_bytes > mask_cache_bytes_) {
+      masks_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    lru_.push_front(state);
+    masks_.emplace(state, std::make_pair(std::vector<uint32_t>(words, words + num_words), lru_.begin()));
+  }
+  return true;
+}
+
+bool CompiledGrammar::walk_trie(StateId state, uint32_t* words) {
+  std::memset(words, 0, static_cast<size_t>(vocab_->num_mask_words()) * sizeof(uint32_t));
   const TokenVocab::Trie& trie = vocab_->trie();
   walk_states_.resize(static_cast<size_t>(trie.max_depth) + 1);
   walk_states_[0] = state;
@@ -63,18 +82,6 @@ bool CompiledGrammar::fill_mask(StateId state, uint32_t* words) {
       words[id >> 5] |= uint32_t{1} << (id & 31);
     }
     ++i;
-  }
-  if (automaton_.can_end(state)) {
-    for (int32_t id : vocab_->stop_ids()) words[id >> 5] |= uint32_t{1} << (id & 31);
-  }
-  const size_t entry_bytes = num_words * sizeof(uint32_t);
-  if (entry_bytes <= mask_cache_bytes_) {
-    while ((masks_.size() + 1) * entry_bytes > mask_cache_bytes_) {
-      masks_.erase(lru_.back());
-      lru_.pop_back();
-    }
-    lru_.push_front(state);
-    masks_.emplace(state, std::make_pair(std::vector<uint32_t>(words, words + num_words), lru_.begin()));
   }
   return true;
 }

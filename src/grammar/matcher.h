@@ -34,6 +34,18 @@ class CompiledGrammar {
   friend Result<std::shared_ptr<CompiledGrammar>> compile_grammar(Grammar, std::shared_ptr<const TokenVocab>);
   // The mask of state into words (num_mask_words); false on automaton overflow.
   bool fill_mask(StateId state, uint32_t* words);
+  // One walk of the vocabulary trie from state; false on automaton overflow.
+  bool walk_trie(StateId state, uint32_t* words);
+  // class_mask.cpp: the mask through the vocabulary's character-class split, when state has a
+  // large class; kNotApplicable leaves words unspecified for the trie walk to fill.
+  enum class ClassMask : uint8_t { kDone, kNotApplicable, kOverflow };
+  ClassMask fill_mask_by_class(StateId state, uint32_t* words);
+  // The common successor of state over the class (ASCII bytes, and every well-formed multi-byte
+  // character when multibyte), kDeadState when all are rejected, a negative kMixed otherwise.
+  StateId class_target(StateId state, const ByteSet& ascii, bool multibyte);
+  StateId multibyte_target(StateId state);
+  // Whether bytes[pos..] can follow from; overflow tells an overflow from a rejection.
+  bool walk_token(StateId from, const std::string& bytes, size_t pos, bool& overflow);
   // kDeadState when bytes cannot follow state.
   StateId advance(StateId state, std::string_view bytes);
   StateId initial();

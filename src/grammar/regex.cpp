@@ -1,6 +1,7 @@
 // The regex front end: the ECMAScript subset JSON Schema's `pattern` uses (classes, escapes,
-// greedy and lazy quantifiers, alternation, groups, ^ and $ at the ends). Lookarounds,
-// backreferences and \b are rejected rather than approximated.
+// greedy and lazy quantifiers, alternation, groups, ^ and $ at the ends, also inside a group
+// that is a whole top-level alternative). Lookarounds, backreferences and \b are rejected
+// rather than approximated.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -34,11 +35,79 @@ std::string json_escape(uint32_t cp) {
   }
 }
 
+// Calls at(i, depth) for each character p[i] outside escapes and character classes, depth
+// being the group nesting after p[i]; stops when at returns false.
+template <typename Visit>
+void for_each_structural(std::string_view p, Visit&& at) {
+  int depth = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      ++i;
+    } else if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+    } else {
+      if (c == '(' || c == ')') depth += c == '(' ? 1 : -1;
+      if (!at(i, depth)) return;
+    }
+  }
+}
+
+// p split at its top-level '|' (outside groups and classes).
+std::vector<std::string_view> top_alternatives(std::string_view p) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for_each_structural(p, [&](size_t i, int depth) {
+    if (p[i] == '|' && depth == 0) {
+      out.push_back(p.substr(start, i - start));
+      start = i + 1;
+    }
+    return true;
+  });
+  out.push_back(p.substr(start));
+  return out;
+}
+
+// The group's content when alt is one whole group (not a lookaround), else nullopt.
+std::optional<std::string_view> whole_group(std::string_view alt) {
+  if (alt.size() < 2 || alt.front() != '(' || alt.back() != ')') return std::nullopt;
+  bool closes_early = false;  // the first group closes before the end
+  for_each_structural(alt.substr(0, alt.size() - 1), [&](size_t i, int depth) {
+    closes_early = alt[i] == ')' && depth == 0;
+    return !closes_early;
+  });
+  if (closes_early) return std::nullopt;
+  std::string_view inner = alt.substr(1, alt.size() - 2);
+  if (inner.rfind("?:", 0) == 0) return inner.substr(2);
+  if (inner.rfind("?<", 0) == 0 && inner.rfind("?<=", 0) != 0 && inner.rfind("?<!", 0) != 0) {
+    const size_t close = inner.find('>');
+    return close == std::string_view::npos ? std::nullopt : std::optional<std::string_view>(inner.substr(close + 1));
+  }
+  if (inner.rfind("?", 0) == 0) return std::nullopt;
+  return inner;
+}
+
+// The pattern with each top-level alternative that is one whole group replaced by the group's
+// alternatives (a group does not change the language), so `(^gs://.+)|(^https?://.+)` gets
+// the anchors the parser accepts at the ends of top-level alternatives.
+std::string unwrap_top_groups(std::string_view p, int depth = 0) {
+  std::string out;
+  for (std::string_view alt : top_alternatives(p)) {
+    if (!out.empty() || alt.data() != p.data()) out += '|';
+    const auto inner = depth < 32 ? whole_group(alt) : std::nullopt;
+    out += inner ? unwrap_top_groups(*inner, depth + 1) : std::string(alt);
+  }
+  return out;
+}
+
 class RegexParser {
  public:
   friend Symbol grammar::build_json_char(GrammarBuilder&, std::vector<CodepointRange>, bool);
   RegexParser(GrammarBuilder& b, std::string_view pattern, bool json_string)
-      : b_(b), p_(pattern), json_(json_string) {}
+      : b_(b), text_(unwrap_top_groups(pattern)), p_(text_), json_(json_string) {}
 
   Result<Symbol> parse() {
     // Top-level alternatives carry their own anchors; an unanchored end admits any text.
@@ -358,6 +427,7 @@ class RegexParser {
   }
 
   GrammarBuilder& b_;
+  std::string text_;
   std::string_view p_;
   bool json_;
   size_t pos_ = 0;

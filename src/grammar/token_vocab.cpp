@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "grammar/token_classes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::grammar {
@@ -71,7 +72,8 @@ bool decode_byte_level(const std::string& token, std::string& out) {
 
 TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t> stop_ids, int32_t mask_size)
     : token_bytes_(std::move(token_bytes)), stop_ids_(std::move(stop_ids)),
-      mask_size_(std::max<int32_t>(mask_size, static_cast<int32_t>(token_bytes_.size()))) {
+      mask_size_(std::max<int32_t>(mask_size, static_cast<int32_t>(token_bytes_.size()))),
+      token_classes_(std::make_shared<TokenClassCache>()) {
   for (int32_t id : stop_ids_) {
     DI_CHECK(id >= 0 && id < mask_size_, "stop id " << id);
     if (id < num_tokens()) token_bytes_[id].clear();
@@ -91,7 +93,7 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t
   const std::string* prev = nullptr;
   for (int32_t id : order) {
     const std::string& s = token_bytes_[id];
-    if (s.size() > 65000) continue;
+    if (s.size() > kMaxTokenBytes) continue;
     size_t lcp = 0;
     if (prev) {
       while (lcp < prev->size() && lcp < s.size() && (*prev)[lcp] == s[lcp]) ++lcp;
@@ -120,6 +122,11 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<int32_t
   t.tokens_begin.push_back(static_cast<int32_t>(t.token_ids.size()));
 }
 
+std::string special_token_bytes(int32_t id) {
+  DI_CHECK(id >= 0 && id < (1 << 24), "added token id " << id);
+  return {'\xFF', static_cast<char>(id >> 16), static_cast<char>((id >> 8) & 0xFF), static_cast<char>(id & 0xFF)};
+}
+
 bool TokenVocab::is_stop(int32_t id) const {
   return std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
 }
@@ -137,9 +144,13 @@ Result<TokenVocab> TokenVocab::from_tokenizer(const Tokenizer& tokenizer, int32_
   for (int32_t id = 0; id < n; ++id) {
     const auto token = tokenizer.id_to_token(id);
     if (!token || token->empty()) continue;
-    if (tokenizer.is_special(id) || tokenizer.find_added_token(*token) == id) continue;
+    if (tokenizer.is_special(id) || tokenizer.find_added_token(*token) == id) {
+      bytes[id] = special_token_bytes(id);
+      continue;
+    }
     const bool ok = byte_level ? decode_byte_level(*token, decoded) : decode_sentencepiece(*token, decoded);
-    if (ok) bytes[id] = decoded;
+    // 0xFF begins no UTF-8 sequence, so no grammar needs it: it is kept for added tokens.
+    if (ok && decoded.find('\xFF') == std::string::npos) bytes[id] = decoded;
   }
   if (stop_ids.empty() && tokenizer.eos_id()) stop_ids.push_back(*tokenizer.eos_id());
   return TokenVocab(std::move(bytes), std::move(stop_ids), mask_size == 0 ? n : mask_size);

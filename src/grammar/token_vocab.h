@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@ class Tokenizer;
 }
 
 namespace deepinfer::grammar {
+
+class TokenClassCache;
 
 // Immutable and thread-safe after construction.
 class TokenVocab {
@@ -25,9 +28,14 @@ class TokenVocab {
 
   // Bytes of every token of a Hugging Face tokenizer: ByteLevel vocabularies (GPT-2 byte
   // alphabet) and SentencePiece-style ones (U+2581 for space, <0xNN> byte fallback). Added
-  // tokens are excluded; stop_ids default to the tokenizer's eos.
+  // tokens get special_token_bytes(id), so only a grammar that names them allows them;
+  // ordinary tokens containing the byte 0xFF are excluded; stop_ids default to the
+  // tokenizer's eos.
   static Result<TokenVocab> from_tokenizer(const Tokenizer& tokenizer, int32_t mask_size = 0,
                                            std::vector<int32_t> stop_ids = {});
+
+  // Longer tokens are left out of the trie, so never allowed.
+  static constexpr size_t kMaxTokenBytes = 65000;
 
   int32_t mask_size() const { return mask_size_; }
   int32_t num_mask_words() const { return (mask_size_ + 31) / 32; }
@@ -46,13 +54,22 @@ class TokenVocab {
     int32_t max_depth = 0;
   };
   const Trie& trie() const { return trie_; }
+  // The vocabulary split by character classes, shared by every grammar on this vocabulary
+  // (a thread-safe cache, hence usable through a const vocabulary).
+  TokenClassCache& token_classes() const { return *token_classes_; }
 
  private:
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> stop_ids_;
   int32_t mask_size_;
   Trie trie_;
+  std::shared_ptr<TokenClassCache> token_classes_;
 };
+
+// What an added (special) token is to a grammar: 0xFF and its id in three bytes. No valid
+// UTF-8 and no other token contains 0xFF, so a grammar literal of these bytes is that one token
+// (a tool-call marker such as <｜tool▁sep｜>), never its text spelled with ordinary tokens.
+std::string special_token_bytes(int32_t id);
 
 // Decodes a ByteLevel token string (GPT-2's printable alphabet for bytes); nullopt-like empty
 // result with ok=false when a character is outside the alphabet.

@@ -218,8 +218,8 @@ ParseResult finish_chat_request(ApiRequest request, ChatInput input, const Model
   if (auto error = apply_sampling(request, input.sampling_fields, input.max_tokens_field, 0, input.prompt_field, model)) {
     return *error;
   }
-  if (input.tool_choice == ToolChoice::kRequired) {
-    if (auto error = constrain_tool_call(request, conversation.tools, model.family)) return *error;
+  if (auto error = constrain_tool_calls(request, conversation.tools, input.tool_choice == ToolChoice::kRequired, model)) {
+    return *error;
   }
   return request;
 }

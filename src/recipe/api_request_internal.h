@@ -60,12 +60,15 @@ void keep_structured_output(const Json& body, ApiRequest& request);
 // Lenient JSON Schema output (strict false): runs the front end now, so the keywords it drops
 // reach request.warnings; a schema it still cannot compile is a 400 naming the field.
 std::optional<ApiError> collect_structured_warnings(ApiRequest& request);
-// tool_choice "required" or a named function, Qwen3 family: sets request.sampling's structured
-// output to exactly one `<tool_call>` whose name is one of tools and whose arguments validate
-// against that tool's parameters (lenient unless a tool is strict; drops go to request.warnings).
-// Other families are left unconstrained. Errors: response_format given too, or a parameters
-// schema the engine cannot compile.
-std::optional<ApiError> constrain_tool_call(ApiRequest& request, const std::vector<Json>& tools, ChatFamily family);
+// Tool calls in the family's own markup (recipe/tool_call_grammar.h), set as request.sampling's
+// structured output: required (tool_choice "required" or a named function) gives exactly one call
+// of one of tools; auto gives free text or one call, and only when a tool is strict and no
+// response_format / guided_* is given. Arguments validate against each tool's parameters
+// (lenient unless the tool is strict; drops go to request.warnings). Needs request.parsing and
+// request.thinking set. Errors: a required call with response_format, or a strict tool whose
+// parameters the engine cannot enforce.
+std::optional<ApiError> constrain_tool_calls(ApiRequest& request, const std::vector<Json>& tools, bool required,
+                                             const ModelContext& model);
 
 ParseResult parse_chat_completions(const Json& body, const ModelContext& model);
 ParseResult parse_completions(const Json& body, const ModelContext& model);

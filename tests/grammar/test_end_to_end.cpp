@@ -9,13 +9,14 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "node_oracle.h"
 #include "run_cli.h"
 #include "text_model_dir.h"
 
 namespace deepinfer::grammar {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 std::string shell_quote(const std::string& s) {
@@ -27,29 +28,10 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing::read_file;
 
 // ajv's verdict for each (schema, instances) pair.
-Json validate_with_ajv(const Json& request) {
-  const std::string stem = fs::temp_directory_path().string() + "/deepinfer-ajv-" + std::to_string(getpid());
-  std::ofstream(stem + "-request.json") << request.dump();
-  const std::string command = "node '" + std::string(DEEPINFER_TEST_DATA_DIR) + "/../grammar/ajv_validate.cjs' '" +
-                              stem + "-request.json' '" + stem + "-answer.json'";
-  const int status = std::system(command.c_str());
-  fs::remove(stem + "-request.json");
-  if (status != 0) {
-    ADD_FAILURE() << "ajv failed: " << command;
-    return nullptr;
-  }
-  Json answer = Json::parse(read_file(stem + "-answer.json"));
-  fs::remove(stem + "-answer.json");
-  return answer;
-}
+Json validate_with_ajv(const Json& request) { return testing::run_node_oracle("ajv_validate.cjs", request); }
 
 // Finite languages (bounded strings and arrays, no recursion), so the random model always
 // completes the value within the fixture's 256-token context.
@@ -120,7 +102,7 @@ TEST(EndToEnd, BatchRequestFieldsAndPerRequestErrors) {
 
 TEST(EndToEnd, CliRejectsBadSchemasBeforeLoading) {
   testing::TextModelDir model;
-  const auto result = testing::run_cli("generate --model " + model.path() + " --prompt x --json-schema '{\"if\":{}}'");
+  const auto result = testing::run_cli("generate --model " + model.path() + " --prompt x --json-schema '{\"if\":{},\"then\":{}}'");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.out.find("unsupported keyword 'if' at '#/if'"), std::string::npos) << result.out;
 }

@@ -92,7 +92,7 @@ async function walks(xg, items) {
   return out;
 }
 
-(async () => {
+async function main() {
   const [requestPath, answerPath] = process.argv.slice(2);
   const request = JSON.parse(fs.readFileSync(requestPath, 'utf8'));
   const xg = loadXgrammar();
@@ -100,7 +100,13 @@ async function walks(xg, items) {
   if (request.verdicts) answer.verdicts = await verdicts(xg, request.verdicts);
   if (request.walks) answer.walks = await walks(xg, request.walks);
   fs.writeFileSync(answerPath, JSON.stringify(answer));
-})().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+}
+
+// bench/grammar_exactness.cjs seeds its mutants with the same PRNG.
+module.exports = { rng };
+if (require.main === module) {
+  main().catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });
+}

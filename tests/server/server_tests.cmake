@@ -21,3 +21,8 @@ foreach(script clients raw_http load kv_store)
   set_tests_properties(server_${script} PROPERTIES FIXTURES_REQUIRED server_model LABELS server TIMEOUT 120
                        ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_SERVER_MODEL=${server_model}")
 endforeach()
+# Constrained tool calls on the embedded default model (a DeepSeek-V3 family checkpoint).
+add_test(NAME server_tool_calls
+         COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/tool_calls.test.mjs)
+set_tests_properties(server_tool_calls PROPERTIES LABELS server TIMEOUT 120
+                     ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default")

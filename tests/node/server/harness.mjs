@@ -6,9 +6,8 @@ import net from 'node:net';
 
 export const MODEL = 'tiny';
 
-export async function startServer(extraArgs = []) {
+export async function startServer(extraArgs = [], model = process.env.DEEPINFER_SERVER_MODEL) {
   const cli = process.env.DEEPINFER_CLI;
-  const model = process.env.DEEPINFER_SERVER_MODEL;
   if (!cli || !model) throw new Error('set DEEPINFER_CLI and DEEPINFER_SERVER_MODEL (CTest does)');
   const args = ['serve', '--model', model, '--port', '0', '--served-model-name', MODEL, '--threads', '1',
                 '--block-size', '16', '--kv-cache-bytes', String(64 << 20), '--check-invariants', ...extraArgs];
