@@ -13,4 +13,8 @@ namespace deepinfer::cli {
 // Prints one JSON line per measurement. Returns the exit code.
 int run_device_bench(const Args& args, LoadedModel& loaded);
 
+// Each linear-layer shape of c alone (bf16 weights) at 1, 2, 4 and 8 rows: one decode_product
+// line each (bench_device_products.cpp). Keeps its weights on the backend until it is destroyed.
+void bench_decode_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks);
+
 }  // namespace deepinfer::cli

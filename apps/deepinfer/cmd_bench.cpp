@@ -16,7 +16,7 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
-                       [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
+                       [--device cpu|ref|cuda] [--threads N] [--batch-invariant] [--no-cuda-graphs] [--no-products]
                        [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]  (cuda)
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
@@ -24,7 +24,9 @@ weight bytes one decode step reads, the achieved decode bandwidth, the machine's
 bandwidth measured in the same run, and their ratio. --batch-invariant runs the kernels whose
 results do not depend on the batch (slower prefill; see docs/benchmarks.md). With --device cuda:
 decode at each batch x context, the decode attention kernel, and prefill at each length, one JSON
-line each, beside the GPU's copy bandwidth and bf16 GEMM rate measured in the same run.
+line each, beside the GPU's copy bandwidth and bf16 GEMM rate measured in the same run; decode
+lines say whether the steps replayed CUDA graphs ("cuda_graphs"; --no-cuda-graphs: op by op);
+decode_product lines time each linear-layer shape alone at 1-8 rows (--no-products skips them).
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -37,7 +39,7 @@ int run_bench(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
                                                        "--contexts", "--prefill", "--steps"}),
-                          model_bool_flags({}));
+                          model_bool_flags({"--no-products"}));
   if (!args.ok()) return report_error("bench", args.error());
   auto prompt_tokens = args->get_int("--prompt-tokens", 128);
   auto decode_tokens = args->get_int("--decode-tokens", 32);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -106,35 +107,42 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
     model.forward(fb, logits.data());
   };
   run_step(0);
+  // MoE models read the experts the batch routes to: measured on the second warm-up step.
+  model.reset_expert_token_counts();
   run_step(1);
+  const double weight_bytes = static_cast<double>(model.routed_weight_bytes_per_step());
+  const int64_t replays_before = model.num_graph_replays();
   const auto start = std::chrono::steady_clock::now();
   for (int32_t i = 0; i < steps; ++i) run_step(2 + i);
   const double step_s = seconds_since(start) / steps;
-  const double weight_bytes = static_cast<double>(model.weight_bytes_per_token());
+  const bool graphs = model.num_graph_replays() - replays_before == steps;
   const double kv_bytes = static_cast<double>(batch) * (context + 2 + steps / 2.0) *
                           static_cast<double>(model.kv_bytes_per_token());
   const double bytes_s = (weight_bytes + kv_bytes) / step_s;
   std::printf("{\"kind\":\"decode\",\"batch\":%d,\"context\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f,"
               "\"weight_gb\":%.3f,\"kv_gb\":%.3f,\"achieved_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f,"
-              "\"bandwidth_fraction\":%.3f,\"shared_kv\":%s}\n",
+              "\"bandwidth_fraction\":%.3f,\"shared_kv\":%s,\"cuda_graphs\":%s}\n",
               batch, context, batch / step_s, step_s * 1e3, weight_bytes / 1e9, kv_bytes / 1e9, bytes_s / 1e12,
-              peaks.copy_bytes_per_s / 1e12, bytes_s / peaks.copy_bytes_per_s, shared ? "true" : "false");
+              peaks.copy_bytes_per_s / 1e12, bytes_s / peaks.copy_bytes_per_s, shared ? "true" : "false",
+              graphs ? "true" : "false");
   std::fflush(stdout);
 }
 
-// The attention kernel alone at decode: batch sequences of context keys, the model's head shapes.
+// The attention kernel alone at decode: batch sequences of context keys, the model's head shapes
+// (MLA: every head on one latent head of kv_lora_rank + rope dims, keys and values one cache).
 void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, int32_t batch,
                      int32_t context) {
   kernels::AttentionParams params;
   params.num_heads = static_cast<int32_t>(c.num_attention_heads);
-  params.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
-  params.head_dim = static_cast<int32_t>(c.head_dim);
+  params.num_kv_heads = c.mla ? 1 : static_cast<int32_t>(c.num_key_value_heads);
+  params.head_dim = static_cast<int32_t>(c.mla ? c.mla->kv_lora_rank + c.mla->qk_rope_head_dim : c.head_dim);
   params.scale = 0.08838834764f;
   const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
   const auto cache_bytes = static_cast<size_t>(int64_t{batch} * blocks_per_seq * kBlockSize * kv_dim) * sizeof(float);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
-  DeviceBuffer v_cache = backend.allocate(cache_bytes);
+  DeviceBuffer v_cache = c.mla ? DeviceBuffer() : backend.allocate(cache_bytes);
+  const float* values = c.mla ? k_cache.as<float>() : v_cache.as<float>();
   const auto q_floats = static_cast<size_t>(int64_t{batch} * params.num_heads * params.head_dim);
   DeviceBuffer q = backend.allocate(q_floats * sizeof(float));
   DeviceBuffer out = backend.allocate(q_floats * sizeof(float));
@@ -154,7 +162,7 @@ void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& 
   pb.max_query_len = 1;
   float sink = 0.0f;
   const auto run = [&] {
-    backend.paged_attention(q.as<float>(), k_cache.as<float>(), v_cache.as<float>(), pb, params, out.as<float>());
+    backend.paged_attention(q.as<float>(), k_cache.as<float>(), values, pb, params, out.as<float>());
   };
   run();
   backend.copy_to_host(&sink, out.data(), sizeof(float));
@@ -163,11 +171,60 @@ void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& 
   for (int i = 0; i < kRuns; ++i) run();
   backend.copy_to_host(&sink, out.data(), sizeof(float));  // waits for the stream
   const double seconds = seconds_since(start) / kRuns;
-  const double bytes = 2.0 * static_cast<double>(batch) * context * static_cast<double>(kv_dim) * sizeof(float);
+  const double bytes = (c.mla ? 1.0 : 2.0) * static_cast<double>(batch) * context * static_cast<double>(kv_dim) *
+                       sizeof(float);
   std::printf("{\"kind\":\"decode_attention\",\"batch\":%d,\"context\":%d,\"heads\":%d,\"kv_heads\":%d,"
               "\"us\":%.1f,\"effective_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f}\n",
               batch, context, params.num_heads, params.num_kv_heads, seconds * 1e6, bytes / seconds / 1e12,
               peaks.copy_bytes_per_s / 1e12);
+  std::fflush(stdout);
+}
+
+// The attention kernel alone at prefill (one layer's call; all_layers_ms = that x num_hidden_layers):
+// one sequence of `tokens` new tokens over an empty cache, the model's head shapes, bf16 allowed
+// (the tensor-core kernel for 16-bit models); FLOPs counted as bench_prefill counts them (causal half).
+void bench_prefill_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, int32_t tokens) {
+  kernels::AttentionParams params;
+  params.num_heads = static_cast<int32_t>(c.num_attention_heads);
+  params.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+  params.head_dim = static_cast<int32_t>(c.head_dim);
+  params.scale = 1.0f / std::sqrt(static_cast<float>(params.head_dim));
+  params.allow_bf16 = true;
+  const int32_t blocks = (tokens + kBlockSize - 1) / kBlockSize;
+  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
+  const auto cache_bytes = static_cast<size_t>(int64_t{blocks} * kBlockSize * kv_dim) * sizeof(float);
+  DeviceBuffer k_cache = backend.allocate(cache_bytes);
+  DeviceBuffer v_cache = backend.allocate(cache_bytes);
+  const auto q_floats = static_cast<size_t>(int64_t{tokens} * params.num_heads * params.head_dim);
+  DeviceBuffer q = backend.allocate(q_floats * sizeof(float));
+  DeviceBuffer out = backend.allocate(q_floats * sizeof(float));
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int32_t i = 0; i < blocks; ++i) table[static_cast<size_t>(i)] = i;
+  const std::vector<int32_t> header = {0, tokens, tokens};  // query_start[0..1], seq_len[0]
+  DeviceBuffer d_header = backend.allocate(header.size() * 4);
+  DeviceBuffer d_table = backend.allocate(table.size() * 4);
+  backend.copy_to_device(d_header.data(), header.data(), header.size() * 4);
+  backend.copy_to_device(d_table.data(), table.data(), table.size() * 4);
+  kernels::PagedBatch pb{1, d_header.as<int32_t>(), d_header.as<int32_t>() + 2, d_table.as<int32_t>(), blocks,
+                         kBlockSize};
+  pb.num_tokens = tokens;
+  pb.max_query_len = tokens;
+  const auto run = [&] {
+    backend.paged_attention(q.as<float>(), k_cache.as<float>(), v_cache.as<float>(), pb, params, out.as<float>());
+  };
+  float sink = 0.0f;
+  run();
+  backend.copy_to_host(&sink, out.data(), sizeof(float));
+  const int runs = tokens > 8192 ? 2 : 10;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < runs; ++i) run();
+  backend.copy_to_host(&sink, out.data(), sizeof(float));  // waits for the stream
+  const double seconds = seconds_since(start) / runs;
+  const double flops = 4.0 * params.num_heads * params.head_dim * static_cast<double>(tokens) * (tokens + 1.0) / 2.0;
+  std::printf("{\"kind\":\"prefill_attention\",\"tokens\":%d,\"ms\":%.3f,\"all_layers_ms\":%.1f,\"tflop_s\":%.1f,"
+              "\"matmul_fraction\":%.3f}\n",
+              tokens, seconds * 1e3, seconds * 1e3 * static_cast<double>(c.num_hidden_layers), flops / seconds / 1e12,
+              flops / seconds / peaks.bf16_matmul_flop_per_s);
   std::fflush(stdout);
 }
 
@@ -198,7 +255,9 @@ int run_device_bench(const Args& args, LoadedModel& loaded) {
       for (int32_t batch : batches) bench_decode(model, backend, *peaks, batch, context, static_cast<int32_t>(*steps));
     }
     for (int32_t context : contexts) bench_attention(backend, c, *peaks, 16, context);
+    for (int32_t tokens : prefill) bench_prefill_attention(backend, c, *peaks, tokens);
     for (int32_t tokens : prefill) bench_prefill(model, *peaks, tokens, tokens > 8192 ? 1 : 2);
+    if (!args.has("--no-products")) bench_decode_products(backend, c, *peaks);
   } catch (const std::exception& error) {
     return report_error("bench", Error{error.what()});
   }

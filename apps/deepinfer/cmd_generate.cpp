@@ -22,9 +22,10 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
                           [--ignore-eos] [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
-                          [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
+                          [--no-cuda-graphs] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
                           [--kv-cache-dir DIR] [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                           [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
+                          [--swa-replay-tokens N|exact]
        deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
 (tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
@@ -37,9 +38,13 @@ input order, has token_ids, text (with a tokenizer), logprobs (when asked) and f
 loads them instead of recomputing); --kv-cache-host-bytes N, --kv-cache-disk-bytes N bound its
 tiers, --kv-cache-backend redis://host:port adds a Redis tier shared by many machines.
 --kv-cache-load auto (default) loads a stored page only when that is faster than recomputing it
-(both measured at start-up); always loads every stored page.
+(both measured at start-up); always loads every stored page. --swa-replay-tokens N|exact: for
+sliding-window models the store keeps only full-attention layers' KV and a hit rebuilds the
+sliding layers by running the prefix's last N tokens again (default max(128, window); exact:
+sliding layers x window, the same tokens as a cold run).
 --batch-invariant: every request gives the same tokens and logprobs, bit for bit, whatever else
-runs in its batch (slower prefill).
+runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
+instead of replaying captured CUDA graphs.
 --json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
 (docs/structured_output.md); a schema keyword the engine cannot enforce is an error.
 Defaults: --max-tokens 64, --temperature 0 (greedy).
@@ -117,6 +122,7 @@ int run_generate(int argc, char** argv) {
   config.device = args->find("--device").value_or("cpu");
   config.max_num_seqs = 1;
   config.batch_invariant = args->has("--batch-invariant");
+  config.cuda_graphs = !args->has("--no-cuda-graphs");
   auto kv_store = kv_store_config_from_args(*args, config.model_dir);
   if (!kv_store.ok()) return report_error("generate", kv_store.error());
   config.kv_cache_dir = kv_store->dir;
@@ -124,6 +130,7 @@ int run_generate(int argc, char** argv) {
   config.kv_cache_disk_bytes = kv_store->disk_bytes;
   config.kv_cache_backend = kv_store->backend;
   config.kv_cache_cost_guard = kv_store->cost_guard;
+  config.kv_cache_swa_replay_tokens = kv_store->swa_replay_tokens;
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
   auto prompt = prompt_ids(*args, config.model_dir, **llm);

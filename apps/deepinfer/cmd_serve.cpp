@@ -26,9 +26,10 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--request-timeout S] [--max-body-bytes N] [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
-                       [--batch-invariant] [--check-invariants] [--kv-cache-dir DIR]
+                       [--batch-invariant] [--no-cuda-graphs] [--check-invariants] [--kv-cache-dir DIR]
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
+                       [--swa-replay-tokens N|exact]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -41,7 +42,9 @@ waiting for the engine; past them requests get 429 (529 on /v1/messages) with Re
 --kv-cache-dir DIR: keep prompt KV pages in a persistent store (host memory, then DIR on disk,
 then a Redis server with --kv-cache-backend redis://host:port) so any later request with the
 same prefix, in this process or another, loads them instead of recomputing (docs/kvstore.md);
---kv-cache-load always skips the load-vs-recompute check (default auto).
+--kv-cache-load always skips the load-vs-recompute check (default auto). --swa-replay-tokens
+N|exact: prefix tokens a hit of a sliding-window model runs again to rebuild its sliding layers'
+KV (default max(128, window); exact: sliding layers x window).
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
 )";
 

@@ -90,6 +90,7 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   config.model_dir = args.find("--model").value_or("");
   config.device = args.find("--device").value_or("cpu");
   config.batch_invariant = args.has("--batch-invariant");
+  config.cuda_graphs = !args.has("--no-cuda-graphs");
   auto max_num_seqs = args.get_int("--max-num-seqs", config.max_num_seqs);
   if (!max_num_seqs.ok()) return report_error("generate", max_num_seqs.error());
   if (*max_num_seqs < 1) return report_error("generate", Error{"--max-num-seqs must be >= 1"});
@@ -101,6 +102,7 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   config.kv_cache_disk_bytes = kv_store->disk_bytes;
   config.kv_cache_backend = kv_store->backend;
   config.kv_cache_cost_guard = kv_store->cost_guard;
+  config.kv_cache_swa_replay_tokens = kv_store->swa_replay_tokens;
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
   auto results = (*llm)->generate(input->prompts, input->params);

@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "engine/swa_replay.h"
+
 namespace deepinfer::cli {
 
 std::set<std::string> model_value_flags(std::set<std::string> extra) {
@@ -13,13 +15,13 @@ std::set<std::string> model_value_flags(std::set<std::string> extra) {
 }
 
 std::set<std::string> model_bool_flags(std::set<std::string> extra) {
-  extra.insert("--batch-invariant");
+  extra.insert({"--batch-invariant", "--no-cuda-graphs"});
   return extra;
 }
 
 std::set<std::string> kv_store_value_flags(std::set<std::string> extra) {
   extra.insert({"--kv-cache-dir", "--kv-cache-host-bytes", "--kv-cache-disk-bytes", "--kv-cache-backend",
-                "--kv-cache-load"});
+                "--kv-cache-load", "--swa-replay-tokens"});
   return extra;
 }
 
@@ -40,6 +42,16 @@ Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::str
   const std::string load = args.find("--kv-cache-load").value_or("auto");
   if (load != "auto" && load != "always") return Error{"--kv-cache-load must be auto or always, got '" + load + "'"};
   config.cost_guard = load == "auto";
+  if (const auto replay = args.find("--swa-replay-tokens")) {
+    auto tokens = args.get_int("--swa-replay-tokens", 0);
+    if (*replay == "exact") {
+      config.swa_replay_tokens = kSwaReplayExact;
+    } else if (!tokens.ok() || *tokens < 1 || *tokens > (int64_t{1} << 24)) {
+      return Error{"--swa-replay-tokens must be a token count >= 1 or 'exact', got '" + *replay + "'"};
+    } else {
+      config.swa_replay_tokens = static_cast<int32_t>(*tokens);
+    }
+  }
   if (config.backend == "disk" && config.dir.empty() &&
       (args.has("--kv-cache-host-bytes") || args.has("--kv-cache-disk-bytes"))) {
     return Error{"--kv-cache-host-bytes and --kv-cache-disk-bytes need --kv-cache-dir DIR or a redis:// backend"};
@@ -55,6 +67,7 @@ Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::str
 BackendOptions backend_options_from_args(const Args& args) {
   BackendOptions options;
   options.batch_invariant = args.has("--batch-invariant");
+  options.graphs = !args.has("--no-cuda-graphs");
   return options;
 }
 

@@ -33,6 +33,8 @@ struct LLMConfig {
   // with it, how its prompt is chunked, cached or preempted (slower prefill on "cpu"; see
   // BackendOptions in runtime/backend.h and docs/benchmarks.md).
   bool batch_invariant = false;
+  // --device cuda: decode steps replay captured CUDA graphs (false: op by op, for debugging).
+  bool cuda_graphs = true;
   bool show_progress = true;             // progress bars on stderr (loading; batches of 2+ prompts)
   // Persistent KV store below the prefix cache (docs/kvstore.md): on when kv_cache_dir names a
   // directory or kv_cache_backend is "redis://host:port".
@@ -41,6 +43,9 @@ struct LLMConfig {
   int64_t kv_cache_disk_bytes = int64_t{64} << 30;
   std::string kv_cache_backend = "disk";
   bool kv_cache_cost_guard = true;  // load stored pages only when faster than recomputing them
+  // Sliding-window models: prefix tokens a store hit replays to rebuild the sliding layers' KV;
+  // 0: max(128, window), -1: exact (sliding layers x window) (docs/kvstore.md).
+  int32_t kv_cache_swa_replay_tokens = 0;
 };
 
 // One prompt: text (needs the model's tokenizer) or token ids.

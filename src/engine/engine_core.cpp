@@ -50,7 +50,7 @@ struct EngineCore::Impl {
     model.allocate_kv_cache(KvCacheShape{kv.num_blocks(), config.block_size, kv.num_swa_blocks()});
     if (config.kv_store.enabled() && config.enable_prefix_caching) {
       offload = value_or_throw(KvOffload::create(model, kv, config.kv_store, make_kv_config(m, c).model_fingerprint,
-                                                 config.block_size));
+                                                 config.block_size, config.scheduler.max_num_batched_tokens));
     }
     for (int64_t id : model.config().eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
     if (tokenizer != nullptr) {
@@ -88,6 +88,8 @@ struct EngineCore::Impl {
     // Everything the cached KV depends on: architecture, shapes, weights' dtype, KV layout.
     kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=f32|block=" +
                                   std::to_string(config.block_size) + "|deepinfer=" DEEPINFER_VERSION;
+    // A split cache's stored pages hold the full-attention layers only: another page layout.
+    if (kv_config.num_swa_blocks > 0) kv_config.model_fingerprint += "|kv_pages=full_layers";
     // The weights' and tokenizer's identity, so a persistent store never mixes models.
     if (!config.kv_store.model_identity.empty()) kv_config.model_fingerprint += "|" + config.kv_store.model_identity;
     return kv_config;
@@ -96,23 +98,38 @@ struct EngineCore::Impl {
   // A model mixing sliding-window and full-attention layers gets separate tables for its sliding
   // layers (docs/architecture.md, "Sliding-window KV"): their pool holds every running sequence's
   // window plus one step's new tokens, and the full layers' pool gets the remaining memory. Only
-  // in NORMAL mode without the KV store: the PROMPT/COMPLETION handover and the store move whole
-  // blocks of every layer.
+  // in NORMAL mode: the PROMPT/COMPLETION handover moves whole blocks of every layer. With the
+  // persistent store the split is what lets it keep only the full layers' pages (SWA replay); a
+  // model whose every layer slides then splits too, its full-attention group holding no layer
+  // but still the pages' hash chain.
   static void apply_swa_split(const CausalLM& model, const EngineConfig& config, int64_t kv_bytes,
                               KvCacheConfig& kv_config) {
-    const int64_t swa_bytes_per_token = model.swa_kv_bytes_per_token();
-    if (swa_bytes_per_token <= 0 || config.mode != EngineMode::kNormal || config.kv_store.enabled()) return;
     const auto& windows = model.config().layer_sliding_window;
+    const bool all_sliding =
+        !windows.empty() && std::all_of(windows.begin(), windows.end(), [](int64_t w) { return w > 0; });
+    const bool store = config.kv_store.enabled() && config.enable_prefix_caching;
+    const int64_t swa_bytes_per_token =
+        all_sliding && store ? model.kv_bytes_per_token() : model.swa_kv_bytes_per_token();
+    if (swa_bytes_per_token <= 0 || config.mode != EngineMode::kNormal) return;
     const int32_t window = *std::max_element(windows.begin(), windows.end());
     const int32_t bs = config.block_size;
+    kv_config.sliding_window = window;
+    const int64_t useful_blocks =
+        int64_t{config.scheduler.max_num_seqs} * blocks_for_tokens(resolve_max_model_len(model, config), bs);
+    if (all_sliding) {
+      // The window layers' pool is the whole cache, sized as the unsplit one was; group 0's blocks
+      // hold no bytes, so there are as many as can be useful.
+      kv_config.num_swa_blocks = kv_config.num_blocks;
+      if (config.num_kv_blocks == 0) {
+        kv_config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(useful_blocks, 1, INT32_MAX));
+      }
+      return;
+    }
     const int64_t swa_blocks = int64_t{config.scheduler.max_num_seqs} * (blocks_for_tokens(window, bs) + 3) +
                                blocks_for_tokens(config.scheduler.max_num_batched_tokens, bs);
-    kv_config.sliding_window = window;
     kv_config.num_swa_blocks = static_cast<int32_t>(std::min<int64_t>(swa_blocks, INT32_MAX));
     if (config.num_kv_blocks > 0) return;
     const int64_t full_bytes_per_block = (model.kv_bytes_per_token() - swa_bytes_per_token) * bs;
-    const int64_t useful_blocks =
-        int64_t{config.scheduler.max_num_seqs} * blocks_for_tokens(resolve_max_model_len(model, config), bs);
     const int64_t left = kv_bytes - swa_blocks * swa_bytes_per_token * bs;
     kv_config.num_blocks =
         static_cast<int32_t>(std::clamp<int64_t>(left / full_bytes_per_block, 1, std::max<int64_t>(useful_blocks, 1)));

@@ -8,25 +8,47 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "engine/swa_replay.h"
 
 namespace deepinfer {
 
 KvOffload::KvOffload(CausalLM& model, KvCacheManager& kv, std::unique_ptr<KvStore> store, std::string fingerprint,
-                     int32_t block_size)
+                     int32_t block_size, int32_t replay_tokens, int32_t replay_chunk)
     : model_(model),
       kv_(kv),
       store_(std::move(store)),
       fingerprint_(std::move(fingerprint)),
       block_size_(block_size),
-      payload_bytes_(model.kv_floats_per_block() * static_cast<int64_t>(sizeof(float))) {}
+      payload_bytes_(model.full_kv_floats_per_block() * static_cast<int64_t>(sizeof(float))),
+      replay_tokens_(replay_tokens),
+      replay_chunk_(replay_chunk) {}
 
 Result<std::unique_ptr<KvOffload>> KvOffload::create(CausalLM& model, KvCacheManager& kv, const KvStoreConfig& config,
-                                                     const std::string& fingerprint, int32_t block_size) {
+                                                     const std::string& fingerprint, int32_t block_size,
+                                                     int32_t max_step_tokens) {
+  if (config.swa_replay_tokens < kSwaReplayExact) {
+    return Error{"swa_replay_tokens must be a token count, 0 (default) or -1 (exact), got " +
+                 std::to_string(config.swa_replay_tokens)};
+  }
   auto store = KvStore::open(config, fingerprint);
   if (!store.ok()) return store.error();
-  std::unique_ptr<KvOffload> offload(new KvOffload(model, kv, std::move(*store), fingerprint, block_size));
+  const int32_t replay_tokens =
+      kv.has_swa_tables() ? swa_replay_tokens(model.config(), config.swa_replay_tokens, block_size) : 0;
+  const int32_t replay_chunk = std::max(block_size, max_step_tokens / block_size * block_size);
+  std::unique_ptr<KvOffload> offload(
+      new KvOffload(model, kv, std::move(*store), fingerprint, block_size, replay_tokens, replay_chunk));
   offload->measure_prefill();
+  if (replay_tokens > 0) {
+    DI_LOG(kInfo, "kv store: full-attention layers' pages only; a hit replays up to "
+                      << replay_tokens << " tokens for the sliding-window layers");
+  }
   return offload;
+}
+
+KvStoreStats KvOffload::stats() const {
+  KvStoreStats s = store_->stats();
+  s.tokens_replayed = tokens_replayed_;
+  return s;
 }
 
 KvOffload::~KvOffload() {
@@ -39,7 +61,8 @@ KvOffload::~KvOffload() {
 
 void KvOffload::measure_prefill() {
   // Over free blocks that hold nothing yet; the KV written here is never registered or read.
-  const int32_t num_blocks = std::min<int32_t>(4, kv_.num_blocks());
+  int32_t num_blocks = std::min<int32_t>(4, kv_.num_blocks());
+  if (kv_.has_swa_tables()) num_blocks = std::min(num_blocks, kv_.num_swa_blocks());
   const int32_t max_positions = std::max<int32_t>(model_.config().max_position_embeddings, 2) - 1;
   const int32_t num_tokens = std::min(num_blocks * block_size_, max_positions);
   ForwardBatch batch;
@@ -52,6 +75,10 @@ void KvOffload::measure_prefill() {
   batch.seq_len = {num_tokens};
   batch.max_blocks_per_seq = num_blocks;
   for (int32_t b = 0; b < num_blocks; ++b) batch.block_table.push_back(b);
+  if (kv_.has_swa_tables()) {
+    batch.swa_slot_mapping = batch.slot_mapping;
+    batch.swa_block_table = batch.block_table;
+  }
   batch.logit_rows = {num_tokens - 1};
   std::vector<float> logits(static_cast<size_t>(model_.config().vocab_size));
   model_.forward(batch, logits.data());  // warm-up: first-call allocations and primitive setup
@@ -128,27 +155,45 @@ std::vector<Request*> KvOffload::take_ready(bool wait) {
 
 void KvOffload::import_pages(const Request& request, int32_t first_page, const std::vector<LoadedPage>& pages) {
   if (pages.empty()) return;
-  const int32_t num_pages = first_page + static_cast<int32_t>(pages.size());
+  const std::vector<int32_t>& tokens = request.prompt_token_ids;
+  const int32_t prefix = (first_page + static_cast<int32_t>(pages.size())) * block_size_;
+  // Split cache: the sliding-window layers' KV is rebuilt from replay_start on; without one,
+  // replay_start is the prefix's end and nothing runs.
+  const int32_t replay_start = replay_tokens_ > 0 ? std::max(0, prefix - replay_tokens_) : prefix;
   const int64_t import_seq_id = next_import_seq_id_--;
-  int32_t num_cached = 0;
+  int32_t done = 0;
   // A short-lived sequence owns the blocks while they are written; freeing it leaves them in
-  // the prefix index as cached blocks, exactly like a finished request's pages.
-  if (!kv_.allocate(import_seq_id, request.prompt_token_ids, num_pages * block_size_, request.cache_salt,
-                    &num_cached)) {
+  // the prefix index as cached blocks, exactly like a finished request's pages. It grows one
+  // replay pass at a time, so the sliding-window pool needs only a window and a pass of blocks.
+  const int32_t first_end = std::min(prefix, std::max(first_page * block_size_, replay_start) + replay_chunk_);
+  if (!kv_.allocate_imported(import_seq_id, tokens, first_end, request.cache_salt,
+                             replay_tokens_ > 0 ? replay_start : 0, &done)) {
     return;  // no room now: the request recomputes these pages
   }
   import_stats_.queried_tokens += request.num_prompt_tokens();
-  import_stats_.hit_tokens += num_cached;
-  const int32_t first_new = num_cached / block_size_;
+  import_stats_.hit_tokens += done;
   // A device page the lookup counted on was evicted meanwhile: the chain has a hole, so skip.
-  if (first_new >= first_page) {
+  if (done < first_page * block_size_) {
+    kv_.free(import_seq_id);
+    return;
+  }
+  while (done < prefix) {
+    const int32_t end = std::min(prefix, std::max(done, replay_start) + replay_chunk_);
+    int32_t ignored = 0;
+    if (!kv_.allocate(import_seq_id, tokens, end, request.cache_salt, &ignored)) break;  // the rest is recomputed
     const std::vector<int32_t>& table = kv_.block_table(import_seq_id);
-    for (int32_t i = first_new; i < num_pages; ++i) {
+    for (int32_t i = done / block_size_; i < end / block_size_; ++i) {
       const LoadedPage& page = pages[static_cast<size_t>(i - first_page)];
       DI_CHECK(static_cast<int64_t>(page.payload.size()) == payload_bytes_);
-      model_.write_kv_blocks({table[static_cast<size_t>(i)]}, reinterpret_cast<const float*>(page.payload.data()));
+      model_.write_full_kv_blocks({table[static_cast<size_t>(i)]}, reinterpret_cast<const float*>(page.payload.data()));
     }
-    kv_.commit_computed(import_seq_id, request.prompt_token_ids, num_pages * block_size_);
+    if (end > replay_start) {
+      const int32_t from = std::max(done, replay_start);
+      run_swa_replay(model_, tokens, from, end, table, kv_.swa_block_table(import_seq_id), block_size_, replay_logits_);
+      tokens_replayed_ += end - from;
+    }
+    kv_.commit_computed(import_seq_id, tokens, end);
+    done = end;
   }
   kv_.free(import_seq_id);
 }
@@ -169,7 +214,7 @@ void KvOffload::persist(const Request& request, const std::vector<int32_t>& bloc
     const auto begin = tokens.begin() + static_cast<ptrdiff_t>(i) * block_size_;
     write.token_ids.assign(begin, begin + block_size_);
     write.payload.resize(static_cast<size_t>(payload_bytes_));
-    model_.read_kv_blocks({block_id}, reinterpret_cast<float*>(write.payload.data()));
+    model_.read_full_kv_blocks({block_id}, reinterpret_cast<float*>(write.payload.data()));
     if (!store_->enqueue_write(std::move(write))) return;  // queue full: later pages would drop too
   }
 }

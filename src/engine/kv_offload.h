@@ -3,7 +3,10 @@
 // store's loader thread; when the load is done, the pages are written into free device blocks
 // and registered in the prefix index, so the scheduler admits the request with them as ordinary
 // prefix-cache hits (they count in num_cached_tokens). A finishing sequence's computed full
-// pages are queued for the store's writer. Lives on the engine thread; not thread-safe.
+// pages are queued for the store's writer. With a split cache (a sliding-window model) a page
+// holds only the full-attention layers' KV, and a hit rebuilds the sliding layers' KV by a
+// replay of the prefix's last tokens (engine/swa_replay.h) before the request is released.
+// Lives on the engine thread; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +27,10 @@ class KvOffload {
   // Opens the store and measures the model's prefill speed once (two forward passes of a few
   // pages over free blocks), which the store's cost guard weighs page loads against.
   // fingerprint: the prefix-hash chain's seed (KvCacheConfig::model_fingerprint).
+  // max_step_tokens: the most tokens one replay forward pass runs (the scheduler's step budget).
   static Result<std::unique_ptr<KvOffload>> create(CausalLM& model, KvCacheManager& kv, const KvStoreConfig& config,
-                                                   const std::string& fingerprint, int32_t block_size);
+                                                   const std::string& fingerprint, int32_t block_size,
+                                                   int32_t max_step_tokens);
   // Logs what the store served and stored (info level).
   ~KvOffload();
 
@@ -40,7 +45,7 @@ class KvOffload {
   // Queues the sequence's computed full pages that the store lacks (never blocks).
   void persist(const Request& request, const std::vector<int32_t>& block_table);
 
-  KvStoreStats stats() const { return store_->stats(); }
+  KvStoreStats stats() const;
   // What importing pages added to the prefix cache's own counters (the engine subtracts it).
   const PrefixCacheStats& import_stats() const { return import_stats_; }
   double prefill_tokens_per_s() const { return prefill_tokens_per_s_; }
@@ -53,7 +58,7 @@ class KvOffload {
     std::optional<std::future<std::vector<LoadedPage>>> load;
   };
   KvOffload(CausalLM& model, KvCacheManager& kv, std::unique_ptr<KvStore> store, std::string fingerprint,
-            int32_t block_size);
+            int32_t block_size, int32_t replay_tokens, int32_t replay_chunk);
   void measure_prefill();
   // Chain hashes of the first num_pages full pages of tokens.
   std::vector<BlockHash> page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
@@ -66,6 +71,12 @@ class KvOffload {
   std::string fingerprint_;
   int32_t block_size_;
   int64_t payload_bytes_;
+  // Split cache: prefix tokens replayed per hit (a multiple of block_size), 0 without a split
+  // cache; and the most tokens per replay pass (a multiple of block_size).
+  int32_t replay_tokens_;
+  int32_t replay_chunk_;
+  int64_t tokens_replayed_ = 0;
+  std::vector<float> replay_logits_;
   double prefill_tokens_per_s_ = 0.0;
   std::vector<Held> held_;
   int64_t next_import_seq_id_ = -1;  // engine sequences have ids >= 0

@@ -97,6 +97,7 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   impl->config = config;
   BackendOptions backend_options;
   backend_options.batch_invariant = config.batch_invariant;
+  backend_options.graphs = config.cuda_graphs;
   auto backend = make_backend(config.device, backend_options);
   if (!backend.ok()) return backend.error();
   impl->backend = std::move(*backend);
@@ -120,6 +121,7 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   engine_config.kv_store.disk_bytes = config.kv_cache_disk_bytes;
   engine_config.kv_store.backend = config.kv_cache_backend;
   engine_config.kv_store.cost_guard = config.kv_cache_cost_guard;
+  engine_config.kv_store.swa_replay_tokens = config.kv_cache_swa_replay_tokens;
   if (engine_config.kv_store.enabled()) {
     auto identity = fingerprint_model_dir(config.model_dir);
     if (!identity.ok()) return identity.error();

@@ -51,6 +51,9 @@ struct AttentionParams {
   // [num_heads] or null. GPT-OSS's attention sinks: a learned logit per query head that joins the
   // softmax denominator (exp(sink) next to the keys' exp(score)) but carries no value.
   const float* sinks = nullptr;
+  // The model's weights are 16-bit: a device backend may round q, k and v to bf16 for tensor-core
+  // attention (fp32 softmax and sums). Host kernels ignore it.
+  bool allow_bf16 = false;
 };
 
 // Mixture-of-experts routing (kernels moe_route / moe_experts; model/layers/moe.h builds these).
@@ -91,9 +94,10 @@ struct MoeExperts {
   float swiglu_limit = 7.0f;
 };
 
-// Floats of workspace moe_experts needs for num_tokens tokens.
+// Floats of workspace moe_experts needs for num_tokens tokens (the tail: a device backend's
+// per-expert grouping offsets, so the whole call lives in caller-owned memory).
 inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& experts) {
-  return num_tokens * experts.top_k * (2 * experts.hidden + 2 * experts.intermediate);
+  return num_tokens * experts.top_k * (2 * experts.hidden + 2 * experts.intermediate) + 4 * experts.num_experts + 16;
 }
 
 #define DEEPINFER_KERNEL_OPS                                                                                  \

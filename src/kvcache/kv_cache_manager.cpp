@@ -45,6 +45,7 @@ struct KvCacheManager::Impl {
   struct Table {
     std::vector<int32_t> block_ids;
     int32_t num_released_blocks = 0;  // leading blocks released by the sliding window
+    int32_t num_absent_blocks = 0;    // leading blocks never computed (allocate_imported)
   };
   struct Sequence {
     std::vector<Table> tables;        // one per group, all of the same length
@@ -127,6 +128,7 @@ struct KvCacheManager::Impl {
     for (int32_t i = seq.num_hashed_blocks; i < num_full; ++i) {
       seq.last_hash = chain_block_hash(seq.last_hash, tokens.data() + static_cast<ptrdiff_t>(i) * bs, bs, kNoExtraKeys);
       for (size_t g = 0; g < groups.size(); ++g) {
+        if (i < seq.tables[g].num_absent_blocks) continue;
         const int32_t block_id = seq.tables[g].block_ids[static_cast<size_t>(i)];
         DI_CHECK(block_id != kReleased, "block " << i << " was released before it was hashed");
         groups[g].pool.register_hash(block_id, seq.last_hash);
@@ -203,17 +205,39 @@ bool KvCacheManager::allocate(int64_t seq_id, const std::vector<int32_t>& tokens
     return true;
   }
 
-  const Impl::PrefixHit hit = s.find_prefix(tokens, cache_salt);
+  return allocate_imported(seq_id, tokens, num_tokens, cache_salt, 0, num_cached_tokens);
+}
+
+bool KvCacheManager::allocate_imported(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+                                       std::string_view cache_salt, int32_t swa_start, int32_t* num_cached_tokens) {
+  Impl& s = *impl_;
+  const int32_t bs = s.config.block_size;
+  DI_CHECK(!s.seqs.contains(seq_id) && swa_start >= 0 && swa_start % bs == 0 && num_cached_tokens != nullptr);
+  // Group 0 carries the hash chain from the root, so it must keep every block it hashes.
+  DI_CHECK(swa_start == 0 || s.groups[0].window == 0, "allocate_imported needs separate sliding-window tables");
+  Impl::PrefixHit hit = s.find_prefix(tokens, cache_salt);
   const int32_t num_cached = hit.num_blocks * bs;
+  // Windowed groups' leading entries that stay empty: none when the hit's own blocks already
+  // cover the window of swa_start.
+  const int32_t num_absent = num_cached >= swa_start ? 0 : swa_start / bs;
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    if (s.groups[g].window <= 0) continue;
+    for (int32_t i = 0; i < std::min(num_absent, hit.num_blocks); ++i) {
+      hit.block_ids[g][static_cast<size_t>(i)] = kReleased;
+    }
+  }
   const int32_t covered = std::max(num_tokens, num_cached);
   const int32_t num_fresh = blocks_for_tokens(covered, bs) - hit.num_blocks;
+  // Of the fresh blocks, those a windowed group leaves empty.
+  const int32_t num_fresh_absent = std::clamp(num_absent - hit.num_blocks, 0, num_fresh);
   for (size_t g = 0; g < s.groups.size(); ++g) {
     // Evictable hit blocks count as free, so reviving them uses up room too.
     int32_t num_revived = 0;
     for (int32_t block_id : hit.block_ids[g]) {
       if (block_id != kReleased && s.groups[g].pool.ref_count(block_id) == 0) ++num_revived;
     }
-    if (!s.groups[g].pool.can_allocate(num_fresh + num_revived)) return false;
+    const int32_t skipped = s.groups[g].window > 0 ? num_fresh_absent : 0;
+    if (!s.groups[g].pool.can_allocate(num_fresh - skipped + num_revived)) return false;
   }
 
   Impl::Sequence seq;
@@ -224,9 +248,12 @@ bool KvCacheManager::allocate(int64_t seq_id, const std::vector<int32_t>& tokens
     for (int32_t block_id : table.block_ids) {
       if (block_id != kReleased) s.groups[g].pool.incref(block_id);
     }
-    const std::vector<int32_t> fresh = s.groups[g].pool.allocate(num_fresh);
+    const int32_t skipped = s.groups[g].window > 0 ? num_fresh_absent : 0;
+    table.block_ids.insert(table.block_ids.end(), static_cast<size_t>(skipped), kReleased);
+    const std::vector<int32_t> fresh = s.groups[g].pool.allocate(num_fresh - skipped);
     table.block_ids.insert(table.block_ids.end(), fresh.begin(), fresh.end());
-    table.num_released_blocks = s.num_releasable_blocks(s.groups[g], num_cached);
+    table.num_absent_blocks = s.groups[g].window > 0 ? num_absent : 0;
+    table.num_released_blocks = std::max(s.num_releasable_blocks(s.groups[g], num_cached), table.num_absent_blocks);
     seq.tables.push_back(std::move(table));
   }
   seq.num_tokens = covered;
@@ -352,7 +379,8 @@ void KvCacheManager::check_invariants() const {
       DI_CHECK(seq.num_hashed_blocks == (s.config.enable_prefix_caching ? seq.num_computed_tokens / bs : 0),
                "sequence " << seq_id << " hashed " << seq.num_hashed_blocks << " blocks of "
                            << seq.num_computed_tokens << " computed tokens");
-      DI_CHECK(table.num_released_blocks == s.num_releasable_blocks(s.groups[g], seq.num_computed_tokens));
+      DI_CHECK(table.num_released_blocks ==
+               std::max(s.num_releasable_blocks(s.groups[g], seq.num_computed_tokens), table.num_absent_blocks));
       for (size_t i = 0; i < table.block_ids.size(); ++i) {
         const int32_t block_id = table.block_ids[i];
         DI_CHECK((block_id == kReleased) == (static_cast<int32_t>(i) < table.num_released_blocks),

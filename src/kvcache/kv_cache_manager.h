@@ -62,6 +62,14 @@ class KvCacheManager {
   bool allocate(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens, std::string_view cache_salt,
                 int32_t* num_cached_tokens);
 
+  // allocate() of a new sequence whose KV the caller writes from outside the cache (the
+  // persistent store's pages plus a replay of the sliding-window layers from token swa_start, a
+  // multiple of block_size, on). Unless the prefix hit already reaches swa_start, the tables of
+  // windowed groups hold no block before swa_start (-1): those layers' KV there is never
+  // computed, so it is never registered in the prefix index. The caller commits num_tokens.
+  bool allocate_imported(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+                         std::string_view cache_salt, int32_t swa_start, int32_t* num_cached_tokens);
+
   // After a step computed tokens [0, num_computed) of seq_id: registers its newly full blocks
   // in the prefix index and releases blocks outside the sliding window. num_computed never
   // shrinks (commit only accepted tokens) and tokens holds at least num_computed ids.

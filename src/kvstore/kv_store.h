@@ -28,6 +28,9 @@ struct KvStoreConfig {
   int32_t write_queue_pages = 1024;
   int64_t write_queue_bytes = int64_t{256} << 20;
   bool cost_guard = true;  // load a page only when that is cheaper than recomputing it
+  // Sliding-window models: prefix tokens whose sliding-window layers' KV a hit rebuilds by a
+  // replay (docs/kvstore.md). 0: max(128, window); -1: exact (sliding layers x window); else N.
+  int32_t swa_replay_tokens = 0;
   RetentionConfig retention;
 
   bool enabled() const { return !dir.empty() || backend.starts_with("redis://"); }
@@ -59,6 +62,7 @@ struct KvStoreStats {
   int64_t queue_drops = 0;          // refused because the queue was full
   int64_t pages_loaded = 0;         // verified pages handed to the engine
   int64_t loads_skipped_by_cost = 0;  // pages left to recompute because loading was slower
+  int64_t tokens_replayed = 0;      // sliding-window models: tokens run again on hits (SWA replay)
 };
 
 class KvStore {

@@ -78,11 +78,28 @@ class CausalLM {
   // from a PROMPT engine to a COMPLETION engine. Only for caches that are not split.
   virtual void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const = 0;
   virtual void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) = 0;
+  // The same for the layers block_table addresses: every layer, or with a split cache only the
+  // full-attention ones (none when every layer slides). What the persistent store keeps of a
+  // sliding-window model; the sliding layers are rebuilt by a replay (docs/kvstore.md).
+  virtual int64_t full_kv_floats_per_block() const { return kv_floats_per_block(); }
+  virtual void read_full_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const {
+    read_kv_blocks(block_ids, host);
+  }
+  virtual void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
+    write_kv_blocks(block_ids, host);
+  }
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
   // Not thread-safe: one forward at a time.
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;
   // Bytes of weights one decode step reads (every weight once; embeddings one row).
   virtual int64_t weight_bytes_per_token() const = 0;
+  // The same for the one step run since reset_expert_token_counts, with each MoE layer counting the
+  // experts that step routed tokens to (a batch reads many more than one token's top_k). Reads the
+  // counters back (waits for the device). Benchmarks' roofline fractions.
+  virtual int64_t routed_weight_bytes_per_step() const { return weight_bytes_per_token(); }
+  virtual void reset_expert_token_counts() {}
+  // Forward steps replayed from captured device graphs so far (model/decode_graphs.h).
+  virtual int64_t num_graph_replays() const { return 0; }
 
  protected:
   CausalLM(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}

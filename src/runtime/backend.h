@@ -35,6 +35,13 @@ class DeviceBuffer {
   size_t size_bytes_ = 0;
 };
 
+// A recorded sequence of a device backend's ops (a CUDA graph): replaying it reruns them on the
+// same pointers, whatever those hold at replay time. Owned by the caller; must not outlive its backend.
+class CapturedGraph {
+ public:
+  virtual ~CapturedGraph() = default;
+};
+
 // A device's ceilings measured in the running process, for benchmarks' roofline fractions.
 struct DevicePeaks {
   double copy_bytes_per_s = 0.0;         // device-to-device copy, bytes read + written
@@ -62,6 +69,16 @@ class Backend {
   // Measures the device's copy bandwidth and matrix rate (seconds of device time; benchmarks
   // only). Host backends return nullopt.
   virtual std::optional<DevicePeaks> measure_peaks() { return std::nullopt; }
+
+  // Graph capture of a forward step (model/decode_graphs.h). Between begin_capture and end_capture
+  // the ops are recorded, not run, and nothing may allocate, read back or wait (so run the same
+  // ops once eagerly first: lazy set-up then happens outside the capture). Only where can_capture
+  // (a device backend with graphs on); elsewhere begin_capture does nothing, the ops run eagerly
+  // and end_capture returns null. replay enqueues a graph end_capture returned.
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture() {}
+  virtual std::unique_ptr<CapturedGraph> end_capture() { return nullptr; }
+  virtual void replay(const CapturedGraph& /*graph*/) {}
 
   // The ops of kernels/ops.h, with the same contracts.
   virtual void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens,
@@ -101,6 +118,9 @@ struct BackendOptions {
   // gives the same bits alone or batched. "cpu" then runs every matmul through the GEMV's
   // per-row reduction instead of oneDNN (slower prefill; docs/benchmarks.md); "ref" always is.
   bool batch_invariant = false;
+  // Device backends record decode steps as graphs and replay them (CUDA graphs); false runs every
+  // step op by op (--no-cuda-graphs). Host backends ignore it.
+  bool graphs = true;
 };
 
 // "cpu": the optimised host kernels; "ref": the scalar reference kernels (slow; for tests).

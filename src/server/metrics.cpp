@@ -72,6 +72,8 @@ constexpr StoreCounter kStoreCounters[] = {
      &KvStoreStats::pages_loaded},
     {"deepinfer_kv_store_loads_skipped_by_cost_total", "KV pages recomputed because loading them was estimated slower.",
      &KvStoreStats::loads_skipped_by_cost},
+    {"deepinfer_kv_store_tokens_replayed_total", "Prefix tokens run again to rebuild sliding-window KV on hits.",
+     &KvStoreStats::tokens_replayed},
 };
 
 void render_kv_store(std::string& out, const KvStoreStats& store) {

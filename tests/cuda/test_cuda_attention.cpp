@@ -1,10 +1,12 @@
 // CUDA paged attention against ref::paged_attention: decode and prefill batches of mixed lengths,
-// chunked prefill over a cached prefix, page sizes 16 and 128, GQA ratios 1/4/8, head sizes of the
-// fixtures and of real models, sliding windows, sinks; and, in batch-invariant mode, a sequence's
-// output bits alone equal its bits inside a batch.
+// chunked prefill over a cached prefix, page sizes 16/64/128, GQA ratios 1 to 8, head sizes of the
+// fixtures and of real models, MLA's absorbed form (576 dims, 16 or 128 heads on one latent head
+// whose rows are both keys and values), sliding windows, sinks; the bf16 tensor-core prefill on the same
+// shapes; and, in batch-invariant mode, a sequence's output bits alone equal its bits inside a batch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -31,6 +33,10 @@ struct AttentionCase {
   int32_t head_dim = 64;
   int32_t window = 0;
   bool sinks = false;
+  // q, k and v on the bf16 grid and AttentionParams::allow_bf16 set: long prompts then take the
+  // tensor-core prefill kernel, whose only rounding left is that of the softmax weights.
+  bool bf16 = false;
+  bool shared_kv = false;  // one cache for keys and values (MLA)
 };
 
 // A batch laid out on the host: shuffled block tables over a cache full of random values (the
@@ -66,9 +72,14 @@ HostBatch make_batch(const AttentionCase& c, std::mt19937& rng) {
   }
   const size_t cache = static_cast<size_t>(num_blocks) * c.block_size * c.num_kv_heads * c.head_dim;
   b.k_cache = random_floats(rng, cache, -2.0f, 2.0f);
-  b.v_cache = random_floats(rng, cache);
+  b.v_cache = c.shared_kv ? b.k_cache : random_floats(rng, cache);
   b.q = random_floats(rng, static_cast<size_t>(b.num_tokens) * c.num_heads * c.head_dim, -2.0f, 2.0f);
   if (c.sinks) b.sinks = random_floats(rng, static_cast<size_t>(c.num_heads), -1.0f, 3.0f);
+  if (c.bf16) {
+    for (std::vector<float>* values : {&b.q, &b.k_cache, &b.v_cache}) {
+      for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
+    }
+  }
   return b;
 }
 
@@ -79,6 +90,7 @@ kernels::AttentionParams params_of(const AttentionCase& c) {
   p.head_dim = c.head_dim;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.sliding_window = c.window;
+  p.allow_bf16 = c.bf16;
   return p;
 }
 
@@ -108,14 +120,16 @@ std::vector<float> run_device(Backend& backend, const AttentionCase& c, const Ho
   batch.max_query_len = b.max_query_len;
   kernels::AttentionParams p = params_of(c);
   if (c.sinks) p.sinks = sinks.as<float>();
-  backend.paged_attention(q.as<float>(), k_cache.as<float>(), v_cache.as<float>(), batch, p, out.as<float>());
+  const float* values = c.shared_kv ? k_cache.as<float>() : v_cache.as<float>();
+  backend.paged_attention(q.as<float>(), k_cache.as<float>(), values, batch, p, out.as<float>());
   return download<float>(backend, out, b.q.size());
 }
 
 std::string describe(const AttentionCase& c) {
   std::ostringstream s;
   s << "block " << c.block_size << " heads " << c.num_heads << "/" << c.num_kv_heads << " dim " << c.head_dim
-    << " window " << c.window << (c.sinks ? " sinks" : "") << " seqs";
+    << " window " << c.window << (c.sinks ? " sinks" : "") << (c.bf16 ? " bf16" : "")
+    << (c.shared_kv ? " shared kv" : "") << " seqs";
   for (const SeqSpec& q : c.seqs) s << " " << q.num_new << "/" << q.seq_len;
   return s.str();
 }
@@ -152,6 +166,58 @@ std::vector<AttentionCase> cases() {
   sinks.sinks = true;
   sinks.window = 128;
   all.push_back(sinks);
+  // Decode-only batches short enough for one split: the decode kernel writes the output itself.
+  AttentionCase one_split = sinks;
+  one_split.seqs = {{60, 1}, {33, 1}, {7, 1}};
+  one_split.window = 20;
+  all.push_back(one_split);
+  // The decode kernel pads 2 and 6 heads per KV head to 4 and 8 rows.
+  for (int32_t group : {2, 6}) {
+    AttentionCase c;
+    c.seqs = {{5, 1}, {31, 1}, {3000, 1}, {129, 1}};
+    c.num_kv_heads = 2;
+    c.num_heads = 2 * group;
+    c.head_dim = group == 2 ? 64 : 256;
+    c.window = group == 2 ? 50 : 0;
+    c.sinks = group == 2;
+    all.push_back(c);
+  }
+  // Head sizes between the instantiations: 192 (qk of DeepSeek's expanded form) and 320.
+  for (int32_t head_dim : {192, 320}) {
+    AttentionCase c;
+    c.seqs = {{40, 40}, {301, 1}, {90, 9}};
+    c.num_heads = 8;
+    c.num_kv_heads = head_dim == 192 ? 2 : 1;
+    c.head_dim = head_dim;
+    c.shared_kv = head_dim == 320;
+    all.push_back(c);
+  }
+  // MLA decode and prefill in the absorbed form: 512 + 64 latent dims, DeepSeek-V2-Lite's 16 and
+  // V3's 128 heads on one latent head.
+  for (int32_t heads : {16, 128}) {
+    for (int32_t block_size : {16, 64}) {
+      AttentionCase decode_case;
+      decode_case.seqs = heads == 16 ? std::vector<SeqSpec>{{1, 1}, {37, 1}, {700, 1}, {2049, 1}}
+                                     : std::vector<SeqSpec>{{33, 1}, {1500, 1}};
+      decode_case.block_size = block_size;
+      decode_case.num_heads = heads;
+      decode_case.num_kv_heads = 1;
+      decode_case.head_dim = 576;
+      decode_case.shared_kv = true;
+      all.push_back(decode_case);
+      AttentionCase prefill_case = decode_case;
+      prefill_case.seqs = heads == 16 ? std::vector<SeqSpec>{{1, 1}, {45, 45}, {130, 17}, {300, 1}}
+                                      : std::vector<SeqSpec>{{20, 20}, {90, 7}, {257, 1}};
+      all.push_back(prefill_case);
+    }
+  }
+  AttentionCase separate_values;
+  separate_values.seqs = {{50, 50}, {400, 1}};
+  separate_values.num_heads = 16;
+  separate_values.num_kv_heads = 1;
+  separate_values.head_dim = 576;
+  separate_values.window = 64;
+  all.push_back(separate_values);
   return all;
 }
 
@@ -171,10 +237,78 @@ TEST_P(CudaAttention, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Modes, CudaAttention, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "BatchInvariant" : "Default"; });
 
+// Batches for the tensor-core prefill: each has a prompt of >= 64 new tokens (so the kernel
+// runs) beside single tokens, short prompts and chunks over a cached prefix of up to 300.
+std::vector<AttentionCase> bf16_prefill_cases() {
+  const std::vector<std::vector<SeqSpec>> batches = {
+      {{700, 700}, {38, 1}, {337, 300}}, {{600, 300}, {64, 64}}, {{130, 130}}, {{65, 65}, {301, 1}, {5, 5}}};
+  std::vector<AttentionCase> all;
+  int index = 0;
+  for (int32_t block_size : {16, 128}) {
+    for (int32_t group : {1, 4, 8}) {
+      for (int32_t head_dim : {64, 128}) {
+        AttentionCase c;
+        c.seqs = batches[static_cast<size_t>(index % 4)];
+        c.block_size = block_size;
+        c.num_kv_heads = group == 8 ? 1 : 2;
+        c.num_heads = c.num_kv_heads * group;
+        c.head_dim = head_dim;
+        c.window = std::array<int32_t, 3>{0, 7, 100}[static_cast<size_t>(index % 3)];
+        c.sinks = index % 5 == 4;
+        c.bf16 = true;
+        all.push_back(c);
+        ++index;
+      }
+    }
+  }
+  AttentionCase wide;
+  wide.seqs = {{200, 200}, {70, 10}};
+  wide.num_heads = 8;
+  wide.num_kv_heads = 2;
+  wide.head_dim = 256;
+  wide.sinks = true;
+  wide.bf16 = true;
+  all.push_back(wide);
+  return all;
+}
+
+TEST(CudaAttentionBf16, TensorCorePrefillMatchesReference) {
+  auto backend = cuda_backend();
+  std::mt19937 rng(21);
+  for (const AttentionCase& c : bf16_prefill_cases()) {
+    const HostBatch b = make_batch(c, rng);
+    const std::vector<float> got = run_device(*backend, c, b);
+    // With q, k, v exact in bf16, the kernel rounds only the softmax weights p to bf16 (relative
+    // error <= 2^-8 each) before p.v, while the denominator sums them in fp32: the output, a
+    // weighted mean of v in [-1, 1], moves by at most 2^-8. The float32 slack is the f32 test's.
+    expect_close(got, run_reference(c, b), 1.0 / 256 + 2e-5, 1e-4, describe(c));
+    // And the tensor-core kernel ran: the float32 kernel's result differs in some bit.
+    AttentionCase f32_case = c;
+    f32_case.bf16 = false;
+    const std::vector<float> f32 = run_device(*backend, f32_case, b);
+    EXPECT_NE(std::memcmp(got.data(), f32.data(), got.size() * sizeof(float)), 0) << describe(c);
+  }
+}
+
+// Batch-invariant mode keeps the float32 kernel (its reduction order is fixed per sequence) even
+// where bf16 is allowed: the same bits as without the flag.
+TEST(CudaAttentionBf16, BatchInvariantModeKeepsFloat32Kernel) {
+  auto backend = cuda_backend(/*batch_invariant=*/true);
+  std::mt19937 rng(3);
+  const AttentionCase c = bf16_prefill_cases().front();
+  const HostBatch b = make_batch(c, rng);
+  AttentionCase f32_case = c;
+  f32_case.bf16 = false;
+  const std::vector<float> got = run_device(*backend, c, b);
+  const std::vector<float> f32 = run_device(*backend, f32_case, b);
+  EXPECT_EQ(std::memcmp(got.data(), f32.data(), got.size() * sizeof(float)), 0) << describe(c);
+}
+
 // In invariant mode, each sequence of a mixed batch gets the same bits as when it runs alone.
 TEST(CudaAttentionInvariance, SequenceAloneEqualsSequenceInBatch) {
   auto backend = cuda_backend(/*batch_invariant=*/true);
   std::mt19937 rng(5);
+  std::vector<AttentionCase> all;
   for (const std::vector<SeqSpec>& seqs : std::vector<std::vector<SeqSpec>>{
            {{3000, 1}, {17, 1}, {700, 1}, {1, 1}, {5000, 1}, {64, 1}, {129, 1}, {2048, 1}},
            {{300, 300}, {17, 17}, {900, 40}, {1, 1}, {2000, 1}, {64, 64}, {128, 5}, {40, 40}}}) {
@@ -183,6 +317,17 @@ TEST(CudaAttentionInvariance, SequenceAloneEqualsSequenceInBatch) {
     c.num_heads = 32;
     c.num_kv_heads = 8;
     c.head_dim = 128;
+    all.push_back(c);
+  }
+  AttentionCase mla;  // the wide kernel, keys and values from one cache
+  mla.seqs = {{700, 1}, {40, 40}, {1300, 1}, {90, 3}};
+  mla.num_heads = 16;
+  mla.num_kv_heads = 1;
+  mla.head_dim = 576;
+  mla.shared_kv = true;
+  all.push_back(mla);
+  for (const AttentionCase& c : all) {
+    const std::vector<SeqSpec>& seqs = c.seqs;
     const HostBatch b = make_batch(c, rng);
     const std::vector<float> together = run_device(*backend, c, b);
     for (size_t s = 0; s < seqs.size(); ++s) {
@@ -202,7 +347,8 @@ TEST(CudaAttentionInvariance, SequenceAloneEqualsSequenceInBatch) {
       alone.q.assign(b.q.begin() + static_cast<int64_t>(begin * row), b.q.begin() + static_cast<int64_t>(end * row));
       const std::vector<float> got = run_device(*backend, alone_case, alone);
       EXPECT_EQ(std::memcmp(got.data(), together.data() + begin * row, got.size() * sizeof(float)), 0)
-          << "sequence " << s << " (" << seqs[s].num_new << "/" << seqs[s].seq_len << ") alone differs from batched";
+          << "sequence " << s << " (" << seqs[s].num_new << "/" << seqs[s].seq_len << ") alone differs from batched; "
+          << describe(c);
     }
   }
 }

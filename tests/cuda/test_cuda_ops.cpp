@@ -194,7 +194,7 @@ TEST_F(CudaOps, MatmulMatchesReference) {
     int64_t m, n, k;
   };
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    // M <= 4 with K % 8 == 0 takes the GEMV kernel (bf16/f16), the rest cuBLASLt.
+    // M <= 2 with K % 8 == 0 takes the GEMV kernel (bf16/f16), the rest cuBLASLt.
     for (const Shape& s : {Shape{1, 7, 13}, Shape{3, 64, 64}, Shape{1, 1024, 4096}, Shape{2, 1001, 1032},
                            Shape{4, 513, 2048}, Shape{8, 130, 1024}, Shape{17, 129, 255}, Shape{64, 1000, 512}, Shape{257, 256, 2048}}) {
       check_matmul(backend(), rng_, dtype, s.m, s.n, s.k, /*bias=*/s.m % 2 == 1);
@@ -293,7 +293,7 @@ TEST_F(CudaOps, MoeMatchesReference) {
     backend().moe_route(dlogits.as<float>(), kernels::WeightView{}, num_tokens, routing, dids.as<int32_t>(),
                         dweights.as<float>());
     EXPECT_EQ(download<int32_t>(backend(), dids, picks), want_ids);
-    expect_close(download<float>(backend(), dweights, picks), want_weights, 0.0, 0.0, "moe_route weights");
+    expect_close(download<float>(backend(), dweights, picks), want_weights, 0.0, 1e-6, "moe_route weights");
     DeviceBuffer dx = upload(backend(), x);
     DeviceBuffer dworkspace = backend().allocate(workspace.size() * sizeof(float));
     DeviceBuffer dcounts = backend().allocate(num_experts * sizeof(int64_t));

@@ -15,13 +15,16 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kvstore/kv_store.h"
+#include "kvstore/page_format.h"
 
 extern char** environ;
 
@@ -81,6 +84,25 @@ inline std::vector<TestPage> make_chain(int32_t num_pages, int32_t page_tokens, 
     page.payload.resize(payload_bytes);
     for (size_t b = 0; b < payload_bytes; ++b) page.payload[b] = static_cast<uint8_t>((b * 31 + static_cast<size_t>(i) * 17 + seed) & 0xff);
     pages.push_back(std::move(page));
+  }
+  return pages;
+}
+
+struct StoredPage {
+  std::string path;
+  std::optional<PageHeader> header;  // nullopt when the file's header does not parse
+};
+
+// Every page file a disk store keeps under dir/pages, with its parsed header.
+inline std::vector<StoredPage> stored_pages(const std::string& dir) {
+  std::vector<StoredPage> pages;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/pages")) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::vector<uint8_t> header(sizeof(PageHeader));
+    in.read(reinterpret_cast<char*>(header.data()), static_cast<std::streamsize>(header.size()));
+    auto parsed = parse_page_header(header, e.file_size());
+    pages.push_back({e.path().string(), parsed.ok() ? std::optional<PageHeader>(*parsed) : std::nullopt});
   }
   return pages;
 }

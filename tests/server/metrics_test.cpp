@@ -83,6 +83,7 @@ TEST(Metrics, RendersKvStoreCountersByTierOnlyWhenTheStoreIsOn) {
   store.queue_drops = 11;
   store.pages_loaded = 12;
   store.loads_skipped_by_cost = 13;
+  store.tokens_replayed = 14;
   EngineGauges gauges;
   gauges.kv_store = store;
   metrics.set_engine(gauges);
@@ -97,6 +98,7 @@ TEST(Metrics, RendersKvStoreCountersByTierOnlyWhenTheStoreIsOn) {
            "deepinfer_kv_store_errors_total{tier=\"disk\"} 9\n", "deepinfer_kv_store_pages{tier=\"host\"} 3\n",
            "deepinfer_kv_store_bytes{tier=\"disk\"} 123456\n", "deepinfer_kv_store_queue_drops_total 11\n",
            "deepinfer_kv_store_pages_loaded_total 12\n", "deepinfer_kv_store_loads_skipped_by_cost_total 13\n",
+           "deepinfer_kv_store_tokens_replayed_total 14\n",
            "# TYPE deepinfer_kv_store_pages gauge\n", "# TYPE deepinfer_kv_store_hits_total counter\n"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
   }

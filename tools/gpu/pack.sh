@@ -6,15 +6,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON > /dev/null
-nice cmake --build build-cuda --target test_cuda deepinfer deepinfer-make-random-model -j2
+nice cmake --build build-cuda --target test_cuda deepinfer deepinfer-make-random-model deepinfer-hf-to-gguf -j2
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/bin" "$STAGE/lib"
-cp build-cuda/bin/test_cuda build-cuda/bin/deepinfer build-cuda/bin/deepinfer-make-random-model "$STAGE/bin/"
+cp build-cuda/bin/test_cuda build-cuda/bin/deepinfer build-cuda/bin/deepinfer-make-random-model build-cuda/bin/deepinfer-hf-to-gguf \
+  "$STAGE/bin/"
 for binary in "$STAGE"/bin/*; do
   ldd "$binary" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcublas|libcublasLt)\.so' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
+strip "$STAGE"/bin/*
 echo "$PWD" > "$STAGE/source_dir"
 tar -cJf build-cuda/gpu-bundle.tar.xz -C "$STAGE" .
 rm -rf "$STAGE"
 ls -la build-cuda/gpu-bundle.tar.xz
+
+# llama.cpp's source as node-llama-cpp ships it (bench/node, installed by `make bench`), trimmed to what
+# llama-bench and llama-batched-bench need, for tools/gpu/llama_compare.sh.
+llama_src=bench/node/node_modules/node-llama-cpp/llama/llama.cpp
+if [ -f "$llama_src/CMakeLists.txt" ]; then
+  tar -cJf build-cuda/llama-src.tar.xz -C "$llama_src" --exclude='ggml/src/ggml-vulkan' --exclude='ggml/src/ggml-sycl' \
+    --exclude='ggml/src/ggml-metal' --exclude='ggml/src/ggml-cann' --exclude='ggml/src/ggml-opencl' \
+    --exclude='ggml/src/ggml-musa' --exclude='ggml/src/ggml-webgpu' --exclude='ggml/src/ggml-hexagon' \
+    CMakeLists.txt cmake common ggml include src vendor licenses LICENSE tools/llama-bench tools/batched-bench
+  ls -la build-cuda/llama-src.tar.xz
+fi

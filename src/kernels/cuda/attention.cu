@@ -1,13 +1,16 @@
-// Paged causal GQA attention (sliding window and sinks optional) for prefill and decode alike:
-// a block takes up to kWarps * kRowsPerWarp query rows (token, head) of one sequence that share one
-// KV head, streams that head's keys of one split through shared memory in tiles of 32 (K and V read
-// once for all the group's heads), and keeps an online softmax per row. Splits over the key axis
+// Paged causal GQA attention (sliding window and sinks optional), the general kernel for prefill
+// and for decodes the decode kernel (attention_decode.cu) does not take: a block takes up to
+// kWarps * kRowsPerWarp query rows (token, head) of one sequence that share one KV head, streams
+// that head's keys of one split through shared memory in tiles of 32 (K and V read once for all
+// the group's heads; once in all when they are the same cache, as in MLA), and keeps an online
+// softmax per row. Head sizes up to 576 (MLA's 512 + 64 latent rows). Splits over the key axis
 // (flash-decoding) give long decodes enough blocks; a second kernel combines them in split order.
 #include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
 
+#include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
@@ -15,27 +18,15 @@
 namespace deepinfer::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+using detail::AttentionArgs;
+using detail::kLog2e;
+using detail::kWarps;
+using detail::partial_row;
+
 constexpr int kTileKeys = 32;
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct AttentionArgs {
-  const float* q;        // [num_tokens, num_heads, head_dim]
-  const float* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  const float* v_cache;
-  PagedBatch batch;
-  AttentionParams params;
-  int32_t split_keys;
-  int32_t num_splits;
-  bool write_partials;
-  float* out;      // [num_tokens, num_heads, head_dim]
-  float* partial;  // [num_splits, num_tokens, num_heads, head_dim + 2]: acc, then m and l (log2 units)
-};
-
-__device__ __forceinline__ float* partial_row(const AttentionArgs& a, int32_t split, int64_t token, int32_t head) {
-  const int64_t stride = a.params.head_dim + 2;
-  return a.partial + ((static_cast<int64_t>(split) * a.batch.num_tokens + token) * a.params.num_heads + head) * stride;
-}
+// Head sizes above 256 (MLA's latent rows, 512 + 64) take one instantiation of 576 dims with 4
+// rows per warp: more would not fit the registers.
+constexpr int kWideDims = 576;
 
 // kDims = head_dim rounded up to a multiple of 32 (lane l owns dims l, l + 32, ...).
 template <int kDims, int kRowsPerWarp>
@@ -43,14 +34,20 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   constexpr int kRows = kWarps * kRowsPerWarp;
   constexpr int kPerLane = kDims / 32;
   constexpr int kKStride = kDims + 4;  // 16-byte padding: lane j's float4 reads of row j miss each other's banks
+  // Up to 256 dims a tile goes through registers (16-byte loads all issued before any is used);
+  // wider tiles would need too many, so they go global -> shared by cp.async.
+  constexpr bool kStaged = kDims <= 256;
   extern __shared__ float4 shared_raw[];
-  float* q_tile = reinterpret_cast<float*>(shared_raw);  // [kRows, kDims], pre-scaled
-  float* k_tile = q_tile + kRows * kDims;                  // [kTileKeys, kKStride]
-  float* v_tile = k_tile + kTileKeys * kKStride;           // [kTileKeys, kDims]
+  const bool shared_kv = a.k_cache == a.v_cache;  // MLA: one latent row is both key and value
+  float* q_tile = reinterpret_cast<float*>(shared_raw);           // [kRows, kDims], pre-scaled
+  float* k_tile = q_tile + kRows * kDims;                           // [kTileKeys, kKStride]
+  float* v_tile = shared_kv ? k_tile : k_tile + kTileKeys * kKStride;  // [kTileKeys, kKStride]
 
-  const int32_t num_splits = a.num_splits;
-  const int32_t split = static_cast<int32_t>(blockIdx.x % num_splits);
-  const int32_t tile = static_cast<int32_t>(blockIdx.x / num_splits);
+  // Row tiles of one split are neighbours in the grid, so they run together and the tiles after
+  // the first find the split's keys in L2 (MLA with 128 heads: 8 tiles on one latent head).
+  const auto row_tiles = static_cast<int32_t>(gridDim.x) / a.num_splits;
+  const int32_t split = static_cast<int32_t>(blockIdx.x) / row_tiles;
+  const int32_t tile = static_cast<int32_t>(blockIdx.x) % row_tiles;
   const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
   const int32_t seq = static_cast<int32_t>(blockIdx.z);
   const int32_t head_dim = a.params.head_dim;
@@ -58,6 +55,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   const int32_t window = a.params.sliding_window;
   const int32_t q_begin = a.batch.query_start[seq];
   const int32_t num_new = a.batch.query_start[seq + 1] - q_begin;
+  if (a.skip_single_token && num_new == 1) return;
   const int32_t seq_len = a.batch.seq_len[seq];
   const int32_t num_rows = num_new * group;
   const int32_t row0 = tile * kRows;
@@ -111,10 +109,14 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   // Decode blocks (one row per warp, registers to spare) load the next tile while the warps work on
   // the current one; prefill blocks keep their registers for the rows.
   const bool fast = head_dim == kDims;
-  constexpr bool kPrefetch = kRowsPerWarp == 1;
-  constexpr int kLoads = kTileKeys * kDims / 4 / (kWarps * 32);
+  constexpr bool kPrefetch = kStaged && kRowsPerWarp == 1;
+  constexpr int kLoads = kStaged ? kTileKeys * kDims / 4 / (kWarps * 32) : 1;
   float4 staged_k[kLoads];
   float4 staged_v[kLoads];
+  const auto key_offset = [&](int32_t p) {
+    return (static_cast<int64_t>(blocks[p / block_size]) * block_size + p % block_size) * cache_row +
+           static_cast<int64_t>(kv_head) * head_dim;
+  };
   const auto load_tile = [&](int32_t begin) {
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
@@ -123,25 +125,37 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
       staged_k[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       staged_v[j] = staged_k[j];
       if (p < key_end) {
-        const int64_t offset = (static_cast<int64_t>(blocks[p / block_size]) * block_size + p % block_size) *
-                                   cache_row + static_cast<int64_t>(kv_head) * head_dim + i % (kDims / 4) * 4;
+        const int64_t offset = key_offset(p) + i % (kDims / 4) * 4;
         staged_k[j] = *reinterpret_cast<const float4*>(a.k_cache + offset);
-        staged_v[j] = *reinterpret_cast<const float4*>(a.v_cache + offset);
+        if (!shared_kv) staged_v[j] = *reinterpret_cast<const float4*>(a.v_cache + offset);
       }
     }
   };
   if (kPrefetch && fast && key_begin < key_end) load_tile(key_begin);
   for (int32_t tile_begin = key_begin; tile_begin < key_end; tile_begin += kTileKeys) {
     __syncthreads();  // the previous tile's readers are done (and q_tile is written, first time)
-    if (fast) {
+    if (fast && kStaged) {
       if constexpr (!kPrefetch) load_tile(tile_begin);
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) {
         const int i = static_cast<int>(threadIdx.x) + j * kWarps * 32;
-        *reinterpret_cast<float4*>(k_tile + i / (kDims / 4) * kKStride + i % (kDims / 4) * 4) = staged_k[j];
-        *reinterpret_cast<float4*>(v_tile + i / (kDims / 4) * kDims + i % (kDims / 4) * 4) = staged_v[j];
+        const int at = i / (kDims / 4) * kKStride + i % (kDims / 4) * 4;
+        *reinterpret_cast<float4*>(k_tile + at) = staged_k[j];
+        if (!shared_kv) *reinterpret_cast<float4*>(v_tile + at) = staged_v[j];
       }
       if (kPrefetch && tile_begin + kTileKeys < key_end) load_tile(tile_begin + kTileKeys);
+    } else if (fast) {
+      // Keys past key_end read as zeros (their scores are masked; zero values keep 0 * v finite).
+      for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * kDims / 4; i += kWarps * 32) {
+        const int32_t p = tile_begin + i / (kDims / 4);
+        const bool valid = p < key_end;
+        const int64_t offset = (valid ? key_offset(p) : 0) + i % (kDims / 4) * 4;
+        const int at = i / (kDims / 4) * kKStride + i % (kDims / 4) * 4;
+        detail::cp_async16(k_tile + at, a.k_cache + offset, valid);
+        if (!shared_kv) detail::cp_async16(v_tile + at, a.v_cache + offset, valid);
+      }
+      detail::cp_async_commit();
+      detail::cp_async_wait<0>();
     } else {
       for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * kDims; i += kWarps * 32) {
         const int key = i / kDims;
@@ -150,13 +164,12 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
         float kx = 0.0f;
         float vx = 0.0f;
         if (p < key_end && d < head_dim) {
-          const int64_t offset = (static_cast<int64_t>(blocks[p / block_size]) * block_size + p % block_size) *
-                                     cache_row + static_cast<int64_t>(kv_head) * head_dim + d;
+          const int64_t offset = key_offset(p) + d;
           kx = a.k_cache[offset];
           vx = a.v_cache[offset];
         }
         k_tile[key * kKStride + d] = kx;
-        v_tile[key * kDims + d] = vx;
+        if (!shared_kv) v_tile[key * kKStride + d] = vx;
       }
     }
     __syncthreads();
@@ -196,7 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
     for (int j = 0; j < kTileKeys; ++j) {
       float v[kPerLane];
 #pragma unroll
-      for (int c = 0; c < kPerLane; ++c) v[c] = v_tile[j * kDims + lane + 32 * c];
+      for (int c = 0; c < kPerLane; ++c) v[c] = v_tile[j * kKStride + lane + 32 * c];
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const float p = __shfl_sync(0xffffffffu, score[r], j);
@@ -240,42 +253,56 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   }
 }
 
-// One warp per (token, head): combines the splits' partial softmaxes in split order.
+// One warp per (token, head, 32 dims): combines the splits' partial softmaxes in split order. Each
+// chunk of 32 splits has its weights computed once (lane j: split j) and broadcast, so the lane's
+// loads of the chunk's partials are independent and many are in flight (short contexts cut into
+// many splits are bound by this kernel's latency otherwise). Empty trailing splits (m = -inf,
+// l = 0, acc = 0) add exact zeros, so a wider block table does not change the bits.
 __global__ void combine_splits_kernel(AttentionArgs a) {
+  const int32_t head_dim = a.params.head_dim;
+  const int32_t slices = (head_dim + 31) / 32;
   const int64_t index = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t num_rows = static_cast<int64_t>(a.batch.num_tokens) * a.params.num_heads;
-  if (index >= num_rows) return;
-  const int64_t token = index / a.params.num_heads;
-  const int32_t head = static_cast<int32_t>(index % a.params.num_heads);
-  const int32_t head_dim = a.params.head_dim;
+  if (index >= num_rows * slices) return;
+  const int64_t row = index / slices;
+  const int32_t d = static_cast<int32_t>(index % slices) * 32 + lane;
+  const int64_t token = row / a.params.num_heads;
+  const int32_t head = static_cast<int32_t>(row % a.params.num_heads);
   float m_all = -INFINITY;
-  for (int32_t s = 0; s < a.num_splits; ++s) m_all = fmaxf(m_all, partial_row(a, s, token, head)[head_dim]);
+  for (int32_t s = lane; s < a.num_splits; s += 32) m_all = fmaxf(m_all, partial_row(a, s, token, head)[head_dim]);
+  m_all = warp_max(m_all);
   float sink = -INFINITY;
   if (a.params.sinks != nullptr) {
     sink = a.params.sinks[head] * kLog2e;
     m_all = fmaxf(m_all, sink);
   }
   float denom = a.params.sinks != nullptr ? exp2f(sink - m_all) : 0.0f;
-  for (int32_t s = 0; s < a.num_splits; ++s) {
-    const float* src = partial_row(a, s, token, head);
-    denom += src[head_dim + 1] * exp2f(src[head_dim] - m_all);
-  }
-  float* dst = a.out + (token * a.params.num_heads + head) * head_dim;
-  for (int32_t d = lane; d < head_dim; d += 32) {
-    float sum = 0.0f;
-    for (int32_t s = 0; s < a.num_splits; ++s) {
-      const float* src = partial_row(a, s, token, head);
-      sum += src[d] * exp2f(src[head_dim] - m_all);
+  float sum = 0.0f;
+  for (int32_t base = 0; base < a.num_splits; base += 32) {
+    const int32_t count = min(32, a.num_splits - base);
+    float weight = 0.0f;
+    float l = 0.0f;
+    if (lane < count) {
+      const float* src = partial_row(a, base + lane, token, head);
+      weight = exp2f(src[head_dim] - m_all);
+      l = src[head_dim + 1];
     }
-    dst[d] = sum / denom;
+#pragma unroll 8
+    for (int32_t j = 0; j < count; ++j) {
+      const float w = __shfl_sync(0xffffffffu, weight, j);
+      denom = __fmaf_rn(__shfl_sync(0xffffffffu, l, j), w, denom);
+      if (d < head_dim) sum = __fmaf_rn(partial_row(a, base + j, token, head)[d], w, sum);
+    }
   }
+  if (d < head_dim) a.out[(token * a.params.num_heads + head) * head_dim + d] = sum / denom;
 }
 
 template <int kDims, int kRowsPerWarp>
 void launch(const AttentionArgs& args, unsigned row_tiles, cudaStream_t stream) {
   constexpr int kRows = kWarps * kRowsPerWarp;
-  constexpr size_t kSharedBytes = (kRows * kDims + kTileKeys * (kDims + 4) + kTileKeys * kDims) * sizeof(float);
+  constexpr size_t kTileBytes = kTileKeys * (kDims + 4) * sizeof(float);
+  constexpr size_t kSharedBytes = kRows * kDims * sizeof(float) + 2 * kTileBytes;
   static const bool configured = [] {
     DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<kDims, kRowsPerWarp>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes)));
@@ -284,7 +311,9 @@ void launch(const AttentionArgs& args, unsigned row_tiles, cudaStream_t stream) 
   (void)configured;
   const dim3 grid(row_tiles * static_cast<unsigned>(args.num_splits), static_cast<unsigned>(args.params.num_kv_heads),
                   static_cast<unsigned>(args.batch.num_seqs));
-  paged_attention_kernel<kDims, kRowsPerWarp><<<grid, kWarps * 32, kSharedBytes, stream>>>(args);
+  // Shared keys and values (MLA) need one tile, not two.
+  const size_t shared_bytes = args.k_cache == args.v_cache ? kSharedBytes - kTileBytes : kSharedBytes;
+  paged_attention_kernel<kDims, kRowsPerWarp><<<grid, kWarps * 32, shared_bytes, stream>>>(args);
   DI_CUDA_CHECK_LAUNCH("paged_attention_kernel");
 }
 
@@ -298,10 +327,17 @@ void launch_for_dims(const AttentionArgs& args, unsigned row_tiles, cudaStream_t
 }
 
 // Decode-like batches (a few rows per KV head) give each warp one row; prefill gives it eight so a
-// key tile in shared memory serves 32 rows.
+// key tile in shared memory serves 32 rows. Wide heads always take four.
 int32_t rows_per_warp(const PagedBatch& batch, const AttentionParams& params) {
+  if (params.head_dim > 256) return 4;
   const int32_t group = params.num_heads / params.num_kv_heads;
   return batch.max_query_len * group > kWarps * 2 ? 8 : 1;
+}
+
+// Whether the general kernel has rows to serve: with the decode kernel on, only sequences with
+// more than one new token are left to it.
+bool general_kernel_needed(const PagedBatch& batch, const AttentionParams& params) {
+  return batch.max_query_len > 1 || !detail::decode_kernel_fits(params);
 }
 
 }  // namespace
@@ -310,19 +346,29 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
                                    int32_t num_sms) {
   DI_CHECK(params.num_kv_heads > 0 && params.num_heads % params.num_kv_heads == 0,
            "num_heads " << params.num_heads << ", num_kv_heads " << params.num_kv_heads);
-  DI_CHECK(params.head_dim > 0 && params.head_dim <= 256, "head_dim " << params.head_dim << " (CUDA takes <= 256)");
+  DI_CHECK(params.head_dim > 0 && params.head_dim <= kWideDims,
+           "head_dim " << params.head_dim << " (CUDA takes <= " << kWideDims << ")");
   DI_CHECK(batch.num_tokens > 0 && batch.max_query_len > 0, "PagedBatch needs its host-side sizes");
   const int64_t max_keys = std::max<int64_t>(int64_t{batch.max_blocks_per_seq} * batch.block_size, 1);
   AttentionPlan plan;
   if (fixed_split_keys > 0) {
     plan.split_keys = fixed_split_keys;
   } else {
+    // The decode kernel's blocks each serve a whole KV group; it wants more, shorter splits (a few
+    // waves) so the last wave's tail is short.
+    const bool decode_only = !general_kernel_needed(batch, params);
     const int32_t group = params.num_heads / params.num_kv_heads;
     const int64_t rows = int64_t{kWarps} * rows_per_warp(batch, params);
-    const int64_t row_tiles = (int64_t{batch.max_query_len} * group + rows - 1) / rows;
+    const int64_t row_tiles = decode_only ? 1 : (int64_t{batch.max_query_len} * group + rows - 1) / rows;
     const int64_t base_blocks = row_tiles * params.num_kv_heads * batch.num_seqs;
-    const int64_t wanted = (int64_t{4} * num_sms + base_blocks - 1) / base_blocks;
-    const int64_t splits = std::clamp<int64_t>(wanted, 1, (max_keys + 255) / 256);
+    const int64_t blocks_per_sm = decode_only ? 8 : 4;
+    const int64_t wanted = (blocks_per_sm * num_sms + base_blocks - 1) / base_blocks;
+    // Splits of at least 256 keys keep the partials small next to the keys. The decode kernel's
+    // partials are 4-8 rows per KV group, so it goes down to 128 (short contexts then fill more
+    // than one wave of blocks); wide (MLA) rows are compute-bound and a decode batch of them has
+    // few row tiles, so they split down to one tile.
+    const int64_t min_split_keys = params.head_dim > 256 ? kTileKeys : (decode_only ? 128 : 256);
+    const int64_t splits = std::clamp<int64_t>(wanted, 1, (max_keys + min_split_keys - 1) / min_split_keys);
     const int64_t keys = (max_keys + splits - 1) / splits;
     plan.split_keys = static_cast<int32_t>((keys + kTileKeys - 1) / kTileKeys * kTileKeys);
   }
@@ -341,20 +387,26 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
                      const AttentionParams& params, const AttentionPlan& plan, void* workspace, float* out,
                      cudaStream_t stream) {
   if (batch.num_seqs == 0 || batch.num_tokens == 0) return;
-  AttentionArgs args{q, k_cache, v_cache, batch, params, plan.split_keys, plan.num_splits,
-                     plan.workspace_bytes > 0, out, static_cast<float*>(workspace)};
-  const int32_t group = params.num_heads / params.num_kv_heads;
-  const int32_t rpw = rows_per_warp(batch, params);
-  const int32_t rows = kWarps * rpw;
-  const auto row_tiles = static_cast<unsigned>((int64_t{batch.max_query_len} * group + rows - 1) / rows);
-  if (rpw == 8) {
-    launch_for_dims<8>(args, row_tiles, stream);
-  } else {
-    launch_for_dims<1>(args, row_tiles, stream);
+  const bool decode_kernel = detail::decode_kernel_fits(params);
+  AttentionArgs args{q,     k_cache, v_cache, batch, params, plan.split_keys, plan.num_splits, plan.workspace_bytes > 0,
+                     decode_kernel, out, static_cast<float*>(workspace)};
+  if (decode_kernel) detail::launch_decode_attention(args, stream);
+  if (general_kernel_needed(batch, params)) {
+    const int32_t group = params.num_heads / params.num_kv_heads;
+    const int32_t rpw = rows_per_warp(batch, params);
+    const int32_t rows = kWarps * rpw;
+    const auto row_tiles = static_cast<unsigned>((int64_t{batch.max_query_len} * group + rows - 1) / rows);
+    if (rpw == 4) {
+      launch<kWideDims, 4>(args, row_tiles, stream);
+    } else if (rpw == 8) {
+      launch_for_dims<8>(args, row_tiles, stream);
+    } else {
+      launch_for_dims<1>(args, row_tiles, stream);
+    }
   }
   if (args.write_partials) {
-    const int64_t num_rows = int64_t{batch.num_tokens} * params.num_heads;
-    combine_splits_kernel<<<static_cast<unsigned>((num_rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(args);
+    const int64_t num_warps = int64_t{batch.num_tokens} * params.num_heads * ((params.head_dim + 31) / 32);
+    combine_splits_kernel<<<static_cast<unsigned>((num_warps + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(args);
     DI_CUDA_CHECK_LAUNCH("combine_splits_kernel");
   }
 }

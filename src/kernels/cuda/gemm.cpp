@@ -1,6 +1,7 @@
 // cuBLASLt plans (descriptors, layouts, algorithm) cached per shape, dtype and alignment.
 #include "kernels/cuda/gemm.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -56,16 +57,19 @@ LtGemm::LtGemm(bool batch_invariant) : batch_invariant_(batch_invariant) {
 LtGemm::~LtGemm() {
   plans_.clear();
   if (cast_ != nullptr) cudaFree(cast_);
+  for (void* p : retired_casts_) cudaFree(p);
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
 void* LtGemm::cast_buffer(size_t bytes) {
   if (bytes > cast_bytes_) {
-    // cudaFree waits for the device, so no queued product still reads the old buffer.
-    if (cast_ != nullptr) DI_CUDA_CHECK(cudaFree(cast_));
+    // The old buffer stays allocated until the destructor: captured graphs replay products that
+    // read it. Doubling bounds what is kept to the size of the newest buffer.
+    if (cast_ != nullptr) retired_casts_.push_back(cast_);
     cast_ = nullptr;
-    const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+    const size_t wanted = std::max(bytes, 2 * cast_bytes_);
+    const size_t rounded = (wanted + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
     DI_CUDA_CHECK(cudaMalloc(&cast_, rounded));
     cast_bytes_ = rounded;
   }

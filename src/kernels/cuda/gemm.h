@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -44,6 +45,7 @@ class LtGemm {
   size_t workspace_bytes_ = 0;
   void* cast_ = nullptr;
   size_t cast_bytes_ = 0;
+  std::vector<void*> retired_casts_;  // earlier cast buffers, kept for graphs that use them
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<std::tuple<int64_t, int64_t, int>, cublasLtMatmulAlgo_t> pinned_;  // (n, k, dtype) in invariant mode
 };

@@ -1,6 +1,8 @@
-// Decode-size products (at most kGemvMaxRows rows of x) with BF16/F16 weights: one warp streams
-// kCols weight rows with 16-byte loads (kUnroll * kCols in flight per lane) and multiplies the few
-// x rows (rounded to the weight dtype, as the cuBLASLt path does) with float32 accumulation.
+// Decode-size products (at most kGemvMaxRows rows of x) with BF16/F16 weights: a block takes kCols
+// weight rows and each of its warps a quarter of K, streaming it with 16-byte loads (kUnroll * kCols
+// in flight per lane); the warps' sums are added in warp order (deterministic). x rows are rounded
+// to the weight dtype, as the cuBLASLt path does, with float32 accumulation. Splitting K keeps
+// N / kCols blocks of short-lived warps, so even 1024-row projections fill every SM.
 // Memory-bound by design: the weights are read once; x comes from L1, each load serving kCols rows.
 // Measured on the H200 (docs/benchmarks.md): at M = 8 the arithmetic per weight byte made it
 // slower than cuBLASLt, so larger M goes there.
@@ -47,15 +49,19 @@ __device__ __forceinline__ float round_to_weight_type(float x) {
   }
 }
 
-// One warp computes kCols adjacent output columns, so each x load serves kCols weight rows.
+// One block computes kCols adjacent output columns, so each x load serves kCols weight rows.
 template <DType kDType, int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* __restrict__ x,
                                                                    const uint4* __restrict__ w, int64_t n,
                                                                    int64_t k, float* __restrict__ y) {
-  const int64_t col0 = (blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32) * kCols;
-  if (col0 >= n) return;
+  __shared__ float partial[kWarpsPerBlock][kRows][kCols];
+  const int64_t col0 = blockIdx.x * int64_t{kCols};
+  const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t vecs = k / kVec;
+  const int64_t chunk = (vecs + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t begin = warp * chunk;
+  const int64_t end = min(begin + chunk, vecs);
   const uint4* rows[kCols];
 #pragma unroll
   for (int c = 0; c < kCols; ++c) rows[c] = w + min(col0 + c, n - 1) * vecs;  // past n: a duplicate, not stored
@@ -65,18 +71,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
 #pragma unroll
     for (int c = 0; c < kCols; ++c) acc[m][c] = 0.0f;
   }
-  for (int64_t base = lane; base < vecs; base += 32 * kUnroll) {
+  for (int64_t base = begin + lane; base < end; base += 32 * kUnroll) {
     uint4 bits[kUnroll][kCols];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = base + u * 32;
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) bits[u][c] = v < vecs ? __ldcs(rows[c] + v) : make_uint4(0, 0, 0, 0);
+      for (int c = 0; c < kCols; ++c) bits[u][c] = v < end ? __ldcs(rows[c] + v) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = base + u * 32;
-      if (v >= vecs) break;
+      if (v >= end) break;
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
         const float4* xv = reinterpret_cast<const float4*>(x + m * k + v * kVec);
@@ -101,22 +107,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const float total = warp_sum(acc[m][c]);
-      if (lane == 0 && col0 + c < n) y[m * n + col0 + c] = total;
+      if (lane == 0) partial[warp][m][c] = total;
     }
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows * kCols) {
+    const int m = static_cast<int>(threadIdx.x) / kCols;
+    const int c = static_cast<int>(threadIdx.x) % kCols;
+    float total = partial[0][m][c];
+#pragma unroll
+    for (int i = 1; i < kWarpsPerBlock; ++i) total += partial[i][m][c];
+    if (col0 + c < n) y[m * n + col0 + c] = total;
   }
 }
 
 template <DType kDType>
 void launch(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((w.rows + kWarpsPerBlock * kCols - 1) / (kWarpsPerBlock * kCols));
+  const auto blocks = static_cast<unsigned>((w.rows + kCols - 1) / kCols);
   const auto* weights = static_cast<const uint4*>(w.data);
   const dim3 grid(blocks);
   const dim3 block(kWarpsPerBlock * 32);
   switch (num_rows) {
     case 1: gemv_kernel<kDType, 1><<<grid, block, 0, stream>>>(x, weights, w.rows, w.cols, y); break;
-    case 2: gemv_kernel<kDType, 2><<<grid, block, 0, stream>>>(x, weights, w.rows, w.cols, y); break;
-    case 3: gemv_kernel<kDType, 3><<<grid, block, 0, stream>>>(x, weights, w.rows, w.cols, y); break;
-    default: gemv_kernel<kDType, 4><<<grid, block, 0, stream>>>(x, weights, w.rows, w.cols, y); break;
+    default: gemv_kernel<kDType, 2><<<grid, block, 0, stream>>>(x, weights, w.rows, w.cols, y); break;
   }
   DI_CUDA_CHECK_LAUNCH("gemv_kernel");
 }

@@ -1,4 +1,4 @@
-// Bandwidth-bound products for decode-sized batches: y[M, N] = x[M, K] @ w[N, K]^T for M <= 4 with
+// Bandwidth-bound products for decode-sized batches: y[M, N] = x[M, K] @ w[N, K]^T for M <= 2 with
 // BF16/F16 weights, x rounded to the weight dtype and float32 accumulation (cuBLASLt's numbers).
 #pragma once
 
@@ -10,7 +10,8 @@
 
 namespace deepinfer::kernels::cuda {
 
-constexpr int64_t kGemvMaxRows = 4;
+// At M = 4 cuBLASLt (cast + GEMM) was faster on every Llama-3-8B shape (docs/benchmarks.md).
+constexpr int64_t kGemvMaxRows = 2;
 
 // True when gemv takes this product: 1..kGemvMaxRows rows, BF16/F16 weights, K a multiple of 8,
 // x and w 16-byte aligned.

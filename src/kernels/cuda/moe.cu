@@ -1,8 +1,8 @@
-// Mixture-of-experts helper kernels: gathering a routed batch's rows in expert order, the experts'
-// gated activations, the weighted scatter-add of expert outputs, routed-token counts, strided
-// row copies.
+// Mixture-of-experts bookkeeping on the device: grouping routed rows by expert (atomic counts, a
+// one-block scan for run and tile offsets, atomic placement; all in one block for small batches),
+// the weighted combine in slot order, and strided row copies.
+#include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/moe_ops.h"
 
@@ -10,73 +10,181 @@ namespace deepinfer::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kScanThreads = 1024;  // one expert per thread
+constexpr int64_t kOneBlockRows = 8192;  // up to this many rows one block groups them all
+constexpr unsigned kFull = 0xffffffffu;
 
-__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t width, float* out) {
-  const float* src = x + rows[blockIdx.x] * width;
-  float* dst = out + blockIdx.x * width;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
-}
-
-__global__ void expert_activation_kernel(float* gate, const float* up, int64_t count, ExpertActivation activation,
-                                         float alpha, float limit) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
-    float g = gate[i];
-    float u = up[i];
-    if (activation == ExpertActivation::kSiluGated) {
-      gate[i] = g / (1.0f + expf(-g)) * u;
-    } else {
-      g = fminf(g, limit);
-      u = fminf(fmaxf(u, -limit), limit);
-      gate[i] = (u + 1.0f) * g / (1.0f + expf(-alpha * g));
-    }
+__global__ void count_kernel(const int32_t* __restrict__ expert_ids, int64_t num_rows, int32_t num_experts,
+                             int32_t* __restrict__ counts) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < num_rows; r += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t e = expert_ids[r];
+    if (e >= 0 && e < num_experts) atomicAdd(&counts[e], 1);
   }
 }
 
-// Row i of y belongs to token rows[i]; adds expert_weights[rows[i], slot] * y[i] to it.
-__global__ void scatter_add_kernel(const float* y, const int32_t* rows, const float* expert_weights, int32_t top_k,
-                                   int32_t slot, int64_t width, float* out) {
-  const int64_t token = rows[blockIdx.x];
-  const float w = expert_weights[token * top_k + slot];
-  const float* src = y + blockIdx.x * width;
-  float* dst = out + token * width;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[i] += w * src[i];
+// Inclusive scan of (x, y) over the block; every thread gets its own prefix.
+__device__ int2 block_inclusive_scan(int2 value) {
+  __shared__ int2 warp_totals[kScanThreads / 32];
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int x = __shfl_up_sync(kFull, value.x, offset);
+    const int y = __shfl_up_sync(kFull, value.y, offset);
+    if (lane >= offset) {
+      value.x += x;
+      value.y += y;
+    }
+  }
+  if (lane == 31) warp_totals[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    int2 total = lane < kScanThreads / 32 ? warp_totals[lane] : make_int2(0, 0);
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const int x = __shfl_up_sync(kFull, total.x, offset);
+      const int y = __shfl_up_sync(kFull, total.y, offset);
+      if (lane >= offset) {
+        total.x += x;
+        total.y += y;
+      }
+    }
+    warp_totals[lane] = total;
+  }
+  __syncthreads();
+  if (warp > 0) {
+    value.x += warp_totals[warp - 1].x;
+    value.y += warp_totals[warp - 1].y;
+  }
+  return value;
 }
 
-__global__ void add_counts_kernel(int64_t* counts, const int64_t* delta, int32_t num) {
-  const int32_t i = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < num) counts[i] += delta[i];
+__global__ void __launch_bounds__(kScanThreads)
+    scan_kernel(int32_t num_experts, int32_t rows_per_tile, MoeGrouping grouping, int64_t* expert_token_counts) {
+  const int32_t e = static_cast<int32_t>(threadIdx.x);
+  const int32_t count = e < num_experts ? grouping.counts[e] : 0;
+  const int2 prefix = block_inclusive_scan(make_int2(count, (count + rows_per_tile - 1) / rows_per_tile));
+  if (e < num_experts) {
+    grouping.offsets[e + 1] = prefix.x;
+    grouping.tile_offsets[e + 1] = prefix.y;
+    grouping.cursor[e] = 0;
+    if (expert_token_counts != nullptr) expert_token_counts[e] += count;
+  }
+  if (e == 0) {
+    grouping.offsets[0] = 0;
+    grouping.tile_offsets[0] = 0;
+  }
+}
+
+__global__ void place_kernel(const int32_t* __restrict__ expert_ids, int64_t num_rows, int32_t num_experts,
+                             MoeGrouping grouping) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < num_rows; r += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t e = expert_ids[r];
+    int32_t position = -1;
+    if (e >= 0 && e < num_experts) {
+      position = grouping.offsets[e] + atomicAdd(&grouping.cursor[e], 1);
+      grouping.rows[position] = static_cast<int32_t>(r);
+    }
+    grouping.position[r] = position;
+  }
+}
+
+// The whole grouping in one block (decode-sized batches): shared-memory counters, the scan and
+// the placement, one launch instead of four.
+__global__ void __launch_bounds__(kScanThreads)
+    group_one_block_kernel(const int32_t* __restrict__ expert_ids, int32_t num_rows, int32_t num_experts,
+                           int32_t rows_per_tile, MoeGrouping grouping, int64_t* expert_token_counts) {
+  __shared__ int32_t counts_s[kScanThreads];
+  __shared__ int32_t cursor_s[kScanThreads];
+  const int32_t e = static_cast<int32_t>(threadIdx.x);
+  counts_s[e] = 0;
+  __syncthreads();
+  for (int32_t r = e; r < num_rows; r += kScanThreads) {
+    const int32_t id = expert_ids[r];
+    if (id >= 0 && id < num_experts) atomicAdd(&counts_s[id], 1);
+  }
+  __syncthreads();
+  const int32_t count = e < num_experts ? counts_s[e] : 0;
+  const int2 prefix = block_inclusive_scan(make_int2(count, (count + rows_per_tile - 1) / rows_per_tile));
+  if (e < num_experts) {
+    grouping.counts[e] = count;
+    grouping.offsets[e + 1] = prefix.x;
+    grouping.tile_offsets[e + 1] = prefix.y;
+    cursor_s[e] = prefix.x - count;
+    if (expert_token_counts != nullptr) expert_token_counts[e] += count;
+  }
+  if (e == 0) {
+    grouping.offsets[0] = 0;
+    grouping.tile_offsets[0] = 0;
+  }
+  __syncthreads();
+  for (int32_t r = e; r < num_rows; r += kScanThreads) {
+    const int32_t id = expert_ids[r];
+    int32_t position = -1;
+    if (id >= 0 && id < num_experts) {
+      position = atomicAdd(&cursor_s[id], 1);
+      grouping.rows[position] = r;
+    }
+    grouping.position[r] = position;
+  }
+}
+
+__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ position,
+                               const float* __restrict__ expert_weights, int32_t top_k, int64_t hidden,
+                               float* __restrict__ out) {
+  const int64_t token = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float total = 0.0f;
+    for (int32_t j = 0; j < top_k; ++j) {
+      const int32_t row = position[token * top_k + j];
+      if (row >= 0) total += expert_weights[token * top_k + j] * y[row * hidden + i];
+    }
+    out[token * hidden + i] = total;
+  }
 }
 
 }  // namespace
 
-void gather_rows(const float* x, const int32_t* rows, int64_t num_rows, int64_t width, float* out,
-                 cudaStream_t stream) {
-  if (num_rows == 0) return;
-  gather_rows_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(x, rows, width, out);
-  DI_CUDA_CHECK_LAUNCH("gather_rows_kernel");
+int64_t moe_grouping_ints(int32_t num_experts, int64_t num_rows) { return 4 * int64_t{num_experts} + 2 + 2 * num_rows; }
+
+MoeGrouping carve_moe_grouping(int32_t* ints, int32_t num_experts, int64_t num_rows) {
+  MoeGrouping grouping;
+  grouping.counts = ints;
+  grouping.offsets = grouping.counts + num_experts;
+  grouping.tile_offsets = grouping.offsets + num_experts + 1;
+  grouping.cursor = grouping.tile_offsets + num_experts + 1;
+  grouping.rows = grouping.cursor + num_experts;
+  grouping.position = grouping.rows + num_rows;
+  return grouping;
 }
 
-void expert_activation(float* gate, const float* up, int64_t count, ExpertActivation activation, float alpha,
-                       float limit, cudaStream_t stream) {
-  if (count == 0) return;
-  expert_activation_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count, activation, alpha,
-                                                                                 limit);
-  DI_CUDA_CHECK_LAUNCH("expert_activation_kernel");
+void group_by_expert(const int32_t* expert_ids, int64_t num_rows, int32_t num_experts, int32_t rows_per_tile,
+                     const MoeGrouping& grouping, int64_t* expert_token_counts, cudaStream_t stream) {
+  DI_CHECK(num_experts >= 1 && num_experts <= kScanThreads, "grouping takes 1.." << kScanThreads << " experts");
+  if (num_rows <= kOneBlockRows) {
+    group_one_block_kernel<<<1, kScanThreads, 0, stream>>>(expert_ids, static_cast<int32_t>(num_rows), num_experts,
+                                                           rows_per_tile, grouping, expert_token_counts);
+    DI_CUDA_CHECK_LAUNCH("group_one_block_kernel");
+    return;
+  }
+  DI_CUDA_CHECK(cudaMemsetAsync(grouping.counts, 0, static_cast<size_t>(num_experts) * sizeof(int32_t), stream));
+  const unsigned blocks = grid_for(num_rows, kThreads);
+  if (num_rows > 0) {
+    count_kernel<<<blocks, kThreads, 0, stream>>>(expert_ids, num_rows, num_experts, grouping.counts);
+    DI_CUDA_CHECK_LAUNCH("count_kernel");
+  }
+  scan_kernel<<<1, kScanThreads, 0, stream>>>(num_experts, rows_per_tile, grouping, expert_token_counts);
+  DI_CUDA_CHECK_LAUNCH("scan_kernel");
+  if (num_rows > 0) {
+    place_kernel<<<blocks, kThreads, 0, stream>>>(expert_ids, num_rows, num_experts, grouping);
+    DI_CUDA_CHECK_LAUNCH("place_kernel");
+  }
 }
 
-void scatter_add_weighted(const float* y, const int32_t* rows, int64_t num_rows, const float* expert_weights,
-                          int32_t top_k, int32_t slot, int64_t width, float* out, cudaStream_t stream) {
-  if (num_rows == 0) return;
-  scatter_add_kernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(y, rows, expert_weights, top_k, slot,
-                                                                                width, out);
-  DI_CUDA_CHECK_LAUNCH("scatter_add_kernel");
-}
-
-void add_counts(int64_t* counts, const int64_t* delta, int32_t num, cudaStream_t stream) {
-  if (num == 0) return;
-  add_counts_kernel<<<static_cast<unsigned>((num + kThreads - 1) / kThreads), kThreads, 0, stream>>>(counts, delta,
-                                                                                                      num);
-  DI_CUDA_CHECK_LAUNCH("add_counts_kernel");
+void moe_combine(const float* y, const int32_t* position, const float* expert_weights, int64_t num_tokens,
+                 int32_t top_k, int64_t hidden, float* out, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  combine_kernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(y, position, expert_weights, top_k,
+                                                                               hidden, out);
+  DI_CUDA_CHECK_LAUNCH("combine_kernel");
 }
 
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride,

@@ -1,5 +1,7 @@
-// CUDA pieces of the mixture-of-experts layer and strided row copies (the backend composes them
-// with cuBLASLt products). Device pointers; enqueued on stream.
+// CUDA mixture of experts, entirely on the device: the router (moe_route.cu), grouping routed
+// (token, slot) rows by expert (moe.cu), the grouped expert products for all experts in one launch
+// per projection (moe_rowwise.cu: CUDA cores, bandwidth-bound; moe_mma.cu, moe_mma_async.cu: tensor
+// cores), and the weighted combine. Device pointers; everything is enqueued on stream, nothing reads back.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,17 +12,83 @@
 
 namespace deepinfer::kernels::cuda {
 
-// out[i, :] = x[rows[i], :]. rows: [num_rows] device; out: [num_rows, width].
-void gather_rows(const float* x, const int32_t* rows, int64_t num_rows, int64_t width, float* out,
-                 cudaStream_t stream);
-// gate[i] = act(gate[i], up[i]) as ref::moe_experts defines it.
-void expert_activation(float* gate, const float* up, int64_t count, ExpertActivation activation, float alpha,
-                       float limit, cudaStream_t stream);
-// out[rows[i], :] += expert_weights[rows[i], slot] * y[i, :]. rows must be distinct.
-void scatter_add_weighted(const float* y, const int32_t* rows, int64_t num_rows, const float* expert_weights,
-                          int32_t top_k, int32_t slot, int64_t width, float* out, cudaStream_t stream);
-// counts[i] += delta[i] for i < num.
-void add_counts(int64_t* counts, const int64_t* delta, int32_t num, cudaStream_t stream);
+// Router limits: one warp scores a token, each lane holding up to 8 experts; lane j keeps slot j.
+constexpr int32_t kMoeMaxExperts = 256;
+constexpr int32_t kMoeMaxTopK = 32;
+
+// moe_route's contract on the device. Requires num_experts <= kMoeMaxExperts, top_k <= kMoeMaxTopK.
+void moe_route(const float* logits, const WeightView& selection_bias, int64_t num_tokens, const MoeRouting& routing,
+               int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
+
+// Where the routed rows (row r = token * top_k + slot) sit once grouped by expert. Row order inside
+// an expert's run follows atomics and varies between runs; every kernel computes each row on its
+// own, so results do not depend on it.
+struct MoeGrouping {
+  int32_t* counts = nullptr;        // [num_experts] rows routed to each expert
+  int32_t* offsets = nullptr;       // [num_experts + 1] where each expert's run starts
+  int32_t* tile_offsets = nullptr;  // [num_experts + 1] first tile of each expert (tiles of rows_per_tile rows)
+  int32_t* cursor = nullptr;        // [num_experts] scratch
+  int32_t* rows = nullptr;          // [num_rows] grouped row i -> routed row r
+  int32_t* position = nullptr;      // [num_rows] routed row r -> grouped row i (-1: expert id out of range)
+};
+
+// Ints a MoeGrouping needs; carve lays them out in ints (device memory of that many int32).
+int64_t moe_grouping_ints(int32_t num_experts, int64_t num_rows);
+MoeGrouping carve_moe_grouping(int32_t* ints, int32_t num_experts, int64_t num_rows);
+
+// Fills grouping from expert_ids [num_rows] and adds each expert's row count to
+// expert_token_counts [num_experts] int64 (may be null). One launch up to 8192 rows, four above;
+// no host synchronisation. Takes up to 1024 experts.
+void group_by_expert(const int32_t* expert_ids, int64_t num_rows, int32_t num_experts, int32_t rows_per_tile,
+                     const MoeGrouping& grouping, int64_t* expert_token_counts, cudaStream_t stream);
+
+// One expert's device weights; biases null when the experts have none.
+struct ExpertPointers {
+  const void* gate = nullptr;       // [intermediate, hidden]
+  const void* up = nullptr;         // [intermediate, hidden]
+  const void* down = nullptr;       // [hidden, intermediate]
+  const void* gate_bias = nullptr;  // [intermediate]
+  const void* up_bias = nullptr;    // [intermediate]
+  const void* down_bias = nullptr;  // [hidden]
+};
+
+// All experts of a layer as the grouped kernels see them. Every expert shares weight_dtype; every
+// bias present has bias_dtype.
+struct GroupedExperts {
+  const ExpertPointers* experts = nullptr;  // [num_experts] device
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  DType weight_dtype = DType::kBF16;
+  DType bias_dtype = DType::kF32;
+  bool aligned = false;  // every weight 16-byte aligned (vector loads when the row length allows)
+  ExpertActivation activation = ExpertActivation::kSiluGated;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+};
+
+// kRowwise: CUDA cores, each block streams a slice of one expert's weights once for up to 4 rows;
+// every weight dtype; memory-bound, for a row or two per expert. kTensorCore: 64-row tiles on
+// bf16/f16 tensor cores (x rounded to the weight dtype, float32 accumulation; a cp.async pipeline
+// when rows are 16-element aligned), from a few rows per expert up to prefill.
+enum class MoeKernel : uint8_t { kRowwise, kTensorCore };
+
+int32_t moe_rows_per_tile(MoeKernel kernel);
+// Tiles the grid must cover for num_rows routed rows in the worst case.
+int64_t moe_max_tiles(MoeKernel kernel, int64_t num_rows, int32_t num_experts);
+
+// h[i, :] = act(gate_e(x[t]) + gate_bias_e, up_e(x[t]) + up_bias_e) for grouped row i of expert e,
+// routed row r = rows[i], token t = r / top_k. x: [num_tokens, hidden]; h: [num_rows, intermediate].
+void grouped_gate_up(const float* x, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                     MoeKernel kernel, float* h, cudaStream_t stream);
+// y[i, :] = down_e(h[i]) + down_bias_e. h: [num_rows, intermediate]; y: [num_rows, hidden].
+void grouped_down(const float* h, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                  MoeKernel kernel, float* y, cudaStream_t stream);
+// out[t, :] = sum over slots j in order of expert_weights[t, j] * y[position[t * top_k + j], :].
+void moe_combine(const float* y, const int32_t* position, const float* expert_weights, int64_t num_tokens,
+                 int32_t top_k, int64_t hidden, float* out, cudaStream_t stream);
+
 // dst[r * dst_stride + i] = src[r * src_stride + i] for r < num_rows, i < width.
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride,
                cudaStream_t stream);

@@ -86,6 +86,9 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   layer.k_proj_ = *k;
   layer.v_proj_ = *v;
   layer.o_proj_ = *o;
+  // 16-bit weights already bound the layer's precision; device backends may then run attention
+  // on bf16 tensor cores.
+  layer.params_.allow_bf16 = layer.q_proj_.weight.dtype != DType::kF32;
   if (options.qk_norm) {
     auto q_norm = RmsNorm::load(source, prefix + ".q_norm.weight", config.head_dim, config.rms_norm_eps);
     if (!q_norm.ok()) return q_norm.error();

@@ -137,6 +137,7 @@ Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, 
     model->layers_.push_back(std::move(*layer));
   }
   DI_TRY(model->load_mtp_layers(source, options, *rope));
+  if (source.backend->can_capture()) model->graphs_ = std::make_unique<DecodeGraphs>();
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 
@@ -188,6 +189,7 @@ int64_t DenseDecoder::kv_bytes_per_token() const {
 }
 
 void DenseDecoder::allocate_kv_cache(const KvCacheShape& shape) {
+  if (graphs_) graphs_->clear();  // they point into the old cache
   kv_shape_ = shape;
   for (Layer& layer : layers_) std::visit([&](auto& a) { a.allocate_kv_cache(backend_, shape); }, layer.attention);
 }
@@ -250,6 +252,39 @@ void DenseDecoder::write_kv_blocks(const std::vector<int32_t>& block_ids, const 
   }
 }
 
+bool DenseDecoder::uses_full_tables(const Layer& layer) const {
+  const auto* gqa = std::get_if<AttentionLayer>(&layer.attention);
+  return gqa == nullptr || !gqa->uses_swa_tables(kv_shape_);
+}
+
+int64_t DenseDecoder::full_kv_floats_per_block() const {
+  int64_t floats = 0;
+  for (const Layer& layer : layers_) {
+    if (uses_full_tables(layer)) floats += kv_floats_per_block_of(layer.attention);
+  }
+  return floats;
+}
+
+void DenseDecoder::read_full_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const {
+  for (int32_t block : block_ids) {
+    for (const Layer& layer : layers_) {
+      if (!uses_full_tables(layer)) continue;
+      std::visit([&](const auto& a) { a.read_kv_block(backend_, block, host); }, layer.attention);
+      host += kv_floats_per_block_of(layer.attention);
+    }
+  }
+}
+
+void DenseDecoder::write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
+  for (int32_t block : block_ids) {
+    for (const Layer& layer : layers_) {
+      if (!uses_full_tables(layer)) continue;
+      std::visit([&](const auto& a) { a.write_kv_block(backend_, block, host); }, layer.attention);
+      host += kv_floats_per_block_of(layer.attention);
+    }
+  }
+}
+
 int64_t DenseDecoder::weight_bytes_per_token() const {
   const auto element = [](const kernels::WeightView& w) { return static_cast<int64_t>(dtype_size_bytes(w.dtype)); };
   int64_t bytes = embed_tokens_.cols * element(embed_tokens_) + lm_head_.rows * lm_head_.cols * element(lm_head_);
@@ -279,6 +314,18 @@ void DenseDecoder::reset_expert_token_counts() {
   }
 }
 
+int64_t DenseDecoder::routed_weight_bytes_per_step() const {
+  int64_t bytes = weight_bytes_per_token();
+  for (const Layer& layer : layers_) {
+    const auto* moe = std::get_if<MoeLayer>(&layer.ffn);
+    if (moe == nullptr) continue;
+    const std::vector<int64_t> counts = moe->expert_token_counts(backend_);
+    const auto active = std::count_if(counts.begin(), counts.end(), [](int64_t count) { return count > 0; });
+    bytes += (static_cast<int64_t>(active) - moe->top_k()) * moe->expert_bytes();
+  }
+  return bytes;
+}
+
 void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) {
   if (num_tokens > workspace_tokens_) {
     const int64_t hidden = config_.hidden_size;
@@ -293,8 +340,10 @@ void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) 
     delta_ = backend_.allocate(floats(num_tokens * hidden));
     scratch_ = backend_.allocate(floats(scratch));
     workspace_tokens_ = num_tokens;
+    if (graphs_) graphs_->clear();
   }
   if (num_logit_rows > workspace_logit_rows_) {
+    if (graphs_) graphs_->clear();
     logit_hidden_ = backend_.allocate(static_cast<size_t>(num_logit_rows * config_.hidden_size) * sizeof(float));
     logits_ = backend_.allocate(static_cast<size_t>(num_logit_rows * config_.vocab_size) * sizeof(float));
     workspace_logit_rows_ = num_logit_rows;
@@ -306,15 +355,36 @@ void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
   const auto num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < num_tokens, "logit row " << row << " out of range");
-  ensure_workspace(num_tokens, std::max<int64_t>(num_logit_rows, 1));
-  const DeviceBatch device_batch = DeviceBatch::upload(backend_, batch, kv_shape_.block_size);
+  if (graphs_ && DecodeGraphs::can_run(batch)) {
+    const int32_t padded = DecodeGraphs::shape_for(batch).num_seqs;
+    ensure_workspace(padded, padded);
+    graphs_->run(backend_, batch, kv_shape_.block_size,
+                 [&](const DeviceBatch& device_batch) { enqueue_forward(device_batch, nullptr); });
+  } else {
+    // Every row's logits in order (a decode step): no gather, the head reads normed directly.
+    bool all_rows = num_logit_rows == num_tokens;
+    for (int64_t r = 0; all_rows && r < num_logit_rows; ++r) all_rows = batch.logit_rows[static_cast<size_t>(r)] == r;
+    ensure_workspace(num_tokens, all_rows ? num_tokens : std::max<int64_t>(num_logit_rows, 1));
+    const DeviceBatch device_batch = inputs_.upload(backend_, batch, kv_shape_.block_size);
+    if (num_logit_rows == 0) {
+      enqueue_forward(device_batch, &batch.logit_rows);
+      return;
+    }
+    enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows);
+  }
+  backend_.copy_to_host(logits, logits_.as<float>(),
+                        static_cast<size_t>(num_logit_rows * config_.vocab_size) * sizeof(float));
+}
+
+void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows) {
+  const int64_t num_tokens = batch.num_tokens;
   const int64_t hidden = config_.hidden_size;
   auto* residual = hidden_.as<float>();
   auto* normed = normed_.as<float>();
   auto* delta = delta_.as<float>();
   auto* scratch = scratch_.as<float>();
 
-  backend_.embedding(embed_tokens_, device_batch.token_ids.as<int32_t>(), num_tokens, residual);
+  backend_.embedding(embed_tokens_, batch.token_ids.as<int32_t>(), num_tokens, residual);
   if (embedding_scale_ != 1.0f) backend_.scale(residual, num_tokens * hidden, embedding_scale_, residual);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
@@ -323,7 +393,7 @@ void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
     } else {
       layer.input_norm.add_forward(backend_, residual, delta, num_tokens, normed);
     }
-    std::visit([&](const auto& a) { a.forward(backend_, device_batch, normed, scratch, delta); }, layer.attention);
+    std::visit([&](const auto& a) { a.forward(backend_, batch, normed, scratch, delta); }, layer.attention);
     if (layer.pre_feedforward_norm) {
       // Sandwich: residual += norm(attention); ffn(norm(residual)) is normalised again before the next add.
       layer.post_attention_norm.forward(backend_, delta, num_tokens, delta);
@@ -336,20 +406,23 @@ void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
     }
   }
   final_norm_.add_forward(backend_, residual, delta, num_tokens, normed);
+  const int64_t num_logit_rows = logit_rows != nullptr ? static_cast<int64_t>(logit_rows->size()) : num_tokens;
   if (num_logit_rows == 0) return;
 
-  auto* logit_hidden = logit_hidden_.as<float>();
-  for (int64_t r = 0; r < num_logit_rows; ++r) {
-    backend_.copy_on_device(logit_hidden + r * hidden, normed + batch.logit_rows[static_cast<size_t>(r)] * hidden,
-                            static_cast<size_t>(hidden) * sizeof(float));
+  const float* head_input = normed;
+  if (logit_rows != nullptr) {
+    auto* logit_hidden = logit_hidden_.as<float>();
+    for (int64_t r = 0; r < num_logit_rows; ++r) {
+      backend_.copy_on_device(logit_hidden + r * hidden, normed + (*logit_rows)[static_cast<size_t>(r)] * hidden,
+                              static_cast<size_t>(hidden) * sizeof(float));
+    }
+    head_input = logit_hidden;
   }
-  backend_.matmul(logit_hidden, lm_head_, kernels::WeightView{}, num_logit_rows, logits_.as<float>());
+  backend_.matmul(head_input, lm_head_, kernels::WeightView{}, num_logit_rows, logits_.as<float>());
   if (final_logit_softcap_) {
     float* capped = logits_.as<float>();
     backend_.softcap(capped, num_logit_rows * config_.vocab_size, *final_logit_softcap_, capped);
   }
-  backend_.copy_to_host(logits, logits_.as<float>(),
-                        static_cast<size_t>(num_logit_rows * config_.vocab_size) * sizeof(float));
 }
 
 }  // namespace deepinfer

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "model/decode_graphs.h"
 #include "model/layers/attention.h"
 #include "model/layers/mla.h"
 #include "model/layers/mlp.h"
@@ -80,8 +81,12 @@ class DenseDecoder final : public CausalLM {
   int64_t kv_floats_per_block() const override;
   void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const override;
   void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) override;
+  int64_t full_kv_floats_per_block() const override;
+  void read_full_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const override;
+  void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) override;
   void forward(const ForwardBatch& batch, float* logits) override;
   int64_t weight_bytes_per_token() const override;
+  int64_t num_graph_replays() const override { return graphs_ ? graphs_->num_replays() : 0; }
 
   // Tokens routed to each expert since load or the last reset: [num_moe_layers][num_experts]
   // with the layer index of each row in layer_ids (empty for dense models).
@@ -90,7 +95,8 @@ class DenseDecoder final : public CausalLM {
     std::vector<std::vector<int64_t>> counts;
   };
   ExpertCounts expert_token_counts() const;
-  void reset_expert_token_counts();
+  void reset_expert_token_counts() override;
+  int64_t routed_weight_bytes_per_step() const override;
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_layers_; }
 
  private:
@@ -101,7 +107,13 @@ class DenseDecoder final : public CausalLM {
   static Result<Layer> load_layer(const ModelSource& source, const DenseDecoderOptions& options, int64_t index,
                                   const RopeTable& rope, const RopeTable* sliding_rope = nullptr);
   Result<void> load_mtp_layers(const ModelSource& source, const DenseDecoderOptions& options, const RopeTable& rope);
+  // Grows the activation buffers; a move drops the decode graphs, which point into them.
   void ensure_workspace(int64_t num_tokens, int64_t num_logit_rows);
+  // Enqueues the forward of a batch on the device, leaving logits_ [logit rows, vocab]: the rows
+  // listed in logit_rows, or every row when it is null.
+  void enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows);
+  // Whether the layer's pages are addressed by block_table (not the sliding-window tables).
+  bool uses_full_tables(const Layer& layer) const;
 
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
   std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
@@ -121,6 +133,10 @@ class DenseDecoder final : public CausalLM {
   DeviceBuffer scratch_;  // attention / feed-forward intermediates
   DeviceBuffer logit_hidden_;  // [num_logit_rows, hidden]
   DeviceBuffer logits_;        // [num_logit_rows, vocab]
+  StepInputs inputs_;          // eager steps' inputs
+  // Decode steps as device graphs: set when the backend captures. A MoE layer's expert token
+  // counters then also count the padding rows of graph steps (routed like any token).
+  std::unique_ptr<DecodeGraphs> graphs_;
 };
 
 }  // namespace deepinfer

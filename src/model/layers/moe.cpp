@@ -213,18 +213,22 @@ int64_t MoeLayer::scratch_floats(int64_t num_tokens) const {
   return floats;
 }
 
-int64_t MoeLayer::weight_bytes() const {
-  int64_t bytes = router_.weight_bytes();
-  if (shared_) bytes += shared_->weight_bytes();
-  int64_t expert_bytes = 0;
+int64_t MoeLayer::expert_bytes() const {
+  int64_t bytes = 0;
   for (int32_t e = 0; e < routing_.num_experts; ++e) {
     for (const auto* views : {&gate_, &up_, &down_, &gate_bias_, &up_bias_, &down_bias_}) {
       if (views->empty()) continue;
       const kernels::WeightView& w = (*views)[static_cast<size_t>(e)];
-      expert_bytes += w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+      bytes += w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
     }
   }
-  return bytes + expert_bytes / routing_.num_experts * routing_.top_k;
+  return bytes / routing_.num_experts;
+}
+
+int64_t MoeLayer::weight_bytes() const {
+  int64_t bytes = router_.weight_bytes();
+  if (shared_) bytes += shared_->weight_bytes();
+  return bytes + expert_bytes() * routing_.top_k;
 }
 
 void MoeLayer::forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const {

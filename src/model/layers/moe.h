@@ -56,6 +56,9 @@ class MoeLayer {
                                const MoeOptions& options);
 
   int32_t num_experts() const { return routing_.num_experts; }
+  int32_t top_k() const { return routing_.top_k; }
+  // Bytes of one routed expert's weights and biases (the mean over the experts).
+  int64_t expert_bytes() const;
   // Scratch floats forward needs for num_tokens tokens.
   int64_t scratch_floats(int64_t num_tokens) const;
   // Bytes one token's forward reads: router, shared experts and top_k routed experts.

@@ -3,12 +3,21 @@
 
 #include <string>
 
+#include "kernels/cuda/attention_prefill.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 
 namespace deepinfer {
+namespace {
+
+// Batches with a prompt of at least this many new tokens take the tensor-core prefill kernel
+// (16-bit models only), unless its bf16 copy of the keys and values would exceed the byte cap.
+constexpr int32_t kTensorCorePrefillTokens = 64;
+constexpr size_t kMaxPrefillWorkspaceBytes = size_t{1} << 30;
+
+}  // namespace
 
 CudaBackend::CudaBackend(const BackendOptions& options)
-    : batch_invariant_(options.batch_invariant), gemm_(options.batch_invariant) {
+    : batch_invariant_(options.batch_invariant), graphs_(options.graphs), gemm_(options.batch_invariant) {
   DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   staging_ = std::make_unique<PinnedStaging>(stream_);
   int device = 0;
@@ -48,18 +57,34 @@ void CudaBackend::paged_attention(const float* q, const float* k_cache, const fl
                                 const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
                                 float* out) {
   if (batch.num_seqs == 0) return;
+  // float32 models and the batch-invariant mode keep the float32 kernel (exact to the fixtures).
+  if (!batch_invariant_ && params.allow_bf16 && batch.max_query_len >= kTensorCorePrefillTokens &&
+      kc::prefill_attention_supported(params)) {
+    const size_t bytes = kc::prefill_attention_workspace_bytes(batch, params);
+    if (bytes <= kMaxPrefillWorkspaceBytes) {
+      void* workspace = take_workspace(bytes);
+      try {
+        kc::prefill_attention(q, k_cache, v_cache, batch, params, workspace, out, stream_);
+      } catch (...) {
+        give_back_workspace(workspace);
+        throw;
+      }
+      give_back_workspace(workspace);
+      return;
+    }
+  }
   const kc::AttentionPlan plan =
       kc::plan_paged_attention(batch, params, batch_invariant_ ? kInvariantSplitKeys : 0, num_sms_);
   // The workspace goes back to the cache right after the launches are enqueued: the stream
   // orders any later user after them.
-  void* workspace = plan.workspace_bytes > 0 ? allocator_.allocate(plan.workspace_bytes) : nullptr;
+  void* workspace = plan.workspace_bytes > 0 ? take_workspace(plan.workspace_bytes) : nullptr;
   try {
     kc::paged_attention(q, k_cache, v_cache, batch, params, plan, workspace, out, stream_);
   } catch (...) {
-    allocator_.deallocate(workspace);
+    give_back_workspace(workspace);
     throw;
   }
-  allocator_.deallocate(workspace);
+  give_back_workspace(workspace);
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options) {

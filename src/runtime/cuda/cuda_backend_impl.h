@@ -1,9 +1,11 @@
 // The CudaBackend class, shared by its two source files (dense ops; mixture of experts).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
@@ -28,14 +30,19 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
 
   DeviceBuffer allocate(size_t size_bytes) override {
+    DI_CHECK(!capturing_, "allocate during graph capture");
     void* p = allocator_.allocate(size_bytes);
     DI_CUDA_CHECK(cudaMemsetAsync(p, 0, size_bytes, stream_));
     return DeviceBuffer(p, size_bytes, [this](void* q) { allocator_.deallocate(q); });
   }
   void copy_to_device(void* dst, const void* src, size_t size_bytes) override {
+    DI_CHECK(!capturing_, "copy_to_device during graph capture");
     staging_->to_device(dst, src, size_bytes);
   }
-  void copy_to_host(void* dst, const void* src, size_t size_bytes) override { staging_->to_host(dst, src, size_bytes); }
+  void copy_to_host(void* dst, const void* src, size_t size_bytes) override {
+    DI_CHECK(!capturing_, "copy_to_host during graph capture");
+    staging_->to_host(dst, src, size_bytes);
+  }
   void copy_on_device(void* dst, const void* src, size_t size_bytes) override {
     DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToDevice, stream_));
   }
@@ -48,6 +55,13 @@ class CudaBackend final : public Backend {
   }
 
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override;
+
+  // CUDA graphs (cuda_graph.cpp). A capture records the stream's work; attention workspaces
+  // taken under it belong to the graph, so later eager steps never hand them to anyone else.
+  bool can_capture() const override { return graphs_; }
+  void begin_capture() override;
+  std::unique_ptr<CapturedGraph> end_capture() override;
+  void replay(const CapturedGraph& graph) override;
   std::optional<DevicePeaks> measure_peaks() override;  // cuda_peaks.cpp
 
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out) override {
@@ -90,8 +104,8 @@ class CudaBackend final : public Backend {
   void paged_attention(const float* q, const float* k_cache, const float* v_cache, const kernels::PagedBatch& batch,
                        const kernels::AttentionParams& params, float* out) override;
 
-  // Host-routed mixture of experts (cuda_backend_moe.cpp): routing reads the logits back and runs
-  // the reference router; experts run as one cuBLASLt product per expert and routed slot.
+  // Mixture of experts on the device (cuda_backend_moe.cpp): routing, grouping by expert and one
+  // grouped launch per projection; nothing is read back.
   void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                  const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) override;
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
@@ -103,13 +117,29 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Scratch for one op: from the allocator eagerly, from the capture's own blocks under capture.
+  void* take_workspace(size_t size_bytes);
+  void give_back_workspace(void* p);
+
   bool batch_invariant_;
+  bool graphs_;
+  bool capturing_ = false;
+  std::vector<void*> capture_blocks_;  // workspaces the graph being captured uses; moved into it
+  size_t capture_block_bytes_ = 0;     // the size of capture_blocks_.back()
   cudaStream_t stream_ = nullptr;
   int num_sms_ = 0;
   DeviceAllocator allocator_;
   std::unique_ptr<PinnedStaging> staging_;
   kc::LtGemm gemm_;
   std::vector<void*> weights_;  // device copies of the checkpoint; WeightViews point into them
+  // Each MoE layer's expert pointer table on the device, keyed by the layer's host WeightView array
+  // and rebuilt when its contents change (cuda_backend_moe.cpp).
+  struct ExpertTable {
+    std::vector<kc::ExpertPointers> host;
+    DeviceBuffer device;
+  };
+  kc::GroupedExperts grouped_experts(const kernels::MoeExperts& experts);
+  std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
 };
 
 

@@ -1,107 +1,103 @@
-// CudaBackend's mixture of experts. Routing reads the router logits back and runs the reference
-// router on the host (exact, synchronous); the experts then run as one cuBLASLt product per expert
-// and routed slot over rows gathered in expert order, and slot j's outputs are added before slot
-// j + 1's, the reference's summation order.
+// CudaBackend's mixture of experts, with no host synchronisation: the router kernel, grouping of
+// the routed (token, slot) rows by expert, one grouped launch for gate+up+activation and one for
+// down, then the weighted combine in slot order (the reference's summation order). Everything but
+// the expert pointer table (uploaded once per layer) lives in the caller's workspace.
 #include <algorithm>
-#include <numeric>
 #include <vector>
 
 #include "core/check.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 
 namespace deepinfer {
+namespace {
+
+// Average routed rows per expert from which a step takes the tensor cores: below it each active
+// expert holds a handful of rows and the step is bound by reading the weights.
+constexpr int64_t kTensorCoreRowsPerExpert = 4;
+
+const void* data_of(const kernels::WeightView* views, int32_t e) { return views ? views[e].data : nullptr; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+float* align16(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15}); }
+
+}  // namespace
 
 void CudaBackend::moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                             const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) {
-  if (num_tokens == 0) return;
-  std::vector<float> host_logits(static_cast<size_t>(num_tokens * routing.num_experts));
-  staging_->to_host(host_logits.data(), logits, host_logits.size() * sizeof(float));
-  std::vector<char> host_bias;
-  kernels::WeightView bias = selection_bias;
-  if (bias.data != nullptr) {
-    host_bias.resize(static_cast<size_t>(bias.rows * bias.cols) * dtype_size_bytes(bias.dtype));
-    staging_->to_host(host_bias.data(), bias.data, host_bias.size());
-    bias.data = host_bias.data();
+  kc::moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights, stream_);
+}
+
+kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& experts) {
+  const DType dtype = experts.gate[0].dtype;
+  std::vector<kc::ExpertPointers> host(static_cast<size_t>(experts.num_experts));
+  bool aligned = true;
+  DType bias_dtype = DType::kF32;
+  for (int32_t e = 0; e < experts.num_experts; ++e) {
+    kc::ExpertPointers& p = host[static_cast<size_t>(e)];
+    p = {experts.gate[e].data, experts.up[e].data, experts.down[e].data, data_of(experts.gate_bias, e),
+         data_of(experts.up_bias, e), data_of(experts.down_bias, e)};
+    DI_CHECK(experts.gate[e].dtype == dtype && experts.up[e].dtype == dtype && experts.down[e].dtype == dtype,
+             "expert " << e << "'s weights differ in dtype from expert 0's");
+    aligned = aligned && aligned16(p.gate) && aligned16(p.up) && aligned16(p.down);
+    for (const kernels::WeightView* biases : {experts.gate_bias, experts.up_bias, experts.down_bias}) {
+      if (biases == nullptr || biases[e].data == nullptr) continue;
+      bias_dtype = biases[e].dtype;
+    }
   }
-  const auto picks = static_cast<size_t>(num_tokens * routing.top_k);
-  std::vector<int32_t> host_ids(picks);
-  std::vector<float> host_weights(picks);
-  kernels::ref::moe_route(host_logits.data(), bias, num_tokens, routing, host_ids.data(), host_weights.data());
-  staging_->to_device(expert_ids, host_ids.data(), picks * sizeof(int32_t));
-  staging_->to_device(expert_weights, host_weights.data(), picks * sizeof(float));
+  ExpertTable& table = expert_tables_[experts.gate];
+  const auto same = [](const kc::ExpertPointers& a, const kc::ExpertPointers& b) {
+    return a.gate == b.gate && a.up == b.up && a.down == b.down && a.gate_bias == b.gate_bias &&
+           a.up_bias == b.up_bias && a.down_bias == b.down_bias;
+  };
+  if (!std::equal(host.begin(), host.end(), table.host.begin(), table.host.end(), same)) {
+    const size_t bytes = host.size() * sizeof(kc::ExpertPointers);
+    table.device = allocate(bytes);
+    copy_to_device(table.device.data(), host.data(), bytes);
+    table.host = std::move(host);
+  }
+  kc::GroupedExperts grouped;
+  grouped.experts = table.device.as<const kc::ExpertPointers>();
+  grouped.num_experts = experts.num_experts;
+  grouped.top_k = experts.top_k;
+  grouped.hidden = experts.hidden;
+  grouped.intermediate = experts.intermediate;
+  grouped.weight_dtype = dtype;
+  grouped.bias_dtype = bias_dtype;
+  grouped.aligned = aligned;
+  grouped.activation = experts.activation;
+  grouped.swiglu_alpha = experts.swiglu_alpha;
+  grouped.swiglu_limit = experts.swiglu_limit;
+  return grouped;
 }
 
 void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids,
                               const float* expert_weights, const kernels::MoeExperts& experts, float* workspace,
                               int64_t* expert_token_counts, float* out) {
-  const int64_t n = num_tokens;
-  const int64_t hidden = experts.hidden;
-  const int64_t inter = experts.intermediate;
-  const int32_t top_k = experts.top_k;
-  DI_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(n * hidden) * sizeof(float), stream_));
-  if (n == 0) return;
-  std::vector<int32_t> ids(static_cast<size_t>(n * top_k));
-  staging_->to_host(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
+  if (num_tokens == 0) return;
+  const int64_t num_rows = num_tokens * experts.top_k;
+  const kc::GroupedExperts grouped = grouped_experts(experts);
+  // Batch-invariant mode keeps one kernel for every batch, so a row's numbers never depend on it.
+  const bool tensor_cores = grouped.weight_dtype == DType::kBF16 || grouped.weight_dtype == DType::kF16;
+  const kc::MoeKernel kernel =
+      tensor_cores && (batch_invariant_ || num_rows >= kTensorCoreRowsPerExpert * experts.num_experts)
+          ? kc::MoeKernel::kTensorCore
+          : kc::MoeKernel::kRowwise;
 
-  // rows[j]: slot j's tokens ordered by expert (stable); starts[j][e]: where expert e's run begins.
-  std::vector<int32_t> rows(static_cast<size_t>(n * top_k));
-  std::vector<std::vector<int64_t>> starts(static_cast<size_t>(top_k),
-                                           std::vector<int64_t>(static_cast<size_t>(experts.num_experts) + 1, 0));
-  std::vector<int64_t> counts(static_cast<size_t>(experts.num_experts), 0);
-  for (int32_t j = 0; j < top_k; ++j) {
-    auto slot_rows = rows.begin() + j * n;
-    std::iota(slot_rows, slot_rows + n, 0);
-    const auto expert_of = [&](int32_t t) { return ids[static_cast<size_t>(t * top_k + j)]; };
-    std::stable_sort(slot_rows, slot_rows + n, [&](int32_t a, int32_t b) { return expert_of(a) < expert_of(b); });
-    std::vector<int64_t>& bounds = starts[static_cast<size_t>(j)];
-    for (int64_t t = 0; t < n; ++t) {
-      const int32_t e = expert_of(static_cast<int32_t>(t));
-      DI_CHECK(e >= 0 && e < experts.num_experts, "expert id " << e << " out of range");
-      ++bounds[static_cast<size_t>(e) + 1];
-      ++counts[static_cast<size_t>(e)];
-    }
-    for (size_t e = 1; e < bounds.size(); ++e) bounds[e] += bounds[e - 1];
-  }
-  void* device_rows = allocator_.allocate(rows.size() * sizeof(int32_t));
-  staging_->to_device(device_rows, rows.data(), rows.size() * sizeof(int32_t));
+  // Workspace (kernels::moe_workspace_floats): h, y, then the grouping's ints.
+  float* h = align16(workspace);                            // [num_rows, intermediate]
+  float* y = align16(h + num_rows * experts.intermediate);  // [num_rows, hidden]
+  auto* ints = reinterpret_cast<int32_t*>(y + num_rows * experts.hidden);
+  DI_CHECK(ints + kc::moe_grouping_ints(experts.num_experts, num_rows) <=
+               reinterpret_cast<int32_t*>(workspace + kernels::moe_workspace_floats(num_tokens, experts)),
+           "moe_experts workspace too small");
+  const kc::MoeGrouping grouping = kc::carve_moe_grouping(ints, experts.num_experts, num_rows);
 
-  float* gathered = workspace;           // [n, hidden]
-  float* gate = gathered + n * hidden;   // [n, intermediate]
-  float* up = gate + n * inter;          // [n, intermediate]
-  float* expert_out = up + n * inter;    // [n, hidden]
-  const auto linear = [&](const float* in, const kernels::WeightView& w, const kernels::WeightView* biases,
-                          int32_t e, int64_t count, float* y) {
-    gemm_.matmul(in, w, count, y, stream_);
-    if (biases != nullptr && biases[e].data != nullptr) kc::add_bias(y, biases[e], count, stream_);
-  };
-  for (int32_t j = 0; j < top_k; ++j) {
-    const int32_t* slot_rows = static_cast<const int32_t*>(device_rows) + j * n;
-    const std::vector<int64_t>& bounds = starts[static_cast<size_t>(j)];
-    kc::gather_rows(x, slot_rows, n, hidden, gathered, stream_);
-    for (int32_t e = 0; e < experts.num_experts; ++e) {
-      const int64_t begin = bounds[static_cast<size_t>(e)];
-      const int64_t count = bounds[static_cast<size_t>(e) + 1] - begin;
-      if (count == 0) continue;
-      linear(gathered + begin * hidden, experts.gate[e], experts.gate_bias, e, count, gate + begin * inter);
-      linear(gathered + begin * hidden, experts.up[e], experts.up_bias, e, count, up + begin * inter);
-    }
-    kc::expert_activation(gate, up, n * inter, experts.activation, experts.swiglu_alpha, experts.swiglu_limit,
-                          stream_);
-    for (int32_t e = 0; e < experts.num_experts; ++e) {
-      const int64_t begin = bounds[static_cast<size_t>(e)];
-      const int64_t count = bounds[static_cast<size_t>(e) + 1] - begin;
-      if (count == 0) continue;
-      linear(gate + begin * inter, experts.down[e], experts.down_bias, e, count, expert_out + begin * hidden);
-    }
-    kc::scatter_add_weighted(expert_out, slot_rows, n, expert_weights, top_k, j, hidden, out, stream_);
-  }
-  allocator_.deallocate(device_rows);
-  if (expert_token_counts != nullptr) {
-    void* delta = allocator_.allocate(counts.size() * sizeof(int64_t));
-    staging_->to_device(delta, counts.data(), counts.size() * sizeof(int64_t));
-    kc::add_counts(expert_token_counts, static_cast<const int64_t*>(delta), experts.num_experts, stream_);
-    allocator_.deallocate(delta);
-  }
+  kc::group_by_expert(expert_ids, num_rows, experts.num_experts, kc::moe_rows_per_tile(kernel), grouping,
+                      expert_token_counts, stream_);
+  kc::grouped_gate_up(x, grouped, grouping, num_rows, kernel, h, stream_);
+  kc::grouped_down(h, grouped, grouping, num_rows, kernel, y, stream_);
+  kc::moe_combine(y, grouping.position, expert_weights, num_tokens, experts.top_k, experts.hidden, out, stream_);
 }
 
 }  // namespace deepinfer

@@ -1,0 +1,73 @@
+// Device pieces shared by the grouped expert kernels (moe_rowwise.cu, moe_mma.cu): finding a
+// block's tile from the device-side offsets, weight element conversions, the expert activation.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/moe_ops.h"
+
+namespace deepinfer::kernels::cuda {
+
+// A block's share of the grouped rows: rows [row_begin, row_begin + num_rows) of one expert.
+struct ExpertTile {
+  int32_t expert = 0;
+  int32_t row_begin = 0;
+  int32_t num_rows = 0;
+};
+
+// The grid covers the worst case; false for a tile past the last one (the block has no work).
+__device__ __forceinline__ bool find_tile(const MoeGrouping& grouping, int32_t num_experts, int32_t tile,
+                                          int32_t rows_per_tile, ExpertTile& out) {
+  if (tile >= grouping.tile_offsets[num_experts]) return false;
+  // The last expert whose first tile is <= tile owns it (experts without rows own no tiles).
+  int32_t lo = 0;
+  int32_t hi = num_experts - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (grouping.tile_offsets[mid] <= tile) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  out.expert = lo;
+  out.row_begin = grouping.offsets[lo] + (tile - grouping.tile_offsets[lo]) * rows_per_tile;
+  out.num_rows = min(rows_per_tile, grouping.offsets[lo + 1] - out.row_begin);
+  return true;
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename W>
+__device__ __forceinline__ W from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// ref::moe_experts' activation of one (gate, up) pair, biases already added.
+__device__ __forceinline__ float expert_activation(float g, float u, ExpertActivation activation, float alpha,
+                                                   float limit) {
+  if (activation == ExpertActivation::kSiluGated) return g / (1.0f + expf(-g)) * u;
+  g = fminf(g, limit);
+  u = fminf(fmaxf(u, -limit), limit);
+  return (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+}
+
+// Tensor-core launches (moe_mma.cu). gate_up: out = h [num_rows, intermediate] from x; otherwise
+// out = y [num_rows, hidden] from h. Requires bf16 or f16 weights.
+void mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                 bool gate_up, float* out, cudaStream_t stream);
+
+}  // namespace deepinfer::kernels::cuda

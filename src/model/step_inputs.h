@@ -1,0 +1,35 @@
+// A forward step's integer inputs (ForwardBatch's token ids, positions, slots, lengths and tables)
+// packed into one host array, uploaded with one copy into one device buffer that persists across
+// steps, and the DeviceBatch viewing it. Decode graphs pad a batch to their fixed shape here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/layers/attention.h"
+
+namespace deepinfer {
+
+// The fixed shape a decode graph was captured for: num_seqs sequences of one token each and block
+// tables width blocks wide. Rows past the batch's sequences are dummies: token 0 at position 0
+// that sees one key (block 0, only read) and writes no cache slot (slot -1).
+struct PaddedShape {
+  int32_t num_seqs = 0;
+  int32_t width = 0;
+};
+
+class StepInputs {
+ public:
+  // Packs batch (padded to *shape when given; the batch must then be a decode batch that fits)
+  // and enqueues its upload. The returned DeviceBatch views this object's buffer: valid until the
+  // next upload. The buffer moves only when a batch needs more room than any before.
+  // Not thread-safe.
+  DeviceBatch upload(Backend& backend, const ForwardBatch& batch, int32_t block_size,
+                     const PaddedShape* shape = nullptr);
+
+ private:
+  std::vector<int32_t> host_;
+  DeviceBuffer device_;
+};
+
+}  // namespace deepinfer

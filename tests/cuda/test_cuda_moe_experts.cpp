@@ -1,0 +1,227 @@
+// The device grouped experts against a reference built from kernels::ref: the CUDA-core kernel
+// (decode-sized batches, F32 weights) and the tensor-core one (bf16/f16 from 4 rows per expert,
+// and always in batch-invariant mode), odd and aligned shapes, biases, both activations, experts
+// that get no tokens, the per-expert counters, and rows that do not depend on their batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "cuda_test_util.h"
+#include "kernels/ops.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr double kEps32 = 1.1920929e-7;
+constexpr int32_t kNumExperts = 16;
+constexpr int32_t kUsedExperts = 12;  // experts 12..15 are never routed to
+constexpr int32_t kTopK = 4;
+
+// Round-to-nearest-even of every value to dtype, back in float32.
+std::vector<float> rounded(const std::vector<float>& values, DType dtype) {
+  if (dtype == DType::kF32) return values;
+  return make_weight(values, dtype, 1, static_cast<int64_t>(values.size())).rounded;
+}
+
+// A layer of experts on the host (the oracle's views) and on each backend.
+struct Layer {
+  std::vector<HostWeight> weights[6];  // gate, up, down, gate_bias, up_bias, down_bias
+  std::vector<kernels::WeightView> host[6];
+  kernels::MoeExperts host_experts;
+
+  Layer(std::mt19937& rng, DType dtype, int64_t hidden, int64_t inter, bool bias,
+        kernels::ExpertActivation activation) {
+    const int64_t shapes[6][2] = {{inter, hidden}, {inter, hidden}, {hidden, inter}, {1, inter}, {1, inter}, {1, hidden}};
+    for (int p = 0; p < (bias ? 6 : 3); ++p) {
+      // Weights of scale 1/sqrt(fan-in) keep activations near 1 whatever the shape.
+      const float scale = 1.0f / std::sqrt(static_cast<float>(shapes[p][1]));
+      for (int32_t e = 0; e < kNumExperts; ++e) {
+        weights[p].push_back(make_weight(random_floats(rng, static_cast<size_t>(shapes[p][0] * shapes[p][1]), -scale, scale),
+                                         dtype, shapes[p][0], shapes[p][1]));
+        host[p].push_back(weights[p].back().view());
+      }
+    }
+    host_experts.num_experts = kNumExperts;
+    host_experts.top_k = kTopK;
+    host_experts.hidden = hidden;
+    host_experts.intermediate = inter;
+    host_experts.activation = activation;
+    host_experts.gate = host[0].data();
+    host_experts.up = host[1].data();
+    host_experts.down = host[2].data();
+    if (bias) {
+      host_experts.gate_bias = host[3].data();
+      host_experts.up_bias = host[4].data();
+      host_experts.down_bias = host[5].data();
+    }
+  }
+};
+
+// The same experts loaded on one backend.
+struct DeviceLayer {
+  std::vector<kernels::WeightView> views[6];
+  kernels::MoeExperts experts;
+
+  DeviceLayer(Backend& backend, const Layer& layer) : experts(layer.host_experts) {
+    for (int p = 0; p < 6; ++p) {
+      for (const HostWeight& w : layer.weights[p]) views[p].push_back(load(backend, w));
+    }
+    experts.gate = views[0].data();
+    experts.up = views[1].data();
+    experts.down = views[2].data();
+    if (experts.gate_bias != nullptr) {
+      experts.gate_bias = views[3].data();
+      experts.up_bias = views[4].data();
+      experts.down_bias = views[5].data();
+    }
+  }
+};
+
+// ref::moe_experts with the device's roundings: x and the activations rounded to the weight dtype
+// before each product. max_h: the largest |activation|, for the tolerance.
+std::vector<float> oracle(const std::vector<float>& x, int64_t num_tokens, const std::vector<int32_t>& ids,
+                          const std::vector<float>& weights, const kernels::MoeExperts& experts, DType dtype,
+                          double& max_h) {
+  const int64_t hidden = experts.hidden;
+  const int64_t inter = experts.intermediate;
+  std::vector<float> out(static_cast<size_t>(num_tokens * hidden), 0.0f);
+  std::vector<float> gate(static_cast<size_t>(inter)), up(gate.size()), down(static_cast<size_t>(hidden));
+  const kernels::WeightView none;
+  max_h = 0.0;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const std::vector<float> xr = rounded(std::vector<float>(x.begin() + t * hidden, x.begin() + (t + 1) * hidden), dtype);
+    for (int32_t j = 0; j < kTopK; ++j) {
+      const int32_t e = ids[static_cast<size_t>(t * kTopK + j)];
+      kernels::ref::matmul(xr.data(), experts.gate[e], experts.gate_bias ? experts.gate_bias[e] : none, 1, gate.data());
+      kernels::ref::matmul(xr.data(), experts.up[e], experts.up_bias ? experts.up_bias[e] : none, 1, up.data());
+      for (int64_t i = 0; i < inter; ++i) {
+        double g = gate[static_cast<size_t>(i)];
+        double u = up[static_cast<size_t>(i)];
+        if (experts.activation == kernels::ExpertActivation::kSiluGated) {
+          gate[static_cast<size_t>(i)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+        } else {
+          const double limit = experts.swiglu_limit;
+          g = std::min(g, limit);
+          u = std::clamp(u, -limit, limit);
+          gate[static_cast<size_t>(i)] = static_cast<float>((u + 1.0) * g / (1.0 + std::exp(-experts.swiglu_alpha * g)));
+        }
+        max_h = std::max(max_h, std::abs(static_cast<double>(gate[static_cast<size_t>(i)])));
+      }
+      const std::vector<float> hr = rounded(gate, dtype);
+      kernels::ref::matmul(hr.data(), experts.down[e], experts.down_bias ? experts.down_bias[e] : none, 1, down.data());
+      const float w = weights[static_cast<size_t>(t * kTopK + j)];
+      for (int64_t i = 0; i < hidden; ++i) out[static_cast<size_t>(t * hidden + i)] += w * down[static_cast<size_t>(i)];
+    }
+  }
+  return out;
+}
+
+// top_k distinct experts among the first kUsedExperts per token, and positive slot weights.
+void random_routing(std::mt19937& rng, int64_t num_tokens, std::vector<int32_t>& ids, std::vector<float>& weights) {
+  ids.resize(static_cast<size_t>(num_tokens * kTopK));
+  weights = random_floats(rng, ids.size(), 0.05f, 1.0f);
+  std::vector<int32_t> order(kUsedExperts);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::copy(order.begin(), order.begin() + kTopK, ids.begin() + t * kTopK);
+  }
+}
+
+// Runs the experts on backend; counts start at 7 per expert.
+std::vector<float> run(Backend& backend, const kernels::MoeExperts& experts, const std::vector<float>& x,
+                       int64_t num_tokens, const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                       std::vector<int64_t>* counts) {
+  DeviceBuffer dx = upload(backend, x);
+  DeviceBuffer dids = upload(backend, ids);
+  DeviceBuffer dweights = upload(backend, weights);
+  DeviceBuffer dworkspace =
+      backend.allocate(static_cast<size_t>(kernels::moe_workspace_floats(num_tokens, experts)) * sizeof(float));
+  DeviceBuffer dcounts = upload(backend, std::vector<int64_t>(kNumExperts, 7));
+  DeviceBuffer dout = backend.allocate(static_cast<size_t>(num_tokens * experts.hidden) * sizeof(float));
+  backend.moe_experts(dx.as<float>(), num_tokens, dids.as<int32_t>(), dweights.as<float>(), experts,
+                      dworkspace.as<float>(), dcounts.as<int64_t>(), dout.as<float>());
+  if (counts != nullptr) *counts = download<int64_t>(backend, dcounts, kNumExperts);
+  return download<float>(backend, dout, static_cast<size_t>(num_tokens * experts.hidden));
+}
+
+struct Shape {
+  int64_t hidden, inter;
+  bool bias;
+  kernels::ExpertActivation activation;
+};
+
+TEST(CudaMoeExperts, MatchReference) {
+  std::mt19937 rng(77);
+  auto backend = cuda_backend();
+  auto invariant = cuda_backend(/*batch_invariant=*/true);
+  using kernels::ExpertActivation;
+  // Odd sizes take the scalar loads; multiples of 8 / 16 the vector ones.
+  const Shape shapes[] = {{37, 23, false, ExpertActivation::kSiluGated},
+                          {37, 23, true, ExpertActivation::kClampedSwiglu},
+                          {64, 48, true, ExpertActivation::kSiluGated},
+                          {256, 136, true, ExpertActivation::kClampedSwiglu},
+                          {512, 384, false, ExpertActivation::kSiluGated}};
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Shape& s : shapes) {
+      const Layer layer(rng, dtype, s.hidden, s.inter, s.bias, s.activation);
+      const DeviceLayer on_backend(*backend, layer);
+      const DeviceLayer on_invariant(*invariant, layer);
+      for (int64_t num_tokens : {1, 5, 64, 300}) {
+        if (s.hidden * s.inter > 100000 && num_tokens > 64) continue;  // keeps the host oracle fast
+        const auto x = random_floats(rng, static_cast<size_t>(num_tokens * s.hidden));
+        std::vector<int32_t> ids;
+        std::vector<float> weights;
+        random_routing(rng, num_tokens, ids, weights);
+        double max_h = 0.0;
+        const std::vector<float> want = oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, max_h);
+        // Float32 accumulation over both products; for 16-bit weights an activation whose float32
+        // value straddles a rounding boundary may round the other way (one ulp of the dtype,
+        // times a down weight of at most 1/sqrt(inter), in a few terms).
+        const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : dtype == DType::kF16 ? 1.0 / 2048 : 0.0;
+        const double abs_tol = 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
+                               4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter));
+        std::vector<int64_t> want_counts(kNumExperts, 7);
+        for (int32_t id : ids) ++want_counts[static_cast<size_t>(id)];
+        const std::string what = std::string(dtype_name(dtype)) + " " + std::to_string(s.hidden) + "x" +
+                                 std::to_string(s.inter) + (s.bias ? " +bias" : "") + " tokens " +
+                                 std::to_string(num_tokens);
+        for (Backend* b : {backend.get(), invariant.get()}) {
+          const DeviceLayer& device = b == backend.get() ? on_backend : on_invariant;
+          std::vector<int64_t> counts;
+          const std::vector<float> got = run(*b, device.experts, x, num_tokens, ids, weights, &counts);
+          const std::string where = what + (b == invariant.get() ? " (invariant)" : "");
+          expect_close(got, want, abs_tol, 1e-5, where);
+          EXPECT_EQ(counts, want_counts) << where;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaMoeExperts, InvariantRowsDoNotDependOnBatch) {
+  std::mt19937 rng(5);
+  auto invariant = cuda_backend(/*batch_invariant=*/true);
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    const Layer layer(rng, dtype, 256, 136, true, kernels::ExpertActivation::kSiluGated);
+    const DeviceLayer device(*invariant, layer);
+    const int64_t num_tokens = 300;
+    const auto x = random_floats(rng, static_cast<size_t>(num_tokens * 256));
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    random_routing(rng, num_tokens, ids, weights);
+    const std::vector<float> batch = run(*invariant, device.experts, x, num_tokens, ids, weights, nullptr);
+    for (int64_t n : {1, 3, 64}) {
+      const std::vector<float> part = run(*invariant, device.experts, x, n, ids, weights, nullptr);
+      EXPECT_EQ(std::memcmp(part.data(), batch.data(), part.size() * sizeof(float)), 0)
+          << dtype_name(dtype) << ": the first " << n << " tokens differ from the same tokens in a batch of 300";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
