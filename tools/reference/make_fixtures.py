@@ -219,18 +219,23 @@ def save_fixture(model, outdir, name):
     return extra
 
 
-def main():
-    parser = argparse.ArgumentParser(description="Write tests/data-style fixtures.")
+def start(description):
+    """The command line every fixture script takes (--out, --only), float32 matmuls without TF32,
+    and the versions printed: shared by this script and make_fixtures_{moe,swa}.py."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", required=True, help="folder that receives one folder per model")
     parser.add_argument("--only", nargs="*", help="names of fixtures to build (default: all)")
     args = parser.parse_args()
-
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"torch {torch.__version__} transformers {transformers.__version__} "
           f"python {sys.version.split()[0]}")
-
     os.makedirs(args.out, exist_ok=True)
+    return args
+
+
+def main():
+    args = start("Write tests/data-style fixtures.")
     summary = []
     for index, (name, cfg_cls, model_cls, overrides, fmt) in enumerate(spec_list()):
         if args.only and name not in args.only:

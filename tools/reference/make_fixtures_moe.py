@@ -3,7 +3,6 @@
 # and deepseek_v3_fp8 when torch has float8): tiny random transformers models with routing,
 # grouped top-k, shared experts and latent attention switched on, plus expected.json in the
 # format of make_fixtures.py, whose helpers this script reuses. Needs torch + transformers.
-import argparse
 import json
 import os
 import re
@@ -189,14 +188,7 @@ def expected_for(model, name, fmt, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Write the MoE / MLA fixtures.")
-    parser.add_argument("--out", required=True, help="folder that receives one folder per model")
-    parser.add_argument("--only", nargs="*", help="names of fixtures to build (default: all)")
-    args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    print(f"torch {torch.__version__} transformers {transformers.__version__} python {sys.version.split()[0]}")
-    os.makedirs(args.out, exist_ok=True)
+    args = mf.start("Write the MoE / MLA fixtures.")
     summary = []
     failed = []
     for index, (name, cfg_name, model_name, overrides, fmt) in enumerate(spec_list()):

@@ -3,14 +3,12 @@
 # transformers models with sinks, yarn, MoE, sliding and full layers, query_pre_attn_scalar,
 # sandwich norms, GeGLU and final-logit soft-capping switched on, plus expected.json in the format
 # of make_fixtures.py, whose helpers this script reuses. Needs torch + transformers (GptOss, Gemma3).
-import argparse
 import json
 import os
 import shutil
 import sys
 
 import torch
-import transformers
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
@@ -215,14 +213,7 @@ def make_old_copy(outdir, old_dir, loaded, tokens):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Write the sliding-window fixtures.")
-    parser.add_argument("--out", required=True, help="folder that receives one folder per model")
-    parser.add_argument("--only", nargs="*", help="names of fixtures to build (default: all)")
-    args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    print(f"torch {torch.__version__} transformers {transformers.__version__} python {sys.version.split()[0]}")
-    os.makedirs(args.out, exist_ok=True)
+    args = mf.start("Write the sliding-window fixtures.")
     summary = []
     for index, (name, cfg_name, model_name, overrides) in enumerate(spec_list()):
         if args.only and name not in args.only:
