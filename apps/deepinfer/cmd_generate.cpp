@@ -123,14 +123,9 @@ int run_generate(int argc, char** argv) {
   config.max_num_seqs = 1;
   config.batch_invariant = args->has("--batch-invariant");
   config.cuda_graphs = !args->has("--no-cuda-graphs");
-  auto kv_store = kv_store_config_from_args(*args, config.model_dir);
-  if (!kv_store.ok()) return report_error("generate", kv_store.error());
-  config.kv_cache_dir = kv_store->dir;
-  config.kv_cache_host_bytes = kv_store->host_bytes;
-  config.kv_cache_disk_bytes = kv_store->disk_bytes;
-  config.kv_cache_backend = kv_store->backend;
-  config.kv_cache_cost_guard = kv_store->cost_guard;
-  config.kv_cache_swa_replay_tokens = kv_store->swa_replay_tokens;
+  if (auto applied = apply_kv_store_flags(*args, config); !applied.ok()) {
+    return report_error("generate", applied.error());
+  }
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
   auto prompt = prompt_ids(*args, config.model_dir, **llm);

@@ -95,14 +95,9 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   if (!max_num_seqs.ok()) return report_error("generate", max_num_seqs.error());
   if (*max_num_seqs < 1) return report_error("generate", Error{"--max-num-seqs must be >= 1"});
   config.max_num_seqs = static_cast<int32_t>(*max_num_seqs);
-  auto kv_store = kv_store_config_from_args(args, config.model_dir);
-  if (!kv_store.ok()) return report_error("generate", kv_store.error());
-  config.kv_cache_dir = kv_store->dir;
-  config.kv_cache_host_bytes = kv_store->host_bytes;
-  config.kv_cache_disk_bytes = kv_store->disk_bytes;
-  config.kv_cache_backend = kv_store->backend;
-  config.kv_cache_cost_guard = kv_store->cost_guard;
-  config.kv_cache_swa_replay_tokens = kv_store->swa_replay_tokens;
+  if (auto applied = apply_kv_store_flags(args, config); !applied.ok()) {
+    return report_error("generate", applied.error());
+  }
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
   auto results = (*llm)->generate(input->prompts, input->params);

@@ -64,6 +64,18 @@ Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::str
   return config;
 }
 
+Result<void> apply_kv_store_flags(const Args& args, LLMConfig& config) {
+  auto kv_store = kv_store_config_from_args(args, config.model_dir);
+  if (!kv_store.ok()) return kv_store.error();
+  config.kv_cache_dir = kv_store->dir;
+  config.kv_cache_host_bytes = kv_store->host_bytes;
+  config.kv_cache_disk_bytes = kv_store->disk_bytes;
+  config.kv_cache_backend = kv_store->backend;
+  config.kv_cache_cost_guard = kv_store->cost_guard;
+  config.kv_cache_swa_replay_tokens = kv_store->swa_replay_tokens;
+  return {};
+}
+
 BackendOptions backend_options_from_args(const Args& args) {
   BackendOptions options;
   options.batch_invariant = args.has("--batch-invariant");

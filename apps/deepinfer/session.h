@@ -7,6 +7,7 @@
 #include <string>
 
 #include "args.h"
+#include "deepinfer/llm.h"
 #include "kvstore/kv_store.h"
 #include "model/model.h"
 
@@ -27,6 +28,8 @@ std::set<std::string> kv_store_value_flags(std::set<std::string> extra);
 // The store those flags ask for (off unless --kv-cache-dir or a redis:// backend is given), keyed
 // to model_dir's weights and tokenizer. Errors name the bad flag.
 Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::string& model_dir);
+// The same store set on config's kv_cache_* fields (model_dir: config.model_dir).
+Result<void> apply_kv_store_flags(const Args& args, LLMConfig& config);
 
 // The backend options the flags ask for (--batch-invariant).
 BackendOptions backend_options_from_args(const Args& args);
