@@ -5,7 +5,14 @@
 //           the same files, dropped the same way (posix_fadvise DONTNEED)
 //   redis - KvStore loads vs raw hiredis GETs of the same values (redis-server started here on
 //           a free loopback port; skipped when redis-server is not installed)
-// Usage: deepinfer-bench-kvstore-bandwidth [--page-mib 2] [--pages 64] [--dir DIR]
+//   with --device cuda, host tier -> device memory: KvStore loads into the backend's pinned slab
+//           pool then copy_to_device (direct DMA), the same with ordinary page images (staged
+//           copies, as before the pool), vs raw cudaMemcpy H2D from pinned and from pageable memory;
+//           each page goes up in --copies-per-page pieces (64: K and V of 32 layers of a Llama-3-8B
+//           page) as one copy each, or as the engine loads it now: one scatter_to_device launch
+//           (float32 kept, or rounded to bf16 on the device); the raw copies whole
+// Usage: deepinfer-bench-kvstore-bandwidth [--page-mib 2] [--pages 64] [--dir DIR] [--device cuda]
+//        [--copies-per-page 64]
 // Prints a table, then one JSON line.
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
@@ -27,7 +34,12 @@
 
 #include "kvstore/disk_tier.h"
 #include "kvstore/kv_store.h"
+#include "runtime/backend.h"
 #include "tool_flags.h"
+
+#ifdef DEEPINFER_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
 
 extern char** environ;
 
@@ -35,9 +47,11 @@ namespace deepinfer::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer-bench-kvstore-bandwidth [--page-mib 2] [--pages 64] [--dir DIR]\n"
+    "usage: deepinfer-bench-kvstore-bandwidth [--page-mib 2] [--pages 64] [--dir DIR] [--device cuda]\n"
+    "       [--copies-per-page 64]\n"
     "Load bandwidth of the host, disk and Redis tiers of the KV store next to memcpy, cold read()\n"
-    "and raw Redis GET bandwidth on the same bytes.\n";
+    "and raw Redis GET bandwidth on the same bytes; with --device cuda also host tier -> GPU memory\n"
+    "(pinned slabs, direct DMA) next to raw pinned and pageable cudaMemcpy.\n";
 
 constexpr int32_t kPageTokens = 128;
 
@@ -68,7 +82,8 @@ Result<std::unique_ptr<KvStore>> filled_store(const KvStoreConfig& config, const
   if (!store.ok()) return store.error();
   for (size_t i = 0; i < pages.requests.size(); ++i) {
     const PageRequest& r = pages.requests[i];
-    while (!(*store)->enqueue_write(PageWrite{r.hash, r.page_index, r.token_ids, pages.payloads[i], TrafficClass::kDefault})) {
+    while (!(*store)->enqueue_write(PageWrite{r.hash, r.page_index, r.token_ids, pages.payloads[i],
+                                                        TrafficClass::kDefault, nullptr})) {
       (*store)->flush();
     }
   }
@@ -155,8 +170,143 @@ double raw_redis_gbps(int port, const Pages& pages) {
   return gbps;
 }
 
+// How a loaded page goes up: copy_to_device per piece (as before one-launch loads), or all pieces
+// in one scatter_to_device as the engine loads a page (kept as they are, or rounded to bf16).
+enum class Upload { kPerPiece, kScatter, kScatterBf16 };
+
+// Enqueues the upload of every loaded payload in copies_per_page pieces (K and V of each layer).
+void upload_pages(Backend& backend, const std::vector<LoadedPage>& loaded, size_t payload_bytes, DeviceBuffer& dst,
+                  size_t copies_per_page, Upload upload) {
+  // Whole float32 words per piece, as the cache's blocks are.
+  const size_t piece = (payload_bytes + 4 * copies_per_page - 1) / (4 * copies_per_page) * 4;
+  const size_t dst_scale = upload == Upload::kScatterBf16 ? 2 : 1;
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    std::vector<HostPiece> pieces;
+    for (size_t offset = 0; offset < payload_bytes; offset += piece) {
+      uint8_t* to = dst.as<uint8_t>() + (i * payload_bytes + offset) / dst_scale;
+      const size_t bytes = std::min(piece, payload_bytes - offset);
+      if (upload == Upload::kPerPiece) {
+        backend.copy_to_device(to, loaded[i].payload.data() + offset, bytes);
+      } else {
+        pieces.push_back({to, offset, bytes, upload == Upload::kScatterBf16 ? DType::kBF16 : DType::kF32});
+      }
+    }
+    if (!pieces.empty()) backend.scatter_to_device(loaded[i].payload.data(), pieces);
+  }
+}
+
+// GB/s (payload bytes) of store loads from the host tier followed by upload_pages, until the
+// device has them (a 4-byte read back waits for the stream). Best of three.
+double store_to_device_gbps(KvStore& store, Backend& backend, const Pages& pages, DeviceBuffer& dst,
+                            size_t copies_per_page, Upload upload = Upload::kPerPiece) {
+  const size_t payload_bytes = pages.payloads[0].size();
+  double best = 0.0;
+  for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto loaded = store.load_chain(pages.requests, static_cast<int64_t>(payload_bytes), 1e9);
+    upload_pages(backend, loaded, payload_bytes, dst, copies_per_page, upload);
+    uint32_t probe = 0;
+    backend.copy_to_host(&probe, dst.data(), sizeof(probe));
+    best = std::max(best, static_cast<double>(payload_bytes * loaded.size()) / seconds_since(start) / 1e9);
+  }
+  return best;
+}
+
+// Host tier -> device: the store with the backend's pinned pool, the store with ordinary memory,
+// and the raw copies of the same bytes.
+Result<void> run_device(const std::string& device, const Pages& pages, int64_t image_bytes, size_t copies_per_page,
+                        nlohmann::json& out) {
+  auto backend = make_backend(device);
+  if (!backend.ok()) return backend.error();
+  const size_t payload_bytes = pages.payloads[0].size();
+  const size_t num_pages = pages.payloads.size();
+  DeviceBuffer dst = (*backend)->allocate(payload_bytes * num_pages);
+  std::shared_ptr<HostSlabPool> pool =
+      (*backend)->make_pinned_pool(static_cast<size_t>(image_bytes) * (num_pages + 8), static_cast<size_t>(image_bytes));
+  if (!pool) return Error{"--device " + device + " has no pinned memory pool (a host backend)"};
+  KvStoreConfig config;
+  config.host_bytes = image_bytes * static_cast<int64_t>(num_pages + 1);
+  config.cost_guard = false;
+  config.host_pool = pool;
+  auto pinned_store = filled_store(config, pages);
+  if (!pinned_store.ok()) return pinned_store.error();
+  const double pinned_gbps = store_to_device_gbps(**pinned_store, **backend, pages, dst, copies_per_page);
+  const double scatter_gbps =
+      store_to_device_gbps(**pinned_store, **backend, pages, dst, copies_per_page, Upload::kScatter);
+  const double scatter_bf16_gbps =
+      store_to_device_gbps(**pinned_store, **backend, pages, dst, copies_per_page, Upload::kScatterBf16);
+  const int64_t fallbacks = (*pinned_store)->stats().host_pool_fallbacks;
+  config.host_pool = nullptr;
+  auto plain_store = filled_store(config, pages);
+  if (!plain_store.ok()) return plain_store.error();
+  const double plain_gbps = store_to_device_gbps(**plain_store, **backend, pages, dst, copies_per_page);
+  plain_store->reset();
+  std::printf("%-6s %14.2f %14s %8s  (host tier -> %s, pinned slabs, direct DMA, %zu copies/page; %lld pool "
+              "fallbacks)\n", "pinned", pinned_gbps, "", "", device.c_str(), copies_per_page,
+              static_cast<long long>(fallbacks));
+  std::printf("%-6s %14.2f %14s %8s  (host tier -> %s, pinned slabs, one scatter launch/page, %zu pieces)\n",
+              "scat", scatter_gbps, "", "", device.c_str(), copies_per_page);
+  std::printf("%-6s %14.2f %14s %8s  (the same, pieces rounded to bf16 on the device)\n", "scat16",
+              scatter_bf16_gbps, "", "");
+  std::printf("%-6s %14.2f %14s %8s  (host tier -> %s, ordinary memory, staged copies, %zu copies/page)\n", "plain",
+              plain_gbps, "", "", device.c_str(), copies_per_page);
+  out["device"] = {{"store_pinned_gbps", pinned_gbps}, {"store_scatter_gbps", scatter_gbps},
+                   {"store_scatter_bf16_gbps", scatter_bf16_gbps}, {"store_pageable_gbps", plain_gbps},
+                   {"copies_per_page", copies_per_page}, {"pool_fallbacks", fallbacks}};
+#ifdef DEEPINFER_HAS_CUDA
+  // Raw: cudaMemcpy of the same payloads from the pool's slabs and from pageable vectors.
+  const auto loaded = (*pinned_store)->load_chain(pages.requests, static_cast<int64_t>(payload_bytes), 1e9);
+  const auto raw_gbps = [&](auto source_of) {
+    double best = 0.0;
+    for (int round = 0; round < 3; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < num_pages; ++i) {
+        cudaMemcpy(dst.as<uint8_t>() + i * payload_bytes, source_of(i), payload_bytes, cudaMemcpyHostToDevice);
+      }
+      best = std::max(best, static_cast<double>(payload_bytes * num_pages) / seconds_since(start) / 1e9);
+    }
+    return best;
+  };
+  const double raw_pinned = raw_gbps([&](size_t i) { return loaded[i].payload.data(); });
+  // The uploads alone, from the loaded slabs (no lookup or verification): what the engine thread
+  // pays per page hit, since the loader thread verifies ahead of it.
+  const auto upload_gbps = [&](Upload upload) {
+    double best = 0.0;
+    for (int round = 0; round < 3; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      upload_pages(**backend, loaded, payload_bytes, dst, copies_per_page, upload);
+      cudaDeviceSynchronize();
+      best = std::max(best, static_cast<double>(payload_bytes * num_pages) / seconds_since(start) / 1e9);
+    }
+    return best;
+  };
+  const double upload_copies = upload_gbps(Upload::kPerPiece);
+  const double upload_scatter = upload_gbps(Upload::kScatter);
+  const double upload_scatter_bf16 = upload_gbps(Upload::kScatterBf16);
+  const double raw_pageable = raw_gbps([&](size_t i) { return pages.payloads[i].data(); });
+  std::printf("%-6s %14s %14.2f %8.2f  (raw: cudaMemcpy H2D from pinned; ratio = pinned store / raw)\n", "raw", "",
+              raw_pinned, pinned_gbps / raw_pinned);
+  std::printf("%-6s %14s %14s %8.2f  (ratio = one-launch scatter store / raw pinned)\n", "", "", "",
+              scatter_gbps / raw_pinned);
+  std::printf("%-6s %14s %14.2f %8.2f  (uploads alone from the slabs: %zu copies/page; ratio = / raw pinned)\n",
+              "up", "", upload_copies, upload_copies / raw_pinned, copies_per_page);
+  std::printf("%-6s %14s %14.2f %8.2f  (uploads alone: one scatter launch/page, f32)\n", "upscat", "", upload_scatter,
+              upload_scatter / raw_pinned);
+  std::printf("%-6s %14s %14.2f %8.2f  (uploads alone: one scatter launch/page, rounded to bf16)\n", "upsc16", "",
+              upload_scatter_bf16, upload_scatter_bf16 / raw_pinned);
+  std::printf("%-6s %14s %14.2f %8.2f  (raw: cudaMemcpy H2D from pageable; ratio = plain store / raw)\n", "raw", "",
+              raw_pageable, plain_gbps / raw_pageable);
+  out["device"]["raw_pinned_gbps"] = raw_pinned;
+  out["device"]["raw_pageable_gbps"] = raw_pageable;
+  out["device"]["upload_copies_gbps"] = upload_copies;
+  out["device"]["upload_scatter_gbps"] = upload_scatter;
+  out["device"]["upload_scatter_bf16_gbps"] = upload_scatter_bf16;
+#endif
+  return {};
+}
+
 Result<void> run(int argc, char** argv) {
-  auto flags = parse_tool_flags(argc, argv, {"--page-mib", "--pages", "--dir"});
+  auto flags = parse_tool_flags(argc, argv, {"--page-mib", "--pages", "--dir", "--device", "--copies-per-page"});
   if (!flags.ok()) return flags.error();
   const double page_mib = flags->count("--page-mib") ? std::stod(flags->at("--page-mib")) : 2.0;
   const int64_t num_pages = flags->count("--pages") ? std::stoll(flags->at("--pages")) : 64;
@@ -227,6 +377,11 @@ Result<void> run(int argc, char** argv) {
     std::printf("%-6s %14.2f %14.2f %8.2f  (raw: hiredis GET, loopback)\n", "redis", *redis_gbps, get_gbps,
                 *redis_gbps / get_gbps);
     out["redis"] = {{"store_gbps", *redis_gbps}, {"get_gbps", get_gbps}};
+  }
+  if (flags->count("--device")) {
+    const size_t copies = flags->count("--copies-per-page") ? std::stoul(flags->at("--copies-per-page")) : 64;
+    auto device = run_device(flags->at("--device"), pages, image_bytes, std::max<size_t>(copies, 1), out);
+    if (!device.ok()) return device.error();
   }
   std::printf("%s\n", out.dump().c_str());
   return {};

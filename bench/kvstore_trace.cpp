@@ -156,7 +156,7 @@ Result<HitCount> replay_store(const std::vector<TraceRequest>& trace, int64_t ca
     const size_t hits = (*store)->load_chain(pages, kPayloadBytes, 1.0).size();
     for (size_t i = hits; i < pages.size(); ++i) {
       (*store)->enqueue_write(PageWrite{pages[i].hash, pages[i].page_index, pages[i].token_ids, payload,
-                                        TrafficClass::kDefault});
+                                        TrafficClass::kDefault, nullptr});
     }
     (*store)->flush();
     count.hit_tokens += static_cast<int64_t>(hits) * kPageTokens;

@@ -74,7 +74,10 @@ OMP_NUM_THREADS="$threads" "$build/bin/deepinfer" bench --model "$model" --promp
   --decode-tokens "$decode_tokens" --repeats "$repeats" --threads "$threads" | tail -n 1 >"$deepinfer_json"
 step "llama-bench ($llama_commit): the same model as GGUF"
 llama_json="$work/llama-bench.json"
-"$llama_bench" -m "$gguf" -p "$prompt_tokens" -n "$decode_tokens" -t "$threads" -r "$repeats" -o json >"$llama_json"
+# Depth 0 (llama-bench's usual, decode from an empty cache) and the prompt's length (deepinfer's
+# decode follows its prompt): bench_table.mjs prints both decode ratios.
+"$llama_bench" -m "$gguf" -p "$prompt_tokens" -n "$decode_tokens" -d "0,$prompt_tokens" -t "$threads" -r "$repeats" \
+  -o json >"$llama_json"
 
 echo
 echo "CPU: Qwen3-0.6B shape, bf16, batch 1, $threads threads ($(lscpu | sed -n 's/^Model name: *//p'))"

@@ -17,4 +17,8 @@ int run_device_bench(const Args& args, LoadedModel& loaded);
 // line each (bench_device_products.cpp). Keeps its weights on the backend until it is destroyed.
 void bench_decode_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks);
 
+// Backend::sample_rows alone on batch random rows of c's vocabulary, for a few filter sets: one
+// sampling line each (bench_device_sampling.cpp).
+void bench_sampling(Backend& backend, const ModelConfig& c, int32_t batch);
+
 }  // namespace deepinfer::cli

@@ -1,8 +1,11 @@
 // The device benchmark's decode_product lines: each linear-layer shape of the model alone at a few
 // decode batch sizes, as bandwidth beside the copy ceiling. Timed as a captured graph of
 // back-to-back products where the backend captures, so host launch cost stays out of the figure.
+// A gated_mlp line times the whole stacked feed-forward (gate|up with its activation, then down).
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "bench_device.h"
@@ -18,6 +21,85 @@ struct ProductShape {
 
 constexpr int kProductsPerTiming = 20;
 
+// Seconds per call of `call`, run kProductsPerTiming times back to back (as one graph where the
+// backend captures); sync is device memory the calls write, read back to wait for the stream.
+double seconds_per_call(Backend& backend, const std::function<void()>& call, const DeviceBuffer& sync) {
+  const auto calls = [&] {
+    for (int i = 0; i < kProductsPerTiming; ++i) call();
+  };
+  float sink = 0.0f;
+  calls();  // plans and lazy set-up outside any capture
+  std::unique_ptr<CapturedGraph> graph;
+  if (backend.can_capture()) {
+    backend.begin_capture();
+    calls();
+    graph = backend.end_capture();
+  }
+  const auto run = [&] { graph ? backend.replay(*graph) : calls(); };
+  run();
+  backend.copy_to_host(&sink, sync.data(), sizeof(float));
+  constexpr int kRuns = 5;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < kRuns; ++r) run();
+  backend.copy_to_host(&sink, sync.data(), sizeof(float));  // waits for the stream
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         (kRuns * kProductsPerTiming);
+}
+
+// Zero weights: the bytes moved, not their values, set the time.
+TensorView zero_bf16_tensor(const char* name, int64_t rows, int64_t cols, std::vector<uint16_t>& host) {
+  host.assign(static_cast<size_t>(rows * cols), 0);
+  TensorView tensor;
+  tensor.name = name;
+  tensor.file = "(bench)";
+  tensor.dtype = DType::kBF16;
+  tensor.shape = {rows, cols};
+  tensor.data = host.data();
+  tensor.size_bytes = host.size() * sizeof(uint16_t);
+  return tensor;
+}
+
+void print_product(const char* name, int64_t n, int64_t k, int64_t rows, double seconds, double bytes,
+                   const DevicePeaks& peaks, bool graph) {
+  std::printf("{\"kind\":\"decode_product\",\"name\":\"%s\",\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"us\":%.2f,"
+              "\"tb_s\":%.3f,\"copy_fraction\":%.3f,\"graph\":%s}\n",
+              name, static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(rows), seconds * 1e6,
+              bytes / seconds / 1e12, bytes / seconds / peaks.copy_bytes_per_s, graph ? "true" : "false");
+  std::fflush(stdout);
+}
+
+constexpr int64_t kMaxRows = 8;
+constexpr int64_t kRowCounts[] = {1, 2, 4, 8};
+
+// The whole gated feed-forward as the model runs it where the backend stacks gate|up
+// (Backend::gated_mlp): n = 3 * intermediate rows of weights read per call.
+void bench_gated_mlp(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
+  const int64_t hidden = c.hidden_size;
+  const int64_t intermediate = c.intermediate_size;
+  std::vector<uint16_t> gate_host, up_host, down_host;
+  const TensorView gate = zero_bf16_tensor("gate_proj", intermediate, hidden, gate_host);
+  const TensorView up = zero_bf16_tensor("up_proj", intermediate, hidden, up_host);
+  auto gate_up = backend.load_stacked_weight({gate, up});
+  if (!gate_up.ok()) throw UserError(gate_up.error());
+  if (!gate_up->has_value()) return;  // this backend keeps separate products
+  auto down = backend.load_weight(zero_bf16_tensor("down_proj", hidden, intermediate, down_host));
+  if (!down.ok()) throw UserError(down.error());
+  DeviceBuffer x = backend.allocate(static_cast<size_t>(kMaxRows * hidden) * sizeof(float));
+  DeviceBuffer scratch = backend.allocate(static_cast<size_t>(2 * kMaxRows * intermediate) * sizeof(float));
+  DeviceBuffer y = backend.allocate(static_cast<size_t>(kMaxRows * hidden) * sizeof(float));
+  for (int64_t rows : kRowCounts) {
+    const double seconds = seconds_per_call(
+        backend,
+        [&] {
+          backend.gated_mlp(x.as<float>(), **gate_up, *down, rows, GluActivation::kSilu, scratch.as<float>(),
+                            y.as<float>());
+        },
+        y);
+    const double bytes = 3.0 * static_cast<double>(intermediate * hidden) * sizeof(uint16_t);
+    print_product("gated_mlp", 3 * intermediate, hidden, rows, seconds, bytes, peaks, backend.can_capture());
+  }
+}
+
 }  // namespace
 
 void bench_decode_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
@@ -30,53 +112,21 @@ void bench_decode_products(Backend& backend, const ModelConfig& c, const DeviceP
                                             {"gate_proj", c.intermediate_size, hidden},
                                             {"down_proj", hidden, c.intermediate_size},
                                             {"lm_head", c.vocab_size, hidden}};
-  constexpr int64_t kMaxRows = 8;
   for (const ProductShape& shape : shapes) {
-    // Zero weights: the bytes moved, not their values, set the time.
-    std::vector<uint16_t> host(static_cast<size_t>(shape.out_features * shape.in_features), 0);
-    TensorView tensor;
-    tensor.name = shape.name;
-    tensor.file = "(bench)";
-    tensor.dtype = DType::kBF16;
-    tensor.shape = {shape.out_features, shape.in_features};
-    tensor.data = host.data();
-    tensor.size_bytes = host.size() * sizeof(uint16_t);
-    auto weight = backend.load_weight(tensor);
+    std::vector<uint16_t> host;
+    auto weight = backend.load_weight(zero_bf16_tensor(shape.name, shape.out_features, shape.in_features, host));
     if (!weight.ok()) throw UserError(weight.error());
     DeviceBuffer x = backend.allocate(static_cast<size_t>(kMaxRows * shape.in_features) * sizeof(float));
     DeviceBuffer y = backend.allocate(static_cast<size_t>(kMaxRows * shape.out_features) * sizeof(float));
-    for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}}) {
-      const auto products = [&] {
-        for (int i = 0; i < kProductsPerTiming; ++i) {
-          backend.matmul(x.as<float>(), *weight, kernels::WeightView{}, rows, y.as<float>());
-        }
-      };
-      float sink = 0.0f;
-      products();  // plans and lazy set-up outside any capture
-      std::unique_ptr<CapturedGraph> graph;
-      if (backend.can_capture()) {
-        backend.begin_capture();
-        products();
-        graph = backend.end_capture();
-      }
-      const auto run = [&] { graph ? backend.replay(*graph) : products(); };
-      run();
-      backend.copy_to_host(&sink, y.data(), sizeof(float));
-      constexpr int kRuns = 5;
-      const auto start = std::chrono::steady_clock::now();
-      for (int r = 0; r < kRuns; ++r) run();
-      backend.copy_to_host(&sink, y.data(), sizeof(float));  // waits for the stream
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / (kRuns * kProductsPerTiming);
+    for (int64_t rows : kRowCounts) {
+      const double seconds = seconds_per_call(
+          backend, [&] { backend.matmul(x.as<float>(), *weight, kernels::WeightView{}, rows, y.as<float>()); }, y);
       const double bytes = static_cast<double>(host.size() * sizeof(uint16_t));
-      std::printf("{\"kind\":\"decode_product\",\"name\":\"%s\",\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"us\":%.2f,"
-                  "\"tb_s\":%.3f,\"copy_fraction\":%.3f,\"graph\":%s}\n",
-                  shape.name, static_cast<long long>(shape.out_features), static_cast<long long>(shape.in_features),
-                  static_cast<long long>(rows), seconds * 1e6, bytes / seconds / 1e12,
-                  bytes / seconds / peaks.copy_bytes_per_s, graph ? "true" : "false");
-      std::fflush(stdout);
+      print_product(shape.name, shape.out_features, shape.in_features, rows, seconds, bytes, peaks,
+                    backend.can_capture());
     }
   }
+  bench_gated_mlp(backend, c, peaks);
 }
 
 }  // namespace deepinfer::cli

@@ -9,6 +9,7 @@
 #include "bench_device.h"
 #include "commands.h"
 #include "core/memory_bandwidth.h"
+#include "runtime/cpu/op_profile.h"
 #include "engine/generator.h"
 #include "session.h"
 
@@ -16,16 +17,21 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
-                       [--device cpu|ref|cuda] [--threads N] [--batch-invariant] [--no-cuda-graphs] [--no-products]
+                       [--device cpu|ref|cuda] [--threads N] [--batch-invariant] [--profile]
+                       [--no-cuda-graphs] [--no-products] [--host-sampling]
                        [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]  (cuda)
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
 bandwidth measured in the same run, and their ratio. --batch-invariant runs the kernels whose
-results do not depend on the batch (slower prefill; see docs/benchmarks.md). With --device cuda:
+results do not depend on the batch (slower prefill; see docs/benchmarks.md). --profile (cpu, ref)
+also prints to stderr each op's time per decode step over all repeats, with the fork/join cost of
+one OpenMP parallel region (DEEPINFER_PROFILE=1 profiles any command). With --device cuda:
 decode at each batch x context, the decode attention kernel, and prefill at each length, one JSON
 line each, beside the GPU's copy bandwidth and bf16 GEMM rate measured in the same run; decode
-lines say whether the steps replayed CUDA graphs ("cuda_graphs"; --no-cuda-graphs: op by op);
+lines say whether the steps replayed CUDA graphs ("cuda_graphs"; --no-cuda-graphs: op by op) and
+where each step drew its tokens (temperature 0.8, top_k 50, top_p 0.95; "sampler": device, or host
+with --host-sampling: every logits row copied back and sampled on the host);
 decode_product lines time each linear-layer shape alone at 1-8 rows (--no-products skips them).
 )";
 
@@ -39,7 +45,7 @@ int run_bench(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
                                                        "--contexts", "--prefill", "--steps"}),
-                          model_bool_flags({"--no-products"}));
+                          model_bool_flags({"--no-products", "--profile"}));
   if (!args.ok()) return report_error("bench", args.error());
   auto prompt_tokens = args->get_int("--prompt-tokens", 128);
   auto decode_tokens = args->get_int("--decode-tokens", 32);
@@ -63,18 +69,33 @@ int run_bench(int argc, char** argv) {
   (void)generator.append({prompt.front()}, false);  // warm-up: first-touch of weights and caches
   double best_prefill_s = 1e30;
   double best_decode_s = 1e30;
+  const bool profile = args->has("--profile");
+  OpProfile& op_profile = OpProfile::global();
+  op_profile.reset();
+  double profiled_decode_s = 0.0;
   for (int64_t r = 0; r < *repeats; ++r) {
     generator.reset();
     const auto prefill_start = std::chrono::steady_clock::now();
     auto logits = generator.append(prompt, false);
     best_prefill_s = std::min(best_prefill_s, seconds_since(prefill_start));
     if (!logits.ok()) return report_error("bench", logits.error());
+    if (profile) op_profile.set_enabled(true);
     const auto decode_start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < *decode_tokens; ++i) {
       logits = generator.append({argmax(logits->data(), vocab)}, false);
       if (!logits.ok()) return report_error("bench", logits.error());
     }
-    best_decode_s = std::min(best_decode_s, seconds_since(decode_start));
+    const double decode_s = seconds_since(decode_start);
+    if (profile) op_profile.set_enabled(false);
+    profiled_decode_s += decode_s;
+    best_decode_s = std::min(best_decode_s, decode_s);
+  }
+  if (profile) {
+    const int64_t steps = *repeats * *decode_tokens;
+    std::fprintf(stderr, "decode profile, %lld steps, %.3f ms per step, %d threads:\n%s",
+                 static_cast<long long>(steps), 1e3 * profiled_decode_s / static_cast<double>(steps),
+                 omp_get_max_threads(), op_profile.report(steps, profiled_decode_s).c_str());
+    std::fprintf(stderr, "one empty OpenMP parallel region (fork + join): %.2f us\n", measure_parallel_region_us(15));
   }
   const double memory_gb_s = measure_read_bandwidth_gbps(size_t{1} << 30, 5);
   const double prefill_tok_s = static_cast<double>(*prompt_tokens) / best_prefill_s;

@@ -65,8 +65,11 @@ void bench_prefill(CausalLM& model, const DevicePeaks& peaks, int32_t tokens, in
   std::fflush(stdout);
 }
 
+// Each step also draws every row's next token as a chat request would (temperature 0.8, top_k 50,
+// top_p 0.95): on the device (only token ids come back), or with host_sampling every logits row is
+// copied back and sampled on the host, the engine's --host-sampling path.
 void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, int32_t batch, int32_t context,
-                  int32_t steps) {
+                  int32_t steps, bool host_sampling) {
   const ModelConfig& c = model.config();
   const int32_t blocks_per_seq = (context + steps + 2 + kBlockSize - 1) / kBlockSize;
   const int64_t block_bytes = model.kv_bytes_per_token() * kBlockSize;
@@ -88,6 +91,12 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<float> logits(static_cast<size_t>(batch) * static_cast<size_t>(c.vocab_size));
+  SamplingParams sampling;
+  sampling.temperature = 0.8;
+  sampling.top_k = 50;
+  sampling.top_p = 0.95;
+  std::vector<kernels::SampleParams> draws(static_cast<size_t>(batch));
+  std::vector<int32_t> drawn(static_cast<size_t>(batch));
   const auto run_step = [&](int32_t step) {
     const int32_t position = context + step;
     fb.token_ids.assign(static_cast<size_t>(batch), 0);
@@ -102,9 +111,15 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
       fb.slot_mapping.push_back(block * kBlockSize + position % kBlockSize);
       fb.query_start.push_back(s);
       fb.logit_rows.push_back(s);
+      draws[static_cast<size_t>(s)] = sample_params(sampling, 1, position + 1, 0, s);
     }
     fb.query_start.push_back(batch);
-    model.forward(fb, logits.data());
+    if (host_sampling) {
+      model.forward(fb, logits.data());
+      kernels::cpu::sample_rows(logits.data(), c.vocab_size, draws.data(), batch, drawn.data());
+    } else {
+      model.forward_sampled(fb, draws, drawn.data(), {}, logits.data());
+    }
   };
   run_step(0);
   // MoE models read the experts the batch routes to: measured on the second warm-up step.
@@ -121,25 +136,28 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
   const double bytes_s = (weight_bytes + kv_bytes) / step_s;
   std::printf("{\"kind\":\"decode\",\"batch\":%d,\"context\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f,"
               "\"weight_gb\":%.3f,\"kv_gb\":%.3f,\"achieved_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f,"
-              "\"bandwidth_fraction\":%.3f,\"shared_kv\":%s,\"cuda_graphs\":%s}\n",
+              "\"bandwidth_fraction\":%.3f,\"shared_kv\":%s,\"cuda_graphs\":%s,\"sampler\":\"%s\"}\n",
               batch, context, batch / step_s, step_s * 1e3, weight_bytes / 1e9, kv_bytes / 1e9, bytes_s / 1e12,
               peaks.copy_bytes_per_s / 1e12, bytes_s / peaks.copy_bytes_per_s, shared ? "true" : "false",
-              graphs ? "true" : "false");
+              graphs ? "true" : "false", host_sampling ? "host" : "device");
   std::fflush(stdout);
 }
 
 // The attention kernel alone at decode: batch sequences of context keys, the model's head shapes
-// (MLA: every head on one latent head of kv_lora_rank + rope dims, keys and values one cache).
-void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, int32_t batch,
-                     int32_t context) {
+// (MLA: every head on one latent head of kv_lora_rank + rope dims, keys and values one float32
+// cache), over a cache of the model's KV element type.
+void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, DType cache_dtype,
+                     int32_t batch, int32_t context) {
   kernels::AttentionParams params;
+  params.cache_dtype = c.mla ? DType::kF32 : cache_dtype;
+  const auto element_bytes = static_cast<int64_t>(dtype_size_bytes(params.cache_dtype));
   params.num_heads = static_cast<int32_t>(c.num_attention_heads);
   params.num_kv_heads = c.mla ? 1 : static_cast<int32_t>(c.num_key_value_heads);
   params.head_dim = static_cast<int32_t>(c.mla ? c.mla->kv_lora_rank + c.mla->qk_rope_head_dim : c.head_dim);
   params.scale = 0.08838834764f;
   const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
-  const auto cache_bytes = static_cast<size_t>(int64_t{batch} * blocks_per_seq * kBlockSize * kv_dim) * sizeof(float);
+  const auto cache_bytes = static_cast<size_t>(int64_t{batch} * blocks_per_seq * kBlockSize * kv_dim * element_bytes);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
   DeviceBuffer v_cache = c.mla ? DeviceBuffer() : backend.allocate(cache_bytes);
   const float* values = c.mla ? k_cache.as<float>() : v_cache.as<float>();
@@ -172,19 +190,22 @@ void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& 
   backend.copy_to_host(&sink, out.data(), sizeof(float));  // waits for the stream
   const double seconds = seconds_since(start) / kRuns;
   const double bytes = (c.mla ? 1.0 : 2.0) * static_cast<double>(batch) * context * static_cast<double>(kv_dim) *
-                       sizeof(float);
+                       static_cast<double>(element_bytes);
   std::printf("{\"kind\":\"decode_attention\",\"batch\":%d,\"context\":%d,\"heads\":%d,\"kv_heads\":%d,"
-              "\"us\":%.1f,\"effective_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f}\n",
-              batch, context, params.num_heads, params.num_kv_heads, seconds * 1e6, bytes / seconds / 1e12,
-              peaks.copy_bytes_per_s / 1e12);
+              "\"kv_dtype\":\"%s\",\"us\":%.1f,\"effective_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f}\n",
+              batch, context, params.num_heads, params.num_kv_heads, std::string(dtype_name(params.cache_dtype)).c_str(),
+              seconds * 1e6, bytes / seconds / 1e12, peaks.copy_bytes_per_s / 1e12);
   std::fflush(stdout);
 }
 
 // The attention kernel alone at prefill (one layer's call; all_layers_ms = that x num_hidden_layers):
 // one sequence of `tokens` new tokens over an empty cache, the model's head shapes, bf16 allowed
-// (the tensor-core kernel for 16-bit models); FLOPs counted as bench_prefill counts them (causal half).
-void bench_prefill_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, int32_t tokens) {
+// (the tensor-core kernel for 16-bit models), the model's KV element type; FLOPs counted as
+// bench_prefill counts them (causal half).
+void bench_prefill_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, DType cache_dtype,
+                             int32_t tokens) {
   kernels::AttentionParams params;
+  params.cache_dtype = cache_dtype;
   params.num_heads = static_cast<int32_t>(c.num_attention_heads);
   params.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
   params.head_dim = static_cast<int32_t>(c.head_dim);
@@ -192,7 +213,7 @@ void bench_prefill_attention(Backend& backend, const ModelConfig& c, const Devic
   params.allow_bf16 = true;
   const int32_t blocks = (tokens + kBlockSize - 1) / kBlockSize;
   const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
-  const auto cache_bytes = static_cast<size_t>(int64_t{blocks} * kBlockSize * kv_dim) * sizeof(float);
+  const auto cache_bytes = static_cast<size_t>(int64_t{blocks} * kBlockSize * kv_dim) * dtype_size_bytes(cache_dtype);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
   DeviceBuffer v_cache = backend.allocate(cache_bytes);
   const auto q_floats = static_cast<size_t>(int64_t{tokens} * params.num_heads * params.head_dim);
@@ -245,19 +266,23 @@ int run_device_bench(const Args& args, LoadedModel& loaded) {
   if (!peaks) return report_error("bench", Error{"the device benchmark needs a device backend (--device cuda)"});
   const ModelConfig& c = model.config();
   std::printf("{\"kind\":\"peaks\",\"model\":\"%s\",\"device\":\"%s\",\"copy_tb_s\":%.3f,\"bf16_matmul_tflop_s\":%.1f,"
-              "\"weight_gb_per_step\":%.3f,\"kv_kb_per_token\":%.1f}\n",
+              "\"weight_gb_per_step\":%.3f,\"kv_kb_per_token\":%.1f,\"kv_dtype\":\"%s\"}\n",
               c.architecture.c_str(), std::string(backend.name()).c_str(), peaks->copy_bytes_per_s / 1e12,
               peaks->bf16_matmul_flop_per_s / 1e12, static_cast<double>(model.weight_bytes_per_token()) / 1e9,
-              static_cast<double>(model.kv_bytes_per_token()) / 1024.0);
+              static_cast<double>(model.kv_bytes_per_token()) / 1024.0,
+              std::string(dtype_name(model.kv_cache_dtype())).c_str());
   std::fflush(stdout);
   try {
     for (int32_t context : contexts) {
-      for (int32_t batch : batches) bench_decode(model, backend, *peaks, batch, context, static_cast<int32_t>(*steps));
+      for (int32_t batch : batches) {
+        bench_decode(model, backend, *peaks, batch, context, static_cast<int32_t>(*steps), args.has("--host-sampling"));
+      }
     }
-    for (int32_t context : contexts) bench_attention(backend, c, *peaks, 16, context);
-    for (int32_t tokens : prefill) bench_prefill_attention(backend, c, *peaks, tokens);
+    for (int32_t context : contexts) bench_attention(backend, c, *peaks, model.kv_cache_dtype(), 16, context);
+    for (int32_t tokens : prefill) bench_prefill_attention(backend, c, *peaks, model.kv_cache_dtype(), tokens);
     for (int32_t tokens : prefill) bench_prefill(model, *peaks, tokens, tokens > 8192 ? 1 : 2);
     if (!args.has("--no-products")) bench_decode_products(backend, c, *peaks);
+    for (int32_t batch : batches) bench_sampling(backend, c, batch);
   } catch (const std::exception& error) {
     return report_error("bench", Error{error.what()});
   }

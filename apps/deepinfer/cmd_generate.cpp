@@ -22,7 +22,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
                           [--ignore-eos] [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
-                          [--no-cuda-graphs] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
+                          [--no-cuda-graphs] [--host-sampling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
                           [--kv-cache-dir DIR] [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                           [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                           [--swa-replay-tokens N|exact]
@@ -44,7 +44,8 @@ sliding layers by running the prefix's last N tokens again (default max(128, win
 sliding layers x window, the same tokens as a cold run).
 --batch-invariant: every request gives the same tokens and logprobs, bit for bit, whatever else
 runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
-instead of replaying captured CUDA graphs.
+instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host
+and sampled there (default: drawn on the device, only token ids come back; the same tokens).
 --json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
 (docs/structured_output.md); a schema keyword the engine cannot enforce is an error.
 Defaults: --max-tokens 64, --temperature 0 (greedy).
@@ -123,6 +124,7 @@ int run_generate(int argc, char** argv) {
   config.max_num_seqs = 1;
   config.batch_invariant = args->has("--batch-invariant");
   config.cuda_graphs = !args->has("--no-cuda-graphs");
+  config.device_sampling = !args->has("--host-sampling");
   if (auto applied = apply_kv_store_flags(*args, config); !applied.ok()) {
     return report_error("generate", applied.error());
   }

@@ -26,7 +26,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--request-timeout S] [--max-body-bytes N] [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
-                       [--batch-invariant] [--no-cuda-graphs] [--check-invariants] [--kv-cache-dir DIR]
+                       [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--check-invariants] [--kv-cache-dir DIR]
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                        [--swa-replay-tokens N|exact]
@@ -131,6 +131,7 @@ Result<EngineConfig> engine_config(const Args& args) {
   config.max_model_len = static_cast<int32_t>(*model_len);
   config.kv_cache_bytes = *kv_bytes;
   config.block_size = static_cast<int32_t>(*block);
+  config.device_sampling = !args.has("--host-sampling");
   return config;
 }
 

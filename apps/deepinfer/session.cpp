@@ -15,7 +15,7 @@ std::set<std::string> model_value_flags(std::set<std::string> extra) {
 }
 
 std::set<std::string> model_bool_flags(std::set<std::string> extra) {
-  extra.insert({"--batch-invariant", "--no-cuda-graphs"});
+  extra.insert({"--batch-invariant", "--no-cuda-graphs", "--host-sampling"});
   return extra;
 }
 

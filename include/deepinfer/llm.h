@@ -35,6 +35,8 @@ struct LLMConfig {
   bool batch_invariant = false;
   // --device cuda: decode steps replay captured CUDA graphs (false: op by op, for debugging).
   bool cuda_graphs = true;
+  // Tokens are drawn where the logits are (EngineConfig::device_sampling); false: on the host.
+  bool device_sampling = true;
   bool show_progress = true;             // progress bars on stderr (loading; batches of 2+ prompts)
   // Persistent KV store below the prefix cache (docs/kvstore.md): on when kv_cache_dir names a
   // directory or kv_cache_backend is "redis://host:port".

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "engine/batch_builder.h"
 #include "engine/kv_offload.h"
+#include "engine/step_draws.h"
 #include "engine/structured_output.h"
 #include "sampling/logits_processor.h"
 #include "sampling/sampler.h"
@@ -86,7 +87,8 @@ struct EngineCore::Impl {
     }
     apply_swa_split(model, config, kv_bytes, kv_config);
     // Everything the cached KV depends on: architecture, shapes, weights' dtype, KV layout.
-    kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=f32|block=" +
+    const std::string kv_dtype = model.kv_cache_dtype() == DType::kF32 ? "f32" : "bf16";
+    kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=" + kv_dtype + "|block=" +
                                   std::to_string(config.block_size) + "|deepinfer=" DEEPINFER_VERSION;
     // A split cache's stored pages hold the full-attention layers only: another page layout.
     if (kv_config.num_swa_blocks > 0) kv_config.model_fingerprint += "|kv_pages=full_layers";
@@ -312,7 +314,29 @@ struct EngineCore::Impl {
     finish(seq, FinishReason::kPrefilled, out);
   }
 
-  void process_rows(const ScheduledRows& rows, const std::vector<float>& logits, std::map<int64_t, RequestOutput>& outputs) {
+  // Samples on the backend the rows nothing on the host needs (engine/step_draws.h).
+  void forward_and_process(const BuiltBatch& built, std::map<int64_t, RequestOutput>& outputs) {
+    // Sample 0's first token: held n > 1 samples then sample the same row on the host.
+    const auto forks_from_row = [&](const Request& r) {
+      return r.output_token_ids.empty() && r.sample_index == 0 && !groups.at(r.request_id).held_children.empty();
+    };
+    const StepDraws plan = plan_step_draws(built, config.device_sampling, forks_from_row);
+    std::vector<int32_t> drawn(plan.draws.size());
+    if (plan.draws.empty()) {
+      model.forward(built.batch, logits.data());
+    } else {
+      model.forward_sampled(built.batch, plan.draws, drawn.data(), plan.host_rows, logits.data());
+    }
+    for (size_t i = 0; i < built.rows.size(); ++i) {
+      std::optional<int32_t> token;
+      if (plan.draw_of[i]) token = drawn[static_cast<size_t>(*plan.draw_of[i])];
+      process_rows(built.rows[i], logits, token, outputs);
+    }
+  }
+
+  // drawn: the token the backend drew for this row (forward_sampled), if it did.
+  void process_rows(const ScheduledRows& rows, const std::vector<float>& logits, std::optional<int32_t> drawn,
+                    std::map<int64_t, RequestOutput>& outputs) {
     Sequence& seq = *sequences.at(rows.request->seq_id);
     Request& r = seq.request;
     const int64_t vocab = model.config().vocab_size;
@@ -338,7 +362,7 @@ struct EngineCore::Impl {
       return;
     }
     std::optional<TokenLogprob> logprob;
-    const int32_t token = sample(r, row, &logprob);
+    const int32_t token = drawn ? *drawn : sample(r, row, &logprob);
     if (prompt_done_now && r.sample_index == 0) fork_held_children(seq, row, outputs);
     append_token(seq, token, std::move(logprob), out);
     if (prompt_done_now && config.mode == EngineMode::kPrompt && !r.is_finished()) hand_over_prefilled(seq, out);
@@ -464,8 +488,7 @@ std::vector<RequestOutput> EngineCore::step() {
       }
       m.structured->prefetch(constrained);
     }
-    m.model.forward(built.batch, m.logits.data());
-    for (const ScheduledRows& rows : built.rows) m.process_rows(rows, m.logits, outputs);
+    m.forward_and_process(built, outputs);
   }
   std::vector<RequestOutput> result;
   for (auto& [request_id, out] : outputs) {

@@ -36,6 +36,11 @@ struct EngineConfig {
   // Persistent KV store below the device cache (host memory, disk, Redis); off unless it names
   // a directory or a Redis backend (engine/kv_offload.h).
   KvStoreConfig kv_store;
+  // Draw tokens where the logits are (CausalLM::forward_sampled): from a device only the token ids
+  // leave it, plus the rows the host still needs (logprobs, penalties, logit bias, min_tokens,
+  // grammar masks, n > 1 forks). false: every row is copied and sampled on the host
+  // (--host-sampling). The tokens are the same either way.
+  bool device_sampling = true;
 };
 
 // One sample's progress in one step.

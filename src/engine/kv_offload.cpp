@@ -30,19 +30,36 @@ Result<std::unique_ptr<KvOffload>> KvOffload::create(CausalLM& model, KvCacheMan
     return Error{"swa_replay_tokens must be a token count, 0 (default) or -1 (exact), got " +
                  std::to_string(config.swa_replay_tokens)};
   }
-  auto store = KvStore::open(config, fingerprint);
-  if (!store.ok()) return store.error();
   const int32_t replay_tokens =
       kv.has_swa_tables() ? swa_replay_tokens(model.config(), config.swa_replay_tokens, block_size) : 0;
   const int32_t replay_chunk = std::max(block_size, max_step_tokens / block_size * block_size);
   std::unique_ptr<KvOffload> offload(
-      new KvOffload(model, kv, std::move(*store), fingerprint, block_size, replay_tokens, replay_chunk));
+      new KvOffload(model, kv, nullptr, fingerprint, block_size, replay_tokens, replay_chunk));
+  KvStoreConfig store_config = config;
+  if (!store_config.host_pool) store_config.host_pool = offload->make_host_pool(config);
+  auto store = KvStore::open(store_config, fingerprint);
+  if (!store.ok()) return store.error();
+  offload->store_ = std::move(*store);
   offload->measure_prefill();
   if (replay_tokens > 0) {
     DI_LOG(kInfo, "kv store: full-attention layers' pages only; a hit replays up to "
                       << replay_tokens << " tokens for the sliding-window layers");
   }
   return offload;
+}
+
+std::shared_ptr<HostSlabPool> KvOffload::make_host_pool(const KvStoreConfig& config) const {
+  // Slabs for the host tier's bytes plus an eighth for pages in flight (queued writes, loads on
+  // their way to the device); past that, images use ordinary memory and are counted.
+  if (config.host_bytes <= 0) return nullptr;
+  const auto slab_bytes = page_image_bytes(block_size_, static_cast<size_t>(payload_bytes_));
+  const auto host_slabs = static_cast<size_t>(config.host_bytes) / slab_bytes;
+  const size_t num_slabs = host_slabs + std::max<size_t>(host_slabs / 8, 8);
+  std::shared_ptr<HostSlabPool> pool = model_.backend().make_pinned_pool(num_slabs * slab_bytes, slab_bytes);
+  if (pool) {
+    DI_LOG(kInfo, "kv store: " << pool->num_slabs() << " pinned page slabs of " << pool->slab_bytes() << " bytes");
+  }
+  return pool;
 }
 
 KvStoreStats KvOffload::stats() const {
@@ -185,6 +202,8 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
     for (int32_t i = done / block_size_; i < end / block_size_; ++i) {
       const LoadedPage& page = pages[static_cast<size_t>(i - first_page)];
       DI_CHECK(static_cast<int64_t>(page.payload.size()) == payload_bytes_);
+      // From a pinned slab this is a DMA still running on return, and `pages` may be freed right
+      // after: the pool hands the slab out again only once the copy ended (runtime/cuda/pinned_pool.h).
       model_.write_full_kv_blocks({table[static_cast<size_t>(i)]}, reinterpret_cast<const float*>(page.payload.data()));
     }
     if (end > replay_start) {
@@ -213,8 +232,10 @@ void KvOffload::persist(const Request& request, const std::vector<int32_t>& bloc
     write.traffic_class = request.kv_cache_class;
     const auto begin = tokens.begin() + static_cast<ptrdiff_t>(i) * block_size_;
     write.token_ids.assign(begin, begin + block_size_);
-    write.payload.resize(static_cast<size_t>(payload_bytes_));
-    model_.read_full_kv_blocks({block_id}, reinterpret_cast<float*>(write.payload.data()));
+    // Straight into the image (a pinned slab on CUDA: the device writes it by DMA, no staging).
+    write.staged = store_->stage_page(block_size_, payload_bytes_);
+    model_.read_full_kv_blocks(
+        {block_id}, reinterpret_cast<float*>(page_payload_region(*write.staged, block_size_).data()));
     if (!store_->enqueue_write(std::move(write))) return;  // queue full: later pages would drop too
   }
 }

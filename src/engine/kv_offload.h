@@ -6,7 +6,8 @@
 // pages are queued for the store's writer. With a split cache (a sliding-window model) a page
 // holds only the full-attention layers' KV, and a hit rebuilds the sliding layers' KV by a
 // replay of the prefix's last tokens (engine/swa_replay.h) before the request is released.
-// Lives on the engine thread; not thread-safe.
+// On a device backend the store's page images live in the backend's pinned slab pool, so loads
+// and saves are direct DMAs (docs/kvstore.md). Lives on the engine thread; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,8 @@ class KvOffload {
   KvOffload(CausalLM& model, KvCacheManager& kv, std::unique_ptr<KvStore> store, std::string fingerprint,
             int32_t block_size, int32_t replay_tokens, int32_t replay_chunk);
   void measure_prefill();
+  // The backend's pinned slab pool for the store's page images; null on host backends.
+  std::shared_ptr<HostSlabPool> make_host_pool(const KvStoreConfig& config) const;
   // Chain hashes of the first num_pages full pages of tokens.
   std::vector<BlockHash> page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
                                      const std::string& cache_salt) const;

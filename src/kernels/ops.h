@@ -54,6 +54,41 @@ struct AttentionParams {
   // The model's weights are 16-bit: a device backend may round q, k and v to bf16 for tensor-core
   // attention (fp32 softmax and sums). Host kernels ignore it.
   bool allow_bf16 = false;
+  // Element type of the K/V caches: kF32, or kBF16 where a device backend chose it
+  // (Backend::kv_cache_dtype). Host kernels take kF32 only.
+  DType cache_dtype = DType::kF32;
+};
+
+// The dense attention layer's front end (Backend::attention_front_end): per-head RMSNorm of q and
+// k when q_norm.data is set, rope of q and k (the ops rms_norm and rope), then k and v into the
+// cache (write_kv). Rows of q, k and v sit q_stride, k_stride, v_stride floats apart (one [q|k|v]
+// product, or three). The normed, rotated q goes to q_out, contiguous [num_tokens, num_heads,
+// head_dim] (null: back into q); k is scratch afterwards.
+struct AttentionFrontEnd {
+  float* q = nullptr;  // [num_tokens, num_heads, head_dim] per row
+  float* q_out = nullptr;
+  float* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] per row
+  const float* v = nullptr;
+  int64_t q_stride = 0;
+  int64_t k_stride = 0;
+  int64_t v_stride = 0;
+  int64_t num_tokens = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  WeightView q_norm;  // [1, head_dim], or data null: no qk-norm
+  WeightView k_norm;
+  float norm_weight_offset = 0.0f;
+  float norm_eps = 0.0f;
+  const int32_t* positions = nullptr;  // [num_tokens]
+  int32_t rotary_dim = 0;
+  const float* inv_freq = nullptr;  // [rotary_dim / 2]
+  float attention_scaling = 1.0f;
+  RopeLayout layout = RopeLayout::kRotateHalf;
+  const int32_t* slot_mapping = nullptr;  // [num_tokens]; < 0 skips the token's cache write
+  DType cache_dtype = DType::kF32;
+  void* k_cache = nullptr;  // [num_slots, num_kv_heads * head_dim] of cache_dtype
+  void* v_cache = nullptr;
 };
 
 // Mixture-of-experts routing (kernels moe_route / moe_experts; model/layers/moe.h builds these).
@@ -94,6 +129,21 @@ struct MoeExperts {
   float swiglu_limit = 7.0f;
 };
 
+// sample_rows sums the cumulative probability per chunk of this many token ids, then over the
+// chunks: the same bits whether one thread walks the row or each thread of a device block a chunk.
+inline constexpr int64_t kCdfChunk = 256;
+
+// One draw of sample_rows: the sampler's settings for one logits row (SamplingParams' filter
+// fields, with the engine's draw u = deterministic_uniform(seed, position, sample_index)).
+struct SampleParams {
+  int32_t row = 0;           // the logits row this draw reads
+  int32_t top_k = 0;         // keep the top_k most likely; <= 0 or >= vocab: off; 1: greedy
+  double temperature = 1.0;  // 0: greedy
+  double top_p = 1.0;        // in (0, 1]; 1: off
+  double min_p = 0.0;        // in [0, 1]; 0: off
+  double u = 0.0;            // the uniform draw, in [0, 1)
+};
+
 // Floats of workspace moe_experts needs for num_tokens tokens (the tail: a device backend's
 // per-expert grouping offsets, so the whole call lives in caller-owned memory).
 inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& experts) {
@@ -114,6 +164,15 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
      expert_token_counts: [num_experts] int64, each expert's routed-token count is added (may be null). */   \
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights, \
                    const MoeExperts& experts, float* workspace, int64_t* expert_token_counts, float* out);      \
+                                                                                                              \
+  /* token_ids[i] = the token draw params[i] picks from logits row params[i].row ([*, vocab] f32, each row     \
+     with a finite value): greedy (temperature 0 or top_k 1) is the highest logit, the lowest id among ties;   \
+     else probabilities exp((logit - max) / temperature) in float64, then min_p, top_k, top_p (vLLM's order;   \
+     ranks by logit, then lower id first) and the first kept token, in id order, whose float64 cumulative      \
+     probability exceeds u times the kept total, summed per chunk of kCdfChunk ids and then over the chunks     \
+     (the contract of sampling/sampler.h's sample_token). */                                                    \
+  void sample_rows(const float* logits, int64_t vocab, const SampleParams* params, int64_t num_draws,            \
+                   int32_t* token_ids);                                                                         \
                                                                                                               \
   /* dst[r * dst_stride + i] = src[r * src_stride + i] for r < num_rows, i < width (no overlap). */           \
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,          \

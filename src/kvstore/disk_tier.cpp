@@ -80,8 +80,9 @@ std::string temp_name() {
 
 }  // namespace
 
-DiskTier::DiskTier(std::string dir, int64_t capacity_bytes, const RetentionConfig& retention)
-    : dir_(std::move(dir)), retention_(retention), policy_(retention, capacity_bytes) {
+DiskTier::DiskTier(std::string dir, int64_t capacity_bytes, const RetentionConfig& retention,
+                   HostAllocator& allocator)
+    : dir_(std::move(dir)), retention_(retention), allocator_(allocator), policy_(retention, capacity_bytes) {
   std::error_code ec;
   fs::create_directories(fs::path(dir_) / "pages", ec);
   if (!ec) fs::create_directories(fs::path(dir_) / "tmp", ec);
@@ -196,7 +197,7 @@ std::optional<SharedPage> DiskTier::get(const BlockHash& hash) {
     counters_.misses++;
     return std::nullopt;
   }
-  auto image = std::make_shared<PageBuffer>(static_cast<size_t>(st.st_size), default_host_allocator());
+  auto image = std::make_shared<PageBuffer>(static_cast<size_t>(st.st_size), allocator_);
   const bool ok = read_all(fd, image->data(), image->size());
   const int error_number = errno;
   if (ok) set_mtime(fd, now);

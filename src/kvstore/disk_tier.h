@@ -19,8 +19,10 @@ std::string disk_page_path(const std::string& dir, const BlockHash& hash);
 class DiskTier final : public StoreTier {
  public:
   // Never fails: an unusable directory is reported (rate-limited warning, error counter) and
-  // every operation then misses.
-  DiskTier(std::string dir, int64_t capacity_bytes, const RetentionConfig& retention);
+  // every operation then misses. Images read from files are allocated from allocator (pinned
+  // slabs on CUDA), which must outlive the pages.
+  DiskTier(std::string dir, int64_t capacity_bytes, const RetentionConfig& retention,
+           HostAllocator& allocator = default_host_allocator());
 
   std::string_view name() const override { return "disk"; }
   bool contains(const BlockHash& hash) override;
@@ -45,6 +47,7 @@ class DiskTier final : public StoreTier {
 
   std::string dir_;
   RetentionConfig retention_;
+  HostAllocator& allocator_;
   mutable std::mutex mutex_;
   RetentionPolicy policy_;
   TierCounters counters_;

@@ -19,6 +19,7 @@
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/redis_tier.h"
+#include "kvstore/slab_allocator.h"
 
 namespace deepinfer {
 namespace {
@@ -32,6 +33,9 @@ constexpr auto kExpirePeriod = std::chrono::seconds(10);
 struct KvStore::Impl {
   KvStoreConfig config;
   uint64_t layout_id = 0;
+  // Declared before the tiers: every page image they hold goes back to it.
+  std::unique_ptr<SlabHostAllocator> slab_allocator;
+  HostAllocator* allocator = &default_host_allocator();
   std::vector<std::unique_ptr<StoreTier>> tiers;
   std::vector<TierCost> costs;
 
@@ -52,7 +56,7 @@ struct KvStore::Impl {
     content.traffic_class = w.traffic_class;
     content.created_unix_s = config.retention.now();
     content.payload = w.payload;
-    const SharedPage image = encode_page(content, default_host_allocator());
+    const SharedPage image = w.staged ? seal_page(w.staged, content) : encode_page(content, *allocator);
     PageEntryInfo info;
     info.bytes = static_cast<int64_t>(image->size());
     info.depth = w.page_index;
@@ -77,7 +81,7 @@ struct KvStore::Impl {
       }
       PageWrite w = std::move(writes.front());
       writes.pop_front();
-      queued_bytes -= static_cast<int64_t>(w.payload.size());
+      queued_bytes -= static_cast<int64_t>(w.bytes());
       writer_busy = true;
       lock.unlock();
       write_page(w);
@@ -138,14 +142,18 @@ Result<std::unique_ptr<KvStore>> KvStore::open(const KvStoreConfig& config, std:
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->layout_id = layout_id_of(fingerprint);
+  if (config.host_pool) {
+    impl->slab_allocator = std::make_unique<SlabHostAllocator>(config.host_pool);
+    impl->allocator = impl->slab_allocator.get();
+  }
   if (config.host_bytes > 0) impl->tiers.push_back(std::make_unique<HostTier>(config.host_bytes, config.retention));
   if (!config.dir.empty()) {
-    impl->tiers.push_back(std::make_unique<DiskTier>(config.dir, config.disk_bytes, config.retention));
+    impl->tiers.push_back(std::make_unique<DiskTier>(config.dir, config.disk_bytes, config.retention, *impl->allocator));
   }
   if (config.backend.starts_with("redis://")) {
     auto address = parse_redis_url(config.backend);
     if (!address.ok()) return address.error();
-    impl->tiers.push_back(std::make_unique<RedisTier>(*address, config.retention));
+    impl->tiers.push_back(std::make_unique<RedisTier>(*address, config.retention, *impl->allocator));
   } else if (config.backend != "disk") {
     return Error{"--kv-cache-backend '" + config.backend + "': expected disk or redis://host:port"};
   }
@@ -171,7 +179,7 @@ bool KvStore::enqueue_write(PageWrite write) {
   Impl& m = *impl_;
   {
     std::lock_guard lock(m.mutex);
-    const auto bytes = static_cast<int64_t>(write.payload.size());
+    const auto bytes = static_cast<int64_t>(write.bytes());
     if (static_cast<int32_t>(m.writes.size()) >= m.config.write_queue_pages ||
         (!m.writes.empty() && m.queued_bytes + bytes > m.config.write_queue_bytes)) {
       m.queue_drops++;
@@ -183,6 +191,10 @@ bool KvStore::enqueue_write(PageWrite write) {
   m.pages_queued++;
   m.wake_writer.notify_one();
   return true;
+}
+
+std::shared_ptr<PageBuffer> KvStore::stage_page(int32_t num_tokens, int64_t payload_bytes) {
+  return allocate_page(num_tokens, static_cast<size_t>(payload_bytes), *impl_->allocator);
 }
 
 std::vector<LoadedPage> KvStore::load_chain(const std::vector<PageRequest>& pages, int64_t payload_bytes,
@@ -235,6 +247,10 @@ KvStoreStats KvStore::stats() const {
   s.queue_drops = impl_->queue_drops.load();
   s.pages_loaded = impl_->pages_loaded.load();
   s.loads_skipped_by_cost = impl_->loads_skipped_by_cost.load();
+  if (impl_->slab_allocator) {
+    s.host_pool_pages = impl_->slab_allocator->slab_allocations();
+    s.host_pool_fallbacks = impl_->slab_allocator->fallbacks();
+  }
   return s;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/result.h"
 #include "kvstore/store_tier.h"
+#include "runtime/host_slab_pool.h"
 
 namespace deepinfer {
 
@@ -32,6 +33,10 @@ struct KvStoreConfig {
   // replay (docs/kvstore.md). 0: max(128, window); -1: exact (sliding layers x window); else N.
   int32_t swa_replay_tokens = 0;
   RetentionConfig retention;
+  // Page images go into its slabs (Backend::make_pinned_pool: pinned memory on CUDA, so loads
+  // DMA straight to the device); when it is full they use ordinary memory (counted). Null:
+  // ordinary memory. Every page image dies with the store, so the pool outlives them.
+  std::shared_ptr<HostSlabPool> host_pool;
 
   bool enabled() const { return !dir.empty() || backend.starts_with("redis://"); }
 };
@@ -42,6 +47,10 @@ struct PageWrite {
   std::vector<int32_t> token_ids;
   std::vector<uint8_t> payload;
   TrafficClass traffic_class = TrafficClass::kDefault;
+  // Instead of payload: an image from KvStore::stage_page whose payload region already holds
+  // the KV (a device copied it there); the writer seals it in place.
+  std::shared_ptr<PageBuffer> staged;
+  size_t bytes() const { return staged ? staged->size() : payload.size(); }
 };
 
 struct PageRequest {
@@ -63,6 +72,8 @@ struct KvStoreStats {
   int64_t pages_loaded = 0;         // verified pages handed to the engine
   int64_t loads_skipped_by_cost = 0;  // pages left to recompute because loading was slower
   int64_t tokens_replayed = 0;      // sliding-window models: tokens run again on hits (SWA replay)
+  int64_t host_pool_pages = 0;      // page images placed in the host pool's (pinned) slabs
+  int64_t host_pool_fallbacks = 0;  // page images in ordinary memory because the pool was full
 };
 
 class KvStore {
@@ -74,6 +85,9 @@ class KvStore {
 
   // Queues a page for every tier without blocking; false (counted) when the queue is full.
   bool enqueue_write(PageWrite write);
+  // A page image buffer from the store's allocator (a pinned slab when there is a host pool) for
+  // PageWrite::staged; fill page_payload_region(*image, num_tokens) before enqueue_write.
+  std::shared_ptr<PageBuffer> stage_page(int32_t num_tokens, int64_t payload_bytes);
   // Loads the longest run of pages from the front of pages; each payload is verified against
   // its request (hash, index, tokens, checksum) and must be payload_bytes long. With the cost
   // guard on, a page is taken from a tier only if tier cost < recompute_seconds_per_page.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/check.h"
 
 namespace deepinfer {
 namespace {
@@ -52,10 +53,32 @@ std::string hash_hex(const BlockHash& hash) {
   return out;
 }
 
+std::shared_ptr<PageBuffer> allocate_page(int32_t num_tokens, size_t payload_bytes, HostAllocator& allocator) {
+  return std::make_shared<PageBuffer>(page_image_bytes(num_tokens, payload_bytes), allocator);
+}
+
+std::span<uint8_t> page_payload_region(PageBuffer& image, int32_t num_tokens) {
+  const size_t offset = page_image_bytes(num_tokens, 0);
+  DI_CHECK(offset <= image.size(), "page buffer smaller than its header and tokens");
+  return {image.data() + offset, image.size() - offset};
+}
+
 SharedPage encode_page(const PageContent& content, HostAllocator& allocator) {
+  const auto num_tokens = static_cast<int32_t>(content.identity.token_ids.size());
+  std::shared_ptr<PageBuffer> image = allocate_page(num_tokens, content.payload.size(), allocator);
+  if (!content.payload.empty()) {
+    std::memcpy(page_payload_region(*image, num_tokens).data(), content.payload.data(), content.payload.size());
+  }
+  PageContent header_only = content;
+  header_only.payload = {};
+  return seal_page(std::move(image), header_only);
+}
+
+SharedPage seal_page(std::shared_ptr<PageBuffer> image, const PageContent& content) {
+  DI_CHECK(content.payload.empty(), "seal_page takes the payload already in the image");
   const PageIdentity& id = content.identity;
   const auto num_tokens = static_cast<int32_t>(id.token_ids.size());
-  auto buffer = std::make_shared<PageBuffer>(page_image_bytes(num_tokens, content.payload.size()), allocator);
+  const size_t payload_bytes = page_payload_region(*image, num_tokens).size();
   PageHeader header{};
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
   header.version = kPageFormatVersion;
@@ -63,20 +86,17 @@ SharedPage encode_page(const PageContent& content, HostAllocator& allocator) {
   header.num_tokens = static_cast<uint32_t>(num_tokens);
   header.page_index = static_cast<uint32_t>(id.page_index);
   header.layout_id = id.layout_id;
-  header.payload_bytes = content.payload.size();
+  header.payload_bytes = payload_bytes;
   header.created_unix_s = static_cast<uint64_t>(content.created_unix_s);
   std::memcpy(header.chain_hash, id.chain_hash.data(), id.chain_hash.size());
-  uint8_t* body = buffer->data() + sizeof(PageHeader);
+  uint8_t* body = image->data() + sizeof(PageHeader);
   std::memcpy(body, id.token_ids.data(), id.token_ids.size_bytes());
-  if (!content.payload.empty()) {
-    std::memcpy(body + id.token_ids.size_bytes(), content.payload.data(), content.payload.size());
-  }
-  const XXH128_hash_t sum = XXH3_128bits(body, buffer->size() - sizeof(PageHeader));
+  const XXH128_hash_t sum = XXH3_128bits(body, image->size() - sizeof(PageHeader));
   header.body_xxh3_low = sum.low64;
   header.body_xxh3_high = sum.high64;
   header.header_xxh3 = header_checksum(header);
-  std::memcpy(buffer->data(), &header, sizeof(header));
-  return buffer;
+  std::memcpy(image->data(), &header, sizeof(header));
+  return image;
 }
 
 Result<PageHeader> parse_page_header(std::span<const uint8_t> bytes, uint64_t total_size) {

@@ -87,6 +87,13 @@ struct PageContent {
 // Encodes header + tokens + payload into one buffer.
 SharedPage encode_page(const PageContent& content, HostAllocator& allocator);
 
+// The same in two steps, so the payload can be written in place (a device copies the KV straight
+// into a pinned image): allocate_page makes the buffer, page_payload_region is where the KV goes,
+// seal_page writes header, token ids and checksums around it (content.payload must be empty).
+std::shared_ptr<PageBuffer> allocate_page(int32_t num_tokens, size_t payload_bytes, HostAllocator& allocator);
+std::span<uint8_t> page_payload_region(PageBuffer& image, int32_t num_tokens);
+SharedPage seal_page(std::shared_ptr<PageBuffer> image, const PageContent& content);
+
 // The header alone, with its own checksum and the image size checked (for index rebuilds:
 // bytes may hold just the header and total_size is the file's size).
 Result<PageHeader> parse_page_header(std::span<const uint8_t> bytes, uint64_t total_size);

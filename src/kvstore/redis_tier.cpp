@@ -43,8 +43,8 @@ Result<RedisAddress> parse_redis_url(std::string_view url) {
   return address;
 }
 
-RedisTier::RedisTier(RedisAddress address, const RetentionConfig& retention)
-    : address_(std::move(address)), retention_(retention) {}
+RedisTier::RedisTier(RedisAddress address, const RetentionConfig& retention, HostAllocator& allocator)
+    : address_(std::move(address)), retention_(retention), allocator_(allocator) {}
 
 RedisTier::~RedisTier() {
   if (context_ != nullptr) redisFree(context_);
@@ -105,7 +105,7 @@ std::optional<SharedPage> RedisTier::get(const BlockHash& hash) {
     counters_.misses++;
     return std::nullopt;
   }
-  auto image = std::make_shared<PageBuffer>(reply->len, default_host_allocator());
+  auto image = std::make_shared<PageBuffer>(reply->len, allocator_);
   std::memcpy(image->data(), reply->str, reply->len);
   // Sliding TTL: the class is in the header; an unreadable header is caught by verification.
   TrafficClass traffic_class = TrafficClass::kDefault;

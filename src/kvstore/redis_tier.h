@@ -26,7 +26,8 @@ Result<RedisAddress> parse_redis_url(std::string_view url);
 
 class RedisTier final : public StoreTier {
  public:
-  RedisTier(RedisAddress address, const RetentionConfig& retention);
+  // Images read from Redis are allocated from allocator, which must outlive the pages.
+  RedisTier(RedisAddress address, const RetentionConfig& retention, HostAllocator& allocator = default_host_allocator());
   ~RedisTier() override;
 
   std::string_view name() const override { return "redis"; }
@@ -45,6 +46,7 @@ class RedisTier final : public StoreTier {
 
   RedisAddress address_;
   RetentionConfig retention_;
+  HostAllocator& allocator_;
   mutable std::mutex mutex_;
   redisContext* context_ = nullptr;
   std::chrono::steady_clock::time_point retry_after_{};

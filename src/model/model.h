@@ -57,6 +57,9 @@ class CausalLM {
 
   // Bytes of KV cache one token takes over all layers.
   virtual int64_t kv_bytes_per_token() const = 0;
+  // The element type of the device cache (Backend::kv_cache_dtype; MLA's latent cache is float32).
+  // Host transfers (read/write_kv_blocks) are float32 whatever it is.
+  virtual DType kv_cache_dtype() const { return DType::kF32; }
   // Of those, the bytes of the sliding-window layers when the model also has full-attention
   // layers (the part a split cache bounds by the window, KvCacheShape::num_swa_blocks); 0 when
   // the layers do not mix, and then the cache is never split.
@@ -91,6 +94,13 @@ class CausalLM {
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
   // Not thread-safe: one forward at a time.
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;
+  // Runs the batch and draws tokens where its logits are (kernels/ops.h sample_rows; draw.row
+  // indexes logit_rows): token_ids[i] is draws[i]'s token. Of the logits only the rows listed in
+  // host_rows are sure to be copied, each to its place in host_logits ([logit_rows.size(),
+  // vocab_size]; what the other rows hold is unspecified). On a device only token ids and those
+  // rows leave it. The default runs forward() and samples on the host.
+  virtual void forward_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
+                               int32_t* token_ids, const std::vector<int32_t>& host_rows, float* host_logits);
   // Bytes of weights one decode step reads (every weight once; embeddings one row).
   virtual int64_t weight_bytes_per_token() const = 0;
   // The same for the one step run since reset_expert_token_counts, with each MoE layer counting the

@@ -6,13 +6,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/check.h"
 #include "core/result.h"
 #include "kernels/ops.h"
+#include "runtime/host_slab_pool.h"
 #include "weights/safetensors.h"
 
 namespace deepinfer {
@@ -48,6 +52,25 @@ struct DevicePeaks {
   double bf16_matmul_flop_per_s = 0.0;   // a large bf16 x bf16 -> f32 product through the backend's GEMM
 };
 
+// The activation of a gated feed-forward: SiLU (SwiGLU) or tanh-approximated GeLU (GeGLU).
+enum class GluActivation : uint8_t { kSilu, kGeluTanh };
+
+// One product of Backend::matmul_group: y [num_rows, weight.rows] = x weight^T (+ bias).
+struct MatmulOutput {
+  kernels::WeightView weight;
+  kernels::WeightView bias;  // data may be null
+  float* y;
+};
+
+// One piece of a host-side KV page bound for a cache block: src_bytes at the page's src_offset
+// go to dst, as they are (dst_dtype kF32) or read as float32 and rounded to bfloat16 (kBF16).
+struct HostPiece {
+  void* dst;
+  size_t src_offset;
+  size_t src_bytes;
+  DType dst_dtype;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,14 +81,38 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* src, size_t size_bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t size_bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t size_bytes) = 0;
+  // Page-locked host memory for a host-side page cache (the KV store's host tier): one region of
+  // about region_bytes in slabs of slab_bytes, allocated here once and freed when the last owner
+  // lets go (which waits for the device: keep it for the engine's life). copy_to_device from a
+  // taken slab is a DMA straight from it, still running when the call returns: the slab's bytes
+  // must not change until it ends, but giving the slab back is safe (the pool hands it out again
+  // only after the copy). copy_to_host into a slab lands there directly. Host backends return
+  // null: their memory needs no pinning. The backend must outlive the pool.
+  virtual std::shared_ptr<HostSlabPool> make_pinned_pool(size_t /*region_bytes*/, size_t /*slab_bytes*/) {
+    return nullptr;
+  }
+  // Writes every piece of the host page at src to the device (a KV page's K and V blocks of all
+  // layers). The default converts on the host and copies piece by piece; a device backend loads a
+  // page that lies in one of its pinned slabs with one launch (the slab rule of make_pinned_pool holds).
+  virtual void scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces);
 
   // Makes a checkpoint tensor usable by the ops. Host backends return a view into the mapped file
   // (no copy), so the WeightStore must outlive every view. Errors name the tensor and dtype.
   virtual Result<kernels::WeightView> load_weight(const TensorView& tensor) = 0;
+  // Loads 2-D tensors of one dtype and column count as one weight, their rows stacked in order
+  // (gate|up for gated_mlp), so one product reads them all. Device backends make only the stacked
+  // copy; host backends return nullopt (their views read the mapped file in place, and a stacked
+  // copy would double the weight's memory). Errors name the tensor that does not fit.
+  virtual Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& /*parts*/) {
+    return std::optional<kernels::WeightView>{};
+  }
 
   // Device memory still free for caches: device backends size the KV cache from it. Host backends
   // return nullopt (the engine's configured byte budget applies).
   virtual std::optional<size_t> free_memory_bytes() const { return std::nullopt; }
+  // The element type of a KV cache for a model whose weights are weight_dtype. Host backends keep
+  // float32; a device backend may halve the cache's bytes for 16-bit models.
+  virtual DType kv_cache_dtype(DType /*weight_dtype*/) const { return DType::kF32; }
   // Measures the device's copy bandwidth and matrix rate (seconds of device time; benchmarks
   // only). Host backends return nullopt.
   virtual std::optional<DevicePeaks> measure_peaks() { return std::nullopt; }
@@ -92,16 +139,41 @@ class Backend {
                     kernels::RopeLayout layout) = 0;
   virtual void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias,
                       int64_t num_rows, float* y) = 0;
+  // Products of one input with several weights (a layer's q/k/v, gate/up), each output as matmul
+  // alone gives it. The CPU backend runs decode-sized ones in one parallel region (one fork/join,
+  // one work queue); the default runs matmul for each.
+  virtual void matmul_group(const float* x, int64_t num_rows, std::initializer_list<MatmulOutput> outputs) {
+    for (const MatmulOutput& o : outputs) matmul(x, o.weight, o.bias, num_rows, o.y);
+  }
   virtual void silu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
   virtual void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
   virtual void add(const float* a, const float* b, int64_t count, float* out) = 0;
   virtual void scale(const float* x, int64_t count, float factor, float* out) = 0;
   virtual void softcap(const float* x, int64_t count, float cap, float* out) = 0;
+  // The KV caches hold cache_dtype elements (kv_cache_dtype's choice; params.cache_dtype for
+  // attention): write_kv rounds k and v to it (nearest even), paged_attention reads it.
   virtual void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens,
-                        int64_t kv_dim, float* k_cache, float* v_cache) = 0;
-  virtual void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                        int64_t kv_dim, DType cache_dtype, void* k_cache, void* v_cache) = 0;
+  virtual void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                                const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
                                float* out) = 0;
+  // kernels::AttentionFrontEnd's contract. This default runs rms_norm, rope and write_kv one by one
+  // (contiguous rows only); a device backend fuses them into one launch.
+  virtual void attention_front_end(const kernels::AttentionFrontEnd& f) {
+    const int64_t q_dim = int64_t{f.num_heads} * f.head_dim;
+    const int64_t kv_dim = int64_t{f.num_kv_heads} * f.head_dim;
+    DI_CHECK(f.q_stride == q_dim && f.k_stride == kv_dim && f.v_stride == kv_dim && (!f.q_out || f.q_out == f.q),
+             "attention_front_end: strided rows and a separate q_out need a fused backend");
+    if (f.q_norm.data != nullptr) {
+      rms_norm(f.q, f.q_norm, f.norm_weight_offset, f.num_tokens * f.num_heads, f.head_dim, f.norm_eps, f.q);
+      rms_norm(f.k, f.k_norm, f.norm_weight_offset, f.num_tokens * f.num_kv_heads, f.head_dim, f.norm_eps, f.k);
+    }
+    rope(f.q, f.positions, f.num_tokens, f.num_heads, f.head_dim, f.rotary_dim, f.inv_freq, f.attention_scaling,
+         f.layout);
+    rope(f.k, f.positions, f.num_tokens, f.num_kv_heads, f.head_dim, f.rotary_dim, f.inv_freq, f.attention_scaling,
+         f.layout);
+    write_kv(f.k, f.v, f.slot_mapping, f.num_tokens, kv_dim, f.cache_dtype, f.k_cache, f.v_cache);
+  }
   // Mixture of experts and strided copies (kernels/ops.h has the contracts).
   virtual void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                          const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) = 0;
@@ -110,6 +182,19 @@ class Backend {
                            float* out) = 0;
   virtual void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                          int64_t dst_stride) = 0;
+  // One token per draw from logits rows (kernels/ops.h sample_rows); logits, params and token_ids
+  // are this backend's memory. The default is the host sampler (host backends); a device backend
+  // samples where the logits are, so only token ids leave it.
+  virtual void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params,
+                           int64_t num_draws, int32_t* token_ids) {
+    kernels::cpu::sample_rows(logits, vocab, params, num_draws, token_ids);
+  }
+  // The gated feed-forward of stacked weights: out = down(act(x gate^T) * (x up^T)) with
+  // gate_up = [gate; up] ([2 * I, K], from load_stacked_weight) and down [hidden, I], no biases.
+  // x: [num_rows, K]; out: [num_rows, hidden]; scratch: 2 * num_rows * I floats. The default runs
+  // matmul and the activation op by op; a device backend fuses the activation into the product.
+  virtual void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
+                         int64_t num_rows, GluActivation activation, float* scratch, float* out);
 };
 
 struct BackendOptions {

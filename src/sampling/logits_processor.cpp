@@ -77,4 +77,9 @@ void apply_logits_processors(float* logits, int64_t vocab, const SamplingParams&
   }
 }
 
+bool logits_processors_active(const SamplingParams& params, size_t num_output_tokens) {
+  return num_output_tokens < static_cast<size_t>(std::max(params.min_tokens, 0)) || !params.logit_bias.empty() ||
+         params.repetition_penalty != 1.0 || params.frequency_penalty != 0.0 || params.presence_penalty != 0.0;
+}
+
 }  // namespace deepinfer

@@ -24,4 +24,8 @@ void apply_logits_processors(float* logits, int64_t vocab, const SamplingParams&
                              std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
                              const std::vector<int32_t>& eos_ids);
 
+// Whether apply_logits_processors can change a logit of a request that has num_output_tokens
+// outputs; when not, its raw logits are what the sampler sees (a device can sample them).
+bool logits_processors_active(const SamplingParams& params, size_t num_output_tokens);
+
 }  // namespace deepinfer

@@ -1,15 +1,9 @@
-// Deterministic sampling: candidate filtering in vLLM's order, then one draw searched in the
-// float64 cumulative distribution over the survivors in token-id order. Each step is linear in
-// the vocabulary (selection, never a full sort), as it runs once per sequence per step.
+// Deterministic sampling: the draw is a hash of (seed, position, sample index); the choice is
+// kernels::ref::sample_rows (kernels/ref/sampling.cpp), the oracle of every device sampler too.
 #include "sampling/sampler.h"
 
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <functional>
-#include <vector>
-
 #include "core/check.h"
+#include "kernels/ops.h"
 
 namespace deepinfer {
 namespace {
@@ -19,83 +13,6 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
-}
-
-// A token's rank as one integer, in the filters' order: logit descending, then id ascending. A
-// strict total order, so what is kept never depends on how a selection is carried out.
-uint64_t rank_key(float logit, int32_t id) {
-  const uint32_t bits = std::bit_cast<uint32_t>(logit + 0.0f);  // -0 becomes +0, equal as floats
-  const uint32_t ordered = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-  return (static_cast<uint64_t>(ordered) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
-}
-
-size_t key_id(uint64_t key) { return 0xffffffffu - static_cast<uint32_t>(key); }
-
-// Takes tokens most likely first, keeping each while the weight of those taken before it is
-// below `limit`, and zeroes the probability of the rest. Weights are integers, so the sums do
-// not depend on their order: one pass totals the weight per bucket of the top 12 key bits, and
-// only the bucket where the limit falls is sorted. Linear in the vocabulary.
-template <typename Weight>
-void keep_most_likely(const float* logits, std::vector<double>& probs, Weight weight, uint64_t limit) {
-  constexpr int kBucketShift = 52;
-  const auto vocab_size = static_cast<int32_t>(probs.size());
-  std::vector<uint64_t> bucket_weight(size_t{1} << (64 - kBucketShift), 0);
-  for (int32_t i = 0; i < vocab_size; ++i) {
-    if (probs[size_t(i)] > 0.0) bucket_weight[rank_key(logits[i], i) >> kBucketShift] += weight(probs[size_t(i)]);
-  }
-  uint64_t before = 0;
-  size_t boundary = bucket_weight.size();
-  while (boundary > 0 && before + bucket_weight[boundary - 1] < limit) before += bucket_weight[--boundary];
-  if (boundary == 0) return;  // everything fits under the limit
-  --boundary;
-  std::vector<uint64_t> members;
-  for (int32_t i = 0; i < vocab_size; ++i) {
-    const uint64_t key = rank_key(logits[i], i);
-    if (probs[size_t(i)] > 0.0 && key >> kBucketShift == boundary) members.push_back(key);
-  }
-  std::sort(members.begin(), members.end(), std::greater<>());
-  // The bucket's first member is always kept: the weight before it is below the limit.
-  uint64_t min_kept_key = members.front();
-  for (uint64_t key : members) {
-    if (before >= limit) break;
-    min_kept_key = key;
-    before += weight(probs[key_id(key)]);
-  }
-  for (int32_t i = 0; i < vocab_size; ++i) {
-    if (rank_key(logits[i], i) < min_kept_key) probs[size_t(i)] = 0.0;
-  }
-}
-
-// top_p as vLLM defines it: a token stays iff the renormalised mass of the tokens more likely
-// than it is < top_p. Masses are integers: probability in units of 2^-40 of the most likely
-// token's, so the total fits 64 bits for vocabularies below 2^24 tokens.
-void keep_top_p(const float* logits, std::vector<double>& probs, double top_p) {
-  DI_CHECK(probs.size() < (size_t{1} << 24), "vocabulary of " << probs.size() << " tokens");
-  auto units = [](double prob) { return static_cast<uint64_t>(prob * 0x1p40); };
-  uint64_t total = 0;
-  for (double prob : probs) total += units(prob);
-  // mass < top_p * total  <=>  mass < ceil(top_p * total). top_p * 2^64 is an integer for
-  // top_p >= 2^-11; below, truncating it moves the limit by at most one unit.
-  const unsigned __int128 scaled = static_cast<unsigned __int128>(std::ldexp(top_p, 64)) * total;
-  const uint64_t limit = static_cast<uint64_t>(scaled >> 64) + (static_cast<uint64_t>(scaled) != 0 ? 1 : 0);
-  keep_most_likely(logits, probs, units, limit);
-}
-
-// The first token whose float64 cumulative probability, summed in token-id order, exceeds
-// u * total. Dropped tokens have probability 0 and add nothing.
-int32_t inverse_cdf(const std::vector<double>& probs, double u) {
-  double total = 0.0;
-  for (double prob : probs) total += prob;
-  const double target = u * total;
-  double cumulative = 0.0;
-  for (size_t i = 0; i < probs.size(); ++i) {
-    cumulative += probs[i];
-    if (target < cumulative) return static_cast<int32_t>(i);
-  }
-  // u * total can round up to total itself: the last token that can be drawn.
-  size_t last = probs.size() - 1;
-  while (probs[last] == 0.0) --last;
-  return static_cast<int32_t>(last);
 }
 
 }  // namespace
@@ -117,26 +34,23 @@ double deterministic_uniform(uint64_t seed, int64_t position, int32_t sample_ind
 
 int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, uint64_t seed,
                      int64_t position, int32_t sample_index) {
-  DI_CHECK(vocab_size > 0, "vocab_size " << vocab_size);
-  if (params.temperature == 0.0 || params.top_k == 1) return argmax(logits, vocab_size);
-  const double max_logit = logits[argmax(logits, vocab_size)];
-  DI_CHECK(std::isfinite(max_logit), "no finite logit to sample from (max " << max_logit << ")");
+  int32_t token = 0;
+  const kernels::SampleParams draw = sample_params(params, seed, position, sample_index);
+  kernels::ref::sample_rows(logits, vocab_size, &draw, 1, &token);
+  return token;
+}
 
-  // Temperature, with the most likely token at exactly 1.
-  std::vector<double> probs(static_cast<size_t>(vocab_size));
-  for (int64_t i = 0; i < vocab_size; ++i) {
-    probs[static_cast<size_t>(i)] = std::exp((static_cast<double>(logits[i]) - max_logit) / params.temperature);
-  }
-  // vLLM's order: min_p (p >= min_p * p_max), then top_k, then top_p over what is left. A
-  // dropped token's probability becomes 0.
-  if (params.min_p > 0.0) {
-    for (double& prob : probs) prob = prob >= params.min_p ? prob : 0.0;
-  }
-  if (params.top_k > 0 && params.top_k < vocab_size) {
-    keep_most_likely(logits, probs, [](double) { return uint64_t{1}; }, static_cast<uint64_t>(params.top_k));
-  }
-  if (params.top_p < 1.0) keep_top_p(logits, probs, params.top_p);
-  return inverse_cdf(probs, deterministic_uniform(seed, position, sample_index));
+kernels::SampleParams sample_params(const SamplingParams& params, uint64_t seed, int64_t position,
+                                    int32_t sample_index, int32_t row) {
+  kernels::SampleParams draw;
+  draw.row = row;
+  draw.top_k = params.top_k;
+  draw.temperature = params.temperature;
+  draw.top_p = params.top_p;
+  draw.min_p = params.min_p;
+  const bool greedy = params.temperature == 0.0 || params.top_k == 1;
+  draw.u = greedy ? 0.0 : deterministic_uniform(seed, position, sample_index);
+  return draw;
 }
 
 int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, int64_t position,

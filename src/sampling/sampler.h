@@ -1,13 +1,15 @@
 // Token selection from processed logits: greedy, or temperature with min-p / top-k / top-p.
 // Sampling is deterministic: the uniform draw for a token is a hash of (request seed, absolute
 // position, sample index), and the token is the first whose float64 cumulative probability,
-// summed over the kept candidates in token-id order, exceeds it; equal logits give equal tokens
-// whatever the batch, its order, the chunking or the thread count. Stateless and thread-safe.
+// summed over the kept candidates in token-id order (per kernels::kCdfChunk ids, then over the
+// chunks), exceeds it; equal logits give equal tokens whatever the batch, its order, the chunking,
+// the thread count or the backend (kernels::ref::sample_rows). Stateless and thread-safe.
 #pragma once
 
 #include <cstdint>
 
 #include "deepinfer/sampling_params.h"
+#include "kernels/ops.h"
 
 namespace deepinfer {
 
@@ -23,6 +25,11 @@ double deterministic_uniform(uint64_t seed, int64_t position, int32_t sample_ind
 // then top_k, then top_p over what is left; temperature 0 or top_k 1 is argmax.
 int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, uint64_t seed,
                      int64_t position, int32_t sample_index);
+
+// The filter settings and the draw of sample_token(..., seed, position, sample_index) as one
+// kernels::sample_rows draw of logits row `row`: a backend's sample_rows then picks the same token.
+kernels::SampleParams sample_params(const SamplingParams& params, uint64_t seed, int64_t position,
+                                    int32_t sample_index, int32_t row = 0);
 
 // The same with the seed taken from params.seed, which must be set unless the choice is greedy
 // (the engine resolves an unset seed from the request id before sampling).

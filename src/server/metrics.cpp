@@ -74,6 +74,10 @@ constexpr StoreCounter kStoreCounters[] = {
      &KvStoreStats::loads_skipped_by_cost},
     {"deepinfer_kv_store_tokens_replayed_total", "Prefix tokens run again to rebuild sliding-window KV on hits.",
      &KvStoreStats::tokens_replayed},
+    {"deepinfer_kv_store_host_pool_pages_total", "KV page images placed in the pinned host pool's slabs.",
+     &KvStoreStats::host_pool_pages},
+    {"deepinfer_kv_store_host_pool_fallbacks_total",
+     "KV page images put in ordinary memory because the pinned host pool was full.", &KvStoreStats::host_pool_fallbacks},
 };
 
 void render_kv_store(std::string& out, const KvStoreStats& store) {

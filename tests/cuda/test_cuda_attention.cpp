@@ -2,7 +2,8 @@
 // chunked prefill over a cached prefix, page sizes 16/64/128, GQA ratios 1 to 8, head sizes of the
 // fixtures and of real models, MLA's absorbed form (576 dims, 16 or 128 heads on one latent head
 // whose rows are both keys and values), sliding windows, sinks; the bf16 tensor-core prefill on the same
-// shapes; and, in batch-invariant mode, a sequence's output bits alone equal its bits inside a batch.
+// shapes; bf16 KV caches (values on the bf16 grid, so the reference sees the same keys) through
+// every kernel; and, in batch-invariant mode, a sequence's output bits alone equal its bits inside a batch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,6 +38,9 @@ struct AttentionCase {
   // tensor-core prefill kernel, whose only rounding left is that of the softmax weights.
   bool bf16 = false;
   bool shared_kv = false;  // one cache for keys and values (MLA)
+  // The caches hold bf16 (AttentionParams::cache_dtype); their values are rounded to the bf16 grid
+  // first, so the float32 reference reads exactly the cache's keys and values.
+  bool bf16_cache = false;
 };
 
 // A batch laid out on the host: shuffled block tables over a cache full of random values (the
@@ -80,6 +84,11 @@ HostBatch make_batch(const AttentionCase& c, std::mt19937& rng) {
       for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
     }
   }
+  if (c.bf16_cache) {
+    for (std::vector<float>* values : {&b.k_cache, &b.v_cache}) {
+      for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
+    }
+  }
   return b;
 }
 
@@ -92,6 +101,12 @@ kernels::AttentionParams params_of(const AttentionCase& c) {
   p.sliding_window = c.window;
   p.allow_bf16 = c.bf16;
   return p;
+}
+
+std::vector<uint16_t> to_bf16_bits(const std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+  return bits;
 }
 
 std::vector<float> run_reference(const AttentionCase& c, const HostBatch& b) {
@@ -110,8 +125,8 @@ std::vector<float> run_device(Backend& backend, const AttentionCase& c, const Ho
   DeviceBuffer seq_len = upload(backend, b.seq_len);
   DeviceBuffer block_table = upload(backend, b.block_table);
   DeviceBuffer q = upload(backend, b.q);
-  DeviceBuffer k_cache = upload(backend, b.k_cache);
-  DeviceBuffer v_cache = upload(backend, b.v_cache);
+  DeviceBuffer k_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.k_cache)) : upload(backend, b.k_cache);
+  DeviceBuffer v_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.v_cache)) : upload(backend, b.v_cache);
   DeviceBuffer sinks = upload(backend, b.sinks);
   DeviceBuffer out = upload(backend, std::vector<float>(b.q.size(), std::numeric_limits<float>::quiet_NaN()));
   kernels::PagedBatch batch{static_cast<int32_t>(c.seqs.size()), query_start.as<int32_t>(), seq_len.as<int32_t>(),
@@ -120,8 +135,9 @@ std::vector<float> run_device(Backend& backend, const AttentionCase& c, const Ho
   batch.max_query_len = b.max_query_len;
   kernels::AttentionParams p = params_of(c);
   if (c.sinks) p.sinks = sinks.as<float>();
-  const float* values = c.shared_kv ? k_cache.as<float>() : v_cache.as<float>();
-  backend.paged_attention(q.as<float>(), k_cache.as<float>(), values, batch, p, out.as<float>());
+  if (c.bf16_cache) p.cache_dtype = DType::kBF16;
+  const void* values = c.shared_kv ? k_cache.data() : v_cache.data();
+  backend.paged_attention(q.as<float>(), k_cache.data(), values, batch, p, out.as<float>());
   return download<float>(backend, out, b.q.size());
 }
 
@@ -129,6 +145,7 @@ std::string describe(const AttentionCase& c) {
   std::ostringstream s;
   s << "block " << c.block_size << " heads " << c.num_heads << "/" << c.num_kv_heads << " dim " << c.head_dim
     << " window " << c.window << (c.sinks ? " sinks" : "") << (c.bf16 ? " bf16" : "")
+    << (c.bf16_cache ? " bf16 cache" : "")
     << (c.shared_kv ? " shared kv" : "") << " seqs";
   for (const SeqSpec& q : c.seqs) s << " " << q.num_new << "/" << q.seq_len;
   return s.str();
@@ -302,6 +319,95 @@ TEST(CudaAttentionBf16, BatchInvariantModeKeepsFloat32Kernel) {
   const std::vector<float> got = run_device(*backend, c, b);
   const std::vector<float> f32 = run_device(*backend, f32_case, b);
   EXPECT_EQ(std::memcmp(got.data(), f32.data(), got.size() * sizeof(float)), 0) << describe(c);
+}
+
+// bf16 caches through the decode, general and split-combine kernels: every float32-kernel case
+// whose heads fit (<= 256 dims, not MLA's latent cache), plus odd page sizes and GQA ratios. The
+// keys and values are exact, so the float32 tolerance holds.
+TEST(CudaAttentionBf16Cache, MatchesReferenceOnRoundedCache) {
+  auto backend = cuda_backend();
+  std::mt19937 rng(41);
+  std::vector<AttentionCase> all;
+  for (const AttentionCase& c : cases()) {
+    if (c.head_dim <= 256 && !c.shared_kv) all.push_back(c);
+  }
+  for (int32_t block_size : {1, 7, 33}) {
+    for (int32_t group : {3, 5}) {
+      AttentionCase c;
+      c.seqs = {{1, 1}, {50, 50}, {230, 9}, {999, 1}, {77, 1}};
+      c.block_size = block_size;
+      c.num_kv_heads = 2;
+      c.num_heads = 2 * group;
+      c.head_dim = block_size == 7 ? 64 : 128;
+      c.window = block_size == 33 ? 40 : 0;
+      all.push_back(c);
+    }
+  }
+  for (AttentionCase c : all) {
+    c.bf16_cache = true;
+    const HostBatch b = make_batch(c, rng);
+    expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
+  }
+}
+
+// Decode-only batches on bf16 caches take the tiled decode kernel (keys in shared-memory tiles of
+// 4096 / head_dim): page sizes that divide a tile, exceed it, and are odd; GQA 1 to 8; head dims
+// 64/128/256; windows and sinks; lengths that end mid-tile and mid-page; one split (the kernel
+// writes the output) and many (partials and the combine).
+TEST(CudaAttentionBf16Cache, TiledDecodeMatchesReference) {
+  auto backend = cuda_backend();
+  std::mt19937 rng(47);
+  const std::vector<SeqSpec> long_seqs = {{1, 1}, {2, 1}, {31, 1}, {33, 1}, {257, 1}, {1023, 1}, {4097, 1}};
+  const std::vector<SeqSpec> short_seqs = {{1, 1}, {9, 1}, {40, 1}, {17, 1}};
+  int index = 0;
+  for (int32_t block_size : {16, 32, 64, 5}) {
+    for (int32_t group : {1, 4, 8}) {
+      for (int32_t head_dim : {64, 128, 256}) {
+        AttentionCase c;
+        c.seqs = index % 4 == 3 ? short_seqs : long_seqs;
+        c.block_size = block_size;
+        c.num_kv_heads = group == 8 ? 1 : 2;
+        c.num_heads = c.num_kv_heads * group;
+        c.head_dim = head_dim;
+        c.window = std::array<int32_t, 3>{0, 37, 300}[static_cast<size_t>(index % 3)];
+        c.sinks = index % 5 == 2;
+        c.bf16_cache = true;
+        const HostBatch b = make_batch(c, rng);
+        expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
+        ++index;
+      }
+    }
+  }
+  // Llama-3-8B's shape (32 / 8 heads of 128) at the bench's batch of 16 with ragged lengths.
+  AttentionCase llama;
+  for (int32_t s = 0; s < 16; ++s) llama.seqs.push_back({1024 - 61 * s, 1});
+  llama.num_heads = 32;
+  llama.num_kv_heads = 8;
+  llama.head_dim = 128;
+  llama.bf16_cache = true;
+  const HostBatch b = make_batch(llama, rng);
+  expect_close(run_device(*backend, llama, b), run_reference(llama, b), 2e-5, 1e-4, describe(llama));
+}
+
+// The tensor-core prefill over a bf16 cache: the same bits as over a float32 cache holding the same
+// (bf16-grid) values, odd page sizes included.
+TEST(CudaAttentionBf16Cache, TensorCorePrefillEqualsFloat32CacheBits) {
+  auto backend = cuda_backend();
+  std::mt19937 rng(43);
+  std::vector<AttentionCase> all = bf16_prefill_cases();
+  AttentionCase odd_pages = all.front();
+  odd_pages.block_size = 13;
+  all.push_back(odd_pages);
+  for (AttentionCase c : all) {
+    c.bf16_cache = true;
+    const HostBatch b = make_batch(c, rng);
+    const std::vector<float> got = run_device(*backend, c, b);
+    expect_close(got, run_reference(c, b), 1.0 / 256 + 2e-5, 1e-4, describe(c));
+    AttentionCase f32_cache = c;
+    f32_cache.bf16_cache = false;
+    const std::vector<float> gathered = run_device(*backend, f32_cache, b);
+    EXPECT_EQ(std::memcmp(got.data(), gathered.data(), got.size() * sizeof(float)), 0) << describe(c);
+  }
 }
 
 // In invariant mode, each sequence of a mixed batch gets the same bits as when it runs alone.

@@ -79,7 +79,9 @@ TEST_F(CudaOps, EmbeddingMatchesReference) {
 
 TEST_F(CudaOps, NormsMatchReference) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (int64_t dim : {1, 7, 64, 128, 4099}) {
+    // 256-thread rows below 2048 columns, 1024-thread rows above; past 4 columns per thread the
+    // second pass re-reads from memory.
+    for (int64_t dim : {1, 7, 64, 128, 1030, 4099, 8193}) {
       for (float offset : {0.0f, 1.0f}) {
         const int64_t rows = 9;
         const size_t count = static_cast<size_t>(rows * dim);
@@ -161,8 +163,8 @@ TEST_F(CudaOps, WriteKvMatchesReference) {
     DeviceBuffer dslots = upload(backend(), slots);
     DeviceBuffer dkc = upload(backend(), k_cache);
     DeviceBuffer dvc = upload(backend(), v_cache);
-    backend().write_kv(dk.as<float>(), dv.as<float>(), dslots.as<int32_t>(), num_tokens, kv_dim, dkc.as<float>(),
-                       dvc.as<float>());
+    backend().write_kv(dk.as<float>(), dv.as<float>(), dslots.as<int32_t>(), num_tokens, kv_dim, DType::kF32,
+                       dkc.data(), dvc.data());
     kernels::ref::write_kv(k.data(), v.data(), slots.data(), num_tokens, kv_dim, k_cache.data(), v_cache.data());
     expect_close(download<float>(backend(), dkc, k_cache.size()), k_cache, 0.0, 0.0, "k_cache");
     expect_close(download<float>(backend(), dvc, v_cache.size()), v_cache, 0.0, 0.0, "v_cache");

@@ -192,6 +192,26 @@ TEST(PagedAttention, CpuChunkedPrefillMatchesOneShot) {
   }
 }
 
+TEST(PagedAttention, CpuDecodeStepsMatchPrefill) {
+  // One new token reads the cache in place, several pack it: a token decoded alone must still
+  // give the bits it gets inside a prefill (partial key blocks, sliding window included).
+  for (int32_t window : {0, 7}) {
+    const Scenario sc = make_scenario(8, 2, 64, 16, window, {45}, {45}, 13);
+    std::vector<float> whole(sc.q.size());
+    cpu::paged_attention(sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), sc.batch(), sc.params, whole.data());
+    const int64_t token_floats = static_cast<int64_t>(sc.params.num_heads) * sc.params.head_dim;
+    for (int32_t seq_len : {1, 16, 17, 31, 45}) {
+      const int32_t query_start[2] = {0, 1};
+      const PagedBatch batch{1, query_start, &seq_len, sc.block_table.data(), sc.max_blocks, sc.block_size};
+      std::vector<float> out(static_cast<size_t>(token_floats));
+      cpu::paged_attention(sc.q.data() + (seq_len - 1) * token_floats, sc.k_cache.data(), sc.v_cache.data(), batch,
+                           sc.params, out.data());
+      EXPECT_EQ(0, std::memcmp(out.data(), whole.data() + (seq_len - 1) * token_floats, out.size() * sizeof(float)))
+          << "token " << seq_len - 1 << ", window " << window;
+    }
+  }
+}
+
 TEST(RefAttention, OneKeyReturnsItsValue) {
   const Scenario sc = make_scenario(4, 2, 16, 16, 0, {1}, {1}, 3);
   const std::vector<float> out = run_ref(sc);

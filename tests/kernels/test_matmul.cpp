@@ -1,5 +1,6 @@
 // matmul: cpu (GEMV on every ISA this machine has, oneDNN, the dispatching op) against ref, over
-// odd shapes and every weight dtype; plus the GEMV's batch and thread-count invariance.
+// odd shapes and every weight dtype; plus the GEMV's batch and thread-count invariance and the
+// grouped products (matmul_group) against one matmul each.
 #include <omp.h>
 
 #include <cstring>
@@ -193,6 +194,55 @@ TEST(Matmul, CpuMatchesRefWithBias) {
       }
     }
   }
+}
+
+TEST(MatmulGroup, EachOutputBitForBitAsMatmulAloneAtAnyThreadCount) {
+  // q/k/v-like weights of one width: odd row counts (partial tiles), one with a bias, large enough
+  // (> 256 KiB in all) that the group runs in parallel and is cut into several chunks.
+  const int64_t k_in = 771;
+  const int64_t n_outs[] = {517, 130, 130};
+  for (DType dtype : kWeightTypes) {
+    std::vector<TestWeight> weights;
+    for (size_t i = 0; i < 3; ++i) weights.emplace_back(dtype, n_outs[i], k_in, 71 + static_cast<uint32_t>(i));
+    const TestWeight bias(dtype, 1, n_outs[1], 75);
+    for (int64_t rows : {int64_t{1}, int64_t{3}, cpu::gemv_max_rows(dtype)}) {
+      const std::vector<float> x = testing::random_floats(static_cast<size_t>(rows * k_in), 76);
+      std::vector<std::vector<float>> alone(3);
+      for (size_t i = 0; i < 3; ++i) {
+        alone[i].resize(static_cast<size_t>(rows * n_outs[i]));
+        const WeightView b = i == 1 ? bias.view() : WeightView{};
+        cpu::matmul(x.data(), weights[i].view(), b, rows, alone[i].data());
+      }
+      const int saved_threads = omp_get_max_threads();
+      for (int threads : {1, 2, 5}) {
+        omp_set_num_threads(threads);
+        std::vector<std::vector<float>> grouped(3);
+        std::vector<cpu::MatmulTarget> targets;
+        for (size_t i = 0; i < 3; ++i) {
+          grouped[i].assign(alone[i].size(), -1.0f);
+          targets.push_back({weights[i].view(), i == 1 ? bias.view() : WeightView{}, grouped[i].data()});
+        }
+        ASSERT_TRUE(cpu::can_matmul_group(targets.data(), 3, rows));
+        cpu::matmul_group(x.data(), rows, targets.data(), 3);
+        for (size_t i = 0; i < 3; ++i) {
+          EXPECT_EQ(0, std::memcmp(alone[i].data(), grouped[i].data(), alone[i].size() * sizeof(float)))
+              << dtype_name(dtype) << " rows " << rows << " output " << i << " threads " << threads;
+        }
+      }
+      omp_set_num_threads(saved_threads);
+    }
+  }
+}
+
+TEST(MatmulGroup, RefusesWhatTheGemvDoesNotTake) {
+  const TestWeight a(DType::kBF16, 8, 64, 81), b(DType::kBF16, 8, 65, 82);
+  std::vector<float> y(1024);
+  const cpu::MatmulTarget mixed_widths[] = {{a.view(), WeightView{}, y.data()}, {b.view(), WeightView{}, y.data()}};
+  EXPECT_FALSE(cpu::can_matmul_group(mixed_widths, 2, 1));
+  const cpu::MatmulTarget one[] = {{a.view(), WeightView{}, y.data()}};
+  EXPECT_TRUE(cpu::can_matmul_group(one, 1, cpu::gemv_max_rows(DType::kBF16)));
+  EXPECT_FALSE(cpu::can_matmul_group(one, 1, cpu::gemv_max_rows(DType::kBF16) + 1));  // oneDNN's rows
+  EXPECT_FALSE(cpu::can_matmul_group(one, 0, 1));
 }
 
 }  // namespace

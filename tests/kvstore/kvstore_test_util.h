@@ -108,7 +108,8 @@ inline std::vector<StoredPage> stored_pages(const std::string& dir) {
 }
 
 inline PageWrite to_write(const TestPage& page, TrafficClass traffic_class = TrafficClass::kDefault) {
-  return PageWrite{page.request.hash, page.request.page_index, page.request.token_ids, page.payload, traffic_class};
+  return PageWrite{page.request.hash, page.request.page_index, page.request.token_ids, page.payload, traffic_class,
+                   nullptr};
 }
 
 inline std::vector<PageRequest> requests_of(const std::vector<TestPage>& pages) {

@@ -84,6 +84,7 @@ TEST(Metrics, RendersKvStoreCountersByTierOnlyWhenTheStoreIsOn) {
   store.pages_loaded = 12;
   store.loads_skipped_by_cost = 13;
   store.tokens_replayed = 14;
+  store.host_pool_fallbacks = 15;
   EngineGauges gauges;
   gauges.kv_store = store;
   metrics.set_engine(gauges);
@@ -98,7 +99,7 @@ TEST(Metrics, RendersKvStoreCountersByTierOnlyWhenTheStoreIsOn) {
            "deepinfer_kv_store_errors_total{tier=\"disk\"} 9\n", "deepinfer_kv_store_pages{tier=\"host\"} 3\n",
            "deepinfer_kv_store_bytes{tier=\"disk\"} 123456\n", "deepinfer_kv_store_queue_drops_total 11\n",
            "deepinfer_kv_store_pages_loaded_total 12\n", "deepinfer_kv_store_loads_skipped_by_cost_total 13\n",
-           "deepinfer_kv_store_tokens_replayed_total 14\n",
+           "deepinfer_kv_store_tokens_replayed_total 14\n", "deepinfer_kv_store_host_pool_fallbacks_total 15\n",
            "# TYPE deepinfer_kv_store_pages gauge\n", "# TYPE deepinfer_kv_store_hits_total counter\n"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
   }

@@ -6,7 +6,7 @@
 # llama-batched-bench built with CUDA (issue 6).
 # Needs build-cuda/gpu-bundle.tar.xz (tools/gpu/pack.sh) and build-cuda/llama-src.tar.xz (the
 # llama.cpp source node-llama-cpp ships, trimmed; tools/gpu/pack.sh writes it when `make bench` has installed bench/node). Output in $OUT.
-# Usage, from the repository root: [CPU_CONFIGS="qwen3-0.6b qwen3-8b"] tools/gpu/llama_compare.sh cpu|cuda
+# Usage, from the repository root: [CPU_CONFIGS="qwen3-0.6b qwen3-8b"] [PROFILE=1] tools/gpu/llama_compare.sh cpu|cuda
 # [--build-only] [THREADS...] (CPU_CONFIGS: bench/configs names, default qwen3-0.6b).
 # llama.cpp is built in build-llama/ (ignored by git, so it stays on a warm machine between calls):
 # when the two archives do not fit one call's upload, a first call with only llama-src.tar.xz and
@@ -62,7 +62,15 @@ if [ "$MODE" = cpu ]; then
       OMP_NUM_THREADS=$t "$bin/deepinfer" bench --model "$model" --prompt-tokens 128 --decode-tokens 32 --repeats 3 \
         --threads "$t" | tail -n 1 > "$OUT/deepinfer_${config}_t$t.json"
       "$LLAMA/cpu/bin/llama-bench" -m "$model.gguf" -p 128 -n 32 -t "$t" -r 3 -o json > "$OUT/llama_${config}_t$t.json"
-      python3 - "$OUT/deepinfer_${config}_t$t.json" "$OUT/llama_${config}_t$t.json" "$config, threads $t" <<'PY' | tee -a "$OUT/summary_$MODE.txt"
+      # llama-bench's tg32 starts from an empty cache, deepinfer's decode follows its 128-token
+      # prompt: the same 32 steps at depth 128 too, for a like-for-like decode ratio.
+      "$LLAMA/cpu/bin/llama-bench" -m "$model.gguf" -p 0 -n 32 -d 128 -t "$t" -r 3 -o json \
+        > "$OUT/llama_${config}_t${t}_d128.json"
+      # PROFILE=1: a separate run whose stderr has each op's time per decode step (bench --profile).
+      [ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=$t "$bin/deepinfer" bench --model "$model" --prompt-tokens 128 \
+        --decode-tokens 32 --repeats 2 --threads "$t" --profile > /dev/null 2> "$OUT/profile_${config}_t$t.txt"
+      python3 - "$OUT/deepinfer_${config}_t$t.json" "$OUT/llama_${config}_t$t.json" "$config, threads $t" \
+        "$OUT/llama_${config}_t${t}_d128.json" <<'PY' | tee -a "$OUT/summary_$MODE.txt"
 import json, sys
 d = json.load(open(sys.argv[1]))
 runs = json.load(open(sys.argv[2]))
@@ -75,6 +83,12 @@ print(f'{sys.argv[3]}: memory read {bw:.1f} GB/s | prefill tok/s deepinfer {d["p
       f'llama.cpp {prefill:.1f} ({d["prefill_tok_s"]/prefill:.2f}x) | decode tok/s deepinfer {d["decode_tok_s"]:.2f} '
       f'llama.cpp {decode:.2f} ({d["decode_tok_s"]/decode:.2f}x) | decode/bandwidth deepinfer '
       f'{100*d["decode_bandwidth_ratio"]:.1f}% llama.cpp {100*llama_frac:.1f}%')
+try:
+    deep = max(best(r) for r in json.load(open(sys.argv[4])) if r["n_prompt"] == 0)
+    print(f'  decode at depth 128 (both after 128 cached tokens): llama.cpp {deep:.2f} tok/s, '
+          f'deepinfer / llama.cpp {d["decode_tok_s"]/deep:.2f}x')
+except (OSError, ValueError, StopIteration):
+    print('  (no llama-bench -d 128 result)')
 PY
     done
     rm -rf "$model" "$model.gguf"

@@ -6,18 +6,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON > /dev/null
-nice cmake --build build-cuda --target test_cuda deepinfer deepinfer-make-random-model deepinfer-hf-to-gguf -j2
+nice cmake --build build-cuda --target test_cuda deepinfer deepinfer-make-random-model deepinfer-hf-to-gguf \
+  deepinfer-bench-kvstore-bandwidth -j2
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/bin" "$STAGE/lib"
 cp build-cuda/bin/test_cuda build-cuda/bin/deepinfer build-cuda/bin/deepinfer-make-random-model build-cuda/bin/deepinfer-hf-to-gguf \
-  "$STAGE/bin/"
+  build-cuda/bin/deepinfer-bench-kvstore-bandwidth "$STAGE/bin/"
 for binary in "$STAGE"/bin/*; do
   ldd "$binary" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcublas|libcublasLt)\.so' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 strip "$STAGE"/bin/*
 echo "$PWD" > "$STAGE/source_dir"
-tar -cJf build-cuda/gpu-bundle.tar.xz -C "$STAGE" .
+XZ_OPT="-9e -T2" tar -cJf build-cuda/gpu-bundle.tar.xz -C "$STAGE" .
 rm -rf "$STAGE"
 ls -la build-cuda/gpu-bundle.tar.xz
 

@@ -151,6 +151,8 @@ void run_task(const TaskView& task) {
   const float* v_rows[kKeyBlock];
   const float* next_k_rows[kKeyBlock];
   const float* next_v_rows[kKeyBlock];
+  const float* in_place_k_rows[kKeyBlock];
+  const float* in_place_v_rows[kKeyBlock];
   int32_t block_start = task.first_key(task.first_pos) / kKeyBlock * kKeyBlock;
   task.rows(block_start, std::min(kKeyBlock, last_pos - block_start + 1), k_rows, v_rows);
   for (; block_start <= last_pos; block_start += kKeyBlock) {
@@ -160,8 +162,24 @@ void run_task(const TaskView& task) {
     task.prefetch(next_k_rows, next_count);
     task.prefetch(next_v_rows, next_count);
     // Heads outer, tokens inner: one kv head's slice of the block is packed once for all tokens.
+    // A single token (decode) reads each slice once, so it reads them in place: the step takes
+    // every 64-byte line once whatever the stride, and a copy would only add traffic. Same
+    // values, same arithmetic: the results do not change.
     for (int32_t h = task.head_begin; h < task.head_end; ++h) {
-      task.pack(k_rows, v_rows, count, static_cast<int64_t>(h) * head_dim);
+      const float* const* step_k_rows = task.packed_k_rows;
+      const float* const* step_v_rows = task.packed_v_rows;
+      if (task.tile.num_tokens == 1) {
+        const int64_t head_offset = static_cast<int64_t>(h) * head_dim;
+        // The AVX-512 step loads all kKeyBlock rows (masking the scores): rows past count repeat row 0.
+        for (int32_t b = 0; b < kKeyBlock; ++b) {
+          in_place_k_rows[b] = k_rows[b < count ? b : 0] + head_offset;
+          in_place_v_rows[b] = v_rows[b < count ? b : 0] + head_offset;
+        }
+        step_k_rows = in_place_k_rows;
+        step_v_rows = in_place_v_rows;
+      } else {
+        task.pack(k_rows, v_rows, count, static_cast<int64_t>(h) * head_dim);
+      }
       for (int32_t t = 0; t < task.tile.num_tokens; ++t) {
         const int32_t pos = task.first_pos + t;
         const int32_t lo = std::max(block_start, task.first_key(pos)) - block_start;
@@ -170,7 +188,7 @@ void run_task(const TaskView& task) {
         const StateView s = task.state(t, h);
         const float* q = task.ctx->q + (task.tile.first_token + t) * task.token_floats() +
                          static_cast<int64_t>(h) * group * head_dim;
-        task.ctx->step_fn(KeyBlockStep{q, task.packed_k_rows, task.packed_v_rows, lo, hi, group, head_dim,
+        task.ctx->step_fn(KeyBlockStep{q, step_k_rows, step_v_rows, lo, hi, group, head_dim,
                                        task.ctx->params->scale, s.probs, s.acc, s.running_max, s.running_sum,
                                        s.rescale});
       }
@@ -263,7 +281,9 @@ void paged_attention_with(Isa isa, const float* q, const float* k_cache, const f
 #pragma omp parallel if (num_tasks > 1)
   {
     const int64_t states_floats = kTileTokens * heads_per_task * key_state_floats(group, params.head_dim);
-    std::vector<float> scratch(static_cast<size_t>(states_floats + 2 * kKeyBlock * params.head_dim));
+    // Per thread and kept between calls: no allocation per layer in decode (run_task sets every state).
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(states_floats + 2 * kKeyBlock * params.head_dim));
     float* k_pack = scratch.data() + states_floats;
     float* v_pack = k_pack + kKeyBlock * params.head_dim;
     const float* packed_k_rows[kKeyBlock];

@@ -6,7 +6,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/simd.h"
@@ -18,6 +20,10 @@ constexpr int kTileCols = 4;  // weight rows streamed together: enough independe
 constexpr int kTileRows = 4;  // activation rows per pass; a 4-row weight tile stays in L1/L2 between passes
 // Below this many weight bytes the OpenMP fork/join costs more than the work.
 constexpr int64_t kParallelMinBytes = 256 * 1024;
+// Work is cut into chunks of about 1 / kChunksPerThread of a thread's share, never smaller than
+// kMinChunkBytes of weights: the unit a thread that is done takes over from a slower one.
+constexpr int64_t kChunksPerThread = 8;
+constexpr int64_t kMinChunkBytes = 64 * 1024;
 
 struct TileArgs {
   const float* x;     // [rows, k_in], first activation row of the tile
@@ -260,20 +266,96 @@ void gemv_range(TileSet tiles, const float* x, const WeightView& w, int64_t num_
   }
 }
 
+int64_t weight_bytes(const WeightView& w) { return w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype)); }
+
+// The group's outputs cut into chunks of whole tiles, numbered output by output.
+struct ChunkPlan {
+  const GemvOutput* outputs;
+  int num_outputs;
+  int64_t chunk_rows[kMaxGroupOutputs];       // weight rows per chunk, a multiple of kTileCols
+  int64_t first_chunk[kMaxGroupOutputs + 1];  // chunks of output i: [first_chunk[i], first_chunk[i + 1])
+  int64_t num_chunks;
+};
+
+ChunkPlan plan_chunks(const GemvOutput* outputs, int num_outputs, int64_t total_bytes, int64_t num_threads) {
+  ChunkPlan plan{};
+  plan.outputs = outputs;
+  plan.num_outputs = num_outputs;
+  const int64_t chunk_bytes = std::max(kMinChunkBytes, total_bytes / (num_threads * kChunksPerThread));
+  plan.first_chunk[0] = 0;
+  for (int i = 0; i < num_outputs; ++i) {
+    const WeightView& w = outputs[i].w;
+    const int64_t row_bytes = w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+    const int64_t tile_bytes = std::max<int64_t>(1, kTileCols * row_bytes);
+    const int64_t num_tiles = (w.rows + kTileCols - 1) / kTileCols;
+    const int64_t chunk_tiles = std::clamp<int64_t>(chunk_bytes / tile_bytes, 1, std::max<int64_t>(num_tiles, 1));
+    plan.chunk_rows[i] = chunk_tiles * kTileCols;
+    plan.first_chunk[i + 1] = plan.first_chunk[i] + (num_tiles + chunk_tiles - 1) / chunk_tiles;
+  }
+  plan.num_chunks = plan.first_chunk[num_outputs];
+  return plan;
+}
+
+// One thread's run of chunks; its own cache line, since every claim writes it.
+struct alignas(64) ChunkRun {
+  std::atomic<int64_t> next{0};
+  int64_t end = 0;
+};
+
+void run_chunk(const ChunkPlan& plan, const float* x, int64_t num_rows, int64_t chunk, Isa isa) {
+  int i = 0;
+  while (chunk >= plan.first_chunk[i + 1]) ++i;
+  const GemvOutput& out = plan.outputs[i];
+  const int64_t n_begin = (chunk - plan.first_chunk[i]) * plan.chunk_rows[i];
+  const int64_t n_end = std::min(out.w.rows, n_begin + plan.chunk_rows[i]);
+  gemv_range(pick_tiles(isa, out.w.dtype), x, out.w, num_rows, n_begin, n_end, out.y);
+}
+
 }  // namespace
 
 void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, Isa isa) {
-  const TileSet tiles = pick_tiles(isa, w.dtype);
-  const int64_t num_tiles = (w.rows + kTileCols - 1) / kTileCols;
-  const int64_t weight_bytes = w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
-#pragma omp parallel if (weight_bytes >= kParallelMinBytes && num_tiles > 1)
+  const GemvOutput output{w, y};
+  gemv_group(x, &output, 1, num_rows, isa);
+}
+
+void gemv_group(const float* x, const GemvOutput* outputs, int num_outputs, int64_t num_rows, Isa isa) {
+  DI_CHECK(num_outputs >= 1 && num_outputs <= kMaxGroupOutputs,
+           "gemv_group takes 1 to " << kMaxGroupOutputs << " outputs, not " << num_outputs);
+  int64_t total_bytes = 0;
+  for (int i = 0; i < num_outputs; ++i) {
+    DI_CHECK(outputs[i].w.cols == outputs[0].w.cols, "gemv_group weights must share their input width");
+    total_bytes += weight_bytes(outputs[i].w);
+  }
+  const int64_t num_threads = total_bytes >= kParallelMinBytes ? omp_get_max_threads() : 1;
+  const ChunkPlan plan = plan_chunks(outputs, num_outputs, total_bytes, num_threads);
+  if (num_threads == 1 || plan.num_chunks == 1) {
+    for (int64_t c = 0; c < plan.num_chunks; ++c) run_chunk(plan, x, num_rows, c, isa);
+    return;
+  }
+  // Each thread owns a contiguous run of chunks and works through it front to back (its tiles then
+  // stream on, each prefetching the next); a thread done with its own run takes chunks from the
+  // others' runs, so one slowed by its SMT sibling or the host scheduler does not hold the step
+  // up. Which thread computes a chunk never changes its bits.
+  // Always the whole team, even when some runs are empty: with 8-thread attention regions between
+  // 16-thread products, decode on 16 vCPUs fell from 67 to 28 tok/s (libgomp re-forms its team
+  // whenever a region asks for another size).
+  const int64_t team = num_threads;
+  std::vector<ChunkRun> runs(static_cast<size_t>(team));
+  for (int64_t t = 0; t < team; ++t) {
+    runs[static_cast<size_t>(t)].next = plan.num_chunks * t / team;
+    runs[static_cast<size_t>(t)].end = plan.num_chunks * (t + 1) / team;
+  }
+#pragma omp parallel num_threads(static_cast<int>(team))
   {
-    // Contiguous, equal shares of whole tiles: each thread streams one slab of the weight.
-    const int64_t num_threads = omp_get_num_threads();
-    const int64_t thread = omp_get_thread_num();
-    const int64_t n_begin = std::min(w.rows, num_tiles * thread / num_threads * kTileCols);
-    const int64_t n_end = std::min(w.rows, num_tiles * (thread + 1) / num_threads * kTileCols);
-    if (n_begin < n_end) gemv_range(tiles, x, w, num_rows, n_begin, n_end, y);
+    // Threads the runtime did not start leave their runs to the others.
+    const int64_t self = omp_get_thread_num();
+    for (int64_t v = 0; v < team; ++v) {
+      ChunkRun& run = runs[static_cast<size_t>((self + v) % team)];
+      for (int64_t c = run.next.fetch_add(1, std::memory_order_relaxed); c < run.end;
+           c = run.next.fetch_add(1, std::memory_order_relaxed)) {
+        run_chunk(plan, x, num_rows, c, isa);
+      }
+    }
   }
 }
 

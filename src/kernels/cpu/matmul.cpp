@@ -53,4 +53,24 @@ void matmul(const float* x, const WeightView& w, const WeightView& bias, int64_t
   if (bias.data != nullptr) add_bias(bias, num_rows, w.rows, y);
 }
 
+bool can_matmul_group(const MatmulTarget* targets, int num_targets, int64_t num_rows) {
+  if (num_targets < 1 || num_targets > kMaxGroupOutputs) return false;
+  for (int i = 0; i < num_targets; ++i) {
+    const WeightView& w = targets[i].w;
+    if (w.cols != targets[0].w.cols || num_rows > gemv_max_rows(w.dtype)) return false;
+    if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kF16) return false;
+  }
+  return true;
+}
+
+void matmul_group(const float* x, int64_t num_rows, const MatmulTarget* targets, int num_targets) {
+  DI_CHECK(can_matmul_group(targets, num_targets, num_rows), "matmul_group needs GEMV-sized products of one width");
+  GemvOutput outputs[kMaxGroupOutputs];
+  for (int i = 0; i < num_targets; ++i) outputs[i] = GemvOutput{targets[i].w, targets[i].y};
+  gemv_group(x, outputs, num_targets, num_rows, best_isa());
+  for (int i = 0; i < num_targets; ++i) {
+    if (targets[i].bias.data != nullptr) add_bias(targets[i].bias, num_rows, targets[i].w.rows, targets[i].y);
+  }
+}
+
 }  // namespace deepinfer::kernels::cpu

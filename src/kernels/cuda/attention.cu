@@ -3,8 +3,9 @@
 // kWarps * kRowsPerWarp query rows (token, head) of one sequence that share one KV head, streams
 // that head's keys of one split through shared memory in tiles of 32 (K and V read once for all
 // the group's heads; once in all when they are the same cache, as in MLA), and keeps an online
-// softmax per row. Head sizes up to 576 (MLA's 512 + 64 latent rows). Splits over the key axis
-// (flash-decoding) give long decodes enough blocks; a second kernel combines them in split order.
+// softmax per row. Head sizes up to 576 (MLA's 512 + 64 latent rows) on float32 caches, up to 256
+// on bf16 caches (widened to float32 in shared memory). Splits over the key axis (flash-decoding)
+// give long decodes enough blocks; a second kernel combines them in split order.
 #include <algorithm>
 #include <cmath>
 
@@ -13,6 +14,7 @@
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -28,9 +30,12 @@ constexpr int kTileKeys = 32;
 // rows per warp: more would not fit the registers.
 constexpr int kWideDims = 576;
 
-// kDims = head_dim rounded up to a multiple of 32 (lane l owns dims l, l + 32, ...).
-template <int kDims, int kRowsPerWarp>
+// kDims = head_dim rounded up to a multiple of 32 (lane l owns dims l, l + 32, ...); T: the cache
+// element, float or __nv_bfloat16.
+template <typename T, int kDims, int kRowsPerWarp>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionArgs a) {
+  wait_for_previous_grid();
+  allow_next_grid();
   constexpr int kRows = kWarps * kRowsPerWarp;
   constexpr int kPerLane = kDims / 32;
   constexpr int kKStride = kDims + 4;  // 16-byte padding: lane j's float4 reads of row j miss each other's banks
@@ -39,6 +44,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   constexpr bool kStaged = kDims <= 256;
   extern __shared__ float4 shared_raw[];
   const bool shared_kv = a.k_cache == a.v_cache;  // MLA: one latent row is both key and value
+  const T* k_cache = static_cast<const T*>(a.k_cache);
+  const T* v_cache = static_cast<const T*>(a.v_cache);
   float* q_tile = reinterpret_cast<float*>(shared_raw);           // [kRows, kDims], pre-scaled
   float* k_tile = q_tile + kRows * kDims;                           // [kTileKeys, kKStride]
   float* v_tile = shared_kv ? k_tile : k_tile + kTileKeys * kKStride;  // [kTileKeys, kKStride]
@@ -126,8 +133,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
       staged_v[j] = staged_k[j];
       if (p < key_end) {
         const int64_t offset = key_offset(p) + i % (kDims / 4) * 4;
-        staged_k[j] = *reinterpret_cast<const float4*>(a.k_cache + offset);
-        if (!shared_kv) staged_v[j] = *reinterpret_cast<const float4*>(a.v_cache + offset);
+        staged_k[j] = detail::load_cache4(k_cache, offset);
+        if (!shared_kv) staged_v[j] = detail::load_cache4(v_cache, offset);
       }
     }
   };
@@ -144,15 +151,15 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
         if (!shared_kv) *reinterpret_cast<float4*>(v_tile + at) = staged_v[j];
       }
       if (kPrefetch && tile_begin + kTileKeys < key_end) load_tile(tile_begin + kTileKeys);
-    } else if (fast) {
+    } else if (fast && sizeof(T) == sizeof(float)) {
       // Keys past key_end read as zeros (their scores are masked; zero values keep 0 * v finite).
       for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * kDims / 4; i += kWarps * 32) {
         const int32_t p = tile_begin + i / (kDims / 4);
         const bool valid = p < key_end;
         const int64_t offset = (valid ? key_offset(p) : 0) + i % (kDims / 4) * 4;
         const int at = i / (kDims / 4) * kKStride + i % (kDims / 4) * 4;
-        detail::cp_async16(k_tile + at, a.k_cache + offset, valid);
-        if (!shared_kv) detail::cp_async16(v_tile + at, a.v_cache + offset, valid);
+        detail::cp_async16(k_tile + at, k_cache + offset, valid);
+        if (!shared_kv) detail::cp_async16(v_tile + at, v_cache + offset, valid);
       }
       detail::cp_async_commit();
       detail::cp_async_wait<0>();
@@ -165,8 +172,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
         float vx = 0.0f;
         if (p < key_end && d < head_dim) {
           const int64_t offset = key_offset(p) + d;
-          kx = a.k_cache[offset];
-          vx = a.v_cache[offset];
+          kx = detail::cache_to_f32(k_cache[offset]);
+          vx = detail::cache_to_f32(v_cache[offset]);
         }
         k_tile[key * kKStride + d] = kx;
         if (!shared_kv) v_tile[key * kKStride + d] = vx;
@@ -259,6 +266,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
 // many splits are bound by this kernel's latency otherwise). Empty trailing splits (m = -inf,
 // l = 0, acc = 0) add exact zeros, so a wider block table does not change the bits.
 __global__ void combine_splits_kernel(AttentionArgs a) {
+  wait_for_previous_grid();
+  allow_next_grid();
   const int32_t head_dim = a.params.head_dim;
   const int32_t slices = (head_dim + 31) / 32;
   const int64_t index = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
@@ -298,13 +307,13 @@ __global__ void combine_splits_kernel(AttentionArgs a) {
   if (d < head_dim) a.out[(token * a.params.num_heads + head) * head_dim + d] = sum / denom;
 }
 
-template <int kDims, int kRowsPerWarp>
+template <typename T, int kDims, int kRowsPerWarp>
 void launch(const AttentionArgs& args, unsigned row_tiles, cudaStream_t stream) {
   constexpr int kRows = kWarps * kRowsPerWarp;
   constexpr size_t kTileBytes = kTileKeys * (kDims + 4) * sizeof(float);
   constexpr size_t kSharedBytes = kRows * kDims * sizeof(float) + 2 * kTileBytes;
   static const bool configured = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<kDims, kRowsPerWarp>,
+    DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T, kDims, kRowsPerWarp>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes)));
     return true;
   }();
@@ -313,17 +322,29 @@ void launch(const AttentionArgs& args, unsigned row_tiles, cudaStream_t stream) 
                   static_cast<unsigned>(args.batch.num_seqs));
   // Shared keys and values (MLA) need one tile, not two.
   const size_t shared_bytes = args.k_cache == args.v_cache ? kSharedBytes - kTileBytes : kSharedBytes;
-  paged_attention_kernel<kDims, kRowsPerWarp><<<grid, kWarps * 32, shared_bytes, stream>>>(args);
+  launch_dependent(paged_attention_kernel<T, kDims, kRowsPerWarp>, grid, dim3(kWarps * 32), shared_bytes, stream, args);
   DI_CUDA_CHECK_LAUNCH("paged_attention_kernel");
 }
 
-template <int kRowsPerWarp>
+template <typename T, int kRowsPerWarp>
 void launch_for_dims(const AttentionArgs& args, unsigned row_tiles, cudaStream_t stream) {
   const int32_t head_dim = args.params.head_dim;
-  if (head_dim <= 32) return launch<32, kRowsPerWarp>(args, row_tiles, stream);
-  if (head_dim <= 64) return launch<64, kRowsPerWarp>(args, row_tiles, stream);
-  if (head_dim <= 128) return launch<128, kRowsPerWarp>(args, row_tiles, stream);
-  return launch<256, kRowsPerWarp>(args, row_tiles, stream);
+  if (head_dim <= 32) return launch<T, 32, kRowsPerWarp>(args, row_tiles, stream);
+  if (head_dim <= 64) return launch<T, 64, kRowsPerWarp>(args, row_tiles, stream);
+  if (head_dim <= 128) return launch<T, 128, kRowsPerWarp>(args, row_tiles, stream);
+  return launch<T, 256, kRowsPerWarp>(args, row_tiles, stream);
+}
+
+// Wide heads (rows_per_warp 4) have float32 caches only (paged_attention checks).
+template <typename T>
+void launch_general(const AttentionArgs& args, int32_t rows_per_warp, unsigned row_tiles, cudaStream_t stream) {
+  if (rows_per_warp == 4) {
+    if constexpr (sizeof(T) == sizeof(float)) launch<T, kWideDims, 4>(args, row_tiles, stream);
+  } else if (rows_per_warp == 8) {
+    launch_for_dims<T, 8>(args, row_tiles, stream);
+  } else {
+    launch_for_dims<T, 1>(args, row_tiles, stream);
+  }
 }
 
 // Decode-like batches (a few rows per KV head) give each warp one row; prefill gives it eight so a
@@ -361,13 +382,28 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
     const int64_t rows = int64_t{kWarps} * rows_per_warp(batch, params);
     const int64_t row_tiles = decode_only ? 1 : (int64_t{batch.max_query_len} * group + rows - 1) / rows;
     const int64_t base_blocks = row_tiles * params.num_kv_heads * batch.num_seqs;
-    const int64_t blocks_per_sm = decode_only ? 8 : 4;
-    const int64_t wanted = (blocks_per_sm * num_sms + base_blocks - 1) / base_blocks;
+    const bool bf16_decode = decode_only && params.cache_dtype == DType::kBF16;
+    int64_t wanted = 1;
+    if (bf16_decode) {
+      // Whole waves: the fewest waves of resident blocks that at least 85 % fill, so no short tail
+      // wave keeps a few SMs busy while the rest idle.
+      const int64_t slots = int64_t{detail::decode_resident_blocks(params)} * num_sms;
+      for (int64_t waves = 1; waves <= 4; ++waves) {
+        const int64_t splits = waves * slots / base_blocks;
+        if (splits >= 1 && splits * base_blocks * 100 >= waves * slots * 85) {
+          wanted = splits;
+          break;
+        }
+      }
+    } else {
+      const int64_t blocks_per_sm = decode_only ? 8 : 4;
+      wanted = (blocks_per_sm * num_sms + base_blocks - 1) / base_blocks;
+    }
     // Splits of at least 256 keys keep the partials small next to the keys. The decode kernel's
     // partials are 4-8 rows per KV group, so it goes down to 128 (short contexts then fill more
     // than one wave of blocks); wide (MLA) rows are compute-bound and a decode batch of them has
     // few row tiles, so they split down to one tile.
-    const int64_t min_split_keys = params.head_dim > 256 ? kTileKeys : (decode_only ? 128 : 256);
+    const int64_t min_split_keys = params.head_dim > 256 ? kTileKeys : (bf16_decode ? 64 : (decode_only ? 128 : 256));
     const int64_t splits = std::clamp<int64_t>(wanted, 1, (max_keys + min_split_keys - 1) / min_split_keys);
     const int64_t keys = (max_keys + splits - 1) / splits;
     plan.split_keys = static_cast<int32_t>((keys + kTileKeys - 1) / kTileKeys * kTileKeys);
@@ -383,10 +419,13 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
   return plan;
 }
 
-void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+void paged_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                      const AttentionParams& params, const AttentionPlan& plan, void* workspace, float* out,
                      cudaStream_t stream) {
   if (batch.num_seqs == 0 || batch.num_tokens == 0) return;
+  const bool bf16_cache = params.cache_dtype == DType::kBF16;
+  DI_CHECK(params.cache_dtype == DType::kF32 || (bf16_cache && params.head_dim <= 256),
+           "paged_attention: cache dtype " << dtype_name(params.cache_dtype) << " with head_dim " << params.head_dim);
   const bool decode_kernel = detail::decode_kernel_fits(params);
   AttentionArgs args{q,     k_cache, v_cache, batch, params, plan.split_keys, plan.num_splits, plan.workspace_bytes > 0,
                      decode_kernel, out, static_cast<float*>(workspace)};
@@ -396,17 +435,16 @@ void paged_attention(const float* q, const float* k_cache, const float* v_cache,
     const int32_t rpw = rows_per_warp(batch, params);
     const int32_t rows = kWarps * rpw;
     const auto row_tiles = static_cast<unsigned>((int64_t{batch.max_query_len} * group + rows - 1) / rows);
-    if (rpw == 4) {
-      launch<kWideDims, 4>(args, row_tiles, stream);
-    } else if (rpw == 8) {
-      launch_for_dims<8>(args, row_tiles, stream);
+    if (bf16_cache) {
+      launch_general<__nv_bfloat16>(args, rpw, row_tiles, stream);
     } else {
-      launch_for_dims<1>(args, row_tiles, stream);
+      launch_general<float>(args, rpw, row_tiles, stream);
     }
   }
   if (args.write_partials) {
     const int64_t num_warps = int64_t{batch.num_tokens} * params.num_heads * ((params.head_dim + 31) / 32);
-    combine_splits_kernel<<<static_cast<unsigned>((num_warps + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(args);
+    const dim3 grid(static_cast<unsigned>((num_warps + kWarps - 1) / kWarps));
+    launch_dependent(combine_splits_kernel, grid, dim3(kWarps * 32), 0, stream, args);
     DI_CUDA_CHECK_LAUNCH("combine_splits_kernel");
   }
 }

@@ -1,8 +1,9 @@
 // What the paged attention kernels share (attention.cu: the general kernel, the split combine and
 // the plan; attention_decode.cu: the single-token decode kernel): the launch argument struct, the
-// split workspace layout, and cp.async copies into shared memory.
+// split workspace layout, cp.async copies into shared memory, and float32 / bf16 cache element loads.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,9 +16,9 @@ constexpr int kWarps = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct AttentionArgs {
-  const float* q;        // [num_tokens, num_heads, head_dim]
-  const float* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  const float* v_cache;  // may equal k_cache (MLA's latent rows are both keys and values)
+  const float* q;       // [num_tokens, num_heads, head_dim]
+  const void* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim] of params.cache_dtype
+  const void* v_cache;  // may equal k_cache (MLA's latent rows are both keys and values)
   PagedBatch batch;
   AttentionParams params;
   int32_t split_keys;
@@ -34,6 +35,62 @@ struct AttentionArgs {
 __device__ __forceinline__ float* partial_row(const AttentionArgs& a, int32_t split, int64_t token, int32_t head) {
   const int64_t stride = a.params.head_dim + 2;
   return a.partial + ((static_cast<int64_t>(split) * a.batch.num_tokens + token) * a.params.num_heads + head) * stride;
+}
+
+// One element d of a decode block's result for a head: its split's partial (sum, max, denominator)
+// when the sequence is split, else the normalised output with the head's attention sink folded in.
+__device__ __forceinline__ void write_decode_result(const AttentionArgs& a, int32_t split, int64_t token,
+                                                    int32_t head, int d, float sum, float m_all, float denom) {
+  const int32_t dims = a.params.head_dim;
+  if (a.write_partials) {
+    float* dst = partial_row(a, split, token, head);
+    dst[d] = sum;
+    if (d == 0) {
+      dst[dims] = m_all;
+      dst[dims + 1] = denom;
+    }
+    return;
+  }
+  float rescale = 1.0f;
+  if (a.params.sinks != nullptr) {
+    const float sink = a.params.sinks[head] * kLog2e;
+    const float m_sink = fmaxf(m_all, sink);
+    rescale = exp2f(m_all - m_sink);
+    denom = denom * rescale + exp2f(sink - m_sink);
+  }
+  a.out[(token * a.params.num_heads + head) * dims + d] = sum * rescale / denom;
+}
+
+// Cache elements as float32: a cache is float or __nv_bfloat16.
+__device__ __forceinline__ float cache_to_f32(float x) { return x; }
+__device__ __forceinline__ float cache_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Four consecutive cache elements from element offset at (a multiple of 4).
+__device__ __forceinline__ float4 load_cache4(const float* cache, int64_t at) {
+  return *reinterpret_cast<const float4*>(cache + at);
+}
+__device__ __forceinline__ float4 load_cache4(const __nv_bfloat16* cache, int64_t at) {
+  const uint2 bits = *reinterpret_cast<const uint2*>(cache + at);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// The 16 / sizeof(T) cache elements of a 16-byte copy, as float32.
+__device__ __forceinline__ void unpack16(const float4& raw, const float* /*tag*/, float* out) {
+  out[0] = raw.x;
+  out[1] = raw.y;
+  out[2] = raw.z;
+  out[3] = raw.w;
+}
+__device__ __forceinline__ void unpack16(const float4& raw, const __nv_bfloat16* /*tag*/, float* out) {
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 x = __bfloat1622float2(pairs[j]);
+    out[2 * j] = x.x;
+    out[2 * j + 1] = x.y;
+  }
 }
 
 // 16 bytes global -> shared without passing through registers; valid == false writes zeros and
@@ -54,8 +111,16 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // The decode kernel takes head_dim 64, 128 or 256 with up to 8 query heads per KV head.
 bool decode_kernel_fits(const AttentionParams& params);
+// Blocks of the decode kernel for these params that one SM holds at once (the plan's wave size).
+int32_t decode_resident_blocks(const AttentionParams& params);
 // Launches it over every (split, kv head, sequence); blocks of sequences with more than one new
 // token return at once.
 void launch_decode_attention(const AttentionArgs& args, cudaStream_t stream);
+
+// The tiled decode kernel for bf16 caches (attention_decode_tiled.cu): the same grid and outputs,
+// keys streamed through shared-memory tiles. launch_decode_attention picks it where it fits.
+bool tiled_decode_fits(const AttentionParams& params);
+int32_t tiled_decode_resident_blocks(const AttentionParams& params);
+void launch_tiled_decode_attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda::detail

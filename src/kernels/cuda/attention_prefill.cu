@@ -1,7 +1,8 @@
 // Flash-attention-2 style paged prefill on tensor cores (mma.sync m16n8k16, bf16 in, fp32 out).
-// A first kernel copies the keys and values the step's queries can see from the paged f32 cache to
-// a bf16 workspace, contiguous per (sequence, kv head); the attention kernel then streams 64-key
-// tiles of it through shared memory with cp.async (double-buffered) and keeps an fp32 online softmax
+// A first kernel copies the keys and values the step's queries can see from the paged cache (f32 or
+// bf16) to a bf16 workspace, contiguous per (sequence, kv head): reading pages in place measured
+// slower (a block-table lookup per key and chunk in the tile loader). The attention kernel streams
+// 64-key tiles of it through shared memory with cp.async (double-buffered) and keeps an fp32 online softmax
 // per row. A block takes the query rows (token, head) of one sequence that share one kv head, so the
 // group's heads share every K/V tile; each of its 4 warps owns 16 rows, or 32 for long prompts.
 #include <cuda_bf16.h>
@@ -92,9 +93,18 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four cache elements at element offset at, as bf16: rounded from float32, or copied.
+__device__ __forceinline__ uint2 load_bf16x4(const float* cache, int64_t at) {
+  return to_bf16x4(*reinterpret_cast<const float4*>(cache + at));
+}
+__device__ __forceinline__ uint2 load_bf16x4(const __nv_bfloat16* cache, int64_t at) {
+  return *reinterpret_cast<const uint2*>(cache + at);
+}
+
+template <typename T>
 struct GatherArgs {
-  const float* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  const float* v_cache;
+  const T* k_cache;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const T* v_cache;
   PagedBatch batch;
   AttentionParams params;
   int64_t max_keys;
@@ -103,7 +113,8 @@ struct GatherArgs {
 };
 
 // Block (x, seq) copies cache positions [x * kGatherKeys, (x + 1) * kGatherKeys) of seq, all kv heads.
-__global__ void __launch_bounds__(256) gather_kv_kernel(GatherArgs a) {
+template <typename T>
+__global__ void __launch_bounds__(256) gather_kv_kernel(GatherArgs<T> a) {
   const auto seq = static_cast<int32_t>(blockIdx.y);
   const int32_t seq_len = a.batch.seq_len[seq];
   const int32_t num_new = a.batch.query_start[seq + 1] - a.batch.query_start[seq];
@@ -122,8 +133,8 @@ __global__ void __launch_bounds__(256) gather_kv_kernel(GatherArgs a) {
     const int64_t dst =
         ((static_cast<int64_t>(seq) * a.params.num_kv_heads + e / head_dim) * a.max_keys + p) * head_dim +
         e % head_dim;
-    *reinterpret_cast<uint2*>(a.k + dst) = to_bf16x4(*reinterpret_cast<const float4*>(a.k_cache + src));
-    *reinterpret_cast<uint2*>(a.v + dst) = to_bf16x4(*reinterpret_cast<const float4*>(a.v_cache + src));
+    *reinterpret_cast<uint2*>(a.k + dst) = load_bf16x4(a.k_cache, src);
+    *reinterpret_cast<uint2*>(a.v + dst) = load_bf16x4(a.v_cache, src);
   }
 }
 
@@ -431,6 +442,17 @@ void launch_for_rows(const PrefillArgs& args, cudaStream_t stream) {
   return launch<kDims, 1>(args, stream);
 }
 
+template <typename T>
+void gather_kv(const void* k_cache, const void* v_cache, const PagedBatch& batch, const AttentionParams& params,
+               int64_t max_keys, __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream) {
+  const GatherArgs<T> gather{static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), batch, params, max_keys,
+                             k, v};
+  const dim3 grid(static_cast<unsigned>((max_keys + kGatherKeys - 1) / kGatherKeys),
+                  static_cast<unsigned>(batch.num_seqs));
+  gather_kv_kernel<T><<<grid, 256, 0, stream>>>(gather);
+  DI_CUDA_CHECK_LAUNCH("gather_kv_kernel");
+}
+
 }  // namespace
 
 bool prefill_attention_supported(const AttentionParams& params) {
@@ -442,7 +464,7 @@ size_t prefill_attention_workspace_bytes(const PagedBatch& batch, const Attentio
          static_cast<size_t>(max_keys_of(batch)) * static_cast<size_t>(params.head_dim) * sizeof(__nv_bfloat16);
 }
 
-void prefill_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+void prefill_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                        const AttentionParams& params, void* workspace, float* out, cudaStream_t stream) {
   if (batch.num_seqs == 0) return;
   DI_CHECK(prefill_attention_supported(params), "prefill_attention: head_dim " << params.head_dim);
@@ -452,11 +474,12 @@ void prefill_attention(const float* q, const float* k_cache, const float* v_cach
   const int64_t max_keys = max_keys_of(batch);
   auto* k = static_cast<__nv_bfloat16*>(workspace);
   __nv_bfloat16* v = k + static_cast<int64_t>(batch.num_seqs) * params.num_kv_heads * max_keys * params.head_dim;
-  const GatherArgs gather{k_cache, v_cache, batch, params, max_keys, k, v};
-  const dim3 gather_grid(static_cast<unsigned>((max_keys + kGatherKeys - 1) / kGatherKeys),
-                         static_cast<unsigned>(batch.num_seqs));
-  gather_kv_kernel<<<gather_grid, 256, 0, stream>>>(gather);
-  DI_CUDA_CHECK_LAUNCH("gather_kv_kernel");
+  if (params.cache_dtype == DType::kBF16) {
+    gather_kv<__nv_bfloat16>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
+  } else {
+    DI_CHECK(params.cache_dtype == DType::kF32, "prefill_attention: cache dtype " << dtype_name(params.cache_dtype));
+    gather_kv<float>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
+  }
   const PrefillArgs args{q, batch, params, max_keys, k, v, out};
   switch (params.head_dim) {
     case 64: return launch_for_rows<64>(args, stream);

@@ -13,10 +13,12 @@
 namespace deepinfer::kernels::cuda {
 
 void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out, cudaStream_t stream);
+// The norms also write out rounded to half_dtype (kBF16 or kF16) into out_half when it is set.
 void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim, float eps,
-              float* out, cudaStream_t stream);
+              float* out, cudaStream_t stream, void* out_half = nullptr, DType half_dtype = DType::kBF16);
 void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
-                  int64_t dim, float eps, float* out, cudaStream_t stream);
+                  int64_t dim, float eps, float* out, cudaStream_t stream, void* out_half = nullptr,
+                  DType half_dtype = DType::kBF16);
 void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,
           int32_t rotary_dim, const float* inv_freq, float attention_scaling, RopeLayout layout, cudaStream_t stream);
 void silu_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream);
@@ -24,8 +26,9 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out
 void add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream);
 void scale(const float* x, int64_t count, float factor, float* out, cudaStream_t stream);
 void softcap(const float* x, int64_t count, float cap, float* out, cudaStream_t stream);
+// cache_dtype kF32 or kBF16 (rounded to nearest even).
 void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-              float* k_cache, float* v_cache, cudaStream_t stream);
+              DType cache_dtype, void* k_cache, void* v_cache, cudaStream_t stream);
 
 // Matmul helpers. y[r, :] += bias for num_rows rows; bias: [1, cols] of any weight dtype.
 void add_bias(float* y, const WeightView& bias, int64_t num_rows, cudaStream_t stream);
@@ -50,7 +53,8 @@ struct AttentionPlan {
 // num_sms multiprocessors. Needs batch.num_tokens and batch.max_query_len (host-side sizes).
 AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParams& params, int32_t fixed_split_keys,
                                    int32_t num_sms);
-void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+// Caches of params.cache_dtype: kF32, or kBF16 for head sizes up to 256 (not MLA's 576).
+void paged_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                      const AttentionParams& params, const AttentionPlan& plan, void* workspace, float* out,
                      cudaStream_t stream);
 

@@ -1,10 +1,12 @@
-// Element-wise CUDA kernels: activations, add/scale/softcap, embedding gather, KV-cache writes,
-// bias add and float32 -> bf16/f16 casts for the matmul inputs.
+// Element-wise CUDA kernels: activations, add/scale/softcap, embedding gather, KV-cache writes
+// (float32 or bf16 caches), bias add and float32 -> bf16/f16 casts for the matmul inputs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -47,27 +49,45 @@ __global__ void softcap_kernel(const float* x, int64_t count, float cap, float* 
 
 // One block per token.
 __global__ void embedding_kernel(const void* table, DType dtype, int64_t cols, const int32_t* token_ids, float* out) {
+  wait_for_previous_grid();
+  allow_next_grid();
   const int64_t row = token_ids[blockIdx.x];
   float* dst = out + blockIdx.x * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = load_as_f32(table, dtype, row * cols + c);
 }
 
-// One block per token; 16-byte copies when kv_dim is a multiple of 4.
+// One block per token; 16-byte reads when kv_dim is a multiple of 4. A bf16 cache gets each value
+// rounded to nearest even.
+__device__ __forceinline__ void store_kv(float* cache, int64_t at, float4 x) {
+  *reinterpret_cast<float4*>(cache + at) = x;
+}
+__device__ __forceinline__ void store_kv(__nv_bfloat16* cache, int64_t at, float4 x) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z, x.w);
+  uint2 bits;
+  bits.x = *reinterpret_cast<const uint32_t*>(&lo);
+  bits.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(cache + at) = bits;
+}
+__device__ __forceinline__ void store_kv(float* cache, int64_t at, float x) { cache[at] = x; }
+__device__ __forceinline__ void store_kv(__nv_bfloat16* cache, int64_t at, float x) { cache[at] = __float2bfloat16_rn(x); }
+
+template <typename T>
 __global__ void write_kv_kernel(const float* k, const float* v, const int32_t* slot_mapping, int64_t kv_dim,
-                                float* k_cache, float* v_cache) {
+                                T* k_cache, T* v_cache) {
   const int64_t slot = slot_mapping[blockIdx.x];
   if (slot < 0) return;
   const int64_t src = blockIdx.x * kv_dim;
   const int64_t dst = slot * kv_dim;
   if (kv_dim % 4 == 0) {
     for (int64_t c = threadIdx.x; c < kv_dim / 4; c += blockDim.x) {
-      reinterpret_cast<float4*>(k_cache + dst)[c] = reinterpret_cast<const float4*>(k + src)[c];
-      reinterpret_cast<float4*>(v_cache + dst)[c] = reinterpret_cast<const float4*>(v + src)[c];
+      store_kv(k_cache, dst + 4 * c, reinterpret_cast<const float4*>(k + src)[c]);
+      store_kv(v_cache, dst + 4 * c, reinterpret_cast<const float4*>(v + src)[c]);
     }
   } else {
     for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-      k_cache[dst + c] = k[src + c];
-      v_cache[dst + c] = v[src + c];
+      store_kv(k_cache, dst + c, k[src + c]);
+      store_kv(v_cache, dst + c, v[src + c]);
     }
   }
 }
@@ -79,6 +99,8 @@ __global__ void add_bias_kernel(float* y, const void* bias, DType dtype, int64_t
 }
 
 __global__ void cast_bf16_kernel(const float* x, int64_t count, __nv_bfloat16* out) {
+  wait_for_previous_grid();
+  allow_next_grid();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     out[i] = __float2bfloat16_rn(x[i]);
   }
@@ -148,15 +170,23 @@ void softcap(const float* x, int64_t count, float cap, float* out, cudaStream_t 
 void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out,
                cudaStream_t stream) {
   if (num_tokens == 0) return;
-  embedding_kernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(table.data, table.dtype, table.cols,
-                                                                                 token_ids, out);
+  launch_dependent(embedding_kernel, dim3(static_cast<unsigned>(num_tokens)), dim3(kThreads), 0, stream, table.data,
+                   table.dtype, table.cols, token_ids, out);
   DI_CUDA_CHECK_LAUNCH("embedding_kernel");
 }
 
 void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-              float* k_cache, float* v_cache, cudaStream_t stream) {
+              DType cache_dtype, void* k_cache, void* v_cache, cudaStream_t stream) {
   if (num_tokens == 0) return;
-  write_kv_kernel<<<static_cast<unsigned>(num_tokens), 128, 0, stream>>>(k, v, slot_mapping, kv_dim, k_cache, v_cache);
+  const auto blocks = static_cast<unsigned>(num_tokens);
+  if (cache_dtype == DType::kBF16) {
+    write_kv_kernel<<<blocks, 128, 0, stream>>>(k, v, slot_mapping, kv_dim, static_cast<__nv_bfloat16*>(k_cache),
+                                                static_cast<__nv_bfloat16*>(v_cache));
+  } else {
+    DI_CHECK(cache_dtype == DType::kF32, "write_kv: cache dtype " << dtype_name(cache_dtype));
+    write_kv_kernel<<<blocks, 128, 0, stream>>>(k, v, slot_mapping, kv_dim, static_cast<float*>(k_cache),
+                                                static_cast<float*>(v_cache));
+  }
   DI_CUDA_CHECK_LAUNCH("write_kv_kernel");
 }
 
@@ -171,7 +201,8 @@ void add_bias(float* y, const WeightView& bias, int64_t num_rows, cudaStream_t s
 void cast_from_f32(const float* x, int64_t count, DType dtype, void* out, cudaStream_t stream) {
   if (count == 0) return;
   if (dtype == DType::kBF16) {
-    cast_bf16_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, count, static_cast<__nv_bfloat16*>(out));
+    launch_dependent(cast_bf16_kernel, dim3(grid_for(count, kThreads)), dim3(kThreads), 0, stream, x, count,
+                     static_cast<__nv_bfloat16*>(out));
     DI_CUDA_CHECK_LAUNCH("cast_bf16_kernel");
   } else {
     cast_f16_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, count, static_cast<__half*>(out));

@@ -32,12 +32,29 @@ class LtGemm {
   // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
   void matmul_cast(const void* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
 
+  // The cast buffer remembers whose values it holds: matmul of the same x (q, k and v of one
+  // normed input) casts once, and a kernel that makes x (a norm) can write the rounded copy there
+  // itself. The caller must call forget_staged whenever x may have changed by other means.
+  // stage: room for count elements of dtype that the caller fills with source rounded to dtype,
+  // enqueued before the next product.
+  void* stage(const float* source, int64_t count, DType dtype);
+  // Room for count elements of dtype for matmul_cast; the buffer no longer stands for any x.
+  void* input_buffer(int64_t count, DType dtype);
+  void forget_staged() { staged_ = Staged{}; }
+
  private:
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int>;  // m, n, k, dtype, align x, align y
 
   const Plan& plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y);
   void* cast_buffer(size_t bytes);
+
+  // What the cast buffer holds: source[0, count) rounded to dtype; source null when nothing.
+  struct Staged {
+    const float* source = nullptr;
+    int64_t count = 0;
+    DType dtype = DType::kF32;
+  };
 
   bool batch_invariant_;
   cublasLtHandle_t handle_ = nullptr;
@@ -46,6 +63,7 @@ class LtGemm {
   void* cast_ = nullptr;
   size_t cast_bytes_ = 0;
   std::vector<void*> retired_casts_;  // earlier cast buffers, kept for graphs that use them
+  Staged staged_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<std::tuple<int64_t, int64_t, int>, cublasLtMatmulAlgo_t> pinned_;  // (n, k, dtype) in invariant mode
 };

@@ -6,12 +6,20 @@
 // Memory-bound by design: the weights are read once; x comes from L1, each load serving kCols rows.
 // Measured on the H200 (docs/benchmarks.md): at M = 8 the arithmetic per weight byte made it
 // slower than cuBLASLt, so larger M goes there.
+// Launched as a dependent kernel: its first weight loads overlap the previous kernel's tail.
+// Stacked gate|up weights take the same kernel with the gated activation as its epilogue (the
+// intermediate never goes to memory), and glu_rounded is their activation after a cuBLASLt GEMM.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
+#include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/glu.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -49,38 +57,55 @@ __device__ __forceinline__ float round_to_weight_type(float x) {
   }
 }
 
-// One block computes kCols adjacent output columns, so each x load serves kCols weight rows.
-template <DType kDType, int kRows>
+// What a block does with its sums: store them, or (stacked gate|up) store act(gate) * up.
+enum class Epilogue { kStore, kSilu, kGelu };
+
+// One block computes kOut adjacent output columns from kW weight rows (kW = kOut, or with a gated
+// epilogue kOut gate rows and the kOut up rows n rows further on), so each x load serves kW rows.
+template <DType kDType, int kRows, int kW, int kUnrollT, Epilogue kEpilogue>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* __restrict__ x,
                                                                    const uint4* __restrict__ w, int64_t n,
                                                                    int64_t k, float* __restrict__ y) {
-  __shared__ float partial[kWarpsPerBlock][kRows][kCols];
-  const int64_t col0 = blockIdx.x * int64_t{kCols};
+  constexpr bool kGated = kEpilogue != Epilogue::kStore;
+  constexpr int kOut = kGated ? kW / 2 : kW;
+  __shared__ float partial[kWarpsPerBlock][kRows][kW];
+  const int64_t col0 = blockIdx.x * int64_t{kOut};
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t vecs = k / kVec;
   const int64_t chunk = (vecs + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int64_t begin = warp * chunk;
   const int64_t end = min(begin + chunk, vecs);
-  const uint4* rows[kCols];
+  const uint4* rows[kW];
 #pragma unroll
-  for (int c = 0; c < kCols; ++c) rows[c] = w + min(col0 + c, n - 1) * vecs;  // past n: a duplicate, not stored
-  float acc[kRows][kCols];
+  for (int c = 0; c < kW; ++c) {
+    // Past n: a duplicate row, not stored. Up rows follow the n gate rows.
+    const int64_t col = min(col0 + c % kOut, n - 1);
+    rows[c] = w + (c < kOut ? col : n + col) * vecs;
+  }
+  float acc[kRows][kW];
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) acc[m][c] = 0.0f;
+    for (int c = 0; c < kW; ++c) acc[m][c] = 0.0f;
   }
-  for (int64_t base = begin + lane; base < end; base += 32 * kUnroll) {
-    uint4 bits[kUnroll][kCols];
+  uint4 bits[kUnrollT][kW];
+  const auto load_weights = [&](int64_t base) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnrollT; ++u) {
       const int64_t v = base + u * 32;
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) bits[u][c] = v < end ? __ldcs(rows[c] + v) : make_uint4(0, 0, 0, 0);
+      for (int c = 0; c < kW; ++c) bits[u][c] = v < end ? __ldcs(rows[c] + v) : make_uint4(0, 0, 0, 0);
     }
+  };
+  // The first weights are in flight before x (the previous kernel's output) is ready.
+  load_weights(begin + lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  for (int64_t base = begin + lane; base < end; base += 32 * kUnrollT) {
+    if (base != begin + lane) load_weights(base);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnrollT; ++u) {
       const int64_t v = base + u * 32;
       if (v >= end) break;
 #pragma unroll
@@ -93,7 +118,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
 #pragma unroll
         for (int i = 0; i < kVec; ++i) xr[i] = round_to_weight_type<kDType>(xs[i]);
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) {
+        for (int c = 0; c < kW; ++c) {
           float wf[kVec];
           unpack<kDType>(bits[u][c], wf);
 #pragma unroll
@@ -105,33 +130,83 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
+    for (int c = 0; c < kW; ++c) {
       const float total = warp_sum(acc[m][c]);
       if (lane == 0) partial[warp][m][c] = total;
     }
   }
   __syncthreads();
-  if (threadIdx.x < kRows * kCols) {
-    const int m = static_cast<int>(threadIdx.x) / kCols;
-    const int c = static_cast<int>(threadIdx.x) % kCols;
+  if (threadIdx.x < kRows * kOut) {
+    const int m = static_cast<int>(threadIdx.x) / kOut;
+    const int c = static_cast<int>(threadIdx.x) % kOut;
     float total = partial[0][m][c];
 #pragma unroll
     for (int i = 1; i < kWarpsPerBlock; ++i) total += partial[i][m][c];
+    if constexpr (kGated) {
+      float up = partial[0][m][c + kOut];
+#pragma unroll
+      for (int i = 1; i < kWarpsPerBlock; ++i) up += partial[i][m][c + kOut];
+      total = glu<kEpilogue == Epilogue::kGelu>(total, up);
+    }
     if (col0 + c < n) y[m * n + col0 + c] = total;
   }
 }
 
-template <DType kDType>
-void launch(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((w.rows + kCols - 1) / kCols);
-  const auto* weights = static_cast<const uint4*>(w.data);
+// n: output columns (the gate rows when gated). Gated blocks read twice the rows, so half the
+// unroll keeps the same loads in flight per lane.
+template <DType kDType, Epilogue kEpilogue>
+void launch(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y, cudaStream_t stream) {
+  constexpr bool kGated = kEpilogue != Epilogue::kStore;
+  constexpr int kW = kGated ? 2 * kCols : kCols;
+  constexpr int kUnrollT = kGated ? kUnroll / 2 : kUnroll;
+  const auto blocks = static_cast<unsigned>((n + kCols - 1) / kCols);
+  const auto* weights = static_cast<const uint4*>(w);
   const dim3 grid(blocks);
   const dim3 block(kWarpsPerBlock * 32);
-  switch (num_rows) {
-    case 1: gemv_kernel<kDType, 1><<<grid, block, 0, stream>>>(x, weights, w.rows, w.cols, y); break;
-    default: gemv_kernel<kDType, 2><<<grid, block, 0, stream>>>(x, weights, w.rows, w.cols, y); break;
+  if (num_rows == 1) {
+    launch_dependent(gemv_kernel<kDType, 1, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, n, k, y);
+  } else {
+    launch_dependent(gemv_kernel<kDType, 2, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, n, k, y);
   }
-  DI_CUDA_CHECK_LAUNCH("gemv_kernel");
+}
+
+template <Epilogue kEpilogue>
+void launch_for_dtype(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y,
+                      cudaStream_t stream) {
+  if (w.dtype == DType::kBF16) {
+    launch<DType::kBF16, kEpilogue>(x, w.data, n, w.cols, num_rows, y, stream);
+  } else {
+    launch<DType::kF16, kEpilogue>(x, w.data, n, w.cols, num_rows, y, stream);
+  }
+}
+
+template <bool kGelu, typename T>
+__global__ void glu_rounded_kernel(const float* gate_up, int64_t count, int64_t intermediate, T* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / intermediate;
+    const int64_t c = i - r * intermediate;
+    const float* row = gate_up + r * 2 * intermediate;
+    const float value = glu<kGelu>(row[c], row[intermediate + c]);
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      out[i] = __float2bfloat16_rn(value);
+    } else {
+      out[i] = __float2half_rn(value);
+    }
+  }
+}
+
+template <bool kGelu>
+void launch_glu_rounded(const float* gate_up, int64_t count, int64_t intermediate, DType dtype, void* out,
+                        cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  if (dtype == DType::kBF16) {
+    glu_rounded_kernel<kGelu><<<grid_for(count, kThreads), kThreads, 0, stream>>>(
+        gate_up, count, intermediate, static_cast<__nv_bfloat16*>(out));
+  } else {
+    glu_rounded_kernel<kGelu><<<grid_for(count, kThreads), kThreads, 0, stream>>>(gate_up, count, intermediate,
+                                                                                 static_cast<__half*>(out));
+  }
+  DI_CUDA_CHECK_LAUNCH("glu_rounded_kernel");
 }
 
 }  // namespace
@@ -143,10 +218,27 @@ bool can_gemv(const float* x, const WeightView& w, int64_t num_rows) {
 }
 
 void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
-  if (w.dtype == DType::kBF16) {
-    launch<DType::kBF16>(x, w, num_rows, y, stream);
+  launch_for_dtype<Epilogue::kStore>(x, w, w.rows, num_rows, y, stream);
+}
+
+void gemv_glu(const float* x, const WeightView& gate_up, int64_t num_rows, bool gelu, float* out,
+              cudaStream_t stream) {
+  DI_CHECK(gate_up.rows % 2 == 0, "gemv_glu: stacked gate|up weight has an odd row count " << gate_up.rows);
+  if (gelu) {
+    launch_for_dtype<Epilogue::kGelu>(x, gate_up, gate_up.rows / 2, num_rows, out, stream);
   } else {
-    launch<DType::kF16>(x, w, num_rows, y, stream);
+    launch_for_dtype<Epilogue::kSilu>(x, gate_up, gate_up.rows / 2, num_rows, out, stream);
+  }
+}
+
+void glu_rounded(const float* gate_up, int64_t num_rows, int64_t intermediate, bool gelu, DType dtype, void* out,
+                 cudaStream_t stream) {
+  const int64_t count = num_rows * intermediate;
+  if (count == 0) return;
+  if (gelu) {
+    launch_glu_rounded<true>(gate_up, count, intermediate, dtype, out, stream);
+  } else {
+    launch_glu_rounded<false>(gate_up, count, intermediate, dtype, out, stream);
   }
 }
 

@@ -1,5 +1,6 @@
 // Bandwidth-bound products for decode-sized batches: y[M, N] = x[M, K] @ w[N, K]^T for M <= 2 with
-// BF16/F16 weights, x rounded to the weight dtype and float32 accumulation (cuBLASLt's numbers).
+// BF16/F16 weights, x rounded to the weight dtype and float32 accumulation (cuBLASLt's numbers);
+// and the gated activation of stacked gate|up products.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,5 +19,15 @@ constexpr int64_t kGemvMaxRows = 2;
 bool can_gemv(const float* x, const WeightView& w, int64_t num_rows);
 // Enqueues the product (overwrites y). Requires can_gemv.
 void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
+// The product of stacked gate|up weights with the activation as its epilogue: gate_up =
+// [gate; up] ([2 * I, K]); out[m, i] = act(x[m] . gate[i]) * (x[m] . up[i]), act SiLU or (gelu)
+// tanh-approximated GeLU; out: [num_rows, I]. Each sum is the one gemv computes. Requires
+// can_gemv(x, gate_up, num_rows).
+void gemv_glu(const float* x, const WeightView& gate_up, int64_t num_rows, bool gelu, float* out,
+              cudaStream_t stream);
+// out[r, i] = act(gate_up[r, i]) * gate_up[r, I + i] rounded to dtype (kBF16 or kF16): the input
+// of the down product after a stacked gate|up GEMM. gate_up: [num_rows, 2 * I] float32.
+void glu_rounded(const float* gate_up, int64_t num_rows, int64_t intermediate, bool gelu, DType dtype, void* out,
+                 cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda

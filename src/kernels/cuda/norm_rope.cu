@@ -1,34 +1,87 @@
 // RMSNorm, fused residual-add + RMSNorm, and rotary position embedding on the GPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
 
-constexpr int kNormThreads = 256;
+// Rows of at least kWideRow columns take blocks of 1024 threads, shorter ones 256: a decode-size
+// norm is a single block on the step's critical path, so its latency is a few loads per thread.
+constexpr int64_t kWideRow = 2048;
+// Each thread keeps its first columns in registers between the two passes.
+constexpr int kCachedPerThread = 4;
 
 // One block per row. With a residual, residual += x first and the norm reads the sum. Each thread
-// touches the same columns in both passes, so out may alias x.
-template <bool kAddResidual>
-__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(float* residual, const float* x, const void* weight,
-                                                                DType weight_dtype, float weight_offset, int64_t dim,
-                                                                float eps, float* out) {
+// touches the same columns in both passes, so out may alias x. out_half, when set, also gets out
+// rounded to half_dtype: the next products' input, so they need no cast kernel.
+template <bool kAddResidual, int kThreads>
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(float* residual, const float* x, const void* weight,
+                                                            DType weight_dtype, float weight_offset, int64_t dim,
+                                                            float eps, float* out, void* out_half, DType half_dtype) {
+  // Dependent launch: the products after a norm may launch now and stream their weights while it
+  // runs; x and residual are read only once the kernel before is done.
+  allow_next_grid();
+  wait_for_previous_grid();
   const int64_t base = blockIdx.x * dim;
-  float sum_squares = 0.0f;
-  for (int64_t c = threadIdx.x; c < dim; c += kNormThreads) {
+  const auto load = [&](int64_t c) {
     float value = x[base + c];
     if constexpr (kAddResidual) {
       value += residual[base + c];
       residual[base + c] = value;
     }
+    return value;
+  };
+  float cached[kCachedPerThread];
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kCachedPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * kThreads;
+    cached[i] = c < dim ? load(c) : 0.0f;
+    sum_squares += cached[i] * cached[i];
+  }
+  for (int64_t c = threadIdx.x + int64_t{kCachedPerThread} * kThreads; c < dim; c += kThreads) {
+    const float value = load(c);
     sum_squares += value * value;
   }
-  const float total = block_sum<kNormThreads>(sum_squares);
+  const float total = block_sum<kThreads>(sum_squares);
   const float inv_rms = rsqrtf(total / static_cast<float>(dim) + eps);
+  const auto store = [&](int64_t c, float value) {
+    const float normed = value * inv_rms * (load_as_f32(weight, weight_dtype, c) + weight_offset);
+    out[base + c] = normed;
+    if (out_half != nullptr) {
+      if (half_dtype == DType::kBF16) {
+        static_cast<__nv_bfloat16*>(out_half)[base + c] = __float2bfloat16_rn(normed);
+      } else {
+        static_cast<__half*>(out_half)[base + c] = __float2half_rn(normed);
+      }
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kCachedPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * kThreads;
+    if (c < dim) store(c, cached[i]);
+  }
   const float* src = kAddResidual ? residual : x;
-  for (int64_t c = threadIdx.x; c < dim; c += kNormThreads) {
-    out[base + c] = src[base + c] * inv_rms * (load_as_f32(weight, weight_dtype, c) + weight_offset);
+  for (int64_t c = threadIdx.x + int64_t{kCachedPerThread} * kThreads; c < dim; c += kThreads) {
+    store(c, src[base + c]);
+  }
+}
+
+template <bool kAddResidual>
+void launch_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
+                 int64_t dim, float eps, float* out, void* out_half, DType half_dtype, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(num_rows));
+  if (dim >= kWideRow) {
+    launch_dependent(rms_norm_kernel<kAddResidual, 1024>, grid, dim3(1024), 0, stream, residual, x,
+                     weight.data, weight.dtype, weight_offset, dim, eps, out, out_half, half_dtype);
+  } else {
+    launch_dependent(rms_norm_kernel<kAddResidual, 256>, grid, dim3(256), 0, stream, residual, x,
+                     weight.data, weight.dtype, weight_offset, dim, eps, out, out_half, half_dtype);
   }
 }
 
@@ -61,19 +114,15 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t num_toke
 }  // namespace
 
 void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim, float eps,
-              float* out, cudaStream_t stream) {
+              float* out, cudaStream_t stream, void* out_half, DType half_dtype) {
   if (num_rows == 0) return;
-  rms_norm_kernel<false><<<static_cast<unsigned>(num_rows), kNormThreads, 0, stream>>>(
-      nullptr, x, weight.data, weight.dtype, weight_offset, dim, eps, out);
-  DI_CUDA_CHECK_LAUNCH("rms_norm_kernel");
+  launch_norm<false>(nullptr, x, weight, weight_offset, num_rows, dim, eps, out, out_half, half_dtype, stream);
 }
 
 void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
-                  int64_t dim, float eps, float* out, cudaStream_t stream) {
+                  int64_t dim, float eps, float* out, cudaStream_t stream, void* out_half, DType half_dtype) {
   if (num_rows == 0) return;
-  rms_norm_kernel<true><<<static_cast<unsigned>(num_rows), kNormThreads, 0, stream>>>(
-      residual, x, weight.data, weight.dtype, weight_offset, dim, eps, out);
-  DI_CUDA_CHECK_LAUNCH("add_rms_norm_kernel");
+  launch_norm<true>(residual, x, weight, weight_offset, num_rows, dim, eps, out, out_half, half_dtype, stream);
 }
 
 void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,

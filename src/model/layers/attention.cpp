@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -14,6 +16,22 @@ DeviceBuffer upload_ints(Backend& backend, const std::vector<int32_t>& values) {
   DeviceBuffer buffer = backend.allocate(values.size() * sizeof(int32_t));
   if (!values.empty()) backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(int32_t));
   return buffer;
+}
+
+// q, k and v stacked into one device weight when the backend makes one (16-bit weights, no biases,
+// not FP8: those are dequantised per tensor by load_tensor); nullopt otherwise.
+Result<std::optional<kernels::WeightView>> load_stacked_qkv(const ModelSource& source, const std::string& prefix,
+                                                            int64_t q_dim, int64_t kv_dim, int64_t hidden,
+                                                            bool has_bias) {
+  if (has_bias) return std::optional<kernels::WeightView>{};
+  std::vector<TensorView> parts;
+  for (const auto& [name, rows] : {std::pair{".q_proj", q_dim}, std::pair{".k_proj", kv_dim}, std::pair{".v_proj", kv_dim}}) {
+    auto tensor = source.weights->get(prefix + name + ".weight", {rows, hidden});
+    if (!tensor.ok()) return tensor.error();
+    if (tensor->dtype == DType::kF8E4M3) return std::optional<kernels::WeightView>{};
+    parts.push_back(*tensor);
+  }
+  return source.backend->load_stacked_weight(parts);
 }
 
 }  // namespace
@@ -74,21 +92,28 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   layer.rotary_dim_ = rope.rotary_dim;
   layer.rope_attention_scaling_ = rope.attention_scaling;
   const int64_t hidden = config.hidden_size;
-  auto q = Linear::load(source, prefix + ".q_proj", layer.q_dim(), hidden, options.qkv_bias);
-  if (!q.ok()) return q.error();
-  auto k = Linear::load(source, prefix + ".k_proj", layer.kv_dim(), hidden, options.qkv_bias);
-  if (!k.ok()) return k.error();
-  auto v = Linear::load(source, prefix + ".v_proj", layer.kv_dim(), hidden, options.qkv_bias);
-  if (!v.ok()) return v.error();
+  auto stacked = load_stacked_qkv(source, prefix, layer.q_dim(), layer.kv_dim(), hidden, options.qkv_bias);
+  if (!stacked.ok()) return stacked.error();
+  layer.qkv_ = *stacked;
+  if (!layer.qkv_) {
+    auto q = Linear::load(source, prefix + ".q_proj", layer.q_dim(), hidden, options.qkv_bias);
+    if (!q.ok()) return q.error();
+    auto k = Linear::load(source, prefix + ".k_proj", layer.kv_dim(), hidden, options.qkv_bias);
+    if (!k.ok()) return k.error();
+    auto v = Linear::load(source, prefix + ".v_proj", layer.kv_dim(), hidden, options.qkv_bias);
+    if (!v.ok()) return v.error();
+    layer.q_proj_ = *q;
+    layer.k_proj_ = *k;
+    layer.v_proj_ = *v;
+  }
   auto o = Linear::load(source, prefix + ".o_proj", hidden, layer.q_dim(), options.o_bias);
   if (!o.ok()) return o.error();
-  layer.q_proj_ = *q;
-  layer.k_proj_ = *k;
-  layer.v_proj_ = *v;
   layer.o_proj_ = *o;
   // 16-bit weights already bound the layer's precision; device backends may then run attention
   // on bf16 tensor cores.
-  layer.params_.allow_bf16 = layer.q_proj_.weight.dtype != DType::kF32;
+  const DType weight_dtype = layer.qkv_ ? layer.qkv_->dtype : layer.q_proj_.weight.dtype;
+  layer.params_.allow_bf16 = weight_dtype != DType::kF32;
+  layer.params_.cache_dtype = source.backend->kv_cache_dtype(weight_dtype);
   if (options.qk_norm) {
     auto q_norm = RmsNorm::load(source, prefix + ".q_norm.weight", config.head_dim, config.rms_norm_eps);
     if (!q_norm.ok()) return q_norm.error();
@@ -121,6 +146,7 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
 
 int64_t AttentionLayer::weight_bytes() const {
   int64_t bytes = q_proj_.weight_bytes() + k_proj_.weight_bytes() + v_proj_.weight_bytes() + o_proj_.weight_bytes();
+  if (qkv_) bytes += qkv_->rows * qkv_->cols * static_cast<int64_t>(dtype_size_bytes(qkv_->dtype));
   if (q_norm_) bytes += 2 * params_.head_dim * static_cast<int64_t>(dtype_size_bytes(q_norm_->weight.dtype));
   return bytes;
 }
@@ -130,57 +156,101 @@ void AttentionLayer::allocate_kv_cache(Backend& backend, const KvCacheShape& sha
   swa_tables_ = uses_swa_tables(shape);
   const int32_t num_blocks = swa_tables_ ? shape.num_swa_blocks : shape.num_blocks;
   const auto rows = static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size);
-  k_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
-  v_cache_ = backend.allocate(rows * static_cast<size_t>(kv_dim()) * sizeof(float));
+  const size_t row_bytes = static_cast<size_t>(kv_dim()) * dtype_size_bytes(params_.cache_dtype);
+  k_cache_ = backend.allocate(rows * row_bytes);
+  v_cache_ = backend.allocate(rows * row_bytes);
+}
+
+size_t AttentionLayer::block_bytes() const {
+  return static_cast<size_t>(block_size_ * kv_dim()) * dtype_size_bytes(params_.cache_dtype);
 }
 
 void AttentionLayer::copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const {
-  const int64_t floats = block_size_ * kv_dim();
-  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
-  backend.copy_on_device(k_cache_.as<float>() + dst_block * floats, k_cache_.as<float>() + src_block * floats, bytes);
-  backend.copy_on_device(v_cache_.as<float>() + dst_block * floats, v_cache_.as<float>() + src_block * floats, bytes);
+  const size_t bytes = block_bytes();
+  for (const DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
+    auto* base = cache->as<uint8_t>();
+    backend.copy_on_device(base + dst_block * bytes, base + src_block * bytes, bytes);
+  }
 }
 
 void AttentionLayer::read_kv_block(Backend& backend, int32_t block, float* host) const {
   const int64_t floats = block_size_ * kv_dim();
-  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
-  backend.copy_to_host(host, k_cache_.as<float>() + block * floats, bytes);
-  backend.copy_to_host(host + floats, v_cache_.as<float>() + block * floats, bytes);
+  const size_t bytes = block_bytes();
+  if (params_.cache_dtype == DType::kF32) {
+    backend.copy_to_host(host, k_cache_.as<uint8_t>() + block * bytes, bytes);
+    backend.copy_to_host(host + floats, v_cache_.as<uint8_t>() + block * bytes, bytes);
+    return;
+  }
+  std::vector<uint8_t> raw(bytes);
+  for (const auto& [cache, dst] : {std::pair{&k_cache_, host}, std::pair{&v_cache_, host + floats}}) {
+    backend.copy_to_host(raw.data(), cache->as<uint8_t>() + block * bytes, bytes);
+    convert_to_f32(raw.data(), params_.cache_dtype, static_cast<size_t>(floats), dst);
+  }
 }
 
-void AttentionLayer::write_kv_block(Backend& backend, int32_t block, const float* host) const {
-  const int64_t floats = block_size_ * kv_dim();
-  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
-  backend.copy_to_device(k_cache_.as<float>() + block * floats, host, bytes);
-  backend.copy_to_device(v_cache_.as<float>() + block * floats, host + floats, bytes);
+void AttentionLayer::kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
+  const size_t src_bytes = static_cast<size_t>(block_size_ * kv_dim()) * sizeof(float);
+  const size_t bytes = block_bytes();
+  pieces.push_back({k_cache_.as<uint8_t>() + block * bytes, src_offset, src_bytes, params_.cache_dtype});
+  pieces.push_back({v_cache_.as<uint8_t>() + block * bytes, src_offset + src_bytes, src_bytes, params_.cache_dtype});
 }
 
 void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch,
                              float* out) const {
   DI_CHECK(k_cache_.data() != nullptr, "allocate_kv_cache must run before forward");
   const int64_t n = batch.num_tokens;
-  float* q = scratch;                 // [n, num_heads, head_dim]
-  float* k = q + n * q_dim();         // [n, num_kv_heads, head_dim]
-  float* v = k + n * kv_dim();        // [n, num_kv_heads, head_dim]
-  float* attn = v + n * kv_dim();     // [n, num_heads, head_dim]
-  q_proj_.forward(backend, x, n, q);
-  k_proj_.forward(backend, x, n, k);
-  v_proj_.forward(backend, x, n, v);
-  if (q_norm_) {
-    q_norm_->forward(backend, q, n * params_.num_heads, q);
-    k_norm_->forward(backend, k, n * params_.num_kv_heads, k);
+  kernels::AttentionFrontEnd front;
+  float* attn = nullptr;  // [n, num_heads, head_dim]
+  if (qkv_) {
+    // One [q|k|v] row per token; the front end writes the rotated q after it, and attention's
+    // output then reuses the product's rows (their k and v are in the cache by then).
+    const int64_t row = q_dim() + 2 * kv_dim();
+    float* qkv = scratch;  // [n, row]
+    backend.matmul(x, *qkv_, kernels::WeightView{}, n, qkv);
+    front.q = qkv;
+    front.k = qkv + q_dim();
+    front.v = qkv + q_dim() + kv_dim();
+    front.q_stride = front.k_stride = front.v_stride = row;
+    front.q_out = qkv + n * row;  // [n, num_heads, head_dim]
+    attn = scratch;
+  } else {
+    float* q = scratch;              // [n, num_heads, head_dim]
+    float* k = q + n * q_dim();      // [n, num_kv_heads, head_dim]
+    float* v = k + n * kv_dim();     // [n, num_kv_heads, head_dim]
+    attn = v + n * kv_dim();
+    backend.matmul_group(x, n, {{q_proj_.weight, q_proj_.bias, q}, {k_proj_.weight, k_proj_.bias, k},
+                                {v_proj_.weight, v_proj_.bias, v}});
+    front.q = q;
+    front.k = k;
+    front.v = v;
+    front.q_stride = q_dim();
+    front.k_stride = kv_dim();
+    front.v_stride = kv_dim();
   }
-  const auto* positions = batch.positions.as<int32_t>();
-  const auto* inv_freq = inv_freq_.as<float>();
-  backend.rope(q, positions, n, params_.num_heads, params_.head_dim, rotary_dim_, inv_freq,
-               rope_attention_scaling_, kernels::RopeLayout::kRotateHalf);
-  backend.rope(k, positions, n, params_.num_kv_heads, params_.head_dim, rotary_dim_, inv_freq,
-               rope_attention_scaling_, kernels::RopeLayout::kRotateHalf);
   DI_CHECK(!swa_tables_ || batch.swa_paged.block_table != nullptr,
            "this sliding-window layer keeps its own cache but the batch has no swa tables");
   const DeviceBuffer& slots = swa_tables_ ? batch.swa_slot_mapping : batch.slot_mapping;
-  backend.write_kv(k, v, slots.as<int32_t>(), n, kv_dim(), k_cache_.as<float>(), v_cache_.as<float>());
-  backend.paged_attention(q, k_cache_.as<float>(), v_cache_.as<float>(), swa_tables_ ? batch.swa_paged : batch.paged,
+  front.num_tokens = n;
+  front.num_heads = params_.num_heads;
+  front.num_kv_heads = params_.num_kv_heads;
+  front.head_dim = params_.head_dim;
+  if (q_norm_) {
+    front.q_norm = q_norm_->weight;
+    front.k_norm = k_norm_->weight;
+    front.norm_weight_offset = q_norm_->weight_offset;
+    front.norm_eps = q_norm_->eps;
+  }
+  front.positions = batch.positions.as<int32_t>();
+  front.rotary_dim = rotary_dim_;
+  front.inv_freq = inv_freq_.as<float>();
+  front.attention_scaling = rope_attention_scaling_;
+  front.slot_mapping = slots.as<int32_t>();
+  front.cache_dtype = params_.cache_dtype;
+  front.k_cache = k_cache_.data();
+  front.v_cache = v_cache_.data();
+  backend.attention_front_end(front);
+  const float* q = front.q_out != nullptr ? front.q_out : front.q;
+  backend.paged_attention(q, k_cache_.data(), v_cache_.data(), swa_tables_ ? batch.swa_paged : batch.paged,
                           params_, attn);
   o_proj_.forward(backend, attn, n, out);
 }

@@ -1,6 +1,7 @@
-// Grouped-query self-attention over the paged KV cache: q/k/v projections (optional biases),
-// optional per-head QK RMSNorm (Qwen3, Gemma 3), rope, cache write, paged attention (optional
-// sliding window, sinks and softmax scale), output projection.
+// Grouped-query self-attention over the paged KV cache: q/k/v projections (optional biases; one
+// stacked product on device backends), optional per-head QK RMSNorm (Qwen3, Gemma 3), rope, cache
+// write (one Backend::attention_front_end), paged attention (optional sliding window, sinks and
+// softmax scale), output projection.
 #pragma once
 
 #include <optional>
@@ -52,16 +53,21 @@ class AttentionLayer {
   int32_t sliding_window() const { return params_.sliding_window; }
   int64_t q_dim() const { return static_cast<int64_t>(params_.num_heads) * params_.head_dim; }
   int64_t weight_bytes() const;
+  // The cache's element type (Backend::kv_cache_dtype of the weights) and one token's K and V bytes.
+  DType kv_cache_dtype() const { return params_.cache_dtype; }
+  int64_t kv_bytes_per_token() const { return 2 * kv_dim() * static_cast<int64_t>(dtype_size_bytes(params_.cache_dtype)); }
   // Sliding-window layers size their cache by shape.num_swa_blocks when it is non-zero.
   void allocate_kv_cache(Backend& backend, const KvCacheShape& shape);
   bool uses_swa_tables(const KvCacheShape& shape) const {
     return params_.sliding_window > 0 && shape.num_swa_blocks > 0;
   }
-  // One block's K then V rows: 2 * block_size * kv_dim floats.
+  // One block's K then V rows: 2 * block_size * kv_dim floats. A bf16 cache widens its values to
+  // float32 on the way out (exact) and rounds to nearest even on the way in.
   int64_t kv_floats_per_block() const { return 2 * block_size_ * kv_dim(); }
   void copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const;
   void read_kv_block(Backend& backend, int32_t block, float* host) const;
-  void write_kv_block(Backend& backend, int32_t block, const float* host) const;
+  // Appends where block's K and V go when a host page holds them as float32 from src_offset on.
+  void kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
 
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. scratch holds at least
   // num_tokens * (2 * q_dim + 2 * kv_dim) floats.
@@ -69,14 +75,18 @@ class AttentionLayer {
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  // [q_dim + 2 * kv_dim, hidden]: q, k and v stacked at load (Backend::load_stacked_weight; device
+  // backends, 16-bit weights without biases), one product for all three. q/k/v_proj_ are then empty.
+  std::optional<kernels::WeightView> qkv_;
   std::optional<RmsNorm> q_norm_, k_norm_;
   kernels::AttentionParams params_;
+  size_t block_bytes() const;  // one block of K (or of V) in the cache
   int32_t rotary_dim_ = 0;
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   DeviceBuffer sinks_;     // [num_heads] f32, when the layer has sinks
   bool swa_tables_ = false;  // reads the batch's sliding-window tables
-  DeviceBuffer k_cache_, v_cache_;  // [num_blocks * block_size, kv_dim] f32
+  DeviceBuffer k_cache_, v_cache_;  // [num_blocks * block_size, kv_dim] of params_.cache_dtype
   int32_t block_size_ = 0;
 };
 

@@ -179,13 +179,20 @@ Result<void> DenseDecoder::load_mtp_layers(const ModelSource& source, const Dens
 }
 
 int64_t DenseDecoder::kv_bytes_per_token() const {
-  int64_t floats = 0;
+  int64_t bytes = 0;
   for (const Layer& layer : layers_) {
-    floats += std::visit(Overloaded{[](const AttentionLayer& a) { return 2 * a.kv_dim(); },
-                                    [](const MlaLayer& a) { return a.kv_row_floats(); }},
-                         layer.attention);
+    bytes += std::visit(Overloaded{[](const AttentionLayer& a) { return a.kv_bytes_per_token(); },
+                                   [](const MlaLayer& a) { return a.kv_row_floats() * int64_t{sizeof(float)}; }},
+                        layer.attention);
   }
-  return floats * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+DType DenseDecoder::kv_cache_dtype() const {
+  for (const Layer& layer : layers_) {
+    if (const auto* gqa = std::get_if<AttentionLayer>(&layer.attention)) return gqa->kv_cache_dtype();
+  }
+  return DType::kF32;
 }
 
 void DenseDecoder::allocate_kv_cache(const KvCacheShape& shape) {
@@ -205,17 +212,17 @@ void DenseDecoder::copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>
 }
 
 int64_t DenseDecoder::swa_kv_bytes_per_token() const {
-  int64_t swa_floats = 0;
+  int64_t swa_bytes = 0;
   bool has_full_layer = false;
   for (const Layer& layer : layers_) {
     const auto* gqa = std::get_if<AttentionLayer>(&layer.attention);
     if (gqa != nullptr && gqa->sliding_window() > 0) {
-      swa_floats += 2 * gqa->kv_dim();
+      swa_bytes += gqa->kv_bytes_per_token();
     } else {
       has_full_layer = true;
     }
   }
-  return has_full_layer ? swa_floats * static_cast<int64_t>(sizeof(float)) : 0;
+  return has_full_layer ? swa_bytes : 0;
 }
 
 void DenseDecoder::copy_swa_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
@@ -244,12 +251,21 @@ void DenseDecoder::read_kv_blocks(const std::vector<int32_t>& block_ids, float* 
 
 void DenseDecoder::write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
   DI_CHECK(kv_shape_.num_swa_blocks == 0, "write_kv_blocks needs a cache whose layers share block ids");
+  write_layer_kv_blocks(block_ids, host, false);
+}
+
+void DenseDecoder::write_layer_kv_blocks(const std::vector<int32_t>& block_ids, const float* host, bool full_only) {
+  // All pieces in one call: a device backend then loads a pinned page with one launch.
+  std::vector<HostPiece> pieces;
+  size_t offset = 0;
   for (int32_t block : block_ids) {
     for (const Layer& layer : layers_) {
-      std::visit([&](const auto& a) { a.write_kv_block(backend_, block, host); }, layer.attention);
-      host += kv_floats_per_block_of(layer.attention);
+      if (full_only && !uses_full_tables(layer)) continue;
+      std::visit([&](const auto& a) { a.kv_block_pieces(block, offset, pieces); }, layer.attention);
+      offset += static_cast<size_t>(kv_floats_per_block_of(layer.attention)) * sizeof(float);
     }
   }
+  backend_.scatter_to_device(reinterpret_cast<const uint8_t*>(host), pieces);
 }
 
 bool DenseDecoder::uses_full_tables(const Layer& layer) const {
@@ -276,13 +292,7 @@ void DenseDecoder::read_full_kv_blocks(const std::vector<int32_t>& block_ids, fl
 }
 
 void DenseDecoder::write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
-  for (int32_t block : block_ids) {
-    for (const Layer& layer : layers_) {
-      if (!uses_full_tables(layer)) continue;
-      std::visit([&](const auto& a) { a.write_kv_block(backend_, block, host); }, layer.attention);
-      host += kv_floats_per_block_of(layer.attention);
-    }
-  }
+  write_layer_kv_blocks(block_ids, host, true);
 }
 
 int64_t DenseDecoder::weight_bytes_per_token() const {
@@ -350,7 +360,7 @@ void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) 
   }
 }
 
-void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
+void DenseDecoder::run_forward(const ForwardBatch& batch) {
   const int64_t num_tokens = batch.num_tokens();
   const auto num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
@@ -366,14 +376,8 @@ void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
     for (int64_t r = 0; all_rows && r < num_logit_rows; ++r) all_rows = batch.logit_rows[static_cast<size_t>(r)] == r;
     ensure_workspace(num_tokens, all_rows ? num_tokens : std::max<int64_t>(num_logit_rows, 1));
     const DeviceBatch device_batch = inputs_.upload(backend_, batch, kv_shape_.block_size);
-    if (num_logit_rows == 0) {
-      enqueue_forward(device_batch, &batch.logit_rows);
-      return;
-    }
     enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows);
   }
-  backend_.copy_to_host(logits, logits_.as<float>(),
-                        static_cast<size_t>(num_logit_rows * config_.vocab_size) * sizeof(float));
 }
 
 void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows) {

@@ -73,6 +73,7 @@ class DenseDecoder final : public CausalLM {
   static Result<std::unique_ptr<CausalLM>> load(const ModelSource& source, const DenseDecoderOptions& options);
 
   int64_t kv_bytes_per_token() const override;
+  DType kv_cache_dtype() const override;
   void allocate_kv_cache(const KvCacheShape& shape) override;
   KvCacheShape kv_cache_shape() const override { return kv_shape_; }
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
@@ -85,6 +86,9 @@ class DenseDecoder final : public CausalLM {
   void read_full_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const override;
   void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) override;
   void forward(const ForwardBatch& batch, float* logits) override;
+  // Samples on the backend from the logits the forward left there (dense_decoder_sampling.cpp).
+  void forward_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
+                       int32_t* token_ids, const std::vector<int32_t>& host_rows, float* host_logits) override;
   int64_t weight_bytes_per_token() const override;
   int64_t num_graph_replays() const override { return graphs_ ? graphs_->num_replays() : 0; }
 
@@ -112,8 +116,12 @@ class DenseDecoder final : public CausalLM {
   // Enqueues the forward of a batch on the device, leaving logits_ [logit rows, vocab]: the rows
   // listed in logit_rows, or every row when it is null.
   void enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows);
+  // The whole forward of batch (from a decode graph when it can), leaving logits_ on the backend.
+  void run_forward(const ForwardBatch& batch);
   // Whether the layer's pages are addressed by block_table (not the sliding-window tables).
   bool uses_full_tables(const Layer& layer) const;
+  // K and V of every layer (full_only: of the layers on the full tables) for each block, from host.
+  void write_layer_kv_blocks(const std::vector<int32_t>& block_ids, const float* host, bool full_only);
 
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
   std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
@@ -134,6 +142,8 @@ class DenseDecoder final : public CausalLM {
   DeviceBuffer logit_hidden_;  // [num_logit_rows, hidden]
   DeviceBuffer logits_;        // [num_logit_rows, vocab]
   StepInputs inputs_;          // eager steps' inputs
+  DeviceBuffer draws_;         // [draws] kernels::SampleParams of forward_sampled
+  DeviceBuffer drawn_tokens_;  // [draws] int32
   // Decode steps as device graphs: set when the backend captures. A MoE layer's expert token
   // counters then also count the padding rows of graph steps (routed like any token).
   std::unique_ptr<DecodeGraphs> graphs_;

@@ -129,9 +129,10 @@ void MlaLayer::read_kv_block(Backend& backend, int32_t block, float* host) const
   backend.copy_to_host(host, cache_.as<float>() + block * floats, static_cast<size_t>(floats) * sizeof(float));
 }
 
-void MlaLayer::write_kv_block(Backend& backend, int32_t block, const float* host) const {
+void MlaLayer::kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
   const int64_t floats = kv_floats_per_block();
-  backend.copy_to_device(cache_.as<float>() + block * floats, host, static_cast<size_t>(floats) * sizeof(float));
+  pieces.push_back({cache_.as<float>() + block * floats, src_offset, static_cast<size_t>(floats) * sizeof(float),
+                    DType::kF32});
 }
 
 int64_t MlaLayer::scratch_floats(int64_t num_tokens) const {
@@ -182,7 +183,8 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
   backend.rope(kv + lora, positions, n, 1, static_cast<int32_t>(row), rotary_dim_, inv_freq, rope_attention_scaling_,
                options_.rope_layout);
   float* cache = cache_.as<float>();
-  backend.write_kv(kv, kv, batch.slot_mapping.as<int32_t>(), n, row, cache, cache);
+  // The latent cache stays float32 (its wide rows take the float32 attention kernel only).
+  backend.write_kv(kv, kv, batch.slot_mapping.as<int32_t>(), n, row, DType::kF32, cache, cache);
 
   // q_latent[t, h] = [q_nope[t, h] @ W_UK_h ; q_rope[t, h]]: scores against the latent row equal
   // the expanded q.k of every head.

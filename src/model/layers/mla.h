@@ -41,7 +41,7 @@ class MlaLayer {
   int64_t kv_floats_per_block() const { return block_size_ * kv_row_floats(); }
   void copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const;
   void read_kv_block(Backend& backend, int32_t block, float* host) const;
-  void write_kv_block(Backend& backend, int32_t block, const float* host) const;
+  void kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
   int64_t scratch_floats(int64_t num_tokens) const;
 
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden].

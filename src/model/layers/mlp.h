@@ -2,29 +2,32 @@
 // GeLU (Gemma's GeGLU).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "model/layers/linear.h"
 
 namespace deepinfer {
 
-enum class MlpActivation : uint8_t { kSilu, kGeluTanh };
+using MlpActivation = GluActivation;
 
 // The activation config.json names (hidden_activation / hidden_act); errors list the supported ones.
 Result<MlpActivation> parse_mlp_activation(const std::string& name);
 
 class GatedMlp {
  public:
-  // prefix: e.g. "model.layers.3.mlp"
+  // prefix: e.g. "model.layers.3.mlp". Without biases, gate and up are stacked into one weight
+  // where the backend does that (Backend::load_stacked_weight) and run as Backend::gated_mlp.
   static Result<GatedMlp> load(const ModelSource& source, const std::string& prefix, int64_t hidden,
                                int64_t intermediate, bool has_bias, MlpActivation activation = MlpActivation::kSilu);
-  int64_t intermediate_size() const { return gate_proj_.out_features; }
+  int64_t intermediate_size() const { return down_proj_.in_features; }
   int64_t weight_bytes() const;
   // x: [num_tokens, hidden] -> out: [num_tokens, hidden]; scratch: 2 * num_tokens * intermediate floats.
   void forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const;
 
  private:
-  Linear gate_proj_, up_proj_, down_proj_;
+  Linear gate_proj_, up_proj_, down_proj_;  // gate_proj_ and up_proj_ stay empty when stacked
+  std::optional<kernels::WeightView> gate_up_;  // [2 * intermediate, hidden]: gate rows, then up rows
   MlpActivation activation_ = MlpActivation::kSilu;
 };
 

@@ -6,8 +6,11 @@
 #include <cstring>
 #include <new>
 
+#include "core/check.h"
+#include "kernels/cpu/gemv.h"
 #include "kernels/cpu/matmul_invariant.h"
 #include "kernels/cpu/moe.h"
+#include "runtime/cpu/op_profile.h"
 #include "runtime/backend.h"
 #ifdef DEEPINFER_HAS_CUDA
 #include "runtime/cuda/cuda_backend.h"
@@ -21,50 +24,81 @@ void free_host(void* p) { std::free(p); }
 // Large buffers (KV caches) come from mmap: zero pages that cost nothing until touched.
 constexpr size_t kMmapThresholdBytes = size_t{2} << 20;
 
+// The profile's name of a matmul: its shape, so a layer's projections tell apart.
+std::string matmul_op_name(const kernels::WeightView& w, int64_t num_rows) {
+  return "matmul m=" + std::to_string(num_rows) + " n=" + std::to_string(w.rows) + " k=" + std::to_string(w.cols) +
+         " " + std::string(dtype_name(w.dtype));
+}
+
+std::string matmul_group_op_name(std::initializer_list<MatmulOutput> outputs, int64_t num_rows) {
+  std::string name = "matmul_group m=" + std::to_string(num_rows) + " n=";
+  for (const MatmulOutput& o : outputs) {
+    if (&o != outputs.begin()) name.push_back('+');
+    name.append(std::to_string(o.weight.rows));
+  }
+  name.append(" k=").append(std::to_string(outputs.begin()->weight.cols)).append(" ");
+  return name.append(dtype_name(outputs.begin()->weight.dtype));
+}
+
 // Forwards every op but matmul to one kernel namespace; the two backends differ only in that
 // namespace and in how they pick their matmul.
 #define DEEPINFER_FORWARD_OPS(ns)                                                                                \
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out)     \
       override {                                                                                                 \
+    OpTimer timer("embedding");                                                                                  \
     kernels::ns::embedding(table, token_ids, num_tokens, out);                                                   \
   }                                                                                                              \
   void rms_norm(const float* x, const kernels::WeightView& weight, float weight_offset, int64_t num_rows,        \
                 int64_t dim, float eps, float* out) override {                                                   \
+    OpTimer timer("rms_norm");                                                                                   \
     kernels::ns::rms_norm(x, weight, weight_offset, num_rows, dim, eps, out);                                    \
   }                                                                                                              \
   void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,      \
                     int64_t num_rows, int64_t dim, float eps, float* out) override {                             \
+    OpTimer timer("add_rms_norm");                                                                               \
     kernels::ns::add_rms_norm(residual, x, weight, weight_offset, num_rows, dim, eps, out);                      \
   }                                                                                                              \
   void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,         \
             int32_t rotary_dim, const float* inv_freq, float attention_scaling, kernels::RopeLayout layout)      \
       override {                                                                                                 \
+    OpTimer timer("rope");                                                                                       \
     kernels::ns::rope(x, positions, num_tokens, num_heads, head_dim, rotary_dim, inv_freq, attention_scaling,    \
                       layout);                                                                                   \
   }                                                                                                              \
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override {                        \
+    OpTimer timer("silu_mul");                                                                                   \
     kernels::ns::silu_mul(gate, up, count, out);                                                                 \
   }                                                                                                              \
   void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) override {                   \
+    OpTimer timer("gelu_tanh_mul");                                                                              \
     kernels::ns::gelu_tanh_mul(gate, up, count, out);                                                            \
   }                                                                                                              \
   void add(const float* a, const float* b, int64_t count, float* out) override {                                 \
+    OpTimer timer("add");                                                                                        \
     kernels::ns::add(a, b, count, out);                                                                          \
   }                                                                                                              \
   void scale(const float* x, int64_t count, float factor, float* out) override {                                 \
+    OpTimer timer("scale");                                                                                      \
     kernels::ns::scale(x, count, factor, out);                                                                   \
   }                                                                                                              \
   void softcap(const float* x, int64_t count, float cap, float* out) override {                                  \
+    OpTimer timer("softcap");                                                                                    \
     kernels::ns::softcap(x, count, cap, out);                                                                    \
   }                                                                                                              \
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim, \
-                float* k_cache, float* v_cache) override {                                                       \
-    kernels::ns::write_kv(k, v, slot_mapping, num_tokens, kv_dim, k_cache, v_cache);                             \
+                DType cache_dtype, void* k_cache, void* v_cache) override {                                      \
+    DI_CHECK(cache_dtype == DType::kF32, "host KV caches are float32");                                          \
+    OpTimer timer("write_kv");                                                                                   \
+    kernels::ns::write_kv(k, v, slot_mapping, num_tokens, kv_dim, static_cast<float*>(k_cache),                  \
+                          static_cast<float*>(v_cache));                                                         \
   }                                                                                                              \
-  void paged_attention(const float* q, const float* k_cache, const float* v_cache,                               \
+  void paged_attention(const float* q, const void* k_cache, const void* v_cache,                                 \
                        const kernels::PagedBatch& batch, const kernels::AttentionParams& params, float* out)     \
       override {                                                                                                 \
-    kernels::ns::paged_attention(q, k_cache, v_cache, batch, params, out);                                       \
+    DI_CHECK(params.cache_dtype == DType::kF32, "host KV caches are float32");                                   \
+    OpTimer timer("paged_attention");                                                                            \
+    kernels::ns::paged_attention(q, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),      \
+                                 batch, params, out);                                                            \
   }
 
 class HostBackendBase : public Backend {
@@ -112,11 +146,32 @@ class CpuBackend final : public HostBackendBase {
   // few rows, oneDNN beyond).
   void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
               float* y) override {
+    OpTimer timer([&] { return matmul_op_name(w, num_rows); },
+                  w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype)));
     if (batch_invariant_) {
       kernels::cpu::matmul_invariant(x, w, bias, num_rows, y);
     } else {
       kernels::cpu::matmul(x, w, bias, num_rows, y);
     }
+  }
+  void matmul_group(const float* x, int64_t num_rows, std::initializer_list<MatmulOutput> outputs) override {
+    kernels::cpu::MatmulTarget targets[kernels::cpu::kMaxGroupOutputs];
+    int num_targets = 0;
+    for (const MatmulOutput& o : outputs) {
+      if (num_targets == kernels::cpu::kMaxGroupOutputs) break;
+      targets[num_targets++] = kernels::cpu::MatmulTarget{o.weight, o.bias, o.y};
+    }
+    const auto size = static_cast<int>(outputs.size());
+    if (size != num_targets || !kernels::cpu::can_matmul_group(targets, num_targets, num_rows)) {
+      Backend::matmul_group(x, num_rows, outputs);
+      return;
+    }
+    int64_t bytes = 0;
+    for (const MatmulOutput& o : outputs) {
+      bytes += o.weight.rows * o.weight.cols * static_cast<int64_t>(dtype_size_bytes(o.weight.dtype));
+    }
+    OpTimer timer([&] { return matmul_group_op_name(outputs, num_rows); }, bytes);
+    kernels::cpu::matmul_group(x, num_rows, targets, num_targets);
   }
   void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                  const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) override {

@@ -53,9 +53,10 @@ Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
   return view;
 }
 
-void CudaBackend::paged_attention(const float* q, const float* k_cache, const float* v_cache,
+void CudaBackend::paged_attention(const float* q, const void* k_cache, const void* v_cache,
                                 const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
                                 float* out) {
+  gemm_.forget_staged();
   if (batch.num_seqs == 0) return;
   // float32 models and the batch-invariant mode keep the float32 kernel (exact to the fixtures).
   if (!batch_invariant_ && params.allow_bf16 && batch.max_query_len >= kTensorCorePrefillTokens &&

@@ -3,15 +3,19 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cuda/attention_front.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/moe_ops.h"
+#include "kernels/cuda/scatter.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/device_allocator.h"
+#include "runtime/cuda/pinned_pool.h"
 #include "runtime/cuda/pinned_staging.h"
 
 namespace deepinfer {
@@ -31,19 +35,18 @@ class CudaBackend final : public Backend {
 
   DeviceBuffer allocate(size_t size_bytes) override {
     DI_CHECK(!capturing_, "allocate during graph capture");
+    gemm_.forget_staged();
     void* p = allocator_.allocate(size_bytes);
     DI_CUDA_CHECK(cudaMemsetAsync(p, 0, size_bytes, stream_));
     return DeviceBuffer(p, size_bytes, [this](void* q) { allocator_.deallocate(q); });
   }
-  void copy_to_device(void* dst, const void* src, size_t size_bytes) override {
-    DI_CHECK(!capturing_, "copy_to_device during graph capture");
-    staging_->to_device(dst, src, size_bytes);
-  }
-  void copy_to_host(void* dst, const void* src, size_t size_bytes) override {
-    DI_CHECK(!capturing_, "copy_to_host during graph capture");
-    staging_->to_host(dst, src, size_bytes);
-  }
+  // Host memory in a pinned pool is DMAed directly (cuda_pinned.cpp); anything else is staged.
+  void copy_to_device(void* dst, const void* src, size_t size_bytes) override;
+  // A page in a pinned pool: one scatter launch reading the slab through its mapped pointer.
+  void scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces) override;
+  void copy_to_host(void* dst, const void* src, size_t size_bytes) override;
   void copy_on_device(void* dst, const void* src, size_t size_bytes) override {
+    gemm_.forget_staged();
     DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToDevice, stream_));
   }
 
@@ -54,7 +57,10 @@ class CudaBackend final : public Backend {
     return free_bytes + allocator_.cached_bytes();
   }
 
+  std::shared_ptr<HostSlabPool> make_pinned_pool(size_t region_bytes, size_t slab_bytes) override;
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override;
+  // 16-bit parts are stacked (cuda_mlp.cpp); float32 models keep separate products.
+  Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& parts) override;
 
   // CUDA graphs (cuda_graph.cpp). A capture records the stream's work; attention workspaces
   // taken under it belong to the graph, so later eager steps never hand them to anyone else.
@@ -63,20 +69,31 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CapturedGraph> end_capture() override;
   void replay(const CapturedGraph& graph) override;
   std::optional<DevicePeaks> measure_peaks() override;  // cuda_peaks.cpp
+  // 16-bit models keep K/V in bf16 (half the bytes a decode step reads); float32 models and the
+  // batch-invariant mode keep float32, whose attention is exact to the float32 fixtures.
+  DType kv_cache_dtype(DType weight_dtype) const override {
+    return weight_dtype != DType::kF32 && !batch_invariant_ ? DType::kBF16 : DType::kF32;
+  }
 
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out) override {
+    gemm_.forget_staged();
     kc::embedding(table, token_ids, num_tokens, out, stream_);
   }
   void rms_norm(const float* x, const kernels::WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim,
                 float eps, float* out) override {
-    kc::rms_norm(x, weight, weight_offset, num_rows, dim, eps, out, stream_);
+    gemm_.forget_staged();
+    kc::rms_norm(x, weight, weight_offset, num_rows, dim, eps, out, stream_,
+                 stage_for_products(out, num_rows, dim, weight.dtype), weight.dtype);
   }
   void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,
                     int64_t num_rows, int64_t dim, float eps, float* out) override {
-    kc::add_rms_norm(residual, x, weight, weight_offset, num_rows, dim, eps, out, stream_);
+    gemm_.forget_staged();  // residual changes too
+    kc::add_rms_norm(residual, x, weight, weight_offset, num_rows, dim, eps, out, stream_,
+                     stage_for_products(out, num_rows, dim, weight.dtype), weight.dtype);
   }
   void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,
             int32_t rotary_dim, const float* inv_freq, float attention_scaling, kernels::RopeLayout layout) override {
+    gemm_.forget_staged();
     kc::rope(x, positions, num_tokens, num_heads, head_dim, rotary_dim, inv_freq, attention_scaling, layout, stream_);
   }
   void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
@@ -84,24 +101,39 @@ class CudaBackend final : public Backend {
     gemm_.matmul(x, w, num_rows, y, stream_);
     if (bias.data != nullptr) kc::add_bias(y, bias, num_rows, stream_);
   }
+  // The activation in the GEMV's epilogue at decode sizes, else one GEMM, the activation rounded
+  // for the down product, and down (cuda_mlp.cpp).
+  void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
+                 int64_t num_rows, GluActivation activation, float* scratch, float* out) override;
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override {
+    gemm_.forget_staged();
     kc::silu_mul(gate, up, count, out, stream_);
   }
   void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) override {
+    gemm_.forget_staged();
     kc::gelu_tanh_mul(gate, up, count, out, stream_);
   }
-  void add(const float* a, const float* b, int64_t count, float* out) override { kc::add(a, b, count, out, stream_); }
+  void add(const float* a, const float* b, int64_t count, float* out) override {
+    gemm_.forget_staged();
+    kc::add(a, b, count, out, stream_);
+  }
   void scale(const float* x, int64_t count, float factor, float* out) override {
+    gemm_.forget_staged();
     kc::scale(x, count, factor, out, stream_);
   }
   void softcap(const float* x, int64_t count, float cap, float* out) override {
+    gemm_.forget_staged();
     kc::softcap(x, count, cap, out, stream_);
   }
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-                float* k_cache, float* v_cache) override {
-    kc::write_kv(k, v, slot_mapping, num_tokens, kv_dim, k_cache, v_cache, stream_);
+                DType cache_dtype, void* k_cache, void* v_cache) override {
+    gemm_.forget_staged();
+    kc::write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, k_cache, v_cache, stream_);
   }
-  void paged_attention(const float* q, const float* k_cache, const float* v_cache, const kernels::PagedBatch& batch,
+  void attention_front_end(const kernels::AttentionFrontEnd& front) override {
+    kc::attention_front_end(front, stream_);
+  }
+  void paged_attention(const float* q, const void* k_cache, const void* v_cache, const kernels::PagedBatch& batch,
                        const kernels::AttentionParams& params, float* out) override;
 
   // Mixture of experts on the device (cuda_backend_moe.cpp): routing, grouping by expert and one
@@ -113,10 +145,18 @@ class CudaBackend final : public Backend {
                    float* out) override;
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                  int64_t dst_stride) override {
+    gemm_.forget_staged();
     kc::copy_rows(src, src_stride, num_rows, width, dst, dst_stride, stream_);
   }
+  // Sampling where the logits are (cuda_backend_sampling.cpp): only token ids leave the device.
+  void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params, int64_t num_draws,
+                   int32_t* token_ids) override;
 
  private:
+  // Where a norm writing out ([num_rows, dim]) also puts its copy rounded to dtype for the cuBLASLt
+  // products that read out next; null when those run on the GEMV (which reads float32) or dtype is
+  // not 16-bit (cuda_mlp.cpp).
+  void* stage_for_products(const float* out, int64_t num_rows, int64_t dim, DType dtype);
   // Scratch for one op: from the allocator eagerly, from the capture's own blocks under capture.
   void* take_workspace(size_t size_bytes);
   void give_back_workspace(void* p);
@@ -130,6 +170,10 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   DeviceAllocator allocator_;
   std::unique_ptr<PinnedStaging> staging_;
+  // Live pinned pools (make_pinned_pool); each removes itself when destroyed.
+  PinnedPool* pinned_pool_of(const void* p, size_t size_bytes);
+  std::mutex pinned_mutex_;
+  std::vector<PinnedPool*> pinned_pools_;
   kc::LtGemm gemm_;
   std::vector<void*> weights_;  // device copies of the checkpoint; WeightViews point into them
   // Each MoE layer's expert pointer table on the device, keyed by the layer's host WeightView array
@@ -140,6 +184,8 @@ class CudaBackend final : public Backend {
   };
   kc::GroupedExperts grouped_experts(const kernels::MoeExperts& experts);
   std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
+  // sample_rows' candidate lists, kept: at large batches they exceed the allocator's cached sizes.
+  DeviceBuffer sample_workspace_;
 };
 
 

@@ -25,6 +25,7 @@ float* align16(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uin
 
 void CudaBackend::moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                             const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) {
+  gemm_.forget_staged();
   kc::moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights, stream_);
 }
 
@@ -74,6 +75,7 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
 void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids,
                               const float* expert_weights, const kernels::MoeExperts& experts, float* workspace,
                               int64_t* expert_token_counts, float* out) {
+  gemm_.forget_staged();
   if (num_tokens == 0) return;
   const int64_t num_rows = num_tokens * experts.top_k;
   const kc::GroupedExperts grouped = grouped_experts(experts);

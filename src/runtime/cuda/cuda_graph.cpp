@@ -36,11 +36,13 @@ void CudaBackend::begin_capture() {
   // it is not recorded and the block then belongs to the graph.
   DI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   capturing_ = true;
+  gemm_.forget_staged();
 }
 
 std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
   DI_CHECK(capturing_, "end_capture without begin_capture");
   capturing_ = false;
+  gemm_.forget_staged();
   std::vector<void*> blocks = std::move(capture_blocks_);
   capture_blocks_.clear();
   capture_block_bytes_ = 0;
@@ -67,6 +69,7 @@ std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
 void CudaBackend::replay(const CapturedGraph& graph) {
   const auto* cuda_graph = dynamic_cast<const CudaGraph*>(&graph);
   DI_CHECK(cuda_graph != nullptr, "replay of a graph another backend captured");
+  gemm_.forget_staged();
   DI_CUDA_CHECK(cudaGraphLaunch(cuda_graph->exec(), stream_));
 }
 

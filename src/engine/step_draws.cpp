@@ -1,0 +1,38 @@
+// plan_step_draws: the split of a step's logit rows between backend draws and host rows.
+#include "engine/step_draws.h"
+
+#include "sampling/logits_processor.h"
+#include "sampling/sampler.h"
+
+namespace deepinfer {
+namespace {
+
+bool needs_host_row(const Request& r) {
+  return r.params.max_tokens == 0 || r.params.logprobs || r.params.structured_output ||
+         logits_processors_active(r.params, r.output_token_ids.size());
+}
+
+}  // namespace
+
+StepDraws plan_step_draws(const BuiltBatch& built, bool backend_draws,
+                          const std::function<bool(const Request&)>& forks_from_row) {
+  StepDraws plan;
+  plan.draw_of.resize(built.rows.size());
+  for (size_t i = 0; i < built.rows.size(); ++i) {
+    const ScheduledRows& rows = built.rows[i];
+    if (rows.first_logit_row < 0) continue;
+    for (int32_t k = 0; k < rows.num_prompt_logprob_rows; ++k) plan.host_rows.push_back(rows.first_logit_row + k);
+    if (!rows.samples) continue;
+    const int32_t sample_row = rows.first_logit_row + rows.num_prompt_logprob_rows;
+    const Request& r = *rows.request;
+    if (!backend_draws || needs_host_row(r) || forks_from_row(r)) {
+      plan.host_rows.push_back(sample_row);
+      continue;
+    }
+    plan.draw_of[i] = static_cast<int32_t>(plan.draws.size());
+    plan.draws.push_back(sample_params(r.params, r.seed, r.num_tokens(), r.sample_index, sample_row));
+  }
+  return plan;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,27 @@
+// Which of a step's logit rows the backend samples (CausalLM::forward_sampled) and which go to
+// the host: a row is drawn where the logits are unless something on the host reads or changes it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "engine/batch_builder.h"
+#include "kernels/ops.h"
+
+namespace deepinfer {
+
+struct StepDraws {
+  std::vector<kernels::SampleParams> draws;      // the backend's draws, in row order
+  std::vector<int32_t> host_rows;                // logit rows copied to the host
+  std::vector<std::optional<int32_t>> draw_of;   // per built.rows entry: its index in draws
+};
+
+// Prompt-logprob rows always go to the host; a sampling row does when backend draws are off, the
+// request wants logprobs, a grammar mask, or logits processors that change its row, or when
+// forks_from_row(request) says held n > 1 samples will sample the same row on the host.
+StepDraws plan_step_draws(const BuiltBatch& built, bool backend_draws,
+                          const std::function<bool(const Request&)>& forks_from_row);
+
+}  // namespace deepinfer

@@ -1,0 +1,39 @@
+// Backend ops with a portable default composed of the other ops.
+#include "runtime/backend.h"
+
+#include "core/dtype.h"
+
+namespace deepinfer {
+
+void Backend::gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
+                        int64_t num_rows, GluActivation activation, float* scratch, float* out) {
+  const int64_t intermediate = gate_up.rows / 2;
+  matmul(x, gate_up, kernels::WeightView{}, num_rows, scratch);  // [num_rows, 2 * I]: gate then up per row
+  for (int64_t r = 0; r < num_rows; ++r) {
+    float* row = scratch + r * 2 * intermediate;
+    if (activation == GluActivation::kGeluTanh) {
+      gelu_tanh_mul(row, row + intermediate, intermediate, row);
+    } else {
+      silu_mul(row, row + intermediate, intermediate, row);
+    }
+    // The activated half of each row is strided by 2 * I, so down runs row by row.
+    matmul(row, down, kernels::WeightView{}, 1, out + r * down.rows);
+  }
+}
+
+void Backend::scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces) {
+  std::vector<uint16_t> bits;
+  for (const HostPiece& piece : pieces) {
+    if (piece.dst_dtype == DType::kF32) {
+      copy_to_device(piece.dst, src + piece.src_offset, piece.src_bytes);
+      continue;
+    }
+    DI_CHECK(piece.dst_dtype == DType::kBF16, "KV cache dtype " << dtype_name(piece.dst_dtype));
+    const auto* values = reinterpret_cast<const float*>(src + piece.src_offset);
+    bits.resize(piece.src_bytes / sizeof(float));
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+    copy_to_device(piece.dst, bits.data(), bits.size() * sizeof(uint16_t));
+  }
+}
+
+}  // namespace deepinfer

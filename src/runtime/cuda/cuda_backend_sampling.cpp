@@ -1,0 +1,19 @@
+// CudaBackend::sample_rows: the device sampler over a workspace the backend keeps between calls.
+#include "kernels/cuda/sampling.h"
+#include "runtime/cuda/cuda_backend_impl.h"
+
+namespace deepinfer {
+
+void CudaBackend::sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params,
+                              int64_t num_draws, int32_t* token_ids) {
+  if (num_draws == 0) return;
+  DI_CHECK(!capturing_, "sample_rows during graph capture");
+  const size_t bytes = kc::sample_rows_workspace_bytes(vocab, num_draws, num_sms_);
+  if (sample_workspace_.size_bytes() < bytes) {
+    sample_workspace_ = DeviceBuffer();  // the old block first: the stream orders its last user before
+    sample_workspace_ = DeviceBuffer(allocator_.allocate(bytes), bytes, [this](void* p) { allocator_.deallocate(p); });
+  }
+  kc::sample_rows(logits, vocab, params, num_draws, token_ids, sample_workspace_.data(), num_sms_, stream_);
+}
+
+}  // namespace deepinfer
