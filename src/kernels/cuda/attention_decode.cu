@@ -56,20 +56,16 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(Attention
   float* q_tile = reinterpret_cast<float*>(shared_raw);  // [kRows, kDims], pre-scaled
   float4* rings = shared_raw + kRows * kDims / 4;         // [kWarps][kRingVectors]
 
-  const int32_t seq = static_cast<int32_t>(blockIdx.z);
-  const int32_t token = a.batch.query_start[seq];
-  if (a.batch.query_start[seq + 1] - token != 1) return;
-  const int32_t split = static_cast<int32_t>(blockIdx.x);
-  const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
+  const DecodeBlock block = decode_block(a);
+  if (!block.decode) return;
+  const int32_t seq = block.seq;
+  const int32_t token = block.token;
+  const int32_t split = block.split;
+  const int32_t kv_head = block.kv_head;
   const int32_t num_heads = a.params.num_heads;
-  const int32_t group = num_heads / a.params.num_kv_heads;
-  const int32_t seq_len = a.batch.seq_len[seq];
-  const int32_t window = a.params.sliding_window;
-  // Every key in [key_begin, key_end) is visible: key_end <= seq_len, and the window start is
-  // folded into key_begin.
-  int32_t key_begin = split * a.split_keys;
-  const int32_t key_end = min(key_begin + a.split_keys, seq_len);
-  if (window > 0) key_begin = max(key_begin, seq_len - window);
+  const int32_t group = block.group;
+  const int32_t key_begin = block.key_begin;
+  const int32_t key_end = block.key_end;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;

@@ -37,6 +37,35 @@ __device__ __forceinline__ float* partial_row(const AttentionArgs& a, int32_t sp
   return a.partial + ((static_cast<int64_t>(split) * a.batch.num_tokens + token) * a.params.num_heads + head) * stride;
 }
 
+// Which decode work a block of the decode kernels has: grid (split, kv head, sequence). Every key
+// in [key_begin, key_end) is visible: key_end <= seq_len, and the window start is folded into
+// key_begin. decode is false when the sequence has more than one new token (not a decode row).
+struct DecodeBlock {
+  bool decode;
+  int32_t seq;
+  int32_t token;
+  int32_t split;
+  int32_t kv_head;
+  int32_t group;
+  int32_t key_begin;
+  int32_t key_end;
+};
+
+__device__ __forceinline__ DecodeBlock decode_block(const AttentionArgs& a) {
+  DecodeBlock b;
+  b.seq = static_cast<int32_t>(blockIdx.z);
+  b.token = a.batch.query_start[b.seq];
+  b.decode = a.batch.query_start[b.seq + 1] - b.token == 1;
+  b.split = static_cast<int32_t>(blockIdx.x);
+  b.kv_head = static_cast<int32_t>(blockIdx.y);
+  b.group = a.params.num_heads / a.params.num_kv_heads;
+  const int32_t seq_len = a.batch.seq_len[b.seq];
+  b.key_begin = b.split * a.split_keys;
+  b.key_end = min(b.key_begin + a.split_keys, seq_len);
+  if (a.params.sliding_window > 0) b.key_begin = max(b.key_begin, seq_len - a.params.sliding_window);
+  return b;
+}
+
 // One element d of a decode block's result for a head: its split's partial (sum, max, denominator)
 // when the sequence is split, else the normalised output with the head's attention sink folded in.
 __device__ __forceinline__ void write_decode_result(const AttentionArgs& a, int32_t split, int64_t token,
