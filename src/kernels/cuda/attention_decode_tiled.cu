@@ -56,16 +56,9 @@ __global__ void __launch_bounds__(kThreads) tiled_decode_kernel(AttentionArgs a)
   float* row_m = alphas + kRows;
   float* row_l = row_m + kRows;
 
-  const DecodeBlock block = decode_block(a);
-  if (!block.decode) return;
-  const int32_t seq = block.seq;
-  const int32_t token = block.token;
-  const int32_t split = block.split;
-  const int32_t kv_head = block.kv_head;
+  const auto [decode, seq, token, split, kv_head, group, key_begin, key_end] = decode_block(a);
+  if (!decode) return;
   const int32_t num_heads = a.params.num_heads;
-  const int32_t group = block.group;
-  const int32_t key_begin = block.key_begin;
-  const int32_t key_end = block.key_end;
   const int32_t num_tiles = key_end > key_begin ? (key_end - key_begin + kTile - 1) / kTile : 0;
 
   const int tid = static_cast<int>(threadIdx.x);
