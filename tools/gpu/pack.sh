@@ -7,14 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON > /dev/null
 nice cmake --build build-cuda --target test_cuda deepinfer deepinfer-make-random-model deepinfer-hf-to-gguf \
-  deepinfer-bench-kvstore-bandwidth -j2
+  deepinfer-bench-kvstore-bandwidth deepinfer-kernel-trace -j2
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/bin" "$STAGE/lib"
 cp build-cuda/bin/test_cuda build-cuda/bin/deepinfer build-cuda/bin/deepinfer-make-random-model build-cuda/bin/deepinfer-hf-to-gguf \
-  build-cuda/bin/deepinfer-bench-kvstore-bandwidth "$STAGE/bin/"
+  build-cuda/bin/deepinfer-bench-kvstore-bandwidth build-cuda/bin/libdeepinfer-kernel-trace.so "$STAGE/bin/"
 for binary in "$STAGE"/bin/*; do
   ldd "$binary" | awk '$3 ~ /^\// {print $3}'
-done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcublas|libcublasLt)\.so' |
+done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcublas|libcublasLt|libcupti)\.so' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 strip "$STAGE"/bin/*
 echo "$PWD" > "$STAGE/source_dir"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tools/gpu/profile_decode.sh: which kernels a decode step launches on the H200 and how long each
-# takes, from Nsight Systems (nsys) when the machine has it; otherwise it says so and exits 0.
-# Profiles `deepinfer bench --device cuda` decode at batch 1 and 64, ctx 1024, on a random
-# Llama-3-8B-shaped bf16 model; per-kernel summaries (name, instances, total/mean time) go to
-# $OUT/profile_b<batch>.csv, the top of each to stdout and $OUT/profile.txt.
+# takes. Profiles `deepinfer bench --device cuda` decode at batch 1 and 64, ctx 1024, on a random
+# Llama-3-8B-shaped bf16 model. With Nsight Systems (nsys): per-kernel summaries go to
+# $OUT/profile_b<batch>.csv. Without it: the CUPTI trace library (bench/kernel_trace.cpp) records
+# every kernel and tools/gpu/kernel_timeline.py prints one decode step kernel by kernel with the
+# gaps between them ($OUT/timeline_b<batch>.txt). The top of each goes to stdout and profile.txt.
 # Usage, from the repository root (after tools/gpu/check.sh, or alone: it unpacks the bundle as
 # check.sh does): OUT=<dir> tools/gpu/profile_decode.sh
 set -uo pipefail
@@ -14,10 +15,6 @@ REPORT="$OUT/profile.txt"
 note() { echo "$*" | tee -a "$REPORT"; }
 
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-if [ -z "$NSYS" ]; then
-  note "profile_decode: nsys not found (PATH, /usr/local/cuda/bin, /opt/nvidia); nothing profiled. ncu: $(command -v ncu || echo absent)"
-  exit 0
-fi
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   if [ -x build-gpu/bin/deepinfer ]; then
@@ -34,6 +31,21 @@ MODEL=/tmp/deepinfer-profile-model
 rm -rf "$MODEL"
 "$BIN/deepinfer-make-random-model" --config bench/configs/llama3-8b.json --out "$MODEL" --dtype bf16 \
   > "$OUT/make_model.log" 2>&1 || { note "profile_decode: model generation failed (make_model.log)"; exit 1; }
+if [ -z "$NSYS" ]; then
+  TRACE_LIB=$(ls "$BIN"/libdeepinfer-kernel-trace.so 2>/dev/null | head -1)
+  if [ -z "$TRACE_LIB" ]; then note "profile_decode: neither nsys nor libdeepinfer-kernel-trace.so; nothing profiled"; exit 0; fi
+  note "profile_decode: nsys not found; kernel timeline from CUPTI ($TRACE_LIB)"
+  for batch in ${BATCHES:-1 64}; do
+    CUDA_INJECTION64_PATH="$TRACE_LIB" DEEPINFER_KERNEL_TRACE_OUT="$OUT/trace_b$batch.csv" timeout 240 \
+      "$BIN/deepinfer" bench --device cuda --model "$MODEL" --batches "$batch" --contexts 1024 --prefill 128 \
+      --steps 8 --no-products > "$OUT/trace_b$batch.log" 2>&1
+    note "== batch $batch, ctx 1024: $(grep '"decode"' "$OUT/trace_b$batch.log" | head -1)"
+    python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" > "$OUT/timeline_b$batch.txt" 2>&1
+    head -4 "$OUT/timeline_b$batch.txt" | tee -a "$REPORT"
+  done
+  rm -rf "$MODEL"
+  exit 0
+fi
 note "nsys: $("$NSYS" --version 2>&1 | head -1)"
 for batch in 1 64; do
   # Graph replays traced node by node, so each kernel of the step is listed.

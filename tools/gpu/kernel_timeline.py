@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Per-step kernel table from a kernel trace (bench/kernel_trace.cpp's CSV).
+
+Every CUDA graph launched enough times (a decode step per batch bucket) is cut into its replays;
+the median replay by span is printed kernel by kernel (duration, gap since the previous kernel
+ended: negative when a dependent launch overlapped it), then summed per kernel name.
+Usage: kernel_timeline.py TRACE.csv [--min-kernels 50]
+"""
+import csv
+import re
+import sys
+from collections import OrderedDict, defaultdict
+
+
+def short_name(name):
+    name = re.sub(r"deepinfer::kernels::cuda::|\(anonymous namespace\)::|deepinfer::|void |\bDType::k", "", name)
+    name = re.sub(r"\(.*\)$", "", name)
+    return name[:100]
+
+
+def main():
+    args = sys.argv[1:]
+    min_kernels = 50
+    if "--min-kernels" in args:
+        i = args.index("--min-kernels")
+        min_kernels = int(args[i + 1])
+        del args[i:i + 2]
+    rows = []
+    with open(args[0], newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append((int(r["start_ns"]), int(r["end_ns"]), int(r["graph_id"]), int(r["grid"]), r["name"]))
+    rows.sort()
+    graphs = OrderedDict()
+    for row in rows:
+        if row[2] != 0:
+            graphs.setdefault(row[2], []).append(row)
+    for graph_id, kernels in graphs.items():
+        first = kernels[0][4]
+        starts = [i for i, k in enumerate(kernels) if k[4] == first]
+        if len(starts) < 2 or starts[1] < min_kernels:
+            continue
+        per_replay = starts[1]
+        replays = [kernels[s:s + per_replay] for s in starts if len(kernels[s:s + per_replay]) == per_replay]
+        replays.sort(key=lambda r: r[-1][1] - r[0][0])
+        replay = replays[len(replays) // 2]
+        span = (replay[-1][1] - replay[0][0]) / 1e3
+        busy = sum(k[1] - k[0] for k in replay) / 1e3
+        print(f"== graph {graph_id}: {per_replay} kernels per replay, {len(replays)} replays; "
+              f"median replay span {span:.1f} us, kernel time {busy:.1f} us, span - kernel time {span - busy:.1f} us")
+        print(f"{'#':>4} {'us':>8} {'gap us':>7} {'grid':>6}  kernel")
+        totals = defaultdict(lambda: [0, 0.0, 0.0])
+        previous_end = None
+        for i, (start, end, _, grid, name) in enumerate(replay):
+            gap = (start - previous_end) / 1e3 if previous_end is not None else 0.0
+            previous_end = end if previous_end is None else max(previous_end, end)
+            label = short_name(name)
+            t = totals[label]
+            t[0] += 1
+            t[1] += (end - start) / 1e3
+            t[2] += gap
+            if i < 40 or i >= per_replay - 12:
+                print(f"{i:4d} {(end - start) / 1e3:8.2f} {gap:7.2f} {grid:6d}  {label}")
+            elif i == 40:
+                print("   ... (middle layers omitted; all are in the totals below)")
+        print(f"{'count':>6} {'total us':>9} {'gaps us':>8} {'mean us':>8}  kernel (per replay)")
+        for label, (count, total, gaps) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+            print(f"{count:6d} {total:9.1f} {gaps:8.1f} {total / count:8.2f}  {label}")
+        print()
+
+
+if __name__ == "__main__":
+    main()
