@@ -2,8 +2,10 @@
 """Per-step kernel table from a kernel trace (bench/kernel_trace.cpp's CSV).
 
 Every CUDA graph launched enough times (a decode step per batch bucket) is cut into its replays;
-the median replay by span is printed kernel by kernel (duration, gap since the previous kernel
-ended: negative when a dependent launch overlapped it), then summed per kernel name.
+the median replay by span is printed kernel by kernel, then summed per kernel name. Columns:
+"path us", the kernel's share of the critical path (its end minus the latest earlier end: what the
+step would lose without it); "us", its duration, which with dependent launches includes time spent
+waiting for the previous kernel; "gap us", start minus the latest earlier end (negative: overlap).
 Usage: kernel_timeline.py TRACE.csv [--min-kernels 50]
 """
 import csv
@@ -14,6 +16,7 @@ from collections import OrderedDict, defaultdict
 
 def short_name(name):
     name = re.sub(r"deepinfer::kernels::cuda::|\(anonymous namespace\)::|deepinfer::|void |\bDType::k", "", name)
+    name = re.sub(r"\([A-Za-z_:]+\)(?=-?\d)", "", name)  # enum casts in template arguments
     name = re.sub(r"\(.*\)$", "", name)
     return name[:100]
 
@@ -47,24 +50,25 @@ def main():
         busy = sum(k[1] - k[0] for k in replay) / 1e3
         print(f"== graph {graph_id}: {per_replay} kernels per replay, {len(replays)} replays; "
               f"median replay span {span:.1f} us, kernel time {busy:.1f} us, span - kernel time {span - busy:.1f} us")
-        print(f"{'#':>4} {'us':>8} {'gap us':>7} {'grid':>6}  kernel")
+        print(f"{'#':>4} {'path us':>8} {'us':>8} {'gap us':>7} {'grid':>6}  kernel")
         totals = defaultdict(lambda: [0, 0.0, 0.0])
         previous_end = None
         for i, (start, end, _, grid, name) in enumerate(replay):
             gap = (start - previous_end) / 1e3 if previous_end is not None else 0.0
+            path = (end - start if previous_end is None else max(0, end - previous_end)) / 1e3
             previous_end = end if previous_end is None else max(previous_end, end)
-            label = short_name(name)
+            label = f"{short_name(name)} grid={grid}"
             t = totals[label]
             t[0] += 1
-            t[1] += (end - start) / 1e3
-            t[2] += gap
+            t[1] += path
+            t[2] += (end - start) / 1e3
             if i < 40 or i >= per_replay - 12:
-                print(f"{i:4d} {(end - start) / 1e3:8.2f} {gap:7.2f} {grid:6d}  {label}")
+                print(f"{i:4d} {path:8.2f} {(end - start) / 1e3:8.2f} {gap:7.2f} {grid:6d}  {short_name(name)}")
             elif i == 40:
                 print("   ... (middle layers omitted; all are in the totals below)")
-        print(f"{'count':>6} {'total us':>9} {'gaps us':>8} {'mean us':>8}  kernel (per replay)")
-        for label, (count, total, gaps) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-            print(f"{count:6d} {total:9.1f} {gaps:8.1f} {total / count:8.2f}  {label}")
+        print(f"{'count':>6} {'path us':>9} {'each':>7} {'dur each':>8}  kernel (per replay)")
+        for label, (count, path, duration) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+            print(f"{count:6d} {path:9.1f} {path / count:7.2f} {duration / count:8.2f}  {label}")
         print()
 
 
