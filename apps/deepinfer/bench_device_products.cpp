@@ -2,6 +2,10 @@
 // decode batch sizes, as bandwidth beside the copy ceiling. Timed as a captured graph of
 // back-to-back products where the backend captures, so host launch cost stays out of the figure.
 // A gated_mlp line times the whole stacked feed-forward (gate|up with its activation, then down).
+// Where the backend folds a layer's norms and residual adds into its decode products
+// (Backend::fuses_norm_products), qkv / qkv_norm, o_proj_add and gated_mlp_norm_add lines time the
+// stacked q|k|v product without and with its input norm, and the fused o and feed-forward forms.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -100,6 +104,61 @@ void bench_gated_mlp(Backend& backend, const ModelConfig& c, const DevicePeaks& 
   }
 }
 
+// The decode fusion's products next to their plain forms, at the row counts the backend fuses.
+void bench_fused_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_dim = c.num_attention_heads * c.head_dim;
+  const int64_t qkv_rows = q_dim + 2 * c.num_key_value_heads * c.head_dim;
+  const int64_t intermediate = c.intermediate_size;
+  std::vector<uint16_t> qkv_host, o_host, norm_host, gate_host, up_host, down_host;
+  auto qkv = backend.load_weight(zero_bf16_tensor("qkv_proj", qkv_rows, hidden, qkv_host));
+  auto o = backend.load_weight(zero_bf16_tensor("o_proj", hidden, q_dim, o_host));
+  TensorView norm_tensor = zero_bf16_tensor("input_layernorm", 1, hidden, norm_host);
+  norm_tensor.shape = {hidden};
+  auto norm = backend.load_weight(norm_tensor);
+  auto down = backend.load_weight(zero_bf16_tensor("down_proj", hidden, intermediate, down_host));
+  auto gate_up = backend.load_stacked_weight({zero_bf16_tensor("gate_proj", intermediate, hidden, gate_host),
+                                              zero_bf16_tensor("up_proj", intermediate, hidden, up_host)});
+  for (const auto* loaded : {&qkv, &o, &norm, &down}) {
+    if (!loaded->ok()) throw UserError(loaded->error());
+  }
+  if (!gate_up.ok()) throw UserError(gate_up.error());
+  if (!gate_up->has_value()) return;
+  const NormWeights norm_weights{*norm, 0.0f, 1e-5f};
+  const int64_t widest = std::max({hidden, qkv_rows, q_dim, 2 * intermediate});
+  DeviceBuffer x = backend.allocate(static_cast<size_t>(kMaxRows * widest) * sizeof(float));
+  DeviceBuffer normed = backend.allocate(static_cast<size_t>(kMaxRows * hidden) * sizeof(float));
+  DeviceBuffer scratch = backend.allocate(static_cast<size_t>(2 * kMaxRows * intermediate) * sizeof(float));
+  DeviceBuffer residual = backend.allocate(static_cast<size_t>(kMaxRows * hidden) * sizeof(float));
+  DeviceBuffer y = backend.allocate(static_cast<size_t>(kMaxRows * qkv_rows) * sizeof(float));
+  const double qkv_bytes = static_cast<double>(qkv_host.size() * sizeof(uint16_t));
+  const double mlp_bytes = 3.0 * static_cast<double>(intermediate * hidden) * sizeof(uint16_t);
+  const bool graph = backend.can_capture();
+  for (int64_t rows : kRowCounts) {
+    if (!backend.fuses_norm_products(rows, DType::kBF16)) continue;
+    const double plain = seconds_per_call(
+        backend, [&] { backend.matmul(x.as<float>(), *qkv, kernels::WeightView{}, rows, y.as<float>()); }, y);
+    print_product("qkv", qkv_rows, hidden, rows, plain, qkv_bytes, peaks, graph);
+    const double fused = seconds_per_call(
+        backend,
+        [&] { backend.norm_matmul(residual.as<float>(), norm_weights, *qkv, rows, normed.as<float>(), y.as<float>()); },
+        y);
+    print_product("qkv_norm", qkv_rows, hidden, rows, fused, qkv_bytes, peaks, graph);
+    const double add = seconds_per_call(
+        backend, [&] { backend.matmul_add(x.as<float>(), *o, rows, y.as<float>(), residual.as<float>()); }, residual);
+    print_product("o_proj_add", hidden, q_dim, rows, add, static_cast<double>(o_host.size() * sizeof(uint16_t)), peaks,
+                  graph);
+    const double mlp = seconds_per_call(
+        backend,
+        [&] {
+          backend.norm_gated_mlp_add(residual.as<float>(), norm_weights, **gate_up, *down, rows, GluActivation::kSilu,
+                                     normed.as<float>(), scratch.as<float>(), y.as<float>());
+        },
+        residual);
+    print_product("gated_mlp_norm_add", 3 * intermediate, hidden, rows, mlp, mlp_bytes, peaks, graph);
+  }
+}
+
 }  // namespace
 
 void bench_decode_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
@@ -127,6 +186,7 @@ void bench_decode_products(Backend& backend, const ModelConfig& c, const DeviceP
     }
   }
   bench_gated_mlp(backend, c, peaks);
+  bench_fused_products(backend, c, peaks);
 }
 
 }  // namespace deepinfer::cli

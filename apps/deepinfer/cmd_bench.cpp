@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
                        [--device cpu|ref|cuda] [--threads N] [--batch-invariant] [--profile]
-                       [--no-cuda-graphs] [--no-products] [--host-sampling]
+                       [--no-cuda-graphs] [--no-fused-decode] [--no-products] [--host-sampling]
                        [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]  (cuda)
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
@@ -33,6 +33,8 @@ lines say whether the steps replayed CUDA graphs ("cuda_graphs"; --no-cuda-graph
 where each step drew its tokens (temperature 0.8, top_k 50, top_p 0.95; "sampler": device, or host
 with --host-sampling: every logits row copied back and sampled on the host);
 decode_product lines time each linear-layer shape alone at 1-8 rows (--no-products skips them).
+--no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
+kernels and prefetch nothing (the unfused sequence, to measure the fusion against).
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -45,7 +47,7 @@ int run_bench(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
                                                        "--contexts", "--prefill", "--steps"}),
-                          model_bool_flags({"--no-products", "--profile"}));
+                          model_bool_flags({"--no-products", "--profile", "--no-fused-decode"}));
   if (!args.ok()) return report_error("bench", args.error());
   auto prompt_tokens = args->get_int("--prompt-tokens", 128);
   auto decode_tokens = args->get_int("--decode-tokens", 32);

@@ -278,7 +278,9 @@ int run_device_bench(const Args& args, LoadedModel& loaded) {
         bench_decode(model, backend, *peaks, batch, context, static_cast<int32_t>(*steps), args.has("--host-sampling"));
       }
     }
-    for (int32_t context : contexts) bench_attention(backend, c, *peaks, model.kv_cache_dtype(), 16, context);
+    for (int32_t context : contexts) {
+      for (int32_t batch : {16, 64}) bench_attention(backend, c, *peaks, model.kv_cache_dtype(), batch, context);
+    }
     for (int32_t tokens : prefill) bench_prefill_attention(backend, c, *peaks, model.kv_cache_dtype(), tokens);
     for (int32_t tokens : prefill) bench_prefill(model, *peaks, tokens, tokens > 8192 ? 1 : 2);
     if (!args.has("--no-products")) bench_decode_products(backend, c, *peaks);

@@ -80,6 +80,7 @@ BackendOptions backend_options_from_args(const Args& args) {
   BackendOptions options;
   options.batch_invariant = args.has("--batch-invariant");
   options.graphs = !args.has("--no-cuda-graphs");
+  options.fused_decode = !args.has("--no-fused-decode");  // a bench flag: measures the fusion
   return options;
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "engine/batch_builder.h"
+#include "engine/kv_handover.h"
 #include "engine/kv_offload.h"
 #include "engine/step_draws.h"
 #include "engine/structured_output.h"
@@ -87,7 +88,7 @@ struct EngineCore::Impl {
     }
     apply_swa_split(model, config, kv_bytes, kv_config);
     // Everything the cached KV depends on: architecture, shapes, weights' dtype, KV layout.
-    const std::string kv_dtype = model.kv_cache_dtype() == DType::kF32 ? "f32" : "bf16";
+    const std::string kv_dtype(dtype_name(model.kv_cache_dtype()));
     kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=" + kv_dtype + "|block=" +
                                   std::to_string(config.block_size) + "|deepinfer=" DEEPINFER_VERSION;
     // A split cache's stored pages hold the full-attention layers only: another page layout.
@@ -99,20 +100,23 @@ struct EngineCore::Impl {
 
   // A model mixing sliding-window and full-attention layers gets separate tables for its sliding
   // layers (docs/architecture.md, "Sliding-window KV"): their pool holds every running sequence's
-  // window plus one step's new tokens, and the full layers' pool gets the remaining memory. Only
-  // in NORMAL mode: the PROMPT/COMPLETION handover moves whole blocks of every layer. With the
-  // persistent store the split is what lets it keep only the full layers' pages (SWA replay); a
-  // model whose every layer slides then splits too, its full-attention group holding no layer
-  // but still the pages' hash chain.
+  // window plus one step's new tokens, and the full layers' pool gets the remaining memory. In
+  // every mode: the PROMPT/COMPLETION handover reads and writes each kind of layer by its own
+  // table (engine/kv_handover.h). With
+  // the persistent store the split is what lets it keep only the full layers' pages (SWA replay);
+  // a model whose every layer slides then splits too, its full-attention group holding no layer
+  // but still the pages' hash chain. So it does in a COMPLETION engine: a handed-over request
+  // brings only its window's KV, and the split keeps the pages before it out of the prefix index.
   static void apply_swa_split(const CausalLM& model, const EngineConfig& config, int64_t kv_bytes,
                               KvCacheConfig& kv_config) {
     const auto& windows = model.config().layer_sliding_window;
     const bool all_sliding =
         !windows.empty() && std::all_of(windows.begin(), windows.end(), [](int64_t w) { return w > 0; });
-    const bool store = config.kv_store.enabled() && config.enable_prefix_caching;
+    const bool imports = (config.kv_store.enabled() && config.enable_prefix_caching) ||
+                         config.mode == EngineMode::kCompletion;
     const int64_t swa_bytes_per_token =
-        all_sliding && store ? model.kv_bytes_per_token() : model.swa_kv_bytes_per_token();
-    if (swa_bytes_per_token <= 0 || config.mode != EngineMode::kNormal) return;
+        all_sliding && imports ? model.kv_bytes_per_token() : model.swa_kv_bytes_per_token();
+    if (swa_bytes_per_token <= 0) return;
     const int32_t window = *std::max_element(windows.begin(), windows.end());
     const int32_t bs = config.block_size;
     kv_config.sliding_window = window;
@@ -301,15 +305,7 @@ struct EngineCore::Impl {
     p.params.seed = r.seed;
     p.first_token = r.output_token_ids.front();
     p.block_size = config.block_size;
-    const std::vector<int32_t>& table = kv.block_table(r.seq_id);
-    const int32_t num_blocks = blocks_for_tokens(r.num_prompt_tokens(), config.block_size);
-    const auto floats_per_block = static_cast<size_t>(model.kv_floats_per_block());
-    p.kv.assign(static_cast<size_t>(num_blocks) * floats_per_block, 0.0f);
-    // Blocks released from a sliding window (-1) are never read again: they travel as zeros.
-    for (int32_t b = 0; b < num_blocks; ++b) {
-      const int32_t block = table[static_cast<size_t>(b)];
-      if (block >= 0) model.read_kv_blocks({block}, p.kv.data() + static_cast<size_t>(b) * floats_per_block);
-    }
+    read_prefilled_kv(model, kv, r.seq_id, r.num_prompt_tokens(), p);
     prefilled.push_back(std::move(p));
     finish(seq, FinishReason::kPrefilled, out);
   }
@@ -508,14 +504,7 @@ std::vector<PrefilledRequest> EngineCore::take_prefilled() { return std::exchang
 Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t priority) {
   Impl& m = *impl_;
   if (m.config.mode != EngineMode::kCompletion) return Error{"only a COMPLETION engine takes prefilled requests"};
-  if (p.block_size != m.config.block_size) {
-    return Error{"prefilled KV uses " + std::to_string(p.block_size) + "-token blocks; this engine uses " +
-                 std::to_string(m.config.block_size)};
-  }
-  const int32_t num_blocks = blocks_for_tokens(static_cast<int64_t>(p.prompt_token_ids.size()), p.block_size);
-  if (p.kv.size() != static_cast<size_t>(num_blocks) * static_cast<size_t>(m.model.kv_floats_per_block())) {
-    return Error{"prefilled KV has the wrong size for this model"};
-  }
+  DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
   if (p.params.n != 1) return Error{"prefilled requests have n = 1"};
   if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
   Impl::Group& group = m.groups[p.request_id];
@@ -523,17 +512,17 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   group.seq_ids.push_back(seq->request.seq_id);
   Request& r = seq->request;
   int32_t cached = 0;
-  if (!m.kv.allocate(r.seq_id, r.prompt_token_ids, r.num_prompt_tokens(), r.cache_salt, &cached)) {
+  // A split cache gets sliding-window blocks only for the window the next token attends to
+  // (what commit_computed keeps), as the PROMPT engine sent.
+  const int32_t swa_start =
+      m.kv.has_swa_tables() ? swa_window_start(m.model.config(), r.num_prompt_tokens(), m.config.block_size) : 0;
+  if (!m.kv.allocate_imported(r.seq_id, r.prompt_token_ids, r.num_prompt_tokens(), r.cache_salt, swa_start, &cached)) {
     m.sequences.erase(r.seq_id);
     m.groups.erase(p.request_id);
     return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
   }
   // Blocks found in this engine's prefix cache already hold this KV; write the rest.
-  const std::vector<int32_t>& table = m.kv.block_table(r.seq_id);
-  const int32_t first_new_block = cached / m.config.block_size;
-  const std::vector<int32_t> new_blocks(table.begin() + first_new_block, table.begin() + num_blocks);
-  m.model.write_kv_blocks(new_blocks, p.kv.data() + static_cast<size_t>(first_new_block) *
-                                                        static_cast<size_t>(m.model.kv_floats_per_block()));
+  write_prefilled_kv(m.model, m.kv, r.seq_id, p, cached);
   r.num_computed_tokens = r.num_prompt_tokens();
   r.num_cached_tokens = cached;
   m.kv.commit_computed(r.seq_id, r.prompt_token_ids, r.num_computed_tokens);

@@ -72,7 +72,14 @@ struct PrefilledRequest {
   SamplingParams params;
   int32_t first_token = 0;
   int32_t block_size = 0;
-  std::vector<float> kv;  // [blocks_for_tokens(prompt), model.kv_floats_per_block()]
+  // The prompt's KV (engine/kv_handover.h), the same whether or not either engine splits its
+  // cache. The layers without a sliding window, every block:
+  // [blocks_for_tokens(prompt), model.handover_kv_floats_per_block(KvLayers::kFull)].
+  std::vector<float> kv;
+  // The sliding-window layers, only the blocks the next token's window reaches, from
+  // swa_first_block on: [blocks - swa_first_block, handover_kv_floats_per_block(kSliding)].
+  int32_t swa_first_block = 0;
+  std::vector<float> swa_kv;
 };
 
 struct EngineStats {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/logging.h"
 #include "engine/swa_replay.h"
 
@@ -19,7 +20,7 @@ KvOffload::KvOffload(CausalLM& model, KvCacheManager& kv, std::unique_ptr<KvStor
       store_(std::move(store)),
       fingerprint_(std::move(fingerprint)),
       block_size_(block_size),
-      payload_bytes_(model.full_kv_floats_per_block() * static_cast<int64_t>(sizeof(float))),
+      payload_bytes_(model.full_kv_bytes_per_block()),
       replay_tokens_(replay_tokens),
       replay_chunk_(replay_chunk) {}
 
@@ -36,10 +37,12 @@ Result<std::unique_ptr<KvOffload>> KvOffload::create(CausalLM& model, KvCacheMan
   std::unique_ptr<KvOffload> offload(
       new KvOffload(model, kv, nullptr, fingerprint, block_size, replay_tokens, replay_chunk));
   KvStoreConfig store_config = config;
+  store_config.kv_dtype = model.kv_cache_dtype();
   if (!store_config.host_pool) store_config.host_pool = offload->make_host_pool(config);
   auto store = KvStore::open(store_config, fingerprint);
   if (!store.ok()) return store.error();
   offload->store_ = std::move(*store);
+  if (config.host_bytes > 0 && offload->payload_bytes_ > 0) offload->measure_host_load();
   offload->measure_prefill();
   if (replay_tokens > 0) {
     DI_LOG(kInfo, "kv store: full-attention layers' pages only; a hit replays up to "
@@ -103,14 +106,43 @@ void KvOffload::measure_prefill() {
   model_.forward(batch, logits.data());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   prefill_tokens_per_s_ = num_tokens / std::max(seconds, 1e-9);
+  // The cost guard's inputs: a page is loaded from a tier when its cost there is below
+  // block_size / prefill speed.
   std::ostringstream costs;
   const std::vector<TierCost>& tier_costs = store_->tier_costs();
   for (size_t t = 0; t < tier_costs.size(); ++t) {
     costs << " " << store_->stats().tiers[t].name << " " << tier_costs[t].bytes_per_s / 1e9 << " GB/s + "
-          << tier_costs[t].seconds_per_page * 1e6 << " us/page;";
+          << tier_costs[t].seconds_per_page * 1e6 << " us/page (" << tier_costs[t].probe << ");";
   }
   DI_LOG(kInfo, "kv store: prefill " << static_cast<int64_t>(prefill_tokens_per_s_) << " tokens/s, "
-                                     << payload_bytes_ << " bytes/page; loads:" << costs.str());
+                                     << payload_bytes_ << " bytes/page (" << dtype_name(model_.kv_cache_dtype())
+                                     << "); loads:" << costs.str());
+}
+
+void KvOffload::measure_host_load() {
+  // A host-tier hit costs the engine a lookup and the page's upload into its cache; time the
+  // upload into block 0 (free: nothing is registered yet; measure_prefill overwrites it anyway).
+  const KvStoreStats before = store_->stats();
+  std::shared_ptr<PageBuffer> image = store_->stage_page(block_size_, payload_bytes_);
+  const std::span<uint8_t> payload = page_payload_region(*image, block_size_);
+  std::fill(payload.begin(), payload.end(), uint8_t{0});
+  const bool pinned = store_->stats().host_pool_pages > before.host_pool_pages;
+  Backend& backend = model_.backend();
+  // A 4-byte read back after the uploads waits for them (the backend's copies are stream-ordered).
+  DeviceBuffer fence = backend.allocate(sizeof(uint32_t));
+  uint32_t sink = 0;
+  model_.write_full_kv_blocks({0}, payload.data());  // warm-up: first-launch set-up
+  backend.copy_to_host(&sink, fence.data(), sizeof(sink));
+  constexpr int kRepeats = 8;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRepeats; ++i) model_.write_full_kv_blocks({0}, payload.data());
+  backend.copy_to_host(&sink, fence.data(), sizeof(sink));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  TierCost cost;
+  cost.bytes_per_s = static_cast<double>(image->size()) * kRepeats / std::max(seconds, 1e-9);
+  cost.seconds_per_page = 1e-6;  // the host tier's hash-map lookup
+  cost.probe = std::string("page upload on ") + std::string(backend.name()) + (pinned ? " from a pinned slab" : "");
+  store_->set_host_load_cost(cost);
 }
 
 std::vector<BlockHash> KvOffload::page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
@@ -144,7 +176,8 @@ void KvOffload::hold(Request* request) {
       page.token_ids.assign(begin, begin + block_size_);
       pages.push_back(std::move(page));
     }
-    held.load = store_->load_chain_async(std::move(pages), payload_bytes_, block_size_ / prefill_tokens_per_s_);
+    held.load = store_->load_chain_async(std::move(pages), payload_bytes_, block_size_ / prefill_tokens_per_s_,
+                                         BodyCheck::kBeside);
   }
   held_.push_back(std::move(held));
 }
@@ -159,21 +192,38 @@ std::vector<Request*> KvOffload::take_ready(bool wait) {
   if (wait && !held_.empty() && held_.front().load) held_.front().load->wait();
   std::vector<Held> still_held;
   for (Held& held : held_) {
-    if (held.load && held.load->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    if (held.load && held.load->wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      held.pages = held.load->get();
+      held.load.reset();
+    }
+    const bool checked = std::all_of(held.pages.begin(), held.pages.end(), [](const LoadedPage& page) {
+      return !page.body_ok.valid() || page.body_ok.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    if (held.load || (!wait && !checked)) {
       still_held.push_back(std::move(held));
       continue;
     }
-    if (held.load) import_pages(*held.request, held.first_page, held.load->get());
+    import_pages(*held.request, held.first_page, held.pages);
     ready.push_back(held.request);
   }
   held_ = std::move(still_held);
   return ready;
 }
 
+size_t KvOffload::verified_until(const std::vector<LoadedPage>& pages, size_t from, size_t to) {
+  for (size_t i = from; i < to; ++i) {
+    if (!pages[i].verified()) return i;
+  }
+  return to;
+}
+
 void KvOffload::import_pages(const Request& request, int32_t first_page, const std::vector<LoadedPage>& pages) {
-  if (pages.empty()) return;
+  // Split cache: the replay reads the loaded pages and starts R tokens before the prefix's end,
+  // so the whole chain's checks come first (the replay's forward pass dwarfs them anyway).
+  const size_t usable = replay_tokens_ > 0 ? verified_until(pages, 0, pages.size()) : pages.size();
+  if (usable == 0) return;
   const std::vector<int32_t>& tokens = request.prompt_token_ids;
-  const int32_t prefix = (first_page + static_cast<int32_t>(pages.size())) * block_size_;
+  int32_t prefix = (first_page + static_cast<int32_t>(usable)) * block_size_;
   // Split cache: the sliding-window layers' KV is rebuilt from replay_start on; without one,
   // replay_start is the prefix's end and nothing runs.
   const int32_t replay_start = replay_tokens_ > 0 ? std::max(0, prefix - replay_tokens_) : prefix;
@@ -195,7 +245,7 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
     return;
   }
   while (done < prefix) {
-    const int32_t end = std::min(prefix, std::max(done, replay_start) + replay_chunk_);
+    int32_t end = std::min(prefix, std::max(done, replay_start) + replay_chunk_);
     int32_t ignored = 0;
     if (!kv_.allocate(import_seq_id, tokens, end, request.cache_salt, &ignored)) break;  // the rest is recomputed
     const std::vector<int32_t>& table = kv_.block_table(import_seq_id);
@@ -204,7 +254,17 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
       DI_CHECK(static_cast<int64_t>(page.payload.size()) == payload_bytes_);
       // From a pinned slab this is a DMA still running on return, and `pages` may be freed right
       // after: the pool hands the slab out again only once the copy ended (runtime/cuda/pinned_pool.h).
-      model_.write_full_kv_blocks({table[static_cast<size_t>(i)]}, reinterpret_cast<const float*>(page.payload.data()));
+      model_.write_full_kv_blocks({table[static_cast<size_t>(i)]}, page.payload.data());
+    }
+    if (replay_tokens_ == 0) {
+      // The pass's uploads are queued; meanwhile the verify threads check their bodies. Only the
+      // pages before the first failure are committed: the blocks of the rest go back unregistered,
+      // never read by attention, as if they had not been loaded (the request recomputes them).
+      const auto pass_first = static_cast<size_t>(done / block_size_ - first_page);
+      const auto pass_end = static_cast<size_t>(end / block_size_ - first_page);
+      const size_t good = verified_until(pages, pass_first, pass_end);
+      if (good < pass_end) prefix = end = (first_page + static_cast<int32_t>(good)) * block_size_;
+      if (end <= done) break;
     }
     if (end > replay_start) {
       const int32_t from = std::max(done, replay_start);
@@ -234,8 +294,7 @@ void KvOffload::persist(const Request& request, const std::vector<int32_t>& bloc
     write.token_ids.assign(begin, begin + block_size_);
     // Straight into the image (a pinned slab on CUDA: the device writes it by DMA, no staging).
     write.staged = store_->stage_page(block_size_, payload_bytes_);
-    model_.read_full_kv_blocks(
-        {block_id}, reinterpret_cast<float*>(page_payload_region(*write.staged, block_size_).data()));
+    model_.read_full_kv_blocks({block_id}, page_payload_region(*write.staged, block_size_).data());
     if (!store_->enqueue_write(std::move(write))) return;  // queue full: later pages would drop too
   }
 }

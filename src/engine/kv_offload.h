@@ -7,7 +7,9 @@
 // holds only the full-attention layers' KV, and a hit rebuilds the sliding layers' KV by a
 // replay of the prefix's last tokens (engine/swa_replay.h) before the request is released.
 // On a device backend the store's page images live in the backend's pinned slab pool, so loads
-// and saves are direct DMAs (docs/kvstore.md). Lives on the engine thread; not thread-safe.
+// and saves are direct DMAs (docs/kvstore.md); pages hold the cache's own element type. A page's
+// upload runs beside its body checksum, and only pages that passed are committed. Lives on the
+// engine thread; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,9 @@ class KvOffload {
   // Forgets a held request (aborted); its load, if running, is discarded.
   void release(const Request* request);
   // Held requests whose loads are done, their pages now in the device cache, in hold order.
-  // wait: block until at least one is ready (the engine has nothing else to run).
+  // wait: block until at least one is ready (the engine has nothing else to run); then a chain is
+  // imported as soon as its pages are found, their uploads running beside the body checks, while
+  // without wait only chains whose checks are done are, so a running batch never waits on them.
   std::vector<Request*> take_ready(bool wait);
   bool has_held() const { return !held_.empty(); }
   // Queues the sequence's computed full pages that the store lacks (never blocks).
@@ -57,16 +61,22 @@ class KvOffload {
     Request* request = nullptr;
     int32_t first_page = 0;  // pages before it were already in the device cache
     std::optional<std::future<std::vector<LoadedPage>>> load;
+    std::vector<LoadedPage> pages;  // once load is done (their body checks may still run)
   };
   KvOffload(CausalLM& model, KvCacheManager& kv, std::unique_ptr<KvStore> store, std::string fingerprint,
             int32_t block_size, int32_t replay_tokens, int32_t replay_chunk);
   void measure_prefill();
+  // Times the host tier's real load path, a page upload into the cache (from a pinned slab on a
+  // device backend), and hands it to the store's cost guard in place of its memcpy probe.
+  void measure_host_load();
   // The backend's pinned slab pool for the store's page images; null on host backends.
   std::shared_ptr<HostSlabPool> make_host_pool(const KvStoreConfig& config) const;
   // Chain hashes of the first num_pages full pages of tokens.
   std::vector<BlockHash> page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
                                      const std::string& cache_salt) const;
   void import_pages(const Request& request, int32_t first_page, const std::vector<LoadedPage>& pages);
+  // Index of the first page in [from, to) whose body check failed (waiting for each), or to.
+  static size_t verified_until(const std::vector<LoadedPage>& pages, size_t from, size_t to);
 
   CausalLM& model_;
   KvCacheManager& kv_;

@@ -319,6 +319,7 @@ TierCost DiskTier::measure_cost(int64_t probe_bytes) {
   if (!read_ok) return cost;
   cost.bytes_per_s = static_cast<double>(probe_bytes) / std::max(seconds, 1e-9);
   cost.seconds_per_page = open_seconds;
+  cost.probe = "cold open + read()";
   return cost;
 }
 

@@ -81,6 +81,7 @@ TierCost HostTier::measure_cost(int64_t probe_bytes) {
   TierCost cost;
   cost.bytes_per_s = static_cast<double>(probe_bytes) * kRepeats / std::max(seconds, 1e-9);
   cost.seconds_per_page = 1e-6;  // a hash-map lookup under a lock
+  cost.probe = "memcpy";
   return cost;
 }
 

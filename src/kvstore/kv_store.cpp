@@ -45,14 +45,18 @@ struct KvStore::Impl {
   int64_t queued_bytes = 0;
   bool writer_busy = false;
   std::deque<std::packaged_task<std::vector<LoadedPage>()>> loads;
+  std::condition_variable wake_verifier;
+  std::deque<std::packaged_task<bool()>> body_checks;
   bool stopping = false;
+  bool loader_gone = false;  // set once the loader joined: no body check can be queued after it
   std::thread writer, loader;
+  std::vector<std::thread> verifiers;
 
   std::atomic<int64_t> pages_queued{0}, queue_drops{0}, pages_loaded{0}, loads_skipped_by_cost{0};
 
   void write_page(const PageWrite& w) {
     PageContent content;
-    content.identity = PageIdentity{w.hash, layout_id, w.page_index, w.token_ids};
+    content.identity = PageIdentity{w.hash, layout_id, w.page_index, w.token_ids, config.kv_dtype};
     content.traffic_class = w.traffic_class;
     content.created_unix_s = config.retention.now();
     content.payload = w.payload;
@@ -91,23 +95,59 @@ struct KvStore::Impl {
     }
   }
 
-  void loader_loop() {
+  // Runs queue's tasks (unlocked) until it is empty once done is set: the loader's loads, and the
+  // verifiers' body checks (finished on stop, so every LoadedPage::body_ok gets its value).
+  template <typename Task>
+  void drain(std::deque<Task>& queue, std::condition_variable& wake, const bool& done) {
     std::unique_lock lock(mutex);
     while (true) {
-      wake_loader.wait(lock, [&] { return stopping || !loads.empty(); });
-      if (loads.empty()) return;
-      auto task = std::move(loads.front());
-      loads.pop_front();
+      wake.wait(lock, [&] { return done || !queue.empty(); });
+      if (queue.empty()) return;
+      auto task = std::move(queue.front());
+      queue.pop_front();
       lock.unlock();
       task();
       lock.lock();
     }
   }
 
-  // One page from the first tier that holds a verified copy; nullopt on a miss, or when the
-  // cost guard says recomputing is cheaper than the next tier.
-  std::optional<LoadedPage> load_page(const PageRequest& request, int64_t payload_bytes, double recompute_seconds) {
-    const PageIdentity expected{request.hash, layout_id, request.page_index, request.token_ids};
+  void promote(const BlockHash& hash, int32_t depth, int64_t image_bytes, const SharedPage& image) {
+    PageEntryInfo info;
+    info.bytes = image_bytes;
+    info.depth = depth;
+    tiers[0]->put(hash, info, image);
+  }
+
+  // The body check of a page found in tier t, queued for the verify threads: a page that fails
+  // is dropped there; one that passes is promoted to host memory (only then: a lower tier's
+  // corrupt copy never enters it).
+  std::shared_future<bool> check_body_beside(const PageRequest& request, int64_t image_bytes, SharedPage image,
+                                             size_t t) {
+    std::packaged_task<bool()> task([this, hash = request.hash, depth = request.page_index, image_bytes,
+                                     image = std::move(image), t] {
+      if (!verify_page_body(image->bytes()).ok()) {
+        tiers[t]->drop_corrupt(hash);
+        return false;
+      }
+      if (t > 0) promote(hash, depth, image_bytes, image);
+      pages_loaded++;
+      return true;
+    });
+    std::shared_future<bool> ok = task.get_future().share();
+    {
+      std::lock_guard lock(mutex);
+      body_checks.push_back(std::move(task));
+    }
+    wake_verifier.notify_one();
+    return ok;
+  }
+
+  // One page from the first tier that holds a verified copy (with kBeside: a copy whose identity
+  // matched, its body check queued); nullopt on a miss, or when the cost guard says recomputing
+  // is cheaper than the next tier.
+  std::optional<LoadedPage> load_page(const PageRequest& request, int64_t payload_bytes, double recompute_seconds,
+                                      BodyCheck check) {
+    const PageIdentity expected{request.hash, layout_id, request.page_index, request.token_ids, config.kv_dtype};
     const auto image_bytes = static_cast<int64_t>(
         page_image_bytes(static_cast<int32_t>(request.token_ids.size()), static_cast<size_t>(payload_bytes)));
     for (size_t t = 0; t < tiers.size(); ++t) {
@@ -117,18 +157,18 @@ struct KvStore::Impl {
       }
       const std::optional<SharedPage> image = tiers[t]->get(request.hash);
       if (!image) continue;
-      auto payload = verify_page((*image)->bytes(), expected);
+      auto payload = check == BodyCheck::kBefore ? verify_page((*image)->bytes(), expected)
+                                                 : verify_page_identity((*image)->bytes(), expected);
       if (!payload.ok() || static_cast<int64_t>(payload->size()) != payload_bytes) {
         tiers[t]->drop_corrupt(request.hash);
         continue;  // a lower tier may hold a good copy
       }
-      if (t > 0) {  // promoted so the next hit is a host-memory hit
-        PageEntryInfo info;
-        info.bytes = image_bytes;
-        info.depth = request.page_index;
-        tiers[0]->put(request.hash, info, *image);
+      if (check == BodyCheck::kBeside) {
+        std::shared_future<bool> ok = check_body_beside(request, image_bytes, *image, t);
+        return LoadedPage{*image, *payload, static_cast<int32_t>(t), std::move(ok)};
       }
-      return LoadedPage{*image, *payload, static_cast<int32_t>(t)};
+      if (t > 0) promote(request.hash, request.page_index, image_bytes, *image);  // the next hit is a host hit
+      return LoadedPage{*image, *payload, static_cast<int32_t>(t), {}};
     }
     return std::nullopt;
   }
@@ -160,7 +200,13 @@ Result<std::unique_ptr<KvStore>> KvStore::open(const KvStoreConfig& config, std:
   for (const auto& tier : impl->tiers) impl->costs.push_back(tier->measure_cost(kProbeBytes));
   Impl* raw = impl.get();
   impl->writer = std::thread([raw] { raw->writer_loop(); });
-  impl->loader = std::thread([raw] { raw->loader_loop(); });
+  impl->loader = std::thread([raw] { raw->drain(raw->loads, raw->wake_loader, raw->stopping); });
+  const int32_t verifiers = config.verify_threads > 0
+                                ? config.verify_threads
+                                : std::clamp(static_cast<int32_t>(std::thread::hardware_concurrency() / 2), 1, 8);
+  for (int32_t i = 0; i < verifiers; ++i) {
+    impl->verifiers.emplace_back([raw] { raw->drain(raw->body_checks, raw->wake_verifier, raw->loader_gone); });
+  }
   return std::unique_ptr<KvStore>(new KvStore(std::move(impl)));
 }
 
@@ -173,6 +219,13 @@ KvStore::~KvStore() {
   impl_->wake_loader.notify_all();
   impl_->writer.join();
   impl_->loader.join();
+  // After the loader: the checks it queued run before the verifiers see the queue empty.
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->loader_gone = true;
+  }
+  impl_->wake_verifier.notify_all();
+  for (std::thread& verifier : impl_->verifiers) verifier.join();
 }
 
 bool KvStore::enqueue_write(PageWrite write) {
@@ -198,22 +251,23 @@ std::shared_ptr<PageBuffer> KvStore::stage_page(int32_t num_tokens, int64_t payl
 }
 
 std::vector<LoadedPage> KvStore::load_chain(const std::vector<PageRequest>& pages, int64_t payload_bytes,
-                                            double recompute_seconds_per_page) {
+                                            double recompute_seconds_per_page, BodyCheck check) {
   std::vector<LoadedPage> loaded;
   for (const PageRequest& page : pages) {
-    std::optional<LoadedPage> hit = impl_->load_page(page, payload_bytes, recompute_seconds_per_page);
+    std::optional<LoadedPage> hit = impl_->load_page(page, payload_bytes, recompute_seconds_per_page, check);
     if (!hit) break;
     loaded.push_back(std::move(*hit));
   }
-  impl_->pages_loaded += static_cast<int64_t>(loaded.size());
+  // kBeside pages count when their body check passes.
+  if (check == BodyCheck::kBefore) impl_->pages_loaded += static_cast<int64_t>(loaded.size());
   return loaded;
 }
 
 std::future<std::vector<LoadedPage>> KvStore::load_chain_async(std::vector<PageRequest> pages, int64_t payload_bytes,
-                                                               double recompute_seconds_per_page) {
+                                                               double recompute_seconds_per_page, BodyCheck check) {
   std::packaged_task<std::vector<LoadedPage>()> task(
-      [this, pages = std::move(pages), payload_bytes, recompute_seconds_per_page] {
-        return load_chain(pages, payload_bytes, recompute_seconds_per_page);
+      [this, pages = std::move(pages), payload_bytes, recompute_seconds_per_page, check] {
+        return load_chain(pages, payload_bytes, recompute_seconds_per_page, check);
       });
   std::future<std::vector<LoadedPage>> result = task.get_future();
   {
@@ -255,6 +309,12 @@ KvStoreStats KvStore::stats() const {
 }
 
 const std::vector<TierCost>& KvStore::tier_costs() const { return impl_->costs; }
+
+void KvStore::set_host_load_cost(const TierCost& cost) {
+  // The loader reads costs unlocked: only before the first load, when no loader task exists yet.
+  if (impl_->config.host_bytes > 0) impl_->costs.front() = cost;
+}
+
 uint64_t KvStore::layout_id() const { return impl_->layout_id; }
 
 TierStats TierCounters::snapshot(std::string_view name) const {

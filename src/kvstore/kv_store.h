@@ -32,6 +32,12 @@ struct KvStoreConfig {
   // Sliding-window models: prefix tokens whose sliding-window layers' KV a hit rebuilds by a
   // replay (docs/kvstore.md). 0: max(128, window); -1: exact (sliding layers x window); else N.
   int32_t swa_replay_tokens = 0;
+  // The KV cache's element type: pages hold the cache's own bytes (CausalLM::read_full_kv_blocks)
+  // and each records it; a page of another type is never loaded (the fingerprint differs too).
+  DType kv_dtype = DType::kF32;
+  // Threads that check page bodies (XXH3-128, ~5 GB/s each) for loads that verify beside the
+  // upload; they work only while pages load. 0: half the cores, 1 to 8.
+  int32_t verify_threads = 0;
   RetentionConfig retention;
   // Page images go into its slabs (Backend::make_pinned_pool: pinned memory on CUDA, so loads
   // DMA straight to the device); when it is full they use ordinary memory (counted). Null:
@@ -63,7 +69,19 @@ struct LoadedPage {
   SharedPage image;                 // keeps payload alive
   std::span<const uint8_t> payload;
   int32_t tier = 0;                 // index into KvStoreStats::tiers
+  // Loads with BodyCheck::kBeside: true once the body checksum matched, false when it did not (the
+  // page is then dropped from its tier and counted). The payload may be copied before, but the
+  // copy must not be used until this is true. Not valid (already checked) for kBefore loads.
+  std::shared_future<bool> body_ok;
+  // Whether the payload may be used: waits for the body check of a kBeside load.
+  bool verified() const { return !body_ok.valid() || body_ok.get(); }
 };
+
+// When a load checks each page's body (the XXH3-128 pass over every byte; the header, identity
+// and token ids are always checked first): kBefore, on the loading thread before the page is
+// returned; kBeside, on the store's verify threads, started as each page is found, so the caller
+// can upload the payload while it runs and must wait for LoadedPage::body_ok before using it.
+enum class BodyCheck { kBefore, kBeside };
 
 struct KvStoreStats {
   std::vector<TierStats> tiers;     // in lookup order
@@ -91,11 +109,14 @@ class KvStore {
   // Loads the longest run of pages from the front of pages; each payload is verified against
   // its request (hash, index, tokens, checksum) and must be payload_bytes long. With the cost
   // guard on, a page is taken from a tier only if tier cost < recompute_seconds_per_page.
+  // With BodyCheck::kBeside a page whose body fails is still in the result: the caller stops
+  // at the first page whose body_ok is false.
   std::vector<LoadedPage> load_chain(const std::vector<PageRequest>& pages, int64_t payload_bytes,
-                                     double recompute_seconds_per_page);
+                                     double recompute_seconds_per_page, BodyCheck check = BodyCheck::kBefore);
   // load_chain on the loader thread.
   std::future<std::vector<LoadedPage>> load_chain_async(std::vector<PageRequest> pages, int64_t payload_bytes,
-                                                        double recompute_seconds_per_page);
+                                                        double recompute_seconds_per_page,
+                                                        BodyCheck check = BodyCheck::kBefore);
   // Whether host memory or the local disk holds the page (no network).
   bool contains_local(const BlockHash& hash);
   // Blocks until every queued write is done (tests, shutdown, benchmarks).
@@ -105,6 +126,9 @@ class KvStore {
 
   KvStoreStats stats() const;
   const std::vector<TierCost>& tier_costs() const;
+  // Replaces the host tier's measured cost (its memcpy probe) with one the caller timed on the
+  // real load path (the engine: a page upload into the device cache). Call before any load.
+  void set_host_load_cost(const TierCost& cost);
   uint64_t layout_id() const;
 
  private:

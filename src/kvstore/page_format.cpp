@@ -83,6 +83,7 @@ SharedPage seal_page(std::shared_ptr<PageBuffer> image, const PageContent& conte
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
   header.version = kPageFormatVersion;
   header.traffic_class = static_cast<uint8_t>(content.traffic_class);
+  header.kv_dtype = static_cast<uint8_t>(id.kv_dtype);
   header.num_tokens = static_cast<uint32_t>(num_tokens);
   header.page_index = static_cast<uint32_t>(id.page_index);
   header.layout_id = id.layout_id;
@@ -120,27 +121,44 @@ Result<PageHeader> parse_page_header(std::span<const uint8_t> bytes, uint64_t to
   return header;
 }
 
-Result<std::span<const uint8_t>> verify_page(std::span<const uint8_t> image, const PageIdentity& expected) {
+Result<std::span<const uint8_t>> verify_page_identity(std::span<const uint8_t> image, const PageIdentity& expected) {
   auto parsed = parse_page_header(image, image.size());
   if (!parsed.ok()) return parsed.error();
   const PageHeader& header = *parsed;
   if (header.layout_id != expected.layout_id) return Error{"page was written for another model or KV layout"};
+  if (header.kv_dtype != static_cast<uint8_t>(expected.kv_dtype)) {
+    return Error{"page holds KV of another element type than the cache's " + std::string(dtype_name(expected.kv_dtype))};
+  }
   if (std::memcmp(header.chain_hash, expected.chain_hash.data(), expected.chain_hash.size()) != 0) {
     return Error{"page chain hash differs from its key"};
   }
   if (header.page_index != static_cast<uint32_t>(expected.page_index)) return Error{"page index differs"};
   if (header.num_tokens != expected.token_ids.size()) return Error{"page token count differs"};
   const uint8_t* body = image.data() + sizeof(PageHeader);
-  const size_t body_size = image.size() - sizeof(PageHeader);
-  const XXH128_hash_t sum = XXH3_128bits(body, body_size);
-  if (sum.low64 != header.body_xxh3_low || sum.high64 != header.body_xxh3_high) {
-    return Error{"page body checksum mismatch"};
-  }
   if (std::memcmp(body, expected.token_ids.data(), expected.token_ids.size_bytes()) != 0) {
     return Error{"page token ids differ from the request's"};
   }
   const size_t tokens_bytes = expected.token_ids.size_bytes();
-  return std::span<const uint8_t>(body + tokens_bytes, body_size - tokens_bytes);
+  return std::span<const uint8_t>(body + tokens_bytes, image.size() - sizeof(PageHeader) - tokens_bytes);
+}
+
+Result<void> verify_page_body(std::span<const uint8_t> image) {
+  DI_CHECK(image.size() >= sizeof(PageHeader), "verify_page_body before verify_page_identity");
+  PageHeader header;
+  std::memcpy(&header, image.data(), sizeof(header));
+  const XXH128_hash_t sum = XXH3_128bits(image.data() + sizeof(PageHeader), image.size() - sizeof(PageHeader));
+  if (sum.low64 != header.body_xxh3_low || sum.high64 != header.body_xxh3_high) {
+    return Error{"page body checksum mismatch"};
+  }
+  return {};
+}
+
+Result<std::span<const uint8_t>> verify_page(std::span<const uint8_t> image, const PageIdentity& expected) {
+  auto payload = verify_page_identity(image, expected);
+  if (!payload.ok()) return payload.error();
+  auto body = verify_page_body(image);
+  if (!body.ok()) return body.error();
+  return payload;
 }
 
 }  // namespace deepinfer

@@ -11,12 +11,15 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/result.h"
 #include "kvcache/prefix_hash.h"
 
 namespace deepinfer {
 
-inline constexpr uint16_t kPageFormatVersion = 1;
+// 2: the payload is in the cache's own element type (kv_dtype); version 1 pages held float32
+// whatever the cache was, so they are rejected (a miss) rather than misread.
+inline constexpr uint16_t kPageFormatVersion = 2;
 
 // Retention classes: each has its own TTL (retention.h).
 enum class TrafficClass : uint8_t { kDefault = 0, kChat = 1, kAgent = 2 };
@@ -27,7 +30,7 @@ struct PageHeader {
   char magic[8];               // "DIKVPAGE"
   uint16_t version;            // kPageFormatVersion
   uint8_t traffic_class;       // TrafficClass
-  uint8_t reserved0;
+  uint8_t kv_dtype;            // DType of the payload's elements: the KV cache's own
   uint32_t num_tokens;         // tokens in the page (the engine's block size)
   uint32_t page_index;         // position in the chain: tokens [page_index * num_tokens, +num_tokens)
   uint32_t reserved1;
@@ -75,6 +78,7 @@ struct PageIdentity {
   uint64_t layout_id = 0;
   int32_t page_index = 0;
   std::span<const int32_t> token_ids;  // the request's tokens for this page
+  DType kv_dtype = DType::kF32;        // the payload's element type (the cache's)
 };
 
 struct PageContent {
@@ -99,9 +103,14 @@ SharedPage seal_page(std::shared_ptr<PageBuffer> image, const PageContent& conte
 Result<PageHeader> parse_page_header(std::span<const uint8_t> bytes, uint64_t total_size);
 
 // Verifies a whole image against the expected identity (magic, version, header checksum,
-// layout, chain hash, page index, token ids, body checksum) and returns the payload view.
-// Errors say which check failed.
+// layout, element type, chain hash, page index, token ids, body checksum) and returns the
+// payload view. Errors say which check failed.
 Result<std::span<const uint8_t>> verify_page(std::span<const uint8_t> image, const PageIdentity& expected);
+// The same in two steps: every check but the body checksum (cheap: the header and token ids), then
+// the body checksum alone (one XXH3-128 pass over every byte), which may run beside a copy of the
+// payload as long as nothing uses the copy before it passed.
+Result<std::span<const uint8_t>> verify_page_identity(std::span<const uint8_t> image, const PageIdentity& expected);
+Result<void> verify_page_body(std::span<const uint8_t> image);
 
 // Bytes of the image that holds num_tokens tokens and payload_bytes of KV.
 size_t page_image_bytes(int32_t num_tokens, size_t payload_bytes);

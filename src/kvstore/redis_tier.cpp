@@ -174,6 +174,7 @@ TierCost RedisTier::measure_cost(int64_t probe_bytes) {
   Reply del(static_cast<redisReply*>(redisCommand(c, "DEL %b", key.data(), key.size())));
   if (!got || got->type != REDIS_REPLY_STRING) return cost;
   cost.seconds_per_page = rtt;
+  cost.probe = "PING + GET";
   cost.bytes_per_s = static_cast<double>(probe_bytes) / std::max(seconds - rtt, 1e-9);
   return cost;
 }

@@ -35,6 +35,7 @@ struct TierStats {
 struct TierCost {
   double bytes_per_s = 0.0;
   double seconds_per_page = 0.0;  // fixed cost per page (open, round trip)
+  std::string probe;              // what was timed (logged with the figures)
   double seconds_for(int64_t bytes) const {
     return seconds_per_page + (bytes_per_s > 0 ? static_cast<double>(bytes) / bytes_per_s : 0.0);
   }

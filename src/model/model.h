@@ -49,6 +49,9 @@ struct KvCacheShape {
   int32_t num_swa_blocks = 0;
 };
 
+// The attention layers without a sliding window (kFull) or with one (kSliding).
+enum class KvLayers : uint8_t { kFull, kSliding };
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -58,7 +61,7 @@ class CausalLM {
   // Bytes of KV cache one token takes over all layers.
   virtual int64_t kv_bytes_per_token() const = 0;
   // The element type of the device cache (Backend::kv_cache_dtype; MLA's latent cache is float32).
-  // Host transfers (read/write_kv_blocks) are float32 whatever it is.
+  // read/write_kv_blocks move float32 whatever it is; the store's read/write_full_kv_blocks move it.
   virtual DType kv_cache_dtype() const { return DType::kF32; }
   // Of those, the bytes of the sliding-window layers when the model also has full-attention
   // layers (the part a split cache bounds by the window, KvCacheShape::num_swa_blocks); 0 when
@@ -77,19 +80,33 @@ class CausalLM {
   // Floats one block holds over all layers (K and V): the unit of read/write_kv_blocks.
   virtual int64_t kv_floats_per_block() const = 0;
   // Moves the KV of whole blocks between the cache and host memory ([block_ids.size(),
-  // kv_floats_per_block()] floats, blocks in the given order): a prefilled request's KV handed
-  // from a PROMPT engine to a COMPLETION engine. Only for caches that are not split.
+  // kv_floats_per_block()] floats, blocks in the given order, each block's layers in order).
+  // Only for caches that are not split.
   virtual void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const = 0;
   virtual void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) = 0;
-  // The same for the layers block_table addresses: every layer, or with a split cache only the
-  // full-attention ones (none when every layer slides). What the persistent store keeps of a
-  // sliding-window model; the sliding layers are rebuilt by a replay (docs/kvstore.md).
-  virtual int64_t full_kv_floats_per_block() const { return kv_floats_per_block(); }
-  virtual void read_full_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const {
-    read_kv_blocks(block_ids, host);
+  // The KV store's pages: the layers block_table addresses (every layer, or with a split cache
+  // only the full-attention ones, none when every layer slides; the sliding layers are rebuilt
+  // by a replay, docs/kvstore.md), in the cache's own element type, moved without conversion:
+  // [block_ids.size(), full_kv_bytes_per_block()] bytes, each block's layers in order, K then V.
+  virtual int64_t full_kv_bytes_per_block() const = 0;
+  virtual void read_full_kv_blocks(const std::vector<int32_t>& block_ids, uint8_t* host) const = 0;
+  virtual void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const uint8_t* host) = 0;
+  // The PROMPT -> COMPLETION handover (PrefilledRequest) moves the layers without a sliding window
+  // and those with one apart (KvLayers, by the model's layers whatever either engine's cache
+  // split), the latter only for the blocks the next token's window reaches. Floats one block of
+  // those layers holds (K and V; 0 when the model has none):
+  virtual int64_t handover_kv_floats_per_block(KvLayers layers) const {
+    return layers == KvLayers::kFull ? kv_floats_per_block() : 0;
   }
-  virtual void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
-    write_kv_blocks(block_ids, host);
+  // Moves those layers' KV of whole blocks between the cache and host memory ([block_ids.size(),
+  // handover_kv_floats_per_block(layers)] floats, each block's layers in order). The ids are of
+  // the table those layers use: swa_block_table for kSliding with a split cache, block_table
+  // otherwise; all >= 0 unless the kind has no layers.
+  virtual void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, float* host) const {
+    if (layers == KvLayers::kFull) read_kv_blocks(block_ids, host);
+  }
+  virtual void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const float* host) {
+    if (layers == KvLayers::kFull) write_kv_blocks(block_ids, host);
   }
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
   // Not thread-safe: one forward at a time.

@@ -21,14 +21,35 @@ void Backend::gated_mlp(const float* x, const kernels::WeightView& gate_up, cons
   }
 }
 
+void Backend::norm_matmul(const float* x, const NormWeights& norm, const kernels::WeightView& w, int64_t num_rows,
+                          float* normed, float* y) {
+  rms_norm(x, norm.weight, norm.weight_offset, num_rows, w.cols, norm.eps, normed);
+  matmul(normed, w, kernels::WeightView{}, num_rows, y);
+}
+
+void Backend::matmul_add(const float* x, const kernels::WeightView& w, int64_t num_rows, float* delta,
+                         float* residual) {
+  matmul(x, w, kernels::WeightView{}, num_rows, delta);
+  add(residual, delta, num_rows * w.rows, residual);
+}
+
+void Backend::norm_gated_mlp_add(float* residual, const NormWeights& norm, const kernels::WeightView& gate_up,
+                                 const kernels::WeightView& down, int64_t num_rows, GluActivation activation,
+                                 float* normed, float* scratch, float* delta) {
+  rms_norm(residual, norm.weight, norm.weight_offset, num_rows, gate_up.cols, norm.eps, normed);
+  gated_mlp(normed, gate_up, down, num_rows, activation, scratch, delta);
+  add(residual, delta, num_rows * down.rows, residual);
+}
+
 void Backend::scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces) {
   std::vector<uint16_t> bits;
   for (const HostPiece& piece : pieces) {
-    if (piece.dst_dtype == DType::kF32) {
+    if (piece.dst_dtype == piece.src_dtype) {
       copy_to_device(piece.dst, src + piece.src_offset, piece.src_bytes);
       continue;
     }
-    DI_CHECK(piece.dst_dtype == DType::kBF16, "KV cache dtype " << dtype_name(piece.dst_dtype));
+    DI_CHECK(piece.src_dtype == DType::kF32 && piece.dst_dtype == DType::kBF16,
+             "page piece " << dtype_name(piece.src_dtype) << " into a " << dtype_name(piece.dst_dtype) << " cache");
     const auto* values = reinterpret_cast<const float*>(src + piece.src_offset);
     bits.resize(piece.src_bytes / sizeof(float));
     for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(values[i]);

@@ -55,6 +55,13 @@ struct DevicePeaks {
 // The activation of a gated feed-forward: SiLU (SwiGLU) or tanh-approximated GeLU (GeGLU).
 enum class GluActivation : uint8_t { kSilu, kGeluTanh };
 
+// An RMSNorm's weight [dim], weight offset (Gemma stores w - 1) and epsilon, as rms_norm takes them.
+struct NormWeights {
+  kernels::WeightView weight;
+  float weight_offset = 0.0f;
+  float eps = 0.0f;
+};
+
 // One product of Backend::matmul_group: y [num_rows, weight.rows] = x weight^T (+ bias).
 struct MatmulOutput {
   kernels::WeightView weight;
@@ -63,12 +70,14 @@ struct MatmulOutput {
 };
 
 // One piece of a host-side KV page bound for a cache block: src_bytes at the page's src_offset
-// go to dst, as they are (dst_dtype kF32) or read as float32 and rounded to bfloat16 (kBF16).
+// go to dst, as they are when src_dtype is dst_dtype (a page in the cache's own element type), or
+// read as float32 and rounded to bfloat16 (src kF32, dst kBF16).
 struct HostPiece {
   void* dst;
   size_t src_offset;
   size_t src_bytes;
   DType dst_dtype;
+  DType src_dtype = DType::kF32;
 };
 
 class Backend {
@@ -195,6 +204,25 @@ class Backend {
   // matmul and the activation op by op; a device backend fuses the activation into the product.
   virtual void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
                          int64_t num_rows, GluActivation activation, float* scratch, float* out);
+
+  // A decoder layer's norms and residual adds around its products, for a backend that folds some
+  // of them into the products (the CUDA GEMV's residual-add epilogue at decode sizes):
+  // fuses_norm_products says whether it does for num_rows rows and weights of weight_dtype. Each
+  // op's result is that of the ops its default runs (bit for bit on a fusing backend); normed and
+  // delta ([num_rows, hidden]) are scratch the unfused ops use. norm_matmul: y = rms_norm(x) w^T.
+  // matmul_add: residual += x w^T. norm_gated_mlp_add: residual += gated_mlp(rms_norm(residual));
+  // scratch as gated_mlp's.
+  virtual bool fuses_norm_products(int64_t /*num_rows*/, DType /*weight_dtype*/) const { return false; }
+  // A hint that a product enqueued soon reads w: a device backend may start moving it into its
+  // cache now, alongside the ops in between. Nothing observable changes; host backends ignore it.
+  virtual void prefetch_weight(const kernels::WeightView& /*w*/) {}
+  virtual void norm_matmul(const float* x, const NormWeights& norm, const kernels::WeightView& w, int64_t num_rows,
+                           float* normed, float* y);
+  virtual void matmul_add(const float* x, const kernels::WeightView& w, int64_t num_rows, float* delta,
+                          float* residual);
+  virtual void norm_gated_mlp_add(float* residual, const NormWeights& norm, const kernels::WeightView& gate_up,
+                                  const kernels::WeightView& down, int64_t num_rows, GluActivation activation,
+                                  float* normed, float* scratch, float* delta);
 };
 
 struct BackendOptions {
@@ -206,6 +234,10 @@ struct BackendOptions {
   // Device backends record decode steps as graphs and replay them (CUDA graphs); false runs every
   // step op by op (--no-cuda-graphs). Host backends ignore it.
   bool graphs = true;
+  // Device backends fold decode layers' residual adds into their products and prefetch weights
+  // (Backend::fuses_norm_products); false keeps the unfused op sequence (--no-fused-decode, to
+  // measure one against the other). Host backends ignore it.
+  bool fused_decode = true;
 };
 
 // "cpu": the optimised host kernels; "ref": the scalar reference kernels (slow; for tests).

@@ -78,15 +78,22 @@ inline HostWeight make_weight(const std::vector<float>& values, DType dtype, int
   return w;
 }
 
-// The backend's copy of a host weight (kept alive by the backend).
-inline kernels::WeightView load(Backend& backend, const HostWeight& w, const std::string& name = "test.weight") {
+// A host weight as a checkpoint's [rows, cols] tensor named name (for load_stacked_weight).
+inline TensorView tensor_of(const HostWeight& w, const std::string& name) {
   TensorView tensor;
   tensor.name = name;
   tensor.dtype = w.dtype;
-  tensor.shape = w.rows == 1 ? std::vector<int64_t>{w.cols} : std::vector<int64_t>{w.rows, w.cols};
+  tensor.shape = {w.rows, w.cols};
   tensor.data = w.bytes.data();
   tensor.size_bytes = w.bytes.size();
   tensor.file = "test";
+  return tensor;
+}
+
+// The backend's copy of a host weight (kept alive by the backend); one row loads as a vector.
+inline kernels::WeightView load(Backend& backend, const HostWeight& w, const std::string& name = "test.weight") {
+  TensorView tensor = tensor_of(w, name);
+  if (w.rows == 1) tensor.shape = {w.cols};
   auto view = backend.load_weight(tensor);
   if (!view.ok()) throw std::runtime_error(view.error().message);
   return *view;

@@ -6,150 +6,16 @@
 // every kernel; and, in batch-invariant mode, a sequence's output bits alone equal its bits inside a batch.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
-#include <limits>
-#include <numeric>
 #include <random>
-#include <sstream>
 
+#include "attention_cases.h"
 #include "cuda_test_util.h"
 #include "kernels/ops.h"
 
 namespace deepinfer::testing {
 namespace {
-
-struct SeqSpec {
-  int32_t seq_len;  // cached tokens after the step
-  int32_t num_new;  // the step's new tokens (the last num_new of seq_len)
-};
-
-struct AttentionCase {
-  std::vector<SeqSpec> seqs;
-  int32_t block_size = 16;
-  int32_t num_heads = 8;
-  int32_t num_kv_heads = 2;
-  int32_t head_dim = 64;
-  int32_t window = 0;
-  bool sinks = false;
-  // q, k and v on the bf16 grid and AttentionParams::allow_bf16 set: long prompts then take the
-  // tensor-core prefill kernel, whose only rounding left is that of the softmax weights.
-  bool bf16 = false;
-  bool shared_kv = false;  // one cache for keys and values (MLA)
-  // The caches hold bf16 (AttentionParams::cache_dtype); their values are rounded to the bf16 grid
-  // first, so the float32 reference reads exactly the cache's keys and values.
-  bool bf16_cache = false;
-};
-
-// A batch laid out on the host: shuffled block tables over a cache full of random values (the
-// positions past each seq_len hold garbage the kernel must not read).
-struct HostBatch {
-  std::vector<int32_t> query_start, seq_len, block_table;
-  int32_t max_blocks_per_seq = 0;
-  int32_t num_tokens = 0;
-  int32_t max_query_len = 0;
-  std::vector<float> q, k_cache, v_cache, sinks;
-};
-
-HostBatch make_batch(const AttentionCase& c, std::mt19937& rng) {
-  HostBatch b;
-  b.query_start.push_back(0);
-  for (const SeqSpec& s : c.seqs) {
-    b.seq_len.push_back(s.seq_len);
-    b.query_start.push_back(b.query_start.back() + s.num_new);
-    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, (s.seq_len + c.block_size - 1) / c.block_size);
-    b.max_query_len = std::max(b.max_query_len, s.num_new);
-  }
-  b.num_tokens = b.query_start.back();
-  const auto num_seqs = static_cast<int32_t>(c.seqs.size());
-  const int32_t num_blocks = num_seqs * b.max_blocks_per_seq + 3;
-  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  b.block_table.assign(static_cast<size_t>(num_seqs * b.max_blocks_per_seq), -1);
-  size_t next = 0;
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    const int32_t used = (c.seqs[static_cast<size_t>(s)].seq_len + c.block_size - 1) / c.block_size;
-    for (int32_t j = 0; j < used; ++j) b.block_table[static_cast<size_t>(s * b.max_blocks_per_seq + j)] = ids[next++];
-  }
-  const size_t cache = static_cast<size_t>(num_blocks) * c.block_size * c.num_kv_heads * c.head_dim;
-  b.k_cache = random_floats(rng, cache, -2.0f, 2.0f);
-  b.v_cache = c.shared_kv ? b.k_cache : random_floats(rng, cache);
-  b.q = random_floats(rng, static_cast<size_t>(b.num_tokens) * c.num_heads * c.head_dim, -2.0f, 2.0f);
-  if (c.sinks) b.sinks = random_floats(rng, static_cast<size_t>(c.num_heads), -1.0f, 3.0f);
-  if (c.bf16) {
-    for (std::vector<float>* values : {&b.q, &b.k_cache, &b.v_cache}) {
-      for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
-    }
-  }
-  if (c.bf16_cache) {
-    for (std::vector<float>* values : {&b.k_cache, &b.v_cache}) {
-      for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
-    }
-  }
-  return b;
-}
-
-kernels::AttentionParams params_of(const AttentionCase& c) {
-  kernels::AttentionParams p;
-  p.num_heads = c.num_heads;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = c.head_dim;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  p.sliding_window = c.window;
-  p.allow_bf16 = c.bf16;
-  return p;
-}
-
-std::vector<uint16_t> to_bf16_bits(const std::vector<float>& values) {
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
-  return bits;
-}
-
-std::vector<float> run_reference(const AttentionCase& c, const HostBatch& b) {
-  kernels::PagedBatch batch{static_cast<int32_t>(c.seqs.size()), b.query_start.data(), b.seq_len.data(),
-                            b.block_table.data(), b.max_blocks_per_seq, c.block_size};
-  kernels::AttentionParams p = params_of(c);
-  if (c.sinks) p.sinks = b.sinks.data();
-  std::vector<float> out(b.q.size());
-  kernels::ref::paged_attention(b.q.data(), b.k_cache.data(), b.v_cache.data(), batch, p, out.data());
-  return out;
-}
-
-// Runs on the device; the output starts as NaN so an unwritten element fails.
-std::vector<float> run_device(Backend& backend, const AttentionCase& c, const HostBatch& b) {
-  DeviceBuffer query_start = upload(backend, b.query_start);
-  DeviceBuffer seq_len = upload(backend, b.seq_len);
-  DeviceBuffer block_table = upload(backend, b.block_table);
-  DeviceBuffer q = upload(backend, b.q);
-  DeviceBuffer k_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.k_cache)) : upload(backend, b.k_cache);
-  DeviceBuffer v_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.v_cache)) : upload(backend, b.v_cache);
-  DeviceBuffer sinks = upload(backend, b.sinks);
-  DeviceBuffer out = upload(backend, std::vector<float>(b.q.size(), std::numeric_limits<float>::quiet_NaN()));
-  kernels::PagedBatch batch{static_cast<int32_t>(c.seqs.size()), query_start.as<int32_t>(), seq_len.as<int32_t>(),
-                            block_table.as<int32_t>(), b.max_blocks_per_seq, c.block_size};
-  batch.num_tokens = b.num_tokens;
-  batch.max_query_len = b.max_query_len;
-  kernels::AttentionParams p = params_of(c);
-  if (c.sinks) p.sinks = sinks.as<float>();
-  if (c.bf16_cache) p.cache_dtype = DType::kBF16;
-  const void* values = c.shared_kv ? k_cache.data() : v_cache.data();
-  backend.paged_attention(q.as<float>(), k_cache.data(), values, batch, p, out.as<float>());
-  return download<float>(backend, out, b.q.size());
-}
-
-std::string describe(const AttentionCase& c) {
-  std::ostringstream s;
-  s << "block " << c.block_size << " heads " << c.num_heads << "/" << c.num_kv_heads << " dim " << c.head_dim
-    << " window " << c.window << (c.sinks ? " sinks" : "") << (c.bf16 ? " bf16" : "")
-    << (c.bf16_cache ? " bf16 cache" : "")
-    << (c.shared_kv ? " shared kv" : "") << " seqs";
-  for (const SeqSpec& q : c.seqs) s << " " << q.num_new << "/" << q.seq_len;
-  return s.str();
-}
 
 std::vector<AttentionCase> cases() {
   std::vector<AttentionCase> all;
@@ -264,14 +130,8 @@ std::vector<AttentionCase> bf16_prefill_cases() {
   for (int32_t block_size : {16, 128}) {
     for (int32_t group : {1, 4, 8}) {
       for (int32_t head_dim : {64, 128}) {
-        AttentionCase c;
-        c.seqs = batches[static_cast<size_t>(index % 4)];
-        c.block_size = block_size;
-        c.num_kv_heads = group == 8 ? 1 : 2;
-        c.num_heads = c.num_kv_heads * group;
-        c.head_dim = head_dim;
-        c.window = std::array<int32_t, 3>{0, 7, 100}[static_cast<size_t>(index % 3)];
-        c.sinks = index % 5 == 4;
+        AttentionCase c = gqa_case(batches[static_cast<size_t>(index % 4)], block_size, group, head_dim,
+                                   std::array<int32_t, 3>{0, 7, 100}[static_cast<size_t>(index % 3)], index % 5 == 4);
         c.bf16 = true;
         all.push_back(c);
         ++index;
@@ -348,45 +208,6 @@ TEST(CudaAttentionBf16Cache, MatchesReferenceOnRoundedCache) {
     const HostBatch b = make_batch(c, rng);
     expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
   }
-}
-
-// Decode-only batches on bf16 caches take the tiled decode kernel (keys in shared-memory tiles of
-// 4096 / head_dim): page sizes that divide a tile, exceed it, and are odd; GQA 1 to 8; head dims
-// 64/128/256; windows and sinks; lengths that end mid-tile and mid-page; one split (the kernel
-// writes the output) and many (partials and the combine).
-TEST(CudaAttentionBf16Cache, TiledDecodeMatchesReference) {
-  auto backend = cuda_backend();
-  std::mt19937 rng(47);
-  const std::vector<SeqSpec> long_seqs = {{1, 1}, {2, 1}, {31, 1}, {33, 1}, {257, 1}, {1023, 1}, {4097, 1}};
-  const std::vector<SeqSpec> short_seqs = {{1, 1}, {9, 1}, {40, 1}, {17, 1}};
-  int index = 0;
-  for (int32_t block_size : {16, 32, 64, 5}) {
-    for (int32_t group : {1, 4, 8}) {
-      for (int32_t head_dim : {64, 128, 256}) {
-        AttentionCase c;
-        c.seqs = index % 4 == 3 ? short_seqs : long_seqs;
-        c.block_size = block_size;
-        c.num_kv_heads = group == 8 ? 1 : 2;
-        c.num_heads = c.num_kv_heads * group;
-        c.head_dim = head_dim;
-        c.window = std::array<int32_t, 3>{0, 37, 300}[static_cast<size_t>(index % 3)];
-        c.sinks = index % 5 == 2;
-        c.bf16_cache = true;
-        const HostBatch b = make_batch(c, rng);
-        expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
-        ++index;
-      }
-    }
-  }
-  // Llama-3-8B's shape (32 / 8 heads of 128) at the bench's batch of 16 with ragged lengths.
-  AttentionCase llama;
-  for (int32_t s = 0; s < 16; ++s) llama.seqs.push_back({1024 - 61 * s, 1});
-  llama.num_heads = 32;
-  llama.num_kv_heads = 8;
-  llama.head_dim = 128;
-  llama.bf16_cache = true;
-  const HostBatch b = make_batch(llama, rng);
-  expect_close(run_device(*backend, llama, b), run_reference(llama, b), 2e-5, 1e-4, describe(llama));
 }
 
 // The tensor-core prefill over a bf16 cache: the same bits as over a float32 cache holding the same

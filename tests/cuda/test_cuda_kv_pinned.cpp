@@ -111,7 +111,7 @@ TEST(CudaPinnedStore, AStoreHitGivesTheSameKvBytesAndLogitsAsRecompute) {
   run(model, tokens, 0, kPrefix, computed_blocks, kBlockSize);
   const std::vector<float> recomputed = run(model, tokens, kPrefix, kTotal, computed_blocks, kBlockSize);
 
-  const auto payload_bytes = static_cast<int64_t>(model.full_kv_floats_per_block()) * static_cast<int64_t>(sizeof(float));
+  const int64_t payload_bytes = model.full_kv_bytes_per_block();
   const size_t slab_bytes = page_image_bytes(kBlockSize, static_cast<size_t>(payload_bytes));
   std::shared_ptr<HostSlabPool> pool = m.backend->make_pinned_pool(slab_bytes * 16, slab_bytes);
   ASSERT_NE(pool, nullptr);
@@ -136,7 +136,7 @@ TEST(CudaPinnedStore, AStoreHitGivesTheSameKvBytesAndLogitsAsRecompute) {
       PageWrite write{r.hash, r.page_index, r.token_ids, {}, TrafficClass::kDefault, nullptr};
       write.staged = (*store)->stage_page(kBlockSize, payload_bytes);
       ASSERT_TRUE(pool->owns(write.staged->data(), write.staged->size()));
-      model.read_full_kv_blocks({p}, reinterpret_cast<float*>(page_payload_region(*write.staged, kBlockSize).data()));
+      model.read_full_kv_blocks({p}, page_payload_region(*write.staged, kBlockSize).data());
       ASSERT_TRUE((*store)->enqueue_write(std::move(write)));
     }
     (*store)->flush();
@@ -154,7 +154,7 @@ TEST(CudaPinnedStore, AStoreHitGivesTheSameKvBytesAndLogitsAsRecompute) {
     for (int32_t p = 0; p < kPages; ++p) {
       const LoadedPage& page = pages[static_cast<size_t>(p)];
       ASSERT_TRUE(pool->owns(page.payload.data(), page.payload.size()));
-      model.write_full_kv_blocks({loaded_blocks[static_cast<size_t>(p)]}, reinterpret_cast<const float*>(page.payload.data()));
+      model.write_full_kv_blocks({loaded_blocks[static_cast<size_t>(p)]}, page.payload.data());
     }
   }  // the images are freed with the uploads possibly in flight
   // Scribble over every slab the pool hands out now (each waits for the upload that read it).
@@ -167,8 +167,8 @@ TEST(CudaPinnedStore, AStoreHitGivesTheSameKvBytesAndLogitsAsRecompute) {
 
   const auto block_bytes = static_cast<size_t>(payload_bytes);
   std::vector<uint8_t> want(block_bytes * kPages), got(block_bytes * kPages);
-  model.read_full_kv_blocks({0, 1, 2, 3}, reinterpret_cast<float*>(want.data()));
-  model.read_full_kv_blocks({8, 9, 10, 11}, reinterpret_cast<float*>(got.data()));
+  model.read_full_kv_blocks({0, 1, 2, 3}, want.data());
+  model.read_full_kv_blocks({8, 9, 10, 11}, got.data());
   EXPECT_TRUE(want == got) << "KV bytes differ after the store round trip";
   const std::vector<float> hit = run(model, tokens, kPrefix, kTotal, loaded_blocks, kBlockSize);
   expect_close(hit, recomputed, 1e-5, 1e-5, "logits after a store hit vs recompute");

@@ -12,17 +12,6 @@
 namespace deepinfer::testing {
 namespace {
 
-TensorView tensor_of(const HostWeight& w, const std::string& name) {
-  TensorView tensor;
-  tensor.name = name;
-  tensor.dtype = w.dtype;
-  tensor.shape = {w.rows, w.cols};
-  tensor.data = w.bytes.data();
-  tensor.size_bytes = w.bytes.size();
-  tensor.file = "test";
-  return tensor;
-}
-
 std::vector<float> rounded(const std::vector<float>& values, DType dtype) {
   return make_weight(values, dtype, 1, static_cast<int64_t>(values.size())).rounded;
 }

@@ -3,10 +3,13 @@
 // up to Qwen's, with greedy, top_k (1, boundary ties, >= vocab), top_p, min_p and their mixes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -62,8 +65,24 @@ std::string describe(const SamplingParams& p, const kernels::SampleParams& draw,
          " row " + std::to_string(draw.row) + " shape " + std::to_string(static_cast<int>(shape));
 }
 
-// Draws num_draws tokens from num_rows random rows on the device and on the host.
-void check_vocab(Backend& backend, int64_t vocab, int32_t num_rows, int32_t num_draws, uint32_t seed) {
+// The device's tokens for draws over logits (rows of vocab), batch draws per call.
+std::vector<int32_t> draw_on_device(Backend& backend, const std::vector<float>& logits, int64_t vocab,
+                                    const std::vector<kernels::SampleParams>& draws, size_t batch) {
+  DeviceBuffer d_logits = upload(backend, logits);
+  DeviceBuffer d_draws = upload(backend, draws);
+  DeviceBuffer d_tokens = backend.allocate(draws.size() * sizeof(int32_t));
+  for (size_t first = 0; first < draws.size(); first += batch) {
+    backend.sample_rows(d_logits.as<float>(), vocab, d_draws.as<kernels::SampleParams>() + first,
+                        static_cast<int64_t>(std::min(batch, draws.size() - first)), d_tokens.as<int32_t>() + first);
+  }
+  return download<int32_t>(backend, d_tokens, draws.size());
+}
+
+// Draws num_draws tokens from num_rows random rows on the device and on the host, batch draws per
+// device call (0: all at once). Batches of at most half the multiprocessors split each row over
+// several blocks.
+void check_vocab(Backend& backend, int64_t vocab, int32_t num_rows, int32_t num_draws, uint32_t seed,
+                 int32_t batch = 0) {
   std::mt19937 rng(seed);
   std::vector<float> logits;
   std::vector<Shape> shapes;
@@ -89,13 +108,8 @@ void check_vocab(Backend& backend, int64_t vocab, int32_t num_rows, int32_t num_
     }
     want.push_back(token);
   }
-  DeviceBuffer d_logits = upload(backend, logits);
-  DeviceBuffer d_draws = backend.allocate(draws.size() * sizeof(kernels::SampleParams));
-  backend.copy_to_device(d_draws.data(), draws.data(), draws.size() * sizeof(kernels::SampleParams));
-  DeviceBuffer d_tokens = backend.allocate(draws.size() * sizeof(int32_t));
-  backend.sample_rows(d_logits.as<float>(), vocab, d_draws.as<kernels::SampleParams>(), num_draws,
-                      d_tokens.as<int32_t>());
-  const std::vector<int32_t> got = download<int32_t>(backend, d_tokens, draws.size());
+  const std::vector<int32_t> got =
+      draw_on_device(backend, logits, vocab, draws, static_cast<size_t>(batch > 0 ? batch : num_draws));
   int mismatches = 0;
   for (size_t d = 0; d < draws.size(); ++d) {
     if (got[d] != want[d] && ++mismatches <= 10) {
@@ -121,6 +135,55 @@ TEST(CudaSampling, LargeVocabulariesMatchHost) {
   check_vocab(*backend, 151936, 7, 120, 7);   // Qwen
 }
 
+// check_vocab for each {vocab, draws per call}: 14 rows, 140 draws, seeds from first_seed.
+void check_batches(std::initializer_list<std::pair<int64_t, int32_t>> vocab_and_batch, uint32_t first_seed) {
+  auto backend = cuda_backend();
+  uint32_t seed = first_seed;
+  for (const auto& [vocab, batch] : vocab_and_batch) check_vocab(*backend, vocab, 14, 140, seed++, batch);
+}
+
+// Few draws per call: each row split over several blocks (on 132 multiprocessors: 126 chunks of
+// 1024 ids at batch 1, 16 at batch 8, 4 at batch 32; one block per draw from batch 34).
+TEST(CudaSampling, SplitRowsMatchHost) { check_batches({{128256, 1}, {128256, 8}, {151936, 32}, {32000, 2}}, 8); }
+
+// A vocabulary of one chunk (one block per row), one token past a chunk, and last chunks shorter
+// than the others.
+TEST(CudaSampling, SplitChunkEdgesMatchHost) {
+  check_batches({{1024, 1}, {1025, 1}, {2049, 2}, {3000, 3}, {5000, 1}}, 12);
+}
+
+// Tied logits on both sides of the chunk edge at id 1024 and in the last chunk: top_k keeps the
+// lowest tied ids across the edge, and u walks the draw over every inverse-CDF chunk around it.
+TEST(CudaSampling, SplitTiesAcrossChunkEdgeMatchHost) {
+  auto backend = cuda_backend();
+  const int64_t vocab = 4000;
+  std::vector<float> logits(static_cast<size_t>(vocab), -3.0f);
+  for (size_t i = 1000; i < 1050; ++i) logits[i] = 2.0f;
+  logits[3999] = 2.0f;
+  std::vector<kernels::SampleParams> draws;
+  for (int32_t top_k : {0, 2, 24, 25, 30, 51, 52, 1024}) {
+    for (double top_p : {1.0, 0.5}) {
+      for (double temperature : {0.5, 1.0}) {
+        for (int step = 0; step < 8; ++step) {
+          kernels::SampleParams draw;
+          draw.top_k = top_k;
+          draw.top_p = top_p;
+          draw.temperature = temperature;
+          draw.u = step == 7 ? std::nextafter(1.0, 0.0) : step / 7.0;
+          draws.push_back(draw);
+        }
+      }
+    }
+  }
+  std::vector<int32_t> want(draws.size());
+  kernels::ref::sample_rows(logits.data(), vocab, draws.data(), static_cast<int64_t>(draws.size()), want.data());
+  const std::vector<int32_t> got = draw_on_device(*backend, logits, vocab, draws, 1);
+  for (size_t d = 0; d < draws.size(); ++d) {
+    EXPECT_EQ(got[d], want[d]) << "top_k " << draws[d].top_k << " top_p " << draws[d].top_p << " T "
+                               << draws[d].temperature << " u " << draws[d].u;
+  }
+}
+
 // Greedy is argmax with the lowest id among equal maxima; one-token survivors of every filter.
 TEST(CudaSampling, GreedyAndSingleSurvivorsTakeTheLowestTiedId) {
   auto backend = cuda_backend();
@@ -134,12 +197,7 @@ TEST(CudaSampling, GreedyAndSingleSurvivorsTakeTheLowestTiedId) {
   draws[2].u = 0.99;
   draws[3].min_p = 1.0;  // every maximum survives; u near 1 picks the last one
   draws[3].u = 0.999;
-  DeviceBuffer d_logits = upload(*backend, logits);
-  DeviceBuffer d_draws = backend->allocate(draws.size() * sizeof(kernels::SampleParams));
-  backend->copy_to_device(d_draws.data(), draws.data(), draws.size() * sizeof(kernels::SampleParams));
-  DeviceBuffer d_tokens = backend->allocate(draws.size() * sizeof(int32_t));
-  backend->sample_rows(d_logits.as<float>(), vocab, d_draws.as<kernels::SampleParams>(), 4, d_tokens.as<int32_t>());
-  EXPECT_EQ(download<int32_t>(*backend, d_tokens, 4), (std::vector<int32_t>{17, 17, 17, 4999}));
+  EXPECT_EQ(draw_on_device(*backend, logits, vocab, draws, 4), (std::vector<int32_t>{17, 17, 17, 4999}));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/kv_offload.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/page_format.h"
 
@@ -107,6 +108,18 @@ inline std::vector<StoredPage> stored_pages(const std::string& dir) {
   return pages;
 }
 
+// XORs mask into a file's last byte: in a stored page, the top byte of its last value (the last
+// layer's V block), so a float32 or bf16 value changes by orders of magnitude.
+inline void flip_last_byte(const std::string& path, char mask = 0x40) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-1, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ mask);
+  f.seekp(-1, std::ios::end);
+  f.write(&c, 1);
+}
+
 inline PageWrite to_write(const TestPage& page, TrafficClass traffic_class = TrafficClass::kDefault) {
   return PageWrite{page.request.hash, page.request.page_index, page.request.token_ids, page.payload, traffic_class,
                    nullptr};
@@ -116,6 +129,27 @@ inline std::vector<PageRequest> requests_of(const std::vector<TestPage>& pages) 
   std::vector<PageRequest> requests;
   for (const TestPage& page : pages) requests.push_back(page.request);
   return requests;
+}
+
+// The engine's store hook alone over model's cache (16 blocks of block_size), for its start-up
+// measurements (prefill speed, the host tier's load cost) without an engine around it.
+struct StandaloneOffload {
+  std::unique_ptr<KvCacheManager> kv;
+  std::unique_ptr<KvOffload> offload;
+};
+
+inline StandaloneOffload open_offload(CausalLM& model, const KvStoreConfig& config, int32_t block_size) {
+  model.allocate_kv_cache(KvCacheShape{16, block_size});
+  KvCacheConfig kv_config;
+  kv_config.num_blocks = 16;
+  kv_config.block_size = block_size;
+  kv_config.model_fingerprint = "probe";
+  StandaloneOffload s;
+  s.kv = std::make_unique<KvCacheManager>(kv_config);
+  auto offload = KvOffload::create(model, *s.kv, config, kv_config.model_fingerprint, block_size, 256);
+  EXPECT_TRUE(offload.ok()) << (offload.ok() ? std::string() : offload.error().message);
+  if (offload.ok()) s.offload = std::move(*offload);
+  return s;
 }
 
 // The page_writer child (child_main.cpp) writes make_chain(kChildPages, 16, 2048, 7), slowly.

@@ -239,6 +239,27 @@ TEST(EngineStore, CorruptedPagesAreRecomputed) {
   }
 }
 
+// Loads upload each page beside its body check. A bit flip in the exponent of page 3's last value
+// (its last piece: the last layer's V block) passes every identity check, so the page goes up,
+// but fails its body check: the engine commits pages 0-2 only, so page 3's blocks never reach the
+// prefix index or attention, and the request recomputes it and everything after.
+TEST(EngineStore, APageFailingItsBodyCheckBesideTheUploadIsNeverUsed) {
+  TestModel m = load_test_model("llama", true);
+  const std::vector<int32_t> want = reference_tokens(*m.model);
+  TempDir dir;
+  run_prompt(*m.model, store_engine_config(dir.path()));
+  const std::string path = page_file_with_index(dir.path(), 3);
+  flip_last_byte(path);
+  const Outcome outcome = run_prompt(*m.model, store_engine_config(dir.path()));
+  EXPECT_EQ(outcome.tokens, want);
+  EXPECT_EQ(outcome.num_cached_tokens, 3 * kBlockSize);
+  EXPECT_EQ(tier_stat(outcome.stats, "disk", &TierStats::checksum_failures), 1);
+  // The recomputed page was stored again, whole: a third engine hits every page.
+  const Outcome third = run_prompt(*m.model, store_engine_config(dir.path()));
+  EXPECT_EQ(third.tokens, want);
+  EXPECT_EQ(third.num_cached_tokens, kStoredPages * kBlockSize);
+}
+
 TEST(EngineStore, RedisIsSharedAcrossEnginesAndItsOutageIsOnlyMisses) {
   TestModel m = load_test_model("llama", true);
   const std::vector<int32_t> want = reference_tokens(*m.model);

@@ -167,11 +167,11 @@ class RecordingModel final : public CausalLM {
   int64_t kv_floats_per_block() const override { return inner_.kv_floats_per_block(); }
   void read_kv_blocks(const std::vector<int32_t>& ids, float* host) const override { inner_.read_kv_blocks(ids, host); }
   void write_kv_blocks(const std::vector<int32_t>& ids, const float* host) override { inner_.write_kv_blocks(ids, host); }
-  int64_t full_kv_floats_per_block() const override { return inner_.full_kv_floats_per_block(); }
-  void read_full_kv_blocks(const std::vector<int32_t>& ids, float* host) const override {
+  int64_t full_kv_bytes_per_block() const override { return inner_.full_kv_bytes_per_block(); }
+  void read_full_kv_blocks(const std::vector<int32_t>& ids, uint8_t* host) const override {
     inner_.read_full_kv_blocks(ids, host);
   }
-  void write_full_kv_blocks(const std::vector<int32_t>& ids, const float* host) override {
+  void write_full_kv_blocks(const std::vector<int32_t>& ids, const uint8_t* host) override {
     inner_.write_full_kv_blocks(ids, host);
   }
   void forward(const ForwardBatch& batch, float* logits) override {

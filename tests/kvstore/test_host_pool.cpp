@@ -190,8 +190,7 @@ TEST(HostPoolStore, AnEngineStoresThroughThePoolAndHitsWithTheSameTokens) {
   EngineConfig config = small_engine_config(64, kBlockSize);
   config.kv_store.dir = dir.path();
   config.kv_store.cost_guard = false;
-  const size_t image_bytes =
-      page_image_bytes(kBlockSize, static_cast<size_t>(m.model->full_kv_floats_per_block()) * sizeof(float));
+  const size_t image_bytes = page_image_bytes(kBlockSize, static_cast<size_t>(m.model->full_kv_bytes_per_block()));
   Pool pool(64, image_bytes);
   config.kv_store.host_pool = pool.pool;
   const auto [first, first_stats] = run(config);

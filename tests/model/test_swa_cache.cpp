@@ -156,9 +156,9 @@ TEST(SwaCache, EngineMatchesSingleSequenceGreedy) {
   }
 }
 
-// NORMAL mode splits the cache of a mixed model, sized for max_num_seqs windows plus one step's
-// tokens; PROMPT mode (whose handover moves whole blocks of every layer) keeps it unsplit.
-TEST(SwaCache, EngineSplitsOnlyInNormalMode) {
+// Every engine mode splits the cache of a mixed model, sized for max_num_seqs windows plus one
+// step's tokens (PROMPT/COMPLETION hand over each kind of layer by its own table).
+TEST(SwaCache, EngineSplitsInEveryMode) {
   const MixedWindowModel mixed;
   auto backend = make_backend("cpu").value();
   auto model = load_model(mixed.dir(), *backend, false).value();
@@ -167,14 +167,12 @@ TEST(SwaCache, EngineSplitsOnlyInNormalMode) {
   config.kv_cache_bytes = int64_t{4} << 20;
   config.scheduler.max_num_seqs = 4;
   config.scheduler.max_num_batched_tokens = 16;
-  {
+  for (const EngineMode mode : {EngineMode::kNormal, EngineMode::kPrompt, EngineMode::kCompletion}) {
+    config.mode = mode;
     EngineCore engine(*model, nullptr, config);
     // 4 sequences x (2 window pages + 3) + 16 / 4 pages of new tokens.
     EXPECT_EQ(engine.stats().num_swa_kv_blocks, 4 * (kWindow / kBlock + 3) + 16 / kBlock);
   }
-  config.mode = EngineMode::kPrompt;
-  EngineCore prompt_engine(*model, nullptr, config);
-  EXPECT_EQ(prompt_engine.stats().num_swa_kv_blocks, 0);
 }
 
 }  // namespace

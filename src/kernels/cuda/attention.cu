@@ -371,6 +371,12 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
            "head_dim " << params.head_dim << " (CUDA takes <= " << kWideDims << ")");
   DI_CHECK(batch.num_tokens > 0 && batch.max_query_len > 0, "PagedBatch needs its host-side sizes");
   const int64_t max_keys = std::max<int64_t>(int64_t{batch.max_blocks_per_seq} * batch.block_size, 1);
+  // Batch-invariant mode always combines through the workspace, so one split and many give the
+  // same arithmetic. Otherwise the tensor-core decode kernel's splits of one (sequence, KV head)
+  // may run as one cluster and combine without a second kernel.
+  const bool mma_decode =
+      fixed_split_keys == 0 && !general_kernel_needed(batch, params) && detail::mma_decode_fits(params);
+  const int64_t max_cluster = mma_decode ? detail::mma_decode_max_cluster(params) : 1;
   AttentionPlan plan;
   if (fixed_split_keys > 0) {
     plan.split_keys = fixed_split_keys;
@@ -404,14 +410,21 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
     // than one wave of blocks); wide (MLA) rows are compute-bound and a decode batch of them has
     // few row tiles, so they split down to one tile.
     const int64_t min_split_keys = params.head_dim > 256 ? kTileKeys : (bf16_decode ? 64 : (decode_only ? 128 : 256));
-    const int64_t splits = std::clamp<int64_t>(wanted, 1, (max_keys + min_split_keys - 1) / min_split_keys);
+    int64_t splits = std::clamp<int64_t>(wanted, 1, (max_keys + min_split_keys - 1) / min_split_keys);
+    // A few sequences want more splits than a cluster holds; their combine kernel took ~14 us per
+    // layer at batch 1 (the attention itself ~5 us), so they take the cluster's size instead when
+    // that grid still covers half the SMs or the splits stay short (latency-bound either way).
+    if (splits > max_cluster && max_cluster > 1 &&
+        (base_blocks * max_cluster * 2 >= num_sms || max_keys <= max_cluster * 1024)) {
+      splits = max_cluster;
+    }
     const int64_t keys = (max_keys + splits - 1) / splits;
     plan.split_keys = static_cast<int32_t>((keys + kTileKeys - 1) / kTileKeys * kTileKeys);
   }
   plan.num_splits = static_cast<int32_t>((max_keys + plan.split_keys - 1) / plan.split_keys);
-  // Batch-invariant mode always combines through the workspace, so one split and many give the
-  // same arithmetic.
-  if (plan.num_splits > 1 || fixed_split_keys > 0) {
+  plan.combine_in_cluster = plan.num_splits > 1 && plan.num_splits <= max_cluster;
+  plan.balanced_splits = mma_decode;
+  if (!plan.combine_in_cluster && (plan.num_splits > 1 || fixed_split_keys > 0)) {
     plan.workspace_bytes = static_cast<size_t>(plan.num_splits) * static_cast<size_t>(batch.num_tokens) *
                            static_cast<size_t>(params.num_heads) * static_cast<size_t>(params.head_dim + 2) *
                            sizeof(float);
@@ -427,8 +440,19 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
   DI_CHECK(params.cache_dtype == DType::kF32 || (bf16_cache && params.head_dim <= 256),
            "paged_attention: cache dtype " << dtype_name(params.cache_dtype) << " with head_dim " << params.head_dim);
   const bool decode_kernel = detail::decode_kernel_fits(params);
-  AttentionArgs args{q,     k_cache, v_cache, batch, params, plan.split_keys, plan.num_splits, plan.workspace_bytes > 0,
-                     decode_kernel, out, static_cast<float*>(workspace)};
+  AttentionArgs args{q,
+                     k_cache,
+                     v_cache,
+                     batch,
+                     params,
+                     plan.split_keys,
+                     plan.num_splits,
+                     plan.workspace_bytes > 0,
+                     decode_kernel,
+                     out,
+                     static_cast<float*>(workspace),
+                     plan.combine_in_cluster,
+                     plan.balanced_splits};
   if (decode_kernel) detail::launch_decode_attention(args, stream);
   if (general_kernel_needed(batch, params)) {
     const int32_t group = params.num_heads / params.num_kv_heads;

@@ -5,8 +5,8 @@
 // are used by the lanes that loaded them: nothing is shared between lanes but the query rows.
 // Each lane streams its own K/V slices through a 4-stage cp.async ring in shared memory, which
 // keeps several passes in flight without spending registers on them. Lane groups and then warps
-// merge their online softmax states in a fixed order. bf16 caches take the tiled kernel
-// (attention_decode_tiled.cu), whose shapes are this kernel's: this one serves float32 caches.
+// merge their online softmax states in a fixed order. bf16 caches take the tensor-core kernel
+// (attention_decode_mma.cu), whose grid is this kernel's: this one serves float32 caches.
 #include <cmath>
 
 #include "core/check.h"
@@ -68,11 +68,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(Attention
   float4* ring = rings + warp * kRingVectors;
   const int32_t num_passes = key_end > key_begin ? (key_end - key_begin + kKeysPerPass - 1) / kKeysPerPass : 0;
   const int32_t my_passes = num_passes > warp ? (num_passes - warp + kWarps - 1) / kWarps : 0;
-  const int64_t cache_row = static_cast<int64_t>(a.params.num_kv_heads) * kDims;
-  const int32_t* blocks = a.batch.block_table + static_cast<int64_t>(seq) * a.batch.max_blocks_per_seq;
-  const int32_t block_size = a.batch.block_size;
-  // Power-of-two pages (the usual 16) take a shift instead of an integer division per pass.
-  const int32_t block_shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+  const PageTable pages = page_table(a, seq, kDims);
   const T* k_base = static_cast<const T*>(a.k_cache) + static_cast<int64_t>(kv_head) * kDims + sub * kElems;
   const T* v_base = static_cast<const T*>(a.v_cache) + static_cast<int64_t>(kv_head) * kDims + sub * kElems;
   const auto pass_key = [&](int32_t n) { return key_begin + (warp + n * kWarps) * kKeysPerPass + slot; };
@@ -81,11 +77,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(Attention
     if (n < my_passes) {
       const int32_t key = pass_key(n);
       const bool valid = key < key_end;
-      int64_t offset = 0;
-      if (valid) {
-        const int32_t page = block_shift >= 0 ? key >> block_shift : key / block_size;
-        offset = (static_cast<int64_t>(blocks[page]) * block_size + (key - page * block_size)) * cache_row;
-      }
+      const int64_t offset = valid ? pages.row_offset(key) : 0;
       float4* dst = ring + (n % kStages) * kStageVectors + lane;
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
@@ -307,15 +299,17 @@ bool decode_kernel_fits(const AttentionParams& params) {
 int32_t decode_resident_blocks(const AttentionParams& params) {
   DI_CHECK(decode_kernel_fits(params), "head_dim " << params.head_dim << ", heads " << params.num_heads << "/"
                                                    << params.num_kv_heads);
-  // Every bf16 cache that fits here fits the tiled kernel too: this kernel serves float32 caches.
-  if (tiled_decode_fits(params)) return tiled_decode_resident_blocks(params);
+  // Every bf16 cache that fits here fits the tensor-core kernel too: this kernel serves float32 caches.
+  if (mma_decode_fits(params)) return mma_decode_resident_blocks(params);
   return resident_blocks_for_group<float>(params);
 }
 
 void launch_decode_attention(const AttentionArgs& args, cudaStream_t stream) {
   DI_CHECK(decode_kernel_fits(args.params), "head_dim " << args.params.head_dim << ", heads " << args.params.num_heads
                                                         << "/" << args.params.num_kv_heads);
-  if (tiled_decode_fits(args.params)) return launch_tiled_decode_attention(args, stream);
+  if (mma_decode_fits(args.params)) return launch_mma_decode_attention(args, stream);
+  DI_CHECK(!args.cluster_combine && !args.balanced_splits,
+           "only the tensor-core decode kernel combines splits in a cluster or balances them");
   launch_for_group<float>(args, stream);
 }
 

@@ -30,6 +30,12 @@ struct AttentionArgs {
   bool skip_single_token;
   float* out;      // [num_tokens, num_heads, head_dim]
   float* partial;  // [num_splits, num_tokens, num_heads, head_dim + 2]: acc, then m and l (log2 units)
+  // The decode kernel runs as clusters of num_splits blocks (one per split) that combine among
+  // themselves (AttentionPlan::combine_in_cluster); write_partials is then false.
+  bool cluster_combine;
+  // The decode kernel splits each sequence's own visible keys evenly (AttentionPlan::balanced_splits)
+  // instead of the key axis in runs of split_keys.
+  bool balanced_splits;
 };
 
 __device__ __forceinline__ float* partial_row(const AttentionArgs& a, int32_t split, int64_t token, int32_t head) {
@@ -39,7 +45,7 @@ __device__ __forceinline__ float* partial_row(const AttentionArgs& a, int32_t sp
 
 // Which decode work a block of the decode kernels has: grid (split, kv head, sequence). Every key
 // in [key_begin, key_end) is visible: key_end <= seq_len, and the window start is folded into
-// key_begin. decode is false when the sequence has more than one new token (not a decode row).
+// key_begin (or, with balanced splits, is where split 0 starts). decode is false when the sequence has more than one new token (not a decode row).
 struct DecodeBlock {
   bool decode;
   int32_t seq;
@@ -60,10 +66,39 @@ __device__ __forceinline__ DecodeBlock decode_block(const AttentionArgs& a) {
   b.kv_head = static_cast<int32_t>(blockIdx.y);
   b.group = a.params.num_heads / a.params.num_kv_heads;
   const int32_t seq_len = a.batch.seq_len[b.seq];
+  if (a.balanced_splits) {
+    // The sequence's visible keys in num_splits equal runs of whole 16-key steps.
+    const int32_t first = a.params.sliding_window > 0 ? max(0, seq_len - a.params.sliding_window) : 0;
+    const int32_t run = ((seq_len - first + a.num_splits - 1) / a.num_splits + 15) / 16 * 16;
+    b.key_begin = first + b.split * run;
+    b.key_end = min(b.key_begin + run, seq_len);
+    return b;
+  }
   b.key_begin = b.split * a.split_keys;
   b.key_end = min(b.key_begin + a.split_keys, seq_len);
   if (a.params.sliding_window > 0) b.key_begin = max(b.key_begin, seq_len - a.params.sliding_window);
   return b;
+}
+
+// A sequence's pages as the decode kernels read them: where a cache position's row starts.
+struct PageTable {
+  const int32_t* blocks;  // the sequence's row of the block table
+  int32_t block_size;
+  int32_t block_shift;  // log2(block_size) for power-of-two pages (the usual 16), else -1: no division
+  int64_t row_elems;    // elements per cache position: num_kv_heads * head_dim
+
+  // Element offset of position pos, head 0, in a [num_blocks, block_size, num_kv_heads, head_dim] cache.
+  __device__ __forceinline__ int64_t row_offset(int32_t pos) const {
+    const int32_t page = block_shift >= 0 ? pos >> block_shift : pos / block_size;
+    return (static_cast<int64_t>(blocks[page]) * block_size + (pos - page * block_size)) * row_elems;
+  }
+};
+
+__device__ __forceinline__ PageTable page_table(const AttentionArgs& a, int32_t seq, int32_t head_dim) {
+  const int32_t block_size = a.batch.block_size;
+  return PageTable{a.batch.block_table + static_cast<int64_t>(seq) * a.batch.max_blocks_per_seq, block_size,
+                   (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1,
+                   static_cast<int64_t>(a.params.num_kv_heads) * head_dim};
 }
 
 // One element d of a decode block's result for a head: its split's partial (sum, max, denominator)
@@ -146,10 +181,13 @@ int32_t decode_resident_blocks(const AttentionParams& params);
 // token return at once.
 void launch_decode_attention(const AttentionArgs& args, cudaStream_t stream);
 
-// The tiled decode kernel for bf16 caches (attention_decode_tiled.cu): the same grid and outputs,
-// keys streamed through shared-memory tiles. launch_decode_attention picks it where it fits.
-bool tiled_decode_fits(const AttentionParams& params);
-int32_t tiled_decode_resident_blocks(const AttentionParams& params);
-void launch_tiled_decode_attention(const AttentionArgs& args, cudaStream_t stream);
+// The tensor-core decode kernel for bf16 caches (attention_decode_mma.cu): the same grid and
+// outputs, up to 8 query heads per KV head; launch_decode_attention takes it for bf16 caches.
+bool mma_decode_fits(const AttentionParams& params);
+// The most splits that combine in one cluster: 16 where such clusters of the kernel fit the GPU
+// (non-portable size), else 8.
+int32_t mma_decode_max_cluster(const AttentionParams& params);
+int32_t mma_decode_resident_blocks(const AttentionParams& params);
+void launch_mma_decode_attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda::detail

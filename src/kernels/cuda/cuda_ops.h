@@ -47,6 +47,14 @@ struct AttentionPlan {
   int32_t split_keys = 0;
   int32_t num_splits = 1;
   size_t workspace_bytes = 0;  // [num_splits, num_tokens, num_heads, head_dim + 2] float32, 0 when one split
+  // Decode-only bf16 batches of 2-16 splits (16 where the GPU takes such clusters, else 8): the
+  // splits of one (sequence, KV head) run as one thread-block cluster and combine through
+  // distributed shared memory (no workspace, no second kernel).
+  bool combine_in_cluster = false;
+  // Decode-only bf16 batches outside the invariant mode: split s of a sequence takes the s-th of
+  // num_splits equal runs of its own visible keys, not [s * split_keys, (s + 1) * split_keys), so a
+  // block table padded wider than the context (CUDA graphs' buckets) leaves no split idle.
+  bool balanced_splits = false;
 };
 
 // fixed_split_keys > 0 pins the split size (batch-invariant mode); 0 picks one that fills

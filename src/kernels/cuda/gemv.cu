@@ -9,6 +9,7 @@
 // Launched as a dependent kernel: its first weight loads overlap the previous kernel's tail.
 // Stacked gate|up weights take the same kernel with the gated activation as its epilogue (the
 // intermediate never goes to memory), and glu_rounded is their activation after a cuBLASLt GEMM.
+// A decoder layer's residual adds fold in too (gemv_add: y += the sums).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -57,8 +58,9 @@ __device__ __forceinline__ float round_to_weight_type(float x) {
   }
 }
 
-// What a block does with its sums: store them, or (stacked gate|up) store act(gate) * up.
-enum class Epilogue { kStore, kSilu, kGelu };
+// What a block does with its sums: store them, add them to y (a residual stream), or (stacked
+// gate|up) store act(gate) * up.
+enum class Epilogue { kStore, kAdd, kSilu, kGelu };
 
 // One block computes kOut adjacent output columns from kW weight rows (kW = kOut, or with a gated
 // epilogue kOut gate rows and the kOut up rows n rows further on), so each x load serves kW rows.
@@ -66,7 +68,7 @@ template <DType kDType, int kRows, int kW, int kUnrollT, Epilogue kEpilogue>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* __restrict__ x,
                                                                    const uint4* __restrict__ w, int64_t n,
                                                                    int64_t k, float* __restrict__ y) {
-  constexpr bool kGated = kEpilogue != Epilogue::kStore;
+  constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
   constexpr int kOut = kGated ? kW / 2 : kW;
   __shared__ float partial[kWarpsPerBlock][kRows][kW];
   const int64_t col0 = blockIdx.x * int64_t{kOut};
@@ -148,7 +150,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
       for (int i = 1; i < kWarpsPerBlock; ++i) up += partial[i][m][c + kOut];
       total = glu<kEpilogue == Epilogue::kGelu>(total, up);
     }
-    if (col0 + c < n) y[m * n + col0 + c] = total;
+    if (col0 + c < n) {
+      // kAdd: the same sum as add_rms_norm's residual + x.
+      if constexpr (kEpilogue == Epilogue::kAdd) total += y[m * n + col0 + c];
+      y[m * n + col0 + c] = total;
+    }
   }
 }
 
@@ -156,7 +162,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
 // unroll keeps the same loads in flight per lane.
 template <DType kDType, Epilogue kEpilogue>
 void launch(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y, cudaStream_t stream) {
-  constexpr bool kGated = kEpilogue != Epilogue::kStore;
+  constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
   constexpr int kW = kGated ? 2 * kCols : kCols;
   constexpr int kUnrollT = kGated ? kUnroll / 2 : kUnroll;
   const auto blocks = static_cast<unsigned>((n + kCols - 1) / kCols);
@@ -229,6 +235,10 @@ void gemv_glu(const float* x, const WeightView& gate_up, int64_t num_rows, bool 
   } else {
     launch_for_dtype<Epilogue::kSilu>(x, gate_up, gate_up.rows / 2, num_rows, out, stream);
   }
+}
+
+void gemv_add(const float* x, const WeightView& w, int64_t num_rows, float* residual, cudaStream_t stream) {
+  launch_for_dtype<Epilogue::kAdd>(x, w, w.rows, num_rows, residual, stream);
 }
 
 void glu_rounded(const float* gate_up, int64_t num_rows, int64_t intermediate, bool gelu, DType dtype, void* out,

@@ -25,6 +25,9 @@ void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaS
 // can_gemv(x, gate_up, num_rows).
 void gemv_glu(const float* x, const WeightView& gate_up, int64_t num_rows, bool gelu, float* out,
               cudaStream_t stream);
+// residual += gemv(x) (residual: [num_rows, w.rows]): a decoder layer's residual add in the
+// product's epilogue, the same sum as add_rms_norm's residual + x. Requires can_gemv.
+void gemv_add(const float* x, const WeightView& w, int64_t num_rows, float* residual, cudaStream_t stream);
 // out[r, i] = act(gate_up[r, i]) * gate_up[r, I + i] rounded to dtype (kBF16 or kF16): the input
 // of the down product after a stacked gate|up GEMM. gate_up: [num_rows, 2 * I] float32.
 void glu_rounded(const float* gate_up, int64_t num_rows, int64_t intermediate, bool gelu, DType dtype, void* out,

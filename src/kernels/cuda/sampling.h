@@ -11,12 +11,16 @@
 
 namespace deepinfer::kernels::cuda {
 
-// Bytes of workspace sample_rows needs: candidate lists and a row of probabilities for each block
-// that runs at once.
+// Bytes of workspace sample_rows needs: the split launches' counters, then candidate lists and a
+// row of probabilities for each block that runs at once (or each split draw).
 size_t sample_rows_workspace_bytes(int64_t vocab, int64_t num_draws, int32_t num_sms);
 
-// One block per draw (at most num_sms blocks, each taking draws in turn). logits, params,
-// token_ids and workspace are device memory.
+// Readies a newly allocated workspace (zeroes the counters that every call leaves at zero).
+void clear_sample_rows_workspace(void* workspace, cudaStream_t stream);
+
+// One block per draw (at most num_sms blocks, each taking draws in turn), or at small batches
+// several blocks per row. logits, params, token_ids and workspace are device memory; the
+// workspace was readied by clear_sample_rows_workspace.
 void sample_rows(const float* logits, int64_t vocab, const SampleParams* params, int64_t num_draws,
                  int32_t* token_ids, void* workspace, int32_t num_sms, cudaStream_t stream);
 

@@ -1,5 +1,5 @@
-// The device sampler's per-block pieces shared by sampling.cu and sampling_few.cuh: launch shape,
-// shared memory, rank keys, one row's filters and probabilities, a block-wide sum.
+// The device sampler's per-block pieces shared by sampling.cu and its .cuh parts: launch shape,
+// shared memory, rank keys, one row's filters and probabilities, block-wide reductions.
 #pragma once
 
 #include "kernels/exp_f64.h"
@@ -21,8 +21,8 @@ struct Shared {
   unsigned bin_count[kBins];
   double stage[kStage];  // per-chunk cumulative sums of inverse_cdf
   double chunk_p[kCdfChunk];
-  u64 thread_best[kThreads];  // top_k_floor; then sample_few's kept keys
-  int sorted_id[kThreads];    // sample_few
+  u64 thread_best[kThreads];  // kth_best_floor's offers; then gathered keys
+  int sorted_id[kThreads];    // sample_few_kept
   u64 floor_key;
   u64 warp_u64[kWarps];
   float warp_value[kWarps];
@@ -33,6 +33,8 @@ struct Shared {
   int counter;
   double total;
   int drawn;
+  int list_base;   // where a chunk's candidates go in its draw's list
+  bool last_block;  // this block finishes its draw
 };
 
 // As kernels/ref/sampling.cpp's rank_key: logit descending, then id ascending, -0 equal to +0.
@@ -44,9 +46,12 @@ __device__ __forceinline__ u64 rank_key(float logit, int id) {
 }
 
 // One draw's row and the filters applied so far: tokens ranked below lo_key are dropped.
+// [begin, end): the ids the selections read, a chunk of the row in split launches.
 struct Row {
   const float* logits;
   int vocab;
+  int begin;
+  int end;
   double max_logit;
   double temperature;
   double min_p;
@@ -69,6 +74,30 @@ __device__ __forceinline__ bool is_kept(const Row& row, float logit, u64 key) {
   return row.min_p > 0.0 ? p >= row.min_p : p > 0.0;
 }
 
+// Every lane of the warp calls this: a distinct slot from *counter (shared memory) for each lane
+// that takes one, one atomic per warp; meaningless for the others.
+__device__ __forceinline__ int warp_slot(bool taken, int* counter) {
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned ballot = __ballot_sync(kFull, taken);
+  int first = 0;
+  if (lane == 0 && ballot != 0) first = atomicAdd(counter, __popc(ballot));
+  first = __shfl_sync(kFull, first, 0);
+  return first + __popc(ballot & ((1u << lane) - 1));
+}
+
+// The warp's best (value, index): the highest value, the lowest index among equal ones; every lane
+// gets it.
+__device__ __forceinline__ void warp_argmax(float* value, int* index) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other_value = __shfl_xor_sync(kFull, *value, offset);
+    const int other_index = __shfl_xor_sync(kFull, *index, offset);
+    if (other_value > *value || (other_value == *value && other_index < *index)) {
+      *value = other_value;
+      *index = other_index;
+    }
+  }
+}
+
 // The block's total of value; every thread calls it and gets the total.
 __device__ inline u64 block_sum_u64(u64 value, Shared& sh) {
   for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFull, value, offset);
@@ -78,6 +107,16 @@ __device__ inline u64 block_sum_u64(u64 value, Shared& sh) {
   u64 total = 0;
   for (int w = 0; w < kWarps; ++w) total += sh.warp_u64[w];
   return total;
+}
+
+// The block's maximum of value; every thread calls it and gets the maximum.
+__device__ inline int block_max_int(int value, Shared& sh) {
+  for (int offset = 16; offset > 0; offset >>= 1) value = max(value, __shfl_xor_sync(kFull, value, offset));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) sh.warp_count[threadIdx.x / 32] = value;
+  __syncthreads();
+  for (int w = 0; w < kWarps; ++w) value = max(value, sh.warp_count[w]);
+  return value;
 }
 
 }  // namespace deepinfer::kernels::cuda::sampling_detail

@@ -1,44 +1,99 @@
 // The device sampler's path for a small top_k: top_p and the draw over the kept tokens alone,
-// in shared memory (kernels/cuda/sampling.cu runs it after its top_k select).
+// in shared memory (kernels/cuda/sampling.cu runs it after its top_k select, over a row or over
+// the candidates of a row's chunks), and the gathers that bring those tokens there.
 #pragma once
 
 #include "kernels/cuda/sampling_block.cuh"
 
 namespace deepinfer::kernels::cuda::sampling_detail {
 
-// top_p (if < 1) and the draw when top_k left at most kThreads tokens: the same sums as
-// keep_most_likely and inverse_cdf, over the kept tokens alone (the others add exact zeros),
-// without passes over the row. Kept keys in thread_best, their probabilities in stage[0, kThreads),
-// by id in sorted_id and stage[kThreads, 2 kThreads).
-__device__ inline int sample_few(const Row& row, double top_p, double u, Shared& sh) {
-  constexpr int kChunk = static_cast<int>(kCdfChunk);
-  u64* keys = sh.thread_best;
-  double* probs = sh.stage;
-  double* sorted_p = sh.stage + kThreads;
+// Appends the tokens of the row's [begin, end) ranked at least row.lo_key with a probability > 0
+// to sh.thread_best (keys) and sh.stage (probabilities); returns how many there are, of which the
+// first kThreads found are stored.
+__device__ inline int gather_kept(const Row& row, Shared& sh) {
+  __syncthreads();  // thread_best and stage may hold an earlier step's data
   if (threadIdx.x == 0) sh.counter = 0;
   __syncthreads();
-  const unsigned lane = threadIdx.x % 32;
-  for (int base = 0; base < row.vocab; base += kThreads) {
+  for (int base = row.begin; base < row.end; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
     u64 key = 0;
     double p = 0.0;
-    if (i < row.vocab) {
+    if (i < row.end) {
       const float logit = row.logits[i];
       key = rank_key(logit, i);
       if (key >= row.lo_key) p = prob_of(row, logit, key);
     }
-    const unsigned ballot = __ballot_sync(kFull, p > 0.0);
-    int first = 0;
-    if (lane == 0 && ballot != 0) first = atomicAdd(&sh.counter, __popc(ballot));
-    first = __shfl_sync(kFull, first, 0);
-    if (p > 0.0) {
-      const int slot = first + __popc(ballot & ((1u << lane) - 1));
-      keys[slot] = key;
-      probs[slot] = p;
+    const int slot = warp_slot(p > 0.0, &sh.counter);
+    if (p > 0.0 && slot < kThreads) {
+      sh.thread_best[slot] = key;
+      sh.stage[slot] = p;
     }
   }
   __syncthreads();
-  const int n = sh.counter;  // <= top_k <= kThreads
+  return sh.counter;
+}
+
+// As gather_kept over a list of n candidates of other blocks (device memory, read through L2):
+// those ranked at least lo_key.
+__device__ inline int gather_listed(int n, const u64* keys, const double* probs, u64 lo_key, Shared& sh) {
+  __syncthreads();
+  if (threadIdx.x == 0) sh.counter = 0;
+  __syncthreads();
+  for (int base = 0; base < n; base += kThreads) {
+    const int j = base + static_cast<int>(threadIdx.x);
+    const u64 key = j < n ? __ldcg(keys + j) : 0;
+    const bool taken = j < n && key >= lo_key;
+    const int slot = warp_slot(taken, &sh.counter);
+    if (taken && slot < kThreads) {
+      sh.thread_best[slot] = key;
+      sh.stage[slot] = __ldcg(probs + j);
+    }
+  }
+  __syncthreads();
+  return sh.counter;
+}
+
+// The k-th best of the m distinct keys in sh.thread_best (k <= m <= kThreads), by counting.
+__device__ inline u64 kth_listed_key(int m, int k, Shared& sh) {
+  const int j = static_cast<int>(threadIdx.x);
+  if (j < m) {
+    const u64 key = sh.thread_best[j];
+    int above = 0;
+    for (int t = 0; t < m; ++t) above += sh.thread_best[t] > key ? 1 : 0;
+    if (above == k - 1) sh.floor_key = key;
+  }
+  __syncthreads();
+  return sh.floor_key;
+}
+
+// Keeps the first m entries of sh.thread_best / sh.stage ranked at least lo_key, packed at the
+// front (in any order); returns how many.
+__device__ inline int compact_listed(int m, u64 lo_key, Shared& sh) {
+  const int j = static_cast<int>(threadIdx.x);
+  const u64 key = j < m ? sh.thread_best[j] : 0;
+  const double p = j < m ? sh.stage[j] : 0.0;
+  const bool taken = j < m && key >= lo_key;
+  __syncthreads();  // every entry is read before any moves
+  if (threadIdx.x == 0) sh.counter = 0;
+  __syncthreads();
+  const int slot = warp_slot(taken, &sh.counter);
+  if (taken) {
+    sh.thread_best[slot] = key;
+    sh.stage[slot] = p;
+  }
+  __syncthreads();
+  return sh.counter;
+}
+
+// top_p (if < 1) and the draw over the n <= kThreads tokens top_k kept, keys in sh.thread_best and
+// probabilities in sh.stage[0, n): the same sums as keep_most_likely and inverse_cdf, over the
+// kept tokens alone (the others add exact zeros), without passes over the row. By id in sorted_id
+// and stage[kThreads, 2 kThreads).
+__device__ inline int sample_few_kept(int n, double top_p, double u, Shared& sh) {
+  constexpr int kChunk = static_cast<int>(kCdfChunk);
+  const u64* keys = sh.thread_best;
+  const double* probs = sh.stage;
+  double* sorted_p = sh.stage + kThreads;
   const int j = static_cast<int>(threadIdx.x);
   const u64 key = j < n ? keys[j] : 0;
   double p = j < n ? probs[j] : 0.0;

@@ -1,5 +1,5 @@
 // scatter_from_host: one launch that copies many pieces of a host buffer (read through its
-// device-mapped pointer) to device addresses, optionally rounding float32 to bfloat16 on the way:
+// device-mapped pointer) to device addresses, as they are or rounding float32 to bfloat16 on the way:
 // a KV store page's K and V blocks of every layer in one go instead of a copy per block.
 #pragma once
 
@@ -14,8 +14,8 @@ namespace deepinfer::kernels::cuda {
 struct ScatterPiece {
   void* dst;
   size_t src_offset;  // bytes from the source's start; a multiple of 4
-  size_t num_floats;  // float32 words read from the source
-  bool to_bf16;       // dst gets num_floats bfloat16 (round to nearest even) instead of the words
+  size_t num_floats;  // 4-byte words read from the source (float32, or two bf16 copied as they are)
+  bool to_bf16;       // dst gets num_floats bfloat16 (float32 rounded to nearest even) instead of the words
 };
 
 // src: a device-visible pointer to the host buffer (cudaHostGetDevicePointer, or the host pointer

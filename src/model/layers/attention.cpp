@@ -195,8 +195,45 @@ void AttentionLayer::kv_block_pieces(int32_t block, size_t src_offset, std::vect
   pieces.push_back({v_cache_.as<uint8_t>() + block * bytes, src_offset + src_bytes, src_bytes, params_.cache_dtype});
 }
 
+void AttentionLayer::read_kv_block_raw(Backend& backend, int32_t block, uint8_t* host) const {
+  const size_t bytes = block_bytes();
+  backend.copy_to_host(host, k_cache_.as<uint8_t>() + block * bytes, bytes);
+  backend.copy_to_host(host + bytes, v_cache_.as<uint8_t>() + block * bytes, bytes);
+}
+
+void AttentionLayer::raw_kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
+  const size_t bytes = block_bytes();
+  const DType dtype = params_.cache_dtype;
+  pieces.push_back({k_cache_.as<uint8_t>() + block * bytes, src_offset, bytes, dtype, dtype});
+  pieces.push_back({v_cache_.as<uint8_t>() + block * bytes, src_offset + bytes, bytes, dtype, dtype});
+}
+
 void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch,
                              float* out) const {
+  const int64_t n = batch.num_tokens;
+  if (qkv_) {
+    backend.matmul(x, *qkv_, kernels::WeightView{}, n, scratch);
+  } else {
+    float* q = scratch;
+    float* k = q + n * q_dim();
+    float* v = k + n * kv_dim();
+    backend.matmul_group(x, n, {{q_proj_.weight, q_proj_.bias, q}, {k_proj_.weight, k_proj_.bias, k},
+                                {v_proj_.weight, v_proj_.bias, v}});
+  }
+  o_proj_.forward(backend, attend(backend, batch, scratch), n, out);
+}
+
+void AttentionLayer::forward_residual(Backend& backend, const DeviceBatch& batch, const ResidualStream& stream,
+                                      float* scratch) const {
+  DI_CHECK(takes_residual_stream(), "forward_residual needs stacked q|k|v weights and no o_proj bias");
+  const int64_t n = batch.num_tokens;
+  backend.norm_matmul(stream.residual, stream.norm, *qkv_, n, stream.normed, scratch);
+  // o_proj's weights come in while the front end and attention leave memory mostly idle.
+  backend.prefetch_weight(o_proj_.weight);
+  backend.matmul_add(attend(backend, batch, scratch), o_proj_.weight, n, stream.delta, stream.residual);
+}
+
+float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float* scratch) const {
   DI_CHECK(k_cache_.data() != nullptr, "allocate_kv_cache must run before forward");
   const int64_t n = batch.num_tokens;
   kernels::AttentionFrontEnd front;
@@ -206,7 +243,6 @@ void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const f
     // output then reuses the product's rows (their k and v are in the cache by then).
     const int64_t row = q_dim() + 2 * kv_dim();
     float* qkv = scratch;  // [n, row]
-    backend.matmul(x, *qkv_, kernels::WeightView{}, n, qkv);
     front.q = qkv;
     front.k = qkv + q_dim();
     front.v = qkv + q_dim() + kv_dim();
@@ -218,8 +254,6 @@ void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const f
     float* k = q + n * q_dim();      // [n, num_kv_heads, head_dim]
     float* v = k + n * kv_dim();     // [n, num_kv_heads, head_dim]
     attn = v + n * kv_dim();
-    backend.matmul_group(x, n, {{q_proj_.weight, q_proj_.bias, q}, {k_proj_.weight, k_proj_.bias, k},
-                                {v_proj_.weight, v_proj_.bias, v}});
     front.q = q;
     front.k = k;
     front.v = v;
@@ -252,7 +286,7 @@ void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const f
   const float* q = front.q_out != nullptr ? front.q_out : front.q;
   backend.paged_attention(q, k_cache_.data(), v_cache_.data(), swa_tables_ ? batch.swa_paged : batch.paged,
                           params_, attn);
-  o_proj_.forward(backend, attn, n, out);
+  return attn;
 }
 
 }  // namespace deepinfer

@@ -68,10 +68,21 @@ class AttentionLayer {
   void read_kv_block(Backend& backend, int32_t block, float* host) const;
   // Appends where block's K and V go when a host page holds them as float32 from src_offset on.
   void kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
+  // The same block in the cache's own element type (the KV store's pages): kv_bytes_per_block()
+  // bytes, K then V, moved without conversion.
+  int64_t kv_bytes_per_block() const { return 2 * static_cast<int64_t>(block_bytes()); }
+  void read_kv_block_raw(Backend& backend, int32_t block, uint8_t* host) const;
+  void raw_kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
 
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. scratch holds at least
   // num_tokens * (2 * q_dim + 2 * kv_dim) floats.
   void forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch, float* out) const;
+  // The same on the residual stream (ResidualStream): residual += forward(norm(residual)). Only
+  // where takes_residual_stream(): q|k|v stacked and no o bias.
+  bool takes_residual_stream() const { return qkv_.has_value() && o_proj_.bias.data == nullptr; }
+  DType weight_dtype() const { return qkv_ ? qkv_->dtype : q_proj_.weight.dtype; }
+  void forward_residual(Backend& backend, const DeviceBatch& batch, const ResidualStream& stream,
+                        float* scratch) const;
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
@@ -81,6 +92,9 @@ class AttentionLayer {
   std::optional<RmsNorm> q_norm_, k_norm_;
   kernels::AttentionParams params_;
   size_t block_bytes() const;  // one block of K (or of V) in the cache
+  // The front end and attention over q, k and v as forward's products leave them in scratch;
+  // returns attention's output ([num_tokens, q_dim], in scratch).
+  float* attend(Backend& backend, const DeviceBatch& batch, float* scratch) const;
   int32_t rotary_dim_ = 0;
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32

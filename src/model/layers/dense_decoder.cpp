@@ -30,6 +30,10 @@ int64_t kv_floats_per_block_of(const DecoderAttention& attention) {
   return std::visit([](const auto& a) { return a.kv_floats_per_block(); }, attention);
 }
 
+int64_t kv_bytes_per_block_of(const DecoderAttention& attention) {
+  return std::visit([](const auto& a) { return a.kv_bytes_per_block(); }, attention);
+}
+
 }  // namespace
 
 Result<DecoderLayer> DenseDecoder::load_layer(const ModelSource& source, const DenseDecoderOptions& options,
@@ -137,6 +141,7 @@ Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, 
     model->layers_.push_back(std::move(*layer));
   }
   DI_TRY(model->load_mtp_layers(source, options, *rope));
+  model->residual_stream_dtype_ = model->residual_stream_dtype();
   if (source.backend->can_capture()) model->graphs_ = std::make_unique<DecodeGraphs>();
   return std::unique_ptr<CausalLM>(std::move(model));
 }
@@ -251,16 +256,11 @@ void DenseDecoder::read_kv_blocks(const std::vector<int32_t>& block_ids, float* 
 
 void DenseDecoder::write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
   DI_CHECK(kv_shape_.num_swa_blocks == 0, "write_kv_blocks needs a cache whose layers share block ids");
-  write_layer_kv_blocks(block_ids, host, false);
-}
-
-void DenseDecoder::write_layer_kv_blocks(const std::vector<int32_t>& block_ids, const float* host, bool full_only) {
   // All pieces in one call: a device backend then loads a pinned page with one launch.
   std::vector<HostPiece> pieces;
   size_t offset = 0;
   for (int32_t block : block_ids) {
     for (const Layer& layer : layers_) {
-      if (full_only && !uses_full_tables(layer)) continue;
       std::visit([&](const auto& a) { a.kv_block_pieces(block, offset, pieces); }, layer.attention);
       offset += static_cast<size_t>(kv_floats_per_block_of(layer.attention)) * sizeof(float);
     }
@@ -273,26 +273,75 @@ bool DenseDecoder::uses_full_tables(const Layer& layer) const {
   return gqa == nullptr || !gqa->uses_swa_tables(kv_shape_);
 }
 
-int64_t DenseDecoder::full_kv_floats_per_block() const {
+int64_t DenseDecoder::full_kv_bytes_per_block() const {
+  int64_t bytes = 0;
+  for (const Layer& layer : layers_) {
+    if (uses_full_tables(layer)) bytes += kv_bytes_per_block_of(layer.attention);
+  }
+  return bytes;
+}
+
+void DenseDecoder::read_full_kv_blocks(const std::vector<int32_t>& block_ids, uint8_t* host) const {
+  for (int32_t block : block_ids) {
+    for (const Layer& layer : layers_) {
+      if (!uses_full_tables(layer)) continue;
+      std::visit([&](const auto& a) { a.read_kv_block_raw(backend_, block, host); }, layer.attention);
+      host += kv_bytes_per_block_of(layer.attention);
+    }
+  }
+}
+
+void DenseDecoder::write_full_kv_blocks(const std::vector<int32_t>& block_ids, const uint8_t* host) {
+  // All pieces in one call: a device backend then loads a pinned page with one launch.
+  std::vector<HostPiece> pieces;
+  size_t offset = 0;
+  for (int32_t block : block_ids) {
+    for (const Layer& layer : layers_) {
+      if (!uses_full_tables(layer)) continue;
+      std::visit([&](const auto& a) { a.raw_kv_block_pieces(block, offset, pieces); }, layer.attention);
+      offset += static_cast<size_t>(kv_bytes_per_block_of(layer.attention));
+    }
+  }
+  backend_.scatter_to_device(host, pieces);
+}
+
+bool DenseDecoder::is_of(const Layer& layer, KvLayers layers) {
+  const auto* gqa = std::get_if<AttentionLayer>(&layer.attention);
+  return (gqa != nullptr && gqa->sliding_window() > 0) == (layers == KvLayers::kSliding);
+}
+
+int64_t DenseDecoder::handover_kv_floats_per_block(KvLayers layers) const {
   int64_t floats = 0;
   for (const Layer& layer : layers_) {
-    if (uses_full_tables(layer)) floats += kv_floats_per_block_of(layer.attention);
+    if (is_of(layer, layers)) floats += kv_floats_per_block_of(layer.attention);
   }
   return floats;
 }
 
-void DenseDecoder::read_full_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const {
+void DenseDecoder::read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, float* host) const {
   for (int32_t block : block_ids) {
     for (const Layer& layer : layers_) {
-      if (!uses_full_tables(layer)) continue;
+      if (!is_of(layer, layers)) continue;
+      DI_CHECK(block >= 0, "the handover reads a block released from the window");
       std::visit([&](const auto& a) { a.read_kv_block(backend_, block, host); }, layer.attention);
       host += kv_floats_per_block_of(layer.attention);
     }
   }
 }
 
-void DenseDecoder::write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
-  write_layer_kv_blocks(block_ids, host, true);
+void DenseDecoder::write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids,
+                                            const float* host) {
+  std::vector<HostPiece> pieces;
+  size_t offset = 0;
+  for (int32_t block : block_ids) {
+    for (const Layer& layer : layers_) {
+      if (!is_of(layer, layers)) continue;
+      DI_CHECK(block >= 0, "the handover writes a block released from the window");
+      std::visit([&](const auto& a) { a.kv_block_pieces(block, offset, pieces); }, layer.attention);
+      offset += static_cast<size_t>(kv_floats_per_block_of(layer.attention)) * sizeof(float);
+    }
+  }
+  backend_.scatter_to_device(reinterpret_cast<const uint8_t*>(host), pieces);
 }
 
 int64_t DenseDecoder::weight_bytes_per_token() const {
@@ -390,8 +439,13 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
 
   backend_.embedding(embed_tokens_, batch.token_ids.as<int32_t>(), num_tokens, residual);
   if (embedding_scale_ != 1.0f) backend_.scale(residual, num_tokens * hidden, embedding_scale_, residual);
+  const bool residual_stream = runs_residual_stream(num_tokens);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
+    if (residual_stream) {
+      enqueue_residual_layer(layer, batch);
+      continue;
+    }
     if (i == 0) {
       layer.input_norm.forward(backend_, residual, num_tokens, normed);
     } else {
@@ -409,7 +463,11 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
       std::visit([&](const auto& f) { f.forward(backend_, normed, num_tokens, scratch, delta); }, layer.ffn);
     }
   }
-  final_norm_.add_forward(backend_, residual, delta, num_tokens, normed);
+  if (residual_stream) {
+    final_norm_.forward(backend_, residual, num_tokens, normed);
+  } else {
+    final_norm_.add_forward(backend_, residual, delta, num_tokens, normed);
+  }
   const int64_t num_logit_rows = logit_rows != nullptr ? static_cast<int64_t>(logit_rows->size()) : num_tokens;
   if (num_logit_rows == 0) return;
 

@@ -82,9 +82,12 @@ class DenseDecoder final : public CausalLM {
   int64_t kv_floats_per_block() const override;
   void read_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const override;
   void write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) override;
-  int64_t full_kv_floats_per_block() const override;
-  void read_full_kv_blocks(const std::vector<int32_t>& block_ids, float* host) const override;
-  void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) override;
+  int64_t full_kv_bytes_per_block() const override;
+  void read_full_kv_blocks(const std::vector<int32_t>& block_ids, uint8_t* host) const override;
+  void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const uint8_t* host) override;
+  int64_t handover_kv_floats_per_block(KvLayers layers) const override;
+  void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, float* host) const override;
+  void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const float* host) override;
   void forward(const ForwardBatch& batch, float* logits) override;
   // Samples on the backend from the logits the forward left there (dense_decoder_sampling.cpp).
   void forward_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
@@ -116,12 +119,18 @@ class DenseDecoder final : public CausalLM {
   // Enqueues the forward of a batch on the device, leaving logits_ [logit rows, vocab]: the rows
   // listed in logit_rows, or every row when it is null.
   void enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows);
+  // The decode fusion (dense_decoder_fused.cpp): layers run on the residual stream itself, their
+  // norms and residual adds folded into the products, when every layer can and the backend fuses
+  // for num_tokens rows. residual_stream_dtype: the layers' weight dtype when every layer can.
+  std::optional<DType> residual_stream_dtype() const;
+  bool runs_residual_stream(int64_t num_tokens) const;
+  void enqueue_residual_layer(const Layer& layer, const DeviceBatch& batch);
   // The whole forward of batch (from a decode graph when it can), leaving logits_ on the backend.
   void run_forward(const ForwardBatch& batch);
   // Whether the layer's pages are addressed by block_table (not the sliding-window tables).
   bool uses_full_tables(const Layer& layer) const;
-  // K and V of every layer (full_only: of the layers on the full tables) for each block, from host.
-  void write_layer_kv_blocks(const std::vector<int32_t>& block_ids, const float* host, bool full_only);
+  // Whether the layer is of the kind (KvLayers::kSliding: it has a sliding window).
+  static bool is_of(const Layer& layer, KvLayers layers);
 
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
   std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
@@ -131,6 +140,7 @@ class DenseDecoder final : public CausalLM {
   std::vector<MtpLayerWeights> mtp_layers_;
   RmsNorm final_norm_;
   float embedding_scale_ = 1.0f;             // scale_embeddings
+  std::optional<DType> residual_stream_dtype_;  // residual_stream_dtype(), set at load
   std::optional<float> final_logit_softcap_;  // config.final_logit_softcapping
   KvCacheShape kv_shape_;
   int64_t workspace_tokens_ = 0;

@@ -67,6 +67,17 @@ struct RmsNorm {
   void add_forward(Backend& backend, float* residual, const float* x, int64_t num_rows, float* out) const {
     backend.add_rms_norm(residual, x, weight, weight_offset, num_rows, dim, eps, out);
   }
+  NormWeights weights() const { return NormWeights{weight, weight_offset, eps}; }
+};
+
+// A decoder sub-layer run on the residual stream itself (Backend::fuses_norm_products): it
+// normalises the stream with norm inside its first product and adds its output back with its last.
+// normed and delta: [num_tokens, hidden] scratch for a backend that runs those ops unfused.
+struct ResidualStream {
+  float* residual;
+  NormWeights norm;
+  float* normed;
+  float* delta;
 };
 
 }  // namespace deepinfer

@@ -42,6 +42,14 @@ class MlaLayer {
   void copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const;
   void read_kv_block(Backend& backend, int32_t block, float* host) const;
   void kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
+  // The latent cache is float32, so its own element type is what kv_block_pieces moves.
+  int64_t kv_bytes_per_block() const { return kv_floats_per_block() * static_cast<int64_t>(sizeof(float)); }
+  void read_kv_block_raw(Backend& backend, int32_t block, uint8_t* host) const {
+    read_kv_block(backend, block, reinterpret_cast<float*>(host));
+  }
+  void raw_kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
+    kv_block_pieces(block, src_offset, pieces);
+  }
   int64_t scratch_floats(int64_t num_tokens) const;
 
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden].

@@ -24,6 +24,13 @@ class GatedMlp {
   int64_t weight_bytes() const;
   // x: [num_tokens, hidden] -> out: [num_tokens, hidden]; scratch: 2 * num_tokens * intermediate floats.
   void forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const;
+  // The same on the residual stream (ResidualStream): residual += forward(norm(residual)). Only
+  // where takes_residual_stream(): gate and up stacked, no biases.
+  bool takes_residual_stream() const { return gate_up_.has_value() && down_proj_.bias.data == nullptr; }
+  void forward_residual(Backend& backend, const ResidualStream& stream, int64_t num_tokens, float* scratch) const {
+    backend.norm_gated_mlp_add(stream.residual, stream.norm, *gate_up_, down_proj_.weight, num_tokens, activation_,
+                               stream.normed, scratch, stream.delta);
+  }
 
  private:
   Linear gate_proj_, up_proj_, down_proj_;  // gate_proj_ and up_proj_ stay empty when stacked

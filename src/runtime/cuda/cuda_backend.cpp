@@ -17,7 +17,10 @@ constexpr size_t kMaxPrefillWorkspaceBytes = size_t{1} << 30;
 }  // namespace
 
 CudaBackend::CudaBackend(const BackendOptions& options)
-    : batch_invariant_(options.batch_invariant), graphs_(options.graphs), gemm_(options.batch_invariant) {
+    : batch_invariant_(options.batch_invariant),
+      graphs_(options.graphs),
+      fused_decode_(options.fused_decode),
+      gemm_(options.batch_invariant) {
   DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   staging_ = std::make_unique<PinnedStaging>(stream_);
   int device = 0;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/moe_ops.h"
 #include "kernels/cuda/scatter.h"
 #include "runtime/backend.h"
@@ -105,6 +106,17 @@ class CudaBackend final : public Backend {
   // for the down product, and down (cuda_mlp.cpp).
   void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
                  int64_t num_rows, GluActivation activation, float* scratch, float* out) override;
+  // A layer's residual adds in the GEMV's epilogue at decode sizes (not in the batch-invariant mode,
+  // whose products are cuBLASLt's at every M; not with BackendOptions::fused_decode off); else the
+  // defaults (cuda_fused_decode.cpp). norm_matmul keeps the default: rms_norm, then the product.
+  bool fuses_norm_products(int64_t num_rows, DType weight_dtype) const override;
+  // Bulk L2 prefetches on a side stream that starts where the main stream is now.
+  void prefetch_weight(const kernels::WeightView& w) override;
+  void matmul_add(const float* x, const kernels::WeightView& w, int64_t num_rows, float* delta,
+                  float* residual) override;
+  void norm_gated_mlp_add(float* residual, const NormWeights& norm, const kernels::WeightView& gate_up,
+                          const kernels::WeightView& down, int64_t num_rows, GluActivation activation, float* normed,
+                          float* scratch, float* delta) override;
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override {
     gemm_.forget_staged();
     kc::silu_mul(gate, up, count, out, stream_);
@@ -163,6 +175,7 @@ class CudaBackend final : public Backend {
 
   bool batch_invariant_;
   bool graphs_;
+  bool fused_decode_;
   bool capturing_ = false;
   std::vector<void*> capture_blocks_;  // workspaces the graph being captured uses; moved into it
   size_t capture_block_bytes_ = 0;     // the size of capture_blocks_.back()
@@ -170,6 +183,7 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   DeviceAllocator allocator_;
   std::unique_ptr<PinnedStaging> staging_;
+  kc::L2Prefetcher prefetcher_;  // prefetch_weight's side stream; captures rejoin it before they end
   // Live pinned pools (make_pinned_pool); each removes itself when destroyed.
   PinnedPool* pinned_pool_of(const void* p, size_t size_bytes);
   std::mutex pinned_mutex_;

@@ -51,7 +51,12 @@ void CudaBackend::scatter_to_device(const uint8_t* src, const std::vector<HostPi
   size_t end = 0;
   for (const HostPiece& piece : pieces) end = std::max(end, piece.src_offset + piece.src_bytes);
   PinnedPool* pool = end == 0 ? nullptr : pinned_pool_of(src, end);
-  if (pool == nullptr) {
+  // The kernel moves whole 4-byte words (a bf16 page's pieces are an even count of elements
+  // whenever block_size * kv_dim is); anything else takes the per-piece copies.
+  const bool words = std::all_of(pieces.begin(), pieces.end(), [](const HostPiece& piece) {
+    return piece.src_offset % sizeof(float) == 0 && piece.src_bytes % sizeof(float) == 0;
+  });
+  if (pool == nullptr || !words) {
     Backend::scatter_to_device(src, pieces);
     return;
   }
@@ -59,11 +64,10 @@ void CudaBackend::scatter_to_device(const uint8_t* src, const std::vector<HostPi
   std::vector<kc::ScatterPiece> scatter;
   scatter.reserve(pieces.size());
   for (const HostPiece& piece : pieces) {
-    DI_CHECK(piece.dst_dtype == DType::kF32 || piece.dst_dtype == DType::kBF16,
-             "KV cache dtype " << dtype_name(piece.dst_dtype));
-    DI_CHECK(piece.src_offset % sizeof(float) == 0 && piece.src_bytes % sizeof(float) == 0,
-             "page piece not in whole float32 words");
-    scatter.push_back({piece.dst, piece.src_offset, piece.src_bytes / sizeof(float), piece.dst_dtype == DType::kBF16});
+    const bool round = piece.src_dtype != piece.dst_dtype;
+    DI_CHECK(!round || (piece.src_dtype == DType::kF32 && piece.dst_dtype == DType::kBF16),
+             "page piece " << dtype_name(piece.src_dtype) << " into a " << dtype_name(piece.dst_dtype) << " cache");
+    scatter.push_back({piece.dst, piece.src_offset, piece.src_bytes / sizeof(float), round});
   }
   kc::scatter_from_host(pool->device_view(src), scatter, stream_);
   pool->record_read(src, stream_);

@@ -5,9 +5,20 @@
 #include <bit>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace deepinfer {
+namespace {
+
+// Frees run from buffer destructors, where a throw ends the process. cudaFree fails only when the
+// context is already broken (a kernel fault, reported where it happened), so it is logged instead.
+void free_device_memory(void* p) {
+  const cudaError_t status = cudaFree(p);
+  if (status != cudaSuccess) DI_LOG(kError, "cudaFree failed: " << cudaGetErrorString(status));
+}
+
+}  // namespace
 
 DeviceAllocator::~DeviceAllocator() {
   for (auto& [size, blocks] : free_) {
@@ -62,7 +73,7 @@ void DeviceAllocator::deallocate(void* p) {
   const size_t size = it->second;
   live_.erase(it);
   if (size > kUncachedBytes) {
-    DI_CUDA_CHECK(cudaFree(p));
+    free_device_memory(p);
     return;
   }
   free_[size].push_back(p);
@@ -72,7 +83,7 @@ void DeviceAllocator::deallocate(void* p) {
 void DeviceAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [size, blocks] : free_) {
-    for (void* p : blocks) DI_CUDA_CHECK(cudaFree(p));
+    for (void* p : blocks) free_device_memory(p);
   }
   free_.clear();
   cached_bytes_ = 0;
