@@ -196,8 +196,10 @@ TEST_F(CudaOps, MatmulMatchesReference) {
     int64_t m, n, k;
   };
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    // M <= 2 with K % 8 == 0 takes the GEMV kernel (bf16/f16), the rest cuBLASLt.
+    // M <= 2 with K % 8 == 0 takes the GEMV kernel (bf16/f16; K >= 8192: eight rows per block), the
+    // rest cuBLASLt.
     for (const Shape& s : {Shape{1, 7, 13}, Shape{3, 64, 64}, Shape{1, 1024, 4096}, Shape{2, 1001, 1032},
+                           Shape{1, 37, 8200}, Shape{2, 45, 14336},
                            Shape{4, 513, 2048}, Shape{8, 130, 1024}, Shape{17, 129, 255}, Shape{64, 1000, 512}, Shape{257, 256, 2048}}) {
       check_matmul(backend(), rng_, dtype, s.m, s.n, s.k, /*bias=*/s.m % 2 == 1);
     }

@@ -158,14 +158,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
   }
 }
 
-// n: output columns (the gate rows when gated). Gated blocks read twice the rows, so half the
-// unroll keeps the same loads in flight per lane.
-template <DType kDType, Epilogue kEpilogue>
-void launch(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y, cudaStream_t stream) {
+// Every block reads all of x from L2 beside its weight rows, so with long rows (the down projection)
+// that re-read rivals the weights' own L2 traffic: such products give each block twice the rows.
+// The per-column order of the sums is the same either way, so the bits are too.
+constexpr int64_t kLongRowElements = 8192;
+
+template <DType kDType, Epilogue kEpilogue, int kW, int kUnrollT>
+void launch_shape(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y,
+                  cudaStream_t stream) {
   constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
-  constexpr int kW = kGated ? 2 * kCols : kCols;
-  constexpr int kUnrollT = kGated ? kUnroll / 2 : kUnroll;
-  const auto blocks = static_cast<unsigned>((n + kCols - 1) / kCols);
+  constexpr int kOut = kGated ? kW / 2 : kW;
+  const auto blocks = static_cast<unsigned>((n + kOut - 1) / kOut);
   const auto* weights = static_cast<const uint4*>(w);
   const dim3 grid(blocks);
   const dim3 block(kWarpsPerBlock * 32);
@@ -173,6 +176,19 @@ void launch(const float* x, const void* w, int64_t n, int64_t k, int64_t num_row
     launch_dependent(gemv_kernel<kDType, 1, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, n, k, y);
   } else {
     launch_dependent(gemv_kernel<kDType, 2, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, n, k, y);
+  }
+}
+
+// n: output columns (the gate rows when gated). Gated blocks read twice the rows (gate and up), as
+// do long-row blocks; twice the rows take half the unroll, so each lane keeps the same loads in flight.
+template <DType kDType, Epilogue kEpilogue>
+void launch(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y, cudaStream_t stream) {
+  if constexpr (kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu) {
+    launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, k, num_rows, y, stream);
+  } else if (k >= kLongRowElements) {
+    launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, k, num_rows, y, stream);
+  } else {
+    launch_shape<kDType, kEpilogue, kCols, kUnroll>(x, w, n, k, num_rows, y, stream);
   }
 }
 
