@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/shared_carveout.h"
 
 namespace deepinfer::kernels::cuda::detail {
 namespace {
@@ -124,8 +125,9 @@ __device__ void combine_cluster(const AttentionArgs& a, float* block_state, int3
 }
 
 // Lane (g = lane / 4, t = lane % 4) holds query row g: the scores of keys 2t, 2t + 1 of each
-// 8-key half of a step, and dims 2t, 2t + 1 of each 8-dim tile of the output.
-template <int kDims>
+// 8-key half of a step, and dims 2t, 2t + 1 of each 8-dim tile of the output. kLeanCarveout only
+// names the twin that asks for the least shared-memory carveout (kernels/cuda/shared_carveout.h).
+template <int kDims, bool kLeanCarveout = false>
 __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a) {
   wait_for_previous_grid();
   allow_next_grid();
@@ -327,9 +329,15 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a) {
 template <int kDims>
 void configure() {
   static const bool configured = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mma_decode_kernel<kDims>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(MmaDecode<kDims>::kSharedBytes)));
-    DI_CUDA_CHECK(cudaFuncSetAttribute(mma_decode_kernel<kDims>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    const auto allow = [](auto kernel) {
+      DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(MmaDecode<kDims>::kSharedBytes)));
+      DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    };
+    allow(mma_decode_kernel<kDims, false>);
+    allow(mma_decode_kernel<kDims, true>);
+    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, true>),
+                                 MmaDecode<kDims>::kSharedBytes, 1);
     return true;
   }();
   (void)configured;
@@ -383,7 +391,10 @@ void launch(const AttentionArgs& args, cudaStream_t stream) {
   config.stream = stream;
   config.attrs = attributes;
   config.numAttrs = 2;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, mma_decode_kernel<kDims>, args));
+  // A grid of at most one block per SM (batch-1 decode, between GEMVs) takes the lean twin.
+  const bool lean = int64_t{grid.x} * grid.y * grid.z <= multiprocessor_count();
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, lean ? mma_decode_kernel<kDims, true> : mma_decode_kernel<kDims, false>,
+                                   args));
   DI_CUDA_CHECK_LAUNCH("mma_decode_kernel");
 }
 

@@ -5,11 +5,14 @@
 // only the norm's sum of squares is reduced in another order.
 #include <cuda_bf16.h>
 
+#include <atomic>
+
 #include "core/check.h"
 #include "kernels/cuda/attention_front.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/shared_carveout.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -22,7 +25,8 @@ __device__ __forceinline__ void store(__nv_bfloat16* cache, int64_t at, float x)
   cache[at] = __float2bfloat16_rn(x);
 }
 
-template <typename T>
+// kLeanCarveout only names the twin that asks for the least shared-memory carveout.
+template <typename T, bool kLeanCarveout>
 __global__ void __launch_bounds__(kWarps * 32) attention_front_end_kernel(AttentionFrontEnd f) {
   wait_for_previous_grid();
   allow_next_grid();
@@ -92,6 +96,21 @@ __global__ void __launch_bounds__(kWarps * 32) attention_front_end_kernel(Attent
   }
 }
 
+template <typename T, bool kLeanCarveout>
+void launch_front_end(const AttentionFrontEnd& front, dim3 grid, size_t shared_bytes, cudaStream_t stream) {
+  if constexpr (kLeanCarveout) {
+    // Shared memory grows with head_dim: the preference follows the largest launch so far.
+    static std::atomic<size_t> preferred_for{0};
+    size_t before = preferred_for.load();
+    while (shared_bytes > before && !preferred_for.compare_exchange_weak(before, shared_bytes)) {
+    }
+    if (shared_bytes > before) {
+      prefer_least_shared_carveout(reinterpret_cast<const void*>(attention_front_end_kernel<T, true>), shared_bytes, 1);
+    }
+  }
+  launch_dependent(attention_front_end_kernel<T, kLeanCarveout>, grid, dim3(kWarps * 32), shared_bytes, stream, front);
+}
+
 }  // namespace
 
 void attention_front_end(const AttentionFrontEnd& front, cudaStream_t stream) {
@@ -103,11 +122,19 @@ void attention_front_end(const AttentionFrontEnd& front, cudaStream_t stream) {
   const size_t shared_bytes =
       (static_cast<size_t>(front.rotary_dim / 2) * 2 + size_t{kWarps} * static_cast<size_t>(front.head_dim)) *
       sizeof(float);
-  if (front.cache_dtype == DType::kBF16) {
-    launch_dependent(attention_front_end_kernel<__nv_bfloat16>, grid, dim3(kWarps * 32), shared_bytes, stream, front);
+  DI_CHECK(front.cache_dtype == DType::kBF16 || front.cache_dtype == DType::kF32,
+           "attention_front_end: cache dtype " << dtype_name(front.cache_dtype));
+  // A decode step's few blocks (one per SM at most) run between GEMVs: they take the lean twin.
+  if (int64_t{grid.x} * grid.y <= multiprocessor_count()) {
+    if (front.cache_dtype == DType::kBF16) {
+      launch_front_end<__nv_bfloat16, true>(front, grid, shared_bytes, stream);
+    } else {
+      launch_front_end<float, true>(front, grid, shared_bytes, stream);
+    }
+  } else if (front.cache_dtype == DType::kBF16) {
+    launch_front_end<__nv_bfloat16, false>(front, grid, shared_bytes, stream);
   } else {
-    DI_CHECK(front.cache_dtype == DType::kF32, "attention_front_end: cache dtype " << dtype_name(front.cache_dtype));
-    launch_dependent(attention_front_end_kernel<float>, grid, dim3(kWarps * 32), shared_bytes, stream, front);
+    launch_front_end<float, false>(front, grid, shared_bytes, stream);
   }
   DI_CUDA_CHECK_LAUNCH("attention_front_end_kernel");
 }

@@ -21,6 +21,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/glu.cuh"
+#include "kernels/cuda/shared_carveout.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -179,13 +180,32 @@ void launch_shape(const float* x, const void* w, int64_t n, int64_t k, int64_t n
   }
 }
 
+// Blocks of kCols rows the GPU holds at once.
+template <DType kDType, Epilogue kEpilogue>
+int64_t resident_blocks() {
+  static const int64_t blocks = [] {
+    int per_sm = 0;
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, gemv_kernel<kDType, 1, kCols, kUnroll, kEpilogue>, kWarpsPerBlock * 32, 0));
+    return int64_t{per_sm} * multiprocessor_count();
+  }();
+  return blocks;
+}
+
 // n: output columns (the gate rows when gated). Gated blocks read twice the rows (gate and up), as
 // do long-row blocks; twice the rows take half the unroll, so each lane keeps the same loads in flight.
+// A product whose blocks of kCols rows would need a second wave but whose blocks of twice that fit
+// in one (o_proj's 4096 rows on the H200's 132 SMs) takes the longer blocks too: the second wave's
+// tail cost more (H200, Llama-3-8B at batch 1: 236 against 233 tok/s; docs/benchmarks.md).
 template <DType kDType, Epilogue kEpilogue>
 void launch(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y, cudaStream_t stream) {
+  const auto one_wave_of_long_blocks = [&] {
+    const int64_t slots = resident_blocks<kDType, kEpilogue>();
+    return (n + kCols - 1) / kCols > slots && (n + 2 * kCols - 1) / (2 * kCols) <= slots;
+  };
   if constexpr (kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu) {
     launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, k, num_rows, y, stream);
-  } else if (k >= kLongRowElements) {
+  } else if (k >= kLongRowElements || one_wave_of_long_blocks()) {
     launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, k, num_rows, y, stream);
   } else {
     launch_shape<kDType, kEpilogue, kCols, kUnroll>(x, w, n, k, num_rows, y, stream);

@@ -24,8 +24,15 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(float* residual, con
                                                             DType weight_dtype, float weight_offset, int64_t dim,
                                                             float eps, float* out, void* out_half, DType half_dtype) {
   // Dependent launch: the products after a norm may launch now and stream their weights while it
-  // runs; x and residual are read only once the kernel before is done.
+  // runs; x and residual are read only once the kernel before is done. The norm's own weights are
+  // the model's, never a kernel's output: their loads (misses, after the GEMVs' streams) go first.
   allow_next_grid();
+  float scale[kCachedPerThread];
+#pragma unroll
+  for (int i = 0; i < kCachedPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * kThreads;
+    scale[i] = c < dim ? load_as_f32(weight, weight_dtype, c) + weight_offset : 0.0f;
+  }
   wait_for_previous_grid();
   const int64_t base = blockIdx.x * dim;
   const auto load = [&](int64_t c) {
@@ -50,8 +57,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(float* residual, con
   }
   const float total = block_sum<kThreads>(sum_squares);
   const float inv_rms = rsqrtf(total / static_cast<float>(dim) + eps);
-  const auto store = [&](int64_t c, float value) {
-    const float normed = value * inv_rms * (load_as_f32(weight, weight_dtype, c) + weight_offset);
+  const auto store = [&](int64_t c, float value, float weight_scale) {
+    const float normed = value * inv_rms * weight_scale;
     out[base + c] = normed;
     if (out_half != nullptr) {
       if (half_dtype == DType::kBF16) {
@@ -64,11 +71,11 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(float* residual, con
 #pragma unroll
   for (int i = 0; i < kCachedPerThread; ++i) {
     const int64_t c = threadIdx.x + int64_t{i} * kThreads;
-    if (c < dim) store(c, cached[i]);
+    if (c < dim) store(c, cached[i], scale[i]);
   }
   const float* src = kAddResidual ? residual : x;
   for (int64_t c = threadIdx.x + int64_t{kCachedPerThread} * kThreads; c < dim; c += kThreads) {
-    store(c, src[base + c]);
+    store(c, src[base + c], load_as_f32(weight, weight_dtype, c) + weight_offset);
   }
 }
 
