@@ -34,7 +34,7 @@ where each step drew its tokens (temperature 0.8, top_k 50, top_p 0.95; "sampler
 with --host-sampling: every logits row copied back and sampled on the host);
 decode_product lines time each linear-layer shape alone at 1-8 rows (--no-products skips them).
 --no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
-kernels and prefetch nothing (the unfused sequence, to measure the fusion against).
+kernels (the unfused sequence, to measure the fusion against).
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

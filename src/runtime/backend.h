@@ -213,9 +213,6 @@ class Backend {
   // matmul_add: residual += x w^T. norm_gated_mlp_add: residual += gated_mlp(rms_norm(residual));
   // scratch as gated_mlp's.
   virtual bool fuses_norm_products(int64_t /*num_rows*/, DType /*weight_dtype*/) const { return false; }
-  // A hint that a product enqueued soon reads w: a device backend may start moving it into its
-  // cache now, alongside the ops in between. Nothing observable changes; host backends ignore it.
-  virtual void prefetch_weight(const kernels::WeightView& /*w*/) {}
   virtual void norm_matmul(const float* x, const NormWeights& norm, const kernels::WeightView& w, int64_t num_rows,
                            float* normed, float* y);
   virtual void matmul_add(const float* x, const kernels::WeightView& w, int64_t num_rows, float* delta,
@@ -234,7 +231,7 @@ struct BackendOptions {
   // Device backends record decode steps as graphs and replay them (CUDA graphs); false runs every
   // step op by op (--no-cuda-graphs). Host backends ignore it.
   bool graphs = true;
-  // Device backends fold decode layers' residual adds into their products and prefetch weights
+  // Device backends fold decode layers' residual adds into their products
   // (Backend::fuses_norm_products); false keeps the unfused op sequence (--no-fused-decode, to
   // measure one against the other). Host backends ignore it.
   bool fused_decode = true;

@@ -1,6 +1,6 @@
 // The decode fusion of the CUDA backend (matmul_add and norm_gated_mlp_add: a layer's residual add
 // in the GEMV's epilogue; norm_matmul) against the unfused ops on the same device, bit for bit, and
-// against the kernels::ref sequence; L2 prefetches inside a captured graph; and whole bf16 models
+// against the kernels::ref sequence; and whole bf16 models
 // decoding one token per step (the fused path) against their float32 path and their own prefill,
 // and against the same steps with BackendOptions::fused_decode off, bit for bit.
 #include <gtest/gtest.h>
@@ -190,41 +190,6 @@ TEST(CudaFusedDecode, OtherShapesTakeTheDefaults) {
   }
 }
 
-// A prefetch is only a hint: a graph that issues one (on the side stream it rejoins before the
-// capture ends) replays to the products' values, and an eager one changes nothing either.
-TEST(CudaFusedDecode, PrefetchedWeightsInAGraphGiveTheSameProducts) {
-  std::mt19937 rng(8);
-  auto backend = cuda_backend();
-  const int64_t n = 264;
-  const int64_t k = 1032;
-  const HostWeight w = make_weight(random_floats(rng, static_cast<size_t>(n * k), -0.1f, 0.1f), DType::kBF16, n, k);
-  const kernels::WeightView dw = load(*backend, w, "o_proj.weight");
-  const auto x = random_floats(rng, static_cast<size_t>(k));
-  DeviceBuffer dx = upload(*backend, x);
-  DeviceBuffer dy = backend->allocate(static_cast<size_t>(n) * sizeof(float));
-  DeviceBuffer dy_graph = backend->allocate(static_cast<size_t>(n) * sizeof(float));
-  backend->matmul(dx.as<float>(), dw, kernels::WeightView{}, 1, dy.as<float>());
-  backend->prefetch_weight(dw);
-  const auto want = download<float>(*backend, dy, static_cast<size_t>(n));
-  backend->begin_capture();
-  backend->prefetch_weight(dw);
-  backend->matmul(dx.as<float>(), dw, kernels::WeightView{}, 1, dy_graph.as<float>());
-  std::unique_ptr<CapturedGraph> graph = backend->end_capture();
-  ASSERT_NE(graph, nullptr);
-  backend->replay(*graph);
-  expect_same_bits(download<float>(*backend, dy_graph, static_cast<size_t>(n)), want, "replayed product");
-
-  const auto start = random_floats(rng, static_cast<size_t>(n), -4.0f, 4.0f);
-  DeviceBuffer dsum = upload(*backend, start);
-  DeviceBuffer dsum_unfused = upload(*backend, start);
-  DeviceBuffer ddelta = backend->allocate(static_cast<size_t>(n) * sizeof(float));
-  backend->prefetch_weight(dw);
-  backend->matmul_add(dx.as<float>(), dw, 1, ddelta.as<float>(), dsum.as<float>());
-  backend->Backend::matmul_add(dx.as<float>(), dw, 1, ddelta.as<float>(), dsum_unfused.as<float>());
-  expect_same_bits(download<float>(*backend, dsum, start.size()), download<float>(*backend, dsum_unfused, start.size()),
-                   "matmul_add after a prefetch");
-}
-
 // Log-softmax of the top-1 token of want, and whether got has the same top-1.
 struct RowCompare {
   bool same_top;
@@ -267,7 +232,7 @@ void expect_decode_agrees(const std::string& name) {
   CausalLM& model = **bf16;
   const int64_t vocab = model.config().vocab_size;
   const std::vector<float> decoded = decode_steps(model, tokens);
-  // The same steps unfused: the residual adds as add_rms_norm, no prefetch. Same bits.
+  // The same steps unfused: the residual adds as add_rms_norm. Same bits.
   BackendOptions unfused_options;
   unfused_options.fused_decode = false;
   auto unfused_backend = make_backend("cuda", unfused_options).value();

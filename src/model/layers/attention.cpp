@@ -228,8 +228,6 @@ void AttentionLayer::forward_residual(Backend& backend, const DeviceBatch& batch
   DI_CHECK(takes_residual_stream(), "forward_residual needs stacked q|k|v weights and no o_proj bias");
   const int64_t n = batch.num_tokens;
   backend.norm_matmul(stream.residual, stream.norm, *qkv_, n, stream.normed, scratch);
-  // o_proj's weights come in while the front end and attention leave memory mostly idle.
-  backend.prefetch_weight(o_proj_.weight);
   backend.matmul_add(attend(backend, batch, scratch), o_proj_.weight, n, stream.delta, stream.residual);
 }
 

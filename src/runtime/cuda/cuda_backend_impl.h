@@ -11,7 +11,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/moe_ops.h"
 #include "kernels/cuda/scatter.h"
 #include "runtime/backend.h"
@@ -110,8 +109,6 @@ class CudaBackend final : public Backend {
   // whose products are cuBLASLt's at every M; not with BackendOptions::fused_decode off); else the
   // defaults (cuda_fused_decode.cpp). norm_matmul keeps the default: rms_norm, then the product.
   bool fuses_norm_products(int64_t num_rows, DType weight_dtype) const override;
-  // Bulk L2 prefetches on a side stream that starts where the main stream is now.
-  void prefetch_weight(const kernels::WeightView& w) override;
   void matmul_add(const float* x, const kernels::WeightView& w, int64_t num_rows, float* delta,
                   float* residual) override;
   void norm_gated_mlp_add(float* residual, const NormWeights& norm, const kernels::WeightView& gate_up,
@@ -183,7 +180,6 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   DeviceAllocator allocator_;
   std::unique_ptr<PinnedStaging> staging_;
-  kc::L2Prefetcher prefetcher_;  // prefetch_weight's side stream; captures rejoin it before they end
   // Live pinned pools (make_pinned_pool); each removes itself when destroyed.
   PinnedPool* pinned_pool_of(const void* p, size_t size_bytes);
   std::mutex pinned_mutex_;

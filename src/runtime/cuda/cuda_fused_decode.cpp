@@ -1,6 +1,6 @@
 // CudaBackend's decode fusion: a decoder layer's residual adds in the epilogue of the GEMV that
 // produces them (kernels/cuda/gemv.h), with the same bits as the add_rms_norm they replace (its
-// norm then runs as rms_norm alone), and o_proj's weight prefetched into L2 while attention runs.
+// norm then runs as rms_norm alone).
 // Other shapes and dtypes take Backend's defaults. BackendOptions::fused_decode turns it off.
 #include "kernels/cuda/gemv.h"
 #include "runtime/cuda/cuda_backend_impl.h"
@@ -10,10 +10,6 @@ namespace deepinfer {
 bool CudaBackend::fuses_norm_products(int64_t num_rows, DType weight_dtype) const {
   return fused_decode_ && !batch_invariant_ && num_rows >= 1 && num_rows <= kc::kGemvMaxRows &&
          (weight_dtype == DType::kBF16 || weight_dtype == DType::kF16);
-}
-
-void CudaBackend::prefetch_weight(const kernels::WeightView& w) {
-  prefetcher_.prefetch(w.data, static_cast<size_t>(w.rows * w.cols) * dtype_size_bytes(w.dtype), stream_);
 }
 
 void CudaBackend::matmul_add(const float* x, const kernels::WeightView& w, int64_t num_rows, float* delta,

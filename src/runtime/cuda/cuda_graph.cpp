@@ -32,7 +32,6 @@ class CudaGraph final : public CapturedGraph {
 
 void CudaBackend::begin_capture() {
   DI_CHECK(graphs_ && !capturing_, "begin_capture needs graphs on and no capture in progress");
-  prefetcher_.join(stream_);  // eager prefetches stay out of the capture
   // Relaxed: a cudaMalloc by the allocator (a workspace bigger than any cached block) is allowed;
   // it is not recorded and the block then belongs to the graph.
   DI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
@@ -50,7 +49,6 @@ std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
   const auto give_back = [&] {
     for (void* p : blocks) allocator_.deallocate(p);
   };
-  prefetcher_.join(stream_);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
   if (ended != cudaSuccess) {
