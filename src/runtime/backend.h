@@ -183,6 +183,14 @@ class Backend {
          f.layout);
     write_kv(f.k, f.v, f.slot_mapping, f.num_tokens, kv_dim, f.cache_dtype, f.k_cache, f.v_cache);
   }
+  // attention_front_end(f), then paged_attention over its rotated q and f's caches into out (which
+  // must not overlap f's q, k or v rows). A device backend may fold the front end into the decode
+  // attention kernel, with the same bits.
+  virtual void attention_with_front_end(const kernels::AttentionFrontEnd& f, const kernels::PagedBatch& batch,
+                                        const kernels::AttentionParams& params, float* out) {
+    attention_front_end(f);
+    paged_attention(f.q_out != nullptr ? f.q_out : f.q, f.k_cache, f.v_cache, batch, params, out);
+  }
   // Mixture of experts and strided copies (kernels/ops.h has the contracts).
   virtual void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                          const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) = 0;

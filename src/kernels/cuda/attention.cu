@@ -439,8 +439,10 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
 
 void paged_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                      const AttentionParams& params, const AttentionPlan& plan, void* workspace, float* out,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const AttentionFrontEnd* front) {
   if (batch.num_seqs == 0 || batch.num_tokens == 0) return;
+  DI_CHECK(front == nullptr || (plan.balanced_splits && !general_kernel_needed(batch, params)),
+           "paged_attention folds the front end only into a decode-only tensor-core plan");
   const bool bf16_cache = params.cache_dtype == DType::kBF16;
   DI_CHECK(params.cache_dtype == DType::kF32 || (bf16_cache && params.head_dim <= 256),
            "paged_attention: cache dtype " << dtype_name(params.cache_dtype) << " with head_dim " << params.head_dim);
@@ -458,7 +460,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
                      static_cast<float*>(workspace),
                      plan.combine_in_cluster,
                      plan.balanced_splits};
-  if (decode_kernel) detail::launch_decode_attention(args, stream);
+  if (decode_kernel) detail::launch_decode_attention(args, front, stream);
   if (general_kernel_needed(batch, params)) {
     const int32_t group = params.num_heads / params.num_kv_heads;
     const int32_t rpw = rows_per_warp(batch, params);

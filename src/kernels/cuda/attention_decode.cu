@@ -304,10 +304,11 @@ int32_t decode_resident_blocks(const AttentionParams& params) {
   return resident_blocks_for_group<float>(params);
 }
 
-void launch_decode_attention(const AttentionArgs& args, cudaStream_t stream) {
+void launch_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream) {
   DI_CHECK(decode_kernel_fits(args.params), "head_dim " << args.params.head_dim << ", heads " << args.params.num_heads
                                                         << "/" << args.params.num_kv_heads);
-  if (mma_decode_fits(args.params)) return launch_mma_decode_attention(args, stream);
+  if (mma_decode_fits(args.params)) return launch_mma_decode_attention(args, front, stream);
+  DI_CHECK(front == nullptr, "the attention front end folds only into the bf16 tensor-core decode kernel");
   DI_CHECK(!args.cluster_combine && !args.balanced_splits,
            "only the tensor-core decode kernel combines splits in a cluster or balances them");
   launch_for_group<float>(args, stream);

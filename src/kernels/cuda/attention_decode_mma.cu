@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 
+#include "kernels/cuda/attention_front.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dependent_launch.cuh"
@@ -49,6 +50,9 @@ struct MmaDecode {
   static constexpr int kQVec = kSharedQ ? 2 * kRows * kQStride * 2 / 16 : 0;
   // The warps' rings, then the block's merged state (read by the cluster's combine), then q.
   static constexpr size_t kSharedBytes = sizeof(float4) * (kWarps * kRingVec + kStateVec + kQVec);
+  // With the front end folded in, after those: the rotation table (cos, then sin), the group's
+  // rotated q rows and the new key's row, as floats.
+  static constexpr size_t kFrontBytes = sizeof(float) * (kDims + (kRows + 1) * kDims);
   static_assert(kChunks >= 8 && kCopies * 32 == kStepKeys * kChunks, "the swizzle needs 8 chunks per row");
 };
 
@@ -127,19 +131,33 @@ __device__ void combine_cluster(const AttentionArgs& a, float* block_state, int3
 // Lane (g = lane / 4, t = lane % 4) holds query row g: the scores of keys 2t, 2t + 1 of each
 // 8-key half of a step, and dims 2t, 2t + 1 of each 8-dim tile of the output. kLeanCarveout only
 // names the twin that asks for the least shared-memory carveout (kernels/cuda/shared_carveout.h).
-template <int kDims, bool kLeanCarveout = false>
-__global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a) {
-  wait_for_previous_grid();
-  allow_next_grid();
+// kFront folds the attention front end in (front: its contract, for the batch's decode tokens):
+// the block rotates its group's q heads itself, and the block whose keys end with the new token's
+// writes that token's K and V rows into the caches before its copies read them back. A launch
+// without kFront ignores front.
+template <int kDims, bool kLeanCarveout = false, bool kFront = false>
+__global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, AttentionFrontEnd front) {
   using S = MmaDecode<kDims>;
   constexpr int kChunks = S::kChunks;
   extern __shared__ float4 shared_raw[];
-
-  const auto [decode, seq, token, split, kv_head, group, key_begin, key_end] = decode_block(a);
-  if (!decode) return;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
+  // decode_block reads only the step's inputs, as does the rotation table: both precede the wait.
+  const DecodeBlock block = decode_block(a);
+  float* cos_table = reinterpret_cast<float*>(shared_raw + S::kSharedBytes / sizeof(float4));
+  float* sin_table = cos_table + kDims / 2;
+  float* q_rows = sin_table + kDims / 2;  // [kRows, kDims]
+  float* new_key = q_rows + kRows * kDims;
+  if constexpr (kFront) {
+    if (block.decode) front_detail::fill_rope_table(front, block.token, cos_table, sin_table, tid, kThreads);
+  }
+  wait_for_previous_grid();
+  allow_next_grid();
+  if constexpr (kFront) __syncthreads();  // the rotation table is complete
+
+  const auto [decode, seq, token, split, kv_head, group, key_begin, key_end] = block;
+  if (!decode) return;
   const int g = lane / 4;
   const int t = lane % 4;
   float4* ring = shared_raw + warp * S::kRingVec;
@@ -171,13 +189,30 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a) {
     }
     cp_async_commit();
   };
+  if constexpr (kFront) {
+    // The new token is the sequence's last key; the warp whose step holds it writes its rows first.
+    if (key_end == a.batch.seq_len[seq] && num_steps > 0 && warp == (num_steps - 1) % kWarps) {
+      front_detail::front_end_head(front, token, false, kv_head, cos_table, sin_table, new_key, lane);
+      front_detail::write_kv_row<__nv_bfloat16>(front, token, kv_head, new_key, lane);
+      __threadfence();  // in L2 before the copies (which bypass L1) read the row back
+      __syncwarp();
+    }
+  }
 #pragma unroll
   for (int n = 0; n < S::kStages - 1; ++n) issue(n);
 
   // q of row g, pre-scaled into log2 units, as the A fragments of the score product: rows g (the
   // bf16 values) and g + 8 (their rounding errors). Rows past the group are zeros.
   const float q_scale = a.params.scale * kLog2e;
-  const float* q_head = a.q + (static_cast<int64_t>(token) * a.params.num_heads + kv_head * group) * kDims;
+  if constexpr (kFront) {
+    for (int r = warp; r < group; r += kWarps) {
+      front_detail::front_end_head(front, token, true, kv_head * group + r, cos_table, sin_table, q_rows + r * kDims,
+                                   lane);
+    }
+    __syncthreads();
+  }
+  const float* q_head =
+      kFront ? q_rows : a.q + (static_cast<int64_t>(token) * a.params.num_heads + kv_head * group) * kDims;
   uint32_t q_frag[S::kSharedQ ? 1 : S::kScoreSteps][4];
   auto* q_tile = reinterpret_cast<__nv_bfloat16*>(shared_raw + kWarps * S::kRingVec + S::kStateVec);
   if constexpr (S::kSharedQ) {
@@ -329,15 +364,20 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a) {
 template <int kDims>
 void configure() {
   static const bool configured = [] {
-    const auto allow = [](auto kernel) {
+    using S = MmaDecode<kDims>;
+    const auto allow = [](auto kernel, size_t shared_bytes) {
       DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(MmaDecode<kDims>::kSharedBytes)));
+                                         static_cast<int>(shared_bytes)));
       DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     };
-    allow(mma_decode_kernel<kDims, false>);
-    allow(mma_decode_kernel<kDims, true>);
-    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, true>),
-                                 MmaDecode<kDims>::kSharedBytes, 1);
+    allow(mma_decode_kernel<kDims, false, false>, S::kSharedBytes);
+    allow(mma_decode_kernel<kDims, true, false>, S::kSharedBytes);
+    allow(mma_decode_kernel<kDims, false, true>, S::kSharedBytes + S::kFrontBytes);
+    allow(mma_decode_kernel<kDims, true, true>, S::kSharedBytes + S::kFrontBytes);
+    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, true, false>),
+                                 S::kSharedBytes, 1);
+    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, true, true>),
+                                 S::kSharedBytes + S::kFrontBytes, 1);
     return true;
   }();
   (void)configured;
@@ -372,7 +412,7 @@ int32_t max_cluster() {
 }
 
 template <int kDims>
-void launch(const AttentionArgs& args, cudaStream_t stream) {
+void launch(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream) {
   configure<kDims>();
   const dim3 grid(static_cast<unsigned>(args.num_splits), static_cast<unsigned>(args.params.num_kv_heads),
                   static_cast<unsigned>(args.batch.num_seqs));
@@ -387,14 +427,15 @@ void launch(const AttentionArgs& args, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = MmaDecode<kDims>::kSharedBytes;
+  config.dynamicSmemBytes = MmaDecode<kDims>::kSharedBytes + (front != nullptr ? MmaDecode<kDims>::kFrontBytes : 0);
   config.stream = stream;
   config.attrs = attributes;
   config.numAttrs = 2;
   // A grid of at most one block per SM (batch-1 decode, between GEMVs) takes the lean twin.
   const bool lean = int64_t{grid.x} * grid.y * grid.z <= multiprocessor_count();
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, lean ? mma_decode_kernel<kDims, true> : mma_decode_kernel<kDims, false>,
-                                   args));
+  const auto kernel = front != nullptr ? (lean ? mma_decode_kernel<kDims, true, true> : mma_decode_kernel<kDims, false, true>)
+                                       : (lean ? mma_decode_kernel<kDims, true, false> : mma_decode_kernel<kDims, false, false>);
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args, front != nullptr ? *front : AttentionFrontEnd{}));
   DI_CUDA_CHECK_LAUNCH("mma_decode_kernel");
 }
 
@@ -438,13 +479,21 @@ int32_t mma_decode_max_cluster(const AttentionParams& params) {
   }
 }
 
-void launch_mma_decode_attention(const AttentionArgs& args, cudaStream_t stream) {
+void launch_mma_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream) {
   DI_CHECK(mma_decode_fits(args.params), "head_dim " << args.params.head_dim << ", heads " << args.params.num_heads
                                                      << "/" << args.params.num_kv_heads);
+  if (front != nullptr) {
+    DI_CHECK(front->head_dim == args.params.head_dim && front->rotary_dim <= front->head_dim &&
+                 front->num_heads == args.params.num_heads && front->num_kv_heads == args.params.num_kv_heads &&
+                 front->cache_dtype == DType::kBF16 && front->k_cache == args.k_cache &&
+                 front->v_cache == args.v_cache && front->num_tokens == args.batch.num_tokens &&
+                 args.batch.max_query_len == 1,
+             "the folded attention front end must describe this decode batch's heads and caches");
+  }
   switch (args.params.head_dim) {
-    case 64: return launch<64>(args, stream);
-    case 128: return launch<128>(args, stream);
-    default: return launch<256>(args, stream);
+    case 64: return launch<64>(args, front, stream);
+    case 128: return launch<128>(args, front, stream);
+    default: return launch<256>(args, front, stream);
   }
 }
 

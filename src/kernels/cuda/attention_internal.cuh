@@ -178,8 +178,9 @@ bool decode_kernel_fits(const AttentionParams& params);
 // Blocks of the decode kernel for these params that one SM holds at once (the plan's wave size).
 int32_t decode_resident_blocks(const AttentionParams& params);
 // Launches it over every (split, kv head, sequence); blocks of sequences with more than one new
-// token return at once.
-void launch_decode_attention(const AttentionArgs& args, cudaStream_t stream);
+// token return at once. front, when given, is folded into the tensor-core kernel (bf16 caches of
+// decode-only batches; mma_decode_fits): it replaces the attention_front_end launch before this one.
+void launch_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream);
 
 // The tensor-core decode kernel for bf16 caches (attention_decode_mma.cu): the same grid and
 // outputs, up to 8 query heads per KV head; launch_decode_attention takes it for bf16 caches.
@@ -188,6 +189,6 @@ bool mma_decode_fits(const AttentionParams& params);
 // (non-portable size), else 8.
 int32_t mma_decode_max_cluster(const AttentionParams& params);
 int32_t mma_decode_resident_blocks(const AttentionParams& params);
-void launch_mma_decode_attention(const AttentionArgs& args, cudaStream_t stream);
+void launch_mma_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda::detail

@@ -62,8 +62,12 @@ struct AttentionPlan {
 AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParams& params, int32_t fixed_split_keys,
                                    int32_t num_sms);
 // Caches of params.cache_dtype: kF32, or kBF16 for head sizes up to 256 (not MLA's 576).
+// front, when given (only with plan.balanced_splits: decode-only bf16 batches outside the invariant
+// mode), is the attention front end of this batch folded into the decode kernel, in place of an
+// attention_front_end launch before this one: q is then unused, the rotated q read from front.q,
+// and front's K/V rows are written by the attention itself. The bits are those of the two launches.
 void paged_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                      const AttentionParams& params, const AttentionPlan& plan, void* workspace, float* out,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const AttentionFrontEnd* front = nullptr);
 
 }  // namespace deepinfer::kernels::cuda

@@ -237,8 +237,9 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
   kernels::AttentionFrontEnd front;
   float* attn = nullptr;  // [n, num_heads, head_dim]
   if (qkv_) {
-    // One [q|k|v] row per token; the front end writes the rotated q after it, and attention's
-    // output then reuses the product's rows (their k and v are in the cache by then).
+    // One [q|k|v] row per token; the front end writes the rotated q after them, and attention's
+    // output goes after that: a backend that folds the front end into attention still reads the
+    // rows while it writes.
     const int64_t row = q_dim() + 2 * kv_dim();
     float* qkv = scratch;  // [n, row]
     front.q = qkv;
@@ -246,7 +247,7 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
     front.v = qkv + q_dim() + kv_dim();
     front.q_stride = front.k_stride = front.v_stride = row;
     front.q_out = qkv + n * row;  // [n, num_heads, head_dim]
-    attn = scratch;
+    attn = front.q_out + n * q_dim();
   } else {
     float* q = scratch;              // [n, num_heads, head_dim]
     float* k = q + n * q_dim();      // [n, num_kv_heads, head_dim]
@@ -280,10 +281,7 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
   front.cache_dtype = params_.cache_dtype;
   front.k_cache = k_cache_.data();
   front.v_cache = v_cache_.data();
-  backend.attention_front_end(front);
-  const float* q = front.q_out != nullptr ? front.q_out : front.q;
-  backend.paged_attention(q, k_cache_.data(), v_cache_.data(), swa_tables_ ? batch.swa_paged : batch.paged,
-                          params_, attn);
+  backend.attention_with_front_end(front, swa_tables_ ? batch.swa_paged : batch.paged, params_, attn);
   return attn;
 }
 

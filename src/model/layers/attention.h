@@ -75,8 +75,9 @@ class AttentionLayer {
   void raw_kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
 
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. scratch holds at least
-  // num_tokens * (2 * q_dim + 2 * kv_dim) floats.
+  // scratch_floats(num_tokens) floats.
   void forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch, float* out) const;
+  int64_t scratch_floats(int64_t num_tokens) const { return num_tokens * (3 * q_dim() + 2 * kv_dim()); }
   // The same on the residual stream (ResidualStream): residual += forward(norm(residual)). Only
   // where takes_residual_stream(): q|k|v stacked and no o bias.
   bool takes_residual_stream() const { return qkv_.has_value() && o_proj_.bias.data == nullptr; }

@@ -15,7 +15,7 @@ struct Overloaded : Fs... {
 };
 
 int64_t attention_scratch_floats(const DecoderAttention& attention, int64_t num_tokens) {
-  return std::visit(Overloaded{[&](const AttentionLayer& a) { return num_tokens * (2 * a.q_dim() + 2 * a.kv_dim()); },
+  return std::visit(Overloaded{[&](const AttentionLayer& a) { return a.scratch_floats(num_tokens); },
                                [&](const MlaLayer& a) { return a.scratch_floats(num_tokens); }},
                     attention);
 }

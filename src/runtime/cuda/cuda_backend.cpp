@@ -77,13 +77,34 @@ void CudaBackend::paged_attention(const float* q, const void* k_cache, const voi
       return;
     }
   }
-  const kc::AttentionPlan plan =
-      kc::plan_paged_attention(batch, params, batch_invariant_ ? kInvariantSplitKeys : 0, num_sms_);
+  planned_attention(q, k_cache, v_cache, batch, params,
+                    kc::plan_paged_attention(batch, params, batch_invariant_ ? kInvariantSplitKeys : 0, num_sms_), out,
+                    nullptr);
+}
+
+void CudaBackend::attention_with_front_end(const kernels::AttentionFrontEnd& f, const kernels::PagedBatch& batch,
+                                           const kernels::AttentionParams& params, float* out) {
+  const bool decode_only = batch.num_seqs > 0 && batch.max_query_len == 1 && f.num_tokens == batch.num_tokens;
+  if (fused_decode_ && !batch_invariant_ && decode_only && f.head_dim == params.head_dim &&
+      f.cache_dtype == params.cache_dtype) {
+    const kc::AttentionPlan plan = kc::plan_paged_attention(batch, params, 0, num_sms_);
+    if (plan.balanced_splits) {
+      gemm_.forget_staged();
+      planned_attention(nullptr, f.k_cache, f.v_cache, batch, params, plan, out, &f);
+      return;
+    }
+  }
+  Backend::attention_with_front_end(f, batch, params, out);
+}
+
+void CudaBackend::planned_attention(const float* q, const void* k_cache, const void* v_cache,
+                                    const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
+                                    const kc::AttentionPlan& plan, float* out, const kernels::AttentionFrontEnd* front) {
   // The workspace goes back to the cache right after the launches are enqueued: the stream
   // orders any later user after them.
   void* workspace = plan.workspace_bytes > 0 ? take_workspace(plan.workspace_bytes) : nullptr;
   try {
-    kc::paged_attention(q, k_cache, v_cache, batch, params, plan, workspace, out, stream_);
+    kc::paged_attention(q, k_cache, v_cache, batch, params, plan, workspace, out, stream_, front);
   } catch (...) {
     give_back_workspace(workspace);
     throw;

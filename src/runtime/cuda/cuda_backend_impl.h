@@ -144,6 +144,10 @@ class CudaBackend final : public Backend {
   }
   void paged_attention(const float* q, const void* k_cache, const void* v_cache, const kernels::PagedBatch& batch,
                        const kernels::AttentionParams& params, float* out) override;
+  // Decode-only batches on the tensor-core decode kernel fold the front end into it (one launch
+  // boundary less per layer); not with BackendOptions::fused_decode off.
+  void attention_with_front_end(const kernels::AttentionFrontEnd& f, const kernels::PagedBatch& batch,
+                                const kernels::AttentionParams& params, float* out) override;
 
   // Mixture of experts on the device (cuda_backend_moe.cpp): routing, grouping by expert and one
   // grouped launch per projection; nothing is read back.
@@ -169,6 +173,11 @@ class CudaBackend final : public Backend {
   // Scratch for one op: from the allocator eagerly, from the capture's own blocks under capture.
   void* take_workspace(size_t size_bytes);
   void give_back_workspace(void* p);
+  // paged_attention after its tensor-core prefill choice: the planned decode or general kernels,
+  // front (when given) folded into the decode kernel.
+  void planned_attention(const float* q, const void* k_cache, const void* v_cache, const kernels::PagedBatch& batch,
+                         const kernels::AttentionParams& params, const kc::AttentionPlan& plan, float* out,
+                         const kernels::AttentionFrontEnd* front);
 
   bool batch_invariant_;
   bool graphs_;
