@@ -184,6 +184,81 @@ TEST(CudaSampling, SplitTiesAcrossChunkEdgeMatchHost) {
   }
 }
 
+// Rows that make split top_k's floor from the chunk maxima hard: maxima tied in logit (ids decide),
+// every top token in one chunk (ids 40960.. open a chunk of 1024 and of 1280 ids), few finite
+// logits (most maxima not kept), outliers that alone survive a low temperature, quantized and
+// signed-zero ties, and Gaussian rows where min_p drops most maxima.
+std::vector<float> make_floor_row(std::mt19937& rng, int64_t vocab, int shape) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (float& logit : row) logit = shape == 2 ? -std::numeric_limits<float>::infinity() : normal(rng);
+  switch (shape) {
+    case 0:
+      for (size_t i = 0; i < row.size(); i += 700) row[i] = 4.0f;
+      break;
+    case 1:
+      for (size_t i = 40960; i < 41260; ++i) row[i] = 5.0f + 0.25f * static_cast<float>(rng() % 17);
+      break;
+    case 2:
+      for (int t = 0; t < 40; ++t) row[rng() % row.size()] = 2.0f * normal(rng);
+      break;
+    case 3:
+      for (int t = 0; t < 6; ++t) row[rng() % row.size()] = 50.0f - static_cast<float>(t);
+      break;
+    case 4: return make_row(rng, vocab, Shape::kQuantized);
+    case 5: return make_row(rng, vocab, Shape::kSignedZeros);
+    default:
+      for (float& logit : row) logit *= 3.0f;
+  }
+  return row;
+}
+
+// Split top_k draws against the host: top_k 2 .. 200 around the number of chunks (on 132
+// multiprocessors at batch 1: 126 of 1024 ids at 128256, 119 of 1280 at 151936; at batches 4 and 8
+// 32 and 16 chunks, where each chunk offers the floor keys after its maximum too) with top_p, min_p
+// and low temperatures.
+TEST(CudaSampling, SplitTopKFloorMatchesHost) {
+  auto backend = cuda_backend();
+  const int32_t top_ks[] = {2, 3, 5, 16, 49, 50, 51, 64, 118, 119, 126, 127, 200};
+  const double temperatures[] = {0.05, 0.8, 1.5};
+  const double top_ps[] = {1.0, 0.95, 0.5};
+  const double min_ps[] = {0.0, 0.0, 0.05, 0.2};
+  constexpr int kShapes = 7;
+  for (int64_t vocab : {int64_t{128256}, int64_t{151936}}) {
+    std::mt19937 rng(static_cast<uint32_t>(vocab));
+    std::vector<float> logits;
+    for (int shape = 0; shape < kShapes; ++shape) {
+      const std::vector<float> row = make_floor_row(rng, vocab, shape);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    std::vector<kernels::SampleParams> draws;
+    for (int shape = 0; shape < kShapes; ++shape) {
+      for (int32_t top_k : top_ks) {
+        for (int rep = 0; rep < 2; ++rep) {
+          kernels::SampleParams draw;
+          draw.row = shape;
+          draw.top_k = top_k;
+          draw.temperature = temperatures[rng() % 3];
+          draw.top_p = top_ps[rng() % 3];
+          draw.min_p = min_ps[rng() % 4];
+          draw.u = draws.size() % 9 == 4 ? std::nextafter(1.0, 0.0) : std::uniform_real_distribution<double>()(rng);
+          draws.push_back(draw);
+        }
+      }
+    }
+    std::vector<int32_t> want(draws.size());
+    kernels::ref::sample_rows(logits.data(), vocab, draws.data(), static_cast<int64_t>(draws.size()), want.data());
+    for (size_t batch : {1, 4, 8}) {
+      const std::vector<int32_t> got = draw_on_device(*backend, logits, vocab, draws, batch);
+      for (size_t d = 0; d < draws.size(); ++d) {
+        EXPECT_EQ(got[d], want[d]) << "vocab " << vocab << " batch " << batch << " row " << draws[d].row << " top_k "
+                                   << draws[d].top_k << " T " << draws[d].temperature << " top_p " << draws[d].top_p
+                                   << " min_p " << draws[d].min_p << " u " << draws[d].u;
+      }
+    }
+  }
+}
+
 // Greedy is argmax with the lowest id among equal maxima; one-token survivors of every filter.
 TEST(CudaSampling, GreedyAndSingleSurvivorsTakeTheLowestTiedId) {
   auto backend = cuda_backend();

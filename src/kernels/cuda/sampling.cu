@@ -5,8 +5,9 @@
 // probability has the host's bits, so every draw is the host's.
 // At large batches one block samples each draw (sampling_row.cuh). When draws leave most
 // multiprocessors idle, each row is split into chunks, one block each (sampling_split.cuh): a
-// first kernel finds each chunk's maximum; the second, per chunk, lists top_k's candidates of the
-// chunk (its own top_k: their union holds the row's top_k), or sums the chunk's inverse-CDF
+// first kernel finds each chunk's maximum, and for top_k a floor from the kept maxima; the second,
+// per chunk, lists top_k's candidates of the chunk ranked at least the floor (its own top_k: their
+// union holds the row's top_k; the floor leaves a few per chunk), or sums the chunk's inverse-CDF
 // chunks, or bins top_p's weight (sampling_top_p.cuh); the last block of a draw to finish merges
 // them and draws, except for top_p alone, where it finds the cut and a third kernel applies it
 // per chunk before its own last block draws. top_k > kThreads leaves the row to one block.
@@ -46,8 +47,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* logi
   }
 }
 
-// Grid (chunks, draws): each chunk's maximum; the draw's last block combines them into the row's
-// and takes it as the token of a greedy draw.
+// Grid (chunks, draws): each chunk's maximum; the draw's last block combines them into the row's,
+// takes it as the token of a greedy draw, and for a draw with lists_top_k finds maxima_floor.
 __global__ void __launch_bounds__(kThreads) chunk_max_kernel(const float* logits, int vocab,
                                                               const SampleParams* params, int32_t* token_ids,
                                                               unsigned char* workspace, SplitLayout layout) {
@@ -67,8 +68,17 @@ __global__ void __launch_bounds__(kThreads) chunk_max_kernel(const float* logits
   const int best = combine_maxima(s, layout.chunks, &value);
   if (threadIdx.x == 0) {
     *s.best_value = value;
+    sh.best_value = value;
     if (b.params.temperature == 0.0 || b.params.top_k == 1) token_ids[b.draw] = best;
   }
+  u64 k_floor = 0;
+  if (lists_top_k(b.params, vocab) && layout.chunks >= b.params.top_k && layout.chunks <= kThreads) {
+    __syncthreads();  // sh.best_value is set
+    Row filters = row;
+    set_filters(filters, sh.best_value, b.params);
+    k_floor = maxima_floor(filters, s, layout.chunks, b.params.top_k, sh);
+  }
+  if (threadIdx.x == 0) *s.k_floor = k_floor;
 }
 
 // Grid (chunks, draws), after chunk_max_kernel, which drew the greedy draws. top_k <= kThreads,
@@ -96,12 +106,10 @@ __global__ void __launch_bounds__(kThreads) split_sample_kernel(const float* log
     if (threadIdx.x == 0) token_ids[d] = token;
     return;
   }
-  row.max_logit = *s.best_value;
-  row.temperature = p.temperature;
-  row.min_p = p.min_p;
-  row.sure_kept = -700.0 * p.temperature;  // as in sample_row_block
+  set_filters(row, *s.best_value, p);
   const bool top_p_on = !few && p.top_p < 1.0;
   if (few) {
+    row.lo_key = *s.k_floor;  // 0 here lists every chunk's whole top k: also correct, ~100x longer at b=1
     list_chunk_candidates(row, p.top_k, s, c, layout.chunk_len, sh);
   } else if (top_p_on) {
     bin_chunk_mass(row, s, sh);

@@ -34,6 +34,7 @@ struct Shared {
   double total;
   int drawn;
   int list_base;   // where a chunk's candidates go in its draw's list
+  float best_value;  // the row's maximum, for every thread of chunk_max_kernel's last block
   bool last_block;  // this block finishes its draw
 };
 

@@ -3,6 +3,8 @@
 // the candidates of a row's chunks), and the gathers that bring those tokens there.
 #pragma once
 
+#include <climits>
+
 #include "kernels/cuda/sampling_block.cuh"
 
 namespace deepinfer::kernels::cuda::sampling_detail {
@@ -88,7 +90,8 @@ __device__ inline int compact_listed(int m, u64 lo_key, Shared& sh) {
 // top_p (if < 1) and the draw over the n <= kThreads tokens top_k kept, keys in sh.thread_best and
 // probabilities in sh.stage[0, n): the same sums as keep_most_likely and inverse_cdf, over the
 // kept tokens alone (the others add exact zeros), without passes over the row. By id in sorted_id
-// and stage[kThreads, 2 kThreads).
+// and stage[kThreads, 2 kThreads); then each token's running sum within its inverse-CDF chunk in
+// stage[0, n) and the sum of the chunks before its own in stage[kThreads, 2 kThreads).
 __device__ inline int sample_few_kept(int n, double top_p, double u, Shared& sh) {
   constexpr int kChunk = static_cast<int>(kCdfChunk);
   const u64* keys = sh.thread_best;
@@ -113,44 +116,49 @@ __device__ inline int sample_few_kept(int n, double top_p, double u, Shared& sh)
     sh.sorted_id[rank] = id;
     sorted_p[rank] = p;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    int last_kept = -1;
-    for (int t = 0; t < n;) {
-      const int chunk = sh.sorted_id[t] / kChunk;
-      double sum = 0.0;
-      for (; t < n && sh.sorted_id[t] / kChunk == chunk; ++t) {
-        sum += sorted_p[t];
-        if (sorted_p[t] > 0.0) last_kept = sh.sorted_id[t];
-      }
-      total += sum;
+  // The last id that can be drawn (u * total can round up to the total itself); the reduction's
+  // barrier also ends every read of keys and probs.
+  const int last_kept = block_max_int(j < n && p > 0.0 ? id : -1, sh);
+  // Each chunk's sum in id order from 0, by the thread of its first token.
+  double* within = sh.stage;
+  const int chunk = j < n ? sh.sorted_id[j] / kChunk : -1;
+  if (j < n && (j == 0 || sh.sorted_id[j - 1] / kChunk != chunk)) {
+    double sum = 0.0;
+    for (int t = j; t < n && sh.sorted_id[t] / kChunk == chunk; ++t) {
+      sum += sorted_p[t];
+      within[t] = sum;
     }
-    const double target = u * total;
-    int drawn = last_kept;  // u * total can round up to the total itself
-    bool found = false;
-    double before = 0.0;
-    for (int t = 0; t < n && !found;) {
-      const int start = t;
-      const int chunk = sh.sorted_id[t] / kChunk;
-      double sum = 0.0;
-      for (; t < n && sh.sorted_id[t] / kChunk == chunk; ++t) sum += sorted_p[t];
-      if (target < before + sum) {
-        double within = 0.0;
-        for (int s = start; s < t && !found; ++s) {
-          within += sorted_p[s];
-          if (target < before + within) {
-            drawn = sh.sorted_id[s];
-            found = true;
-          }
-        }
-      }
-      before += sum;
-    }
-    sh.drawn = drawn;
   }
   __syncthreads();
-  return sh.drawn;
+  // The chunk sums added in chunk order by one thread; loads eight ahead of the additions.
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int base = 0; base < n; base += 8) {
+      double chunk_sum[8];
+      bool ends[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const int t = base + q;
+        ends[q] = t < n && (t + 1 == n || sh.sorted_id[t + 1] / kChunk != sh.sorted_id[t] / kChunk);
+        chunk_sum[q] = ends[q] ? within[t] : 0.0;
+      }
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        if (base + q >= n) break;
+        sorted_p[base + q] = total;  // the sum of the chunks before its own
+        if (ends[q]) total += chunk_sum[q];
+      }
+    }
+    sh.total = total;
+  }
+  __syncthreads();
+  // inverse_cdf draws the first token whose cumulative sum exceeds u * total. Running sums never
+  // decrease (the probabilities are >= 0, rounding is monotone), so no token of a chunk the host
+  // skips passes: the first token that passes is the host's.
+  const double target = u * sh.total;
+  const bool passes = j < n && target < sorted_p[j] + within[j];
+  const int first = -block_max_int(passes ? -j : -INT_MAX, sh);  // the lowest passing sorted index
+  return first == INT_MAX ? last_kept : sh.sorted_id[first];
 }
 
 }  // namespace deepinfer::kernels::cuda::sampling_detail

@@ -152,19 +152,24 @@ __device__ inline int inverse_cdf(const Row& row, const double* prob, double u, 
   return draw_from_sums(num_chunks, last_kept, prob, row.vocab, u, sh);
 }
 
-// top_k's kept tokens (k <= kThreads) of the row's [begin, end) into sh.thread_best (keys) and
-// sh.stage (probabilities); returns how many. When at most kThreads kept tokens reach top_k_floor
-// they are ranked by counting in shared memory; else by the radix select. cand_key, cand_weight:
-// room for end - begin entries.
+// top_k's kept tokens (k <= kThreads) of the row's [begin, end) ranked at least row.lo_key into
+// sh.thread_best (keys) and sh.stage (probabilities), all of them when at most k; returns how many.
+// A nonzero row.lo_key (a split launch's floor) usually leaves at most k: one gather. Else, when at
+// most kThreads kept tokens reach top_k_floor, they are ranked by counting in shared memory; else by
+// the radix select. cand_key, cand_weight: room for end - begin entries.
 __device__ inline int gather_top_k(Row& row, int k, Shared& sh, u64* cand_key, u64* cand_weight) {
-  const u64 floor_key = top_k_floor(row, k, sh);
-  row.lo_key = floor_key;
+  if (row.lo_key != 0) {
+    const int m = gather_kept(row, sh);
+    if (m <= k) return m;
+  }
+  // top_k_floor counts only tokens ranked at least row.lo_key: its floor is 0 or at least it.
+  row.lo_key = max(row.lo_key, top_k_floor(row, k, sh));
   const int m = gather_kept(row, sh);
   if (m > kThreads) {
-    row.lo_key = select_lowest_kept<false>(row, static_cast<u64>(k), floor_key, sh, cand_key, cand_weight, nullptr);
+    row.lo_key = select_lowest_kept<false>(row, static_cast<u64>(k), row.lo_key, sh, cand_key, cand_weight, nullptr);
     return gather_kept(row, sh);
   }
-  if (m <= k) return m;  // floor 0: every kept token
+  if (m <= k) return m;  // every kept token ranked at least row.lo_key
   row.lo_key = kth_listed_key(m, k, sh);
   return compact_listed(m, row.lo_key, sh);
 }

@@ -15,6 +15,7 @@ namespace deepinfer::kernels::cuda::sampling_detail {
 
 constexpr int kMinChunk = 1024;  // a multiple of kCdfChunk: inverse-CDF chunks never straddle two blocks
 constexpr int kMaxSplitDraws = 64;
+constexpr int kShortList = 256;    // draw_from_candidates ranks lists up to this long at once by counting
 
 // The counters of a split draw: chunks finished in each kernel and candidates listed. Each call
 // leaves them at zero (the last block to use one clears it), as it leaves the top_p histograms.
@@ -45,8 +46,9 @@ struct SplitLayout {
 };
 
 // Chunks per draw when draws leave multiprocessors idle (1: one block per draw) and the workspace
-// layout. A draw's part opens with top_p's lowest kept key, its boundary bin and the row's
-// maximum, then per chunk its maximum, its index and its last kept id.
+// layout. A draw's part opens with top_p's lowest kept key, its boundary bin, the row's maximum
+// and top_k's floor from the chunk maxima (bytes 0, 8, 12, 16), then per chunk its maximum, its
+// index and its last kept id (from byte 24).
 inline SplitLayout split_layout(int64_t vocab, int64_t num_draws, int32_t num_sms) {
   SplitLayout layout;
   // At half the multiprocessors per draw and fewer, the extra launches cost more than the split
@@ -78,6 +80,7 @@ struct DrawSpace {
   u64* lo_key;       // top_p's lowest kept key
   int* boundary;     // top_p's boundary ratio bin; -1: every token is kept
   float* best_value;  // the row's maximum
+  u64* k_floor;       // maxima_floor: no token ranked below it is in the row's top k
   float* max_value;
   int* max_index;
   int* last_kept;
@@ -100,6 +103,7 @@ __device__ inline DrawSpace draw_space(unsigned char* workspace, const SplitLayo
   s.lo_key = reinterpret_cast<u64*>(base);
   s.boundary = reinterpret_cast<int*>(base + 8);
   s.best_value = reinterpret_cast<float*>(base + 12);
+  s.k_floor = reinterpret_cast<u64*>(base + 16);
   s.max_value = reinterpret_cast<float*>(base + 24);
   s.max_index = reinterpret_cast<int*>(s.max_value + layout.chunks);
   s.last_kept = s.max_index + layout.chunks;
@@ -141,6 +145,20 @@ __device__ inline Row chunk_row(const float* logits, int vocab, const SplitBlock
   return row;
 }
 
+// The filters of a split draw's rows, the same in chunk_max_kernel's floor and in split_sample_kernel.
+__device__ inline void set_filters(Row& row, float max_logit, const SampleParams& p) {
+  row.max_logit = max_logit;
+  row.temperature = p.temperature;
+  row.min_p = p.min_p;
+  row.sure_kept = -700.0 * p.temperature;  // as in sample_row_block
+}
+
+// Whether split_sample_kernel lists top_k's candidates per chunk for the draw (it is sampled, and
+// 1 < top_k <= kThreads, top_k < vocab).
+__device__ inline bool lists_top_k(const SampleParams& p, int vocab) {
+  return p.temperature != 0.0 && p.top_k > 1 && p.top_k < vocab && p.top_k <= kThreads;
+}
+
 // The row's argmax (lowest id among equal maxima) from its chunks' maxima, by warp 0.
 __device__ inline int combine_maxima(const DrawSpace& s, int chunks, float* best_value) {
   if (threadIdx.x < 32) {  // lane 0's answer is warp 0's
@@ -161,6 +179,31 @@ __device__ inline int combine_maxima(const DrawSpace& s, int chunks, float* best
   return -1;
 }
 
+// The last block of chunk_max_kernel, a draw with lists_top_k and chunks <= kThreads: the k-th
+// best rank key among the chunk maxima that are kept (is_kept under row's filters), 0 when fewer
+// than k are. Those k maxima are k distinct kept tokens ranked at least it, so the row's k-th best
+// kept token is too: no token ranked below it is in the row's top k. Ranked by counting.
+__device__ inline u64 maxima_floor(const Row& row, const DrawSpace& s, int chunks, int k, Shared& sh) {
+  const int t = static_cast<int>(threadIdx.x);
+  u64 key = 0;
+  if (t < chunks) {
+    const float value = __ldcg(s.max_value + t);
+    const u64 max_key = rank_key(value, __ldcg(s.max_index + t));
+    if (is_kept(row, value, max_key)) key = max_key;
+  }
+  __syncthreads();  // thread_best and floor_key may hold an earlier step's data
+  sh.thread_best[t] = key;
+  if (t == 0) sh.floor_key = 0;
+  __syncthreads();
+  if (key != 0) {
+    int above = 0;
+    for (int j = 0; j < chunks; ++j) above += sh.thread_best[j] > key ? 1 : 0;
+    if (above == k - 1) sh.floor_key = key;  // distinct keys: one thread at most
+  }
+  __syncthreads();
+  return sh.floor_key;
+}
+
 // Whether this block is the last of its draw's chunks to finish; the others' writes are then
 // visible to it (read through L2), and it clears the count for the next call.
 __device__ inline bool finish_chunk(int* done, int chunks, Shared& sh) {
@@ -175,12 +218,13 @@ __device__ inline bool finish_chunk(int* done, int chunks, Shared& sh) {
   return sh.last_block;
 }
 
-// The chunk's own top k kept tokens (all its kept tokens when fewer) appended to the draw's list:
-// a token of the row's top k has fewer than k kept tokens above it in its chunk too.
+// The chunk's own top k kept tokens ranked at least row.lo_key (maxima_floor; all of them when
+// fewer) appended to the draw's list: a token of the row's top k is ranked at least the floor and
+// has fewer than k kept tokens above it in its chunk too.
 __device__ inline void list_chunk_candidates(Row& row, int k, const DrawSpace& s, int c, int chunk_len, Shared& sh) {
   u64* cand_key = s.scratch + 2 * static_cast<size_t>(c) * chunk_len;
   const int n = gather_top_k(row, k, sh, cand_key, cand_key + chunk_len);
-  if (threadIdx.x == 0) sh.list_base = atomicAdd(s.list_count, n);
+  if (threadIdx.x == 0 && n > 0) sh.list_base = atomicAdd(s.list_count, n);
   __syncthreads();
   for (int j = static_cast<int>(threadIdx.x); j < n; j += kThreads) {
     s.list_keys[sh.list_base + j] = sh.thread_best[j];
@@ -188,13 +232,18 @@ __device__ inline void list_chunk_candidates(Row& row, int k, const DrawSpace& s
   }
 }
 
-// The last block: the row's top k among the listed candidates, then top_p and the draw over them.
+// The last block: the row's top k among the listed candidates (distinct keys), then top_p and the
+// draw over them. A short list (the floor leaves about k) is ranked at once by counting.
 __device__ inline int draw_from_candidates(const DrawSpace& s, const SampleParams& p, Shared& sh) {
   const int n = __ldcg(s.list_count);
   __syncthreads();
   if (threadIdx.x == 0) *s.list_count = 0;  // for the next call
   const int k = p.top_k;
-  if (n <= k) return sample_few_kept(gather_listed(n, s.list_keys, s.list_probs, 0, sh), p.top_p, p.u, sh);
+  if (n <= kShortList) {
+    int m = gather_listed(n, s.list_keys, s.list_probs, 0, sh);
+    if (m > k) m = compact_listed(m, kth_listed_key(m, k, sh), sh);
+    return sample_few_kept(m, p.top_p, p.u, sh);
+  }
   const u64 floor_key = kth_best_floor(0, n, k, [&](int j) -> u64 { return __ldcg(s.list_keys + j); }, sh);
   int m = gather_listed(n, s.list_keys, s.list_probs, floor_key, sh);
   if (m > kThreads) {
