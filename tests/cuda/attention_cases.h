@@ -131,25 +131,35 @@ inline std::vector<float> run_reference(const AttentionCase& c, const HostBatch&
   return out;
 }
 
+// The batch's tables and sinks on the device, and the PagedBatch and AttentionParams over them.
+struct DeviceTables {
+  DeviceBuffer query_start, seq_len, block_table, sinks;
+  kernels::PagedBatch batch;
+  kernels::AttentionParams params;
+};
+
+inline DeviceTables upload_tables(Backend& backend, const AttentionCase& c, const HostBatch& b) {
+  DeviceTables t{upload(backend, b.query_start), upload(backend, b.seq_len), upload(backend, b.block_table),
+                 upload(backend, b.sinks), {}, params_of(c)};
+  t.batch = kernels::PagedBatch{static_cast<int32_t>(c.seqs.size()), t.query_start.as<int32_t>(),
+                                t.seq_len.as<int32_t>(), t.block_table.as<int32_t>(), b.max_blocks_per_seq,
+                                c.block_size};
+  t.batch.num_tokens = b.num_tokens;
+  t.batch.max_query_len = b.max_query_len;
+  if (c.sinks) t.params.sinks = t.sinks.as<float>();
+  if (c.bf16_cache) t.params.cache_dtype = DType::kBF16;
+  return t;
+}
+
 // Runs on the device; the output starts as NaN so an unwritten element fails.
 inline std::vector<float> run_device(Backend& backend, const AttentionCase& c, const HostBatch& b) {
-  DeviceBuffer query_start = upload(backend, b.query_start);
-  DeviceBuffer seq_len = upload(backend, b.seq_len);
-  DeviceBuffer block_table = upload(backend, b.block_table);
+  const DeviceTables tables = upload_tables(backend, c, b);
   DeviceBuffer q = upload(backend, b.q);
   DeviceBuffer k_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.k_cache)) : upload(backend, b.k_cache);
   DeviceBuffer v_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.v_cache)) : upload(backend, b.v_cache);
-  DeviceBuffer sinks = upload(backend, b.sinks);
   DeviceBuffer out = upload(backend, std::vector<float>(b.q.size(), std::numeric_limits<float>::quiet_NaN()));
-  kernels::PagedBatch batch{static_cast<int32_t>(c.seqs.size()), query_start.as<int32_t>(), seq_len.as<int32_t>(),
-                            block_table.as<int32_t>(), b.max_blocks_per_seq, c.block_size};
-  batch.num_tokens = b.num_tokens;
-  batch.max_query_len = b.max_query_len;
-  kernels::AttentionParams p = params_of(c);
-  if (c.sinks) p.sinks = sinks.as<float>();
-  if (c.bf16_cache) p.cache_dtype = DType::kBF16;
   const void* values = c.shared_kv ? k_cache.data() : v_cache.data();
-  backend.paged_attention(q.as<float>(), k_cache.data(), values, batch, p, out.as<float>());
+  backend.paged_attention(q.as<float>(), k_cache.data(), values, tables.batch, tables.params, out.as<float>());
   return download<float>(backend, out, b.q.size());
 }
 

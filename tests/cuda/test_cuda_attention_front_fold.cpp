@@ -66,9 +66,7 @@ struct FoldResult {
 FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool fold) {
   const AttentionCase& a = c.attention;
   const HostBatch& b = in.batch;
-  DeviceBuffer query_start = upload(backend, b.query_start);
-  DeviceBuffer seq_len = upload(backend, b.seq_len);
-  DeviceBuffer block_table = upload(backend, b.block_table);
+  const DeviceTables tables = upload_tables(backend, a, b);
   // The new tokens' cache rows start as NaN: a read before the write would show.
   std::vector<uint16_t> k_bits = to_bf16_bits(b.k_cache);
   std::vector<uint16_t> v_bits = to_bf16_bits(b.v_cache);
@@ -80,7 +78,6 @@ FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool f
   }
   DeviceBuffer k_cache = upload(backend, k_bits);
   DeviceBuffer v_cache = upload(backend, v_bits);
-  DeviceBuffer sinks = upload(backend, b.sinks);
   DeviceBuffer qkv = upload(backend, in.qkv);
   const size_t q_count = static_cast<size_t>(b.num_tokens) * a.num_heads * a.head_dim;
   DeviceBuffer q_out = upload(backend, std::vector<float>(q_count, std::numeric_limits<float>::quiet_NaN()));
@@ -89,13 +86,6 @@ FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool f
   DeviceBuffer slots = upload(backend, in.slots);
   DeviceBuffer inv_freq = upload(backend, in.inv_freq);
 
-  kernels::PagedBatch batch{static_cast<int32_t>(a.seqs.size()), query_start.as<int32_t>(), seq_len.as<int32_t>(),
-                            block_table.as<int32_t>(), b.max_blocks_per_seq, a.block_size};
-  batch.num_tokens = b.num_tokens;
-  batch.max_query_len = b.max_query_len;
-  kernels::AttentionParams p = params_of(a);
-  if (a.sinks) p.sinks = sinks.as<float>();
-  p.cache_dtype = DType::kBF16;
 
   const int64_t row = int64_t{a.num_heads} * a.head_dim + 2 * kv_dim;
   kernels::AttentionFrontEnd f;
@@ -124,9 +114,9 @@ FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool f
   f.k_cache = k_cache.data();
   f.v_cache = v_cache.data();
   if (fold) {
-    backend.attention_with_front_end(f, batch, p, out.as<float>());
+    backend.attention_with_front_end(f, tables.batch, tables.params, out.as<float>());
   } else {
-    backend.Backend::attention_with_front_end(f, batch, p, out.as<float>());
+    backend.Backend::attention_with_front_end(f, tables.batch, tables.params, out.as<float>());
   }
 
   FoldResult result;
