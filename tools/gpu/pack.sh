@@ -3,15 +3,24 @@
 # libraries they need beyond glibc/libstdc++ into build-cuda/gpu-bundle.tar.xz, for a GPU machine
 # that lacks the host libraries (oneDNN, ICU, PCRE2, simdjson, ...). Carry that file to the GPU
 # machine; tools/gpu/check.sh uses it when it cannot build there.
+# Usage: tools/gpu/pack.sh [--check-only]. --check-only packs only what check.sh and
+# profile_decode.sh run (no GGUF converter or KV-store benchmark): a smaller archive, for when the
+# tree and the full one pass the device's upload limit together.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+TARGETS=(test_cuda deepinfer deepinfer-make-random-model deepinfer-kernel-trace)
+[ "${1:-}" = --check-only ] || TARGETS+=(deepinfer-hf-to-gguf deepinfer-bench-kvstore-bandwidth)
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON > /dev/null
-nice cmake --build build-cuda --target test_cuda deepinfer deepinfer-make-random-model deepinfer-hf-to-gguf \
-  deepinfer-bench-kvstore-bandwidth deepinfer-kernel-trace -j2
+nice cmake --build build-cuda --target "${TARGETS[@]}" -j2
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/bin" "$STAGE/lib"
-cp build-cuda/bin/test_cuda build-cuda/bin/deepinfer build-cuda/bin/deepinfer-make-random-model build-cuda/bin/deepinfer-hf-to-gguf \
-  build-cuda/bin/deepinfer-bench-kvstore-bandwidth build-cuda/bin/libdeepinfer-kernel-trace.so "$STAGE/bin/"
+for target in "${TARGETS[@]}"; do
+  if [ "$target" = deepinfer-kernel-trace ]; then
+    cp build-cuda/bin/libdeepinfer-kernel-trace.so "$STAGE/bin/"
+  else
+    cp "build-cuda/bin/$target" "$STAGE/bin/"
+  fi
+done
 for binary in "$STAGE"/bin/*; do
   ldd "$binary" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcublas|libcublasLt|libcupti)\.so' |
