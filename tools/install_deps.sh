@@ -3,10 +3,12 @@
 # (installs only what is missing), and the pinned npm test oracles. Usage: tools/install_deps.sh
 set -euo pipefail
 
+# Installed with --no-install-recommends, so a package another one only recommends is listed here:
+# libdnnl-dev's CMake config requires OpenCL (ocl-icd-opencl-dev); curl runs the README's examples.
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ca-certificates curl
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev libssl-dev
+  libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev libssl-dev
   clang-14 libclang-rt-14-dev ccache
   libboost1.81-dev libhiredis-dev libxxhash-dev redis-server
   nodejs npm
