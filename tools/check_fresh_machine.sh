@@ -106,6 +106,10 @@ rm -f "$run_root/etc/apt/sources.list"
 [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$run_root/etc/apt/"
 mkdir -p "$run_root/etc/apt/sources.list.d"
 cp /etc/apt/sources.list.d/*.sources "$run_root/etc/apt/sources.list.d/" 2>/dev/null || true
+# A network that inspects TLS has its own certificate authority: the host's local ones come
+# along (ca-certificates, installed with git, adds them to the system store).
+mkdir -p "$run_root/usr/local/share/ca-certificates"
+cp -r /usr/local/share/ca-certificates/. "$run_root/usr/local/share/ca-certificates/" 2>/dev/null || true
 # Package scripts must not start services (redis-server) in the host's network namespace.
 printf '#!/bin/sh\nexit 101\n' >"$run_root/usr/sbin/policy-rc.d"
 chmod +x "$run_root/usr/sbin/policy-rc.d"
