@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "kernels/cpu/simd.h"
 
 namespace deepinfer::kernels::cpu {
@@ -89,6 +90,7 @@ struct Scratch {
   std::vector<char> dst;
   std::vector<float> weights;
   std::vector<char> scratchpad;
+  std::vector<float> rounded_x;
 };
 
 Scratch& thread_scratch() {
@@ -187,6 +189,15 @@ void slab_matmul(const float* x, const WeightView& w, int64_t num_rows, float* y
   }
 }
 
+// x rounded to bf16 and widened back: without oneDNN's bf16 matmul (CPUs without AVX-512), BF16
+// weights then give the numbers the bf16 path gives, whatever the CPU.
+const float* rounded_to_bf16(const float* x, int64_t count) {
+  float* rounded = grow(thread_scratch().rounded_x, static_cast<size_t>(count));
+#pragma omp parallel for schedule(static) if (count >= 65536)
+  for (int64_t i = 0; i < count; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  return rounded;
+}
+
 }  // namespace
 
 void onednn_matmul(const float* x, const WeightView& w, int64_t num_rows, float* y) {
@@ -195,7 +206,7 @@ void onednn_matmul(const float* x, const WeightView& w, int64_t num_rows, float*
     case DType::kF32: return run_matmul(x, w.data, false, num_rows, w.rows, w.cols, y, w.rows);
     case DType::kBF16:
       if (bf16_matmul_supported()) return run_matmul(x, w.data, true, num_rows, w.rows, w.cols, y, w.rows);
-      return slab_matmul(x, w, num_rows, y);
+      return slab_matmul(rounded_to_bf16(x, num_rows * w.cols), w, num_rows, y);
     case DType::kF16: return slab_matmul(x, w, num_rows, y);
     default: DI_CHECK(false, "matmul weights must be F32, BF16 or F16, not " << dtype_name(w.dtype));
   }
