@@ -71,7 +71,9 @@ Result<ParsedTensor> parse_tensor_entry(const std::string& path, const std::stri
   if (shape_it == entry.end() || !shape_it->is_array()) {
     return Error{where + " has no shape array"};
   }
-  uint64_t numel = 1;
+  // Signed and in shape order, as TensorView::numel() multiplies: every partial product must fit in
+  // int64, even when a later dimension is 0.
+  int64_t numel = 1;
   bool overflow = false;
   for (const json& dim : *shape_it) {
     if (dim.is_number_integer() && !dim.is_number_unsigned()) {
@@ -82,7 +84,7 @@ Result<ParsedTensor> parse_tensor_entry(const std::string& path, const std::stri
       return Error{where + ": shape must be a list of non-negative integers, got " + brief_json(*shape_it)};
     }
     parsed.view.shape.push_back(static_cast<int64_t>(*size));
-    overflow = overflow || __builtin_mul_overflow(numel, *size, &numel);
+    overflow = overflow || __builtin_mul_overflow(numel, static_cast<int64_t>(*size), &numel);
   }
   uint64_t expected_bytes = 0;
   overflow = overflow || __builtin_mul_overflow(numel, dtype_size_bytes(*dtype), &expected_bytes);

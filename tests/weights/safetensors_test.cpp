@@ -215,6 +215,11 @@ std::vector<BadHeaderCase> bad_header_cases() {
        R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})",
        eight,
        {"'w'", "too large"}},
+      // No elements, but 2^62 * 2 overflows the int64 product TensorView::numel() computes.
+      {"zero-size shape whose partial product overflows",
+       R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 2, 0], "data_offsets": [0, 0]}})",
+       "",
+       {"'w'", "too large"}},
       {"overlap",
        R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
            "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
