@@ -22,6 +22,9 @@ constexpr double kDefaultRopeTheta = 10000.0;
 constexpr int64_t kDefaultMaxWindowLayers = 28;
 // Gemma 3 configs without layer_types: every 6th layer is global.
 constexpr int64_t kDefaultGemma3Pattern = 6;
+// Per-layer tables are sized from num_hidden_layers before any weight is read; published models
+// have at most a few hundred layers, so a larger count is a corrupt file, not a model.
+constexpr int64_t kMaxLayers = 65536;
 
 std::optional<RopeType> find_rope_type(std::string_view name) {
   if (name == "default") return RopeType::kDefault;
@@ -235,6 +238,9 @@ Result<void> parse_shape(const JsonFields& fields, ModelConfig& config) {
   DI_ASSIGN(config.hidden_size, fields.positive_int("hidden_size"));
   DI_ASSIGN(config.intermediate_size, fields.positive_int("intermediate_size"));
   DI_ASSIGN(config.num_hidden_layers, fields.positive_int("num_hidden_layers"));
+  if (config.num_hidden_layers > kMaxLayers) {
+    return fields.invalid("num_hidden_layers", "at most " + std::to_string(kMaxLayers), config.num_hidden_layers);
+  }
   DI_ASSIGN(config.num_attention_heads, fields.positive_int("num_attention_heads"));
   std::optional<int64_t> value;
   DI_ASSIGN(value, fields.optional_positive_int("num_key_value_heads"));

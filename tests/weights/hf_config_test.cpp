@@ -260,6 +260,10 @@ TEST(HfConfigTest, MissingAndMistypedFields) {
   EXPECT_EQ(parse_error(R"({"vocab_size": 10, "hidden_size": 0, "intermediate_size": 16, "num_hidden_layers": 1,
                            "num_attention_heads": 2})"),
             "config.json: field 'hidden_size' must be a positive integer, got 0");
+  // A corrupt layer count is an error, not a per-layer table of that size (bad_alloc ended the process).
+  EXPECT_EQ(parse_error(R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+                           "num_hidden_layers": 4000000000000, "num_attention_heads": 2})"),
+            "config.json: field 'num_hidden_layers' must be at most 65536, got 4000000000000");
   EXPECT_EQ(parse_error(small_config("llama", R"("num_key_value_heads": 2.5)")),
             "config.json: field 'num_key_value_heads' must be a positive integer, got 2.5");
   EXPECT_EQ(parse_error(small_config("llama", R"("rms_norm_eps": "small")")),
