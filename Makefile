@@ -1,10 +1,11 @@
 # deepinfer entry points. `make run` and `make test` work on a fresh Debian 12 machine as root.
 BUILD_DIR ?= build
+SANITIZE_DIR ?= build-sanitize
 BUILD_TYPE ?= Release
 CLI := $(BUILD_DIR)/bin/deepinfer
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test test-sanitize bench clean
 
 all: build
 
@@ -20,6 +21,20 @@ build: $(BUILD_DIR)/build.ninja
 test: deps build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
+# The CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer (with LeakSanitizer) in their own
+# build: every report fails its test. No CUDA (device code cannot be instrumented), no fuzzers
+# (make test runs them, sanitized already), no benchmarks beyond the model tool the server tests need.
+SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+                 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+$(SANITIZE_DIR)/build.ninja:
+	cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DDEEPINFER_SANITIZE=ON \
+	      -DDEEPINFER_CUDA=OFF -DDEEPINFER_FUZZ=OFF
+
+test-sanitize: deps $(SANITIZE_DIR)/build.ninja
+	cmake --build $(SANITIZE_DIR) -j $(JOBS) --target all deepinfer-make-random-model
+	$(SANITIZER_ENV) ctest --test-dir $(SANITIZE_DIR) --output-on-failure -j $(JOBS) -LE bench
+
 run: deps build
 	tools/run_demo.sh $(CLI)
 
@@ -27,4 +42,4 @@ bench: deps build
 	bench/run_bench.sh $(BUILD_DIR)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)
