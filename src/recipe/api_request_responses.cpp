@@ -186,8 +186,13 @@ ParseResult parse_responses(const Json& body, const ModelContext& model) {
   }
   if (auto e = check_object(body, "text", "")) return *e;
   if (const Json* text = find_field(body, "text")) {
-    if (const Json* format = find_field(*text, "format"); format && format->value("type", "text") != "text") {
-      request.structured_output = Json{{"text.format", *format}};
+    if (auto e = check_object(*text, "format", "text")) return *e;
+    if (const Json* format = find_field(*text, "format")) {
+      if (auto e = check_string(*format, "type", "text.format")) return *e;
+      const Json* type = find_field(*format, "type");
+      if (type != nullptr && type->get_ref<const std::string&>() != "text") {
+        request.structured_output = Json{{"text.format", *format}};
+      }
     }
   }
   for (const auto& [from, to] : std::initializer_list<std::pair<const char*, const char*>>{

@@ -269,6 +269,8 @@ TEST(ApiRequest, WrongTypesNameTheField) {
       {ApiKind::kResponses, R"({"model": "m", "input": "x", "max_output_tokens": "many"})", "max_output_tokens"},
       {ApiKind::kResponses, R"({"model": "m", "input": "x", "reasoning": {"effort": 1}})", "reasoning.effort"},
       {ApiKind::kResponses, R"({"model": "m", "input": "x", "tools": [{"type": "file_search"}]})", "tools[0].type"},
+      {ApiKind::kResponses, R"({"model": "m", "input": "x", "text": {"format": "json"}})", "text.format"},
+      {ApiKind::kResponses, R"({"model": "m", "input": "x", "text": {"format": {"type": {}}}})", "text.format.type"},
       {ApiKind::kMessages, R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", "max_tokens"},
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": "9", "messages": [{"role": "user", "content": "x"}]})", "max_tokens"},
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": []})", "messages"},
