@@ -233,15 +233,24 @@ std::variant<ApiRequest, ApiError> parse_api_request(ApiKind kind, const nlohman
   if (!body.is_object()) {
     return api::bad_request("", std::string("the request body must be a JSON object, got ") + body.type_name());
   }
-  switch (kind) {
-    case ApiKind::kChatCompletions:
-      return api::parse_chat_completions(body, model);
-    case ApiKind::kCompletions:
-      return api::parse_completions(body, model);
-    case ApiKind::kResponses:
-      return api::parse_responses(body, model);
-    case ApiKind::kMessages:
-      return api::parse_messages(body, model);
+  // The readers check each field's type and name it; a check one of them still lacks surfaces as
+  // nlohmann's type_error, which is the client's mistake too (a 400, not the server's 500).
+  try {
+    switch (kind) {
+      case ApiKind::kChatCompletions:
+        return api::parse_chat_completions(body, model);
+      case ApiKind::kCompletions:
+        return api::parse_completions(body, model);
+      case ApiKind::kResponses:
+        return api::parse_responses(body, model);
+      case ApiKind::kMessages:
+        return api::parse_messages(body, model);
+    }
+  } catch (const nlohmann::json::type_error& e) {
+    const std::string what = e.what();
+    const size_t start = what.find("] ");
+    return api::bad_request("", "a field of the request has the wrong type: " +
+                                    (start == std::string::npos ? what : what.substr(start + 2)));
   }
   return api::bad_request("", "unknown API");
 }

@@ -289,6 +289,19 @@ TEST(ApiRequest, WrongTypesNameTheField) {
     EXPECT_NE(e.message.find(c.param), std::string::npos) << e.message;
   }
   EXPECT_EQ(parse_error(ApiKind::kChatCompletions, Json::array()).status, 400);
+  // Fields whose reader lacks its own type check still get a 400 (they used to throw, and the
+  // server answered 500).
+  const std::pair<ApiKind, const char*> unchecked[] = {
+      {ApiKind::kChatCompletions, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": 5}})"},
+      {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": [{"type": 5}]}]})"},
+      {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": null}})"},
+      {ApiKind::kResponses, R"({"model": "m", "input": "x", "tools": [{"type": 1}]})"},
+  };
+  for (const auto& [kind, body] : unchecked) {
+    const ApiError e = parse_error(kind, Json::parse(body));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_NE(e.message.find("wrong type"), std::string::npos) << body << " -> " << e.message;
+  }
 }
 
 TEST(ApiRequest, KvCacheClassInEveryApi) {
