@@ -66,9 +66,10 @@ TensorView zero_bf16_tensor(const char* name, int64_t rows, int64_t cols, std::v
 void print_product(const char* name, int64_t n, int64_t k, int64_t rows, double seconds, double bytes,
                    const DevicePeaks& peaks, bool graph) {
   std::printf("{\"kind\":\"decode_product\",\"name\":\"%s\",\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"us\":%.2f,"
-              "\"tb_s\":%.3f,\"copy_fraction\":%.3f,\"graph\":%s}\n",
+              "\"tb_s\":%.3f,\"copy_fraction\":%.3f,\"read_fraction\":%.3f,\"graph\":%s}\n",
               name, static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(rows), seconds * 1e6,
-              bytes / seconds / 1e12, bytes / seconds / peaks.copy_bytes_per_s, graph ? "true" : "false");
+              bytes / seconds / 1e12, bytes / seconds / peaks.copy_bytes_per_s, bytes / seconds / peaks.read_bytes_per_s,
+              graph ? "true" : "false");
   std::fflush(stdout);
 }
 

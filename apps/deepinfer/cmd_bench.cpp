@@ -58,7 +58,7 @@ int run_bench(int argc, char** argv) {
   }
   auto loaded = load_model_from_args(*args);
   if (!loaded.ok()) return report_error("bench", loaded.error());
-  if (loaded->backend->free_memory_bytes()) return run_device_bench(*args, *loaded);
+  if (loaded->backend->device_memory()) return run_device_bench(*args, *loaded);
   CausalLM& model = *loaded->model;
   const int64_t vocab = model.config().vocab_size;
 

@@ -74,7 +74,9 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
   const int32_t blocks_per_seq = (context + steps + 2 + kBlockSize - 1) / kBlockSize;
   const int64_t block_bytes = model.kv_bytes_per_token() * kBlockSize;
   model.allocate_kv_cache(KvCacheShape{1, kBlockSize});  // frees the previous point's cache first
-  const auto fit = static_cast<int64_t>(static_cast<double>(backend.free_memory_bytes().value_or(0)) * 0.85 /
+  const std::optional<DeviceMemory> memory = backend.device_memory();
+  const size_t available = memory ? memory->available_bytes() : 0;
+  const auto fit = static_cast<int64_t>(static_cast<double>(available) * 0.85 /
                                         static_cast<double>(block_bytes));
   const int64_t wanted = int64_t{batch} * blocks_per_seq;
   const auto num_blocks = static_cast<int32_t>(std::min(wanted, std::max<int64_t>(fit, blocks_per_seq)));
@@ -136,9 +138,11 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
   const double bytes_s = (weight_bytes + kv_bytes) / step_s;
   std::printf("{\"kind\":\"decode\",\"batch\":%d,\"context\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f,"
               "\"weight_gb\":%.3f,\"kv_gb\":%.3f,\"achieved_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f,"
-              "\"bandwidth_fraction\":%.3f,\"shared_kv\":%s,\"cuda_graphs\":%s,\"sampler\":\"%s\"}\n",
+              "\"bandwidth_fraction\":%.3f,\"read_peak_tb_s\":%.3f,\"read_fraction\":%.3f,\"shared_kv\":%s,"
+              "\"cuda_graphs\":%s,\"sampler\":\"%s\"}\n",
               batch, context, batch / step_s, step_s * 1e3, weight_bytes / 1e9, kv_bytes / 1e9, bytes_s / 1e12,
-              peaks.copy_bytes_per_s / 1e12, bytes_s / peaks.copy_bytes_per_s, shared ? "true" : "false",
+              peaks.copy_bytes_per_s / 1e12, bytes_s / peaks.copy_bytes_per_s, peaks.read_bytes_per_s / 1e12,
+              bytes_s / peaks.read_bytes_per_s, shared ? "true" : "false",
               graphs ? "true" : "false", host_sampling ? "host" : "device");
   std::fflush(stdout);
 }
@@ -192,9 +196,10 @@ void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& 
   const double bytes = (c.mla ? 1.0 : 2.0) * static_cast<double>(batch) * context * static_cast<double>(kv_dim) *
                        static_cast<double>(element_bytes);
   std::printf("{\"kind\":\"decode_attention\",\"batch\":%d,\"context\":%d,\"heads\":%d,\"kv_heads\":%d,"
-              "\"kv_dtype\":\"%s\",\"us\":%.1f,\"effective_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f}\n",
+              "\"kv_dtype\":\"%s\",\"us\":%.1f,\"effective_tb_s\":%.3f,\"copy_peak_tb_s\":%.3f,"
+              "\"read_peak_tb_s\":%.3f}\n",
               batch, context, params.num_heads, params.num_kv_heads, std::string(dtype_name(params.cache_dtype)).c_str(),
-              seconds * 1e6, bytes / seconds / 1e12, peaks.copy_bytes_per_s / 1e12);
+              seconds * 1e6, bytes / seconds / 1e12, peaks.copy_bytes_per_s / 1e12, peaks.read_bytes_per_s / 1e12);
   std::fflush(stdout);
 }
 
@@ -265,9 +270,10 @@ int run_device_bench(const Args& args, LoadedModel& loaded) {
   const std::optional<DevicePeaks> peaks = backend.measure_peaks();
   if (!peaks) return report_error("bench", Error{"the device benchmark needs a device backend (--device cuda)"});
   const ModelConfig& c = model.config();
-  std::printf("{\"kind\":\"peaks\",\"model\":\"%s\",\"device\":\"%s\",\"copy_tb_s\":%.3f,\"bf16_matmul_tflop_s\":%.1f,"
-              "\"weight_gb_per_step\":%.3f,\"kv_kb_per_token\":%.1f,\"kv_dtype\":\"%s\"}\n",
+  std::printf("{\"kind\":\"peaks\",\"model\":\"%s\",\"device\":\"%s\",\"copy_tb_s\":%.3f,\"read_tb_s\":%.3f,"
+              "\"bf16_matmul_tflop_s\":%.1f,\"weight_gb_per_step\":%.3f,\"kv_kb_per_token\":%.1f,\"kv_dtype\":\"%s\"}\n",
               c.architecture.c_str(), std::string(backend.name()).c_str(), peaks->copy_bytes_per_s / 1e12,
+              peaks->read_bytes_per_s / 1e12,
               peaks->bf16_matmul_flop_per_s / 1e12, static_cast<double>(model.weight_bytes_per_token()) / 1e9,
               static_cast<double>(model.kv_bytes_per_token()) / 1024.0,
               std::string(dtype_name(model.kv_cache_dtype())).c_str());

@@ -27,6 +27,7 @@ constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--promp
                           [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                           [--swa-replay-tokens N|exact]
        deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
+                          [--kv-cache-bytes N] [--gpu-memory-utilization F]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
 (tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
 text is sent as one user message through the model's chat template (tokenizer_config.json).
@@ -103,7 +104,8 @@ int run_generate(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           model_value_flags(structured_value_flags(kv_store_value_flags({"--prompt", "--tokens", "--max-tokens",
                                                                   "--temperature", "--top-p", "--top-k", "--min-p",
-                                                                  "--seed", "--input", "--output", "--max-num-seqs"}))),
+                                                                  "--seed", "--input", "--output", "--max-num-seqs",
+                                                                  "--kv-cache-bytes", "--gpu-memory-utilization"}))),
                           model_bool_flags({"--ignore-eos", "--chat", "--json-object"}));
   if (!args.ok()) return report_error("generate", args.error());
   auto params = params_from_args(*args);

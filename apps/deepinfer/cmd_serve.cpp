@@ -25,7 +25,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--api-key KEY] [--max-queued-requests N] [--max-queued-tokens N]
                        [--request-timeout S] [--max-body-bytes N] [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
-                       [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
+                       [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
                        [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--check-invariants] [--kv-cache-dir DIR]
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
@@ -45,6 +45,10 @@ same prefix, in this process or another, loads them instead of recomputing (docs
 --kv-cache-load always skips the load-vs-recompute check (default auto). --swa-replay-tokens
 N|exact: prefix tokens a hit of a sliding-window model runs again to rebuild its sliding layers'
 KV (default max(128, window); exact: sliding layers x window).
+--kv-cache-bytes N: the KV cache's size (default: automatic, 1 GiB on the CPU). --gpu-memory-utilization
+F: on a GPU, the fraction of its memory the server may hold (default 0.9): the KV cache gets what
+is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
+with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs).
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
 )";
 
@@ -118,9 +122,10 @@ Result<EngineConfig> engine_config(const Args& args) {
   auto seqs = positive(args, "--max-num-seqs", 64);
   auto batched = positive(args, "--max-num-batched-tokens", 2048);
   auto model_len = positive(args, "--max-model-len", 0);
-  auto kv_bytes = positive(args, "--kv-cache-bytes", config.kv_cache_bytes);
   auto block = positive(args, "--block-size", config.block_size);
-  for (const auto* value : {&seqs, &batched, &model_len, &kv_bytes, &block}) {
+  auto memory = cache_memory_from_args(args);
+  if (!memory.ok()) return memory.error();
+  for (const auto* value : {&seqs, &batched, &model_len, &block}) {
     if (!value->ok()) return value->error();
   }
   if (*seqs < 1 || *batched < 1 || *block < 1) {
@@ -129,7 +134,8 @@ Result<EngineConfig> engine_config(const Args& args) {
   config.scheduler.max_num_seqs = static_cast<int32_t>(*seqs);
   config.scheduler.max_num_batched_tokens = static_cast<int32_t>(*batched);
   config.max_model_len = static_cast<int32_t>(*model_len);
-  config.kv_cache_bytes = *kv_bytes;
+  config.kv_cache_bytes = memory->kv_cache_bytes;
+  config.gpu_memory_utilization = memory->gpu_memory_utilization;
   config.block_size = static_cast<int32_t>(*block);
   config.device_sampling = !args.has("--host-sampling");
   return config;
@@ -143,7 +149,8 @@ int run_serve(int argc, char** argv) {
                           model_value_flags(kv_store_value_flags(
                               {"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests",
                                "--max-queued-tokens", "--request-timeout", "--max-body-bytes", "--max-num-seqs",
-                               "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes", "--block-size",
+                               "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
+                               "--gpu-memory-utilization", "--block-size",
                                "--io-threads"})),
                           model_bool_flags({"--check-invariants"}));
   if (!args.ok()) return report_error("serve", args.error());

@@ -96,6 +96,10 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   if (!max_num_seqs.ok()) return report_error("generate", max_num_seqs.error());
   if (*max_num_seqs < 1) return report_error("generate", Error{"--max-num-seqs must be >= 1"});
   config.max_num_seqs = static_cast<int32_t>(*max_num_seqs);
+  auto memory = cache_memory_from_args(args);
+  if (!memory.ok()) return report_error("generate", memory.error());
+  config.kv_cache_bytes = memory->kv_cache_bytes;
+  config.gpu_memory_utilization = memory->gpu_memory_utilization;
   if (auto applied = apply_kv_store_flags(args, config); !applied.ok()) {
     return report_error("generate", applied.error());
   }

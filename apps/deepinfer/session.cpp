@@ -76,6 +76,21 @@ Result<void> apply_kv_store_flags(const Args& args, LLMConfig& config) {
   return {};
 }
 
+Result<CacheMemory> cache_memory_from_args(const Args& args) {
+  CacheMemory memory;
+  auto bytes = args.get_int("--kv-cache-bytes", memory.kv_cache_bytes);
+  if (!bytes.ok()) return bytes.error();
+  if (*bytes < 0) return Error{"--kv-cache-bytes must be >= 0 (0: automatic), got " + std::to_string(*bytes)};
+  auto utilization = args.get_double("--gpu-memory-utilization", memory.gpu_memory_utilization);
+  if (!utilization.ok()) return utilization.error();
+  if (!(*utilization > 0.0 && *utilization <= 1.0)) {
+    return Error{"--gpu-memory-utilization must be in (0, 1], got " + std::to_string(*utilization)};
+  }
+  memory.kv_cache_bytes = *bytes;
+  memory.gpu_memory_utilization = *utilization;
+  return memory;
+}
+
 BackendOptions backend_options_from_args(const Args& args) {
   BackendOptions options;
   options.batch_invariant = args.has("--batch-invariant");

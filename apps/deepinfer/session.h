@@ -31,6 +31,15 @@ Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::str
 // The same store set on config's kv_cache_* fields (model_dir: config.model_dir).
 Result<void> apply_kv_store_flags(const Args& args, LLMConfig& config);
 
+// The KV cache's memory: --kv-cache-bytes N (0, the default: automatic) and --gpu-memory-utilization F
+// (default 0.9; on a device, the fraction of its memory the engine may hold, the KV cache taking
+// what a dry run of the heaviest step leaves). Errors name the flag.
+struct CacheMemory {
+  int64_t kv_cache_bytes = 0;
+  double gpu_memory_utilization = 0.9;
+};
+Result<CacheMemory> cache_memory_from_args(const Args& args);
+
 // The backend options the flags ask for (--batch-invariant).
 BackendOptions backend_options_from_args(const Args& args);
 

@@ -22,11 +22,14 @@ namespace deepinfer {
 
 struct LLMConfig {
   std::string model_dir;
-  std::string device = "cpu";            // "cpu" or "ref" (scalar reference kernels)
+  std::string device = "cpu";            // "cpu", "ref" (scalar reference kernels) or "cuda"
   int32_t max_num_seqs = 64;             // sequences running at once
   int32_t max_num_batched_tokens = 2048; // tokens per engine step (chunked prefill budget)
   int32_t block_size = 128;              // KV page size in tokens
-  int64_t kv_cache_bytes = int64_t{1} << 30;
+  // The KV cache's bytes; 0: 1 GiB on "cpu", on "cuda" what gpu_memory_utilization (the fraction of
+  // the device's memory the engine may hold) leaves after a dry run of the heaviest step.
+  int64_t kv_cache_bytes = 0;
+  double gpu_memory_utilization = 0.9;
   int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
   bool enable_prefix_caching = true;
   // Every request gives bit-identical tokens and logprobs alone or batched, whatever else runs

@@ -4,9 +4,11 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "engine/batch_builder.h"
 #include "engine/kv_handover.h"
 #include "engine/kv_offload.h"
+#include "engine/memory_plan.h"
 #include "engine/step_draws.h"
 #include "engine/structured_output.h"
 #include "sampling/logits_processor.h"
@@ -47,11 +49,16 @@ struct EngineCore::Impl {
   };
 
   Impl(CausalLM& m, const Tokenizer* t, const EngineConfig& c)
-      : model(m), tokenizer(t), config(c), kv(make_kv_config(m, c)), scheduler(c.scheduler, kv) {
+      : model(m),
+        tokenizer(t),
+        config(c),
+        kv_config(make_kv_config(m, c, kv_cache_bytes(m, c))),
+        kv(kv_config),
+        scheduler(c.scheduler, kv) {
     max_model_len = resolve_max_model_len(model, config);
     model.allocate_kv_cache(KvCacheShape{kv.num_blocks(), config.block_size, kv.num_swa_blocks()});
     if (config.kv_store.enabled() && config.enable_prefix_caching) {
-      offload = value_or_throw(KvOffload::create(model, kv, config.kv_store, make_kv_config(m, c).model_fingerprint,
+      offload = value_or_throw(KvOffload::create(model, kv, config.kv_store, kv_config.model_fingerprint,
                                                  config.block_size, config.scheduler.max_num_batched_tokens));
     }
     for (int64_t id : model.config().eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
@@ -62,7 +69,24 @@ struct EngineCore::Impl {
     }
   }
 
-  static KvCacheConfig make_kv_config(const CausalLM& model, const EngineConfig& config) {
+  // The KV cache's byte budget: on a device, what the dry run of the heaviest step leaves of
+  // gpu_memory_utilization (or exactly kv_cache_bytes when set, if it fits); on the host,
+  // kv_cache_bytes or 1 GiB.
+  static int64_t kv_cache_bytes(CausalLM& model, const EngineConfig& config) {
+    if (config.num_kv_blocks > 0) return 0;  // the blocks were given
+    if (!model.backend().device_memory()) return config.kv_cache_bytes > 0 ? config.kv_cache_bytes : int64_t{1} << 30;
+    StepLimits limits;
+    limits.max_num_seqs = config.scheduler.max_num_seqs;
+    limits.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
+    limits.max_model_len = static_cast<int32_t>(resolve_max_model_len(model, config));
+    limits.block_size = config.block_size;
+    const MemoryPlan plan =
+        value_or_throw(plan_device_memory(model, limits, config.gpu_memory_utilization, config.kv_cache_bytes));
+    DI_LOG(kInfo, plan.summary());
+    return plan.kv_cache_bytes;
+  }
+
+  static KvCacheConfig make_kv_config(const CausalLM& model, const EngineConfig& config, int64_t kv_bytes) {
     KvCacheConfig kv_config;
     kv_config.block_size = config.block_size;
     kv_config.enable_prefix_caching = config.enable_prefix_caching;
@@ -70,11 +94,6 @@ struct EngineCore::Impl {
     // No more blocks than max_num_seqs full-length sequences can use.
     const int64_t useful_blocks = int64_t{config.scheduler.max_num_seqs} *
                                   blocks_for_tokens(resolve_max_model_len(model, config), config.block_size);
-    // A device backend gives the cache ~90% of the memory left after the weights.
-    int64_t kv_bytes = config.kv_cache_bytes;
-    if (const auto free_bytes = model.backend().free_memory_bytes()) {
-      kv_bytes = static_cast<int64_t>(*free_bytes / 10 * 9);
-    }
     kv_config.num_blocks =
         config.num_kv_blocks > 0
             ? config.num_kv_blocks
@@ -367,6 +386,7 @@ struct EngineCore::Impl {
   CausalLM& model;
   const Tokenizer* tokenizer;
   EngineConfig config;
+  KvCacheConfig kv_config;
   KvCacheManager kv;
   Scheduler scheduler;
   int64_t max_model_len = 0;

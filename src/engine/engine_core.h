@@ -28,7 +28,10 @@ enum class EngineMode : uint8_t { kNormal, kPrompt, kCompletion };
 struct EngineConfig {
   int32_t block_size = 128;      // tokens per KV page (the seeds' page size)
   int32_t num_kv_blocks = 0;     // 0: kv_cache_bytes / the model's bytes per block
-  int64_t kv_cache_bytes = int64_t{1} << 30;  // host backends; device backends use 90% of free memory
+  // The KV cache's bytes; 0: 1 GiB on a host backend, on a device what gpu_memory_utilization
+  // leaves after a dry run of the heaviest step (engine/memory_plan.h).
+  int64_t kv_cache_bytes = 0;
+  double gpu_memory_utilization = 0.9;  // of the device's memory, for everything the engine holds
   int32_t max_model_len = 0;     // 0: the model's max_position_embeddings
   bool enable_prefix_caching = true;
   SchedulerConfig scheduler;

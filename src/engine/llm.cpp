@@ -112,6 +112,7 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   EngineConfig engine_config;
   engine_config.block_size = config.block_size;
   engine_config.kv_cache_bytes = config.kv_cache_bytes;
+  engine_config.gpu_memory_utilization = config.gpu_memory_utilization;
   engine_config.max_model_len = config.max_model_len;
   engine_config.enable_prefix_caching = config.enable_prefix_caching;
   engine_config.device_sampling = config.device_sampling;

@@ -49,10 +49,23 @@ class CapturedGraph {
 // A device's ceilings measured in the running process, for benchmarks' roofline fractions.
 struct DevicePeaks {
   double copy_bytes_per_s = 0.0;         // device-to-device copy, bytes read + written
+  double read_bytes_per_s = 0.0;         // a read-only stream, bytes read
   double bf16_matmul_flop_per_s = 0.0;   // a large bf16 x bf16 -> f32 product through the backend's GEMM
 };
 
 // The activation of a gated feed-forward: SiLU (SwiGLU) or tanh-approximated GeLU (GeGLU).
+struct DeviceMemory {
+  size_t total_bytes = 0;
+  size_t free_bytes = 0;    // free on the device now
+  // Of the memory not free: blocks the backend's allocator keeps for reuse, blocks it handed out,
+  // and the most it handed out at once since reset_peak_memory.
+  size_t cached_bytes = 0;
+  size_t in_use_bytes = 0;
+  size_t peak_in_use_bytes = 0;
+  // What a new cache can take without the device running short: the free memory and the cache.
+  size_t available_bytes() const { return free_bytes + cached_bytes; }
+};
+
 enum class GluActivation : uint8_t { kSilu, kGeluTanh };
 
 // An RMSNorm's weight [dim], weight offset (Gemma stores w - 1) and epsilon, as rms_norm takes them.
@@ -116,9 +129,11 @@ class Backend {
     return std::optional<kernels::WeightView>{};
   }
 
-  // Device memory still free for caches: device backends size the KV cache from it. Host backends
-  // return nullopt (the engine's configured byte budget applies).
-  virtual std::optional<size_t> free_memory_bytes() const { return std::nullopt; }
+  // A device backend's memory, from which the engine sizes the KV cache after a dry run of its
+  // worst step (engine/memory_plan.h). Host backends return nullopt (the configured budget applies).
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  // Starts DeviceMemory::peak_in_use_bytes over from what is in use now.
+  virtual void reset_peak_memory() {}
   // The element type of a KV cache for a model whose weights are weight_dtype. Host backends keep
   // float32; a device backend may halve the cache's bytes for 16-bit models.
   virtual DType kv_cache_dtype(DType /*weight_dtype*/) const { return DType::kF32; }

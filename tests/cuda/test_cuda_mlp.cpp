@@ -160,6 +160,49 @@ TEST(CudaMlp, ProductsAfterANormReadItsValuesAndNothingStale) {
   backend->copy_to_device(dnormed.data(), fresh.data(), fresh.size() * sizeof(float));
   backend->matmul(dnormed.as<float>(), dw, kernels::WeightView{}, rows, dy.as<float>());
   expect_product_of(fresh, "product after an upload rewrote its input");
+
+  // The attention front end rotates q in place; read as q (3 heads of 88), the normed rows are
+  // rotated, and the next product must read the rotated values. This op never invalidated the
+  // cast buffer under the old forget-by-hand scheme.
+  backend->rms_norm(dres.as<float>(), dnorm, 0.0f, rows, dim, 1e-5f, dnormed.as<float>());
+  std::vector<float> q(static_cast<size_t>(rows * dim));
+  kernels::ref::rms_norm(res.data(), norm_w.view(), 0.0f, rows, dim, 1e-5f, q.data());
+  backend->matmul(dnormed.as<float>(), dw, kernels::WeightView{}, rows, dy.as<float>());
+  expect_product_of(q, "product after a norm of the residual");
+  constexpr int32_t kHeads = 3;
+  constexpr int32_t kHeadDim = 88;
+  std::vector<int32_t> positions(static_cast<size_t>(rows));
+  for (int64_t t = 0; t < rows; ++t) positions[static_cast<size_t>(t)] = static_cast<int32_t>(100 + 37 * t);
+  std::vector<float> inv_freq(kHeadDim / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / kHeadDim));
+  }
+  DeviceBuffer dpositions = upload(*backend, positions);
+  DeviceBuffer dinv_freq = upload(*backend, inv_freq);
+  DeviceBuffer dk = upload(*backend, random_floats(rng, static_cast<size_t>(rows * kHeadDim)));
+  DeviceBuffer dv = upload(*backend, random_floats(rng, static_cast<size_t>(rows * kHeadDim)));
+  DeviceBuffer dslots = upload(*backend, std::vector<int32_t>(static_cast<size_t>(rows), -1));
+  DeviceBuffer cache = backend->allocate(kHeadDim * sizeof(float));
+  kernels::AttentionFrontEnd f;
+  f.q = dnormed.as<float>();
+  f.k = dk.as<float>();
+  f.v = dv.as<float>();
+  f.q_stride = dim;
+  f.k_stride = f.v_stride = kHeadDim;
+  f.num_tokens = rows;
+  f.num_heads = kHeads;
+  f.num_kv_heads = 1;
+  f.head_dim = kHeadDim;
+  f.positions = dpositions.as<int32_t>();
+  f.rotary_dim = kHeadDim;
+  f.inv_freq = dinv_freq.as<float>();
+  f.slot_mapping = dslots.as<int32_t>();
+  f.k_cache = f.v_cache = cache.data();
+  backend->attention_front_end(f);
+  kernels::ref::rope(q.data(), positions.data(), rows, kHeads, kHeadDim, kHeadDim, inv_freq.data(), 1.0f,
+                     kernels::RopeLayout::kRotateHalf);
+  backend->matmul(dnormed.as<float>(), dw, kernels::WeightView{}, rows, dy.as<float>());
+  expect_product_of(q, "product after the attention front end rotated its input in place");
 }
 
 }  // namespace

@@ -38,6 +38,9 @@ void cast_from_f32(const float* x, int64_t count, DType dtype, void* out, cudaSt
 // out[i] = a uniform value in [-1, 1) from a hash of (seed, i), rounded to dtype: benchmark and
 // probe inputs that are neither zeros nor the same in every run.
 void fill_random(void* out, int64_t count, DType dtype, uint64_t seed, cudaStream_t stream);
+// Reads bytes of src (a multiple of 64, 16-byte aligned) once, each of num_blocks blocks summing its
+// share into sums[block]: the read-only stream the benchmarks' bandwidth fractions also divide by.
+void read_stream(const void* src, int64_t bytes, float* sums, int num_blocks, cudaStream_t stream);
 
 // Paged attention. Keys are processed in splits of split_keys cache positions (split s covers
 // [s * split_keys, (s + 1) * split_keys)); each split's partial softmax goes to the workspace and a

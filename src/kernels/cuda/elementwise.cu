@@ -1,5 +1,6 @@
 // Element-wise CUDA kernels: activations, add/scale/softcap, embedding gather, KV-cache writes
-// (float32 or bf16 caches), bias add and float32 -> bf16/f16 casts for the matmul inputs.
+// (float32 or bf16 caches), bias add and float32 -> bf16/f16 casts for the matmul inputs; the
+// benchmarks' random fill and read-only stream.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -129,7 +130,40 @@ __global__ void fill_random_kernel(void* out, int64_t count, DType dtype, uint64
   }
 }
 
+constexpr int kReadThreads = 512;
+constexpr int kReadUnroll = 4;
+
+__global__ void __launch_bounds__(kReadThreads) read_stream_kernel(const float4* __restrict__ src, int64_t count,
+                                                                   float* sums) {
+  float acc = 0.0f;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (; i + (kReadUnroll - 1) * stride < count; i += kReadUnroll * stride) {
+    float4 v[kReadUnroll];
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) v[u] = src[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < kReadUnroll; ++u) acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
+  }
+  for (; i < count; i += stride) acc += (src[i].x + src[i].y) + (src[i].z + src[i].w);
+  __shared__ float warp_sums[kReadThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kReadThreads / 32; ++w) total += warp_sums[w];
+    sums[blockIdx.x] = total;
+  }
+}
+
 }  // namespace
+
+void read_stream(const void* src, int64_t bytes, float* sums, int num_blocks, cudaStream_t stream) {
+  DI_CHECK(bytes % 64 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0, "read_stream: " << bytes << " bytes");
+  read_stream_kernel<<<num_blocks, kReadThreads, 0, stream>>>(static_cast<const float4*>(src), bytes / 16, sums);
+  DI_CUDA_CHECK_LAUNCH("read_stream_kernel");
+}
 
 void fill_random(void* out, int64_t count, DType dtype, uint64_t seed, cudaStream_t stream) {
   if (count == 0) return;

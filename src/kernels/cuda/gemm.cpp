@@ -151,9 +151,9 @@ const LtGemm::Plan& LtGemm::plan_for(int64_t m, int64_t n, int64_t k, DType dtyp
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void* LtGemm::stage(const float* source, int64_t count, DType dtype) {
+void* LtGemm::stage(const float* source, int64_t count, DType dtype, const OpStream& stream) {
   void* buffer = input_buffer(count, dtype);
-  staged_ = Staged{source, count, dtype};
+  staged_ = Staged{source, count, dtype, stream.generation()};
   return buffer;
 }
 
@@ -162,26 +162,27 @@ void* LtGemm::input_buffer(int64_t count, DType dtype) {
   return cast_buffer(static_cast<size_t>(count) * dtype_size_bytes(dtype));
 }
 
-void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
+void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream) {
   if (num_rows == 0) return;
   const int64_t k = w.cols;
   // y is about to change: a staged copy of memory it overlaps goes stale.
   const float* staged_end = staged_.source + staged_.count;
-  if (staged_.source != nullptr && y < staged_end && staged_.source < y + num_rows * w.rows) forget_staged();
+  if (staged_.source != nullptr && y < staged_end && staged_.source < y + num_rows * w.rows) staged_ = Staged{};
   // Decode-sized batches: a bandwidth-bound kernel beats cuBLASLt's small-M tiles and skips the
   // cast. Not in invariant mode, where one algorithm serves every M.
   if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
-    gemv(x, w, num_rows, y, stream);
+    gemv(x, w, num_rows, y, stream.for_products());
     return;
   }
   const void* b = x;
   if (w.dtype != DType::kF32) {
-    if (staged_.source != x || staged_.count != num_rows * k || staged_.dtype != w.dtype) {
-      cast_from_f32(x, num_rows * k, w.dtype, stage(x, num_rows * k, w.dtype), stream);
+    if (staged_.source != x || staged_.count != num_rows * k || staged_.dtype != w.dtype ||
+        staged_.generation != stream.generation()) {
+      cast_from_f32(x, num_rows * k, w.dtype, stage(x, num_rows * k, w.dtype, stream), stream.for_products());
     }
     b = cast_;
   }
-  matmul_cast(b, w, num_rows, y, stream);
+  matmul_cast(b, w, num_rows, y, stream.for_products());
 }
 
 void LtGemm::matmul_cast(const void* b, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {

@@ -16,6 +16,27 @@
 
 namespace deepinfer::kernels::cuda {
 
+// The stream a backend enqueues all its work on, counting the enqueues that may write device
+// memory. LtGemm's cast buffer stands for a rounded copy of some x only while that count is what it
+// was when the copy was made, so no write can leave the copy stale unseen: every op takes the
+// stream through for_op(); only LtGemm's own products and staging casts, which write nothing but
+// their output and the cast buffer, take it through for_products().
+class OpStream {
+ public:
+  OpStream() = default;
+  explicit OpStream(cudaStream_t stream) : stream_(stream) {}
+  cudaStream_t for_op() {
+    ++generation_;
+    return stream_;
+  }
+  cudaStream_t for_products() const { return stream_; }
+  uint64_t generation() const { return generation_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  uint64_t generation_ = 0;
+};
+
 class LtGemm {
  public:
   // batch_invariant: one algorithm per (N, K, dtype), without split-K, for every M and pointer
@@ -28,19 +49,17 @@ class LtGemm {
 
   // Enqueues the product on stream. x, y: device float32; w: device weight (F32, BF16 or F16).
   // Not thread-safe (one stream, shared buffers).
-  void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
+  void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
   // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
   void matmul_cast(const void* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
 
-  // The cast buffer remembers whose values it holds: matmul of the same x (q, k and v of one
-  // normed input) casts once, and a kernel that makes x (a norm) can write the rounded copy there
-  // itself. The caller must call forget_staged whenever x may have changed by other means.
-  // stage: room for count elements of dtype that the caller fills with source rounded to dtype,
-  // enqueued before the next product.
-  void* stage(const float* source, int64_t count, DType dtype);
+  // The cast buffer remembers whose values it holds until stream's next op (OpStream): matmul of
+  // the same x (q, k and v of one normed input) casts once, and a kernel that makes x (a norm) can
+  // write the rounded copy there itself. stage: room for count elements of dtype that the caller
+  // fills with source rounded to dtype, enqueued on stream after its last for_op().
+  void* stage(const float* source, int64_t count, DType dtype, const OpStream& stream);
   // Room for count elements of dtype for matmul_cast; the buffer no longer stands for any x.
   void* input_buffer(int64_t count, DType dtype);
-  void forget_staged() { staged_ = Staged{}; }
 
  private:
   struct Plan;
@@ -49,11 +68,13 @@ class LtGemm {
   const Plan& plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y);
   void* cast_buffer(size_t bytes);
 
-  // What the cast buffer holds: source[0, count) rounded to dtype; source null when nothing.
+  // What the cast buffer holds: source[0, count) rounded to dtype, as of the stream's generation;
+  // source null when nothing.
   struct Staged {
     const float* source = nullptr;
     int64_t count = 0;
     DType dtype = DType::kF32;
+    uint64_t generation = 0;
   };
 
   bool batch_invariant_;

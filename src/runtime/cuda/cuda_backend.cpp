@@ -21,18 +21,20 @@ CudaBackend::CudaBackend(const BackendOptions& options)
       graphs_(options.graphs),
       fused_decode_(options.fused_decode),
       gemm_(options.batch_invariant) {
-  DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  staging_ = std::make_unique<PinnedStaging>(stream_);
+  cudaStream_t stream = nullptr;
+  DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  stream_ = kc::OpStream(stream);
+  staging_ = std::make_unique<PinnedStaging>(stream_.for_op());
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
 }
 
 CudaBackend::~CudaBackend() {
-  cudaStreamSynchronize(stream_);
+  cudaStreamSynchronize(stream_.for_op());
   staging_.reset();
   for (void* p : weights_) allocator_.deallocate(p);
-  cudaStreamDestroy(stream_);
+  cudaStreamDestroy(stream_.for_op());
 }
 
 Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
@@ -59,7 +61,6 @@ Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
 void CudaBackend::paged_attention(const float* q, const void* k_cache, const void* v_cache,
                                 const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
                                 float* out) {
-  gemm_.forget_staged();
   if (batch.num_seqs == 0) return;
   // float32 models and the batch-invariant mode keep the float32 kernel (exact to the fixtures).
   if (!batch_invariant_ && params.allow_bf16 && batch.max_query_len >= kTensorCorePrefillTokens &&
@@ -68,7 +69,7 @@ void CudaBackend::paged_attention(const float* q, const void* k_cache, const voi
     if (bytes <= kMaxPrefillWorkspaceBytes) {
       void* workspace = take_workspace(bytes);
       try {
-        kc::prefill_attention(q, k_cache, v_cache, batch, params, workspace, out, stream_);
+        kc::prefill_attention(q, k_cache, v_cache, batch, params, workspace, out, stream_.for_op());
       } catch (...) {
         give_back_workspace(workspace);
         throw;
@@ -89,7 +90,6 @@ void CudaBackend::attention_with_front_end(const kernels::AttentionFrontEnd& f, 
       f.cache_dtype == params.cache_dtype) {
     const kc::AttentionPlan plan = kc::plan_paged_attention(batch, params, 0, num_sms_);
     if (plan.balanced_splits) {
-      gemm_.forget_staged();
       planned_attention(nullptr, f.k_cache, f.v_cache, batch, params, plan, out, &f);
       return;
     }
@@ -104,7 +104,7 @@ void CudaBackend::planned_attention(const float* q, const void* k_cache, const v
   // orders any later user after them.
   void* workspace = plan.workspace_bytes > 0 ? take_workspace(plan.workspace_bytes) : nullptr;
   try {
-    kc::paged_attention(q, k_cache, v_cache, batch, params, plan, workspace, out, stream_, front);
+    kc::paged_attention(q, k_cache, v_cache, batch, params, plan, workspace, out, stream_.for_op(), front);
   } catch (...) {
     give_back_workspace(workspace);
     throw;

@@ -35,9 +35,8 @@ class CudaBackend final : public Backend {
 
   DeviceBuffer allocate(size_t size_bytes) override {
     DI_CHECK(!capturing_, "allocate during graph capture");
-    gemm_.forget_staged();
     void* p = allocator_.allocate(size_bytes);
-    DI_CUDA_CHECK(cudaMemsetAsync(p, 0, size_bytes, stream_));
+    DI_CUDA_CHECK(cudaMemsetAsync(p, 0, size_bytes, stream_.for_op()));
     return DeviceBuffer(p, size_bytes, [this](void* q) { allocator_.deallocate(q); });
   }
   // Host memory in a pinned pool is DMAed directly (cuda_pinned.cpp); anything else is staged.
@@ -46,16 +45,18 @@ class CudaBackend final : public Backend {
   void scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces) override;
   void copy_to_host(void* dst, const void* src, size_t size_bytes) override;
   void copy_on_device(void* dst, const void* src, size_t size_bytes) override {
-    gemm_.forget_staged();
-    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToDevice, stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToDevice, stream_.for_op()));
   }
 
-  std::optional<size_t> free_memory_bytes() const override {
-    size_t free_bytes = 0;
-    size_t total_bytes = 0;
-    DI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    return free_bytes + allocator_.cached_bytes();
+  std::optional<DeviceMemory> device_memory() const override {
+    DeviceMemory memory;
+    DI_CUDA_CHECK(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
+    memory.cached_bytes = allocator_.cached_bytes();
+    memory.in_use_bytes = allocator_.in_use_bytes();
+    memory.peak_in_use_bytes = allocator_.peak_in_use_bytes();
+    return memory;
   }
+  void reset_peak_memory() override { allocator_.reset_peak(); }
 
   std::shared_ptr<HostSlabPool> make_pinned_pool(size_t region_bytes, size_t slab_bytes) override;
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override;
@@ -76,30 +77,30 @@ class CudaBackend final : public Backend {
   }
 
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out) override {
-    gemm_.forget_staged();
-    kc::embedding(table, token_ids, num_tokens, out, stream_);
+    kc::embedding(table, token_ids, num_tokens, out, stream_.for_op());
   }
+  // The norms write their output's rounded copy for the products that read it next: staged after
+  // the op's own for_op(), so those products see the copy as current.
   void rms_norm(const float* x, const kernels::WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim,
                 float eps, float* out) override {
-    gemm_.forget_staged();
-    kc::rms_norm(x, weight, weight_offset, num_rows, dim, eps, out, stream_,
-                 stage_for_products(out, num_rows, dim, weight.dtype), weight.dtype);
+    const cudaStream_t stream = stream_.for_op();
+    void* rounded = stage_for_products(out, num_rows, dim, weight.dtype);
+    kc::rms_norm(x, weight, weight_offset, num_rows, dim, eps, out, stream, rounded, weight.dtype);
   }
   void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,
                     int64_t num_rows, int64_t dim, float eps, float* out) override {
-    gemm_.forget_staged();  // residual changes too
-    kc::add_rms_norm(residual, x, weight, weight_offset, num_rows, dim, eps, out, stream_,
-                     stage_for_products(out, num_rows, dim, weight.dtype), weight.dtype);
+    const cudaStream_t stream = stream_.for_op();
+    void* rounded = stage_for_products(out, num_rows, dim, weight.dtype);
+    kc::add_rms_norm(residual, x, weight, weight_offset, num_rows, dim, eps, out, stream, rounded, weight.dtype);
   }
   void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,
             int32_t rotary_dim, const float* inv_freq, float attention_scaling, kernels::RopeLayout layout) override {
-    gemm_.forget_staged();
-    kc::rope(x, positions, num_tokens, num_heads, head_dim, rotary_dim, inv_freq, attention_scaling, layout, stream_);
+    kc::rope(x, positions, num_tokens, num_heads, head_dim, rotary_dim, inv_freq, attention_scaling, layout, stream_.for_op());
   }
   void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
               float* y) override {
     gemm_.matmul(x, w, num_rows, y, stream_);
-    if (bias.data != nullptr) kc::add_bias(y, bias, num_rows, stream_);
+    if (bias.data != nullptr) kc::add_bias(y, bias, num_rows, stream_.for_products());  // writes y only
   }
   // The activation in the GEMV's epilogue at decode sizes, else one GEMM, the activation rounded
   // for the down product, and down (cuda_mlp.cpp).
@@ -115,32 +116,26 @@ class CudaBackend final : public Backend {
                           const kernels::WeightView& down, int64_t num_rows, GluActivation activation, float* normed,
                           float* scratch, float* delta) override;
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override {
-    gemm_.forget_staged();
-    kc::silu_mul(gate, up, count, out, stream_);
+    kc::silu_mul(gate, up, count, out, stream_.for_op());
   }
   void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) override {
-    gemm_.forget_staged();
-    kc::gelu_tanh_mul(gate, up, count, out, stream_);
+    kc::gelu_tanh_mul(gate, up, count, out, stream_.for_op());
   }
   void add(const float* a, const float* b, int64_t count, float* out) override {
-    gemm_.forget_staged();
-    kc::add(a, b, count, out, stream_);
+    kc::add(a, b, count, out, stream_.for_op());
   }
   void scale(const float* x, int64_t count, float factor, float* out) override {
-    gemm_.forget_staged();
-    kc::scale(x, count, factor, out, stream_);
+    kc::scale(x, count, factor, out, stream_.for_op());
   }
   void softcap(const float* x, int64_t count, float cap, float* out) override {
-    gemm_.forget_staged();
-    kc::softcap(x, count, cap, out, stream_);
+    kc::softcap(x, count, cap, out, stream_.for_op());
   }
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
                 DType cache_dtype, void* k_cache, void* v_cache) override {
-    gemm_.forget_staged();
-    kc::write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, k_cache, v_cache, stream_);
+    kc::write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, k_cache, v_cache, stream_.for_op());
   }
   void attention_front_end(const kernels::AttentionFrontEnd& front) override {
-    kc::attention_front_end(front, stream_);
+    kc::attention_front_end(front, stream_.for_op());
   }
   void paged_attention(const float* q, const void* k_cache, const void* v_cache, const kernels::PagedBatch& batch,
                        const kernels::AttentionParams& params, float* out) override;
@@ -158,8 +153,7 @@ class CudaBackend final : public Backend {
                    float* out) override;
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                  int64_t dst_stride) override {
-    gemm_.forget_staged();
-    kc::copy_rows(src, src_stride, num_rows, width, dst, dst_stride, stream_);
+    kc::copy_rows(src, src_stride, num_rows, width, dst, dst_stride, stream_.for_op());
   }
   // Sampling where the logits are (cuda_backend_sampling.cpp): only token ids leave the device.
   void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params, int64_t num_draws,
@@ -183,11 +177,17 @@ class CudaBackend final : public Backend {
   bool graphs_;
   bool fused_decode_;
   bool capturing_ = false;
-  std::vector<void*> capture_blocks_;  // workspaces the graph being captured uses; moved into it
-  size_t capture_block_bytes_ = 0;     // the size of capture_blocks_.back()
-  cudaStream_t stream_ = nullptr;
+  kc::OpStream stream_;
   int num_sms_ = 0;
   DeviceAllocator allocator_;
+  // Workspace of captured ops: one block serves every op of every graph, since replays run one
+  // after another on the one stream and eager ops never use it, so the graphs' memory is the
+  // largest workspace any captured step needs, measured by the engine's dry run (engine/memory_plan.h)
+  // before the KV cache takes the rest. A capture needing more takes a bigger block; graphs
+  // captured before keep their older one alive.
+  std::shared_ptr<void> capture_workspace_;
+  size_t capture_workspace_bytes_ = 0;
+  std::vector<std::shared_ptr<void>> capture_blocks_;  // the blocks the graph being captured uses
   std::unique_ptr<PinnedStaging> staging_;
   // Live pinned pools (make_pinned_pool); each removes itself when destroyed.
   PinnedPool* pinned_pool_of(const void* p, size_t size_bytes);

@@ -25,8 +25,7 @@ float* align16(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uin
 
 void CudaBackend::moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                             const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) {
-  gemm_.forget_staged();
-  kc::moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights, stream_);
+  kc::moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights, stream_.for_op());
 }
 
 kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& experts) {
@@ -75,7 +74,6 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
 void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids,
                               const float* expert_weights, const kernels::MoeExperts& experts, float* workspace,
                               int64_t* expert_token_counts, float* out) {
-  gemm_.forget_staged();
   if (num_tokens == 0) return;
   const int64_t num_rows = num_tokens * experts.top_k;
   const kc::GroupedExperts grouped = grouped_experts(experts);
@@ -96,10 +94,10 @@ void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t*
   const kc::MoeGrouping grouping = kc::carve_moe_grouping(ints, experts.num_experts, num_rows);
 
   kc::group_by_expert(expert_ids, num_rows, experts.num_experts, kc::moe_rows_per_tile(kernel), grouping,
-                      expert_token_counts, stream_);
-  kc::grouped_gate_up(x, grouped, grouping, num_rows, kernel, h, stream_);
-  kc::grouped_down(h, grouped, grouping, num_rows, kernel, y, stream_);
-  kc::moe_combine(y, grouping.position, expert_weights, num_tokens, experts.top_k, experts.hidden, out, stream_);
+                      expert_token_counts, stream_.for_op());
+  kc::grouped_gate_up(x, grouped, grouping, num_rows, kernel, h, stream_.for_op());
+  kc::grouped_down(h, grouped, grouping, num_rows, kernel, y, stream_.for_op());
+  kc::moe_combine(y, grouping.position, expert_weights, num_tokens, experts.top_k, experts.hidden, out, stream_.for_op());
 }
 
 }  // namespace deepinfer

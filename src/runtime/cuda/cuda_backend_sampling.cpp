@@ -12,9 +12,9 @@ void CudaBackend::sample_rows(const float* logits, int64_t vocab, const kernels:
   if (sample_workspace_.size_bytes() < bytes) {
     sample_workspace_ = DeviceBuffer();  // the old block first: the stream orders its last user before
     sample_workspace_ = DeviceBuffer(allocator_.allocate(bytes), bytes, [this](void* p) { allocator_.deallocate(p); });
-    kc::clear_sample_rows_workspace(sample_workspace_.data(), stream_);
+    kc::clear_sample_rows_workspace(sample_workspace_.data(), stream_.for_op());
   }
-  kc::sample_rows(logits, vocab, params, num_draws, token_ids, sample_workspace_.data(), num_sms_, stream_);
+  kc::sample_rows(logits, vocab, params, num_draws, token_ids, sample_workspace_.data(), num_sms_, stream_.for_op());
 }
 
 }  // namespace deepinfer

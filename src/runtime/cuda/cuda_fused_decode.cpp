@@ -18,8 +18,7 @@ void CudaBackend::matmul_add(const float* x, const kernels::WeightView& w, int64
     Backend::matmul_add(x, w, num_rows, delta, residual);
     return;
   }
-  gemm_.forget_staged();  // residual changes
-  kc::gemv_add(x, w, num_rows, residual, stream_);
+  kc::gemv_add(x, w, num_rows, residual, stream_.for_op());
 }
 
 void CudaBackend::norm_gated_mlp_add(float* residual, const NormWeights& norm, const kernels::WeightView& gate_up,
@@ -30,9 +29,8 @@ void CudaBackend::norm_gated_mlp_add(float* residual, const NormWeights& norm, c
     return;
   }
   rms_norm(residual, norm.weight, norm.weight_offset, num_rows, gate_up.cols, norm.eps, normed);
-  kc::gemv_glu(normed, gate_up, num_rows, activation == GluActivation::kGeluTanh, scratch, stream_);
-  gemm_.forget_staged();  // residual changes
-  kc::gemv_add(scratch, down, num_rows, residual, stream_);
+  kc::gemv_glu(normed, gate_up, num_rows, activation == GluActivation::kGeluTanh, scratch, stream_.for_op());
+  kc::gemv_add(scratch, down, num_rows, residual, stream_.for_op());
 }
 
 }  // namespace deepinfer

@@ -1,5 +1,6 @@
 // CudaBackend's CUDA graphs: stream capture of a forward step, instantiation, replay, and the
-// workspace blocks a graph keeps for as long as it lives.
+// shared workspace blocks a graph keeps for as long as it lives.
+#include <memory>
 #include <utility>
 
 #include "runtime/cuda/cuda_backend_impl.h"
@@ -9,22 +10,21 @@ namespace {
 
 class CudaGraph final : public CapturedGraph {
  public:
-  CudaGraph(cudaGraphExec_t exec, std::vector<void*> blocks, DeviceAllocator& allocator, cudaStream_t stream)
-      : exec_(exec), blocks_(std::move(blocks)), allocator_(allocator), stream_(stream) {}
+  CudaGraph(cudaGraphExec_t exec, std::vector<std::shared_ptr<void>> blocks, cudaStream_t stream)
+      : exec_(exec), blocks_(std::move(blocks)), stream_(stream) {}
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
   ~CudaGraph() override {
     // A replay may still run; its workspaces go back to the allocator only after it ends.
     cudaStreamSynchronize(stream_);
     cudaGraphExecDestroy(exec_);
-    for (void* p : blocks_) allocator_.deallocate(p);
+    blocks_.clear();
   }
   cudaGraphExec_t exec() const { return exec_; }
 
  private:
   cudaGraphExec_t exec_;
-  std::vector<void*> blocks_;
-  DeviceAllocator& allocator_;
+  std::vector<std::shared_ptr<void>> blocks_;
   cudaStream_t stream_;
 };
 
@@ -34,23 +34,18 @@ void CudaBackend::begin_capture() {
   DI_CHECK(graphs_ && !capturing_, "begin_capture needs graphs on and no capture in progress");
   // Relaxed: a cudaMalloc by the allocator (a workspace bigger than any cached block) is allowed;
   // it is not recorded and the block then belongs to the graph.
-  DI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  DI_CUDA_CHECK(cudaStreamBeginCapture(stream_.for_op(), cudaStreamCaptureModeRelaxed));
   capturing_ = true;
-  gemm_.forget_staged();
 }
 
 std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
   DI_CHECK(capturing_, "end_capture without begin_capture");
   capturing_ = false;
-  gemm_.forget_staged();
-  std::vector<void*> blocks = std::move(capture_blocks_);
+  std::vector<std::shared_ptr<void>> blocks = std::move(capture_blocks_);
   capture_blocks_.clear();
-  capture_block_bytes_ = 0;
-  const auto give_back = [&] {
-    for (void* p : blocks) allocator_.deallocate(p);
-  };
+  const auto give_back = [&] { blocks.clear(); };
   cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  const cudaError_t ended = cudaStreamEndCapture(stream_.for_op(), &graph);
   if (ended != cudaSuccess) {
     give_back();
     (void)cudaGetLastError();
@@ -63,24 +58,23 @@ std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
     give_back();
     kc::throw_cuda_error(made, "cudaGraphInstantiate", __FILE__, __LINE__);
   }
-  return std::make_unique<CudaGraph>(exec, std::move(blocks), allocator_, stream_);
+  return std::make_unique<CudaGraph>(exec, std::move(blocks), stream_.for_op());
 }
 
 void CudaBackend::replay(const CapturedGraph& graph) {
   const auto* cuda_graph = dynamic_cast<const CudaGraph*>(&graph);
   DI_CHECK(cuda_graph != nullptr, "replay of a graph another backend captured");
-  gemm_.forget_staged();
-  DI_CUDA_CHECK(cudaGraphLaunch(cuda_graph->exec(), stream_));
+  DI_CUDA_CHECK(cudaGraphLaunch(cuda_graph->exec(), stream_.for_op()));
 }
 
 void* CudaBackend::take_workspace(size_t size_bytes) {
   if (!capturing_) return allocator_.allocate(size_bytes);
-  // One block serves every op of the capture: the graph runs them one after another.
-  if (capture_blocks_.empty() || capture_block_bytes_ < size_bytes) {
-    capture_blocks_.push_back(allocator_.allocate(size_bytes));
-    capture_block_bytes_ = size_bytes;
+  if (!capture_workspace_ || capture_workspace_bytes_ < size_bytes) {
+    capture_workspace_ = std::shared_ptr<void>(allocator_.allocate(size_bytes), [this](void* p) { allocator_.deallocate(p); });
+    capture_workspace_bytes_ = size_bytes;
   }
-  return capture_blocks_.back();
+  if (capture_blocks_.empty() || capture_blocks_.back() != capture_workspace_) capture_blocks_.push_back(capture_workspace_);
+  return capture_workspace_.get();
 }
 
 void CudaBackend::give_back_workspace(void* p) {

@@ -49,8 +49,7 @@ void CudaBackend::gated_mlp(const float* x, const kernels::WeightView& gate_up, 
   const bool gelu = activation == GluActivation::kGeluTanh;
   if (!batch_invariant_ && kc::can_gemv(x, gate_up, num_rows) && kc::can_gemv(scratch, down, num_rows)) {
     // Decode sizes: act(gate) * up comes straight out of the product (scratch: [num_rows, I]).
-    gemm_.forget_staged();
-    kc::gemv_glu(x, gate_up, num_rows, gelu, scratch, stream_);
+    kc::gemv_glu(x, gate_up, num_rows, gelu, scratch, stream_.for_op());
     gemm_.matmul(scratch, down, num_rows, out, stream_);
     return;
   }
@@ -62,14 +61,14 @@ void CudaBackend::gated_mlp(const float* x, const kernels::WeightView& gate_up, 
   // then the activation writes down's 16-bit input directly: no float32 intermediate, no cast.
   gemm_.matmul(x, gate_up, num_rows, scratch, stream_);
   void* activated = gemm_.input_buffer(num_rows * intermediate, down.dtype);
-  kc::glu_rounded(scratch, num_rows, intermediate, gelu, down.dtype, activated, stream_);
-  gemm_.matmul_cast(activated, down, num_rows, out, stream_);
+  kc::glu_rounded(scratch, num_rows, intermediate, gelu, down.dtype, activated, stream_.for_op());
+  gemm_.matmul_cast(activated, down, num_rows, out, stream_.for_products());
 }
 
 void* CudaBackend::stage_for_products(const float* out, int64_t num_rows, int64_t dim, DType dtype) {
   const bool products_use_gemm = batch_invariant_ || num_rows > kc::kGemvMaxRows;
   if (!products_use_gemm || !is_16bit(dtype)) return nullptr;
-  return gemm_.stage(out, num_rows * dim, dtype);
+  return gemm_.stage(out, num_rows * dim, dtype, stream_);
 }
 
 }  // namespace deepinfer

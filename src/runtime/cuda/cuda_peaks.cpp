@@ -1,6 +1,7 @@
 // The device ceilings benchmarks divide by, measured in the same process: a device-to-device copy
-// of 2 GiB (bytes read + written) and an 8192^3 bf16 x bf16 -> f32 product through LtGemm, each the
-// median of 10 event-timed runs after warm-up, on random data.
+// of 2 GiB (bytes read + written), a read-only stream over the same 2 GiB (bytes read), and an
+// 8192^3 bf16 x bf16 -> f32 product through LtGemm, each the median of 10 event-timed runs after
+// warm-up, on random data.
 #include <algorithm>
 #include <vector>
 
@@ -43,11 +44,18 @@ std::optional<DevicePeaks> CudaBackend::measure_peaks() {
     constexpr size_t kCopyBytes = size_t{2} << 30;
     void* src = allocator_.allocate(kCopyBytes);
     void* dst = allocator_.allocate(kCopyBytes);
-    kc::fill_random(src, static_cast<int64_t>(kCopyBytes / 4), DType::kF32, 1, stream_);
-    const double ms = median_ms(stream_, [&] {
-      DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, kCopyBytes, cudaMemcpyDeviceToDevice, stream_));
+    kc::fill_random(src, static_cast<int64_t>(kCopyBytes / 4), DType::kF32, 1, stream_.for_op());
+    const double ms = median_ms(stream_.for_op(), [&] {
+      DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, kCopyBytes, cudaMemcpyDeviceToDevice, stream_.for_op()));
     });
     peaks.copy_bytes_per_s = 2.0 * static_cast<double>(kCopyBytes) / (ms * 1e-3);
+    const int read_blocks = 4 * num_sms_;
+    auto* sums = static_cast<float*>(allocator_.allocate(static_cast<size_t>(read_blocks) * sizeof(float)));
+    const double read_ms = median_ms(stream_.for_op(), [&] {
+      kc::read_stream(src, static_cast<int64_t>(kCopyBytes), sums, read_blocks, stream_.for_op());
+    });
+    peaks.read_bytes_per_s = static_cast<double>(kCopyBytes) / (read_ms * 1e-3);
+    allocator_.deallocate(sums);
     allocator_.deallocate(src);
     allocator_.deallocate(dst);
   }
@@ -57,10 +65,10 @@ std::optional<DevicePeaks> CudaBackend::measure_peaks() {
     void* x = allocator_.allocate(matrix_bytes);
     void* w = allocator_.allocate(matrix_bytes);
     void* y = allocator_.allocate(matrix_bytes * 2);
-    kc::fill_random(x, kSize * kSize, DType::kBF16, 2, stream_);
-    kc::fill_random(w, kSize * kSize, DType::kBF16, 3, stream_);
+    kc::fill_random(x, kSize * kSize, DType::kBF16, 2, stream_.for_op());
+    kc::fill_random(w, kSize * kSize, DType::kBF16, 3, stream_.for_op());
     const kernels::WeightView weight{w, DType::kBF16, kSize, kSize};
-    const double ms = median_ms(stream_, [&] { gemm_.matmul_cast(x, weight, kSize, static_cast<float*>(y), stream_); });
+    const double ms = median_ms(stream_.for_op(), [&] { gemm_.matmul_cast(x, weight, kSize, static_cast<float*>(y), stream_.for_op()); });
     peaks.bf16_matmul_flop_per_s = 2.0 * static_cast<double>(kSize) * kSize * kSize / (ms * 1e-3);
     allocator_.deallocate(x);
     allocator_.deallocate(w);

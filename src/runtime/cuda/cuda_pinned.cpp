@@ -36,11 +36,10 @@ PinnedPool* CudaBackend::pinned_pool_of(const void* p, size_t size_bytes) {
 
 void CudaBackend::copy_to_device(void* dst, const void* src, size_t size_bytes) {
   DI_CHECK(!capturing_, "copy_to_device during graph capture");
-  gemm_.forget_staged();
   if (size_bytes == 0) return;
   if (PinnedPool* pool = pinned_pool_of(src, size_bytes)) {
-    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyHostToDevice, stream_));
-    pool->record_read(src, stream_);
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyHostToDevice, stream_.for_op()));
+    pool->record_read(src, stream_.for_op());
     return;
   }
   staging_->to_device(dst, src, size_bytes);
@@ -60,7 +59,6 @@ void CudaBackend::scatter_to_device(const uint8_t* src, const std::vector<HostPi
     Backend::scatter_to_device(src, pieces);
     return;
   }
-  gemm_.forget_staged();
   std::vector<kc::ScatterPiece> scatter;
   scatter.reserve(pieces.size());
   for (const HostPiece& piece : pieces) {
@@ -69,16 +67,16 @@ void CudaBackend::scatter_to_device(const uint8_t* src, const std::vector<HostPi
              "page piece " << dtype_name(piece.src_dtype) << " into a " << dtype_name(piece.dst_dtype) << " cache");
     scatter.push_back({piece.dst, piece.src_offset, piece.src_bytes / sizeof(float), round});
   }
-  kc::scatter_from_host(pool->device_view(src), scatter, stream_);
-  pool->record_read(src, stream_);
+  kc::scatter_from_host(pool->device_view(src), scatter, stream_.for_op());
+  pool->record_read(src, stream_.for_op());
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, size_t size_bytes) {
   DI_CHECK(!capturing_, "copy_to_host during graph capture");
   if (size_bytes == 0) return;
   if (pinned_pool_of(dst, size_bytes) != nullptr) {
-    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToHost, stream_));
-    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToHost, stream_.for_op()));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_.for_op()));
     return;
   }
   staging_->to_host(dst, src, size_bytes);

@@ -2,6 +2,7 @@
 // 25% slack), and 2 MiB granularity above kUncachedBytes.
 #include "runtime/cuda/device_allocator.h"
 
+#include <algorithm>
 #include <bit>
 
 #include "core/check.h"
@@ -42,7 +43,7 @@ void* DeviceAllocator::allocate(size_t size_bytes) {
     void* p = it->second.back();
     it->second.pop_back();
     cached_bytes_ -= size;
-    live_.emplace(p, size);
+    hand_out(p, size);
     return p;
   }
   void* p = nullptr;
@@ -61,8 +62,14 @@ void* DeviceAllocator::allocate(size_t size_bytes) {
     kernels::cuda::throw_cuda_error(status, ("cudaMalloc of " + std::to_string(size) + " bytes").c_str(), __FILE__,
                                     __LINE__);
   }
-  live_.emplace(p, size);
+  hand_out(p, size);
   return p;
+}
+
+void DeviceAllocator::hand_out(void* p, size_t size) {
+  live_.emplace(p, size);
+  in_use_bytes_ += size;
+  peak_in_use_bytes_ = std::max(peak_in_use_bytes_, in_use_bytes_);
 }
 
 void DeviceAllocator::deallocate(void* p) {
@@ -72,6 +79,7 @@ void DeviceAllocator::deallocate(void* p) {
   DI_CHECK(it != live_.end(), "deallocate of a pointer this allocator did not hand out");
   const size_t size = it->second;
   live_.erase(it);
+  in_use_bytes_ -= size;
   if (size > kUncachedBytes) {
     free_device_memory(p);
     return;
@@ -92,6 +100,21 @@ void DeviceAllocator::release_cached() {
 size_t DeviceAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return cached_bytes_;
+}
+
+size_t DeviceAllocator::in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_use_bytes_;
+}
+
+size_t DeviceAllocator::peak_in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_in_use_bytes_;
+}
+
+void DeviceAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peak_in_use_bytes_ = in_use_bytes_;
 }
 
 }  // namespace deepinfer

@@ -32,16 +32,23 @@ class DeviceAllocator {
   void release_cached();
   // Bytes held in free lists (reusable without the device).
   size_t cached_bytes() const;
+  // Bytes handed out and not yet returned: now, and the most at once since reset_peak().
+  size_t in_use_bytes() const;
+  size_t peak_in_use_bytes() const;
+  void reset_peak();
 
   static constexpr size_t kUncachedBytes = size_t{256} << 20;
 
  private:
   static size_t size_class(size_t size_bytes);
+  void hand_out(void* p, size_t size);  // with mutex_ held
 
   mutable std::mutex mutex_;
   std::unordered_map<void*, size_t> live_;               // block -> its class size
   std::map<size_t, std::vector<void*>> free_;            // class size -> free blocks
   size_t cached_bytes_ = 0;
+  size_t in_use_bytes_ = 0;
+  size_t peak_in_use_bytes_ = 0;
 };
 
 }  // namespace deepinfer
