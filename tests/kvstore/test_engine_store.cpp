@@ -3,6 +3,7 @@
 // corrupted pages are recomputed; an unavailable Redis never fails a request.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <fstream>
 #include <sstream>
 
@@ -226,6 +227,28 @@ TEST(EngineStore, CorruptedPagesAreRecomputed) {
          std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
          const std::vector<char> zeros(sizeof(PageHeader), 0);
          f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+       }},
+      {"flip a header bit",
+       [](const std::string& path) {
+         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekg(offsetof(PageHeader, payload_bytes));
+         const char c = static_cast<char>(f.get() ^ 0x01);
+         f.seekp(offsetof(PageHeader, payload_bytes));
+         f.put(c);
+       }},
+      {"zero-filled tail",
+       [](const std::string& path) {
+         const auto size = static_cast<std::streamoff>(std::filesystem::file_size(path));
+         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+         const std::vector<char> zeros(static_cast<size_t>(size / 2), 0);
+         f.seekp(size - static_cast<std::streamoff>(zeros.size()));
+         f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+       }},
+      // Written and fsynced, never renamed into place (by a writer that died before it).
+      {"never renamed",
+       [](const std::string& path) {
+         const auto store = std::filesystem::path(path).parent_path().parent_path().parent_path();
+         std::filesystem::rename(path, store / "tmp" / "0123456789abcdef.1.0.tmp");
        }},
   };
   for (const auto& [name, corrupt] : corruptions) {
