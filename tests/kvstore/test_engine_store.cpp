@@ -30,6 +30,7 @@ EngineConfig store_engine_config(const std::string& dir, const std::string& back
   config.kv_store.dir = dir;
   config.kv_store.backend = backend;
   config.kv_store.cost_guard = false;  // the tiny fixture recomputes a page in microseconds
+  config.kv_store.batch_invariant = true;  // as load_test_model(..., true) loads the models
   config.kv_store.model_identity = fingerprint_model_dir(fixture_dir(fixture)).value();
   return config;
 }
@@ -100,6 +101,25 @@ TEST(EngineStore, TenantsDoNotShareStoredPages) {
   EngineConfig other = store_engine_config(dir.path());
   other.kv_store.model_identity += "other-weights";
   EXPECT_EQ(run_prompt(*m.model, other, "tenant-a").num_cached_tokens, 0);
+}
+
+// KV computed by other kernels differs in its last bits: pages of the default mode never load
+// into a batch-invariant engine, nor the cpu backend's into the reference backend's.
+TEST(EngineStore, OtherKernelsDoNotShareStoredPages) {
+  TestModel m = load_test_model("llama", true);
+  TempDir dir;
+  EXPECT_EQ(run_prompt(*m.model, store_engine_config(dir.path())).num_cached_tokens, 0);
+  EngineConfig default_mode = store_engine_config(dir.path());
+  default_mode.kv_store.batch_invariant = false;
+  TestModel fast = load_test_model("llama", false);
+  EXPECT_EQ(run_prompt(*fast.model, default_mode).num_cached_tokens, 0);
+  BackendOptions options;
+  options.batch_invariant = true;
+  const std::unique_ptr<Backend> ref = make_backend("ref", options).value();
+  const std::unique_ptr<CausalLM> ref_model = load_model(fixture_dir("llama"), *ref, false).value();
+  const Outcome on_ref = run_prompt(*ref_model, store_engine_config(dir.path()));
+  EXPECT_EQ(on_ref.num_cached_tokens, 0);
+  EXPECT_EQ(run_prompt(*m.model, store_engine_config(dir.path())).num_cached_tokens, kStoredPages * kBlockSize);
 }
 
 TEST(EngineStore, AHeldRequestJoinsWhileOthersRun) {
