@@ -56,8 +56,9 @@ Result<KvStoreConfig> kv_store_config_from_args(const Args& args, const std::str
       (args.has("--kv-cache-host-bytes") || args.has("--kv-cache-disk-bytes"))) {
     return Error{"--kv-cache-host-bytes and --kv-cache-disk-bytes need --kv-cache-dir DIR or a redis:// backend"};
   }
+  config.batch_invariant = args.has("--batch-invariant");
   if (config.enabled()) {
-    auto identity = fingerprint_model_dir(model_dir);
+    auto identity = fingerprint_model_dir(model_dir, model_hash_cache_path(config.dir));
     if (!identity.ok()) return identity.error();
     config.model_identity = *identity;
   }

@@ -112,7 +112,13 @@ struct EngineCore::Impl {
                                   std::to_string(config.block_size) + "|deepinfer=" DEEPINFER_VERSION;
     // A split cache's stored pages hold the full-attention layers only: another page layout.
     if (kv_config.num_swa_blocks > 0) kv_config.model_fingerprint += "|kv_pages=full_layers";
-    // The weights' and tokenizer's identity, so a persistent store never mixes models.
+    // A persistent store outlives the process: its pages must also name the weights' and
+    // tokenizer's identity, and the backend and invariance mode that computed their KV, so it
+    // never mixes models, nor pages of other kernels (another backend, or the other mode).
+    if (config.kv_store.enabled()) {
+      kv_config.model_fingerprint += "|backend=" + std::string(model.backend().name()) +
+                                     "|batch_invariant=" + (config.kv_store.batch_invariant ? "1" : "0");
+    }
     if (!config.kv_store.model_identity.empty()) kv_config.model_fingerprint += "|" + config.kv_store.model_identity;
     return kv_config;
   }

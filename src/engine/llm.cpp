@@ -124,8 +124,9 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   engine_config.kv_store.backend = config.kv_cache_backend;
   engine_config.kv_store.cost_guard = config.kv_cache_cost_guard;
   engine_config.kv_store.swa_replay_tokens = config.kv_cache_swa_replay_tokens;
+  engine_config.kv_store.batch_invariant = config.batch_invariant;
   if (engine_config.kv_store.enabled()) {
-    auto identity = fingerprint_model_dir(config.model_dir);
+    auto identity = fingerprint_model_dir(config.model_dir, model_hash_cache_path(config.kv_cache_dir));
     if (!identity.ok()) return identity.error();
     engine_config.kv_store.model_identity = *identity;
   }

@@ -1,18 +1,17 @@
 // Local-directory tier: one file per page, temp file + fsync + rename, index rebuilt from headers.
 #include "kvstore/disk_tier.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <vector>
+
+#include "kvstore/durable_file.h"
 
 namespace deepinfer {
 namespace {
@@ -44,38 +43,9 @@ std::optional<BlockHash> parse_hex_hash(std::string_view text) {
   return hash;
 }
 
-bool write_all(int fd, const uint8_t* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool read_all(int fd, uint8_t* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::read(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 void set_mtime(int fd, int64_t unix_s) {
   const timespec times[2] = {{static_cast<time_t>(unix_s), 0}, {static_cast<time_t>(unix_s), 0}};
   ::futimens(fd, times);
-}
-
-std::string temp_name() {
-  static std::atomic<uint64_t> counter{0};
-  return std::to_string(::getpid()) + "." +
-         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "." +
-         std::to_string(counter.fetch_add(1)) + ".tmp";
 }
 
 }  // namespace
@@ -109,9 +79,15 @@ void DiskTier::rebuild_index() {
   std::lock_guard lock(mutex_);
   std::error_code ec;
   const int64_t now = retention_.now();
+  // A temporary file is never read as a page: it is a write that did not reach its rename.
+  // Deleted when its writer is known to be dead, or once it is too old for a live one.
   for (const auto& entry : fs::directory_iterator(fs::path(dir_) / "tmp", ec)) {
     struct stat st {};
-    if (::stat(entry.path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTempSeconds) fs::remove(entry.path(), ec);
+    if (temp_file_writer_is_gone(entry.path().filename().string()) ||
+        (::stat(entry.path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTempSeconds)) {
+      std::error_code remove_ec;
+      if (fs::remove(entry.path(), remove_ec)) ++num_discarded_files_;
+    }
   }
   for (const auto& shard : fs::directory_iterator(fs::path(dir_) / "pages", ec)) {
     std::error_code shard_ec;
@@ -214,46 +190,27 @@ std::optional<SharedPage> DiskTier::get(const BlockHash& hash) {
 }
 
 bool DiskTier::put(const BlockHash& hash, const PageEntryInfo& info, const SharedPage& image) {
+  const std::string path = page_path(hash);
+  const int64_t now = retention_.now();
   {
     std::lock_guard lock(mutex_);
     if (!usable_) return false;
-    if (policy_.contains(hash)) {
+    const bool held = policy_.contains(hash);
+    if (held && policy_.touch(hash, now)) {
       // Already stored: a rewrite is a use (the file's mtime carries it across restarts).
-      const int64_t now = retention_.now();
-      policy_.admit(hash, info, now);
       const timespec times[2] = {{static_cast<time_t>(now), 0}, {static_cast<time_t>(now), 0}};
-      ::utimensat(AT_FDCWD, page_path(hash).c_str(), times, 0);
-      return true;
+      if (::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0) return true;
+      // The file is gone (evicted by another process sharing the directory, or deleted by
+      // hand): the index must not keep a page it cannot read, so the page is written again.
+      policy_.remove(hash);
+    } else if (held) {
+      counters_.expirations++;  // touch forgot it; the file is replaced below
     }
   }
-  const std::string tmp = dir_ + "/tmp/" + temp_name();
-  const std::string path = page_path(hash);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int error_number = errno;
-    std::lock_guard lock(mutex_);
-    fail("cannot create " + tmp, error_number);
-    return false;
-  }
-  const int64_t now = retention_.now();
-  bool ok = write_all(fd, image->data(), image->size());
-  int error_number = errno;
-  if (ok) set_mtime(fd, now);
-  if (ok && ::fsync(fd) != 0) {
-    ok = false;
-    error_number = errno;
-  }
-  ::close(fd);
-  std::error_code ec;
-  if (ok) fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    error_number = errno;
-  }
+  Result<void> written = write_file_durably(dir_ + "/tmp", path, image->bytes(), now, before_rename_);
   std::lock_guard lock(mutex_);
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    fail("cannot write page " + path, error_number);
+  if (!written.ok()) {
+    fail("cannot write a page: " + written.error().message, 0);
     return false;
   }
   const std::optional<std::vector<BlockHash>> victims = policy_.admit(hash, info, now);
@@ -294,7 +251,7 @@ TierStats DiskTier::stats() const {
 
 TierCost DiskTier::measure_cost(int64_t probe_bytes) {
   TierCost cost;
-  const std::string path = dir_ + "/tmp/" + temp_name();
+  const std::string path = dir_ + "/tmp/" + temp_file_name();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return cost;
   std::vector<uint8_t> bytes(static_cast<size_t>(probe_bytes), 7);

@@ -1,14 +1,16 @@
 // DiskTier: page images as files in a local directory, one file per page
-// (DIR/pages/<first 2 hex digits>/<chain hash hex>.page), written to DIR/tmp, fsynced and renamed
-// into place so a reader or a crash sees a whole page or none. The index lives in memory, is
-// rebuilt at start-up by reading every page's header (torn or foreign files are deleted), and
-// falls back to the file system on a miss so that processes sharing the directory see each
-// other's pages. A page's mtime is its last use (the sliding TTL survives restarts).
+// (DIR/pages/<first 2 hex digits>/<chain hash hex>.page), written to DIR/tmp, fsynced, renamed
+// into place and the directory fsynced (durable_file.h), so a reader, a crash or a power loss
+// sees a whole page or none. The index lives in memory, is rebuilt at start-up by reading every
+// page's header (torn or foreign files and dead writers' temporary files are deleted), and falls
+// back to the file system on a miss so that processes sharing the directory see each other's
+// pages. A page's mtime is its last use (the sliding TTL survives restarts).
 #pragma once
 
 #include <mutex>
 #include <string>
 
+#include "kvstore/durable_file.h"
 #include "kvstore/store_tier.h"
 
 namespace deepinfer {
@@ -34,9 +36,12 @@ class DiskTier final : public StoreTier {
   TierCost measure_cost(int64_t probe_bytes) override;
 
   std::string page_path(const BlockHash& hash) const { return disk_page_path(dir_, hash); }
-  // Pages found by the start-up scan, and the files it deleted as torn or foreign.
+  // Pages found by the start-up scan, and the files it deleted: torn or foreign page files, and
+  // temporary files of writers that died before their rename.
   int64_t num_rebuilt_pages() const { return num_rebuilt_pages_; }
   int64_t num_discarded_files() const { return num_discarded_files_; }
+  // Test hook (durable_file.h); set before the first put.
+  void set_before_rename(BeforeRename hook) { before_rename_ = std::move(hook); }
 
  private:
   void rebuild_index();
@@ -54,6 +59,7 @@ class DiskTier final : public StoreTier {
   bool usable_ = true;
   int64_t num_rebuilt_pages_ = 0;
   int64_t num_discarded_files_ = 0;
+  BeforeRename before_rename_;
 };
 
 }  // namespace deepinfer

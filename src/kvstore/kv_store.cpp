@@ -1,15 +1,11 @@
 // The tiered store: writer and loader threads over the tiers, verification on every load; the
-// tiers' shared counters and rate-limited warnings; the model-directory fingerprint.
+// tiers' shared counters and rate-limited warnings.
 #include "kvstore/kv_store.h"
-
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -343,59 +339,6 @@ void warn_rate_limited(std::string_view key, const std::string& message) {
     last_warned[std::string(key)] = now;
   }
   DI_LOG(kWarn, "kv store: " << message);
-}
-
-namespace {
-
-namespace fs = std::filesystem;
-
-constexpr std::streamsize kSampleBytes = 1 << 20;
-
-// XXH3-64 of the first and last kSampleBytes (the whole file when smaller) and its size.
-Result<uint64_t> sample_file_hash(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read " + path.string() + " to fingerprint the model"};
-  std::error_code ec;
-  const auto size = static_cast<std::streamsize>(fs::file_size(path, ec));
-  if (ec) return Error{"cannot stat " + path.string() + ": " + ec.message()};
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  XXH3_64bits_update(state, &size, sizeof(size));
-  std::vector<char> buffer(static_cast<size_t>(std::min(size, kSampleBytes)));
-  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-  XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(in.gcount()));
-  if (size > kSampleBytes) {
-    in.seekg(size - std::min(size - kSampleBytes, kSampleBytes));
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(in.gcount()));
-  }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return hash;
-}
-
-}  // namespace
-
-Result<std::string> fingerprint_model_dir(const std::string& dir) {
-  std::error_code ec;
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.path().extension() == ".safetensors" || name == "tokenizer.json" || name == "tokenizer_config.json") {
-      files.push_back(entry.path());
-    }
-  }
-  if (ec) return Error{"cannot list model directory " + dir + ": " + ec.message()};
-  std::sort(files.begin(), files.end());
-  std::string identity;
-  for (const fs::path& file : files) {
-    auto hash = sample_file_hash(file);
-    if (!hash.ok()) return hash.error();
-    char hex[17];
-    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(*hash));
-    identity += file.filename().string() + "=" + hex + ";";
-  }
-  return identity;
 }
 
 }  // namespace deepinfer

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "kvstore/model_identity.h"
 #include "kvstore/store_tier.h"
 #include "runtime/host_slab_pool.h"
 
@@ -26,6 +27,9 @@ struct KvStoreConfig {
   std::string backend = "disk";                    // "disk", or "redis://host:port" for a shared tier too
   // Weights and tokenizer identity (fingerprint_model_dir); joins the prefix-hash chain's seed.
   std::string model_identity;
+  // The backend's batch-invariant mode (BackendOptions::batch_invariant): its KV differs from the
+  // default mode's in the last bits, so the seed names it and neither mode loads the other's pages.
+  bool batch_invariant = false;
   int32_t write_queue_pages = 1024;
   int64_t write_queue_bytes = int64_t{256} << 20;
   bool cost_guard = true;  // load a page only when that is cheaper than recomputing it
@@ -136,10 +140,5 @@ class KvStore {
   explicit KvStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Identity of a model directory for cache keys: sizes and XXH3 of the ends of each
-// *.safetensors file (their headers name every tensor) and XXH3 of tokenizer.json and
-// tokenizer_config.json. Cheap on any model size. Errors: an unreadable directory.
-Result<std::string> fingerprint_model_dir(const std::string& dir);
 
 }  // namespace deepinfer

@@ -1,14 +1,17 @@
 // main() of the kvstore test binary. With DIKV_CHILD set it is not a test run but a child
-// process of one: "page_writer" streams pages into DIKV_DIR until killed; "engine_run" runs
-// one prompt through an engine with a store (kvstore_engine_child.cpp).
+// process of one: "page_writer" streams pages into DIKV_DIR until killed; "rename_crash" writes
+// pages into DIKV_DIR and is killed between a page's write and its rename; "engine_run" runs
+// one prompt through an engine with a store (test_engine_store.cpp).
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "kvstore/disk_tier.h"
 #include "kvstore_test_util.h"
 
 namespace deepinfer::testing {
@@ -32,6 +35,23 @@ int run_page_writer() {
   return 0;
 }
 
+int run_rename_crash() {
+  using deepinfer::testing::kRenameCrashPages;
+  deepinfer::DiskTier tier(std::getenv("DIKV_DIR"), int64_t{1} << 30, deepinfer::RetentionConfig{});
+  const auto pages = deepinfer::testing::make_chain(kRenameCrashPages, 16, 2048, 7);
+  for (const auto& page : pages) {
+    if (page.request.page_index == kRenameCrashPages - 1) {
+      tier.set_before_rename([](const std::string&) { ::raise(SIGKILL); });
+    }
+    const deepinfer::SharedPage image = deepinfer::testing::stored_image_of(page);
+    deepinfer::PageEntryInfo info;
+    info.bytes = static_cast<int64_t>(image->size());
+    info.depth = page.request.page_index;
+    if (!tier.put(page.request.hash, info, image)) return 2;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,6 +59,7 @@ int main(int argc, char** argv) {
     omp_set_num_threads(1);
     const std::string mode = child;
     if (mode == "page_writer") return run_page_writer();
+    if (mode == "rename_crash") return run_rename_crash();
     if (mode == "engine_run") return deepinfer::testing::run_engine_child();
     return 3;
   }

@@ -125,6 +125,13 @@ inline PageWrite to_write(const TestPage& page, TrafficClass traffic_class = Tra
                    nullptr};
 }
 
+// The image a store opened with open_store writes for page.
+inline SharedPage stored_image_of(const TestPage& page) {
+  const PageIdentity identity{page.request.hash, layout_id_of("test-layout"), page.request.page_index,
+                              page.request.token_ids};
+  return encode_page(PageContent{identity, TrafficClass::kDefault, 0, page.payload}, default_host_allocator());
+}
+
 inline std::vector<PageRequest> requests_of(const std::vector<TestPage>& pages) {
   std::vector<PageRequest> requests;
   for (const TestPage& page : pages) requests.push_back(page.request);
@@ -154,6 +161,9 @@ inline StandaloneOffload open_offload(CausalLM& model, const KvStoreConfig& conf
 
 // The page_writer child (child_main.cpp) writes make_chain(kChildPages, 16, 2048, 7), slowly.
 inline constexpr int32_t kChildPages = 2000;
+// The rename_crash child writes the first kRenameCrashPages - 1 pages of make_chain(kRenameCrashPages,
+// 16, 2048, 7), then the last one up to its fsync, and is killed before its rename.
+inline constexpr int32_t kRenameCrashPages = 4;
 
 // Spawns argv with extra environment variables; returns the pid.
 inline pid_t spawn_process(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {

@@ -39,6 +39,11 @@ TEST(CliStore, ASecondProcessLoadsTheStoredPagesAndPrintsTheSameTokens) {
   EXPECT_NE(second.out.find("kv store: 1 pages loaded"), std::string::npos) << second.out;
   EXPECT_NE(first.out.find(tokens), std::string::npos) << first.out;
   EXPECT_NE(second.out.find(tokens), std::string::npos) << second.out;
+  // The weights are hashed once for the model's identity; the second process reads the hash
+  // from the store directory's cache.
+  EXPECT_NE(first.out.find("kv store: hashed 1 weight files"), std::string::npos) << first.out;
+  EXPECT_EQ(second.out.find("kv store: hashed"), std::string::npos) << second.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/model-hashes"));
 }
 
 // Mistral (every layer slides): the store keeps the page's token ids and a hit replays the

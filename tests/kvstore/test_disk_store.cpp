@@ -1,14 +1,16 @@
 // The disk tier through KvStore: pages survive a reopen (index rebuilt from headers), torn,
-// truncated, bit-flipped and zeroed files are misses (counted, deleted, never loaded), an
-// unusable directory degrades to misses, capacity eviction, TTL across a restart, a writer
-// killed with SIGKILL mid-stream, and concurrent readers and writers.
+// truncated, bit-flipped and zeroed files are misses (counted, deleted, never loaded), a writer
+// killed between a page's write and its rename leaves a miss and a temporary file start-up
+// deletes, an unusable directory degrades to misses, capacity eviction, rewrites of pages another
+// process evicted, TTL across a restart, a writer killed with SIGKILL mid-stream, and concurrent
+// readers and writers.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include <csignal>
-
 #include <atomic>
+#include <csignal>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -44,6 +46,24 @@ void expect_payloads(const std::vector<LoadedPage>& loaded, const std::vector<te
 
 std::string page_file(const std::string& dir, const BlockHash& hash) { return disk_page_path(dir, hash); }
 
+size_t count_files(const std::string& dir) {
+  size_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) files += e.is_regular_file();
+  return files;
+}
+
+// XORs mask into the byte at offset (from the end when negative).
+void flip_byte(const std::string& path, std::streamoff offset, char mask) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  const auto from = offset < 0 ? std::ios::end : std::ios::beg;
+  f.seekg(offset, from);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ mask);
+  f.seekp(offset, from);
+  f.write(&c, 1);
+}
+
 TEST(DiskStore, PagesSurviveAReopen) {
   TempDir dir;
   const auto pages = make_chain(5, kTokens, kPayload);
@@ -69,15 +89,17 @@ TEST(DiskStore, TheChainStopsAtTheFirstMissingPage) {
 TEST(DiskStore, CorruptedPagesAreMissesNeverLoaded) {
   const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> corruptions = {
       {"truncate", [](const std::string& path) { std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100); }},
-      {"flip payload byte",
+      {"flip payload bit", [](const std::string& path) { flip_byte(path, -5, 0x01); }},
+      {"flip token bit", [](const std::string& path) { flip_byte(path, sizeof(PageHeader) + 9, 0x04); }},
+      {"flip header bit", [](const std::string& path) { flip_byte(path, offsetof(PageHeader, created_unix_s), 0x02); }},
+      // A torn write that kept the size: the file system extended the file but its last blocks
+      // never reached the disk.
+      {"zero-filled tail",
        [](const std::string& path) {
          std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-         f.seekg(-5, std::ios::end);
-         char c = 0;
-         f.read(&c, 1);
-         c ^= 0x01;
-         f.seekp(-5, std::ios::end);
-         f.write(&c, 1);
+         const std::vector<char> zeros(1000, 0);
+         f.seekp(-static_cast<std::streamoff>(zeros.size()), std::ios::end);
+         f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
        }},
       {"zero header",
        [](const std::string& path) {
@@ -116,10 +138,35 @@ TEST(DiskStore, ATornTempFileIsIgnored) {
   TempDir dir;
   const auto pages = make_chain(2, kTokens, kPayload);
   write_all(*open_store(disk_config(dir.path())), pages);
-  // A writer killed between write and rename leaves only a temp file.
-  std::ofstream(dir.path() + "/tmp/12345.1.0.tmp") << "half a page";
+  // A writer killed between write and rename leaves only a temp file. One of another host (a
+  // shared mount), whose writer may be alive, is kept until it is 10 minutes old.
+  const std::string other_host = dir.path() + "/tmp/0123456789abcdef.12345.0.tmp";
+  std::ofstream(other_host) << "half a page";
   auto store = open_store(disk_config(dir.path()));
   EXPECT_EQ(store->load_chain(requests_of(pages), kPayload, 1.0).size(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(other_host));
+}
+
+// The child (child_main.cpp) writes pages 0-2 whole, then page 3 up to its fsync, and is killed
+// before the rename: page 3 lies whole under its temporary name. The restart never reads it (a
+// miss), deletes it (its writer is dead), and loads pages 0-2.
+TEST(DiskStore, AWriterKilledBetweenWriteAndRenameLeavesAMiss) {
+  TempDir dir;
+  const int status = testing::run_child({{"DIKV_CHILD", "rename_crash"}, {"DIKV_DIR", dir.path()}});
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  const auto pages = make_chain(testing::kRenameCrashPages, kTokens, kPayload, 7);
+  ASSERT_EQ(count_files(dir.path() + "/tmp"), 1u);
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/tmp")) {
+    EXPECT_EQ(e.file_size(), page_image_bytes(kTokens, kPayload));
+  }
+  EXPECT_FALSE(std::filesystem::exists(page_file(dir.path(), pages.back().request.hash)));
+  auto store = open_store(disk_config(dir.path()));
+  EXPECT_EQ(count_files(dir.path() + "/tmp"), 0u);
+  const auto loaded = store->load_chain(requests_of(pages), kPayload, 1.0);
+  EXPECT_EQ(loaded.size(), pages.size() - 1);
+  expect_payloads(loaded, pages);
+  EXPECT_EQ(store->stats().tiers.at(0).checksum_failures, 0);
+  EXPECT_EQ(store->stats().tiers.at(0).num_pages, testing::kRenameCrashPages - 1);
 }
 
 TEST(DiskStore, AFullDiskDegradesToMisses) {
@@ -173,9 +220,36 @@ TEST(DiskStore, CapacityKeepsReusedPagesOverOneOffPages) {
   // Of the one-off chain only the newest pages remain; its head is gone, so it no longer hits.
   EXPECT_TRUE(store->load_chain(requests_of(cold), kPayload, 1.0).empty());
   // The disk holds exactly the indexed pages.
-  size_t files = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() + "/pages")) files += e.is_regular_file();
-  EXPECT_EQ(files, 6u);
+  EXPECT_EQ(count_files(dir.path() + "/pages"), 6u);
+}
+
+// Two processes share a directory, each with room for 4 pages. Each cycle B, opened after A
+// wrote its chain, indexes A's pages at start-up and evicts them to make room for its own; A then
+// writes its chain again, which its index still holds (a rewrite, as when two requests store one
+// prefix). A must store the files again: its index and the directory agree, its chain loads, and
+// the directory stays bounded by the two capacities.
+TEST(DiskStore, RewritesOfPagesAnotherProcessEvictedStoreThemAgain) {
+  TempDir dir;
+  KvStoreConfig config = disk_config(dir.path());
+  config.disk_bytes = static_cast<int64_t>(page_image_bytes(kTokens, kPayload) * 4);
+  auto a = open_store(config);
+  const auto mine = make_chain(4, kTokens, kPayload, 1);
+  const auto theirs = make_chain(4, kTokens, kPayload, 2);
+  write_all(*a, mine);
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    SCOPED_TRACE("cycle " + std::to_string(cycle));
+    {
+      auto b = open_store(config);
+      write_all(*b, theirs);
+      EXPECT_EQ(b->load_chain(requests_of(theirs), kPayload, 1.0).size(), 4u);
+    }
+    write_all(*a, mine);
+    for (const auto& page : mine) EXPECT_TRUE(std::filesystem::exists(page_file(dir.path(), page.request.hash)));
+    EXPECT_EQ(a->stats().tiers.at(0).num_pages, 4);
+    EXPECT_EQ(a->load_chain(requests_of(mine), kPayload, 1.0).size(), 4u);
+    EXPECT_LE(count_files(dir.path() + "/pages"), 8u);
+  }
+  EXPECT_EQ(a->stats().tiers.at(0).checksum_failures, 0);
 }
 
 TEST(DiskStore, TtlSurvivesARestartAndHitsRefreshIt) {

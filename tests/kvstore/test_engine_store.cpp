@@ -3,6 +3,7 @@
 // corrupted pages are recomputed; an unavailable Redis never fails a request.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <fstream>
 #include <sstream>
 
@@ -29,6 +30,7 @@ EngineConfig store_engine_config(const std::string& dir, const std::string& back
   config.kv_store.dir = dir;
   config.kv_store.backend = backend;
   config.kv_store.cost_guard = false;  // the tiny fixture recomputes a page in microseconds
+  config.kv_store.batch_invariant = true;  // as load_test_model(..., true) loads the models
   config.kv_store.model_identity = fingerprint_model_dir(fixture_dir(fixture)).value();
   return config;
 }
@@ -99,6 +101,25 @@ TEST(EngineStore, TenantsDoNotShareStoredPages) {
   EngineConfig other = store_engine_config(dir.path());
   other.kv_store.model_identity += "other-weights";
   EXPECT_EQ(run_prompt(*m.model, other, "tenant-a").num_cached_tokens, 0);
+}
+
+// KV computed by other kernels differs in its last bits: pages of the default mode never load
+// into a batch-invariant engine, nor the cpu backend's into the reference backend's.
+TEST(EngineStore, OtherKernelsDoNotShareStoredPages) {
+  TestModel m = load_test_model("llama", true);
+  TempDir dir;
+  EXPECT_EQ(run_prompt(*m.model, store_engine_config(dir.path())).num_cached_tokens, 0);
+  EngineConfig default_mode = store_engine_config(dir.path());
+  default_mode.kv_store.batch_invariant = false;
+  TestModel fast = load_test_model("llama", false);
+  EXPECT_EQ(run_prompt(*fast.model, default_mode).num_cached_tokens, 0);
+  BackendOptions options;
+  options.batch_invariant = true;
+  const std::unique_ptr<Backend> ref = make_backend("ref", options).value();
+  const std::unique_ptr<CausalLM> ref_model = load_model(fixture_dir("llama"), *ref, false).value();
+  const Outcome on_ref = run_prompt(*ref_model, store_engine_config(dir.path()));
+  EXPECT_EQ(on_ref.num_cached_tokens, 0);
+  EXPECT_EQ(run_prompt(*m.model, store_engine_config(dir.path())).num_cached_tokens, kStoredPages * kBlockSize);
 }
 
 TEST(EngineStore, AHeldRequestJoinsWhileOthersRun) {
@@ -226,6 +247,28 @@ TEST(EngineStore, CorruptedPagesAreRecomputed) {
          std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
          const std::vector<char> zeros(sizeof(PageHeader), 0);
          f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+       }},
+      {"flip a header bit",
+       [](const std::string& path) {
+         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekg(offsetof(PageHeader, payload_bytes));
+         const char c = static_cast<char>(f.get() ^ 0x01);
+         f.seekp(offsetof(PageHeader, payload_bytes));
+         f.put(c);
+       }},
+      {"zero-filled tail",
+       [](const std::string& path) {
+         const auto size = static_cast<std::streamoff>(std::filesystem::file_size(path));
+         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+         const std::vector<char> zeros(static_cast<size_t>(size / 2), 0);
+         f.seekp(size - static_cast<std::streamoff>(zeros.size()));
+         f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+       }},
+      // Written and fsynced, never renamed into place (by a writer that died before it).
+      {"never renamed",
+       [](const std::string& path) {
+         const auto store = std::filesystem::path(path).parent_path().parent_path().parent_path();
+         std::filesystem::rename(path, store / "tmp" / "0123456789abcdef.1.0.tmp");
        }},
   };
   for (const auto& [name, corrupt] : corruptions) {

@@ -1,7 +1,8 @@
 // Page images: a round trip returns the payload; every identity mismatch and every corruption
-// (bit flip anywhere, truncation, zeroed header) is rejected.
+// (any single bit flipped, truncation, zero-filled tail, zeroed header) is rejected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kvstore_test_util.h"
@@ -61,14 +62,32 @@ TEST(PageFormat, IdentityMismatchesAreRejected) {
   EXPECT_NE(verdict.error().message.find("token ids"), std::string::npos) << verdict.error().message;
 }
 
-TEST(PageFormat, EveryFlippedByteIsDetected) {
+// The header checksum covers every header byte before it (the body checksum among them) and the
+// body checksum every byte after the header, so no single bit of the image can change unseen,
+// whether a load checks it in one step or in two (the body beside the upload).
+TEST(PageFormat, EveryFlippedBitIsDetected) {
   const Encoded e = encode_test_page();
   const std::vector<uint8_t> good = copy_of(e.image);
-  // Every byte of the header and the tokens, then a stride through the payload.
-  for (size_t at = 0; at < good.size(); at += at < 200 ? 1 : 7) {
-    std::vector<uint8_t> bad = good;
-    bad[at] ^= 0x10;
-    EXPECT_FALSE(verify_page(bad, e.identity).ok()) << "flip at byte " << at;
+  for (size_t at = 0; at < good.size(); ++at) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<uint8_t> bad = good;
+      bad[at] ^= static_cast<uint8_t>(1 << bit);
+      EXPECT_FALSE(verify_page(bad, e.identity).ok()) << "bit " << bit << " of byte " << at;
+      EXPECT_FALSE(verify_page_identity(bad, e.identity).ok() && verify_page_body(bad).ok())
+          << "bit " << bit << " of byte " << at;
+    }
+  }
+}
+
+// A torn write that kept the file's size: its end is zeros.
+TEST(PageFormat, ZeroFilledTailsAreRejected) {
+  const Encoded e = encode_test_page();
+  const std::vector<uint8_t> good = copy_of(e.image);
+  for (size_t tail = 1; tail <= good.size(); tail = tail * 2 + 1) {
+    std::vector<uint8_t> torn = good;
+    std::fill(torn.end() - static_cast<ptrdiff_t>(tail), torn.end(), uint8_t{0});
+    if (torn == good) continue;
+    EXPECT_FALSE(verify_page(torn, e.identity).ok()) << "last " << tail << " bytes zeroed";
   }
 }
 
