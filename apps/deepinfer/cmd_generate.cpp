@@ -34,7 +34,9 @@ text is sent as one user message through the model's chat template (tokenizer_co
 Batch mode: each input line is {"prompt": "..."} or {"prompt_token_ids": [...]} with optional
 OpenAI-named sampling fields (max_tokens, temperature, top_p, top_k, min_p, seed, stop, n,
 logprobs, top_logprobs, ignore_eos, ...; the flags give their defaults); each output line, in
-input order, has token_ids, text (with a tokenizer), logprobs (when asked) and finish_reason.
+input order, has token_ids, text (with a tokenizer), logprobs (when asked) and finish_reason;
+a request whose structured output (response_format, guided_*) does not compile gets a line
+{"index": i, "error": "..."} instead and the others still run.
 --kv-cache-dir DIR keeps prompt KV pages on disk across runs (a later run with the same prefix
 loads them instead of recomputing); --kv-cache-host-bytes N, --kv-cache-disk-bytes N bound its
 tiers, --kv-cache-backend redis://host:port adds a Redis tier shared by many machines.
@@ -140,6 +142,7 @@ int run_generate(int argc, char** argv) {
   const bool as_text = (*llm)->has_tokenizer();
   size_t num_generated = 0;
   while (auto event = stream->next()) {
+    if (!event->error.empty()) return report_error("generate", Error{event->error});
     if (as_text) std::fwrite(event->new_text.data(), 1, event->new_text.size(), stdout);
     for (int32_t token : event->new_token_ids) {
       if (!as_text) std::printf("%s%d", num_generated > 0 ? "," : "", token);

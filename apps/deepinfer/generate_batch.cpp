@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -110,8 +111,15 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   std::ofstream out(*output_path);
   if (!out) return report_error("generate", Error{"cannot open --output " + *output_path + " for writing"});
   const bool with_text = (*llm)->has_tokenizer();
+  size_t num_failed = 0;
   for (size_t i = 0; i < results->size(); ++i) {
     const GenerationResult& result = (*results)[i];
+    if (!result.error.empty()) {
+      // A request that failed alone (its grammar did not compile) is an error line, not output.
+      out << json{{"index", i}, {"error", result.error}}.dump() << "\n";
+      ++num_failed;
+      continue;
+    }
     json line = sample_json(result.outputs.front(), with_text);
     line["index"] = i;
     line["num_prompt_tokens"] = result.prompt_token_ids.size();
@@ -128,6 +136,10 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
     out << line.dump() << "\n";
   }
   if (!out) return report_error("generate", Error{"cannot write --output " + *output_path});
+  if (num_failed > 0) {
+    std::fprintf(stderr, "generate: %zu of %zu requests failed; their lines in %s carry \"error\"\n", num_failed,
+                 results->size(), output_path->c_str());
+  }
   return 0;
 }
 

@@ -81,6 +81,10 @@ struct GenerationResult {
   // When params.prompt_logprobs is set: entry i scores prompt token i (none for token 0).
   std::vector<std::optional<std::vector<TopLogprob>>> prompt_logprobs;
   std::vector<std::optional<double>> prompt_token_logprobs;
+  // Why the request failed before producing a token (its structured-output grammar did not
+  // compile: an unsupported keyword, a timeout); empty when it ran. Its outputs are then empty
+  // with finish_reason "abort".
+  std::string error;
 };
 
 // A delta of one sample of one prompt, in generation order.
@@ -91,6 +95,7 @@ struct StreamEvent {
   std::string new_text;
   bool finished = false;
   std::string finish_reason;
+  std::string error;  // GenerationResult::error, on the failed request's finishing events
 };
 
 class LLM {

@@ -2,6 +2,8 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <chrono>
+#include <set>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -212,7 +214,8 @@ struct EngineCore::Impl {
   // text after it is never emitted).
   void finish(Sequence& seq, FinishReason reason, RequestOutput& out, bool flush_text = true) {
     Request& r = seq.request;
-    if (structured) structured->remove(r.seq_id);
+    if (structured) structured->remove(r.seq_id);  // cancels a compile nothing else waits for
+    awaiting_grammar.erase(r.seq_id);
     SampleOutput& sample = sample_output(out, r.sample_index);
     if (flush_text) {
       // Text still held back (an incomplete character, a possible stop-string start) is final now.
@@ -235,6 +238,47 @@ struct EngineCore::Impl {
     scheduler.remove(&r);
     Group& group = groups.at(r.request_id);
     if (++group.num_finished == group.n) out.finished = true;
+  }
+
+  Result<void> ensure_structured() {
+    if (structured) return {};
+    DI_ASSIGN(structured, StructuredOutputs::create(*tokenizer, static_cast<int32_t>(model.config().vocab_size),
+                                                    eos_ids, config.grammar_compiler));
+    return {};
+  }
+
+  // Starts the compile of a constrained sequence's grammar; it samples once the compile is done.
+  void prepare_grammar(Request& r) {
+    structured->prepare(r.seq_id, *r.params.structured_output);
+    r.awaiting_grammar = true;
+    awaiting_grammar.insert(r.seq_id);
+  }
+
+  // Sequences whose grammar finished compiling may sample from now on. A compile that failed
+  // (an error in the spec, a timeout) ends its request alone, before it produced a token.
+  void start_compiled_grammars(std::map<int64_t, RequestOutput>& outputs) {
+    std::map<int64_t, Error> failed;  // by request: its samples share the one compile
+    for (auto it = awaiting_grammar.begin(); it != awaiting_grammar.end();) {
+      Request& r = sequences.at(*it)->request;
+      const Result<bool> started = structured->try_start(r.seq_id, r.output_token_ids);
+      if (started.ok() && !*started) {
+        ++it;
+        continue;
+      }
+      r.awaiting_grammar = false;
+      it = awaiting_grammar.erase(it);
+      if (!started.ok()) failed.emplace(r.request_id, Error{"structured output: " + started.error().message});
+    }
+    for (auto& [request_id, error] : failed) {
+      const Group& group = groups.at(request_id);
+      RequestOutput& out = output_for(outputs, sequences.at(group.seq_ids.front())->request);
+      out.error = std::move(error);
+      for (int64_t seq_id : group.seq_ids) {
+        Sequence& seq = *sequences.at(seq_id);
+        if (!seq.request.is_finished()) finish(seq, FinishReason::kAbort, out);
+      }
+      groups.at(request_id).held_children.clear();
+    }
   }
 
   // Appends a sampled token and applies the stop rules: stop / eos token ids and stop strings
@@ -290,7 +334,7 @@ struct EngineCore::Impl {
     processed.assign(raw_logits, raw_logits + vocab);
     apply_logits_processors(processed.data(), vocab, r.params, r.prompt_token_ids, r.output_token_ids, eos_ids);
     if (r.params.structured_output) {
-      auto masked = structured->mask(r.seq_id, *r.params.structured_output, processed.data());
+      auto masked = structured->mask(r.seq_id, processed.data());
       if (!masked.ok()) structured_errors[r.seq_id] = masked.error().message;
     }
     const int32_t token = sample_token(processed.data(), vocab, r.params, r.seed, r.num_tokens(), r.sample_index);
@@ -409,6 +453,7 @@ struct EngineCore::Impl {
   std::unique_ptr<KvOffload> offload;  // null without a persistent store
   std::unique_ptr<StructuredOutputs> structured;  // made by the first constrained request
   std::map<int64_t, std::string> structured_errors;  // by seq_id, until the sample is finished
+  std::set<int64_t> awaiting_grammar;                 // seq_ids whose grammar still compiles
 };
 
 EngineCore::EngineCore(CausalLM& model, const Tokenizer* tokenizer, const EngineConfig& config)
@@ -457,8 +502,7 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   if (m.groups.count(request_id) != 0) return Error{"request id " + std::to_string(request_id) + " is already in use"};
   if (params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
-    if (!m.structured) DI_ASSIGN(m.structured, StructuredOutputs::create(*m.tokenizer, static_cast<int32_t>(vocab), m.eos_ids));
-    m.structured->prepare(*params.structured_output);  // compiles while the prompt runs
+    DI_TRY(m.ensure_structured());
   }
   Impl::Group& group = m.groups[request_id];
   group.n = params.n;
@@ -467,6 +511,7 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
     Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
     seq->request.kv_cache_class = kv_cache_class;
     group.seq_ids.push_back(seq->request.seq_id);
+    if (params.structured_output) m.prepare_grammar(seq->request);  // compiles while the prompt runs
     if (i == 0 && m.offload) {
       m.offload->hold(&seq->request);  // joins the scheduler once its stored prefix is loaded
     } else if (i == 0) {
@@ -498,6 +543,7 @@ std::vector<RequestOutput> EngineCore::step() {
     const bool idle = m.scheduler.num_waiting() == 0 && m.scheduler.num_running() == 0;
     for (Request* r : m.offload->take_ready(idle)) m.scheduler.add(r);
   }
+  if (!m.awaiting_grammar.empty()) m.start_compiled_grammars(outputs);
   const SchedulerOutput scheduled = m.scheduler.schedule();
   m.num_preemptions += static_cast<int64_t>(scheduled.preempted.size());
   if (!scheduled.empty()) {
@@ -511,6 +557,10 @@ std::vector<RequestOutput> EngineCore::step() {
       m.structured->prefetch(constrained);
     }
     m.forward_and_process(built, outputs);
+  } else if (outputs.empty() && !m.awaiting_grammar.empty()) {
+    // Nothing can run before a compile ends: wait for one briefly rather than have the caller
+    // spin on step().
+    m.structured->wait_for_compiles(std::chrono::milliseconds(10));
   }
   std::vector<RequestOutput> result;
   for (auto& [request_id, out] : outputs) {
@@ -533,6 +583,10 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
   if (p.params.n != 1) return Error{"prefilled requests have n = 1"};
   if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
+  if (p.params.structured_output) {
+    if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
+    DI_TRY(m.ensure_structured());
+  }
   Impl::Group& group = m.groups[p.request_id];
   Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, "");
   group.seq_ids.push_back(seq->request.seq_id);
@@ -552,6 +606,8 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   r.num_computed_tokens = r.num_prompt_tokens();
   r.num_cached_tokens = cached;
   m.kv.commit_computed(r.seq_id, r.prompt_token_ids, r.num_computed_tokens);
+  // Its grammar compiles here too; the matcher then accepts the first token (try_start).
+  if (r.params.structured_output) m.prepare_grammar(r);
   m.scheduler.add_running(&r);
   m.append_token(*seq, p.first_token, std::nullopt, m.output_for(m.pending_outputs, r));
   return {};

@@ -15,6 +15,7 @@
 
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "grammar/compiler.h"
 #include "kvcache/kv_cache_manager.h"
 #include "kvstore/kv_store.h"
 #include "model/model.h"
@@ -44,6 +45,8 @@ struct EngineConfig {
   // grammar masks, n > 1 forks). false: every row is copied and sampled on the host
   // (--host-sampling). The tokens are the same either way.
   bool device_sampling = true;
+  // The structured-output grammar compiler: threads, cache, each compile's timeout and budget.
+  grammar::GrammarCompilerService::Options grammar_compiler;
 };
 
 // One sample's progress in one step.
@@ -66,6 +69,9 @@ struct RequestOutput {
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;
   bool finished = false;  // every sample finished
+  // Why the request failed before producing a token (its structured-output grammar did not
+  // compile: an error in the spec, a timeout); finished is then true, every sample kAbort.
+  std::optional<Error> error;
 };
 
 // A request whose prompt a PROMPT engine ran: its first token and its KV blocks' contents.

@@ -57,6 +57,7 @@ struct LLM::Stream::Impl {
     const size_t index = prompt_index.at(out.request_id);
     GenerationResult& result = results[index];
     result.num_cached_tokens = out.num_cached_tokens;
+    if (out.error) result.error = out.error->message;
     if (out.prompt_logprobs) {
       for (const auto& entry : *out.prompt_logprobs) {
         result.prompt_logprobs.push_back(entry ? std::optional(to_public(entry->top)) : std::nullopt);
@@ -77,7 +78,7 @@ struct LLM::Stream::Impl {
       }
       generated_tokens += static_cast<int64_t>(sample.new_token_ids.size());
       events.push_back(StreamEvent{index, sample.index, sample.new_token_ids, sample.new_text, sample.finished,
-                                   finish_reason_name(sample.finish_reason)});
+                                   finish_reason_name(sample.finish_reason), result.error});
     }
     if (out.finished && progress) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

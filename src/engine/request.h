@@ -37,6 +37,9 @@ struct Request {
   TrafficClass kv_cache_class = TrafficClass::kDefault;  // TTL of its pages in the persistent store
 
   RequestStatus status = RequestStatus::kWaiting;
+  // Its structured-output grammar is still compiling: the scheduler runs its prompt but not the
+  // last token, whose logits are sampled through the grammar's mask.
+  bool awaiting_grammar = false;
   FinishReason finish_reason = FinishReason::kNone;
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
   int32_t num_cached_tokens = 0;    // prompt tokens found in the prefix cache at admission

@@ -23,6 +23,13 @@ bool erase_from(Container& queue, const Request* request) {
   return true;
 }
 
+// The tokens r may run from num_computed on: all the rest, except that a sequence awaiting its
+// grammar stops before the token it samples from (with chunked prefill off: runs nothing).
+int32_t num_runnable_tokens(const Request& r, int32_t num_computed, bool chunked_prefill) {
+  if (r.awaiting_grammar && !chunked_prefill) return 0;
+  return r.num_tokens() - num_computed - (r.awaiting_grammar ? 1 : 0);
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
@@ -73,8 +80,14 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Request* request = running_[i];
-    const int32_t remaining = request->num_tokens() - request->num_computed_tokens;
-    DI_CHECK(remaining > 0, "running sequence " << request->seq_id << " has nothing to compute");
+    const int32_t remaining =
+        num_runnable_tokens(*request, request->num_computed_tokens, config_.enable_chunked_prefill);
+    DI_CHECK(remaining > 0 || request->awaiting_grammar,
+             "running sequence " << request->seq_id << " has nothing to compute");
+    if (remaining <= 0) {  // only the token it samples from is left: it waits for its grammar
+      ++i;
+      continue;
+    }
     const int32_t num_new = std::min(remaining, budget);
     const std::vector<int32_t> tokens = request->all_tokens();
     bool preempted_self = false;
@@ -97,17 +110,22 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
 }
 
 void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
-  while (!waiting_.empty() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
-    Request* request = waiting_.front();
+  size_t i = 0;
+  while (i < waiting_.size() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
+    Request* request = waiting_[i];
     const std::vector<int32_t> tokens = request->all_tokens();
     const int32_t cached = kv_cache_.num_cached_tokens(tokens, request->cache_salt);
-    const int32_t remaining = static_cast<int32_t>(tokens.size()) - cached;
+    const int32_t remaining = num_runnable_tokens(*request, cached, config_.enable_chunked_prefill);
+    if (remaining <= 0) {  // waits for its grammar; those behind it may start
+      ++i;
+      continue;
+    }
     const int32_t num_new = std::min(remaining, budget);
     if (num_new < remaining && !config_.enable_chunked_prefill) break;
     int32_t taken_cached = 0;
     if (!kv_cache_.allocate(request->seq_id, tokens, cached + num_new, request->cache_salt, &taken_cached)) break;
     DI_CHECK(taken_cached == cached, "prefix cache changed between lookup and allocation");
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     request->num_computed_tokens = cached;
     if (request->num_preemptions == 0) request->num_cached_tokens = cached;
     request->status = RequestStatus::kRunning;

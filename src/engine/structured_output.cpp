@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/check.h"
+
 namespace deepinfer {
 
 namespace {
@@ -125,18 +127,48 @@ Result<void> read_structured_output(const json& request, SamplingParams& p) {
   return {};
 }
 
-Result<std::unique_ptr<StructuredOutputs>> StructuredOutputs::create(const Tokenizer& tokenizer, int32_t logits_size,
-                                                                    std::vector<int32_t> stop_ids) {
+Result<std::unique_ptr<StructuredOutputs>> StructuredOutputs::create(
+    const Tokenizer& tokenizer, int32_t logits_size, std::vector<int32_t> stop_ids,
+    const grammar::GrammarCompilerService::Options& options) {
   auto vocab = grammar::TokenVocab::from_tokenizer(tokenizer, logits_size, std::move(stop_ids));
   if (!vocab.ok()) return vocab.error();
   return std::unique_ptr<StructuredOutputs>(
-      new StructuredOutputs(std::make_shared<const grammar::TokenVocab>(std::move(vocab).value())));
+      new StructuredOutputs(std::make_shared<const grammar::TokenVocab>(std::move(vocab).value()), options));
 }
 
-StructuredOutputs::StructuredOutputs(std::shared_ptr<const grammar::TokenVocab> vocab)
-    : vocab_(vocab), service_(vocab, grammar::GrammarCompilerService::Options{}) {}
+StructuredOutputs::StructuredOutputs(std::shared_ptr<const grammar::TokenVocab> vocab,
+                                     const grammar::GrammarCompilerService::Options& options)
+    : vocab_(vocab), service_(vocab, options) {}
 
-void StructuredOutputs::prepare(const StructuredOutputParams& params) { service_.compile(to_grammar_spec(params)); }
+void StructuredOutputs::prepare(int64_t seq_id, const StructuredOutputParams& params) {
+  sequences_[seq_id].compile = service_.compile(to_grammar_spec(params));
+}
+
+Result<bool> StructuredOutputs::try_start(int64_t seq_id, const std::vector<int32_t>& tokens) {
+  Sequence& seq = sequences_.at(seq_id);
+  if (seq.matcher) return true;
+  const auto& result = seq.compile.result;
+  if (result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+  const grammar::CompileResult& compiled = result.get();
+  if (!compiled.ok()) return compiled.error();
+  auto matcher = std::make_unique<grammar::GrammarMatcher>(*compiled);
+  // A prefilled request arrives with its first token, sampled under this grammar elsewhere.
+  for (int32_t token : tokens) {
+    if (!matcher->accept_token(token)) return Error{"token " + std::to_string(token) + " does not match the grammar"};
+  }
+  seq.matcher = std::move(matcher);
+  seq.mask.resize(static_cast<size_t>(vocab_->num_mask_words()));
+  return true;
+}
+
+void StructuredOutputs::wait_for_compiles(std::chrono::milliseconds timeout) {
+  for (const auto& [id, seq] : sequences_) {
+    if (!seq.matcher) {
+      seq.compile.result.wait_for(timeout);
+      return;
+    }
+  }
+}
 
 void StructuredOutputs::join_prefetch() {
   if (prefetch_.valid()) prefetch_.get();
@@ -147,10 +179,10 @@ void StructuredOutputs::prefetch(const std::vector<int64_t>& seq_ids) {
   std::vector<Sequence*> ready;
   for (int64_t id : seq_ids) {
     auto found = sequences_.find(id);
-    if (found != sequences_.end() && !found->second.mask_ready) ready.push_back(&found->second);
+    if (found != sequences_.end() && found->second.matcher && !found->second.mask_ready) ready.push_back(&found->second);
   }
   if (ready.empty()) return;
-  prefetch_ = std::async(std::launch::async, [ready] {
+  prefetch_ = prefetch_pool_.submit([ready] {
     for (Sequence* seq : ready) {
       seq->mask_ok = seq->matcher->fill_next_token_bitmask(seq->mask.data());
       seq->mask_ready = true;
@@ -158,19 +190,13 @@ void StructuredOutputs::prefetch(const std::vector<int64_t>& seq_ids) {
   });
 }
 
-Result<void> StructuredOutputs::mask(int64_t seq_id, const StructuredOutputParams& params, float* logits) {
+Result<void> StructuredOutputs::mask(int64_t seq_id, float* logits) {
   join_prefetch();
-  auto found = sequences_.find(seq_id);
-  if (found == sequences_.end()) {
-    const grammar::GrammarCompilerService::Handle handle = service_.compile(to_grammar_spec(params));
-    const grammar::CompileResult& compiled = handle.result.get();
-    if (!compiled.ok()) return Error{"structured output: " + compiled.error().message};
-    Sequence seq;
-    seq.matcher = std::make_unique<grammar::GrammarMatcher>(*compiled);
-    seq.mask.resize(static_cast<size_t>(vocab_->num_mask_words()));
-    found = sequences_.emplace(seq_id, std::move(seq)).first;
-  }
-  Sequence& seq = found->second;
+  // A forked sample's first mask: its grammar is the one its sample 0 was started with.
+  auto started = try_start(seq_id, {});
+  if (!started.ok()) return Error{"structured output: " + started.error().message};
+  DI_CHECK(*started, "sequence " << seq_id << " sampled before its grammar compiled");
+  Sequence& seq = sequences_.at(seq_id);
   if (!seq.mask_ready) seq.mask_ok = seq.matcher->fill_next_token_bitmask(seq.mask.data());
   seq.mask_ready = false;
   if (!seq.mask_ok) return Error{"structured output: " + seq.matcher->error()};
@@ -184,7 +210,8 @@ Result<void> StructuredOutputs::mask(int64_t seq_id, const StructuredOutputParam
 bool StructuredOutputs::accept(int64_t seq_id, int32_t token) {
   join_prefetch();
   auto found = sequences_.find(seq_id);
-  if (found == sequences_.end()) return false;
+  // A prefilled request's first token comes before its matcher, which try_start then feeds it.
+  if (found == sequences_.end() || !found->second.matcher) return false;
   Sequence& seq = found->second;
   seq.mask_ready = false;
   // The token came from a masked row, so the matcher accepts it; a refusal would mean the mask
@@ -195,7 +222,15 @@ bool StructuredOutputs::accept(int64_t seq_id, int32_t token) {
 
 void StructuredOutputs::remove(int64_t seq_id) {
   join_prefetch();
-  sequences_.erase(seq_id);
+  auto found = sequences_.find(seq_id);
+  if (found == sequences_.end()) return;
+  const grammar::GrammarCompilerService::Handle compile = found->second.compile;
+  sequences_.erase(found);
+  // Requests with the same spec share one compile: it stops only when none waits for it.
+  for (const auto& [id, seq] : sequences_) {
+    if (seq.compile.cancelled == compile.cancelled) return;
+  }
+  service_.cancel(compile);
 }
 
 }  // namespace deepinfer

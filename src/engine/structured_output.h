@@ -3,6 +3,7 @@
 // (response_format, guided_*) that ask for it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "core/thread_pool.h"
 #include "deepinfer/sampling_params.h"
 #include "grammar/compiler.h"
 #include "tokenizer/tokenizer.h"
@@ -27,38 +29,50 @@ grammar::GrammarSpec to_grammar_spec(const StructuredOutputParams& params);
 // schema's "strict": false) compiles in lenient mode.
 Result<void> read_structured_output(const nlohmann::json& request, SamplingParams& p);
 
-// Not thread-safe: the engine thread drives it (prefetch runs masks on a helper thread until
-// the next call that touches the same sequences joins it).
+// Not thread-safe: the engine thread drives it. Grammars compile on the compiler service's pool
+// and masks are prefetched on a thread of its own, so no call waits on a compile except
+// wait_for_compiles, which the engine makes only when it has nothing else to run.
 class StructuredOutputs {
  public:
   static Result<std::unique_ptr<StructuredOutputs>> create(const Tokenizer& tokenizer, int32_t logits_size,
-                                                          std::vector<int32_t> stop_ids);
+                                                          std::vector<int32_t> stop_ids,
+                                                          const grammar::GrammarCompilerService::Options& options);
 
-  // Starts compiling the grammar at admission, so the compile overlaps the prefill.
-  void prepare(const StructuredOutputParams& params);
+  // Starts compiling seq_id's grammar (at admission, so the compile overlaps the prefill).
+  void prepare(int64_t seq_id, const StructuredOutputParams& params);
+  // Whether seq_id's grammar is compiled, without waiting: false while it compiles; true once its
+  // matcher is made and has accepted tokens (those the sequence already has); an error when the
+  // compile failed, timed out or was cancelled.
+  Result<bool> try_start(int64_t seq_id, const std::vector<int32_t>& tokens);
+  // Waits until one of the compiles still running finishes, at most timeout.
+  void wait_for_compiles(std::chrono::milliseconds timeout);
   // Starts computing the next masks of these sequences (during the forward pass).
   void prefetch(const std::vector<int64_t>& seq_ids);
-  // Sets logits[id] (logits_size entries) to -inf for every token the grammar forbids. The first
-  // call for a sequence waits for its compile. Errors: the compile failed, or no token fits.
-  Result<void> mask(int64_t seq_id, const StructuredOutputParams& params, float* logits);
+  // Sets logits[id] (logits_size entries) to -inf for every token the grammar forbids. The
+  // grammar must be compiled (try_start). Errors: no token fits, or the grammar got too complex.
+  Result<void> mask(int64_t seq_id, float* logits);
   // Advances the sequence by its sampled token; true when the grammar is complete and nothing
   // may follow (the sequence must stop).
   bool accept(int64_t seq_id, int32_t token);
+  // Forgets the sequence; a compile that no other sequence waits for is cancelled.
   void remove(int64_t seq_id);
 
  private:
   struct Sequence {
-    std::unique_ptr<grammar::GrammarMatcher> matcher;
+    grammar::GrammarCompilerService::Handle compile;
+    std::unique_ptr<grammar::GrammarMatcher> matcher;  // once the compile succeeded
     std::vector<uint32_t> mask;
     bool mask_ready = false;
     bool mask_ok = false;
   };
-  StructuredOutputs(std::shared_ptr<const grammar::TokenVocab> vocab);
+  StructuredOutputs(std::shared_ptr<const grammar::TokenVocab> vocab,
+                    const grammar::GrammarCompilerService::Options& options);
   void join_prefetch();
 
   std::shared_ptr<const grammar::TokenVocab> vocab_;
   grammar::GrammarCompilerService service_;
   std::unordered_map<int64_t, Sequence> sequences_;
+  ThreadPool prefetch_pool_{1};  // its task reads sequences_: declared after it, joined first
   std::future<void> prefetch_;
 };
 

@@ -18,6 +18,11 @@ Result<Grammar> compile_ebnf(std::string_view text, std::string_view root_rule =
 // A regular expression matched against the whole output (anchors are implied).
 Result<Grammar> compile_regex(std::string_view pattern, GrammarLimits limits = {});
 
+// A JSON Schema `pattern` as a search over raw UTF-8 text: every text that contains a match
+// (`.*` is implied on a side without an anchor). Run through the automaton, a check takes time
+// linear in the text whatever the pattern (no backtracking).
+Result<Grammar> compile_regex_search(std::string_view pattern, GrammarLimits limits = {});
+
 // Exactly one of the given strings.
 Result<Grammar> compile_choice(const std::vector<std::string>& choices, GrammarLimits limits = {});
 
@@ -41,8 +46,8 @@ Result<Grammar> compile_json_schema(std::string_view schema_json, const JsonSche
 Result<Grammar> compile_json_object(const JsonSchemaOptions& options, GrammarLimits limits = {});
 
 // Regex support shared with the JSON Schema front end: parses pattern into builder and
-// returns its symbol. json_string: the text is the content of a JSON string, so `"`, `\` and
-// control characters are emitted in their JSON-escaped form.
+// returns its symbol. json_string: the text is the content of a JSON string (a schema
+// `pattern`, so unanchored), with `"`, `\` and control characters in their JSON-escaped form.
 Result<Symbol> build_regex(GrammarBuilder& builder, std::string_view pattern, bool json_string);
 
 // One character of JSON string content from ranges (or outside them when negated): raw UTF-8,

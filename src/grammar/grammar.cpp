@@ -128,16 +128,24 @@ void GrammarBuilder::fail(std::string message) {
   if (error_.empty()) error_ = std::move(message);
 }
 
+Result<void> GrammarLimits::check_time() const {
+  if (cancelled && cancelled->load(std::memory_order_relaxed)) return Error{"grammar compilation was cancelled"};
+  if (std::chrono::steady_clock::now() > deadline) {
+    return Error{"grammar compilation timed out (schema or grammar too complex)"};
+  }
+  return {};
+}
+
 bool GrammarBuilder::charge(size_t num_symbols) {
   if (!ok()) return false;
-  if (limits_.cancelled && limits_.cancelled->load(std::memory_order_relaxed)) {
-    fail("grammar compilation was cancelled");
-    return false;
-  }
-  // The clock is read every 4096 charges: cheap, and still fine-grained enough for a timeout.
-  if ((++num_charges_ & 4095) == 0 && std::chrono::steady_clock::now() > limits_.deadline) {
-    fail("grammar compilation timed out (schema or grammar too complex)");
-    return false;
+  // Cancellation is checked on every charge, the clock every 4096: cheap, and still
+  // fine-grained enough for a timeout.
+  const bool cancelled = limits_.cancelled && limits_.cancelled->load(std::memory_order_relaxed);
+  if (cancelled || (++num_charges_ & 4095) == 0) {
+    if (auto in_time = limits_.check_time(); !in_time.ok()) {
+      fail(in_time.error().message);
+      return false;
+    }
   }
   num_symbols_ += num_symbols;
   if (num_symbols_ > limits_.max_symbols) {

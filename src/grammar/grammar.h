@@ -58,6 +58,8 @@ struct GrammarLimits {
   uint32_t max_repeat = 100'000;     // the largest bound of a {m,n} repetition
   const std::atomic<bool>* cancelled = nullptr;  // checked while building; set by the compiler
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // An error when the work must stop now: cancelled, or past the deadline (reads the clock).
+  Result<void> check_time() const;
 };
 
 // The built grammar. Immutable after GrammarBuilder::finish(); rule 0.. are addressed by id.

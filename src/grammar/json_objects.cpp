@@ -41,14 +41,12 @@ int64_t count_keyword(const Json& s, const char* key, int64_t fallback) {
 }  // namespace
 
 // Whether the unanchored pattern finds a match in every string: it matches the empty string
-// and no assertion (both anchors, \b, lookarounds) can make that match depend on the text.
+// and no pair of anchors makes that match depend on the text (the front end rejects \b and
+// lookarounds).
 bool JsonSchemaCompiler::matches_every_string(const std::string& pattern) {
   if (pattern.find('^') != std::string::npos && pattern.find('$') != std::string::npos) return false;
-  for (const char* assertion : {"\\b", "\\B", "(?=", "(?!", "(?<"}) {
-    if (pattern.find(assertion) != std::string::npos) return false;
-  }
   const auto empty = validator_->search(pattern, "");
-  return empty && *empty;
+  return empty.ok() && *empty;
 }
 
 Symbol JsonSchemaCompiler::object(const Json& s, const std::string& pointer, int depth) {
@@ -104,10 +102,10 @@ Symbol JsonSchemaCompiler::object(const Json& s, const std::string& pointer, int
     unsupported("'patternProperties' next to an 'additionalProperties' that allows keys", pointer + "/patternProperties");
     return b_.ok() ? any_object() : 0;
   }
-  auto matches_pattern = [&](const std::string& name) -> std::optional<bool> {
+  auto matches_pattern = [&](const std::string& name) -> Result<bool> {
     for (const auto& [pattern, sub] : patterns.items()) {
-      const auto hit = validator_->search(pattern, name);
-      if (!hit || *hit) return hit;
+      auto hit = validator_->search(pattern, name);
+      if (!hit.ok() || *hit) return hit;
     }
     return false;
   };
@@ -171,9 +169,10 @@ Symbol JsonSchemaCompiler::object(const Json& s, const std::string& pointer, int
   }
   for (const auto& name : names) {
     const auto hit = matches_pattern(name);
-    if (!hit || *hit) {
-      unsupported(hit ? "'patternProperties' whose pattern matches declared property '" + name + "'"
-                      : "'patternProperties' pattern that std::regex cannot parse",
+    if (!hit.ok() || *hit) {
+      unsupported(hit.ok() ? "'patternProperties' whose pattern matches declared property '" + name + "'"
+                           : "'patternProperties' pattern that cannot be checked against property '" + name +
+                                 "' (" + hit.error().message + ")",
                   pointer + "/patternProperties");
       return b_.ok() ? any_object() : 0;
     }

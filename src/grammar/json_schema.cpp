@@ -467,7 +467,7 @@ Symbol JsonSchemaCompiler::alternatives(const Json& s, const std::string& keywor
 
 Result<Grammar> JsonSchemaCompiler::compile_document(const Json& root) {
   root_ = &root;
-  validator_ = std::make_unique<SchemaValidator>(root);
+  validator_ = std::make_unique<SchemaValidator>(root, b_.limits());
   return b_.finish_root(schema(root, "", 0), "JSON Schema");
 }
 

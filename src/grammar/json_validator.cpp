@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "grammar/front_ends.h"
 #include "grammar/json_schema_compiler.h"
 
 namespace deepinfer::grammar {
@@ -48,17 +49,16 @@ size_t num_codepoints(const std::string& s) {
   return n;
 }
 
-std::wstring to_wide(const std::string& s) {
-  std::wstring out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(static_cast<wchar_t>(cp));
-    i += n;
-  }
-  return out;
+// A pattern's NFA, ~27 states per `.` (its UTF-8 forms): `.{0,1500}` fits. A match costs up to
+// text length x states, and the compile's deadline bounds the sum.
+constexpr size_t kMaxPatternStates = 50'000;
+
+Result<Nfa> pattern_nfa(const std::string& pattern, const GrammarLimits& limits) {
+  auto grammar = compile_regex_search(pattern, limits);
+  if (!grammar.ok()) return grammar.error();
+  auto nfa = Nfa::build(*grammar, kMaxPatternStates);
+  if (!nfa.ok()) return Error{"pattern /" + pattern + "/ is too complex to check values against: " + nfa.error().message};
+  return nfa;
 }
 
 }  // namespace
@@ -130,20 +130,11 @@ Verdict SchemaValidator::validate(const Json& schema, const Json& value, const s
   return check(schema, value, pointer, 0);
 }
 
-std::optional<bool> SchemaValidator::search(const std::string& pattern, const std::string& text) {
-  auto found = regexes_.find(pattern);
-  if (found == regexes_.end()) {
-    std::shared_ptr<std::wregex> re;
-    try {
-      re = std::make_shared<std::wregex>(to_wide(pattern), std::regex::ECMAScript);
-    } catch (const std::regex_error&) {
-      re = nullptr;
-    }
-    found = regexes_.emplace(pattern, re).first;
-  }
-  if (!found->second) return std::nullopt;
-  const std::wstring wide = to_wide(text);
-  return std::regex_search(wide, *found->second);
+Result<bool> SchemaValidator::search(const std::string& pattern, const std::string& text) {
+  auto found = patterns_.find(pattern);
+  if (found == patterns_.end()) found = patterns_.emplace(pattern, pattern_nfa(pattern, limits_)).first;
+  if (!found->second.ok()) return found->second.error();
+  return found->second.value().match(text, limits_);
 }
 
 Verdict SchemaValidator::check(const Json& s, const Json& v, const std::string& pointer, int depth) {
@@ -226,7 +217,7 @@ Verdict SchemaValidator::check_object(const Json& s, const Json& v, const std::s
     for (const auto& [pattern, schema] : (patterns ? *patterns : kNoPatterns).items()) {
       const std::string at = pointer + "/patternProperties/" + escape_pointer(pattern);
       const auto hit = search(pattern, key);
-      if (!hit) return give_up("pattern the validator cannot parse", at);
+      if (!hit.ok()) return give_up(hit.error().message, at);
       if (*hit) {
         covered = true;
         result = both(result, check(schema, member, at, depth + 1));
@@ -330,7 +321,7 @@ Verdict SchemaValidator::check_string(const Json& s, const std::string& text, co
   }
   for (const auto& [pattern, key] : patterns) {
     const auto hit = search(pattern, text);
-    if (!hit) return give_up("pattern the validator cannot parse", pointer + "/" + key);
+    if (!hit.ok()) return give_up(hit.error().message, pointer + "/" + key);
     if (!*hit) return Verdict::kInvalid;
   }
   return Verdict::kValid;

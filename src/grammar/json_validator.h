@@ -5,11 +5,12 @@
 #pragma once
 
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
-#include <regex>
 #include <string>
+
+#include "core/result.h"
+#include "grammar/grammar.h"
+#include "grammar/nfa.h"
 
 namespace deepinfer::grammar {
 
@@ -24,16 +25,19 @@ class SchemaValidator {
  public:
   enum class Verdict { kInvalid, kValid, kUnknown };
 
-  explicit SchemaValidator(const nlohmann::ordered_json& root) : root_(root) {}
+  // limits bound the patterns' grammars (budget, deadline, cancellation of the compile).
+  SchemaValidator(const nlohmann::ordered_json& root, GrammarLimits limits) : root_(root), limits_(limits) {}
 
   // Whether value satisfies schema (found at pointer, for messages). kUnknown when the verdict
   // depends on a keyword this validator cannot evaluate; unknown() then names it.
   Verdict validate(const nlohmann::ordered_json& schema, const nlohmann::ordered_json& value, const std::string& pointer);
   const std::string& unknown() const { return unknown_; }
 
-  // Whether text contains a match of the ECMAScript pattern (JSON Schema's `pattern`, which is
-  // not anchored); nullopt when std::regex cannot parse the pattern.
-  std::optional<bool> search(const std::string& pattern, const std::string& text);
+  // Whether text contains a match of the pattern (JSON Schema's `pattern`, not anchored), read
+  // by the regex front end as the grammar reads it and run as an NFA (nfa.h): time linear in the
+  // text, whatever the pattern. Errors: the front end rejects the pattern (lookarounds,
+  // backreferences, ...), its NFA is too large, or the limits' deadline or cancellation.
+  Result<bool> search(const std::string& pattern, const std::string& text);
 
  private:
   Verdict check(const nlohmann::ordered_json& s, const nlohmann::ordered_json& v, const std::string& pointer, int depth);
@@ -46,8 +50,9 @@ class SchemaValidator {
   Verdict give_up(const std::string& what, const std::string& pointer);
 
   const nlohmann::ordered_json& root_;
+  GrammarLimits limits_;
   std::string unknown_;
-  std::map<std::string, std::shared_ptr<std::wregex>> regexes_;  // nullptr: not a valid regex
+  std::map<std::string, Result<Nfa>> patterns_;  // built on first use
 };
 
 }  // namespace deepinfer::grammar

@@ -129,7 +129,7 @@ size_t atom_length(const std::string& body) {
 std::optional<std::string> JsonSchemaCompiler::fold_lengths(const std::string& pattern, int64_t min, int64_t max) {
   // minLength 0 or 1 says nothing more when the pattern cannot match the empty string.
   const auto matches_empty = validator_->search(pattern, "");
-  if (max < 0 && (min == 0 || (min == 1 && matches_empty && !*matches_empty))) return pattern;
+  if (max < 0 && (min == 0 || (min == 1 && matches_empty.ok() && !*matches_empty))) return pattern;
   // ^A{lo,hi}$ with a single-character atom A: each repetition is one character.
   if (pattern.size() < 3 || pattern.front() != '^' || pattern.back() != '$' || pattern[pattern.size() - 2] == '\\') {
     return std::nullopt;

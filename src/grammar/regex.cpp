@@ -106,8 +106,10 @@ std::string unwrap_top_groups(std::string_view p, int depth = 0) {
 class RegexParser {
  public:
   friend Symbol grammar::build_json_char(GrammarBuilder&, std::vector<CodepointRange>, bool);
-  RegexParser(GrammarBuilder& b, std::string_view pattern, bool json_string)
-      : b_(b), text_(unwrap_top_groups(pattern)), p_(text_), json_(json_string) {}
+  // json_string: the output is JSON string content (escaped); unanchored: `.*` is implied on a
+  // side without an anchor (JSON Schema's `pattern`), else the whole text must match.
+  RegexParser(GrammarBuilder& b, std::string_view pattern, bool json_string, bool unanchored)
+      : b_(b), text_(unwrap_top_groups(pattern)), p_(text_), json_(json_string), unanchored_(unanchored) {}
 
   Result<Symbol> parse() {
     // Top-level alternatives carry their own anchors; an unanchored end admits any text.
@@ -117,12 +119,12 @@ class RegexParser {
       Sequence seq;
       const bool start_anchored = pos_ < p_.size() && p_[pos_] == '^';
       if (start_anchored) ++pos_;
-      if (!start_anchored && json_) seq.push_back(any_text());
+      if (!start_anchored && unanchored_) seq.push_back(any_text());
       Sequence body = parse_sequence(0);
       seq.insert(seq.end(), body.begin(), body.end());
       const bool end_anchored = pos_ < p_.size() && p_[pos_] == '$';
       if (end_anchored) ++pos_;
-      if (!end_anchored && json_) seq.push_back(any_text());
+      if (!end_anchored && unanchored_) seq.push_back(any_text());
       alternatives.push_back(std::move(seq));
       if (!b_.ok() || pos_ >= p_.size() || p_[pos_] != '|') break;
     }
@@ -430,6 +432,7 @@ class RegexParser {
   std::string text_;
   std::string_view p_;
   bool json_;
+  bool unanchored_;
   size_t pos_ = 0;
   std::optional<Symbol> any_text_;
 };
@@ -437,21 +440,33 @@ class RegexParser {
 }  // namespace
 
 Result<Symbol> build_regex(GrammarBuilder& builder, std::string_view pattern, bool json_string) {
-  return RegexParser(builder, pattern, json_string).parse();
+  return RegexParser(builder, pattern, json_string, json_string).parse();
 }
 
 Symbol build_json_char(GrammarBuilder& builder, std::vector<CodepointRange> ranges, bool negated) {
-  return RegexParser(builder, "", true).chars(std::move(ranges), negated);
+  return RegexParser(builder, "", true, true).chars(std::move(ranges), negated);
 }
 
-Result<Grammar> compile_regex(std::string_view pattern, GrammarLimits limits) {
+namespace {
+
+Result<Grammar> finish_regex(std::string_view pattern, GrammarLimits limits, bool unanchored) {
   GrammarBuilder b(limits);
-  auto symbol = build_regex(b, pattern, false);
+  auto symbol = RegexParser(b, pattern, false, unanchored).parse();
   if (!symbol.ok()) return symbol.error();
   const int32_t root = b.define_rule("root", {Sequence{*symbol}});
   auto grammar = b.finish(root);
   if (!grammar.ok()) return Error{"regex: " + grammar.error().message};
   return grammar;
+}
+
+}  // namespace
+
+Result<Grammar> compile_regex(std::string_view pattern, GrammarLimits limits) {
+  return finish_regex(pattern, limits, false);
+}
+
+Result<Grammar> compile_regex_search(std::string_view pattern, GrammarLimits limits) {
+  return finish_regex(pattern, limits, true);
 }
 
 }  // namespace deepinfer::grammar

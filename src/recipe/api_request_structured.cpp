@@ -2,6 +2,7 @@
 // constrained in the family's own markup (tool_choice "required" or a named function: one call;
 // "auto" with a strict tool: free text or one call), arguments matching each tool's parameters.
 #include <algorithm>
+#include <chrono>
 
 #include "engine/structured_output.h"
 #include "recipe/api_request_internal.h"
@@ -9,6 +10,16 @@
 
 namespace deepinfer::api {
 namespace {
+
+// The front end runs here, on the connection's thread, so it gets the deadline an engine
+// compile has: a costly schema is an error, never a stalled connection thread.
+grammar::GrammarLimits request_limits() {
+  grammar::GrammarLimits limits;
+  limits.deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
+                        grammar::GrammarCompilerService::Options{}.timeout_seconds));
+  return limits;
+}
 
 bool is_strict(const Json& function) {
   const Json* strict = find_field(function, "strict");
@@ -30,7 +41,7 @@ std::variant<Json, ApiError> arguments_grammar(const Json& function, size_t i, s
   spec.text = schema.dump();
   spec.json.lenient = !strict;
   std::vector<std::string> dropped;
-  auto grammar = grammar::build_grammar(spec, {}, &dropped);
+  auto grammar = grammar::build_grammar(spec, request_limits(), &dropped);
   const std::string path = "tools[" + std::to_string(i) + "].function.parameters";
   if (grammar.ok()) {
     warnings.insert(warnings.end(), dropped.begin(), dropped.end());
@@ -46,7 +57,7 @@ std::variant<Json, ApiError> arguments_grammar(const Json& function, size_t i, s
 std::optional<ApiError> collect_structured_warnings(ApiRequest& request) {
   const auto& params = request.sampling.structured_output;
   if (!params || params->kind != StructuredOutputParams::Kind::kJsonSchema || params->strict) return std::nullopt;
-  auto grammar = grammar::build_grammar(to_grammar_spec(*params), {}, &request.warnings);
+  auto grammar = grammar::build_grammar(to_grammar_spec(*params), request_limits(), &request.warnings);
   if (grammar.ok()) return std::nullopt;
   const std::string field = request.structured_output ? request.structured_output->begin().key() : "guided_json";
   return bad_request(field, field + ": " + grammar.error().message);
@@ -85,7 +96,7 @@ std::optional<ApiError> constrain_tool_calls(ApiRequest& request, const std::vec
   // One space after ':' and ',' as the models write their calls.
   params.max_whitespace = 1;
   // The whole grammar through the front end now, so a failure is this request's 400.
-  auto grammar = grammar::build_grammar(to_grammar_spec(params));
+  auto grammar = grammar::build_grammar(to_grammar_spec(params), request_limits());
   if (!grammar.ok()) return bad_request("tools", "tools: " + grammar.error().message);
   request.warnings.insert(request.warnings.end(), warnings.begin(), warnings.end());
   request.sampling.structured_output = std::move(params);

@@ -133,6 +133,7 @@ class GenerationHandler {
       co_return co_await reply_error(api_error(kind_, status, "the server is overloaded: too many requests are queued; retry later"));
     }
     running.set_id(*request_id);
+    grammar_field_ = api.structured_output ? api.structured_output->begin().key() : "tools";
     auto builder = ApiResponseBuilder::create(api, context_.model, response_id(kind_), unix_now());
     bool keep_alive = false;
     if (api.stream) {
@@ -154,6 +155,10 @@ class GenerationHandler {
     co_return co_await write_response(stream_, std::move(response), context_.config.write_timeout_s);
   }
 
+  // The engine failed the request before its first token: its grammar did not compile (an
+  // unsupported keyword, a timeout). The client's error, naming the field that asked for it.
+  ApiError failed_error(const Error& error) const { return api_error(kind_, 400, error.message, grammar_field_); }
+
   ApiError timeout_error() const {
     return api_error(kind_, 408, "the request ran past the server's limit of " +
                                      std::to_string(context_.config.request_timeout_s) + " s (--request-timeout)");
@@ -174,6 +179,7 @@ class GenerationHandler {
       }
       if (wait == Wait::kDropped) co_return co_await reply_error(api_error(kind_, 500, "the request was dropped"));
       if (event.error) co_return co_await reply_error(api_error(kind_, 400, event.error->message));
+      if (event.output.error) co_return co_await reply_error(failed_error(*event.output.error));
       builder.on_output(event.output);
       if (event.output.finished) break;
     }
@@ -205,7 +211,9 @@ class GenerationHandler {
   }
 
   // Headers go out with the first engine event, so a request the engine refuses still gets a
-  // plain error response with its status code.
+  // plain error response with its status code. So does one whose grammar fails to compile: the
+  // engine holds a constrained request's first token until its compile is done, so a failed
+  // compile is the request's first event.
   asio::awaitable<bool> stream_response(RunningRequest& running, ApiResponseBuilder& builder) {
     EngineEvent event;
     bool headers_sent = false;
@@ -223,6 +231,11 @@ class GenerationHandler {
         co_return co_await end_stream(builder.stream_error(timeout_error()));
       }
       if (event.error) co_return co_await reply_error(api_error(kind_, 400, event.error->message));
+      if (event.output.error) {
+        if (!headers_sent) co_return co_await reply_error(failed_error(*event.output.error));
+        context_.metrics->record_request(endpoint_, 200);
+        co_return co_await end_stream(builder.stream_error(failed_error(*event.output.error)));
+      }
       if (!headers_sent) {
         if (!co_await send_headers()) {
           running.abort();
@@ -260,6 +273,7 @@ class GenerationHandler {
   ApiKind kind_;
   ServerContext& context_;
   std::string endpoint_;
+  std::string grammar_field_;  // the request field whose grammar constrains it
   bool response_started_ = false;
 };
 

@@ -80,6 +80,7 @@ TEST(EndToEnd, BatchRequestFieldsAndPerRequestErrors) {
   const auto result = testing::run_cli("generate --model " + model.path() + " --input " + stem + ".jsonl --output " +
                                        stem + "-out.jsonl --temperature 1 --seed 5");
   ASSERT_EQ(result.exit_code, 0) << result.out;
+  EXPECT_NE(result.out.find("1 of 5 requests failed"), std::string::npos) << result.out;
   std::vector<Json> lines;
   std::istringstream out(read_file(stem + "-out.jsonl"));
   for (std::string line; std::getline(out, line);) lines.push_back(Json::parse(line));
@@ -92,9 +93,12 @@ TEST(EndToEnd, BatchRequestFieldsAndPerRequestErrors) {
   const std::string regex_out = lines[1]["text"];
   ASSERT_EQ(regex_out.size(), 4u) << regex_out;
   EXPECT_TRUE(regex_out[0] >= 'a' && regex_out[0] <= 'c' && regex_out[2] == 'x' && std::isdigit(regex_out[3]));
-  // The unsupported keyword fails this request alone, naming the keyword and its pointer.
-  EXPECT_EQ(lines[2]["finish_reason"], "abort");
-  EXPECT_NE(lines[2]["stop_reason"].get<std::string>().find("'uniqueItems' at '#/uniqueItems'"), std::string::npos);
+  // The unsupported keyword fails this request alone, an error line naming the keyword and its
+  // pointer rather than an empty output.
+  EXPECT_EQ(lines[2].size(), 2u) << lines[2];
+  EXPECT_EQ(lines[2]["index"], 2);
+  EXPECT_NE(lines[2].value("error", "").find("unsupported keyword 'uniqueItems' at '#/uniqueItems'"), std::string::npos)
+      << lines[2];
   EXPECT_TRUE(lines[3]["text"] == "left" || lines[3]["text"] == "right") << lines[3];
   const std::string parens = lines[4]["text"];
   EXPECT_TRUE(parens.size() >= 3 && parens.front() == '(') << parens;

@@ -4,7 +4,12 @@
 // oracle. Exact keywords must agree with ajv; sound restrictions may only reject more.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "grammar/front_ends.h"
 #include "grammar/matcher.h"
@@ -201,6 +206,70 @@ TEST(SchemaKeywords, InexpressibleFormsAreErrors) {
   EXPECT_FALSE(
       compile_json_schema(R"({"type":"object","properties":{"a":{}},"minProperties":2,"additionalProperties":false})", {})
           .ok());
+}
+
+// Runs fn on its own thread; a call still running after the bound (a backtracking regex that
+// hangs) ends the process with a failure instead of hanging the test run.
+template <typename F>
+auto within_bound(const char* what, F fn) {
+  constexpr auto kBound = std::chrono::seconds(20);
+  std::packaged_task<decltype(fn())()> task(std::move(fn));
+  auto done = task.get_future();
+  std::thread(std::move(task)).detach();
+  if (done.wait_for(kBound) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: %s still running after %lld s\n", what, static_cast<long long>(kBound.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  return done.get();
+}
+
+// enum/const values and patternProperties keys are checked against patterns that make a
+// backtracking matcher take exponential time or overflow its stack: the verdicts still come
+// (linear in the text) and are right.
+TEST(SchemaKeywords, CatastrophicPatternsAreCheckedInLinearTime) {
+  const std::string long_a(10'000, 'a');
+  struct PatternCase {
+    std::string pattern;
+    std::string matching;      // a value the pattern accepts
+    std::string not_matching;  // a value that makes backtracking explode
+  };
+  const std::vector<PatternCase> cases = {
+      {"^(a+)+$", "aaaa", std::string(45, 'a') + "b"},
+      {"^(a+)+$", long_a, long_a + "!"},
+      {"^(a|aa)+$", long_a, long_a + "b"},
+      {"^(a*)*b$", long_a + "b", long_a},
+      {"(x+x+)+y", std::string(5'000, 'x') + "y", std::string(10'000, 'x')},
+      {"^(\\w+\\s?)*$", "word word", long_a + " " + long_a + "!"},
+      {"^([a-z]+[0-9]*)+\\.$", "ab1cd.", long_a + "1"},
+      {"^(a|b)*$", std::string(100'000, 'a'), std::string(100'000, 'b') + "c"},
+  };
+  for (const auto& c : cases) {
+    const Json schema = {{"type", "string"}, {"pattern", c.pattern}, {"enum", {c.matching, c.not_matching}}};
+    auto grammar = within_bound(c.pattern.c_str(), [&] { return compile_json_schema(schema.dump(), {}); });
+    ASSERT_TRUE(grammar.ok()) << c.pattern << ": " << grammar.error().message;
+    EXPECT_TRUE(accepts(*grammar, Json(c.matching).dump())) << c.pattern;
+    EXPECT_FALSE(accepts(*grammar, Json(c.not_matching).dump())) << c.pattern;
+    // The same pattern on keys: the exploding key is no pattern key, so additionalProperties
+    // decides it.
+    const Json keys = {{"enum", {{{c.not_matching, 1}}, {{c.matching, "s"}}}},
+                       {"patternProperties", {{c.pattern, {{"type", "string"}}}}},
+                       {"additionalProperties", {{"type", "integer"}}}};
+    auto by_key = within_bound(c.pattern.c_str(), [&] { return compile_json_schema(keys.dump(), {}); });
+    ASSERT_TRUE(by_key.ok()) << c.pattern << ": " << by_key.error().message;
+    EXPECT_TRUE(accepts(*by_key, Json{{c.not_matching, 1}}.dump())) << c.pattern;
+    EXPECT_TRUE(accepts(*by_key, Json{{c.matching, "s"}}.dump())) << c.pattern;
+  }
+  // Only the values that match are generated; none left is an error, and a pattern the front
+  // end cannot read stays an error naming it.
+  const Json none = {{"type", "string"}, {"pattern", "^(a+)+$"}, {"enum", {std::string(45, 'a') + "b"}}};
+  auto empty = within_bound("^(a+)+$ alone", [&] { return compile_json_schema(none.dump(), {}); });
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.error().message.find("leaves no value"), std::string::npos) << empty.error().message;
+  auto lookahead = compile_json_schema(R"x({"pattern":"^(?=a)","enum":["a"]})x", {});
+  ASSERT_FALSE(lookahead.ok());
+  EXPECT_NE(lookahead.error().message.find("lookaround assertions are not supported"), std::string::npos)
+      << lookahead.error().message;
 }
 
 }  // namespace
