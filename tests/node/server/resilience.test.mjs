@@ -14,6 +14,15 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { MODEL, metrics, startServer } from './harness.mjs';
 
+// Starts a server for test t; it is killed when t ends, so a failed test leaves none behind.
+async function serverFor(t, args, env = {}) {
+  const server = await startServer(args, undefined, env);
+  t.after(() => {
+    if (server.child.exitCode === null && server.child.signalCode === null) server.child.kill('SIGKILL');
+  });
+  return server;
+}
+
 const clients = (url) => ({
   openai: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 }),
   anthropic: new Anthropic({ baseURL: url, apiKey: 'unused', maxRetries: 0 }),
@@ -80,10 +89,10 @@ function countPages(dir) {
   return n;
 }
 
-test('SIGTERM ends open streams with an error event, saves their KV pages and exits in time', async () => {
+test('SIGTERM ends open streams with an error event, saves their KV pages and exits in time', async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'deepinfer-shutdown-'));
   try {
-    const server = await startServer(['--shutdown-timeout', '3', '--kv-cache-dir', dir]);
+    const server = await serverFor(t, ['--shutdown-timeout', '3', '--kv-cache-dir', dir]);
     const { openai, anthropic } = clients(server.url);
     // A prompt of several 16-token pages, so the running request has full pages to save.
     const document = Array.from({ length: 12 }, (_, i) => `line ${i} of a document`).join('\n');
@@ -114,9 +123,9 @@ test('SIGTERM ends open streams with an error event, saves their KV pages and ex
   }
 });
 
-test('SIGTERM ends a server whose engine is stuck in a step within the bound', async () => {
+test('SIGTERM ends a server whose engine is stuck in a step within the bound', async (t) => {
   // The third forward pass never returns.
-  const server = await startServer(['--shutdown-timeout', '2'], undefined, { DEEPINFER_FAULT: 'hang:embedding:3' });
+  const server = await serverFor(t, ['--shutdown-timeout', '2'], { DEEPINFER_FAULT: 'hang:embedding:3' });
   const { openai } = clients(server.url);
   const chat = consume(await openai.chat.completions.create({
     model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 50, ignore_eos: true, stream: true,
@@ -134,9 +143,9 @@ test('SIGTERM ends a server whose engine is stuck in a step within the bound', a
   assert.match(String(end.error?.message), /shutting down/);
 });
 
-test('a failed step ends its request with an error event; the server serves on', async () => {
+test('a failed step ends its request with an error event; the server serves on', async (t) => {
   // The second forward pass throws: the stream's first token is out, then the step fails.
-  const server = await startServer([], undefined, { DEEPINFER_FAULT: 'throw:embedding:2' });
+  const server = await serverFor(t, [], { DEEPINFER_FAULT: 'throw:embedding:2' });
   const { openai, anthropic } = clients(server.url);
   const chat = consume(await openai.chat.completions.create({
     model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 20, ignore_eos: true, stream: true,
@@ -155,8 +164,8 @@ test('a failed step ends its request with an error event; the server serves on',
   await server.stop();
 });
 
-test('a failed step answers a whole request with a 500 in its API\'s shape', async () => {
-  const server = await startServer([], undefined, { DEEPINFER_FAULT: 'throw:embedding:1' });
+test('a failed step answers a whole request with a 500 in its API\'s shape', async (t) => {
+  const server = await serverFor(t, [], { DEEPINFER_FAULT: 'throw:embedding:1' });
   const r = await post(server.url, '/v1/messages', { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'Hi' }] });
   assert.equal(r.status, 500, r.text);
   assert.equal(r.json.type, 'error');
@@ -166,8 +175,8 @@ test('a failed step answers a whole request with a 500 in its API\'s shape', asy
   await server.stop();
 });
 
-test('a lost device turns /health to 503 with the reason, logged, and refuses every request', async () => {
-  const server = await startServer([], undefined, { DEEPINFER_FAULT: 'device_lost:embedding:1' });
+test('a lost device turns /health to 503 with the reason, logged, and refuses every request', async (t) => {
+  const server = await serverFor(t, [], { DEEPINFER_FAULT: 'device_lost:embedding:1' });
   const chat = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 };
   const failed = await post(server.url, '/v1/chat/completions', chat);
   assert.equal(failed.status, 503, failed.text);
