@@ -7,11 +7,13 @@
 #include <optional>
 
 #include "commands.h"
+#include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "recipe/chat_template.h"
 #include "server/engine_worker.h"
 #include "server/http_server.h"
+#include "server/shutdown.h"
 #include "session.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,7 +25,8 @@ constexpr const char* kDefaultModelDir = "models/default";
 
 constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
                        [--api-key KEY] [--max-queued-requests N] [--max-queued-tokens N]
-                       [--request-timeout S] [--max-body-bytes N] [--max-num-seqs N]
+                       [--request-timeout S] [--max-body-bytes N] [--max-n N] [--shutdown-timeout S]
+                       [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
                        [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--check-invariants] [--kv-cache-dir DIR]
@@ -36,9 +39,14 @@ The model directory needs tokenizer.json (and tokenizer_config.json for the chat
 Without --model it serves models/default. --port 0 picks a free port; the first line printed
 is "deepinfer serve: listening on http://HOST:PORT".
 --api-key: clients must send 'Authorization: Bearer KEY' or 'x-api-key: KEY'.
---max-queued-requests / --max-queued-tokens: bounds on requests (and their prompt tokens)
-waiting for the engine; past them requests get 429 (529 on /v1/messages) with Retry-After.
+--max-queued-requests / --max-queued-tokens: bounds on requests waiting for the engine and on
+the tokens they may run, n x (prompt + max_tokens) each; past them requests get 429 (529 on
+/v1/messages) with Retry-After. --max-n: the most samples one request may ask for (default 128).
 --request-timeout: seconds a request may run (default 600). --max-body-bytes: default 8 MiB.
+--shutdown-timeout: on SIGTERM / SIGINT the server stops accepting, ends every open request with
+an error (503, or an error event on a stream), writes the KV store's queued pages and exits;
+past this many seconds (default 5) it exits anyway, logging what was stuck. A second signal
+ends it at once.
 --kv-cache-dir DIR: keep prompt KV pages in a persistent store (host memory, then DIR on disk,
 then a Redis server with --kv-cache-backend redis://host:port) so any later request with the
 same prefix, in this process or another, loads them instead of recomputing (docs/kvstore.md);
@@ -110,6 +118,10 @@ Result<server::ServerConfig> server_config(const Args& args) {
   auto body = positive(args, "--max-body-bytes", config.max_body_bytes);
   if (!body.ok()) return body.error();
   config.max_body_bytes = *body;
+  auto shutdown = args.get_double("--shutdown-timeout", config.shutdown_timeout_s);
+  if (!shutdown.ok()) return shutdown.error();
+  if (!(*shutdown > 0 && *shutdown <= 3600)) return Error{"--shutdown-timeout must be in (0, 3600] seconds"};
+  config.shutdown_timeout_s = *shutdown;
   auto io_threads = positive(args, "--io-threads", config.num_io_threads);
   if (!io_threads.ok()) return io_threads.error();
   config.num_io_threads = static_cast<int32_t>(std::clamp<int64_t>(*io_threads, 1, 64));
@@ -150,8 +162,8 @@ int run_serve(int argc, char** argv) {
                               {"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests",
                                "--max-queued-tokens", "--request-timeout", "--max-body-bytes", "--max-num-seqs",
                                "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
-                               "--gpu-memory-utilization", "--block-size",
-                               "--io-threads"})),
+                               "--gpu-memory-utilization", "--block-size", "--io-threads", "--max-n",
+                               "--shutdown-timeout"})),
                           model_bool_flags({"--check-invariants"}));
   if (!args.ok()) return report_error("serve", args.error());
   auto config = server_config(*args);
@@ -161,6 +173,9 @@ int run_serve(int argc, char** argv) {
   auto threads = positive(*args, "--threads", 0);
   if (!threads.ok()) return report_error("serve", threads.error());
   if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
+  auto max_n = args->get_int("--max-n", 128);
+  if (!max_n.ok()) return report_error("serve", max_n.error());
+  if (*max_n < 1 || *max_n > 65536) return report_error("serve", Error{"--max-n must be in [1, 65536]"});
 
   const std::string model_dir = args->find("--model").value_or(kDefaultModelDir);
   if (!args->has("--model") && !std::filesystem::exists(model_dir)) {
@@ -170,9 +185,11 @@ int run_serve(int argc, char** argv) {
   auto kv_store = kv_store_config_from_args(*args, model_dir);
   if (!kv_store.ok()) return report_error("serve", kv_store.error());
   engine_cfg->kv_store = *kv_store;
+  // Declared first, so its watchdog bounds every destructor below (the engine's flushes the KV store).
+  server::ShutdownDeadline shutdown(config->shutdown_timeout_s);
   auto setup = load(*args, model_dir);
   if (!setup.ok()) return report_error("serve", setup.error());
-  EngineCore engine(*setup->model, &*setup->tokenizer, *engine_cfg);
+  auto engine = std::make_unique<EngineCore>(*setup->model, &*setup->tokenizer, *engine_cfg);
   ThreadPool encode_pool(2);
 
   server::Metrics metrics;
@@ -181,7 +198,7 @@ int run_serve(int argc, char** argv) {
   limits.max_queued_tokens = config->max_queued_tokens;
   limits.check_invariants = config->check_invariants;
   // Stopped before the server's io_context goes, so it never posts to a destroyed one.
-  auto worker = std::make_unique<server::EngineWorker>(engine, metrics, limits);
+  auto worker = std::make_unique<server::EngineWorker>(*engine, metrics, limits);
 
   server::ServerContext context;
   context.config = *config;
@@ -199,8 +216,10 @@ int run_serve(int argc, char** argv) {
                                                          : setup->model->config().max_position_embeddings);
   context.model.vocab_size = static_cast<int32_t>(setup->model->config().vocab_size);
   context.model.pool = &encode_pool;
+  context.model.max_n = static_cast<int32_t>(*max_n);
   context.worker = worker.get();
   context.metrics = &metrics;
+  context.shutdown = &shutdown;
   context.started_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 
@@ -212,7 +231,20 @@ int run_serve(int argc, char** argv) {
               std::string(chat_family_name(context.model.family)).c_str());
   std::fflush(stdout);
   http_server.run();
+  // Every connection is closed; the engine thread was told to abort what runs after its step.
+  shutdown.set_stage("waiting for the engine thread to end its step");
+  if (!worker->stop(shutdown.at_fraction(0.75))) {
+    DI_LOG(kError, "shutdown: the engine thread is stuck, " << worker->activity()
+                                                          << "; saving the KV store's queued pages and exiting without it");
+    shutdown.set_stage("writing the KV store's queued pages (the engine thread is stuck)");
+    engine->flush_kv_store();
+    server::ShutdownDeadline::give_up("the engine thread did not end its step");
+  }
   worker.reset();
+  shutdown.set_stage("writing the KV store's queued pages");
+  engine->flush_kv_store();
+  shutdown.set_stage("releasing the engine");
+  engine.reset();
   std::fprintf(stderr, "deepinfer serve: stopped\n");
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/device_error.h"
 #include "core/logging.h"
 #include "engine/batch_builder.h"
 #include "engine/kv_handover.h"
@@ -393,10 +394,65 @@ struct EngineCore::Impl {
       model.forward_sampled(built.batch, plan.draws, drawn.data(), plan.host_rows, logits.data());
     }
     for (size_t i = 0; i < built.rows.size(); ++i) {
+      const ScheduledRows& rows = built.rows[i];
+      if (rows.request->is_finished()) continue;  // its request failed on an earlier row
       std::optional<int32_t> token;
       if (plan.draw_of[i]) token = drawn[static_cast<size_t>(*plan.draw_of[i])];
-      process_rows(built.rows[i], logits, token, outputs);
+      try {
+        process_rows(rows, logits, token, outputs);
+      } catch (const std::exception& e) {
+        if (loses_device(e)) throw;
+        end_request(rows.request->request_id, Error{e.what()}, outputs);
+      }
     }
+  }
+
+  // Schedules and runs one batch into outputs. A failed forward pass fails the whole batch.
+  void run_step(std::map<int64_t, RequestOutput>& outputs) {
+    if (offload) {
+      const bool idle = scheduler.num_waiting() == 0 && scheduler.num_running() == 0;
+      for (Request* r : offload->take_ready(idle)) scheduler.add(r);
+    }
+    if (!awaiting_grammar.empty()) start_compiled_grammars(outputs);
+    const SchedulerOutput scheduled = scheduler.schedule();
+    num_preemptions += static_cast<int64_t>(scheduled.preempted.size());
+    if (scheduled.empty()) {
+      // Nothing can run before a compile ends: wait for one briefly rather than have the caller
+      // spin on step().
+      if (outputs.empty() && !awaiting_grammar.empty()) structured->wait_for_compiles(std::chrono::milliseconds(10));
+      return;
+    }
+    try {
+      const BuiltBatch built = build_forward_batch(scheduled, kv);
+      logits.resize(built.batch.logit_rows.size() * static_cast<size_t>(model.config().vocab_size));
+      if (structured) {  // the next token masks are computed while the forward pass runs
+        std::vector<int64_t> constrained;
+        for (const ScheduledRows& rows : built.rows) {
+          if (rows.samples && rows.request->params.structured_output) constrained.push_back(rows.request->seq_id);
+        }
+        structured->prefetch(constrained);
+      }
+      forward_and_process(built, outputs);
+    } catch (const std::exception& e) {
+      if (loses_device(e)) throw;
+      for (const ScheduledSequence& s : scheduled.scheduled) {
+        if (!s.request->is_finished()) end_request(s.request->request_id, Error{e.what()}, outputs);
+      }
+    }
+  }
+
+  // Ends every sample of a request that is still running, with `failure` when given (abort: none).
+  void end_request(int64_t request_id, std::optional<Error> failure, std::map<int64_t, RequestOutput>& outputs) {
+    Group& group = groups.at(request_id);
+    RequestOutput& out = output_for(outputs, sequences.at(group.seq_ids.front())->request);
+    for (int64_t seq_id : group.seq_ids) {
+      Sequence& seq = *sequences.at(seq_id);
+      if (seq.request.is_finished()) continue;
+      if (failure) out.failure = failure;
+      structured_errors.erase(seq_id);
+      finish(seq, FinishReason::kAbort, out);
+    }
+    group.held_children.clear();
   }
 
   // drawn: the token the backend drew for this row (forward_sampled), if it did.
@@ -525,42 +581,19 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
 
 void EngineCore::abort_request(int64_t request_id) {
   Impl& m = *impl_;
-  const auto it = m.groups.find(request_id);
-  if (it == m.groups.end()) return;
-  RequestOutput& out = m.output_for(m.pending_outputs, m.sequences.at(it->second.seq_ids.front())->request);
-  for (int64_t seq_id : it->second.seq_ids) {
-    Impl::Sequence& seq = *m.sequences.at(seq_id);
-    if (!seq.request.is_finished()) m.finish(seq, FinishReason::kAbort, out);
-  }
-  it->second.held_children.clear();
+  if (m.groups.count(request_id) != 0) m.end_request(request_id, std::nullopt, m.pending_outputs);
 }
 
 std::vector<RequestOutput> EngineCore::step() {
   Impl& m = *impl_;
   std::map<int64_t, RequestOutput> outputs = std::move(m.pending_outputs);
   m.pending_outputs.clear();
-  if (m.offload) {
-    const bool idle = m.scheduler.num_waiting() == 0 && m.scheduler.num_running() == 0;
-    for (Request* r : m.offload->take_ready(idle)) m.scheduler.add(r);
-  }
-  if (!m.awaiting_grammar.empty()) m.start_compiled_grammars(outputs);
-  const SchedulerOutput scheduled = m.scheduler.schedule();
-  m.num_preemptions += static_cast<int64_t>(scheduled.preempted.size());
-  if (!scheduled.empty()) {
-    const BuiltBatch built = build_forward_batch(scheduled, m.kv);
-    m.logits.resize(built.batch.logit_rows.size() * static_cast<size_t>(m.model.config().vocab_size));
-    if (m.structured) {  // the next token masks are computed while the forward pass runs
-      std::vector<int64_t> constrained;
-      for (const ScheduledRows& rows : built.rows) {
-        if (rows.samples && rows.request->params.structured_output) constrained.push_back(rows.request->seq_id);
-      }
-      m.structured->prefetch(constrained);
-    }
-    m.forward_and_process(built, outputs);
-  } else if (outputs.empty() && !m.awaiting_grammar.empty()) {
-    // Nothing can run before a compile ends: wait for one briefly rather than have the caller
-    // spin on step().
-    m.structured->wait_for_compiles(std::chrono::milliseconds(10));
+  try {
+    m.run_step(outputs);
+  } catch (...) {
+    // What this step already ended is reported by the next one, so no request is left behind.
+    m.pending_outputs = std::move(outputs);
+    throw;
   }
   std::vector<RequestOutput> result;
   for (auto& [request_id, out] : outputs) {
@@ -630,5 +663,9 @@ EngineStats EngineCore::stats() const {
 }
 
 void EngineCore::check_invariants() const { impl_->kv.check_invariants(); }
+
+void EngineCore::flush_kv_store() {
+  if (impl_->offload) impl_->offload->store().flush();
+}
 
 }  // namespace deepinfer

@@ -69,9 +69,13 @@ struct RequestOutput {
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;
   bool finished = false;  // every sample finished
-  // Why the request failed before producing a token (its structured-output grammar did not
-  // compile: an error in the spec, a timeout); finished is then true, every sample kAbort.
+  // The request's own fault, found before it produced a token (its structured-output grammar
+  // did not compile: an error in the spec, a timeout): the server answers 400. finished is then
+  // true, every sample kAbort.
   std::optional<Error> error;
+  // The engine's fault: a step failed while running this request (EngineCore::step), the
+  // server answers 500. The request is finished (its samples end with kAbort) and its KV freed.
+  std::optional<Error> failure;
 };
 
 // A request whose prompt a PROMPT engine ran: its first token and its KV blocks' contents.
@@ -116,8 +120,18 @@ class EngineCore {
                            TrafficClass kv_cache_class = TrafficClass::kDefault);
   // Cancels at any point; frees everything; the next step() reports it finished (kAbort).
   void abort_request(int64_t request_id);
+  // One scheduling step and its forward pass. An exception from the forward pass ends every
+  // request of its batch, and one while processing a request's results ends that request: their
+  // outputs come back finished with `failure` set, their KV freed, and the engine serves the rest.
+  // A DeviceError with lost() propagates: the device can run nothing more. Any other exception
+  // that propagates (from scheduling, or a persistent store's page import) leaves every request
+  // in place; aborting them all brings the engine back to idle.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const;
+  // Waits until the persistent KV store has written every queued page (no store: returns at once).
+  // Thread-safe: may run while another thread is inside step(), so shutdown can save what was
+  // queued even when a step is stuck.
+  void flush_kv_store();
 
   // PROMPT mode: requests whose prefill finished since the last call.
   std::vector<PrefilledRequest> take_prefilled();

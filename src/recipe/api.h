@@ -55,6 +55,7 @@ struct ModelContext {
   int32_t vocab_size = 0;
   ThreadPool* pool = nullptr;
   int32_t default_max_tokens = 0;  // 0: whatever context is left after the prompt
+  int32_t max_n = 128;             // the most samples (n) one request may ask for
 };
 
 // How the generated text is split (see output_parser.h): set by the request conversion from the

@@ -138,6 +138,10 @@ std::optional<ApiError> apply_sampling(ApiRequest& request, const Json& fields, 
                            "). Please reduce the length of the prompt or " + max_tokens_field + ".");
   }
   if (auto valid = request.sampling.validate(model.vocab_size); !valid.ok()) return from_error(valid.error());
+  if (request.sampling.n > model.max_n) {
+    return bad_request("n", "n must be at most " + std::to_string(model.max_n) + " on this server (--max-n), got " +
+                                std::to_string(request.sampling.n));
+  }
   if (request.sampling.logprobs) {
     request.logprobs = true;
     request.top_logprobs = *request.sampling.logprobs;

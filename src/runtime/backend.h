@@ -261,7 +261,8 @@ struct BackendOptions {
 };
 
 // "cpu": the optimised host kernels; "ref": the scalar reference kernels (slow; for tests).
-// Unknown names are an error listing the known ones.
+// Unknown names are an error listing the known ones. With DEEPINFER_FAULT set, the backend is
+// wrapped by the failure-injection test hook (runtime/fault_injection.h).
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options = {});
 
 }  // namespace deepinfer

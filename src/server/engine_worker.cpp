@@ -1,13 +1,38 @@
 // The engine thread: inbox -> EngineCore::add_request / abort_request, step(), outputs -> channels.
 #include "server/engine_worker.h"
 
-#include "core/check.h"
+#include <sstream>
+
+#include "core/device_error.h"
+#include "core/logging.h"
 
 namespace deepinfer::server {
 namespace {
 
 double seconds_between(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// What a request weighs against max_queued_tokens: each of its n samples may run the prompt
+// and max_tokens (a preempted sample recomputes them), so n x (prompt + max_tokens), saturated.
+int64_t queued_token_cost(const Submission& s) {
+  const int64_t per_sample = static_cast<int64_t>(s.prompt_token_ids.size()) + std::max(s.params.max_tokens, 0);
+  const int64_t n = std::max(s.params.n, 1);
+  return per_sample > 0 && n > INT64_MAX / per_sample ? INT64_MAX : n * per_sample;
+}
+
+void send_error(OutputChannel& channel, int64_t request_id, int status, std::string message) {
+  EngineEvent event;
+  event.output.request_id = request_id;
+  event.output.finished = true;
+  event.error = Error{std::move(message)};
+  event.error_status = status;
+  channel.try_send(boost::system::error_code{}, std::move(event));
 }
 
 }  // namespace
@@ -21,23 +46,29 @@ EngineWorker::~EngineWorker() {
     stop_ = true;
   }
   wake_.notify_one();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
-std::optional<int64_t> EngineWorker::submit(Submission submission) {
-  const auto num_tokens = static_cast<int64_t>(submission.prompt_token_ids.size());
+Admission EngineWorker::submit(Submission submission) {
+  const int64_t cost = queued_token_cost(submission);
   int64_t request_id = 0;
   {
     std::lock_guard lock(mutex_);
-    if (queued_requests_ > 0 &&
-        (queued_requests_ >= limits_.max_queued_requests || queued_tokens_ + num_tokens > limits_.max_queued_tokens)) {
-      return std::nullopt;
+    if (unavailable_) return Refusal{false, *unavailable_};
+    // An empty queue takes anything, so a large request is never refused for ever.
+    if (limits_.max_queued_requests <= 0 || (queued_requests_ > 0 && queued_requests_ >= limits_.max_queued_requests)) {
+      return Refusal{true, "the server is overloaded: too many requests are queued; retry later"};
     }
-    if (limits_.max_queued_requests <= 0) return std::nullopt;
+    if (queued_requests_ > 0 && cost > limits_.max_queued_tokens - queued_tokens_) {
+      return Refusal{true, "the server is overloaded: this request's " + std::to_string(cost) +
+                               " tokens (n x (prompt + max_tokens)) do not fit the queue's token budget "
+                               "(--max-queued-tokens) beside the requests waiting; retry later"};
+    }
     ++queued_requests_;
-    queued_tokens_ += num_tokens;
+    queued_tokens_ += cost;
     request_id = next_request_id_++;
-    inbox_.push_back(Pending{request_id, std::move(submission), std::chrono::steady_clock::now()});
+    open_.emplace(request_id, submission.channel);
+    inbox_.push_back(Pending{request_id, cost, std::move(submission), std::chrono::steady_clock::now()});
   }
   wake_.notify_one();
   return request_id;
@@ -51,35 +82,106 @@ void EngineWorker::abort(int64_t request_id) {
   wake_.notify_one();
 }
 
+std::optional<std::string> EngineWorker::unavailable() const {
+  std::lock_guard lock(mutex_);
+  return unavailable_;
+}
+
+void EngineWorker::shutdown(const std::string& reason) {
+  std::map<int64_t, std::shared_ptr<OutputChannel>> open;
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    if (!unavailable_) unavailable_ = reason;
+    open.swap(open_);
+  }
+  wake_.notify_one();
+  for (const auto& [request_id, channel] : open) send_error(*channel, request_id, 503, reason);
+}
+
+bool EngineWorker::stop(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  stop_ = true;
+  if (!unavailable_) unavailable_ = "the server is shutting down";
+  wake_.notify_one();
+  if (!done_.wait_until(lock, deadline, [&] { return thread_done_; })) return false;
+  lock.unlock();
+  if (thread_.joinable()) thread_.join();
+  return true;
+}
+
+std::string EngineWorker::activity() const {
+  const int64_t began_ns = step_began_ns_.load();
+  if (began_ns == 0) return "between steps";
+  std::ostringstream out;
+  out << "inside a step for " << static_cast<double>(now_ns() - began_ns) * 1e-9 << " s";
+  return out.str();
+}
+
 void EngineWorker::leave_queue(Entry& entry) {
   if (entry.started) return;
   entry.started = true;
   std::lock_guard lock(mutex_);
   --queued_requests_;
-  queued_tokens_ -= entry.num_prompt_tokens;
+  queued_tokens_ -= entry.queued_tokens;
+}
+
+void EngineWorker::forget(int64_t request_id) {
+  entries_.erase(request_id);
+  std::lock_guard lock(mutex_);
+  open_.erase(request_id);
 }
 
 void EngineWorker::admit(Pending pending) {
   Submission& s = pending.submission;
-  Entry entry{s.channel, pending.submitted, pending.submitted, static_cast<int64_t>(s.prompt_token_ids.size())};
+  Entry entry{s.channel, pending.submitted, pending.submitted, pending.queued_tokens};
   Result<void> added;
-  try {
-    added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
-                                std::move(s.cache_salt), s.kv_cache_class);
-  } catch (const std::exception& e) {
-    // A failed check while validating one request refuses that request, not the server.
-    added = Error{e.what()};
+  int status = 400;
+  if (disabled_) {
+    added = Error{unavailable().value_or("the server can run no requests")};
+    status = 503;
+  } else {
+    try {
+      added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
+                                  std::move(s.cache_salt), s.kv_cache_class);
+    } catch (const std::exception& e) {
+      // A failed check while validating one request refuses that request, not the server.
+      added = Error{e.what()};
+    }
   }
   if (!added.ok()) {
     leave_queue(entry);
-    EngineEvent event;
-    event.output.request_id = pending.request_id;
-    event.output.finished = true;
-    event.error = added.error();
-    entry.channel->try_send(boost::system::error_code{}, std::move(event));
+    send_error(*entry.channel, pending.request_id, status, added.error().message);
+    std::lock_guard lock(mutex_);
+    open_.erase(pending.request_id);
     return;
   }
   entries_.emplace(pending.request_id, std::move(entry));
+}
+
+void EngineWorker::fail(int64_t request_id, int status, const std::string& message) {
+  const auto it = entries_.find(request_id);
+  if (it == entries_.end()) return;
+  leave_queue(it->second);
+  if (!it->second.dropped) send_error(*it->second.channel, request_id, status, message);
+  forget(request_id);
+}
+
+void EngineWorker::fail_all(int status, const std::string& message) {
+  std::vector<int64_t> request_ids;
+  for (const auto& [request_id, entry] : entries_) request_ids.push_back(request_id);
+  for (int64_t request_id : request_ids) fail(request_id, status, message);
+}
+
+void EngineWorker::disable(const std::string& why) {
+  DI_LOG(kError, why << "; the server can run nothing more: /health answers 503 and every request is refused "
+                        "until it is restarted");
+  disabled_ = true;
+  {
+    std::lock_guard lock(mutex_);
+    unavailable_ = why;
+  }
+  fail_all(503, why);
 }
 
 void EngineWorker::deliver(const RequestOutput& output) {
@@ -100,6 +202,11 @@ void EngineWorker::deliver(const RequestOutput& output) {
     entry.last_token = now;
     metrics_.add_generation_tokens(num_new_tokens);
   }
+  if (output.failure) {
+    DI_LOG(kError, "request " << output.request_id << " failed in the engine: " << output.failure->message);
+    fail(output.request_id, 500, "the engine failed while running this request: " + output.failure->message);
+    return;
+  }
   if (!entry.dropped && !entry.channel->try_send(boost::system::error_code{}, EngineEvent{output, std::nullopt})) {
     // The client stopped reading and its buffer is full: free the engine for the others.
     entry.dropped = true;
@@ -108,7 +215,38 @@ void EngineWorker::deliver(const RequestOutput& output) {
   }
   if (output.finished) {
     metrics_.observe_e2e(seconds_between(entry.submitted, now));
-    entries_.erase(it);
+    forget(output.request_id);
+  }
+}
+
+void EngineWorker::run_engine(const std::vector<int64_t>& aborts) {
+  try {
+    for (int64_t request_id : aborts) {
+      if (entries_.count(request_id) > 0) engine_.abort_request(request_id);
+    }
+    if (!engine_.has_unfinished_requests()) return;
+    step_began_ns_ = now_ns();
+    const std::vector<RequestOutput> outputs = engine_.step();
+    step_began_ns_ = 0;
+    for (const RequestOutput& output : outputs) deliver(output);
+  } catch (const std::exception& e) {
+    step_began_ns_ = 0;
+    if (loses_device(e)) {
+      disable(std::string("the device failed: ") + e.what());
+      return;
+    }
+    // Not pinned on any request (a scheduling bug, a failed page import): all of them fail, and
+    // aborting them in the engine frees their KV.
+    DI_LOG(kError, "an engine step failed (" << e.what() << "); failing the " << entries_.size()
+                                             << " requests in flight");
+    std::vector<int64_t> request_ids;
+    for (const auto& [request_id, entry] : entries_) request_ids.push_back(request_id);
+    fail_all(500, std::string("internal error: ") + e.what());
+    try {
+      for (int64_t request_id : request_ids) engine_.abort_request(request_id);
+    } catch (const std::exception& again) {
+      disable(std::string("the engine could not free the failed requests: ") + again.what());
+    }
   }
 }
 
@@ -131,25 +269,39 @@ void EngineWorker::loop() {
     std::vector<int64_t> aborts;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !entries_.empty(); });
-      if (stop_) return;
+      wake_.wait(lock, [&] {
+        return stop_ || !inbox_.empty() || !aborts_.empty() || (!disabled_ && engine_.has_unfinished_requests());
+      });
+      if (stop_) break;
       adds.swap(inbox_);
       aborts.swap(aborts_);
     }
     for (Pending& pending : adds) admit(std::move(pending));
-    for (int64_t request_id : aborts) {
-      if (entries_.count(request_id) > 0) engine_.abort_request(request_id);
-    }
-    if (engine_.has_unfinished_requests()) {
-      for (const RequestOutput& output : engine_.step()) deliver(output);
-    }
-    if (!engine_.has_unfinished_requests()) {
+    if (!disabled_) run_engine(aborts);
+    if (!disabled_ && !engine_.has_unfinished_requests()) {
       // Every request ends with a finished output, so an idle engine leaves no entry behind.
-      DI_CHECK(entries_.empty());
+      if (!entries_.empty()) {
+        DI_LOG(kError, entries_.size() << " requests ended without a final output (a deepinfer bug); failing them");
+        fail_all(500, "internal error: the engine lost this request");
+      }
+      // A broken invariant ends the process here on purpose: tests want to hear of it.
       if (limits_.check_invariants) engine_.check_invariants();
     }
     publish_gauges();
   }
+  // Shutting down: free what still runs, which queues its computed pages for the KV store.
+  if (!disabled_) {
+    try {
+      for (const auto& [request_id, entry] : entries_) engine_.abort_request(request_id);
+    } catch (const std::exception& e) {
+      DI_LOG(kWarn, "shutdown: aborting the running requests failed: " << e.what());
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    thread_done_ = true;
+  }
+  done_.notify_all();
 }
 
 }  // namespace deepinfer::server

@@ -127,12 +127,12 @@ class GenerationHandler {
                                                    static_cast<size_t>(context_.config.stream_buffer_outputs));
     RunningRequest running(stream_, context_, channel);
     Submission submission{api.prompt_token_ids, api.sampling, api.priority, api.cache_salt, channel, api.kv_cache_class};
-    const std::optional<int64_t> request_id = context_.worker->submit(std::move(submission));
-    if (!request_id) {
-      const int status = kind_ == ApiKind::kMessages ? 529 : 429;
-      co_return co_await reply_error(api_error(kind_, status, "the server is overloaded: too many requests are queued; retry later"));
+    const Admission admission = context_.worker->submit(std::move(submission));
+    if (const Refusal* refusal = std::get_if<Refusal>(&admission)) {
+      const int status = !refusal->overloaded ? 503 : kind_ == ApiKind::kMessages ? 529 : 429;
+      co_return co_await reply_error(api_error(kind_, status, refusal->message));
     }
-    running.set_id(*request_id);
+    running.set_id(std::get<int64_t>(admission));
     grammar_field_ = api.structured_output ? api.structured_output->begin().key() : "tools";
     auto builder = ApiResponseBuilder::create(api, context_.model, response_id(kind_), unix_now());
     bool keep_alive = false;
@@ -178,7 +178,7 @@ class GenerationHandler {
         co_return co_await reply_error(timeout_error());
       }
       if (wait == Wait::kDropped) co_return co_await reply_error(api_error(kind_, 500, "the request was dropped"));
-      if (event.error) co_return co_await reply_error(api_error(kind_, 400, event.error->message));
+      if (event.error) co_return co_await reply_error(api_error(kind_, event.error_status, event.error->message));
       if (event.output.error) co_return co_await reply_error(failed_error(*event.output.error));
       builder.on_output(event.output);
       if (event.output.finished) break;
@@ -230,11 +230,14 @@ class GenerationHandler {
         context_.metrics->record_request(endpoint_, 200);
         co_return co_await end_stream(builder.stream_error(timeout_error()));
       }
-      if (event.error) co_return co_await reply_error(api_error(kind_, 400, event.error->message));
-      if (event.output.error) {
-        if (!headers_sent) co_return co_await reply_error(failed_error(*event.output.error));
-        context_.metrics->record_request(endpoint_, 200);
-        co_return co_await end_stream(builder.stream_error(failed_error(*event.output.error)));
+      if (event.error || event.output.error) {
+        const ApiError error = event.error ? api_error(kind_, event.error_status, event.error->message)
+                                           : failed_error(*event.output.error);
+        if (!headers_sent) co_return co_await reply_error(error);
+        // Mid-stream (a grammar that did not compile, a failed step, shutdown): the API's error
+        // event ends the stream.
+        context_.metrics->record_request(endpoint_, error.status);
+        co_return co_await end_stream(builder.stream_error(error));
       }
       if (!headers_sent) {
         if (!co_await send_headers()) {

@@ -3,7 +3,8 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -21,6 +22,21 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// A coroutine's completion handler: an exception that escaped it is logged, where
+// asio::detached would rethrow it from io_context::run and end the process.
+auto log_failure(const char* what) {
+  return [what](const std::exception_ptr& failure) {
+    if (!failure) return;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      DI_LOG(kError, what << " failed: " << e.what());
+    } catch (...) {
+      DI_LOG(kError, what << " failed");
+    }
+  };
+}
 
 struct Route {
   std::string_view path;
@@ -100,6 +116,18 @@ asio::awaitable<bool> dispatch(TcpStream& stream, const HttpRequest& request, Se
   co_return co_await write_response(stream, std::move(*response), timeout_s);
 }
 
+// Counts a connection as busy while a request of it is dispatched.
+class BusyConnection {
+ public:
+  explicit BusyConnection(std::atomic<int32_t>& count) : count_(count) { ++count_; }
+  ~BusyConnection() { --count_; }
+  BusyConnection(const BusyConnection&) = delete;
+  BusyConnection& operator=(const BusyConnection&) = delete;
+
+ private:
+  std::atomic<int32_t>& count_;
+};
+
 // A response to a request that could not be read whole; the connection closes after it.
 asio::awaitable<void> refuse(TcpStream& stream, ServerContext& context, int status, std::string message) {
   HttpRequest request;
@@ -155,7 +183,12 @@ asio::awaitable<void> serve_connection(TcpStream stream, ServerContext& context)
     stream.expires_never();
     HttpRequest request = parser.release();
     const bool keep_alive = request.keep_alive();
-    if (!co_await dispatch(stream, request, context) || !keep_alive) break;
+    bool open = false;
+    {
+      const BusyConnection busy(context.num_busy_connections);
+      open = co_await dispatch(stream, request, context);
+    }
+    if (!open || !keep_alive || context.shutdown->begun()) break;
   }
   boost::system::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -168,14 +201,14 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, ServerContext& contex
     if (error) continue;  // e.g. out of file descriptors: keep serving the others
     socket.set_option(tcp::no_delay(true), error);
     auto executor = socket.get_executor();
-    asio::co_spawn(executor, serve_connection(TcpStream(std::move(socket)), context), asio::detached);
+    asio::co_spawn(executor, serve_connection(TcpStream(std::move(socket)), context), log_failure("a connection"));
   }
 }
 
 }  // namespace
 
 HttpServer::HttpServer(ServerContext& context)
-    : context_(context), acceptor_(io_), signals_(io_, SIGINT, SIGTERM) {}
+    : context_(context), accept_strand_(asio::make_strand(io_)), acceptor_(io_), signals_(io_, SIGINT, SIGTERM) {}
 
 HttpServer::~HttpServer() = default;
 
@@ -196,16 +229,44 @@ Result<uint16_t> HttpServer::listen() {
 }
 
 void HttpServer::run() {
-  signals_.async_wait([this](const boost::system::error_code& error, int) {
-    if (!error) stop();
+  signals_.async_wait([this](const boost::system::error_code& error, int signal_number) {
+    if (!error) begin_shutdown(signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   });
-  asio::co_spawn(io_, accept_loop(acceptor_, context_), asio::detached);
+  asio::co_spawn(accept_strand_, accept_loop(acceptor_, context_), log_failure("the accept loop"));
   std::vector<std::thread> threads;
   for (int32_t i = 1; i < context_.config.num_io_threads; ++i) threads.emplace_back([this] { io_.run(); });
   io_.run();
   for (std::thread& thread : threads) thread.join();
 }
 
-void HttpServer::stop() { io_.stop(); }
+void HttpServer::begin_shutdown(const char* signal_name) {
+  boost::system::error_code ignored;
+  signals_.clear(ignored);  // the default action again: a second signal ends the process at once
+  context_.shutdown->begin();
+  DI_LOG(kWarn, signal_name << ": shutting down within " << context_.shutdown->timeout_s()
+                            << " s (--shutdown-timeout)");
+  // On the accept loop's strand: the acceptor is not thread-safe.
+  asio::post(accept_strand_, [this] {
+    boost::system::error_code error;
+    acceptor_.close(error);
+  });
+  context_.worker->shutdown("the server is shutting down");
+  asio::co_spawn(io_, close_connections(), log_failure("the shutdown"));
+}
+
+asio::awaitable<void> HttpServer::close_connections() {
+  const auto deadline = context_.shutdown->at_fraction(0.5);
+  asio::steady_timer poll(io_);
+  while (context_.num_busy_connections > 0 && std::chrono::steady_clock::now() < deadline) {
+    poll.expires_after(std::chrono::milliseconds(10));
+    co_await poll.async_wait(asio::use_awaitable);
+  }
+  if (context_.num_busy_connections > 0) {
+    DI_LOG(kWarn, "shutdown: closing " << context_.num_busy_connections
+                                       << " connections still writing their last response");
+  }
+  context_.shutdown->set_stage("stopping the connections");
+  io_.stop();
+}
 
 }  // namespace deepinfer::server

@@ -139,7 +139,11 @@ asio::awaitable<bool> write_response(TcpStream& stream, HttpResponse response, d
 std::optional<HttpResponse> handle_info_route(const HttpRequest& request, ServerContext& context) {
   std::string_view path = request.target();
   path = path.substr(0, path.find('?'));
-  if (path == "/health") return make_response(request, http::status::ok, "");
+  if (path == "/health") {
+    const std::optional<std::string> unavailable = context.worker->unavailable();
+    if (!unavailable) return make_response(request, http::status::ok, "");
+    return make_error_response(request, ApiKind::kChatCompletions, api_error(ApiKind::kChatCompletions, 503, *unavailable));
+  }
   if (path == "/v1/models") return models(request, context);
   if (path == "/metrics") {
     return make_response(request, http::status::ok, context.metrics->render(), "text/plain; version=0.0.4");

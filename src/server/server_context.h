@@ -1,10 +1,11 @@
-// What every route of the HTTP server shares: its settings, the served model, the engine thread
-// and the metrics; plus the Beast types the routes are written in.
+// What every route of the HTTP server shares: its settings, the served model, the engine thread,
+// the metrics and the shutdown's state; plus the Beast types the routes are written in.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "recipe/api.h"
 #include "server/engine_worker.h"
 #include "server/metrics.h"
+#include "server/shutdown.h"
 
 namespace deepinfer::server {
 
@@ -32,6 +34,7 @@ struct ServerConfig {
   int32_t stream_buffer_outputs = 1024;  // engine outputs a request may have unsent
   double write_timeout_s = 30.0;         // one write to a client that stopped reading
   double idle_timeout_s = 120.0;         // between requests on a kept-alive connection
+  double shutdown_timeout_s = 5.0;       // SIGTERM / SIGINT to exit, whatever is stuck
   bool check_invariants = false;         // EngineCore::check_invariants whenever idle (tests)
 };
 
@@ -40,7 +43,11 @@ struct ServerContext {
   ModelContext model;
   EngineWorker* worker = nullptr;
   Metrics* metrics = nullptr;
+  ShutdownDeadline* shutdown = nullptr;  // required; begun by the first SIGTERM / SIGINT
   int64_t started_unix = 0;
+  // Connections inside a request (read, its response not yet written): the shutdown lets them
+  // send their last frames before it closes every connection.
+  std::atomic<int32_t> num_busy_connections{0};
 };
 
 // Reads a request body as JSON: invalid UTF-8 names the byte offset, malformed JSON the line and
@@ -61,8 +68,8 @@ boost::asio::awaitable<bool> write_response(TcpStream& stream, HttpResponse resp
 boost::asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,
                                                ServerContext& context);
 
-// GET /health, GET /v1/models, GET /metrics, POST /tokenize, POST /detokenize; nullopt for any
-// other path.
+// GET /health (503 with the reason once the device is lost or shutdown began), GET /v1/models,
+// GET /metrics, POST /tokenize, POST /detokenize; nullopt for any other path.
 std::optional<HttpResponse> handle_info_route(const HttpRequest& request, ServerContext& context);
 
 }  // namespace deepinfer::server

@@ -237,6 +237,22 @@ TEST(ApiRequest, ContextOverflowNamesBothNumbers) {
   EXPECT_EQ(r.param, "max_output_tokens");
 }
 
+TEST(ApiRequest, SamplesBeyondMaxNAreRefusedNamingN) {
+  ModelContext model = qwen3();
+  model.max_n = 4;
+  const Json body = Json::parse(R"({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "n": 5})");
+  const ApiError e = parse_error(ApiKind::kChatCompletions, body, model);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "n");
+  EXPECT_NE(e.message.find("at most 4"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("5"), std::string::npos) << e.message;
+  const ApiError c = parse_error(ApiKind::kCompletions, Json::parse(R"({"model": "tiny", "prompt": "Hi", "n": 5})"), model);
+  EXPECT_EQ(c.param, "n");
+  EXPECT_EQ(parse_ok(ApiKind::kChatCompletions, Json{{"model", "tiny"}, {"messages", body["messages"]}, {"n", 4}}, model)
+                .sampling.n,
+            4);
+}
+
 struct BadCase {
   ApiKind kind;
   const char* body;

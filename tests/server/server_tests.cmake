@@ -1,6 +1,7 @@
 # The server's end-to-end tests (label `server`): node:test scripts in tests/node/server drive
 # `deepinfer serve` on loopback with the official openai and @anthropic-ai/sdk clients and raw
-# HTTP; they share one tiny model made by the fixture below.
+# HTTP (resilience: shutdown and injected failures); they share one tiny model made by the
+# fixture below.
 if(DEFINED DEEPINFER_BENCH AND NOT DEEPINFER_BENCH)
   return()  # the fixture needs deepinfer-make-random-model from bench/
 endif()
@@ -15,7 +16,7 @@ add_test(NAME server_model_setup
                  -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${server_model}
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/server/make_server_model.cmake)
 set_tests_properties(server_model_setup PROPERTIES FIXTURES_SETUP server_model LABELS server)
-foreach(script clients raw_http load kv_store structured)
+foreach(script clients raw_http load kv_store structured resilience)
   add_test(NAME server_${script}
            COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/${script}.test.mjs)
   set_tests_properties(server_${script} PROPERTIES FIXTURES_REQUIRED server_model LABELS server TIMEOUT 120

@@ -5,15 +5,20 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <stdexcept>
 #include <string>
+
+#include "core/device_error.h"
 
 namespace deepinfer::kernels::cuda {
 
-class CudaError : public std::runtime_error {
+// lost() for the errors CUDA documents as leaving the context unusable until the process ends.
+class CudaError : public DeviceError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CudaError(const std::string& message, bool lost = false) : DeviceError(message, lost) {}
 };
+
+// Whether status is one of those (cudaErrorIllegalAddress, cudaErrorAssert, ...).
+bool poisons_context(cudaError_t status);
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);

@@ -394,12 +394,13 @@ void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) 
                           ffn_scratch_floats(layer.ffn, num_tokens)});
     }
     const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
+    // Before the old buffers go: a failed allocation below must leave no graph reading them.
+    if (graphs_) graphs_->clear();
     hidden_ = backend_.allocate(floats(num_tokens * hidden));
     normed_ = backend_.allocate(floats(num_tokens * hidden));
     delta_ = backend_.allocate(floats(num_tokens * hidden));
     scratch_ = backend_.allocate(floats(scratch));
     workspace_tokens_ = num_tokens;
-    if (graphs_) graphs_->clear();
   }
   if (num_logit_rows > workspace_logit_rows_) {
     if (graphs_) graphs_->clear();

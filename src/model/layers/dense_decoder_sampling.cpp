@@ -23,8 +23,11 @@ void DenseDecoder::forward_sampled(const ForwardBatch& batch, const std::vector<
   if (!draws.empty()) {
     const size_t params_bytes = draws.size() * sizeof(kernels::SampleParams);
     if (draws_.size_bytes() < params_bytes) {
-      draws_ = backend_.allocate(params_bytes);
+      // Both made before either is kept: a failed allocation must not leave draws_ grown over a
+      // drawn_tokens_ too small for it.
+      DeviceBuffer params_buffer = backend_.allocate(params_bytes);
       drawn_tokens_ = backend_.allocate(draws.size() * sizeof(int32_t));
+      draws_ = std::move(params_buffer);
     }
     backend_.copy_to_device(draws_.data(), draws.data(), params_bytes);
     backend_.sample_rows(logits_.as<float>(), vocab, draws_.as<kernels::SampleParams>(),

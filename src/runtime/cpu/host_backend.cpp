@@ -7,11 +7,13 @@
 #include <new>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/matmul_invariant.h"
 #include "kernels/cpu/moe.h"
 #include "runtime/cpu/op_profile.h"
 #include "runtime/backend.h"
+#include "runtime/fault_injection.h"
 #ifdef DEEPINFER_HAS_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -223,9 +225,7 @@ class RefBackend final : public HostBackendBase {
 
 #undef DEEPINFER_FORWARD_OPS
 
-}  // namespace
-
-Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
+Result<std::unique_ptr<Backend>> make_named_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
   if (name == "ref") return std::unique_ptr<Backend>(std::make_unique<RefBackend>());
 #ifdef DEEPINFER_HAS_CUDA
@@ -234,6 +234,20 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Bac
 #else
   return Error{"unknown device '" + name + "'; this build supports: cpu, ref (cuda needs a build with nvcc)"};
 #endif
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
+  auto backend = make_named_backend(name, options);
+  const char* fault = std::getenv("DEEPINFER_FAULT");
+  if (!backend.ok() || fault == nullptr || fault[0] == '\0') return backend;
+  auto spec = parse_fault_spec(fault);
+  if (!spec.ok()) return spec.error();
+  auto faults = std::make_shared<FaultSwitch>();
+  faults->arm(*spec);
+  DI_LOG(kWarn, "DEEPINFER_FAULT=" << fault << " (a test hook): that backend call will fail");
+  return wrap_with_faults(std::move(*backend), std::move(faults));
 }
 
 }  // namespace deepinfer

@@ -6,12 +6,13 @@ import net from 'node:net';
 
 export const MODEL = 'tiny';
 
-export async function startServer(extraArgs = [], model = process.env.DEEPINFER_SERVER_MODEL) {
+// env: extra environment variables (e.g. DEEPINFER_FAULT, the failure-injection test hook).
+export async function startServer(extraArgs = [], model = process.env.DEEPINFER_SERVER_MODEL, env = {}) {
   const cli = process.env.DEEPINFER_CLI;
   if (!cli || !model) throw new Error('set DEEPINFER_CLI and DEEPINFER_SERVER_MODEL (CTest does)');
   const args = ['serve', '--model', model, '--port', '0', '--served-model-name', MODEL, '--threads', '1',
                 '--block-size', '16', '--kv-cache-bytes', String(64 << 20), '--check-invariants', ...extraArgs];
-  const child = spawn(cli, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(cli, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
   const url = await new Promise((resolve, reject) => {
@@ -29,6 +30,7 @@ export async function startServer(extraArgs = [], model = process.env.DEEPINFER_
   });
   return {
     url,
+    child,
     stderr: () => stderr,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) {

@@ -80,6 +80,17 @@ describe('default server', () => {
     assert.match(r.json.error.message, /4096/);
   });
 
+  test('n beyond --max-n is a 400 naming n and the limit', async () => {
+    const r = await post(server.url, '/v1/chat/completions', chatBody({ n: 129 }));
+    assertOpenAIError(r, 400);
+    assert.equal(r.json.error.param, 'n');
+    assert.match(r.json.error.message, /at most 128/);
+    assert.match(r.json.error.message, /129/);
+    const c = await post(server.url, '/v1/completions', { model: MODEL, prompt: 'Hi', max_tokens: 2, n: 1000 });
+    assertOpenAIError(c, 400);
+    assert.equal(c.json.error.param, 'n');
+  });
+
   test('an unknown model is a 404', async () => {
     const r = await post(server.url, '/v1/chat/completions', chatBody({ model: 'gpt-7' }));
     assertOpenAIError(r, 404);
@@ -248,5 +259,43 @@ describe('server with a queue of one', () => {
     assert.equal(done.status, 200, done.text);
     await waitIdle(server.url);
     await assertServes(server.url);
+  });
+});
+
+describe('server with a token budget for its queue', () => {
+  let server;
+  before(async () => {
+    server = await startServer(['--max-num-seqs', '1', '--max-queued-tokens', '2000']);
+  });
+  after(async () => { await server.stop(); });
+
+  test('admission charges n x (prompt + max_tokens): 429 (OpenAI) / 529 (Anthropic) past the budget', async () => {
+    const controller = new AbortController();
+    const running = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal: controller.signal,
+      body: JSON.stringify(chatBody({ max_tokens: 3000, ignore_eos: true, stream: true })),
+    });
+    await readFrames(running, 2);
+    // A small request waits behind it (one sequence at a time).
+    const queued = post(server.url, '/v1/chat/completions', chatBody());
+    for (let i = 0; i < 200 && (await metrics(server.url)).deepinfer_num_requests_waiting !== 1; ++i) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    // 100 samples x (prompt + 20) tokens pass the 2000-token budget; the prompt alone would not.
+    const many = await post(server.url, '/v1/chat/completions', chatBody({ n: 100, max_tokens: 20 }));
+    assertOpenAIError(many, 429);
+    assert.equal(many.headers.get('retry-after'), '1');
+    assert.match(many.json.error.message, /n x \(prompt \+ max_tokens\)/);
+    // One sample with a long max_tokens weighs as much.
+    const long = await post(server.url, '/v1/messages', { model: MODEL, max_tokens: 2500, messages: [{ role: 'user', content: 'hi' }] });
+    assertAnthropicError(long, 529);
+    // Two samples of a short request fit beside the waiting one.
+    const two = post(server.url, '/v1/chat/completions', chatBody({ n: 2 }));
+    controller.abort();
+    const [done, pair] = await Promise.all([queued, two]);
+    assert.equal(done.status, 200, done.text);
+    assert.equal(pair.status, 200, pair.text);
+    assert.equal(pair.json.choices.length, 2);
+    await waitIdle(server.url);
   });
 });
