@@ -45,12 +45,16 @@ struct TestModel {
   std::unique_ptr<CausalLM> model;
 };
 
-// dir: a fixture name under tests/data or a model directory.
-inline TestModel load_test_model(const std::string& dir, bool batch_invariant) {
+using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+
+// dir: a fixture name under tests/data or a model directory. wrap, if given, wraps the CPU
+// backend the model runs on.
+inline TestModel load_test_model(const std::string& dir, bool batch_invariant, const BackendWrapper& wrap = nullptr) {
   TestModel loaded;
   BackendOptions options;
   options.batch_invariant = batch_invariant;
   loaded.backend = std::move(make_backend("cpu", options).value());
+  if (wrap) loaded.backend = wrap(std::move(loaded.backend));
   const std::string path = dir.find('/') == std::string::npos ? fixture_dir(dir) : dir;
   auto model = load_model(path, *loaded.backend, /*show_progress=*/false);
   if (!model.ok()) ADD_FAILURE() << model.error().message;

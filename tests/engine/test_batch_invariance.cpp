@@ -1,11 +1,13 @@
 // Batch invariance end to end (issue 4, item 6): in batch-invariant mode, 32 prompts run
 // together give the same token ids and bit-identical logprobs as each prompt run alone, greedy
 // and seeded, also with chunked prefill, a prefix-cache hit and preemptions. The negative
-// control shows the same comparison fails with the default kernels, so the test can fail.
+// controls show the same comparison fails with the default kernels, and with an attention or
+// MoE op made batch-dependent, so the tests can fail.
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "batch_dependent_backend.h"
 #include "engine_test_util.h"
 
 namespace deepinfer::testing {
@@ -130,6 +132,17 @@ TEST_P(BatchInvariance, PreemptedEqualsAlone) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvariance,
                          ::testing::Values("qwen3", "llama", "mistral_swa", "deepseek_v3", "qwen3_moe"));
 
+// How many prompts' tokens or logprob bits differ between the two runs.
+int32_t count_different(const std::map<int64_t, RequestRun>& together, const std::map<int64_t, RequestRun>& alone) {
+  int32_t num_different = 0;
+  for (const auto& [id, run] : alone) {
+    const SampleRun& a = run.samples.at(0);
+    const SampleRun& t = together.at(id).samples.at(0);
+    if (a.token_ids != t.token_ids || !same_bits(a.logprobs, t.logprobs)) ++num_different;
+  }
+  return num_different;
+}
+
 // Negative control: the default kernels take the GEMV for a few rows and oneDNN for many, so the
 // 32-prompt prefill (hundreds of rows) and a lone prompt's prefill (8-40 rows) or its decode (1
 // row) round differently; the comparison above must then find a difference.
@@ -139,15 +152,44 @@ TEST(BatchInvarianceControl, DefaultKernelsDifferBetweenTogetherAndAlone) {
   const auto requests = make_requests(vocab, /*seeded=*/false);
   const EngineConfig config = small_engine_config(256, kBlockSize);
   const auto together = run_together(*loaded.model, config, requests);
-  const auto alone = run_each_alone(*loaded.model, config, requests);
-  int32_t num_different = 0;
-  for (const auto& [id, run] : alone) {
-    const SampleRun& a = run.samples.at(0);
-    const SampleRun& t = together.at(id).samples.at(0);
-    if (a.token_ids != t.token_ids || !same_bits(a.logprobs, t.logprobs)) ++num_different;
-  }
-  EXPECT_GT(num_different, 0) << "no prompt differed: the invariance tests above could not fail";
+  EXPECT_GT(count_different(together, run_each_alone(*loaded.model, config, requests)), 0)
+      << "no prompt differed: the invariance tests above could not fail";
 }
+
+struct PerturbedOp {
+  std::string fixture;
+  std::string op;        // BatchDependentBackend's op
+  int64_t min_rows = 0;  // sequences (attention) or tokens (experts) above which it perturbs
+};
+
+class BatchDependentControl : public ::testing::TestWithParam<PerturbedOp> {};
+
+// Negative control for the MoE / MLA fixtures: in invariant mode, but with MLA's attention
+// perturbed in batches of several sequences, or the experts in steps of more tokens than any
+// lone prompt has (the batch's prefill), the comparison above must find a difference.
+TEST_P(BatchDependentControl, ComparisonFindsTheBatchDependentOp) {
+  const PerturbedOp& perturbed = GetParam();
+  BatchDependentBackend* control = nullptr;
+  TestModel loaded = load_test_model(perturbed.fixture, /*batch_invariant=*/true, [&](std::unique_ptr<Backend> inner) {
+    auto wrapped = std::make_unique<BatchDependentBackend>(std::move(inner), perturbed.op, perturbed.min_rows);
+    control = wrapped.get();
+    return std::unique_ptr<Backend>(std::move(wrapped));
+  });
+  const int32_t vocab = static_cast<int32_t>(loaded.model->config().vocab_size);
+  const auto requests = make_requests(vocab, /*seeded=*/false);
+  const EngineConfig config = small_engine_config(256, kBlockSize);
+  const auto together = run_together(*loaded.model, config, requests);
+  const int64_t num_perturbed_together = control->num_perturbed();
+  const auto alone = run_each_alone(*loaded.model, config, requests);
+  ASSERT_GT(num_perturbed_together, 0);
+  EXPECT_EQ(control->num_perturbed(), num_perturbed_together) << "a lone prompt was perturbed too";
+  EXPECT_GT(count_different(together, alone), 0) << perturbed.op << " changed with the batch, unnoticed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchDependentControl,
+                         ::testing::Values(PerturbedOp{"deepseek_v3", "paged_attention", 1},
+                                           PerturbedOp{"qwen3_moe", "moe_experts", 40}),
+                         [](const auto& info) { return info.param.fixture; });
 
 }  // namespace
 }  // namespace deepinfer::testing

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "default_model_oracle.h"
 #include "engine/generator.h"
 #include "fixtures.h"
 #include "model/layers/dense_decoder.h"
@@ -76,6 +77,14 @@ TEST(DefaultModel, GreedyMatchesTransformers) {
   const auto& greedy = expected["greedy"];
   Generator generator(*shipped.model, 16, 64);
   testing::expect_greedy_matches(greedy, generator);
+}
+
+// The default CPU kernels (oneDNN products of bf16-rounded activations at prefill, the GEMV at
+// decode), not the invariant mode above.
+TEST(DefaultModel, FastPathAgreesWithTransformers) {
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  testing::expect_fast_path_agrees(**backend, "cpu", 2e-3, 2e-4);
 }
 
 TEST(DefaultModel, LoadsMtpModuleAndConfidenceHead) {
