@@ -1,7 +1,9 @@
-// Over-acceptance of each engine's compiled JSON Schema grammar, with ajv as the oracle: per
+// Exactness of each engine's compiled JSON Schema grammar, with ajv as the oracle, both ways: per
 // MaskBench schema, the labelled instances ajv rejects plus seeded mutants of the valid ones
 // (dropped/added keys, changed types, duplicated items, values past bounds/patterns/enums) that
-// ajv rejects; a schema over-accepts when an engine accepts any of them. Prints markdown.
+// ajv rejects; a schema over-accepts when an engine accepts any of them. The labelled instances
+// and mutants ajv accepts are the positives: an engine that rejects one falsely rejects. Prints
+// markdown.
 // Usage: node bench/grammar_exactness.cjs DEEPINFER_BENCH_BIN TOKENIZER_DIR SCHEMA_DIR [MUTANTS]
 const fs = require('fs');
 const os = require('os');
@@ -146,11 +148,13 @@ function main() {
       p ? row.probes.push(p) : valid.push(t.data);
     }
     row.labelled = row.probes.length;
+    row.positives = valid.map((v) => JSON.stringify(v));
+    row.labelledValid = valid.length;
     if (valid.length) for (const t of mutants(valid, file.schema, count, 1234 + rows.length)) {
       const p = probe(JSON.parse(t));
-      if (p) row.probes.push(p);
+      p ? row.probes.push(p) : row.positives.push(t);
     }
-    items.push({ schema: JSON.stringify(file.schema), instances: row.probes.map((p) => p.text) });
+    items.push({ schema: JSON.stringify(file.schema), instances: [...row.probes.map((p) => p.text), ...row.positives] });
     row.item = items.length - 1;
   }
   const engines = {
@@ -164,27 +168,34 @@ function main() {
     }, { verdicts: items }).verdicts,
   };
   const checked = rows.filter((r) => r.checked);
-  const probes = checked.reduce((n, r) => n + r.probes.length, 0);
-  const labelled = checked.reduce((n, r) => n + r.labelled, 0);
+  const sum = (f) => checked.reduce((n, r) => n + f(r), 0);
+  const probes = sum((r) => r.probes.length), labelled = sum((r) => r.labelled);
+  const positives = sum((r) => r.positives.length), labelledValid = sum((r) => r.labelledValid);
   console.log(`${rows.length} MaskBench schemas, ${checked.length} loadable by ajv 8.20.0; ${probes} ajv-invalid ` +
-              `instances (${labelled} labelled, the rest mutants of valid ones, up to ${count} per schema)`);
+              `instances (${labelled} labelled, the rest mutants of valid ones, up to ${count} per schema) and ` +
+              `${positives} ajv-valid ones (${labelledValid} labelled, the rest mutants)`);
   console.log();
-  console.log('| engine | compiled | exact coverage (compiled, no probe accepted) | over-accepting schemas | ' +
-              'probes accepted | examples |');
-  console.log('|---|---|---|---|---|---|');
+  console.log('| engine | compiled | exact coverage (compiled, no probe accepted, no valid one rejected) | ' +
+              'over-accepting schemas | invalid accepted | falsely rejecting schemas | valid rejected | examples |');
+  console.log('|---|---|---|---|---|---|---|---|');
+  const rate = (n, of) => `${n}/${of} (${(100 * n / Math.max(of, 1)).toFixed(1)} %)`;
   for (const [engine, answer] of Object.entries(engines)) {
-    let compiled = 0, exact = 0, accepted = 0;
+    let compiled = 0, exact = 0, accepted = 0, invalidSeen = 0, rejected = 0, validSeen = 0, rejecting = 0;
     const over = [];
     for (const row of rows) {
       const a = row.checked ? answer[row.item] : null;
       if (!a || !a.compiled) continue;
       ++compiled;
       const bad = row.probes.filter((_, i) => a.accepted[i]);
-      accepted += bad.length;
-      if (!bad.length) {
-        ++exact;
-        continue;
+      const refused = row.positives.filter((_, i) => !a.accepted[row.probes.length + i]);
+      accepted += bad.length, invalidSeen += row.probes.length;
+      rejected += refused.length, validSeen += row.positives.length;
+      if (refused.length) {
+        ++rejecting;
+        if (process.env.EXACTNESS_VERBOSE) console.error(`${engine} rejects valid ${row.name}: ${refused[0].slice(0, 80)}`);
       }
+      if (!bad.length && !refused.length) ++exact;
+      if (!bad.length) continue;
       const text = `${row.name.replace(/\.json$/, '')} (\`${bad[0].keyword}\`: \`${bad[0].text.slice(0, 40)}\`)`;
       over.push({ keyword: bad[0].keyword, text });
     }
@@ -194,7 +205,8 @@ function main() {
     const examples = [...byKeyword.values()].map((os) => os[0].text).slice(0, 4).join('; ').replace(/\|/g, '\\|');
     const tally = [...byKeyword].map(([k, os]) => `${k} ${os.length}`).join(', ');
     console.log(`| ${engine} | ${compiled}/${checked.length} | ${exact}/${checked.length} | ${over.length}` +
-                `${tally ? ` (${tally})` : ''} | ${accepted} | ${examples} |`);
+                `${tally ? ` (${tally})` : ''} | ${rate(accepted, invalidSeen)} | ${rejecting} | ` +
+                `${rate(rejected, validSeen)} | ${examples} |`);
     if (process.env.EXACTNESS_VERBOSE) over.forEach((o) => console.error(`${engine} over-accepts ${o.text}`));
   }
 }
