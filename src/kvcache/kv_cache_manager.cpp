@@ -83,7 +83,7 @@ struct KvCacheManager::Impl {
   // The cached blocks of tokens' prefix, walking the chain from the root and stopping at the
   // first miss of group 0; never the block that holds the last token. A windowed group needs
   // only the blocks inside the window of the cut, and the cut moves back until it has them.
-  PrefixHit find_prefix(const std::vector<int32_t>& tokens, std::string_view cache_salt) const {
+  PrefixHit find_prefix(std::span<const int32_t> tokens, std::string_view cache_salt) const {
     PrefixHit hit;
     hit.block_ids.resize(groups.size());
     if (!config.enable_prefix_caching) return hit;
@@ -122,7 +122,7 @@ struct KvCacheManager::Impl {
     return hit;
   }
 
-  void register_full_blocks(Sequence& seq, const std::vector<int32_t>& tokens) {
+  void register_full_blocks(Sequence& seq, std::span<const int32_t> tokens) {
     const int32_t bs = config.block_size;
     const int32_t num_full = seq.num_computed_tokens / bs;
     for (int32_t i = seq.num_hashed_blocks; i < num_full; ++i) {
@@ -181,11 +181,11 @@ double KvCacheManager::usage() const {
   return static_cast<double>(total - num_free_blocks()) / total;
 }
 
-int32_t KvCacheManager::num_cached_tokens(const std::vector<int32_t>& tokens, std::string_view cache_salt) const {
+int32_t KvCacheManager::num_cached_tokens(std::span<const int32_t> tokens, std::string_view cache_salt) const {
   return impl_->find_prefix(tokens, cache_salt).num_blocks * block_size();
 }
 
-bool KvCacheManager::allocate(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+bool KvCacheManager::allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
                               std::string_view cache_salt, int32_t* num_cached_tokens) {
   DI_CHECK(num_tokens >= 0 && num_cached_tokens != nullptr);
   Impl& s = *impl_;
@@ -208,7 +208,7 @@ bool KvCacheManager::allocate(int64_t seq_id, const std::vector<int32_t>& tokens
   return allocate_imported(seq_id, tokens, num_tokens, cache_salt, 0, num_cached_tokens);
 }
 
-bool KvCacheManager::allocate_imported(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+bool KvCacheManager::allocate_imported(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
                                        std::string_view cache_salt, int32_t swa_start, int32_t* num_cached_tokens) {
   Impl& s = *impl_;
   const int32_t bs = s.config.block_size;
@@ -269,7 +269,7 @@ bool KvCacheManager::allocate_imported(int64_t seq_id, const std::vector<int32_t
   return true;
 }
 
-void KvCacheManager::commit_computed(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_computed) {
+void KvCacheManager::commit_computed(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_computed) {
   Impl& s = *impl_;
   Impl::Sequence& seq = s.at(seq_id);
   DI_CHECK(num_computed >= seq.num_computed_tokens && num_computed <= seq.num_tokens &&

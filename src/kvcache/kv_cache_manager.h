@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -53,13 +54,13 @@ class KvCacheManager {
 
   // How many leading tokens of a new sequence's tokens are cached: whole blocks only, and
   // always fewer than tokens.size() (the last token must run to give logits). Does not mutate.
-  int32_t num_cached_tokens(const std::vector<int32_t>& tokens, std::string_view cache_salt) const;
+  int32_t num_cached_tokens(std::span<const int32_t> tokens, std::string_view cache_salt) const;
 
   // Makes seq_id's table cover its first num_tokens tokens. On the sequence's first call it
   // first takes the cached prefix blocks (counted in stats) and returns how many tokens they
   // hold through num_cached_tokens (0 on later calls). Returns false and changes nothing when
   // there are not enough free blocks.
-  bool allocate(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens, std::string_view cache_salt,
+  bool allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens, std::string_view cache_salt,
                 int32_t* num_cached_tokens);
 
   // allocate() of a new sequence whose KV the caller writes from outside the cache (the
@@ -67,13 +68,13 @@ class KvCacheManager {
   // multiple of block_size, on). Unless the prefix hit already reaches swa_start, the tables of
   // windowed groups hold no block before swa_start (-1): those layers' KV there is never
   // computed, so it is never registered in the prefix index. The caller commits num_tokens.
-  bool allocate_imported(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+  bool allocate_imported(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
                          std::string_view cache_salt, int32_t swa_start, int32_t* num_cached_tokens);
 
   // After a step computed tokens [0, num_computed) of seq_id: registers its newly full blocks
   // in the prefix index and releases blocks outside the sliding window. num_computed never
   // shrinks (commit only accepted tokens) and tokens holds at least num_computed ids.
-  void commit_computed(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_computed);
+  void commit_computed(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_computed);
 
   // n > 1: child gets parent's table, full blocks shared (ref counted); the partial last block
   // is copied into a fresh block. Returns the (src, dst) block pairs the caller must copy on the
