@@ -143,7 +143,8 @@ Result<void> run(int argc, char** argv) {
   if (tokens.empty()) return Error{"the tokenizer in " + options.tokenizer_dir + " has no ordinary tokens"};
   auto backend = make_backend("cpu");
   if (!backend.ok()) return backend.error();
-  const int64_t max_tokens = options.warmup + options.steps + 1;
+  // The prefill's token, the warm-up and timed steps' tokens, and one more so none finishes.
+  const int64_t max_tokens = options.warmup + options.steps + 2;
   ModelConfig model_config;
   model_config.architecture = "StubForCausalLM";
   model_config.vocab_size = tokenizer.vocab_size();
