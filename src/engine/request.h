@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
+#include "kvcache/prefix_hash.h"
 #include "kvstore/page_format.h"
 
 namespace deepinfer {
@@ -43,6 +44,9 @@ struct Request {
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
   int32_t num_cached_tokens = 0;    // prompt tokens found in the prefix cache at admission
   int32_t num_preemptions = 0;
+  // The chain hashes of its blocks as far as prefix-cache lookups went: a request that waits is
+  // looked up every step, and hashes each block once (made by its first lookup).
+  std::optional<BlockHashChain> prefix_hashes;
 
   // The sequence's tokens are one array, the prompt then the outputs, so a view of any part is
   // free and a step copies no history.

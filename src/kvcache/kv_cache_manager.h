@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvcache/block_pool.h"
+#include "kvcache/prefix_hash.h"
 
 namespace deepinfer {
 
@@ -52,15 +53,26 @@ class KvCacheManager {
   // Fraction of blocks in use (not free, not evictable).
   double usage() const;
 
+  // The empty hash chain of a sequence under cache_salt, for the lookups below: a caller that
+  // looks one sequence up again and again (a waiting request, every step) keeps it, so that each
+  // block is hashed once.
+  BlockHashChain new_hash_chain(std::string_view cache_salt) const;
+
   // How many leading tokens of a new sequence's tokens are cached: whole blocks only, and
-  // always fewer than tokens.size() (the last token must run to give logits). Does not mutate.
+  // always fewer than tokens.size() (the last token must run to give logits). Changes nothing
+  // but hashes, which it extends as far as it looks (hashes: of these tokens, from
+  // new_hash_chain of their cache salt).
   int32_t num_cached_tokens(std::span<const int32_t> tokens, std::string_view cache_salt) const;
+  int32_t num_cached_tokens(std::span<const int32_t> tokens, BlockHashChain& hashes) const;
 
   // Makes seq_id's table cover its first num_tokens tokens. On the sequence's first call it
   // first takes the cached prefix blocks (counted in stats) and returns how many tokens they
   // hold through num_cached_tokens (0 on later calls). Returns false and changes nothing when
-  // there are not enough free blocks.
+  // there are not enough free blocks. hashes: as for num_cached_tokens (read only on the first
+  // call).
   bool allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens, std::string_view cache_salt,
+                int32_t* num_cached_tokens);
+  bool allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens, BlockHashChain& hashes,
                 int32_t* num_cached_tokens);
 
   // allocate() of a new sequence whose KV the caller writes from outside the cache (the
@@ -103,6 +115,10 @@ class KvCacheManager {
   void check_invariants() const;
 
  private:
+  // allocate_imported() with the prefix looked up along hashes.
+  bool allocate_new(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens, BlockHashChain& hashes,
+                    int32_t swa_start, int32_t* num_cached_tokens);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
