@@ -178,6 +178,7 @@ struct EngineCore::Impl {
     r.sample_index = sample_index;
     r.set_prompt(prompt);
     r.params = params;
+    if (uses_penalties(params)) r.track_penalties(model.config().vocab_size);
     r.seed = params.seed.value_or(mix64(static_cast<uint64_t>(request_id)));
     r.priority = priority;
     r.arrival = next_arrival++;
@@ -333,7 +334,8 @@ struct EngineCore::Impl {
   int32_t sample(const Request& r, const float* raw_logits, std::optional<TokenLogprob>* logprob) {
     const int64_t vocab = model.config().vocab_size;
     processed.assign(raw_logits, raw_logits + vocab);
-    apply_logits_processors(processed.data(), vocab, r.params, r.prompt_token_ids(), r.output_token_ids(), eos_ids);
+    apply_logits_processors(processed.data(), vocab, r.params, static_cast<size_t>(r.num_output_tokens()),
+                            r.penalty_history(), eos_ids);
     if (r.params.structured_output) {
       auto masked = structured->mask(r.seq_id, processed.data());
       if (!masked.ok()) structured_errors[r.seq_id] = masked.error().message;

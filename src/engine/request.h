@@ -12,6 +12,7 @@
 #include "deepinfer/sampling_params.h"
 #include "kvcache/prefix_hash.h"
 #include "kvstore/page_format.h"
+#include "sampling/logits_processor.h"
 
 namespace deepinfer {
 
@@ -54,7 +55,18 @@ struct Request {
     token_ids_ = std::move(prompt);
     num_prompt_tokens_ = static_cast<int32_t>(token_ids_.size());
   }
-  void append_output(int32_t token) { token_ids_.push_back(token); }
+  void append_output(int32_t token) {
+    token_ids_.push_back(token);
+    if (penalty_history_) penalty_history_->append_output(token);
+  }
+  // From now on keeps what the repetition / frequency / presence penalties read of the history,
+  // so a step applies them without walking it (for a request whose params use one).
+  void track_penalties(int64_t vocab) {
+    penalty_history_.emplace(vocab, prompt_token_ids());
+    for (int32_t token : output_token_ids()) penalty_history_->append_output(token);
+  }
+  // nullptr unless track_penalties was called.
+  const PenaltyHistory* penalty_history() const { return penalty_history_ ? &*penalty_history_ : nullptr; }
   std::span<const int32_t> all_tokens() const { return token_ids_; }
   std::span<const int32_t> prompt_token_ids() const { return all_tokens().first(prompt_size()); }
   std::span<const int32_t> output_token_ids() const { return all_tokens().subspan(prompt_size()); }
@@ -70,6 +82,7 @@ struct Request {
 
   std::vector<int32_t> token_ids_;
   int32_t num_prompt_tokens_ = 0;
+  std::optional<PenaltyHistory> penalty_history_;
 };
 
 }  // namespace deepinfer
