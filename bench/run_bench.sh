@@ -101,6 +101,15 @@ echo
 step "engine benchmark (deepinfer-bench-engine)"
 "$build/bin/deepinfer-bench-engine" --model "$mini" --threads "$threads"
 
+# 3b'. The engine's own host time per decode step (scheduling, the batch, KV bookkeeping,
+# detokenizer, stop strings) with the model's forward pass stubbed out: 256 sequences at 256 and
+# at 32K tokens of context. The two are close: a step does no work that grows with the context
+# but the batch's block table (one id per 128 tokens). A few seconds.
+step "engine host time per decode step (deepinfer-bench-engine-step)"
+for context in 256 32768; do
+  "$build/bin/deepinfer-bench-engine-step" --seqs 256 --context "$context" | tail -n 1
+done
+
 # 3c. The HTTP server under load (deepinfer bench serve, vLLM benchmark_serving style): the same
 # mini model (with the real Qwen3 tokenizer, which the APIs need; prompts are token ids below the
 # mini vocabulary) on a free loopback port, streaming /v1/completions at concurrency 1, 4, 16.

@@ -6,6 +6,19 @@
 #include "core/check.h"
 
 namespace deepinfer {
+namespace {
+
+// Appends table as one row of width entries. Padding and released sliding-window entries point
+// at block 0; the kernels never read them. The rows are the one part of a step that grows with
+// the context (a block id per block_size tokens), so they are written in bulk.
+void append_padded_table(std::vector<int32_t>& rows, const std::vector<int32_t>& table, int32_t width) {
+  const size_t row_start = rows.size();
+  rows.resize(row_start + static_cast<size_t>(width), 0);
+  std::transform(table.begin(), table.end(), rows.begin() + static_cast<std::ptrdiff_t>(row_start),
+                 [](int32_t block) { return std::max(block, 0); });
+}
+
+}  // namespace
 
 BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache) {
   BuiltBatch built;
@@ -16,6 +29,14 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     max_blocks = std::max(max_blocks, static_cast<int32_t>(kv_cache.block_table(s.request->seq_id).size()));
   }
   batch.max_blocks_per_seq = max_blocks;
+  const size_t num_seqs = scheduled.scheduled.size();
+  batch.block_table.reserve(num_seqs * static_cast<size_t>(max_blocks));
+  batch.token_ids.reserve(static_cast<size_t>(scheduled.num_batched_tokens));
+  batch.positions.reserve(static_cast<size_t>(scheduled.num_batched_tokens));
+  batch.slot_mapping.reserve(static_cast<size_t>(scheduled.num_batched_tokens));
+  batch.query_start.reserve(num_seqs + 1);
+  batch.seq_len.reserve(num_seqs);
+  built.rows.reserve(num_seqs);
   batch.query_start.push_back(0);
   for (const ScheduledSequence& s : scheduled.scheduled) {
     const Request& request = *s.request;
@@ -43,15 +64,8 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     }
     batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
     batch.seq_len.push_back(end);
-    for (int32_t b = 0; b < max_blocks; ++b) {
-      // Padding and released sliding-window entries point at block 0; the kernels never read them.
-      const int32_t block = b < static_cast<int32_t>(table.size()) ? table[static_cast<size_t>(b)] : 0;
-      batch.block_table.push_back(std::max(block, 0));
-      if (!swa_table.empty()) {
-        const int32_t swa_block = b < static_cast<int32_t>(swa_table.size()) ? swa_table[static_cast<size_t>(b)] : 0;
-        batch.swa_block_table.push_back(std::max(swa_block, 0));
-      }
-    }
+    append_padded_table(batch.block_table, table, max_blocks);
+    if (!swa_table.empty()) append_padded_table(batch.swa_block_table, swa_table, max_blocks);
     rows.samples = end == request.num_tokens();
     // Prompt logprobs: logits at position p score prompt token p + 1.
     if (request.params.prompt_logprobs && rows.first_position < request.num_prompt_tokens() - 1) {

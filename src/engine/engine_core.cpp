@@ -176,8 +176,9 @@ struct EngineCore::Impl {
     r.seq_id = next_seq_id++;
     r.request_id = request_id;
     r.sample_index = sample_index;
-    r.prompt_token_ids = prompt;
+    r.set_prompt(prompt);
     r.params = params;
+    if (uses_penalties(params)) r.track_penalties(model.config().vocab_size);
     r.seed = params.seed.value_or(mix64(static_cast<uint64_t>(request_id)));
     r.priority = priority;
     r.arrival = next_arrival++;
@@ -261,7 +262,7 @@ struct EngineCore::Impl {
     std::map<int64_t, Error> failed;  // by request: its samples share the one compile
     for (auto it = awaiting_grammar.begin(); it != awaiting_grammar.end();) {
       Request& r = sequences.at(*it)->request;
-      const Result<bool> started = structured->try_start(r.seq_id, r.output_token_ids);
+      const Result<bool> started = structured->try_start(r.seq_id, r.output_token_ids());
       if (started.ok() && !*started) {
         ++it;
         continue;
@@ -295,11 +296,11 @@ struct EngineCore::Impl {
       return;
     }
     const bool grammar_complete = r.params.structured_output && structured->accept(r.seq_id, token);
-    r.output_token_ids.push_back(token);
+    r.append_output(token);
     SampleOutput& sample = sample_output(out, r.sample_index);
     sample.new_token_ids.push_back(token);
     if (logprob) sample.new_logprobs.push_back(std::move(*logprob));
-    const auto num_outputs = static_cast<int32_t>(r.output_token_ids.size());
+    const int32_t num_outputs = r.num_output_tokens();
     const bool may_stop = num_outputs >= r.params.min_tokens;
     const auto& stop_ids = r.params.stop_token_ids;
     const bool is_stop_id = may_stop && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
@@ -333,7 +334,8 @@ struct EngineCore::Impl {
   int32_t sample(const Request& r, const float* raw_logits, std::optional<TokenLogprob>* logprob) {
     const int64_t vocab = model.config().vocab_size;
     processed.assign(raw_logits, raw_logits + vocab);
-    apply_logits_processors(processed.data(), vocab, r.params, r.prompt_token_ids, r.output_token_ids, eos_ids);
+    apply_logits_processors(processed.data(), vocab, r.params, static_cast<size_t>(r.num_output_tokens()),
+                            r.penalty_history(), eos_ids);
     if (r.params.structured_output) {
       auto masked = structured->mask(r.seq_id, processed.data());
       if (!masked.ok()) structured_errors[r.seq_id] = masked.error().message;
@@ -370,10 +372,10 @@ struct EngineCore::Impl {
     Request& r = seq.request;
     PrefilledRequest p;
     p.request_id = r.request_id;
-    p.prompt_token_ids = r.prompt_token_ids;
+    p.prompt_token_ids.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
     p.params = r.params;
     p.params.seed = r.seed;
-    p.first_token = r.output_token_ids.front();
+    p.first_token = r.output_token_ids().front();
     p.block_size = config.block_size;
     read_prefilled_kv(model, kv, r.seq_id, r.num_prompt_tokens(), p);
     prefilled.push_back(std::move(p));
@@ -384,7 +386,7 @@ struct EngineCore::Impl {
   void forward_and_process(const BuiltBatch& built, std::map<int64_t, RequestOutput>& outputs) {
     // Sample 0's first token: held n > 1 samples then sample the same row on the host.
     const auto forks_from_row = [&](const Request& r) {
-      return r.output_token_ids.empty() && r.sample_index == 0 && !groups.at(r.request_id).held_children.empty();
+      return r.num_output_tokens() == 0 && r.sample_index == 0 && !groups.at(r.request_id).held_children.empty();
     };
     const StepDraws plan = plan_step_draws(built, config.device_sampling, forks_from_row);
     std::vector<int32_t> drawn(plan.draws.size());
@@ -468,12 +470,12 @@ struct EngineCore::Impl {
       const int32_t scored = rows.first_position + k + 1;
       const float* row = logits.data() + static_cast<size_t>(rows.first_logit_row + k) * static_cast<size_t>(vocab);
       group.prompt_logprobs[static_cast<size_t>(scored)] =
-          token_logprob(row, vocab, r.prompt_token_ids[static_cast<size_t>(scored)], *r.params.prompt_logprobs);
+          token_logprob(row, vocab, r.token_at(scored), *r.params.prompt_logprobs);
     }
     if (!rows.samples) return;
     const float* row = logits.data() + static_cast<size_t>(rows.first_logit_row + rows.num_prompt_logprob_rows) *
                                            static_cast<size_t>(vocab);
-    const bool prompt_done_now = r.output_token_ids.empty();
+    const bool prompt_done_now = r.num_output_tokens() == 0;
     RequestOutput& out = output_for(outputs, r);
     if (prompt_done_now && r.params.prompt_logprobs && r.sample_index == 0) out.prompt_logprobs = group.prompt_logprobs;
     if (r.params.max_tokens == 0) {  // only the prompt was asked for (e.g. its logprobs): sample nothing
@@ -629,7 +631,8 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   // (what commit_computed keeps), as the PROMPT engine sent.
   const int32_t swa_start =
       m.kv.has_swa_tables() ? swa_window_start(m.model.config(), r.num_prompt_tokens(), m.config.block_size) : 0;
-  if (!m.kv.allocate_imported(r.seq_id, r.prompt_token_ids, r.num_prompt_tokens(), r.cache_salt, swa_start, &cached)) {
+  if (!m.kv.allocate_imported(r.seq_id, r.prompt_token_ids(), r.num_prompt_tokens(), r.cache_salt, swa_start,
+                              &cached)) {
     m.sequences.erase(r.seq_id);
     m.groups.erase(p.request_id);
     return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
@@ -638,7 +641,7 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   write_prefilled_kv(m.model, m.kv, r.seq_id, p, cached);
   r.num_computed_tokens = r.num_prompt_tokens();
   r.num_cached_tokens = cached;
-  m.kv.commit_computed(r.seq_id, r.prompt_token_ids, r.num_computed_tokens);
+  m.kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
   // Its grammar compiles here too; the matcher then accepts the first token (try_start).
   if (r.params.structured_output) m.prepare_grammar(r);
   m.scheduler.add_running(&r);

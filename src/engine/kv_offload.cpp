@@ -145,7 +145,7 @@ void KvOffload::measure_host_load() {
   store_->set_host_load_cost(cost);
 }
 
-std::vector<BlockHash> KvOffload::page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
+std::vector<BlockHash> KvOffload::page_hashes(std::span<const int32_t> tokens, int32_t num_pages,
                                               const std::string& cache_salt) const {
   std::vector<BlockHash> hashes;
   hashes.reserve(static_cast<size_t>(num_pages));
@@ -160,7 +160,7 @@ std::vector<BlockHash> KvOffload::page_hashes(const std::vector<int32_t>& tokens
 void KvOffload::hold(Request* request) {
   Held held;
   held.request = request;
-  const std::vector<int32_t>& prompt = request->prompt_token_ids;
+  const std::span<const int32_t> prompt = request->prompt_token_ids();
   // As in the device cache, the page holding the last prompt token always runs (it gives logits).
   const auto num_pages = static_cast<int32_t>((prompt.size() - 1) / static_cast<size_t>(block_size_));
   held.first_page = kv_.num_cached_tokens(prompt, request->cache_salt) / block_size_;
@@ -222,7 +222,7 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
   // so the whole chain's checks come first (the replay's forward pass dwarfs them anyway).
   const size_t usable = replay_tokens_ > 0 ? verified_until(pages, 0, pages.size()) : pages.size();
   if (usable == 0) return;
-  const std::vector<int32_t>& tokens = request.prompt_token_ids;
+  const std::span<const int32_t> tokens = request.prompt_token_ids();
   int32_t prefix = (first_page + static_cast<int32_t>(usable)) * block_size_;
   // Split cache: the sliding-window layers' KV is rebuilt from replay_start on; without one,
   // replay_start is the prefix's end and nothing runs.
@@ -279,7 +279,7 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
 
 void KvOffload::persist(const Request& request, const std::vector<int32_t>& block_table) {
   if (request.params.prompt_logprobs) return;
-  const std::vector<int32_t> tokens = request.all_tokens();
+  const std::span<const int32_t> tokens = request.all_tokens();
   const int32_t num_pages = std::min(request.num_computed_tokens / block_size_, static_cast<int32_t>(block_table.size()));
   const std::vector<BlockHash> hashes = page_hashes(tokens, num_pages, request.cache_salt);
   for (int32_t i = 0; i < num_pages; ++i) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,7 @@ class KvOffload {
   // The backend's pinned slab pool for the store's page images; null on host backends.
   std::shared_ptr<HostSlabPool> make_host_pool(const KvStoreConfig& config) const;
   // Chain hashes of the first num_pages full pages of tokens.
-  std::vector<BlockHash> page_hashes(const std::vector<int32_t>& tokens, int32_t num_pages,
+  std::vector<BlockHash> page_hashes(std::span<const int32_t> tokens, int32_t num_pages,
                                      const std::string& cache_salt) const;
   void import_pages(const Request& request, int32_t first_page, const std::vector<LoadedPage>& pages);
   // Index of the first page in [from, to) whose body check failed (waiting for each), or to.

@@ -5,11 +5,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
+#include "kvcache/prefix_hash.h"
 #include "kvstore/page_format.h"
+#include "sampling/logits_processor.h"
 
 namespace deepinfer {
 
@@ -27,8 +30,6 @@ struct Request {
   int64_t seq_id = 0;      // unique per sequence (the KV cache's key)
   int64_t request_id = 0;  // the caller's id; shared by the n samples of one request
   int32_t sample_index = 0;
-  std::vector<int32_t> prompt_token_ids;
-  std::vector<int32_t> output_token_ids;
   SamplingParams params;
   uint64_t seed = 0;        // params.seed, or derived from the request id
   int32_t priority = 0;     // lower runs first under the priority policy
@@ -44,20 +45,44 @@ struct Request {
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
   int32_t num_cached_tokens = 0;    // prompt tokens found in the prefix cache at admission
   int32_t num_preemptions = 0;
+  // The chain hashes of its blocks as far as prefix-cache lookups went: a request that waits is
+  // looked up every step, and hashes each block once (made by its first lookup).
+  std::optional<BlockHashChain> prefix_hashes;
 
-  int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt_token_ids.size()); }
-  int32_t num_tokens() const { return num_prompt_tokens() + static_cast<int32_t>(output_token_ids.size()); }
+  // The sequence's tokens are one array, the prompt then the outputs, so a view of any part is
+  // free and a step copies no history.
+  void set_prompt(std::vector<int32_t> prompt) {
+    token_ids_ = std::move(prompt);
+    num_prompt_tokens_ = static_cast<int32_t>(token_ids_.size());
+  }
+  void append_output(int32_t token) {
+    token_ids_.push_back(token);
+    if (penalty_history_) penalty_history_->append_output(token);
+  }
+  // From now on keeps what the repetition / frequency / presence penalties read of the history,
+  // so a step applies them without walking it (for a request whose params use one).
+  void track_penalties(int64_t vocab) {
+    penalty_history_.emplace(vocab, prompt_token_ids());
+    for (int32_t token : output_token_ids()) penalty_history_->append_output(token);
+  }
+  // nullptr unless track_penalties was called.
+  const PenaltyHistory* penalty_history() const { return penalty_history_ ? &*penalty_history_ : nullptr; }
+  std::span<const int32_t> all_tokens() const { return token_ids_; }
+  std::span<const int32_t> prompt_token_ids() const { return all_tokens().first(prompt_size()); }
+  std::span<const int32_t> output_token_ids() const { return all_tokens().subspan(prompt_size()); }
+  int32_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids_.size()); }
   // The token at absolute position i (prompt, then outputs).
-  int32_t token_at(int32_t i) const {
-    return i < num_prompt_tokens() ? prompt_token_ids[static_cast<size_t>(i)]
-                                   : output_token_ids[static_cast<size_t>(i - num_prompt_tokens())];
-  }
-  std::vector<int32_t> all_tokens() const {
-    std::vector<int32_t> tokens = prompt_token_ids;
-    tokens.insert(tokens.end(), output_token_ids.begin(), output_token_ids.end());
-    return tokens;
-  }
+  int32_t token_at(int32_t i) const { return token_ids_[static_cast<size_t>(i)]; }
   bool is_finished() const { return status == RequestStatus::kFinished; }
+
+ private:
+  size_t prompt_size() const { return static_cast<size_t>(num_prompt_tokens_); }
+
+  std::vector<int32_t> token_ids_;
+  int32_t num_prompt_tokens_ = 0;
+  std::optional<PenaltyHistory> penalty_history_;
 };
 
 }  // namespace deepinfer

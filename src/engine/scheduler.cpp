@@ -89,11 +89,10 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
       continue;
     }
     const int32_t num_new = std::min(remaining, budget);
-    const std::vector<int32_t> tokens = request->all_tokens();
     bool preempted_self = false;
     int32_t ignored_cached = 0;
-    while (!kv_cache_.allocate(request->seq_id, tokens, request->num_computed_tokens + num_new, request->cache_salt,
-                               &ignored_cached)) {
+    while (!kv_cache_.allocate(request->seq_id, request->all_tokens(), request->num_computed_tokens + num_new,
+                               request->cache_salt, &ignored_cached)) {
       Request* victim = running_.back();
       preempt(victim, out);
       if (victim == request) {
@@ -113,8 +112,9 @@ void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
   size_t i = 0;
   while (i < waiting_.size() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
     Request* request = waiting_[i];
-    const std::vector<int32_t> tokens = request->all_tokens();
-    const int32_t cached = kv_cache_.num_cached_tokens(tokens, request->cache_salt);
+    const std::span<const int32_t> tokens = request->all_tokens();
+    if (!request->prefix_hashes) request->prefix_hashes = kv_cache_.new_hash_chain(request->cache_salt);
+    const int32_t cached = kv_cache_.num_cached_tokens(tokens, *request->prefix_hashes);
     const int32_t remaining = num_runnable_tokens(*request, cached, config_.enable_chunked_prefill);
     if (remaining <= 0) {  // waits for its grammar; those behind it may start
       ++i;
@@ -123,7 +123,7 @@ void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
     const int32_t num_new = std::min(remaining, budget);
     if (num_new < remaining && !config_.enable_chunked_prefill) break;
     int32_t taken_cached = 0;
-    if (!kv_cache_.allocate(request->seq_id, tokens, cached + num_new, request->cache_salt, &taken_cached)) break;
+    if (!kv_cache_.allocate(request->seq_id, tokens, cached + num_new, *request->prefix_hashes, &taken_cached)) break;
     DI_CHECK(taken_cached == cached, "prefix cache changed between lookup and allocation");
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     request->num_computed_tokens = cached;

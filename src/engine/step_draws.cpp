@@ -9,7 +9,7 @@ namespace {
 
 bool needs_host_row(const Request& r) {
   return r.params.max_tokens == 0 || r.params.logprobs || r.params.structured_output ||
-         logits_processors_active(r.params, r.output_token_ids.size());
+         logits_processors_active(r.params, static_cast<size_t>(r.num_output_tokens()));
 }
 
 }  // namespace

@@ -144,7 +144,7 @@ void StructuredOutputs::prepare(int64_t seq_id, const StructuredOutputParams& pa
   sequences_[seq_id].compile = service_.compile(to_grammar_spec(params));
 }
 
-Result<bool> StructuredOutputs::try_start(int64_t seq_id, const std::vector<int32_t>& tokens) {
+Result<bool> StructuredOutputs::try_start(int64_t seq_id, std::span<const int32_t> tokens) {
   Sequence& seq = sequences_.at(seq_id);
   if (seq.matcher) return true;
   const auto& result = seq.compile.result;

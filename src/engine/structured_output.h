@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
@@ -43,7 +44,7 @@ class StructuredOutputs {
   // Whether seq_id's grammar is compiled, without waiting: false while it compiles; true once its
   // matcher is made and has accepted tokens (those the sequence already has); an error when the
   // compile failed, timed out or was cancelled.
-  Result<bool> try_start(int64_t seq_id, const std::vector<int32_t>& tokens);
+  Result<bool> try_start(int64_t seq_id, std::span<const int32_t> tokens);
   // Waits until one of the compiles still running finishes, at most timeout.
   void wait_for_compiles(std::chrono::milliseconds timeout);
   // Starts computing the next masks of these sequences (during the forward pass).

@@ -20,7 +20,7 @@ int32_t swa_replay_tokens(const ModelConfig& config, int32_t setting, int32_t bl
   return static_cast<int32_t>(std::min<int64_t>(tokens, INT32_MAX / 2));
 }
 
-void run_swa_replay(CausalLM& model, const std::vector<int32_t>& tokens, int32_t first, int32_t end,
+void run_swa_replay(CausalLM& model, std::span<const int32_t> tokens, int32_t first, int32_t end,
                     const std::vector<int32_t>& table, const std::vector<int32_t>& swa_table, int32_t block_size,
                     std::vector<float>& logits) {
   DI_CHECK(first < end && static_cast<size_t>(end) <= tokens.size() && swa_table.size() == table.size());

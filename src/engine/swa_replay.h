@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/model.h"
@@ -22,7 +23,7 @@ int32_t swa_replay_tokens(const ModelConfig& config, int32_t setting, int32_t bl
 // full-attention layers read table's pages (already holding [0, end)) and are not written; the
 // sliding-window layers write swa_table's pages and see only keys from its first non-empty
 // (>= 0) entry on. logits: scratch for the one row the model must return.
-void run_swa_replay(CausalLM& model, const std::vector<int32_t>& tokens, int32_t first, int32_t end,
+void run_swa_replay(CausalLM& model, std::span<const int32_t> tokens, int32_t first, int32_t end,
                     const std::vector<int32_t>& table, const std::vector<int32_t>& swa_table, int32_t block_size,
                     std::vector<float>& logits);
 

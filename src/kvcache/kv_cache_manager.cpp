@@ -83,46 +83,42 @@ struct KvCacheManager::Impl {
   // The cached blocks of tokens' prefix, walking the chain from the root and stopping at the
   // first miss of group 0; never the block that holds the last token. A windowed group needs
   // only the blocks inside the window of the cut, and the cut moves back until it has them.
-  PrefixHit find_prefix(const std::vector<int32_t>& tokens, std::string_view cache_salt) const {
+  // chain: tokens' hashes so far, extended block by block as far as the walk goes.
+  PrefixHit find_prefix(std::span<const int32_t> tokens, BlockHashChain& chain) const {
     PrefixHit hit;
     hit.block_ids.resize(groups.size());
     if (!config.enable_prefix_caching) return hit;
     // The root even with no tokens: the sequence's later blocks chain from it.
-    const BlockHash root = prefix_root_hash(config.model_fingerprint, cache_salt);
-    hit.last_hash = root;
+    hit.last_hash = chain.root();
     if (tokens.empty()) return hit;
     const int32_t bs = config.block_size;
     const auto max_blocks = static_cast<int32_t>((tokens.size() - 1) / static_cast<size_t>(bs));
-    std::vector<BlockHash> hashes;
-    BlockHash hash = root;
-    for (int32_t i = 0; i < max_blocks; ++i) {
-      hash = chain_block_hash(hash, tokens.data() + static_cast<ptrdiff_t>(i) * bs, bs, kNoExtraKeys);
-      if (!groups[0].pool.find_cached(hash)) break;
-      hashes.push_back(hash);
+    int32_t num_hit = 0;
+    for (; num_hit < max_blocks; ++num_hit) {
+      if (chain.num_blocks() <= num_hit) chain.extend(tokens.first(static_cast<size_t>(num_hit + 1) * bs));
+      if (!groups[0].pool.find_cached(chain.hash(num_hit))) break;
     }
-    auto num_hit = static_cast<int32_t>(hashes.size());
     for (; num_hit > 0; --num_hit) {
       bool complete = true;
       for (size_t g = 1; g < groups.size() && complete; ++g) {
         for (int32_t i = num_releasable_blocks(groups[g], num_hit * bs); i < num_hit && complete; ++i) {
-          complete = groups[g].pool.find_cached(hashes[static_cast<size_t>(i)]).has_value();
+          complete = groups[g].pool.find_cached(chain.hash(i)).has_value();
         }
       }
       if (complete) break;
     }
     hit.num_blocks = num_hit;
-    if (num_hit > 0) hit.last_hash = hashes[static_cast<size_t>(num_hit - 1)];
+    if (num_hit > 0) hit.last_hash = chain.hash(num_hit - 1);
     for (size_t g = 0; g < groups.size(); ++g) {
       const int32_t first_kept = num_releasable_blocks(groups[g], num_hit * bs);
       for (int32_t i = 0; i < num_hit; ++i) {
-        hit.block_ids[g].push_back(i < first_kept ? kReleased
-                                                  : *groups[g].pool.find_cached(hashes[static_cast<size_t>(i)]));
+        hit.block_ids[g].push_back(i < first_kept ? kReleased : *groups[g].pool.find_cached(chain.hash(i)));
       }
     }
     return hit;
   }
 
-  void register_full_blocks(Sequence& seq, const std::vector<int32_t>& tokens) {
+  void register_full_blocks(Sequence& seq, std::span<const int32_t> tokens) {
     const int32_t bs = config.block_size;
     const int32_t num_full = seq.num_computed_tokens / bs;
     for (int32_t i = seq.num_hashed_blocks; i < num_full; ++i) {
@@ -148,6 +144,21 @@ struct KvCacheManager::Impl {
       }
       table.num_released_blocks = std::max(table.num_released_blocks, target);
     }
+  }
+
+  // Extends a sequence's tables to cover num_tokens tokens; false when the blocks are not there.
+  bool grow(Sequence& seq, int32_t num_tokens) {
+    const int32_t needed =
+        blocks_for_tokens(num_tokens, config.block_size) - static_cast<int32_t>(seq.tables[0].block_ids.size());
+    if (needed > 0) {
+      if (!can_allocate_everywhere(needed)) return false;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const std::vector<int32_t> more = groups[g].pool.allocate(needed);
+        seq.tables[g].block_ids.insert(seq.tables[g].block_ids.end(), more.begin(), more.end());
+      }
+    }
+    seq.num_tokens = std::max(seq.num_tokens, num_tokens);
+    return true;
   }
 
   bool can_allocate_everywhere(int32_t count) const {
@@ -181,41 +192,51 @@ double KvCacheManager::usage() const {
   return static_cast<double>(total - num_free_blocks()) / total;
 }
 
-int32_t KvCacheManager::num_cached_tokens(const std::vector<int32_t>& tokens, std::string_view cache_salt) const {
-  return impl_->find_prefix(tokens, cache_salt).num_blocks * block_size();
+BlockHashChain KvCacheManager::new_hash_chain(std::string_view cache_salt) const {
+  return BlockHashChain(prefix_root_hash(impl_->config.model_fingerprint, cache_salt), block_size());
 }
 
-bool KvCacheManager::allocate(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+int32_t KvCacheManager::num_cached_tokens(std::span<const int32_t> tokens, std::string_view cache_salt) const {
+  BlockHashChain hashes = new_hash_chain(cache_salt);
+  return num_cached_tokens(tokens, hashes);
+}
+
+int32_t KvCacheManager::num_cached_tokens(std::span<const int32_t> tokens, BlockHashChain& hashes) const {
+  return impl_->find_prefix(tokens, hashes).num_blocks * block_size();
+}
+
+bool KvCacheManager::allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
                               std::string_view cache_salt, int32_t* num_cached_tokens) {
-  DI_CHECK(num_tokens >= 0 && num_cached_tokens != nullptr);
-  Impl& s = *impl_;
-  const int32_t bs = s.config.block_size;
-  if (const auto it = s.seqs.find(seq_id); it != s.seqs.end()) {
-    Impl::Sequence& seq = it->second;
-    const int32_t needed = blocks_for_tokens(num_tokens, bs) - static_cast<int32_t>(seq.tables[0].block_ids.size());
-    if (needed > 0) {
-      if (!s.can_allocate_everywhere(needed)) return false;
-      for (size_t g = 0; g < s.groups.size(); ++g) {
-        const std::vector<int32_t> more = s.groups[g].pool.allocate(needed);
-        seq.tables[g].block_ids.insert(seq.tables[g].block_ids.end(), more.begin(), more.end());
-      }
-    }
-    seq.num_tokens = std::max(seq.num_tokens, num_tokens);
-    *num_cached_tokens = 0;
-    return true;
-  }
-
-  return allocate_imported(seq_id, tokens, num_tokens, cache_salt, 0, num_cached_tokens);
+  // A sequence that has its tables looks nothing up: its root is not worth hashing every step.
+  BlockHashChain hashes =
+      impl_->seqs.contains(seq_id) ? BlockHashChain(BlockHash{}, block_size()) : new_hash_chain(cache_salt);
+  return allocate(seq_id, tokens, num_tokens, hashes, num_cached_tokens);
 }
 
-bool KvCacheManager::allocate_imported(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+bool KvCacheManager::allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
+                              BlockHashChain& hashes, int32_t* num_cached_tokens) {
+  DI_CHECK(num_tokens >= 0 && num_cached_tokens != nullptr);
+  if (const auto it = impl_->seqs.find(seq_id); it != impl_->seqs.end()) {
+    *num_cached_tokens = 0;
+    return impl_->grow(it->second, num_tokens);
+  }
+  return allocate_new(seq_id, tokens, num_tokens, hashes, 0, num_cached_tokens);
+}
+
+bool KvCacheManager::allocate_imported(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
                                        std::string_view cache_salt, int32_t swa_start, int32_t* num_cached_tokens) {
+  BlockHashChain hashes = new_hash_chain(cache_salt);
+  return allocate_new(seq_id, tokens, num_tokens, hashes, swa_start, num_cached_tokens);
+}
+
+bool KvCacheManager::allocate_new(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
+                                  BlockHashChain& hashes, int32_t swa_start, int32_t* num_cached_tokens) {
   Impl& s = *impl_;
   const int32_t bs = s.config.block_size;
   DI_CHECK(!s.seqs.contains(seq_id) && swa_start >= 0 && swa_start % bs == 0 && num_cached_tokens != nullptr);
   // Group 0 carries the hash chain from the root, so it must keep every block it hashes.
   DI_CHECK(swa_start == 0 || s.groups[0].window == 0, "allocate_imported needs separate sliding-window tables");
-  Impl::PrefixHit hit = s.find_prefix(tokens, cache_salt);
+  Impl::PrefixHit hit = s.find_prefix(tokens, hashes);
   const int32_t num_cached = hit.num_blocks * bs;
   // Windowed groups' leading entries that stay empty: none when the hit's own blocks already
   // cover the window of swa_start.
@@ -269,7 +290,7 @@ bool KvCacheManager::allocate_imported(int64_t seq_id, const std::vector<int32_t
   return true;
 }
 
-void KvCacheManager::commit_computed(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_computed) {
+void KvCacheManager::commit_computed(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_computed) {
   Impl& s = *impl_;
   Impl::Sequence& seq = s.at(seq_id);
   DI_CHECK(num_computed >= seq.num_computed_tokens && num_computed <= seq.num_tokens &&

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kvcache/block_pool.h"
+#include "kvcache/prefix_hash.h"
 
 namespace deepinfer {
 
@@ -51,15 +53,26 @@ class KvCacheManager {
   // Fraction of blocks in use (not free, not evictable).
   double usage() const;
 
+  // The empty hash chain of a sequence under cache_salt, for the lookups below: a caller that
+  // looks one sequence up again and again (a waiting request, every step) keeps it, so that each
+  // block is hashed once.
+  BlockHashChain new_hash_chain(std::string_view cache_salt) const;
+
   // How many leading tokens of a new sequence's tokens are cached: whole blocks only, and
-  // always fewer than tokens.size() (the last token must run to give logits). Does not mutate.
-  int32_t num_cached_tokens(const std::vector<int32_t>& tokens, std::string_view cache_salt) const;
+  // always fewer than tokens.size() (the last token must run to give logits). Changes nothing
+  // but hashes, which it extends as far as it looks (hashes: of these tokens, from
+  // new_hash_chain of their cache salt).
+  int32_t num_cached_tokens(std::span<const int32_t> tokens, std::string_view cache_salt) const;
+  int32_t num_cached_tokens(std::span<const int32_t> tokens, BlockHashChain& hashes) const;
 
   // Makes seq_id's table cover its first num_tokens tokens. On the sequence's first call it
   // first takes the cached prefix blocks (counted in stats) and returns how many tokens they
   // hold through num_cached_tokens (0 on later calls). Returns false and changes nothing when
-  // there are not enough free blocks.
-  bool allocate(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens, std::string_view cache_salt,
+  // there are not enough free blocks. hashes: as for num_cached_tokens (read only on the first
+  // call).
+  bool allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens, std::string_view cache_salt,
+                int32_t* num_cached_tokens);
+  bool allocate(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens, BlockHashChain& hashes,
                 int32_t* num_cached_tokens);
 
   // allocate() of a new sequence whose KV the caller writes from outside the cache (the
@@ -67,13 +80,13 @@ class KvCacheManager {
   // multiple of block_size, on). Unless the prefix hit already reaches swa_start, the tables of
   // windowed groups hold no block before swa_start (-1): those layers' KV there is never
   // computed, so it is never registered in the prefix index. The caller commits num_tokens.
-  bool allocate_imported(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_tokens,
+  bool allocate_imported(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens,
                          std::string_view cache_salt, int32_t swa_start, int32_t* num_cached_tokens);
 
   // After a step computed tokens [0, num_computed) of seq_id: registers its newly full blocks
   // in the prefix index and releases blocks outside the sliding window. num_computed never
   // shrinks (commit only accepted tokens) and tokens holds at least num_computed ids.
-  void commit_computed(int64_t seq_id, const std::vector<int32_t>& tokens, int32_t num_computed);
+  void commit_computed(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_computed);
 
   // n > 1: child gets parent's table, full blocks shared (ref counted); the partial last block
   // is copied into a fresh block. Returns the (src, dst) block pairs the caller must copy on the
@@ -102,6 +115,10 @@ class KvCacheManager {
   void check_invariants() const;
 
  private:
+  // allocate_imported() with the prefix looked up along hashes.
+  bool allocate_new(int64_t seq_id, std::span<const int32_t> tokens, int32_t num_tokens, BlockHashChain& hashes,
+                    int32_t swa_start, int32_t* num_cached_tokens);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

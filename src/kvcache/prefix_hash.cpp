@@ -85,6 +85,18 @@ BlockHash chain_block_hash(const BlockHash& parent, const int32_t* token_ids, in
   return sha.finish();
 }
 
+BlockHashChain::BlockHashChain(const BlockHash& root, int32_t block_size) : root_(root), block_size_(block_size) {
+  DI_CHECK(block_size > 0, "block_size " << block_size);
+}
+
+void BlockHashChain::extend(std::span<const int32_t> tokens) {
+  const auto num_full = static_cast<int32_t>(tokens.size() / static_cast<size_t>(block_size_));
+  for (int32_t i = num_blocks(); i < num_full; ++i) {
+    const BlockHash& parent = i == 0 ? root_ : hashes_.back();
+    hashes_.push_back(chain_block_hash(parent, tokens.data() + static_cast<ptrdiff_t>(i) * block_size_, block_size_, {}));
+  }
+}
+
 size_t BlockHashHasher::operator()(const BlockHash& hash) const {
   uint64_t prefix = 0;
   std::memcpy(&prefix, hash.data(), sizeof(prefix));

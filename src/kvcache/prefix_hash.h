@@ -7,7 +7,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
+#include <vector>
 
 namespace deepinfer {
 
@@ -22,6 +24,28 @@ BlockHash prefix_root_hash(std::string_view model_fingerprint, std::string_view 
 // index because every hashed block holds exactly block_size tokens.
 BlockHash chain_block_hash(const BlockHash& parent, const int32_t* token_ids, int32_t num_tokens,
                            std::string_view extra_keys);
+
+// The chain hashes of one sequence's leading full blocks, kept as the sequence grows so that each
+// block is hashed once however often its prefix is looked up (a request waiting for room is
+// looked up every step). Its blocks carry no extra keys, like KvCacheManager's.
+class BlockHashChain {
+ public:
+  BlockHashChain(const BlockHash& root, int32_t block_size);
+
+  // Hashes the full blocks of tokens beyond the num_blocks() already hashed. tokens must begin
+  // with the tokens those blocks hold (the sequence only grows).
+  void extend(std::span<const int32_t> tokens);
+  const BlockHash& root() const { return root_; }
+  int32_t block_size() const { return block_size_; }
+  int32_t num_blocks() const { return static_cast<int32_t>(hashes_.size()); }
+  // The chain hash of block i < num_blocks().
+  const BlockHash& hash(int32_t i) const { return hashes_[static_cast<size_t>(i)]; }
+
+ private:
+  BlockHash root_;
+  int32_t block_size_;
+  std::vector<BlockHash> hashes_;
+};
 
 struct BlockHashHasher {
   size_t operator()(const BlockHash& hash) const;  // the first 8 bytes: already uniform

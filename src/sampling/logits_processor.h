@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
@@ -23,6 +24,36 @@ namespace deepinfer {
 void apply_logits_processors(float* logits, int64_t vocab, const SamplingParams& params,
                              std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
                              const std::vector<int32_t>& eos_ids);
+
+// What the repetition, frequency and presence penalties need of a request's history, kept up to
+// date as outputs are appended, so applying them costs O(distinct tokens) per step instead of
+// O(prompt + outputs). Memory: one bit per vocabulary id plus a few bytes per distinct token.
+class PenaltyHistory {
+ public:
+  // Every id must be in [0, vocab).
+  PenaltyHistory(int64_t vocab, std::span<const int32_t> prompt_tokens);
+
+  void append_output(int32_t token_id);
+
+  // Steps 3-5 of apply_logits_processors for the tokens seen so far, with the same float results.
+  void apply(float* logits, const SamplingParams& params) const;
+
+ private:
+  void mark_seen(int32_t token_id);
+
+  int64_t vocab_;
+  std::vector<bool> seen_;                              // id in the prompt or the outputs
+  std::vector<int32_t> seen_ids_;                       // the ids set in seen_
+  std::unordered_map<int32_t, int32_t> output_counts_;  // occurrences in the outputs, by id
+};
+
+// apply_logits_processors for a request with num_output_tokens outputs whose history the
+// penalties read from penalties (nullptr when params use no penalty).
+void apply_logits_processors(float* logits, int64_t vocab, const SamplingParams& params, size_t num_output_tokens,
+                             const PenaltyHistory* penalties, const std::vector<int32_t>& eos_ids);
+
+// Whether params set a repetition, frequency or presence penalty (which read the history).
+bool uses_penalties(const SamplingParams& params);
 
 // Whether apply_logits_processors can change a logit of a request that has num_output_tokens
 // outputs; when not, its raw logits are what the sampler sees (a device can sample them).

@@ -1,6 +1,7 @@
 // Engine features against one-sequence reference runs, in batch-invariant mode: preemption by
-// recompute, prefix-cache hits, PROMPT -> COMPLETION hand-over, and n > 1 sharing the prompt's
-// blocks. Each must give exactly what the request gives alone.
+// recompute, prefix-cache hits, PROMPT -> COMPLETION hand-over, n > 1 sharing the prompt's
+// blocks, and penalties kept incrementally across both. Each must give exactly what the request
+// gives alone.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -53,6 +54,34 @@ TEST_F(EngineFeatures, PreemptedRequestsFinishAsAlone) {
       const SampleRun& got = runs.at(static_cast<int64_t>(i)).samples.at(0);
       EXPECT_EQ(got.finish_reason, FinishReason::kLength);
       expect_equals_reference(requests[i], got, 0, "request " + std::to_string(i));
+    }
+  }
+}
+
+// Penalised samples keep their penalties' history as they go: preempted and recomputed (their
+// outputs are not counted twice) and forked (each sample keeps its own), each still equals its
+// reference, which walks the whole history with the stateless processors every step.
+TEST_F(EngineFeatures, PenalisedSamplesPreemptedAndForkedEqualTheirReference) {
+  std::mt19937 rng(61);
+  std::vector<RequestSpec> requests;
+  for (int32_t i = 0; i < 3; ++i) {
+    SamplingParams p = params(true, 40, 90 + i);
+    p.repetition_penalty = 1.3;
+    p.frequency_penalty = 0.4;
+    p.presence_penalty = -0.3;
+    requests.push_back({random_tokens(rng, 30, vocab()), p});
+  }
+  std::vector<RequestSpec> with_n = requests;
+  for (RequestSpec& spec : with_n) spec.params.n = 2;
+  EngineStats stats;
+  const auto runs = run_together(model(), small_engine_config(8, kBlockSize), with_n, &stats);
+  EXPECT_GT(stats.num_preemptions, 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const RequestRun& run = runs.at(static_cast<int64_t>(i));
+    ASSERT_EQ(run.samples.size(), 2u);
+    for (const auto& [index, sample] : run.samples) {
+      expect_equals_reference(requests[i], sample, index, "request " + std::to_string(i) + " sample " +
+                                                              std::to_string(index));
     }
   }
 }

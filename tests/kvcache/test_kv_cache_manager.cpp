@@ -109,7 +109,7 @@ TEST(KvCacheManager, NeverCachesTheLastToken) {
   run_prompt(kv, 1, a);
   EXPECT_EQ(kv.num_cached_tokens(a, ""), 4);  // both blocks cached, but the last token must run
   EXPECT_EQ(kv.num_cached_tokens(concat(a, {1}), ""), 8);
-  EXPECT_EQ(kv.num_cached_tokens({a[0]}, ""), 0);
+  EXPECT_EQ(kv.num_cached_tokens(std::vector<int32_t>{a[0]}, ""), 0);
   EXPECT_EQ(kv.num_cached_tokens({}, ""), 0);
 }
 
@@ -197,9 +197,9 @@ TEST(KvCacheManager, FreeEvictsTheChainFromItsTail) {
   const std::vector<int32_t> probe = concat(a, {0});
   EXPECT_EQ(kv.num_cached_tokens(probe, ""), 12);
   int32_t cached = -1;
-  ASSERT_TRUE(kv.allocate(2, {7}, 1, "", &cached));
+  ASSERT_TRUE(kv.allocate(2, std::vector<int32_t>{7}, 1, "", &cached));
   EXPECT_EQ(kv.num_cached_tokens(probe, ""), 8);
-  ASSERT_TRUE(kv.allocate(3, {8}, 1, "", &cached));
+  ASSERT_TRUE(kv.allocate(3, std::vector<int32_t>{8}, 1, "", &cached));
   EXPECT_EQ(kv.num_cached_tokens(probe, ""), 4);
   kv.check_invariants();
 }
@@ -282,7 +282,7 @@ TEST(KvCacheManager, SlidingWindowWithoutCachingFreesReleasedBlocks) {
   EXPECT_EQ(kv.block_table(1)[0], -1);
   // The released block is free again, so the sequence can keep growing in a 3-block pool.
   ASSERT_TRUE(kv.allocate(1, a, 12, "", &cached));
-  ASSERT_TRUE(kv.allocate(2, {1}, 1, "", &cached));
+  ASSERT_TRUE(kv.allocate(2, std::vector<int32_t>{1}, 1, "", &cached));
   kv.check_invariants();
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,32 @@ TEST(PrefixHash, LongBlocksHashLikeOneBuffer) {
   }
   const BlockHash parent = prefix_root_hash("m", "");
   EXPECT_EQ(chain_block_hash(parent, tokens.data(), 1000, ""), chain_block_hash(parent, nullptr, 0, bytes));
+}
+
+TEST(PrefixHash, GrowingChainEqualsTheChainHashedFromScratch) {
+  // Sequences grown by random steps (one token to several blocks, as decode steps and prefill
+  // chunks grow them): after every step the chain holds each full block's hash, equal to the
+  // chain recomputed from the root over the whole sequence.
+  std::mt19937 rng(30);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int32_t block_size = std::uniform_int_distribution<int32_t>(1, 9)(rng);
+    const BlockHash root = prefix_root_hash("model", "salt-" + std::to_string(trial));
+    BlockHashChain chain(root, block_size);
+    std::vector<int32_t> tokens;
+    const auto length = std::uniform_int_distribution<size_t>(0, 200)(rng);
+    while (tokens.size() < length) {
+      const auto step = std::uniform_int_distribution<size_t>(1, static_cast<size_t>(3 * block_size))(rng);
+      for (size_t i = 0; i < step && tokens.size() < length; ++i) tokens.push_back(static_cast<int32_t>(rng()));
+      chain.extend(tokens);
+      const auto num_full = static_cast<int32_t>(tokens.size() / static_cast<size_t>(block_size));
+      ASSERT_EQ(chain.num_blocks(), num_full);
+      BlockHash expected = root;
+      for (int32_t b = 0; b < num_full; ++b) {
+        expected = chain_block_hash(expected, tokens.data() + static_cast<ptrdiff_t>(b) * block_size, block_size, "");
+        ASSERT_EQ(chain.hash(b), expected) << "trial " << trial << ", block " << b << " of " << tokens.size();
+      }
+    }
+  }
 }
 
 TEST(PrefixHash, HasherTakesTheFirstEightBytes) {

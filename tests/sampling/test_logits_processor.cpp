@@ -1,10 +1,14 @@
 // Logits processors: cases worked out by hand (all values exact in float32), including ones
-// whose answer changes if the processors run in another order.
+// whose answer changes if the processors run in another order; and the incremental
+// PenaltyHistory against the stateless processors on random histories.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <random>
 #include <vector>
 
+#include "core/check.h"
 #include "sampling/logits_processor.h"
 
 namespace deepinfer {
@@ -98,6 +102,72 @@ TEST(LogitsProcessor, ZeroLogitStaysZeroUnderRepetitionPenalty) {
   const std::vector<int32_t> prompt = {0};
   apply_logits_processors(logits.data(), 2, p, prompt, {}, {});
   EXPECT_EQ(logits, (std::vector<float>{0.0f, 1.0f}));
+}
+
+std::vector<uint32_t> bits(const std::vector<float>& values) {
+  std::vector<uint32_t> out;
+  for (float v : values) out.push_back(std::bit_cast<uint32_t>(v));
+  return out;
+}
+
+// Each random history is grown one output at a time; after every append the processors applied
+// through the PenaltyHistory give the stateless result bit for bit. Part way through, the history
+// is copied (a forked sample) and both copies grow apart.
+TEST(PenaltyHistory, EqualsTheStatelessProcessorsAfterEveryAppend) {
+  std::mt19937 rng(7);
+  const auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  const auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const std::vector<int32_t> no_eos;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t vocab = trial % 10 == 0 ? pick(1, 3) : pick(2, trial % 10 == 5 ? 50000 : 300);
+    // Ids drawn from a narrow range repeat often; from the whole vocabulary, rarely.
+    const int64_t id_range = pick(1, vocab);
+    const auto token = [&] { return static_cast<int32_t>(pick(0, id_range - 1)); };
+    SamplingParams params;
+    params.repetition_penalty = pick(0, 3) == 0 ? 1.0 : uniform(0.3, 3.0);
+    params.frequency_penalty = pick(0, 2) == 0 ? 0.0 : uniform(-2.0, 2.0);
+    params.presence_penalty = pick(0, 2) == 0 ? 0.0 : uniform(-2.0, 2.0);
+    params.min_tokens = static_cast<int32_t>(pick(0, 5));
+    if (pick(0, 1) == 0) params.logit_bias[token()] = static_cast<float>(uniform(-5.0, 5.0));
+    std::vector<int32_t> prompt(static_cast<size_t>(pick(0, 300)));
+    for (int32_t& id : prompt) id = token();
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (float& l : logits) l = pick(0, 9) == 0 ? 0.0f : static_cast<float>(uniform(-30.0, 30.0));
+    const std::vector<int32_t> eos = {static_cast<int32_t>(pick(0, vocab - 1))};
+
+    struct Sample {
+      PenaltyHistory history;
+      std::vector<int32_t> outputs;
+    };
+    std::vector<Sample> samples = {{PenaltyHistory(vocab, prompt), {}}};
+    const auto num_outputs = static_cast<size_t>(pick(0, 200));
+    const size_t fork_at = static_cast<size_t>(pick(0, static_cast<int64_t>(num_outputs)));
+    for (size_t step = 0; step <= num_outputs; ++step) {
+      if (step == fork_at) samples.push_back(samples.front());
+      for (size_t s = 0; s < samples.size(); ++s) {
+        Sample& sample = samples[s];
+        std::vector<float> want = logits;
+        apply_logits_processors(want.data(), vocab, params, prompt, sample.outputs, eos);
+        std::vector<float> got = logits;
+        apply_logits_processors(got.data(), vocab, params, sample.outputs.size(), &sample.history, eos);
+        ASSERT_EQ(bits(got), bits(want)) << "trial " << trial << " sample " << s << " after " << step << " outputs";
+        const int32_t next = token();
+        sample.outputs.push_back(next);
+        sample.history.append_output(next);
+      }
+    }
+  }
+}
+
+TEST(PenaltyHistory, AHistoryIsNeededOnlyWhenAPenaltyIsSet) {
+  SamplingParams p;
+  p.logit_bias = {{1, 1.0f}};
+  std::vector<float> logits = kLogits;
+  apply_logits_processors(logits.data(), ssize(logits), p, kOutput.size(), nullptr, kEos);
+  EXPECT_EQ(logits, processed(p));
+  p.presence_penalty = 0.5;
+  EXPECT_THROW(apply_logits_processors(logits.data(), ssize(logits), p, kOutput.size(), nullptr, kEos),
+               InvariantError);
 }
 
 }  // namespace
