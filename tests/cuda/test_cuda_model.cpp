@@ -201,7 +201,7 @@ void expect_batch_invariant(const std::string& dir) {
 // attention, graphs at decode) against transformers' float32 distributions.
 TEST(CudaDefaultModel, FastPathAgreesWithTransformers) {
   auto backend = cuda_backend();
-  expect_fast_path_agrees(*backend, "cuda", 1e-2, 1e-3);
+  expect_fast_path_agrees(*backend, "cuda", 3e-3, 3e-4);
 }
 
 TEST(CudaBatchInvariance, Float32ModelAloneEqualsBatchOfEight) { expect_batch_invariant(fixture_dir("qwen3")); }

@@ -19,16 +19,18 @@ namespace deepinfer::kernels::cuda {
 // The stream a backend enqueues all its work on, counting the enqueues that may write device
 // memory. LtGemm's cast buffer stands for a rounded copy of some x only while that count is what it
 // was when the copy was made, so no write can leave the copy stale unseen: every op takes the
-// stream through for_op(); only LtGemm's own products and staging casts, which write nothing but
-// their output and the cast buffer, take it through for_products().
+// stream through for_op(), and writes that enqueue through another object (the pinned staging
+// of host uploads) call begin_write() first; only LtGemm's own products and staging casts, which
+// write nothing but their output and the cast buffer, take it through for_products().
 class OpStream {
  public:
   OpStream() = default;
   explicit OpStream(cudaStream_t stream) : stream_(stream) {}
   cudaStream_t for_op() {
-    ++generation_;
+    begin_write();
     return stream_;
   }
+  void begin_write() { ++generation_; }
   cudaStream_t for_products() const { return stream_; }
   uint64_t generation() const { return generation_; }
 

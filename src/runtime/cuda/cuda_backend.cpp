@@ -53,7 +53,7 @@ Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
   const size_t bytes = static_cast<size_t>(view.rows * view.cols) * dtype_size_bytes(view.dtype);
   void* device = allocator_.allocate(bytes);
   weights_.push_back(device);
-  staging_->to_device(device, tensor.data, bytes);
+  upload(device, tensor.data, bytes);
   view.data = device;
   return view;
 }

@@ -164,6 +164,11 @@ class CudaBackend final : public Backend {
   // products that read out next; null when those run on the GEMV (which reads float32) or dtype is
   // not 16-bit (cuda_mlp.cpp).
   void* stage_for_products(const float* out, int64_t num_rows, int64_t dim, DType dtype);
+  // Every host-to-device copy through the staging buffers: it may overwrite a product's input.
+  void upload(void* dst, const void* src, size_t size_bytes) {
+    stream_.begin_write();
+    staging_->to_device(dst, src, size_bytes);
+  }
   // Scratch for one op: from the allocator eagerly, from the capture's own blocks under capture.
   void* take_workspace(size_t size_bytes);
   void give_back_workspace(void* p);

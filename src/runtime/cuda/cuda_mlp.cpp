@@ -35,7 +35,7 @@ Result<std::optional<kernels::WeightView>> CudaBackend::load_stacked_weight(cons
   size_t offset = 0;
   for (const TensorView& part : parts) {
     const size_t bytes = static_cast<size_t>(part.shape[0]) * row_bytes;
-    staging_->to_device(device + offset, part.data, bytes);
+    upload(device + offset, part.data, bytes);
     offset += bytes;
   }
   view.data = device;

@@ -42,7 +42,7 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t size_bytes) 
     pool->record_read(src, stream_.for_op());
     return;
   }
-  staging_->to_device(dst, src, size_bytes);
+  upload(dst, src, size_bytes);
 }
 
 void CudaBackend::scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces) {
