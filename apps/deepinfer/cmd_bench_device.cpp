@@ -148,12 +148,12 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
 }
 
 // The attention kernel alone at decode: batch sequences of context keys, the model's head shapes
-// (MLA: every head on one latent head of kv_lora_rank + rope dims, keys and values one float32
-// cache), over a cache of the model's KV element type.
+// (MLA: every head on one latent head of kv_lora_rank + rope dims, keys and values one cache), over
+// a cache of the model's KV element type.
 void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, DType cache_dtype,
                      int32_t batch, int32_t context) {
   kernels::AttentionParams params;
-  params.cache_dtype = c.mla ? DType::kF32 : cache_dtype;
+  params.cache_dtype = cache_dtype;
   const auto element_bytes = static_cast<int64_t>(dtype_size_bytes(params.cache_dtype));
   params.num_heads = static_cast<int32_t>(c.num_attention_heads);
   params.num_kv_heads = c.mla ? 1 : static_cast<int32_t>(c.num_key_value_heads);

@@ -129,6 +129,23 @@ struct MoeExperts {
   float swiglu_limit = 7.0f;
 };
 
+// Products of each head's slice of strided rows with that head's own weight (MLA's absorbed W_UK
+// and W_UV): y[t, h, 0:w.rows] = x[t, h, 0:w.cols] @ W_h^T for t < num_rows, h < num_heads, W_h
+// being w (head 0's [N, K] matrix) advanced by h * w_head_stride rows. Head h of row t of x starts
+// at x + t * x_row_stride + h * x_head_stride floats; likewise y. x rounds to w's dtype as in matmul.
+struct HeadProducts {
+  const float* x = nullptr;
+  int64_t x_row_stride = 0;
+  int64_t x_head_stride = 0;
+  WeightView w;
+  int64_t w_head_stride = 0;
+  int32_t num_heads = 0;
+  int64_t num_rows = 0;
+  float* y = nullptr;
+  int64_t y_row_stride = 0;
+  int64_t y_head_stride = 0;
+};
+
 // sample_rows sums the cumulative probability per chunk of this many token ids, then over the
 // chunks: the same bits whether one thread walks the row or each thread of a device block a chunk.
 inline constexpr int64_t kCdfChunk = 256;

@@ -21,6 +21,20 @@ void Backend::gated_mlp(const float* x, const kernels::WeightView& gate_up, cons
   }
 }
 
+void Backend::head_matmul(const kernels::HeadProducts& p, float* scratch) {
+  const int64_t n = p.num_rows;
+  float* head_in = scratch;                  // [n, K]
+  float* head_out = scratch + n * p.w.cols;  // [n, N]
+  const size_t element = dtype_size_bytes(p.w.dtype);
+  for (int32_t h = 0; h < p.num_heads; ++h) {
+    kernels::WeightView w_h = p.w;
+    w_h.data = static_cast<const char*>(p.w.data) + static_cast<size_t>(h * p.w_head_stride * p.w.cols) * element;
+    copy_rows(p.x + h * p.x_head_stride, p.x_row_stride, n, p.w.cols, head_in, p.w.cols);
+    matmul(head_in, w_h, kernels::WeightView{}, n, head_out);
+    copy_rows(head_out, p.w.rows, n, p.w.rows, p.y + h * p.y_head_stride, p.y_row_stride);
+  }
+}
+
 void Backend::norm_matmul(const float* x, const NormWeights& norm, const kernels::WeightView& w, int64_t num_rows,
                           float* normed, float* y) {
   rms_norm(x, norm.weight, norm.weight_offset, num_rows, w.cols, norm.eps, normed);

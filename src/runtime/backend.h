@@ -214,6 +214,9 @@ class Backend {
                            float* out) = 0;
   virtual void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                          int64_t dst_stride) = 0;
+  // kernels::HeadProducts' contract. The default runs matmul per head over contiguous copies in
+  // scratch (num_rows * (w.cols + w.rows) floats); a device backend runs every head in one product.
+  virtual void head_matmul(const kernels::HeadProducts& p, float* scratch);
   // One token per draw from logits rows (kernels/ops.h sample_rows); logits, params and token_ids
   // are this backend's memory. The default is the host sampler (host backends); a device backend
   // samples where the logits are, so only token ids leave it.

@@ -138,6 +138,10 @@ class ForwardingBackend : public Backend {
     on_call("moe_experts");
     inner_->moe_experts(x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts, out);
   }
+  void head_matmul(const kernels::HeadProducts& p, float* scratch) override {
+    on_call("head_matmul");
+    inner_->head_matmul(p, scratch);
+  }
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                  int64_t dst_stride) override {
     on_call("copy_rows");

@@ -1,6 +1,7 @@
 // The bf16-cache decode kernels against ref::paged_attention: the tensor-core kernel
 // (attention_decode_mma.cu) on every shape it takes, its step and page edges, its splits through the
-// workspace (the invariant mode's fixed ones) and within a thread-block cluster (2-16).
+// workspace (the invariant mode's fixed ones) and within a thread-block cluster (2-16); and MLA's
+// latent-head kernel (attention_decode_mla.cu).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -147,6 +148,47 @@ TEST(CudaAttentionBf16Cache, MmaDecodeClusterCombineMatchesReference) {
       }
     }
   }
+}
+
+// MLA's bf16 latent head (512 + 64 dims, keys = values) with 16, 32 and 128 query heads: lengths
+// around its 32-key tiles, one token, pages of 5 to 64 keys, a long context split many ways, a
+// graph's padded block table (balanced splits), and a batch mixing prompts (the general kernel)
+// with decodes (this one). q and p enter its MMAs rounded to bf16: over scores of this test's size
+// (q and keys in [-2, 2], 576 dims) that moves an output, a weighted mean of values in [-2, 2], by
+// well under 1e-2; a wrong key, page or dim moves it by ~1.
+TEST(CudaAttentionBf16Cache, MlaDecodeMatchesReference) {
+  auto backend = cuda_backend();
+  std::mt19937 rng(67);
+  constexpr double kTolerance = 1e-2;
+  const std::vector<SeqSpec> decode_seqs = {{1, 1}, {31, 1}, {32, 1}, {33, 1}, {700, 1}, {8192, 1}};
+  int index = 0;
+  for (int32_t heads : {16, 32, 128}) {
+    for (int32_t block_size : {16, 64, 5}) {
+      AttentionCase c;
+      c.seqs = heads == 128 ? std::vector<SeqSpec>{{1, 1}, {95, 1}, {1500, 1}} : decode_seqs;
+      c.block_size = block_size;
+      c.num_heads = heads;
+      c.num_kv_heads = 1;
+      c.head_dim = 576;
+      c.shared_kv = true;
+      c.bf16_cache = true;
+      HostBatch b = make_batch(c, rng);
+      if (index % 3 == 1) {
+        pad_block_table(b, 2 * static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(b.max_blocks_per_seq))));
+      }
+      expect_close(run_device(*backend, c, b), run_reference(c, b), kTolerance, 1e-4, describe(c));
+      ++index;
+    }
+  }
+  AttentionCase mixed;
+  mixed.seqs = {{40, 40}, {300, 1}, {130, 17}, {2049, 1}};
+  mixed.num_heads = 16;
+  mixed.num_kv_heads = 1;
+  mixed.head_dim = 576;
+  mixed.shared_kv = true;
+  mixed.bf16_cache = true;
+  const HostBatch b = make_batch(mixed, rng);
+  expect_close(run_device(*backend, mixed, b), run_reference(mixed, b), kTolerance, 1e-4, describe(mixed) + " mixed");
 }
 
 }  // namespace

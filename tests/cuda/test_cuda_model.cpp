@@ -112,6 +112,34 @@ TEST_P(CudaFixture, Bf16AgreesWithFloat32Path) {
   EXPECT_LT(max_diff, 0.5);
 }
 
+// The bf16 copy fed one token per step (decode kernels: the tensor-core GQA kernel, or MLA's
+// latent-head kernel over the bf16 latent cache) against the same copy's prompt pass (the general
+// and prefill kernels): the same model either way, up to the decode kernels' bf16 rounding of q
+// and p. A kernel reading the wrong keys or heads loses the top-1 at most positions.
+TEST_P(CudaFixture, Bf16DecodeStepsAgreeWithBf16Prefill) {
+  const nlohmann::json expected = load_expected(GetParam());
+  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
+  Loaded bf16 = load_on(write_bf16_copy(fixture_dir(GetParam()), GetParam()), "cuda");
+  const std::vector<float> prefill = score(*bf16.model, tokens, 16, 512);
+  const std::vector<float> steps = score(*bf16.model, tokens, 16, 1);
+  ASSERT_EQ(prefill.size(), steps.size());
+  const int64_t vocab = bf16.model->config().vocab_size;
+  size_t agree = 0;
+  double max_diff = 0.0;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const std::vector<double> la = log_softmax(prefill.data() + r * static_cast<size_t>(vocab), vocab);
+    const std::vector<double> lb = log_softmax(steps.data() + r * static_cast<size_t>(vocab), vocab);
+    const auto top = std::max_element(la.begin(), la.end()) - la.begin();
+    if (top == std::max_element(lb.begin(), lb.end()) - lb.begin()) ++agree;
+    max_diff = std::max(max_diff, std::abs(la[static_cast<size_t>(top)] - lb[static_cast<size_t>(top)]));
+  }
+  const double agreement = static_cast<double>(agree) / static_cast<double>(tokens.size());
+  std::printf("[bf16 decode vs prefill] %s: top-1 agreement %.3f over %zu positions, max |logprob diff| %.4f\n",
+              GetParam().c_str(), agreement, tokens.size(), max_diff);
+  EXPECT_GE(agreement, 0.8);
+  EXPECT_LT(max_diff, 0.25);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transformers, CudaFixture, ::testing::ValuesIn(fixture_names()),
                          [](const auto& info) { return info.param; });
 

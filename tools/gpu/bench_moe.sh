@@ -2,15 +2,18 @@
 # tools/gpu/bench_moe.sh: MoE decode/prefill on the H200 for the Qwen3-30B-A3B, DeepSeek-V2-Lite and
 # GPT-OSS-20B shapes, cut to LAYERS layers (default 8) so the random checkpoints fit the machine's disk;
 # the roofline fraction counts the bytes actually read per step (active experts only), so depth
-# does not change it. Uses the bundle tools/gpu/pack.sh made. Output: $OUT/moe_bench.jsonl.
+# does not change it. MODELS picks some of the three (default all). Uses the bundle tools/gpu/pack.sh
+# made. Output: $OUT/moe_bench.jsonl.
 set -uo pipefail
 OUT=${OUT:-/tmp/deepinfer-moe-bench}
 LAYERS=${LAYERS:-8}
+MODELS=${MODELS:-qwen3-30b-a3b deepseek-v2-lite gpt-oss-20b}
+CONTEXTS=${CONTEXTS:-1024}
 mkdir -p "$OUT" /tmp/deepinfer-bundle /tmp/moe-models
 tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
 export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
 bin=/tmp/deepinfer-bundle/bin
-for name in qwen3-30b-a3b deepseek-v2-lite gpt-oss-20b; do
+for name in $MODELS; do
   python3 - "bench/configs/$name.json" "/tmp/moe-models/$name.json" "$LAYERS" <<'PY'
 import json, sys
 config = json.load(open(sys.argv[1]))
@@ -24,7 +27,7 @@ json.dump(config, open(sys.argv[2], "w"))
 PY
   "$bin/deepinfer-make-random-model" --config "/tmp/moe-models/$name.json" --out "/tmp/moe-models/$name" --dtype bf16 \
     > /dev/null 2>> "$OUT/moe_bench.log" || { echo "$name: model generation failed"; continue; }
-  timeout 150 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1,64,256 --contexts 1024 \
+  timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1,64,256 --contexts "$CONTEXTS" \
     --prefill 4096 --steps 4 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$name-${LAYERS}l\",/" | tee -a "$OUT/moe_bench.jsonl"
   rm -rf "/tmp/moe-models/$name"
 done

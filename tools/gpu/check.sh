@@ -59,7 +59,7 @@ for suite in $("$BIN/test_cuda" --gtest_list_tests | grep -v '^ ' | tr -d '.'); 
   timeout 300 "$BIN/test_cuda" --gtest_color=no --gtest_filter="$suite.*" >> "$OUT/test_cuda.log" 2>&1 || TEST_RC=1
 done
 note "test_cuda: exit $TEST_RC after $(elapsed) s; $(grep -c '^\[       OK \]' "$OUT/test_cuda.log") passed, $(grep -c '^\[  FAILED  \].*ms)' "$OUT/test_cuda.log") failed"
-grep -E '^\[  FAILED  \].*ms\)|\[bf16 vs f32\]' "$OUT/test_cuda.log" | tee -a "$SUMMARY"
+grep -E '^\[  FAILED  \].*ms\)|\[bf16 (vs f32|decode vs prefill)\]' "$OUT/test_cuda.log" | tee -a "$SUMMARY"
 grep -B3 -A12 -m5 'Failure' "$OUT/test_cuda.log" | head -80 > "$OUT/test_failures.txt"
 
 # 3. Benchmarks.

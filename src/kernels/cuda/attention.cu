@@ -3,8 +3,8 @@
 // kWarps * kRowsPerWarp query rows (token, head) of one sequence that share one KV head, streams
 // that head's keys of one split through shared memory in tiles of 32 (K and V read once for all
 // the group's heads; once in all when they are the same cache, as in MLA), and keeps an online
-// softmax per row. Head sizes up to 576 (MLA's 512 + 64 latent rows) on float32 caches, up to 256
-// on bf16 caches (widened to float32 in shared memory). Splits over the key axis (flash-decoding)
+// softmax per row. Head sizes up to 256, and MLA's 576 (512 + 64 latent rows), on float32 or bf16
+// caches (bf16 widened to float32 in shared memory). Splits over the key axis (flash-decoding)
 // give long decodes enough blocks; a second kernel combines them in split order.
 #include <algorithm>
 #include <cmath>
@@ -163,6 +163,26 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
       }
       detail::cp_async_commit();
       detail::cp_async_wait<0>();
+    } else if (fast && sizeof(T) == 2) {
+      // Wide bf16 rows (MLA's latent cache at prefill): 16-byte loads widened into the float tile.
+      constexpr int kChunks = kDims / 8;
+      for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * kChunks; i += kWarps * 32) {
+        const int32_t p = tile_begin + i / kChunks;
+        const int at = i / kChunks * kKStride + i % kChunks * 8;
+        float kx[8] = {};
+        float vx[8] = {};
+        if (p < key_end) {
+          const int64_t offset = key_offset(p) + i % kChunks * 8;
+          detail::unpack16(*reinterpret_cast<const float4*>(k_cache + offset), k_cache, kx);
+          if (!shared_kv) detail::unpack16(*reinterpret_cast<const float4*>(v_cache + offset), v_cache, vx);
+        }
+        *reinterpret_cast<float4*>(k_tile + at) = make_float4(kx[0], kx[1], kx[2], kx[3]);
+        *reinterpret_cast<float4*>(k_tile + at + 4) = make_float4(kx[4], kx[5], kx[6], kx[7]);
+        if (!shared_kv) {
+          *reinterpret_cast<float4*>(v_tile + at) = make_float4(vx[0], vx[1], vx[2], vx[3]);
+          *reinterpret_cast<float4*>(v_tile + at + 4) = make_float4(vx[4], vx[5], vx[6], vx[7]);
+        }
+      }
     } else {
       for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * kDims; i += kWarps * 32) {
         const int key = i / kDims;
@@ -335,11 +355,11 @@ void launch_for_dims(const AttentionArgs& args, unsigned row_tiles, cudaStream_t
   return launch<T, 256, kRowsPerWarp>(args, row_tiles, stream);
 }
 
-// Wide heads (rows_per_warp 4) have float32 caches only (paged_attention checks).
+// Wide heads (MLA's latent rows) take rows_per_warp 4.
 template <typename T>
 void launch_general(const AttentionArgs& args, int32_t rows_per_warp, unsigned row_tiles, cudaStream_t stream) {
   if (rows_per_warp == 4) {
-    if constexpr (sizeof(T) == sizeof(float)) launch<T, kWideDims, 4>(args, row_tiles, stream);
+    launch<T, kWideDims, 4>(args, row_tiles, stream);
   } else if (rows_per_warp == 8) {
     launch_for_dims<T, 8>(args, row_tiles, stream);
   } else {
@@ -376,6 +396,8 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
   // may run as one cluster and combine without a second kernel.
   const bool mma_decode =
       fixed_split_keys == 0 && !general_kernel_needed(batch, params) && detail::mma_decode_fits(params);
+  const bool mla_decode =
+      fixed_split_keys == 0 && !general_kernel_needed(batch, params) && detail::mla_decode_fits(params);
   const int64_t max_cluster = mma_decode ? detail::mma_decode_max_cluster(params) : 1;
   AttentionPlan plan;
   if (fixed_split_keys > 0) {
@@ -387,7 +409,9 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
     const int32_t group = params.num_heads / params.num_kv_heads;
     const int64_t rows = int64_t{kWarps} * rows_per_warp(batch, params);
     const int64_t row_tiles = decode_only ? 1 : (int64_t{batch.max_query_len} * group + rows - 1) / rows;
-    const int64_t base_blocks = row_tiles * params.num_kv_heads * batch.num_seqs;
+    // The MLA decode kernel's blocks each take 16 of the latent head's query heads.
+    const int64_t head_blocks = mla_decode ? detail::mla_decode_head_blocks(params) : 1;
+    const int64_t base_blocks = row_tiles * params.num_kv_heads * head_blocks * batch.num_seqs;
     const bool bf16_decode = decode_only && params.cache_dtype == DType::kBF16;
     int64_t wanted = 1;
     if (bf16_decode) {
@@ -428,7 +452,7 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
   }
   plan.num_splits = static_cast<int32_t>((max_keys + plan.split_keys - 1) / plan.split_keys);
   plan.combine_in_cluster = plan.num_splits > 1 && plan.num_splits <= max_cluster;
-  plan.balanced_splits = mma_decode;
+  plan.balanced_splits = mma_decode || mla_decode;
   if (!plan.combine_in_cluster && (plan.num_splits > 1 || fixed_split_keys > 0)) {
     plan.workspace_bytes = static_cast<size_t>(plan.num_splits) * static_cast<size_t>(batch.num_tokens) *
                            static_cast<size_t>(params.num_heads) * static_cast<size_t>(params.head_dim + 2) *
@@ -444,7 +468,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
   DI_CHECK(front == nullptr || (plan.balanced_splits && !general_kernel_needed(batch, params)),
            "paged_attention folds the front end only into a decode-only tensor-core plan");
   const bool bf16_cache = params.cache_dtype == DType::kBF16;
-  DI_CHECK(params.cache_dtype == DType::kF32 || (bf16_cache && params.head_dim <= 256),
+  DI_CHECK(params.cache_dtype == DType::kF32 || bf16_cache,
            "paged_attention: cache dtype " << dtype_name(params.cache_dtype) << " with head_dim " << params.head_dim);
   const bool decode_kernel = detail::decode_kernel_fits(params);
   AttentionArgs args{q,

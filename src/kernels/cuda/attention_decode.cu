@@ -293,13 +293,15 @@ int32_t resident_blocks_for_group(const AttentionParams& params) {
 
 bool decode_kernel_fits(const AttentionParams& params) {
   const int32_t group = params.num_heads / params.num_kv_heads;
-  return group <= 8 && (params.head_dim == 64 || params.head_dim == 128 || params.head_dim == 256);
+  return (group <= 8 && (params.head_dim == 64 || params.head_dim == 128 || params.head_dim == 256)) ||
+         mla_decode_fits(params);
 }
 
 int32_t decode_resident_blocks(const AttentionParams& params) {
   DI_CHECK(decode_kernel_fits(params), "head_dim " << params.head_dim << ", heads " << params.num_heads << "/"
                                                    << params.num_kv_heads);
-  // Every bf16 cache that fits here fits the tensor-core kernel too: this kernel serves float32 caches.
+  // Every bf16 cache that fits here fits a tensor-core kernel too: this kernel serves float32 caches.
+  if (mla_decode_fits(params)) return mla_decode_resident_blocks();
   if (mma_decode_fits(params)) return mma_decode_resident_blocks(params);
   return resident_blocks_for_group<float>(params);
 }
@@ -309,6 +311,7 @@ void launch_decode_attention(const AttentionArgs& args, const AttentionFrontEnd*
                                                         << "/" << args.params.num_kv_heads);
   if (mma_decode_fits(args.params)) return launch_mma_decode_attention(args, front, stream);
   DI_CHECK(front == nullptr, "the attention front end folds only into the bf16 tensor-core decode kernel");
+  if (mla_decode_fits(args.params)) return launch_mla_decode_attention(args, stream);
   DI_CHECK(!args.cluster_combine && !args.balanced_splits,
            "only the tensor-core decode kernel combines splits in a cluster or balances them");
   launch_for_group<float>(args, stream);

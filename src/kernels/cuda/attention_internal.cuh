@@ -173,7 +173,8 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// The decode kernel takes head_dim 64, 128 or 256 with up to 8 query heads per KV head.
+// The decode kernel takes head_dim 64, 128 or 256 with up to 8 query heads per KV head, and MLA's
+// bf16 latent head (mla_decode_fits).
 bool decode_kernel_fits(const AttentionParams& params);
 // Blocks of the decode kernel for these params that one SM holds at once (the plan's wave size).
 int32_t decode_resident_blocks(const AttentionParams& params);
@@ -190,5 +191,13 @@ bool mma_decode_fits(const AttentionParams& params);
 int32_t mma_decode_max_cluster(const AttentionParams& params);
 int32_t mma_decode_resident_blocks(const AttentionParams& params);
 void launch_mma_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream);
+
+// The tensor-core decode kernel for MLA (attention_decode_mla.cu): one bf16 latent head of 576
+// dims, keys = values, query heads in blocks of 16 (grid: split, head block, sequence); no
+// sliding window, no sinks, no cluster combine.
+bool mla_decode_fits(const AttentionParams& params);
+int32_t mla_decode_head_blocks(const AttentionParams& params);
+int32_t mla_decode_resident_blocks();
+void launch_mla_decode_attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda::detail

@@ -64,7 +64,8 @@ struct AttentionPlan {
 // num_sms multiprocessors. Needs batch.num_tokens and batch.max_query_len (host-side sizes).
 AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParams& params, int32_t fixed_split_keys,
                                    int32_t num_sms);
-// Caches of params.cache_dtype: kF32, or kBF16 for head sizes up to 256 (not MLA's 576).
+// Caches of params.cache_dtype: kF32 or kBF16 (MLA's bf16 latent head decodes on its own tensor-core
+// kernel).
 // front, when given (only with plan.balanced_splits: decode-only bf16 batches outside the invariant
 // mode), is the attention front end of this batch folded into the decode kernel, in place of an
 // attention_front_end launch before this one: q is then unused, the rotated q read from front.q,

@@ -186,18 +186,14 @@ Result<void> DenseDecoder::load_mtp_layers(const ModelSource& source, const Dens
 int64_t DenseDecoder::kv_bytes_per_token() const {
   int64_t bytes = 0;
   for (const Layer& layer : layers_) {
-    bytes += std::visit(Overloaded{[](const AttentionLayer& a) { return a.kv_bytes_per_token(); },
-                                   [](const MlaLayer& a) { return a.kv_row_floats() * int64_t{sizeof(float)}; }},
-                        layer.attention);
+    bytes += std::visit([](const auto& a) { return a.kv_bytes_per_token(); }, layer.attention);
   }
   return bytes;
 }
 
 DType DenseDecoder::kv_cache_dtype() const {
-  for (const Layer& layer : layers_) {
-    if (const auto* gqa = std::get_if<AttentionLayer>(&layer.attention)) return gqa->kv_cache_dtype();
-  }
-  return DType::kF32;
+  if (layers_.empty()) return DType::kF32;
+  return std::visit([](const auto& a) { return a.kv_cache_dtype(); }, layers_.front().attention);
 }
 
 void DenseDecoder::allocate_kv_cache(const KvCacheShape& shape) {

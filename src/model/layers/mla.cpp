@@ -1,7 +1,6 @@
 // Multi-head latent attention, weight-absorbed over a latent KV cache.
 #include "model/layers/mla.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -73,28 +72,32 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
   layer.kv_a_norm_ = *kv_norm;
   layer.kv_b_proj_ = *kv_b;
   layer.o_proj_ = *o;
+  // The latent cache takes the element type the backend gives these weights (bf16 for 16-bit ones
+  // on CUDA), as the GQA caches do.
+  layer.cache_dtype_ = source.backend->kv_cache_dtype(layer.kv_b_proj_.weight.dtype);
 
-  // kv_b_proj rows per head: nope rows of W_UK, then v rows of W_UV, each over the latent.
+  // kv_b_proj rows per head: nope rows of W_UK, then v rows of W_UV, each over the latent. The
+  // absorbed query needs each head's W_UK transposed: one [heads * lora, nope] tensor.
   auto kv_b_host = read_tensor_f32(source, prefix + ".kv_b_proj.weight", {heads * (nope + v_dim), lora});
   if (!kv_b_host.ok()) return kv_b_host.error();
-  const size_t element = dtype_size_bytes(layer.kv_b_proj_.weight.dtype);
+  std::vector<float> transposed(static_cast<size_t>(heads * lora * nope));
   for (int64_t h = 0; h < heads; ++h) {
-    std::vector<float> transposed(static_cast<size_t>(lora * nope));
     const float* w_uk = kv_b_host->data() + h * (nope + v_dim) * lora;
+    float* w_uk_t = transposed.data() + h * lora * nope;
     for (int64_t i = 0; i < nope; ++i) {
-      for (int64_t c = 0; c < lora; ++c) transposed[static_cast<size_t>(c * nope + i)] = w_uk[i * lora + c];
+      for (int64_t c = 0; c < lora; ++c) w_uk_t[c * nope + i] = w_uk[i * lora + c];
     }
-    // A BF16 checkpoint's values round-trip exactly, so the transposed copy keeps its dtype.
-    const DType dtype = layer.kv_b_proj_.weight.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-    auto w_uk_t = load_host_tensor(source, prefix + ".kv_b_proj.w_uk_t." + std::to_string(h), lora, nope,
-                                   transposed, dtype);
-    if (!w_uk_t.ok()) return w_uk_t.error();
-    layer.w_uk_t_.push_back(*w_uk_t);
-    kernels::WeightView w_uv = layer.kv_b_proj_.weight;
-    w_uv.data = static_cast<const char*>(w_uv.data) + static_cast<size_t>((h * (nope + v_dim) + nope) * lora) * element;
-    w_uv.rows = v_dim;
-    layer.w_uv_.push_back(w_uv);
   }
+  // A BF16 checkpoint's values round-trip exactly, so the transposed copy keeps its dtype.
+  const DType dtype = layer.kv_b_proj_.weight.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  auto w_uk_t = load_host_tensor(source, prefix + ".kv_b_proj.w_uk_t", heads * lora, nope, transposed, dtype);
+  if (!w_uk_t.ok()) return w_uk_t.error();
+  layer.w_uk_t_ = *w_uk_t;
+  layer.w_uk_t_.rows = lora;
+  layer.w_uv_ = layer.kv_b_proj_.weight;
+  const size_t element = dtype_size_bytes(layer.w_uv_.dtype);
+  layer.w_uv_.data = static_cast<const char*>(layer.w_uv_.data) + static_cast<size_t>(nope * lora) * element;
+  layer.w_uv_.rows = v_dim;
   Backend& backend = *source.backend;
   layer.inv_freq_ = backend.allocate(rope.inv_freq.size() * sizeof(float));
   backend.copy_to_device(layer.inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
@@ -104,8 +107,8 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
 int64_t MlaLayer::weight_bytes() const {
   // The absorbed form reads W_UK^T and the W_UV rows of kv_b_proj, not kv_b_proj's W_UK rows.
   int64_t bytes = kv_a_proj_.weight_bytes() + o_proj_.weight_bytes();
-  for (const auto* views : {&w_uk_t_, &w_uv_}) {
-    for (const kernels::WeightView& w : *views) bytes += w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+  for (const kernels::WeightView* w : {&w_uk_t_, &w_uv_}) {
+    bytes += options_.num_heads * w->rows * w->cols * static_cast<int64_t>(dtype_size_bytes(w->dtype));
   }
   if (q_proj_) bytes += q_proj_->weight_bytes();
   if (q_a_proj_) bytes += q_a_proj_->weight_bytes() + q_b_proj_->weight_bytes();
@@ -115,32 +118,49 @@ int64_t MlaLayer::weight_bytes() const {
 void MlaLayer::allocate_kv_cache(Backend& backend, const KvCacheShape& shape) {
   block_size_ = shape.block_size;
   const auto rows = static_cast<size_t>(shape.num_blocks) * static_cast<size_t>(shape.block_size);
-  cache_ = backend.allocate(rows * static_cast<size_t>(kv_row_floats()) * sizeof(float));
+  cache_ = backend.allocate(rows * static_cast<size_t>(kv_row_floats()) * dtype_size_bytes(cache_dtype_));
 }
 
 void MlaLayer::copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const {
-  const int64_t floats = kv_floats_per_block();
-  backend.copy_on_device(cache_.as<float>() + dst_block * floats, cache_.as<float>() + src_block * floats,
-                         static_cast<size_t>(floats) * sizeof(float));
+  const auto bytes = static_cast<size_t>(kv_bytes_per_block());
+  auto* base = cache_.as<uint8_t>();
+  backend.copy_on_device(base + dst_block * bytes, base + src_block * bytes, bytes);
 }
 
 void MlaLayer::read_kv_block(Backend& backend, int32_t block, float* host) const {
-  const int64_t floats = kv_floats_per_block();
-  backend.copy_to_host(host, cache_.as<float>() + block * floats, static_cast<size_t>(floats) * sizeof(float));
+  const auto bytes = static_cast<size_t>(kv_bytes_per_block());
+  if (cache_dtype_ == DType::kF32) {
+    backend.copy_to_host(host, cache_.as<uint8_t>() + block * bytes, bytes);
+    return;
+  }
+  std::vector<uint8_t> raw(bytes);
+  backend.copy_to_host(raw.data(), cache_.as<uint8_t>() + block * bytes, bytes);
+  convert_to_f32(raw.data(), cache_dtype_, static_cast<size_t>(kv_floats_per_block()), host);
 }
 
 void MlaLayer::kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
-  const int64_t floats = kv_floats_per_block();
-  pieces.push_back({cache_.as<float>() + block * floats, src_offset, static_cast<size_t>(floats) * sizeof(float),
-                    DType::kF32});
+  const auto bytes = static_cast<size_t>(kv_bytes_per_block());
+  pieces.push_back({cache_.as<uint8_t>() + block * bytes, src_offset,
+                    static_cast<size_t>(kv_floats_per_block()) * sizeof(float), cache_dtype_});
+}
+
+void MlaLayer::read_kv_block_raw(Backend& backend, int32_t block, uint8_t* host) const {
+  const auto bytes = static_cast<size_t>(kv_bytes_per_block());
+  backend.copy_to_host(host, cache_.as<uint8_t>() + block * bytes, bytes);
+}
+
+void MlaLayer::raw_kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
+  const auto bytes = static_cast<size_t>(kv_bytes_per_block());
+  pieces.push_back({cache_.as<uint8_t>() + block * bytes, src_offset, bytes, cache_dtype_, cache_dtype_});
 }
 
 int64_t MlaLayer::scratch_floats(int64_t num_tokens) const {
   const int64_t heads = options_.num_heads;
   const int64_t row = kv_row_floats();
-  const int64_t per_head = std::max({options_.qk_nope_head_dim, options_.kv_lora_rank, options_.v_head_dim});
+  // head_matmul's scratch: one head's input and output rows, the widest of both products.
+  const int64_t per_head = options_.qk_nope_head_dim + options_.kv_lora_rank + options_.v_head_dim;
   return num_tokens * (options_.q_lora_rank + heads * q_head_dim() + row + options_.kv_lora_rank +
-                       2 * heads * row + 2 * per_head + heads * options_.v_head_dim);
+                       2 * heads * row + per_head + heads * options_.v_head_dim);
 }
 
 void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch, float* out) const {
@@ -153,16 +173,14 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
   const int64_t v_dim = options_.v_head_dim;
   const int64_t qd = q_head_dim();
   const int64_t row = kv_row_floats();
-  const int64_t per_head = std::max({nope, lora, v_dim});
   float* q_lora = scratch;                       // [n, q_lora_rank]
   float* q = q_lora + n * options_.q_lora_rank;  // [n, heads, nope + rope]
   float* kv = q + n * heads * qd;                // [n, lora + rope]: the cache row
   float* latent = kv + n * row;                  // [n, lora]
   float* q_latent = latent + n * lora;           // [n, heads, lora + rope]: absorbed query
   float* attn = q_latent + n * heads * row;      // [n, heads, lora + rope]: attended latent
-  float* head_in = attn + n * heads * row;       // [n, per_head]: one head's slice, contiguous
-  float* head_out = head_in + n * per_head;      // [n, per_head]
-  float* values = head_out + n * per_head;       // [n, heads, v]
+  float* head_scratch = attn + n * heads * row;  // head_matmul's: [n, nope + lora + v]
+  float* values = head_scratch + n * (nope + lora + v_dim);  // [n, heads, v]
 
   if (q_proj_) {
     q_proj_->forward(backend, x, n, q);
@@ -182,18 +200,24 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
                rope_attention_scaling_, options_.rope_layout);
   backend.rope(kv + lora, positions, n, 1, static_cast<int32_t>(row), rotary_dim_, inv_freq, rope_attention_scaling_,
                options_.rope_layout);
-  float* cache = cache_.as<float>();
-  // The latent cache stays float32 (its wide rows take the float32 attention kernel only).
-  backend.write_kv(kv, kv, batch.slot_mapping.as<int32_t>(), n, row, DType::kF32, cache, cache);
+  void* cache = cache_.data();
+  backend.write_kv(kv, kv, batch.slot_mapping.as<int32_t>(), n, row, cache_dtype_, cache, cache);
 
   // q_latent[t, h] = [q_nope[t, h] @ W_UK_h ; q_rope[t, h]]: scores against the latent row equal
   // the expanded q.k of every head.
-  for (int64_t h = 0; h < heads; ++h) {
-    backend.copy_rows(q + h * qd, heads * qd, n, nope, head_in, nope);
-    backend.matmul(head_in, w_uk_t_[static_cast<size_t>(h)], kernels::WeightView{}, n, head_out);
-    backend.copy_rows(head_out, lora, n, lora, q_latent + h * row, heads * row);
-    backend.copy_rows(q + h * qd + nope, heads * qd, n, rope_dim, q_latent + h * row + lora, heads * row);
-  }
+  kernels::HeadProducts absorb;
+  absorb.x = q;
+  absorb.x_row_stride = heads * qd;
+  absorb.x_head_stride = qd;
+  absorb.w = w_uk_t_;
+  absorb.w_head_stride = lora;
+  absorb.num_heads = static_cast<int32_t>(heads);
+  absorb.num_rows = n;
+  absorb.y = q_latent;
+  absorb.y_row_stride = heads * row;
+  absorb.y_head_stride = row;
+  backend.head_matmul(absorb, head_scratch);
+  backend.copy_rows(q + nope, qd, n * heads, rope_dim, q_latent + lora, row);
   // One shared "kv head" whose keys and values are both the cache row; the rope part of the
   // attended value is discarded below.
   kernels::AttentionParams params;
@@ -201,12 +225,20 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
   params.num_kv_heads = 1;
   params.head_dim = static_cast<int32_t>(row);
   params.scale = options_.softmax_scale;
+  params.cache_dtype = cache_dtype_;
   backend.paged_attention(q_latent, cache, cache, batch.paged, params, attn);
-  for (int64_t h = 0; h < heads; ++h) {
-    backend.copy_rows(attn + h * row, heads * row, n, lora, head_in, lora);
-    backend.matmul(head_in, w_uv_[static_cast<size_t>(h)], kernels::WeightView{}, n, head_out);
-    backend.copy_rows(head_out, v_dim, n, v_dim, values + h * v_dim, heads * v_dim);
-  }
+  kernels::HeadProducts expand;
+  expand.x = attn;
+  expand.x_row_stride = heads * row;
+  expand.x_head_stride = row;
+  expand.w = w_uv_;
+  expand.w_head_stride = nope + v_dim;
+  expand.num_heads = static_cast<int32_t>(heads);
+  expand.num_rows = n;
+  expand.y = values;
+  expand.y_row_stride = heads * v_dim;
+  expand.y_head_stride = v_dim;
+  backend.head_matmul(expand, head_scratch);
   o_proj_.forward(backend, values, n, out);
 }
 

@@ -37,19 +37,20 @@ class MlaLayer {
   // Floats one token's cache row holds: kv_lora_rank + qk_rope_head_dim.
   int64_t kv_row_floats() const { return options_.kv_lora_rank + options_.qk_rope_head_dim; }
   int64_t weight_bytes() const;
+  // The cache's element type (Backend::kv_cache_dtype of the weights) and one token's bytes.
+  DType kv_cache_dtype() const { return cache_dtype_; }
+  int64_t kv_bytes_per_token() const { return kv_row_floats() * static_cast<int64_t>(dtype_size_bytes(cache_dtype_)); }
   void allocate_kv_cache(Backend& backend, const KvCacheShape& shape);
+  // One block's latent rows as float32 (a bf16 cache widens them on the way out, exactly, and
+  // rounds to nearest even on the way in).
   int64_t kv_floats_per_block() const { return block_size_ * kv_row_floats(); }
   void copy_kv_block(Backend& backend, int32_t src_block, int32_t dst_block) const;
   void read_kv_block(Backend& backend, int32_t block, float* host) const;
   void kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
-  // The latent cache is float32, so its own element type is what kv_block_pieces moves.
-  int64_t kv_bytes_per_block() const { return kv_floats_per_block() * static_cast<int64_t>(sizeof(float)); }
-  void read_kv_block_raw(Backend& backend, int32_t block, uint8_t* host) const {
-    read_kv_block(backend, block, reinterpret_cast<float*>(host));
-  }
-  void raw_kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
-    kv_block_pieces(block, src_offset, pieces);
-  }
+  // The same block in the cache's own element type (the KV store's pages).
+  int64_t kv_bytes_per_block() const { return block_size_ * kv_bytes_per_token(); }
+  void read_kv_block_raw(Backend& backend, int32_t block, uint8_t* host) const;
+  void raw_kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const;
   int64_t scratch_floats(int64_t num_tokens) const;
 
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden].
@@ -66,12 +67,16 @@ class MlaLayer {
   RmsNorm kv_a_norm_;
   Linear kv_b_proj_;  // [heads * (nope + v), kv_lora_rank]
   Linear o_proj_;     // [hidden, heads * v]
-  std::vector<kernels::WeightView> w_uk_t_;  // [heads] x [kv_lora_rank, nope]: W_UK transposed, for absorption
-  std::vector<kernels::WeightView> w_uv_;    // [heads] x [v, kv_lora_rank]: row slices of kv_b_proj
+  // Head 0's matrices of the per-head products (kernels::HeadProducts): W_UK transposed
+  // ([kv_lora_rank, nope], heads back to back), and W_UV ([v, kv_lora_rank] rows of kv_b_proj,
+  // nope + v rows apart).
+  kernels::WeightView w_uk_t_;
+  kernels::WeightView w_uv_;
   int32_t rotary_dim_ = 0;
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
-  DeviceBuffer cache_;     // [num_blocks * block_size, kv_lora_rank + rope] f32
+  DType cache_dtype_ = DType::kF32;
+  DeviceBuffer cache_;  // [num_blocks * block_size, kv_lora_rank + rope] of cache_dtype_
   int32_t block_size_ = 0;
 };
 

@@ -112,6 +112,22 @@ void CudaBackend::planned_attention(const float* q, const void* k_cache, const v
   give_back_workspace(workspace);
 }
 
+void CudaBackend::head_matmul(const kernels::HeadProducts& p, float* scratch) {
+  if (batch_invariant_) {
+    Backend::head_matmul(p, scratch);
+    return;
+  }
+  const size_t bytes = kc::HeadGemm::input_bytes(p);
+  void* rounded = bytes > 0 ? take_workspace(bytes) : nullptr;
+  try {
+    head_gemm_.run(p, rounded, stream_.for_op());
+  } catch (...) {
+    give_back_workspace(rounded);
+    throw;
+  }
+  give_back_workspace(rounded);
+}
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/head_gemm.h"
 #include "kernels/cuda/moe_ops.h"
 #include "kernels/cuda/scatter.h"
 #include "runtime/backend.h"
@@ -155,6 +156,9 @@ class CudaBackend final : public Backend {
                  int64_t dst_stride) override {
     kc::copy_rows(src, src_stride, num_rows, width, dst, dst_stride, stream_.for_op());
   }
+  // Every head in one batched GEMM (kernels/cuda/head_gemm.h); the batch-invariant mode keeps the
+  // default's per-head products on the pinned cuBLASLt algorithms.
+  void head_matmul(const kernels::HeadProducts& p, float* scratch) override;
   // Sampling where the logits are (cuda_backend_sampling.cpp): only token ids leave the device.
   void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params, int64_t num_draws,
                    int32_t* token_ids) override;
@@ -199,6 +203,7 @@ class CudaBackend final : public Backend {
   std::mutex pinned_mutex_;
   std::vector<PinnedPool*> pinned_pools_;
   kc::LtGemm gemm_;
+  kc::HeadGemm head_gemm_;
   std::vector<void*> weights_;  // device copies of the checkpoint; WeightViews point into them
   // Each MoE layer's expert pointer table on the device, keyed by the layer's host WeightView array
   // and rebuilt when its contents change (cuda_backend_moe.cpp).
