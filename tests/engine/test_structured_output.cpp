@@ -12,6 +12,7 @@
 
 #include "deepinfer/llm.h"
 #include "engine_test_util.h"
+#include "greedy_params.h"
 #include "text_model_dir.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,14 +36,6 @@ SamplingParams schema_params(const std::string& schema, int32_t max_tokens) {
   s.kind = StructuredOutputParams::Kind::kJsonSchema;
   s.spec = schema;
   p.structured_output = s;
-  return p;
-}
-
-SamplingParams plain_params(int32_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
   return p;
 }
 
@@ -101,7 +94,7 @@ class StructuredEngine : public ::testing::Test {
 TEST_F(StructuredEngine, SlowCompileHoldsOnlyItsRequestAndAbortCancelsIt) {
   auto engine = make_engine(/*timeout_seconds=*/120);
   ASSERT_TRUE(engine->add_request(0, prompt_, schema_params(slow_schema(400), 16)).ok());
-  ASSERT_TRUE(engine->add_request(1, prompt_, plain_params(8)).ok());
+  ASSERT_TRUE(engine->add_request(1, prompt_, greedy_params(8)).ok());
   // The plain request decodes to its end while the other's grammar still compiles.
   while (!outcomes_[1].finished) {
     step(*engine);
@@ -134,7 +127,7 @@ TEST_F(StructuredEngine, FailedOrTimedOutCompilesEndOnlyTheirRequest) {
   ASSERT_TRUE(engine->add_request(1, prompt_, schema_params(slow_schema(400), 8)).ok());
   // The same spec shares one compile: aborting one request leaves it running for the other.
   ASSERT_TRUE(engine->add_request(2, prompt_, schema_params(slow_schema(400), 8)).ok());
-  ASSERT_TRUE(engine->add_request(3, prompt_, plain_params(8)).ok());
+  ASSERT_TRUE(engine->add_request(3, prompt_, greedy_params(8)).ok());
   ASSERT_TRUE(engine->add_request(4, prompt_, schema_params(R"({"enum":["yes","no"]})", 8)).ok());
   engine->abort_request(2);
   run_to_end(*engine);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "deepinfer/llm.h"
+#include "greedy_params.h"
 #include "model/model.h"
 #include "runtime/fault_injection.h"
 
@@ -41,14 +42,6 @@ struct Fixture {
 };
 
 bool admitted(const Admission& admission) { return std::holds_alternative<int64_t>(admission); }
-
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0.0;
-  params.max_tokens = max_tokens;
-  params.ignore_eos = true;
-  return params;
-}
 
 // Receives until the finished output, the channel closes, or 20 s pass.
 std::vector<EngineEvent> drain(OutputChannel& channel) {
@@ -82,7 +75,7 @@ std::vector<int32_t> offline_tokens(const std::vector<int32_t>& prompt, int32_t 
   config.model_dir = kModelDir;
   config.show_progress = false;
   auto llm = LLM::open(config).value();
-  return llm->generate({Prompt{"", prompt}}, {greedy(max_tokens)}).value()[0].outputs[0].token_ids;
+  return llm->generate({Prompt{"", prompt}}, {testing::greedy_params(max_tokens)}).value()[0].outputs[0].token_ids;
 }
 
 void wait_idle(const Metrics& metrics) {
@@ -102,7 +95,7 @@ TEST(EngineWorker, OutputsMatchTheOfflineApi) {
   Fixture f;
   EngineWorker worker(f.engine, f.metrics, WorkerLimits{.check_invariants = true});
   auto channel = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, greedy(10), 0, "", channel})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, testing::greedy_params(10), 0, "", channel})));
   std::vector<int32_t> tokens;
   const auto events = drain(*channel);
   ASSERT_FALSE(events.empty());
@@ -121,14 +114,14 @@ TEST(EngineWorker, RefusedRequestGetsTheEngineError) {
   Fixture f;
   EngineWorker worker(f.engine, f.metrics, WorkerLimits{});
   auto channel = std::make_shared<OutputChannel>(f.io.get_executor(), 4);
-  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 100000}, greedy(4), 0, "", channel})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 100000}, testing::greedy_params(4), 0, "", channel})));
   const auto events = drain(*channel);
   ASSERT_EQ(events.size(), 1u);
   ASSERT_TRUE(events[0].error.has_value());
   EXPECT_NE(events[0].error->message.find("100000"), std::string::npos) << events[0].error->message;
   // The refused request left the queue: another is admitted at once.
   auto next = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  EXPECT_TRUE(admitted(worker.submit(Submission{{1, 2, 3}, greedy(2), 0, "", next})));
+  EXPECT_TRUE(admitted(worker.submit(Submission{{1, 2, 3}, testing::greedy_params(2), 0, "", next})));
   EXPECT_TRUE(drain(*next).back().output.finished);
 }
 
@@ -136,7 +129,7 @@ TEST(EngineWorker, AbortEndsTheRequestAndFreesItsBlocks) {
   Fixture f;
   EngineWorker worker(f.engine, f.metrics, WorkerLimits{.check_invariants = true});
   auto channel = std::make_shared<OutputChannel>(f.io.get_executor(), 4096);
-  const Admission admission = worker.submit(Submission{{1, 2, 3, 4}, greedy(2000), 0, "", channel});
+  const Admission admission = worker.submit(Submission{{1, 2, 3, 4}, testing::greedy_params(2000), 0, "", channel});
   ASSERT_TRUE(admitted(admission));
   worker.abort(std::get<int64_t>(admission));
   const auto events = drain(*channel);
@@ -150,10 +143,10 @@ TEST(EngineWorker, ClientThatStopsReadingIsAbortedNotWaitedOn) {
   Fixture f;
   EngineWorker worker(f.engine, f.metrics, WorkerLimits{.check_invariants = true});
   auto slow = std::make_shared<OutputChannel>(f.io.get_executor(), 2);  // never read below
-  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, greedy(2000), 0, "", slow})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, testing::greedy_params(2000), 0, "", slow})));
   // Another request runs to the end meanwhile.
   auto fast = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{{5, 6, 7}, greedy(6), 0, "", fast})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{{5, 6, 7}, testing::greedy_params(6), 0, "", fast})));
   EXPECT_TRUE(drain(*fast).back().output.finished);
   wait_idle(f.metrics);
   const EngineGauges gauges = f.metrics.engine();
@@ -170,7 +163,7 @@ TEST(EngineWorker, QueueBoundRefusesWhenFull) {
   int refused = 0;
   for (int i = 0; i < 50; ++i) {
     channels.push_back(std::make_shared<OutputChannel>(f.io.get_executor(), 4096));
-    Submission submission{{1, 2, 3, 4, 5, 6, 7, 8}, greedy(50), 0, "", channels.back()};
+    Submission submission{{1, 2, 3, 4, 5, 6, 7, 8}, testing::greedy_params(50), 0, "", channels.back()};
     if (!admitted(worker.submit(std::move(submission)))) ++refused;
   }
   EXPECT_GT(refused, 0);
@@ -185,9 +178,9 @@ TEST(EngineWorker, QueuedTokenBoundRefusesButNeverALoneRequest) {
   auto second = std::make_shared<OutputChannel>(f.io.get_executor(), 4096);
   // 12 prompt + 4 output tokens alone pass a bound of 10 (an empty queue admits anything)...
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, greedy(4), 0, "", first})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, testing::greedy_params(4), 0, "", first})));
   // ...and 12 more behind them, submitted before the engine thread can start the first, do not.
-  EXPECT_FALSE(admitted(worker.submit(Submission{prompt, greedy(4), 0, "", second})));
+  EXPECT_FALSE(admitted(worker.submit(Submission{prompt, testing::greedy_params(4), 0, "", second})));
   EXPECT_TRUE(drain(*first).back().output.finished);
   wait_idle(f.metrics);
 }
@@ -198,7 +191,7 @@ TEST(EngineWorker, QueuedTokenBoundChargesEverySample) {
   std::vector<std::shared_ptr<OutputChannel>> channels;  // of the admitted requests
   const auto submit = [&](int32_t n) {
     auto channel = std::make_shared<OutputChannel>(f.io.get_executor(), 4096);
-    SamplingParams params = greedy(4);
+    SamplingParams params = testing::greedy_params(4);
     params.n = n;
     Admission admission = worker.submit(Submission{{1, 2, 3, 4}, params, 0, "", channel});
     if (admitted(admission)) channels.push_back(channel);
@@ -223,7 +216,7 @@ TEST(EngineWorker, FailedStepEndsItsRequestWithTheMessageAndTheNextOneRuns) {
   // The second forward pass throws: the request's first token is out, the second never comes.
   f.faults->arm(FaultSpec{FaultKind::kThrow, "embedding", 2});
   auto failing = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, greedy(20), 0, "", failing})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, testing::greedy_params(20), 0, "", failing})));
   const auto events = drain(*failing);
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(tokens_of(events).size(), 1u);
@@ -236,7 +229,7 @@ TEST(EngineWorker, FailedStepEndsItsRequestWithTheMessageAndTheNextOneRuns) {
   // The engine is whole again: a new request gives the offline API's tokens.
   const std::vector<int32_t> prompt = {5, 6, 7, 8, 9};
   auto next = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, greedy(6), 0, "", next})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, testing::greedy_params(6), 0, "", next})));
   const auto served = drain(*next);
   ASSERT_FALSE(served.back().error.has_value()) << served.back().error->message;
   EXPECT_EQ(tokens_of(served), offline_tokens(prompt, 6));
@@ -250,14 +243,14 @@ TEST(EngineWorker, FailedAllocationFailsItsBatchWhileAWaitingRequestRuns) {
   Fixture f(1);  // one sequence at a time: the second request waits outside the failing batch
   EngineWorker worker(f.engine, f.metrics, WorkerLimits{.check_invariants = true});
   auto warm = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3}, greedy(2), 0, "", warm})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3}, testing::greedy_params(2), 0, "", warm})));
   ASSERT_FALSE(drain(*warm).back().error.has_value());
   // The 40-token prompt needs a larger workspace than the 3-token one left: that allocation fails.
   f.faults->arm(FaultSpec{FaultKind::kBadAlloc, "allocate", 1});
   auto failing = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
   auto waiting = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, greedy(8), 0, "", failing})));
-  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, greedy(8), 0, "", waiting})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, testing::greedy_params(8), 0, "", failing})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{prompt, testing::greedy_params(8), 0, "", waiting})));
   const auto failed = drain(*failing);
   ASSERT_TRUE(failed.back().error.has_value());
   EXPECT_EQ(failed.back().error_status, 500);
@@ -274,7 +267,7 @@ TEST(EngineWorker, LostDeviceFailsTheRequestAndRefusesEveryLaterOne) {
   EXPECT_FALSE(worker.unavailable().has_value());
   f.faults->arm(FaultSpec{FaultKind::kDeviceLost, "embedding", 1});
   auto channel = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, greedy(4), 0, "", channel})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, testing::greedy_params(4), 0, "", channel})));
   const auto events = drain(*channel);
   ASSERT_TRUE(events.back().error.has_value());
   EXPECT_EQ(events.back().error_status, 503);
@@ -282,7 +275,7 @@ TEST(EngineWorker, LostDeviceFailsTheRequestAndRefusesEveryLaterOne) {
   ASSERT_TRUE(worker.unavailable().has_value());
   EXPECT_NE(worker.unavailable()->find("the device is lost"), std::string::npos) << *worker.unavailable();
   auto later = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  const Admission refused = worker.submit(Submission{{1, 2, 3}, greedy(2), 0, "", later});
+  const Admission refused = worker.submit(Submission{{1, 2, 3}, testing::greedy_params(2), 0, "", later});
   ASSERT_FALSE(admitted(refused));
   EXPECT_FALSE(std::get<Refusal>(refused).overloaded);
 }
@@ -291,7 +284,7 @@ TEST(EngineWorker, ShutdownEndsOpenRequestsWithAnErrorAndFreesTheirBlocks) {
   Fixture f;
   EngineWorker worker(f.engine, f.metrics, WorkerLimits{});
   auto running = std::make_shared<OutputChannel>(f.io.get_executor(), 4096);
-  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, greedy(2000), 0, "", running})));
+  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, testing::greedy_params(2000), 0, "", running})));
   while (f.metrics.engine().num_running == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   worker.shutdown("the server is shutting down");
   const auto events = drain(*running);
@@ -304,7 +297,7 @@ TEST(EngineWorker, ShutdownEndsOpenRequestsWithAnErrorAndFreesTheirBlocks) {
   EXPECT_EQ(f.engine.stats().kv_usage, 0.0);
   f.engine.check_invariants();
   auto later = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  EXPECT_FALSE(admitted(worker.submit(Submission{{1, 2, 3}, greedy(2), 0, "", later})));
+  EXPECT_FALSE(admitted(worker.submit(Submission{{1, 2, 3}, testing::greedy_params(2), 0, "", later})));
 }
 
 }  // namespace

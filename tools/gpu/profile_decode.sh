@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu/profile_decode.sh: which kernels a decode step launches on the H200 and how long each
-# takes. Profiles `deepinfer bench --device cuda` decode at batch 1 and 64, ctx 1024, on a random
-# Llama-3-8B-shaped bf16 model. With Nsight Systems (nsys): per-kernel summaries go to
-# $OUT/profile_b<batch>.csv. Without it: the CUPTI trace library (bench/kernel_trace.cpp) records
+# takes. Profiles `deepinfer bench --device cuda` decode at batch 1 and 64 (BATCHES), ctx 1024, on a
+# random bf16 model of CONFIG (default bench/configs/llama3-8b.json). With Nsight Systems (nsys):
+# per-kernel summaries go to $OUT/profile_b<batch>.csv. Without it: the CUPTI trace library (bench/kernel_trace.cpp) records
 # every kernel and tools/gpu/kernel_timeline.py prints one decode step kernel by kernel with the
 # gaps between them ($OUT/timeline_b<batch>.txt). The top of each goes to stdout and profile.txt.
 # Usage, from the repository root (after tools/gpu/check.sh, or alone: it unpacks the bundle as
@@ -29,7 +29,7 @@ if [ -z "$BIN" ]; then
 fi
 MODEL=/tmp/deepinfer-profile-model
 rm -rf "$MODEL"
-"$BIN/deepinfer-make-random-model" --config bench/configs/llama3-8b.json --out "$MODEL" --dtype bf16 \
+"$BIN/deepinfer-make-random-model" --config "${CONFIG:-bench/configs/llama3-8b.json}" --out "$MODEL" --dtype bf16 \
   > "$OUT/make_model.log" 2>&1 || { note "profile_decode: model generation failed (make_model.log)"; exit 1; }
 if [ -z "$NSYS" ]; then
   TRACE_LIB=$(ls "$BIN"/libdeepinfer-kernel-trace.so 2>/dev/null | head -1)
@@ -47,7 +47,7 @@ if [ -z "$NSYS" ]; then
   exit 0
 fi
 note "nsys: $("$NSYS" --version 2>&1 | head -1)"
-for batch in 1 64; do
+for batch in ${BATCHES:-1 64}; do
   # Graph replays traced node by node, so each kernel of the step is listed.
   run_nsys() {
     timeout 240 "$NSYS" profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true "$@" \
