@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/json_nesting.h"
 #include "grammar/automaton.h"
 #include "grammar/json_schema_compiler.h"
 
@@ -473,6 +474,10 @@ Result<Grammar> JsonSchemaCompiler::compile_document(const Json& root) {
 
 Result<Grammar> compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options,
                                     std::vector<std::string>* warnings, GrammarLimits limits) {
+  if (const int64_t depth = json_nesting_depth(schema_json); depth > kMaxJsonNesting) {
+    return Error{"JSON Schema: nested deeper than " + std::to_string(kMaxJsonNesting) + " levels of arrays and objects (" +
+                 std::to_string(depth) + ")"};
+  }
   Json root;
   try {
     root = Json::parse(schema_json.begin(), schema_json.end(), nullptr, true, false);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json_nesting.h"
 #include "grammar/token_vocab.h"
 
 namespace deepinfer::grammar {
@@ -242,6 +243,10 @@ Result<Symbol> build_text_without(GrammarBuilder& builder, const std::vector<std
 
 Result<Grammar> compile_structural(std::string_view spec_json, const JsonSchemaOptions& json_options,
                                    std::vector<std::string>* warnings, GrammarLimits limits) {
+  if (const int64_t depth = json_nesting_depth(spec_json); depth > kMaxJsonNesting) {
+    return Error{"structural grammar: nested deeper than " + std::to_string(kMaxJsonNesting) +
+                 " levels of arrays and objects (" + std::to_string(depth) + ")"};
+  }
   Json spec;
   try {
     spec = Json::parse(spec_json.begin(), spec_json.end());

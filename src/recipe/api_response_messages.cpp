@@ -2,6 +2,8 @@
 // (message_start, content_block_start/delta/stop, message_delta, message_stop).
 #include "recipe/api_response_internal.h"
 
+#include "core/json_nesting.h"
+
 namespace deepinfer::api {
 namespace {
 
@@ -105,7 +107,7 @@ class MessagesBuilder : public BuilderBase {
       delta({{"type", "signature_delta"}, {"signature", id_}}, frames);
     } else if (open_ == Open::kToolUse) {
       try {
-        block_["input"] = Json::parse(arguments_);
+        block_["input"] = json_nesting_depth(arguments_) > kMaxJsonNesting ? Json::object() : Json::parse(arguments_);
       } catch (const nlohmann::json::exception&) {
         block_["input"] = Json::object();  // cut off or invalid: the call still ends, with no input
       }

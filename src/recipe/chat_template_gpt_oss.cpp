@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/json_nesting.h"
 #include "recipe/chat_template_families.h"
 #include "recipe/python_compat.h"
 
@@ -201,7 +202,9 @@ Result<void> render_assistant(const std::vector<Message>& messages, size_t i, co
       b.fixed("<|end|>");
     }
     const ToolCall& call = message.tool_calls[0];
-    const Json arguments = Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+    const Json arguments = json_nesting_depth(call.arguments) > kMaxJsonNesting
+                               ? Json(Json::value_t::discarded)
+                               : Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
     if (arguments.is_discarded()) {
       return Error{"messages[" + std::to_string(i) + "].tool_calls[0].function.arguments: expected JSON, got '" +
                    call.arguments + "'"};

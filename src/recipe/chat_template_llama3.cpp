@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/json_nesting.h"
 #include "recipe/chat_template_families.h"
 #include "recipe/python_compat.h"
 
@@ -47,7 +48,9 @@ void render_tool_list(const Conversation& conversation, PromptBuilder& b) {
 Result<void> render_tool_call(const Message& message, size_t index, PromptBuilder& b) {
   if (message.tool_calls.size() != 1) return Error{"This model only supports single tool-calls at once!"};
   const ToolCall& call = message.tool_calls[0];
-  const auto arguments = nlohmann::ordered_json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  const auto arguments = json_nesting_depth(call.arguments) > kMaxJsonNesting
+                             ? nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded)
+                             : nlohmann::ordered_json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
   if (arguments.is_discarded()) {
     return Error{"messages[" + std::to_string(index) + "].tool_calls[0].function.arguments: expected JSON, got '" +
                  call.arguments + "'"};

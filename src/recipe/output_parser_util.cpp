@@ -4,6 +4,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "core/json_nesting.h"
+
 namespace deepinfer::output_parser {
 
 std::optional<MarkerHit> find_marker(std::string_view text, const std::vector<std::string_view>& markers,
@@ -167,6 +169,7 @@ CallPrefix match_call_prefix(std::string_view body) {
 }
 
 std::optional<WholeCall> parse_whole_call(std::string_view body) {
+  if (json_nesting_depth(body) > kMaxJsonNesting) return std::nullopt;
   nlohmann::ordered_json call;
   try {
     call = nlohmann::ordered_json::parse(body);

@@ -4,6 +4,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 
+#include "core/json_nesting.h"
 #include "core/thread_pool.h"
 #include "recipe/chat_template.h"
 #include "recipe/prompt.h"
@@ -101,6 +102,10 @@ HttpResponse detokenize(const HttpRequest& request, const ServerContext& context
 std::variant<nlohmann::ordered_json, ApiError> parse_json_body(ApiKind kind, const std::string& body) {
   const size_t bad = tokenizer::find_invalid_utf8(body);
   if (bad != SIZE_MAX) return api_error(kind, 400, "request body is not valid UTF-8 (bad byte at offset " + std::to_string(bad) + ")");
+  if (const int64_t depth = json_nesting_depth(body); depth > kMaxJsonNesting) {
+    return api_error(kind, 400, "request body nests arrays and objects " + std::to_string(depth) +
+                                    " deep; the limit is " + std::to_string(kMaxJsonNesting));
+  }
   Json parsed;
   try {
     parsed = Json::parse(body);

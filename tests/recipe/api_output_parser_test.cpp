@@ -109,6 +109,16 @@ TEST(OutputParser, Qwen3InvalidCallStaysText) {
                Parsed{"<tool_call>\nnot json\n</tool_call>", "", {}, 0});
 }
 
+// A model can emit JSON nested deeper than any document should be: copying or dumping such a tree
+// recursed once per level and ran out of stack. Past kMaxJsonNesting the call is not JSON: text.
+TEST(OutputParser, CallNestedTooDeepStaysText) {
+  const std::string out = "<tool_call>\n{\"arguments\": " + std::string(100'000, '[') + std::string(100'000, ']') +
+                          ", \"name\": \"f\"}\n</tool_call>";
+  const Parsed got = run(ChatFamily::kQwen3, parsing(false, true, true), {out});
+  EXPECT_TRUE(got.calls.empty());
+  EXPECT_EQ(got.text, out);
+}
+
 TEST(OutputParser, ToolMarkersAreTextWithoutTools) {
   expect_parse(ChatFamily::kQwen3, parsing(false, true, false), "a <tool_call>{}</tool_call>",
                Parsed{"a <tool_call>{}</tool_call>", "", {}, 0});
