@@ -127,15 +127,25 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// The token's slots (grouped row, weight) are read once into shared memory, so the loads of y for
+// all slots of an element are independent (at batch 1 a chain of dependent loads per slot was
+// most of this kernel's time); the sum still runs in slot order.
 __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ position,
                                const float* __restrict__ expert_weights, int32_t top_k, int64_t hidden,
                                float* __restrict__ out) {
+  __shared__ int32_t row_s[kMoeMaxTopK];
+  __shared__ float weight_s[kMoeMaxTopK];
   const int64_t token = blockIdx.x;
+  if (threadIdx.x < static_cast<unsigned>(top_k)) {
+    row_s[threadIdx.x] = position[token * top_k + threadIdx.x];
+    weight_s[threadIdx.x] = expert_weights[token * top_k + threadIdx.x];
+  }
+  __syncthreads();
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
     float total = 0.0f;
     for (int32_t j = 0; j < top_k; ++j) {
-      const int32_t row = position[token * top_k + j];
-      if (row >= 0) total += expert_weights[token * top_k + j] * y[row * hidden + i];
+      const int32_t row = row_s[j];
+      if (row >= 0) total += weight_s[j] * y[row * hidden + i];
     }
     out[token * hidden + i] = total;
   }
@@ -182,6 +192,7 @@ void group_by_expert(const int32_t* expert_ids, int64_t num_rows, int32_t num_ex
 void moe_combine(const float* y, const int32_t* position, const float* expert_weights, int64_t num_tokens,
                  int32_t top_k, int64_t hidden, float* out, cudaStream_t stream) {
   if (num_tokens == 0) return;
+  DI_CHECK(top_k >= 1 && top_k <= kMoeMaxTopK, "moe_combine takes 1.." << kMoeMaxTopK << " slots per token");
   combine_kernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(y, position, expert_weights, top_k,
                                                                                hidden, out);
   DI_CUDA_CHECK_LAUNCH("combine_kernel");
