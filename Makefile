@@ -31,9 +31,10 @@ $(SANITIZE_DIR)/build.ninja:
 	cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DDEEPINFER_SANITIZE=ON \
 	      -DDEEPINFER_CUDA=OFF -DDEEPINFER_FUZZ=OFF
 
-# SANITIZE_SUITES=all: every CPU test. A list of test folders (CI: the parsers of untrusted input
-# and the layers below them, which build without the model, kernels and server) builds and runs
-# only those, less their tests of the deepinfer CLI (Cli*), which needs the whole build.
+# SANITIZE_SUITES=all: every CPU test. A list of test folders (CI: the parsers of untrusted input,
+# the grammar compilers and the layers below them, which build without the model, kernels and
+# server) builds and runs only those, less their tests of the deepinfer CLI (Cli*), which needs the
+# whole build.
 SANITIZE_SUITES ?= all
 SANITIZE_TARGETS := $(if $(filter all,$(SANITIZE_SUITES)),all deepinfer-make-random-model,$(addprefix test_,$(SANITIZE_SUITES)))
 SANITIZE_FILTER := $(if $(filter all,$(SANITIZE_SUITES)),-LE bench,-L '^($(subst $(eval) ,|,$(strip $(SANITIZE_SUITES))))$$' -E '^Cli')
