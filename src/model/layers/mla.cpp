@@ -205,40 +205,25 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
 
   // q_latent[t, h] = [q_nope[t, h] @ W_UK_h ; q_rope[t, h]]: scores against the latent row equal
   // the expanded q.k of every head.
-  kernels::HeadProducts absorb;
-  absorb.x = q;
-  absorb.x_row_stride = heads * qd;
-  absorb.x_head_stride = qd;
-  absorb.w = w_uk_t_;
-  absorb.w_head_stride = lora;
-  absorb.num_heads = static_cast<int32_t>(heads);
-  absorb.num_rows = n;
-  absorb.y = q_latent;
-  absorb.y_row_stride = heads * row;
-  absorb.y_head_stride = row;
-  backend.head_matmul(absorb, head_scratch);
+  const auto num_heads = static_cast<int32_t>(heads);
+  backend.head_matmul({.x = q, .x_row_stride = heads * qd, .x_head_stride = qd, .w = w_uk_t_, .w_head_stride = lora,
+                       .num_heads = num_heads, .num_rows = n, .y = q_latent, .y_row_stride = heads * row,
+                       .y_head_stride = row},
+                      head_scratch);
   backend.copy_rows(q + nope, qd, n * heads, rope_dim, q_latent + lora, row);
   // One shared "kv head" whose keys and values are both the cache row; the rope part of the
   // attended value is discarded below.
   kernels::AttentionParams params;
-  params.num_heads = static_cast<int32_t>(heads);
+  params.num_heads = num_heads;
   params.num_kv_heads = 1;
   params.head_dim = static_cast<int32_t>(row);
   params.scale = options_.softmax_scale;
   params.cache_dtype = cache_dtype_;
   backend.paged_attention(q_latent, cache, cache, batch.paged, params, attn);
-  kernels::HeadProducts expand;
-  expand.x = attn;
-  expand.x_row_stride = heads * row;
-  expand.x_head_stride = row;
-  expand.w = w_uv_;
-  expand.w_head_stride = nope + v_dim;
-  expand.num_heads = static_cast<int32_t>(heads);
-  expand.num_rows = n;
-  expand.y = values;
-  expand.y_row_stride = heads * v_dim;
-  expand.y_head_stride = v_dim;
-  backend.head_matmul(expand, head_scratch);
+  backend.head_matmul({.x = attn, .x_row_stride = heads * row, .x_head_stride = row, .w = w_uv_,
+                       .w_head_stride = nope + v_dim, .num_heads = num_heads, .num_rows = n, .y = values,
+                       .y_row_stride = heads * v_dim, .y_head_stride = v_dim},
+                      head_scratch);
   o_proj_.forward(backend, values, n, out);
 }
 
