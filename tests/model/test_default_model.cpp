@@ -80,11 +80,14 @@ TEST(DefaultModel, GreedyMatchesTransformers) {
 }
 
 // The default CPU kernels (oneDNN products of bf16-rounded activations at prefill, the GEMV at
-// decode), not the invariant mode above.
+// decode), not the invariant mode above. The worst position's KL depends on the CPU: under 2e-3
+// where oneDNN widens bf16 to float32 (AVX2 machines), 0.015 on one of the code sequence's 247
+// prompt positions where it runs native bf16 dot products (AVX512-BF16), whose pairwise sums
+// round differently; the mean KL and every top-1 hold on both.
 TEST(DefaultModel, FastPathAgreesWithTransformers) {
   auto backend = make_backend("cpu");
   ASSERT_TRUE(backend.ok()) << backend.error().message;
-  testing::expect_fast_path_agrees(**backend, "cpu", 2e-3, 2e-4);
+  testing::expect_fast_path_agrees(**backend, "cpu", 3e-2, 2e-4);
 }
 
 TEST(DefaultModel, LoadsMtpModuleAndConfidenceHead) {
