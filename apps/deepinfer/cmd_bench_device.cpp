@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
+#include <stdexcept>
 
 #include "engine/generator.h"
 #include "sampling/sampler.h"
@@ -207,23 +209,12 @@ void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& 
 // one sequence of `tokens` new tokens over an empty cache, the model's head shapes, bf16 allowed
 // (the tensor-core kernel for 16-bit models), the model's KV element type; FLOPs counted as
 // bench_prefill counts them (causal half).
+// One prompt of `tokens` attending to itself: MLA models in the expanded form
+// (Backend::mla_expanded_attention, its per-key expansion counted in the flops), others through
+// paged_attention.
 void bench_prefill_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks, DType cache_dtype,
                              int32_t tokens) {
-  kernels::AttentionParams params;
-  params.cache_dtype = cache_dtype;
-  params.num_heads = static_cast<int32_t>(c.num_attention_heads);
-  params.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
-  params.head_dim = static_cast<int32_t>(c.head_dim);
-  params.scale = 1.0f / std::sqrt(static_cast<float>(params.head_dim));
-  params.allow_bf16 = true;
   const int32_t blocks = (tokens + kBlockSize - 1) / kBlockSize;
-  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
-  const auto cache_bytes = static_cast<size_t>(int64_t{blocks} * kBlockSize * kv_dim) * dtype_size_bytes(cache_dtype);
-  DeviceBuffer k_cache = backend.allocate(cache_bytes);
-  DeviceBuffer v_cache = backend.allocate(cache_bytes);
-  const auto q_floats = static_cast<size_t>(int64_t{tokens} * params.num_heads * params.head_dim);
-  DeviceBuffer q = backend.allocate(q_floats * sizeof(float));
-  DeviceBuffer out = backend.allocate(q_floats * sizeof(float));
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int32_t i = 0; i < blocks; ++i) table[static_cast<size_t>(i)] = i;
   const std::vector<int32_t> header = {0, tokens, tokens};  // query_start[0..1], seq_len[0]
@@ -235,9 +226,56 @@ void bench_prefill_attention(Backend& backend, const ModelConfig& c, const Devic
                          kBlockSize};
   pb.num_tokens = tokens;
   pb.max_query_len = tokens;
-  const auto run = [&] {
-    backend.paged_attention(q.as<float>(), k_cache.as<float>(), v_cache.as<float>(), pb, params, out.as<float>());
-  };
+  const auto heads = static_cast<int32_t>(c.num_attention_heads);
+  const auto slots = static_cast<size_t>(blocks) * kBlockSize;
+  const size_t element = dtype_size_bytes(cache_dtype);
+  std::function<void()> run;
+  double flops = 0.0;
+  DeviceBuffer q, out, k_cache, v_cache, kv_b;
+  kernels::AttentionParams params;
+  kernels::MlaExpandedAttention mla;
+  const double pairs = static_cast<double>(tokens) * (tokens + 1.0) / 2.0;  // (query, key) pairs
+  if (c.mla) {
+    const MlaConfig& m = *c.mla;
+    mla.num_heads = heads;
+    mla.kv_lora_rank = static_cast<int32_t>(m.kv_lora_rank);
+    mla.nope = static_cast<int32_t>(m.qk_nope_head_dim);
+    mla.rope = static_cast<int32_t>(m.qk_rope_head_dim);
+    mla.v_dim = static_cast<int32_t>(m.v_head_dim);
+    mla.scale = 1.0f / std::sqrt(static_cast<float>(mla.nope + mla.rope));
+    mla.cache_dtype = cache_dtype;
+    const int64_t kv_b_rows = int64_t{heads} * (mla.nope + mla.v_dim);
+    const std::vector<uint16_t> zeros(static_cast<size_t>(kv_b_rows * mla.kv_lora_rank), 0);
+    kv_b = backend.allocate(zeros.size() * 2);
+    backend.copy_to_device(kv_b.data(), zeros.data(), zeros.size() * 2);
+    mla.kv_b = kernels::WeightView{kv_b.data(), DType::kBF16, kv_b_rows, mla.kv_lora_rank};
+    k_cache = backend.allocate(slots * static_cast<size_t>(mla.kv_lora_rank + mla.rope) * element);
+    q = backend.allocate(static_cast<size_t>(tokens) * heads * (mla.nope + mla.rope) * sizeof(float));
+    out = backend.allocate(static_cast<size_t>(tokens) * heads * mla.v_dim * sizeof(float));
+    mla.q = q.as<float>();
+    mla.latent_cache = k_cache.data();
+    mla.out = out.as<float>();
+    flops = 2.0 * heads * (mla.nope + mla.rope + mla.v_dim) * pairs +
+            2.0 * static_cast<double>(kv_b_rows) * mla.kv_lora_rank * tokens;
+    run = [&] {
+      if (!backend.mla_expanded_attention(pb, mla)) throw std::runtime_error("the backend keeps MLA prompts absorbed");
+    };
+  } else {
+    params.cache_dtype = cache_dtype;
+    params.num_heads = heads;
+    params.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+    params.head_dim = static_cast<int32_t>(c.head_dim);
+    params.scale = 1.0f / std::sqrt(static_cast<float>(params.head_dim));
+    params.allow_bf16 = true;
+    const auto cache_bytes = slots * static_cast<size_t>(int64_t{params.num_kv_heads} * params.head_dim) * element;
+    k_cache = backend.allocate(cache_bytes);
+    v_cache = backend.allocate(cache_bytes);
+    const auto q_floats = static_cast<size_t>(int64_t{tokens} * params.num_heads * params.head_dim);
+    q = backend.allocate(q_floats * sizeof(float));
+    out = backend.allocate(q_floats * sizeof(float));
+    flops = 4.0 * params.num_heads * params.head_dim * pairs;
+    run = [&] { backend.paged_attention(q.as<float>(), k_cache.data(), v_cache.data(), pb, params, out.as<float>()); };
+  }
   float sink = 0.0f;
   run();
   backend.copy_to_host(&sink, out.data(), sizeof(float));
@@ -246,10 +284,10 @@ void bench_prefill_attention(Backend& backend, const ModelConfig& c, const Devic
   for (int i = 0; i < runs; ++i) run();
   backend.copy_to_host(&sink, out.data(), sizeof(float));  // waits for the stream
   const double seconds = seconds_since(start) / runs;
-  const double flops = 4.0 * params.num_heads * params.head_dim * static_cast<double>(tokens) * (tokens + 1.0) / 2.0;
-  std::printf("{\"kind\":\"prefill_attention\",\"tokens\":%d,\"ms\":%.3f,\"all_layers_ms\":%.1f,\"tflop_s\":%.1f,"
-              "\"matmul_fraction\":%.3f}\n",
-              tokens, seconds * 1e3, seconds * 1e3 * static_cast<double>(c.num_hidden_layers), flops / seconds / 1e12,
+  std::printf("{\"kind\":\"prefill_attention\",\"form\":\"%s\",\"tokens\":%d,\"ms\":%.3f,\"all_layers_ms\":%.1f,"
+              "\"tflop_s\":%.1f,\"matmul_fraction\":%.3f}\n",
+              c.mla ? "mla_expanded" : "paged", tokens, seconds * 1e3,
+              seconds * 1e3 * static_cast<double>(c.num_hidden_layers), flops / seconds / 1e12,
               flops / seconds / peaks.bf16_matmul_flop_per_s);
   std::fflush(stdout);
 }

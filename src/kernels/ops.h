@@ -146,6 +146,26 @@ struct HeadProducts {
   int64_t y_head_stride = 0;
 };
 
+// MLA attention of a prompt chunk in the expanded form (Backend::mla_expanded_attention): each
+// visible key's latent row c (kv_lora_rank) and rope key r (qk_rope_head_dim) expand per head h to
+// the key [W_UK_h c ; r] and the value W_UV_h c, where kv_b holds each head's nope rows of W_UK
+// and then its v_dim rows of W_UV; then causal attention of q (nope + rope per head, rope applied)
+// over them. The same product as the absorbed form, at (nope + rope + v) per (query, key, head)
+// instead of 2 kv_lora_rank + rope, plus one expansion per key.
+struct MlaExpandedAttention {
+  const float* q = nullptr;              // [num_tokens, num_heads, nope + rope]
+  const void* latent_cache = nullptr;    // [num_blocks * block_size, kv_lora_rank + rope] of cache_dtype
+  DType cache_dtype = DType::kF32;
+  WeightView kv_b;                       // [num_heads * (nope + v_dim), kv_lora_rank]
+  int32_t num_heads = 0;
+  int32_t kv_lora_rank = 0;
+  int32_t nope = 0;
+  int32_t rope = 0;
+  int32_t v_dim = 0;
+  float scale = 0.0f;                    // multiplies q.k before the softmax
+  float* out = nullptr;                  // [num_tokens, num_heads, v_dim]
+};
+
 // sample_rows sums the cumulative probability per chunk of this many token ids, then over the
 // chunks: the same bits whether one thread walks the row or each thread of a device block a chunk.
 inline constexpr int64_t kCdfChunk = 256;

@@ -217,6 +217,13 @@ class Backend {
   // kernels::HeadProducts' contract. The default runs matmul per head over contiguous copies in
   // scratch (num_rows * (w.cols + w.rows) floats); a device backend runs every head in one product.
   virtual void head_matmul(const kernels::HeadProducts& p, float* scratch);
+  // kernels::MlaExpandedAttention's contract, when this backend takes it for this batch (true);
+  // false leaves the batch to the caller's absorbed form. The default takes none: the absorbed
+  // form is the host's exact path, and the expanded one pays off only on a device's tensor cores.
+  virtual bool mla_expanded_attention(const kernels::PagedBatch& /*batch*/,
+                                      const kernels::MlaExpandedAttention& /*a*/) {
+    return false;
+  }
   // One token per draw from logits rows (kernels/ops.h sample_rows); logits, params and token_ids
   // are this backend's memory. The default is the host sampler (host backends); a device backend
   // samples where the logits are, so only token ids leave it.

@@ -142,6 +142,10 @@ class ForwardingBackend : public Backend {
     on_call("head_matmul");
     inner_->head_matmul(p, scratch);
   }
+  bool mla_expanded_attention(const kernels::PagedBatch& batch, const kernels::MlaExpandedAttention& a) override {
+    on_call("mla_expanded_attention");
+    return inner_->mla_expanded_attention(batch, a);
+  }
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                  int64_t dst_stride) override {
     on_call("copy_rows");

@@ -3,12 +3,14 @@
 # GPT-OSS-20B shapes, cut to LAYERS layers (default 8) so the random checkpoints fit the machine's disk;
 # the roofline fraction counts the bytes actually read per step (active experts only), so depth
 # does not change it. MODELS picks some of the three (default all). Uses the bundle tools/gpu/pack.sh
-# made. Output: $OUT/moe_bench.jsonl.
+# made. CONTEXTS and PREFILL: the decode contexts and prompt lengths (default 1024 and 4096).
+# Output: $OUT/moe_bench.jsonl.
 set -uo pipefail
 OUT=${OUT:-/tmp/deepinfer-moe-bench}
 LAYERS=${LAYERS:-8}
 MODELS=${MODELS:-qwen3-30b-a3b deepseek-v2-lite gpt-oss-20b}
 CONTEXTS=${CONTEXTS:-1024}
+PREFILL=${PREFILL:-4096}
 mkdir -p "$OUT" /tmp/deepinfer-bundle /tmp/moe-models
 tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
 export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
@@ -28,6 +30,6 @@ PY
   "$bin/deepinfer-make-random-model" --config "/tmp/moe-models/$name.json" --out "/tmp/moe-models/$name" --dtype bf16 \
     > /dev/null 2>> "$OUT/moe_bench.log" || { echo "$name: model generation failed"; continue; }
   timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1,64,256 --contexts "$CONTEXTS" \
-    --prefill 4096 --steps 4 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$name-${LAYERS}l\",/" | tee -a "$OUT/moe_bench.jsonl"
+    --prefill "$PREFILL" --steps 4 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$name-${LAYERS}l\",/" | tee -a "$OUT/moe_bench.jsonl"
   rm -rf "/tmp/moe-models/$name"
 done

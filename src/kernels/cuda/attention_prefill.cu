@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/head_gemm.h"
 #include "kernels/cuda/mma_util.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -80,7 +81,7 @@ struct GatherArgs {
   AttentionParams params;
   int64_t max_keys;
   __nv_bfloat16* k;  // [num_seqs, num_kv_heads, max_keys, head_dim]
-  __nv_bfloat16* v;
+  __nv_bfloat16* v;  // null: the keys only (MLA's latent rows)
 };
 
 // Block (x, seq) copies cache positions [x * kGatherKeys, (x + 1) * kGatherKeys) of seq, all kv heads.
@@ -105,18 +106,63 @@ __global__ void __launch_bounds__(256) gather_kv_kernel(GatherArgs<T> a) {
         ((static_cast<int64_t>(seq) * a.params.num_kv_heads + e / head_dim) * a.max_keys + p) * head_dim +
         e % head_dim;
     *reinterpret_cast<uint2*>(a.k + dst) = load_bf16x4(a.k_cache, src);
-    *reinterpret_cast<uint2*>(a.v + dst) = load_bf16x4(a.v_cache, src);
+    if (a.v != nullptr) *reinterpret_cast<uint2*>(a.v + dst) = load_bf16x4(a.v_cache, src);
   }
 }
 
+// Where a block's keys and values are, in bf16 elements: key j of (sequence, kv head) at
+// k + seq * k_seq_stride + head * k_head_stride + j * k_key_stride, likewise v; with k_tail set
+// (MLA), a key's last kTailDims dims come from k_tail + seq * tail_seq_stride + j * tail_key_stride
+// instead, shared by the heads (the rope key). Without k_tail the key strides must be the head
+// sizes (prefill_attention's gathered layout).
+struct KvLayout {
+  const __nv_bfloat16* k = nullptr;
+  int64_t k_seq_stride = 0, k_head_stride = 0, k_key_stride = 0;
+  const __nv_bfloat16* k_tail = nullptr;
+  int64_t tail_seq_stride = 0, tail_key_stride = 0;
+  const __nv_bfloat16* v = nullptr;
+  int64_t v_seq_stride = 0, v_head_stride = 0, v_key_stride = 0;
+};
+
 struct PrefillArgs {
-  const float* q;  // [num_tokens, num_heads, head_dim]
+  const float* q;  // [num_tokens, num_heads, kDimsK]
   PagedBatch batch;
   AttentionParams params;
-  int64_t max_keys;
-  const __nv_bfloat16* k;  // [num_seqs, num_kv_heads, max_keys, head_dim], from gather_kv_kernel
-  const __nv_bfloat16* v;
-  float* out;  // [num_tokens, num_heads, head_dim]
+  KvLayout kv;
+  float* out;  // [num_tokens, num_heads, kDimsV]
+};
+
+// Copies the kWidth columns of one key tile that sit key_stride elements apart per key in global
+// memory to columns [column, column + kWidth) of a shared tile of kStride-element rows: thread
+// tid always copies the same 16-byte chunk of keys tid / kChunks + j * kKeysPerPass. Keys at or
+// past keys_left read as zeros.
+template <int kWidth, int kStride>
+struct StripLoader {
+  static constexpr int kChunks = kWidth > 0 ? kWidth / 8 : 1;
+  static constexpr int kKeysPerPass = kThreads / kChunks;
+  static_assert(kWidth == 0 || (kThreads % kChunks == 0 && kTileKeys % kKeysPerPass == 0));
+  const __nv_bfloat16* src = nullptr;
+  int64_t pass_stride = 0;
+  int dst = 0;
+  int key = 0;
+
+  __device__ StripLoader(const __nv_bfloat16* base, int64_t key_stride, int column, int tid) {
+    if constexpr (kWidth > 0) {
+      key = tid / kChunks;
+      const int d = tid % kChunks * 8;
+      src = base + key * key_stride + d;
+      pass_stride = kKeysPerPass * key_stride;
+      dst = key * kStride + column + d;
+    }
+  }
+  __device__ void load(__nv_bfloat16* tile, int64_t begin_offset, int32_t keys_left) const {
+    static_assert(kWidth > 0);
+#pragma unroll
+    for (int j = 0; j < kTileKeys / kKeysPerPass; ++j) {
+      cp_async_16(tile + dst + j * kKeysPerPass * kStride, src + begin_offset + j * pass_stride,
+                  key + j * kKeysPerPass < keys_left ? 16 : 0);
+    }
+  }
 };
 
 // A warp owns kMTiles * 16 rows: two m-tiles use each K/V fragment read from shared memory twice.
@@ -125,24 +171,28 @@ __host__ __device__ constexpr int block_rows() {
   return kWarps * 16 * kMTiles;
 }
 
-template <int kDims, int kMTiles>
+template <int kDimsK, int kDimsV, int kMTiles>
 constexpr size_t shared_bytes() {
-  return static_cast<size_t>(block_rows<kMTiles>() + 4 * kTileKeys) * (kDims + kPad) * sizeof(__nv_bfloat16);
+  return (static_cast<size_t>(block_rows<kMTiles>() + 2 * kTileKeys) * (kDimsK + kPad) +
+          static_cast<size_t>(2 * kTileKeys) * (kDimsV + kPad)) *
+         sizeof(__nv_bfloat16);
 }
 
 // Grid (row tiles, kv heads, sequences); rows of a sequence are (token, head in group), token-major.
-template <int kDims, int kMTiles>
+// q.k runs over kDimsK dims, the values have kDimsV (equal but for MLA's expanded form, 192 / 128).
+template <int kDimsK, int kDimsV, int kTailDims, int kMTiles>
 __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs a) {
-  constexpr int kStride = kDims + kPad;
+  constexpr int kStrideK = kDimsK + kPad;
+  constexpr int kStrideV = kDimsV + kPad;
   constexpr int kBlockRows = block_rows<kMTiles>();
   // Small q fragments stay in registers; larger ones would crowd out the output accumulators, so
   // they are re-read from shared memory per tile.
-  constexpr bool kQInRegisters = kMTiles == 1 && kDims <= 128;
-  constexpr int kDimSteps = kDims / 16;
+  constexpr bool kQInRegisters = kMTiles == 1 && kDimsK <= 128;
+  constexpr int kDimSteps = kDimsK / 16;
   extern __shared__ uint4 shared_raw[];
-  auto* q_tile = reinterpret_cast<__nv_bfloat16*>(shared_raw);  // [kBlockRows, kStride]
-  __nv_bfloat16* k_tiles = q_tile + kBlockRows * kStride;       // [2, kTileKeys, kStride]
-  __nv_bfloat16* v_tiles = k_tiles + 2 * kTileKeys * kStride;   // [2, kTileKeys, kStride]
+  auto* q_tile = reinterpret_cast<__nv_bfloat16*>(shared_raw);  // [kBlockRows, kStrideK]
+  __nv_bfloat16* k_tiles = q_tile + kBlockRows * kStrideK;      // [2, kTileKeys, kStrideK]
+  __nv_bfloat16* v_tiles = k_tiles + 2 * kTileKeys * kStrideK;  // [2, kTileKeys, kStrideV]
 
   // The last row tiles see the most keys: they start first so the grid's tail is short.
   const auto tile = static_cast<int32_t>(gridDim.x - 1 - blockIdx.x);
@@ -166,47 +216,47 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int64_t kv_offset = (static_cast<int64_t>(seq) * a.params.num_kv_heads + kv_head) * a.max_keys * kDims;
-  // Thread tid copies 16-byte chunk tid % kChunksPerKey of keys tid / kChunksPerKey + j * kKeysPerPass.
-  constexpr int kChunksPerKey = kDims / 8;
-  constexpr int kKeysPerPass = kThreads / kChunksPerKey;
-  const int chunk_key = tid / kChunksPerKey;
-  const int chunk_dim = tid % kChunksPerKey * 8;
-  const __nv_bfloat16* k_thread = a.k + kv_offset + static_cast<int64_t>(chunk_key) * kDims + chunk_dim;
-  const __nv_bfloat16* v_thread = a.v + kv_offset + static_cast<int64_t>(chunk_key) * kDims + chunk_dim;
-  __nv_bfloat16* k_dst = k_tiles + chunk_key * kStride + chunk_dim;
-  __nv_bfloat16* v_dst = v_tiles + chunk_key * kStride + chunk_dim;
+  const KvLayout& kv = a.kv;
+  constexpr int kMainDims = kDimsK - kTailDims;
+  // The gathered layout (no tail) has its keys head_dim apart: a constant keeps the per-tile
+  // address arithmetic out of registers.
+  const int64_t k_key_stride = kTailDims > 0 ? kv.k_key_stride : kDimsK;
+  const int64_t v_key_stride = kTailDims > 0 ? kv.v_key_stride : kDimsV;
+  const StripLoader<kMainDims, kStrideK> k_main(kv.k + seq * kv.k_seq_stride + kv_head * kv.k_head_stride,
+                                                k_key_stride, 0, tid);
+  const StripLoader<kTailDims, kStrideK> k_tail(kv.k_tail + seq * kv.tail_seq_stride, kv.tail_key_stride, kMainDims,
+                                                tid);
+  const StripLoader<kDimsV, kStrideV> v_all(kv.v + seq * kv.v_seq_stride + kv_head * kv.v_head_stride, v_key_stride,
+                                            0, tid);
   const auto load_tile = [&](int buffer, int32_t begin) {
-    const int64_t src = static_cast<int64_t>(begin) * kDims;
-#pragma unroll
-    for (int j = 0; j < kTileKeys / kKeysPerPass; ++j) {
-      const uint32_t bytes = begin + chunk_key + j * kKeysPerPass < key_end ? 16 : 0;
-      const int dst = (buffer * kTileKeys + j * kKeysPerPass) * kStride;
-      cp_async_16(k_dst + dst, k_thread + src + j * kKeysPerPass * kDims, bytes);
-      cp_async_16(v_dst + dst, v_thread + src + j * kKeysPerPass * kDims, bytes);
+    const int32_t keys_left = key_end - begin;
+    k_main.load(k_tiles + buffer * kTileKeys * kStrideK, begin * k_key_stride, keys_left);
+    if constexpr (kTailDims > 0) {
+      k_tail.load(k_tiles + buffer * kTileKeys * kStrideK, begin * kv.tail_key_stride, keys_left);
     }
+    v_all.load(v_tiles + buffer * kTileKeys * kStrideV, begin * v_key_stride, keys_left);
   };
   load_tile(0, key_begin);
   cp_async_commit();
 
   // q rows to bf16; rows past the sequence are zeros (computed, never written).
-  for (int i = tid; i < kBlockRows * kDims / 4; i += kThreads) {
-    const int r = i / (kDims / 4);
-    const int d = i % (kDims / 4) * 4;
+  for (int i = tid; i < kBlockRows * kDimsK / 4; i += kThreads) {
+    const int r = i / (kDimsK / 4);
+    const int d = i % (kDimsK / 4) * 4;
     const int32_t row = row0 + r;
     float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (row < num_rows) {
       const int64_t token = q_begin + row / group;
       const int32_t head = kv_head * group + row % group;
-      x = *reinterpret_cast<const float4*>(a.q + (token * num_heads + head) * kDims + d);
+      x = *reinterpret_cast<const float4*>(a.q + (token * num_heads + head) * kDimsK + d);
     }
-    *reinterpret_cast<uint2*>(q_tile + r * kStride + d) = to_bf16x4(x);
+    *reinterpret_cast<uint2*>(q_tile + r * kStrideK + d) = to_bf16x4(x);
   }
   __syncthreads();
 
-  const __nv_bfloat16* q_warp = q_tile + warp * 16 * kMTiles * kStride;
+  const __nv_bfloat16* q_warp = q_tile + warp * 16 * kMTiles * kStrideK;
   const auto load_q = [&](int mt, int step, uint32_t (&frag)[4]) {
-    ldmatrix_x4(frag, q_warp + (mt * 16 + lane % 16) * kStride + step * 16 + lane / 16 * 8);
+    ldmatrix_x4(frag, q_warp + (mt * 16 + lane % 16) * kStrideK + step * 16 + lane / 16 * 8);
   };
   uint32_t q_frag[kQInRegisters ? kMTiles : 1][kQInRegisters ? kDimSteps : 1][4];
   if constexpr (kQInRegisters) {
@@ -229,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
     }
   }
   const float scale_log2 = a.params.scale * kLog2e;
-  float o[kMTiles][kDims / 8][4] = {};
+  float o[kMTiles][kDimsV / 8][4] = {};
   float m[kMTiles][2];  // running max of raw scores q.k
   float l[kMTiles][2];  // this thread's part of the row sums
 #pragma unroll
@@ -248,8 +298,8 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
       cp_async_wait<0>();
     }
     __syncthreads();
-    const __nv_bfloat16* k_tile = k_tiles + (t & 1) * kTileKeys * kStride;
-    const __nv_bfloat16* v_tile = v_tiles + (t & 1) * kTileKeys * kStride;
+    const __nv_bfloat16* k_tile = k_tiles + (t & 1) * kTileKeys * kStrideK;
+    const __nv_bfloat16* v_tile = v_tiles + (t & 1) * kTileKeys * kStrideV;
 
     float s[kMTiles][kTileKeys / 8][4] = {};
 #pragma unroll
@@ -267,7 +317,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
 #pragma unroll
       for (int pair = 0; pair < kTileKeys / 16; ++pair) {
         uint32_t b[4];
-        ldmatrix_x4(b, k_tile + (pair * 16 + lane % 8 + lane / 16 * 8) * kStride + step * 16 + lane / 8 % 2 * 8);
+        ldmatrix_x4(b, k_tile + (pair * 16 + lane % 8 + lane / 16 * 8) * kStrideK + step * 16 + lane / 8 % 2 * 8);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_bf16(s[mt][2 * pair], qa[mt], b[0], b[1]);
@@ -310,7 +360,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
         if (alpha != 1.0f) {
           l[mt][r] *= alpha;
 #pragma unroll
-          for (int n = 0; n < kDims / 8; ++n) {
+          for (int n = 0; n < kDimsV / 8; ++n) {
             o[mt][n][2 * r] *= alpha;
             o[mt][n][2 * r + 1] *= alpha;
           }
@@ -336,9 +386,9 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
         pa[mt][3] = pack_bf16(s[mt][2 * step + 1][2], s[mt][2 * step + 1][3]);
       }
 #pragma unroll
-      for (int pair = 0; pair < kDims / 16; ++pair) {
+      for (int pair = 0; pair < kDimsV / 16; ++pair) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_tile + (step * 16 + lane % 8 + lane / 8 % 2 * 8) * kStride + pair * 16 + lane / 16 * 8);
+        ldmatrix_x4_trans(b, v_tile + (step * 16 + lane % 8 + lane / 8 % 2 * 8) * kStrideV + pair * 16 + lane / 16 * 8);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_bf16(o[mt][2 * pair], pa[mt], b[0], b[1]);
@@ -375,9 +425,9 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
         denom = l[mt][r] * rescale + exp2f(sink - m_all);
       }
       const float factor = rescale / denom;
-      float* dst = a.out + (token * num_heads + head) * kDims + lane % 4 * 2;
+      float* dst = a.out + (token * num_heads + head) * kDimsV + lane % 4 * 2;
 #pragma unroll
-      for (int n = 0; n < kDims / 8; ++n) {
+      for (int n = 0; n < kDimsV / 8; ++n) {
         *reinterpret_cast<float2*>(dst + n * 8) =
             make_float2(o[mt][n][2 * r] * factor, o[mt][n][2 * r + 1] * factor);
       }
@@ -385,12 +435,13 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillArgs
   }
 }
 
-template <int kDims, int kMTiles>
+template <int kDimsK, int kDimsV, int kTailDims, int kMTiles>
 void launch(const PrefillArgs& args, cudaStream_t stream) {
-  constexpr size_t kSharedBytes = shared_bytes<kDims, kMTiles>();
+  constexpr size_t kSharedBytes = shared_bytes<kDimsK, kDimsV, kMTiles>();
+  constexpr auto kernel = prefill_attention_kernel<kDimsK, kDimsV, kTailDims, kMTiles>;
   static const bool configured = [] {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<kDims, kMTiles>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes)));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes)));
     return true;
   }();
   (void)configured;
@@ -398,19 +449,19 @@ void launch(const PrefillArgs& args, cudaStream_t stream) {
   const auto row_tiles = static_cast<unsigned>((rows + block_rows<kMTiles>() - 1) / block_rows<kMTiles>());
   const dim3 grid(row_tiles, static_cast<unsigned>(args.params.num_kv_heads),
                   static_cast<unsigned>(args.batch.num_seqs));
-  prefill_attention_kernel<kDims, kMTiles><<<grid, kThreads, kSharedBytes, stream>>>(args);
+  kernel<<<grid, kThreads, kSharedBytes, stream>>>(args);
   DI_CUDA_CHECK_LAUNCH("prefill_attention_kernel");
 }
 
 // Long prompts take 32 rows per warp (half the shared-memory reads per mma); short ones, and
-// head_dim 256 (registers), 16.
-template <int kDims>
+// q.k over more than 128 dims (registers), 16.
+template <int kDimsK, int kDimsV = kDimsK, int kTailDims = 0>
 void launch_for_rows(const PrefillArgs& args, cudaStream_t stream) {
-  if constexpr (kDims <= 128) {
+  if constexpr (kDimsK <= 128) {
     const int64_t rows = int64_t{args.batch.max_query_len} * (args.params.num_heads / args.params.num_kv_heads);
-    if (rows >= kWideRows) return launch<kDims, 2>(args, stream);
+    if (rows >= kWideRows) return launch<kDimsK, kDimsV, kTailDims, 2>(args, stream);
   }
-  return launch<kDims, 1>(args, stream);
+  return launch<kDimsK, kDimsV, kTailDims, 1>(args, stream);
 }
 
 template <typename T>
@@ -451,12 +502,71 @@ void prefill_attention(const float* q, const void* k_cache, const void* v_cache,
     DI_CHECK(params.cache_dtype == DType::kF32, "prefill_attention: cache dtype " << dtype_name(params.cache_dtype));
     gather_kv<float>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
   }
-  const PrefillArgs args{q, batch, params, max_keys, k, v, out};
+  const int64_t head_stride = max_keys * params.head_dim;
+  KvLayout kv;
+  kv.k = k;
+  kv.v = v;
+  kv.k_seq_stride = kv.v_seq_stride = params.num_kv_heads * head_stride;
+  kv.k_head_stride = kv.v_head_stride = head_stride;
+  kv.k_key_stride = kv.v_key_stride = params.head_dim;
+  const PrefillArgs args{q, batch, params, kv, out};
   switch (params.head_dim) {
     case 64: return launch_for_rows<64>(args, stream);
     case 128: return launch_for_rows<128>(args, stream);
     default: return launch_for_rows<256>(args, stream);
   }
+}
+
+bool mla_prefill_supported(const MlaExpandedAttention& a) {
+  return a.nope == 128 && a.rope == 64 && a.v_dim == 128 && a.kv_b.dtype == DType::kBF16 &&
+         (a.cache_dtype == DType::kBF16 || a.cache_dtype == DType::kF32);
+}
+
+size_t mla_prefill_workspace_bytes(const PagedBatch& batch, const MlaExpandedAttention& a) {
+  const auto rows = static_cast<size_t>(batch.num_seqs) * static_cast<size_t>(max_keys_of(batch));
+  return rows * static_cast<size_t>(a.kv_lora_rank + a.rope + a.num_heads * (a.nope + a.v_dim)) *
+         sizeof(__nv_bfloat16);
+}
+
+void mla_prefill_attention(const PagedBatch& batch, const MlaExpandedAttention& a, HeadGemm& gemm, void* workspace,
+                           cudaStream_t stream) {
+  if (batch.num_seqs == 0) return;
+  DI_CHECK(mla_prefill_supported(a), "mla_prefill_attention: nope " << a.nope << ", rope " << a.rope << ", v "
+                                                                    << a.v_dim << ", kv_b " << dtype_name(a.kv_b.dtype));
+  DI_CHECK(batch.num_tokens > 0 && batch.max_query_len > 0, "PagedBatch needs its host-side sizes");
+  const int64_t max_keys = max_keys_of(batch);
+  const int64_t row = a.kv_lora_rank + a.rope;
+  const int64_t head_row = a.nope + a.v_dim;
+  const int64_t expanded_row = a.num_heads * head_row;
+  auto* latent = static_cast<__nv_bfloat16*>(workspace);        // [num_seqs, max_keys, row]
+  __nv_bfloat16* expanded = latent + batch.num_seqs * max_keys * row;  // [num_seqs * max_keys, heads, nope + v]
+  // The latent rows as one shared "kv head" of row dims, keys only.
+  AttentionParams gather_params;
+  gather_params.num_heads = 1;
+  gather_params.num_kv_heads = 1;
+  gather_params.head_dim = static_cast<int32_t>(row);
+  if (a.cache_dtype == DType::kBF16) {
+    gather_kv<__nv_bfloat16>(a.latent_cache, nullptr, batch, gather_params, max_keys, latent, nullptr, stream);
+  } else {
+    gather_kv<float>(a.latent_cache, nullptr, batch, gather_params, max_keys, latent, nullptr, stream);
+  }
+  // Rows past a sequence's length expand garbage that the attention kernel never loads.
+  gemm.bf16_product(latent, row, a.kv_b, batch.num_seqs * max_keys, expanded, stream);
+  KvLayout kv;
+  kv.k = expanded;
+  kv.v = expanded + a.nope;
+  kv.k_seq_stride = kv.v_seq_stride = max_keys * expanded_row;
+  kv.k_head_stride = kv.v_head_stride = head_row;
+  kv.k_key_stride = kv.v_key_stride = expanded_row;
+  kv.k_tail = latent + a.kv_lora_rank;
+  kv.tail_seq_stride = max_keys * row;
+  kv.tail_key_stride = row;
+  AttentionParams params;
+  params.num_heads = a.num_heads;
+  params.num_kv_heads = a.num_heads;
+  params.head_dim = a.nope + a.rope;
+  params.scale = a.scale;
+  launch_for_rows<128 + 64, 128, 64>(PrefillArgs{a.q, batch, params, kv, a.out}, stream);
 }
 
 }  // namespace deepinfer::kernels::cuda

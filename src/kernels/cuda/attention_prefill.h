@@ -11,6 +11,8 @@
 
 namespace deepinfer::kernels::cuda {
 
+class HeadGemm;
+
 // Whether prefill_attention takes this head size (64, 128 or 256).
 bool prefill_attention_supported(const AttentionParams& params);
 
@@ -26,5 +28,15 @@ size_t prefill_attention_workspace_bytes(const PagedBatch& batch, const Attentio
 // prefill_attention_supported(params).
 void prefill_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                        const AttentionParams& params, void* workspace, float* out, cudaStream_t stream);
+
+// MLA prefill in the expanded form (kernels::MlaExpandedAttention), on DeepSeek-V2/V3's head
+// sizes (nope 128, rope 64, v 128) with bf16 kv_b: the visible latent rows are gathered to bf16,
+// expanded per head by one cuBLAS product (gemm), and attended by the kernel above with 192-dim
+// q.k (the rope key read from the latent rows, shared by the heads) and 128-dim values.
+bool mla_prefill_supported(const MlaExpandedAttention& a);
+// [num_seqs * max_keys] latent rows and their expansion, bf16. Needs batch's host-side sizes.
+size_t mla_prefill_workspace_bytes(const PagedBatch& batch, const MlaExpandedAttention& a);
+void mla_prefill_attention(const PagedBatch& batch, const MlaExpandedAttention& a, HeadGemm& gemm, void* workspace,
+                           cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda

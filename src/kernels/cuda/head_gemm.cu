@@ -53,6 +53,12 @@ HeadGemm::~HeadGemm() {
   if (workspace_ != nullptr) cudaFree(workspace_);
 }
 
+void HeadGemm::bind(cudaStream_t stream) {
+  // cublasSetStream drops a user workspace, so it is set again after it.
+  DI_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  DI_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes));
+}
+
 size_t HeadGemm::input_bytes(const HeadProducts& p) {
   if (p.w.dtype == DType::kF32) return 0;
   return static_cast<size_t>(p.num_rows * p.num_heads * p.w.cols) * dtype_size_bytes(p.w.dtype);
@@ -86,14 +92,26 @@ void HeadGemm::run(const HeadProducts& p, void* rounded_input, cudaStream_t stre
   const float alpha = 1.0f;
   const float beta = 0.0f;
   const cudaDataType_t type = weight_type(p.w.dtype);
-  // cublasSetStream drops a user workspace, so it is set again after it.
-  DI_CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  DI_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes));
+  bind(stream);
   DI_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.w.rows), static_cast<int>(p.num_rows), static_cast<int>(k),
       &alpha, p.w.data, type, static_cast<int>(k), static_cast<long long>(p.w_head_stride * k), b, type,
       static_cast<int>(ldb), static_cast<long long>(stride_b), &beta, p.y, CUDA_R_32F, static_cast<int>(p.y_row_stride),
       static_cast<long long>(p.y_head_stride), p.num_heads, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void HeadGemm::bf16_product(const void* x, int64_t x_row_stride, const WeightView& w, int64_t num_rows, void* y,
+                            cudaStream_t stream) {
+  if (num_rows == 0) return;
+  DI_CHECK(w.dtype == DType::kBF16, "bf16_product takes bf16 weights, not " << dtype_name(w.dtype));
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  bind(stream);
+  // Column-major: y^T [N, M] = w (a [K, N] column-major matrix, transposed) times x^T [K, M].
+  DI_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(num_rows),
+                               static_cast<int>(w.cols), &alpha, w.data, CUDA_R_16BF, static_cast<int>(w.cols), x,
+                               CUDA_R_16BF, static_cast<int>(x_row_stride), &beta, y, CUDA_R_16BF,
+                               static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -1,4 +1,4 @@
-// Multi-head latent attention, weight-absorbed over a latent KV cache.
+// Multi-head latent attention over a latent KV cache: weight-absorbed, or expanded for prompt chunks.
 #include "model/layers/mla.h"
 
 #include <cmath>
@@ -203,9 +203,18 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
   void* cache = cache_.data();
   backend.write_kv(kv, kv, batch.slot_mapping.as<int32_t>(), n, row, cache_dtype_, cache, cache);
 
+  const auto num_heads = static_cast<int32_t>(heads);
+  // Prompt chunks take the expanded form where the backend runs it on tensor cores.
+  if (backend.mla_expanded_attention(
+          batch.paged, {.q = q, .latent_cache = cache, .cache_dtype = cache_dtype_, .kv_b = kv_b_proj_.weight,
+                        .num_heads = num_heads, .kv_lora_rank = static_cast<int32_t>(lora),
+                        .nope = static_cast<int32_t>(nope), .rope = static_cast<int32_t>(rope_dim),
+                        .v_dim = static_cast<int32_t>(v_dim), .scale = options_.softmax_scale, .out = values})) {
+    o_proj_.forward(backend, values, n, out);
+    return;
+  }
   // q_latent[t, h] = [q_nope[t, h] @ W_UK_h ; q_rope[t, h]]: scores against the latent row equal
   // the expanded q.k of every head.
-  const auto num_heads = static_cast<int32_t>(heads);
   backend.head_matmul({.x = q, .x_row_stride = heads * qd, .x_head_stride = qd, .w = w_uk_t_, .w_head_stride = lora,
                        .num_heads = num_heads, .num_rows = n, .y = q_latent, .y_row_stride = heads * row,
                        .y_head_stride = row},

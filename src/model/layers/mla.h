@@ -1,7 +1,9 @@
 // Multi-head latent attention (DeepSeek-V2/V3) in its serving form: the KV cache keeps one
 // compressed row per token (kv_lora_rank latent + qk_rope_head_dim rope key, shared by all
 // heads); attention runs over the latent with W_UK absorbed into the query and W_UV applied to
-// the attended latent, so K/V are never expanded per head.
+// the attended latent, so K/V are never expanded per head. Prompt chunks, whose queries outnumber
+// what one expansion of the keys costs, take the expanded form where the backend offers it
+// (Backend::mla_expanded_attention).
 #pragma once
 
 #include <optional>

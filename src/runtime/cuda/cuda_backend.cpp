@@ -13,6 +13,7 @@ namespace {
 // (16-bit models only), unless its bf16 copy of the keys and values would exceed the byte cap.
 constexpr int32_t kTensorCorePrefillTokens = 64;
 constexpr size_t kMaxPrefillWorkspaceBytes = size_t{1} << 30;
+constexpr int64_t kExpandedMlaTokensPerSeq = 32;
 
 }  // namespace
 
@@ -110,6 +111,24 @@ void CudaBackend::planned_attention(const float* q, const void* k_cache, const v
     throw;
   }
   give_back_workspace(workspace);
+}
+
+bool CudaBackend::mla_expanded_attention(const kernels::PagedBatch& batch, const kernels::MlaExpandedAttention& a) {
+  if (batch_invariant_ || batch.num_seqs == 0 || batch.max_query_len < kTensorCorePrefillTokens ||
+      batch.num_tokens < batch.num_seqs * kExpandedMlaTokensPerSeq || !kc::mla_prefill_supported(a)) {
+    return false;
+  }
+  const size_t bytes = kc::mla_prefill_workspace_bytes(batch, a);
+  if (bytes > kMaxPrefillWorkspaceBytes) return false;
+  void* workspace = take_workspace(bytes);
+  try {
+    kc::mla_prefill_attention(batch, a, head_gemm_, workspace, stream_.for_op());
+  } catch (...) {
+    give_back_workspace(workspace);
+    throw;
+  }
+  give_back_workspace(workspace);
+  return true;
 }
 
 void CudaBackend::head_matmul(const kernels::HeadProducts& p, float* scratch) {

@@ -156,6 +156,10 @@ class CudaBackend final : public Backend {
                  int64_t dst_stride) override {
     kc::copy_rows(src, src_stride, num_rows, width, dst, dst_stride, stream_.for_op());
   }
+  // Prompt chunks of DeepSeek's head sizes with bf16 weights, averaging kExpandedMlaTokensPerSeq
+  // new tokens per sequence or more (the expansion is paid once per visible key, the saving per
+  // query and key), within the prefill workspace cap; never in the batch-invariant mode.
+  bool mla_expanded_attention(const kernels::PagedBatch& batch, const kernels::MlaExpandedAttention& a) override;
   // Every head in one batched GEMM (kernels/cuda/head_gemm.h); the batch-invariant mode keeps the
   // default's per-head products on the pinned cuBLASLt algorithms.
   void head_matmul(const kernels::HeadProducts& p, float* scratch) override;
