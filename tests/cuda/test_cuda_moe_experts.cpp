@@ -1,7 +1,9 @@
 // The device grouped experts against a reference built from kernels::ref: the CUDA-core kernel
-// (decode-sized batches, F32 weights) and the tensor-core one (bf16/f16 from 4 rows per expert,
-// and always in batch-invariant mode), odd and aligned shapes, biases, both activations, experts
-// that get no tokens, the per-expert counters, and rows that do not depend on their batch.
+// (decode-sized batches, F32 weights), the tensor-core one (bf16/f16 from 4 rows per expert, and
+// always in batch-invariant mode) and cuBLAS's grouped GEMM (bf16/f16 SiLU experts from 64 rows
+// per expert; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
+// biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
+// not depend on their batch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,22 +84,29 @@ struct DeviceLayer {
 };
 
 // ref::moe_experts with the device's roundings: x and the activations rounded to the weight dtype
-// before each product. max_h: the largest |activation|, for the tolerance.
+// before each product; with rounded_outputs (cuBLAS's grouped GEMM, whose outputs take the weight
+// dtype) also gate, up and each expert's down output. max_h, max_y: the largest |activation| and
+// |down output|, for the tolerance.
 std::vector<float> oracle(const std::vector<float>& x, int64_t num_tokens, const std::vector<int32_t>& ids,
                           const std::vector<float>& weights, const kernels::MoeExperts& experts, DType dtype,
-                          double& max_h) {
+                          bool rounded_outputs, double& max_h, double& max_y) {
   const int64_t hidden = experts.hidden;
   const int64_t inter = experts.intermediate;
   std::vector<float> out(static_cast<size_t>(num_tokens * hidden), 0.0f);
   std::vector<float> gate(static_cast<size_t>(inter)), up(gate.size()), down(static_cast<size_t>(hidden));
   const kernels::WeightView none;
   max_h = 0.0;
+  max_y = 0.0;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const std::vector<float> xr = rounded(std::vector<float>(x.begin() + t * hidden, x.begin() + (t + 1) * hidden), dtype);
     for (int32_t j = 0; j < kTopK; ++j) {
       const int32_t e = ids[static_cast<size_t>(t * kTopK + j)];
       kernels::ref::matmul(xr.data(), experts.gate[e], experts.gate_bias ? experts.gate_bias[e] : none, 1, gate.data());
       kernels::ref::matmul(xr.data(), experts.up[e], experts.up_bias ? experts.up_bias[e] : none, 1, up.data());
+      if (rounded_outputs) {
+        gate = rounded(gate, dtype);
+        up = rounded(up, dtype);
+      }
       for (int64_t i = 0; i < inter; ++i) {
         double g = gate[static_cast<size_t>(i)];
         double u = up[static_cast<size_t>(i)];
@@ -113,6 +122,8 @@ std::vector<float> oracle(const std::vector<float>& x, int64_t num_tokens, const
       }
       const std::vector<float> hr = rounded(gate, dtype);
       kernels::ref::matmul(hr.data(), experts.down[e], experts.down_bias ? experts.down_bias[e] : none, 1, down.data());
+      if (rounded_outputs) down = rounded(down, dtype);
+      for (float v : down) max_y = std::max(max_y, std::abs(static_cast<double>(v)));
       const float w = weights[static_cast<size_t>(t * kTopK + j)];
       for (int64_t i = 0; i < hidden; ++i) out[static_cast<size_t>(t * hidden + i)] += w * down[static_cast<size_t>(i)];
     }
@@ -165,7 +176,9 @@ TEST(CudaMoeExperts, MatchReference) {
                           {37, 23, true, ExpertActivation::kClampedSwiglu},
                           {64, 48, true, ExpertActivation::kSiluGated},
                           {256, 136, true, ExpertActivation::kClampedSwiglu},
-                          {512, 384, false, ExpertActivation::kSiluGated}};
+                          {512, 384, false, ExpertActivation::kSiluGated},
+                          // 300 tokens = 75 rows per expert: cuBLAS's grouped GEMM (16-bit weights)
+                          {256, 128, false, ExpertActivation::kSiluGated}};
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const Shape& s : shapes) {
       const Layer layer(rng, dtype, s.hidden, s.inter, s.bias, s.activation);
@@ -177,14 +190,24 @@ TEST(CudaMoeExperts, MatchReference) {
         std::vector<int32_t> ids;
         std::vector<float> weights;
         random_routing(rng, num_tokens, ids, weights);
+        // The default backend runs prompt-sized steps of 16-bit SiLU experts without biases on
+        // cuBLAS's grouped GEMM (from 64 rows per expert), which rounds its outputs too.
+        const bool on_cublas = dtype != DType::kF32 && !s.bias && s.activation == ExpertActivation::kSiluGated &&
+                               s.hidden % 8 == 0 && s.inter % 8 == 0 && num_tokens * kTopK >= 64 * kNumExperts;
         double max_h = 0.0;
-        const std::vector<float> want = oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, max_h);
-        // Float32 accumulation over both products; for 16-bit weights an activation whose float32
-        // value straddles a rounding boundary may round the other way (one ulp of the dtype,
-        // times a down weight of at most 1/sqrt(inter), in a few terms).
+        double max_y = 0.0;
+        const std::vector<float> want =
+            oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, false, max_h, max_y);
+        const std::vector<float> want_cublas =
+            on_cublas ? oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, true, max_h, max_y) : want;
+        // Float32 accumulation over both products; for 16-bit weights a value whose float32
+        // value straddles a rounding boundary may round the other way: an activation (one ulp of
+        // the dtype, times a down weight of at most 1/sqrt(inter), in a few terms), and on cuBLAS
+        // a gate, up or down output (one ulp of it, in a few slots).
         const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : dtype == DType::kF16 ? 1.0 / 2048 : 0.0;
         const double abs_tol = 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
-                               4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter));
+                               4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter)) +
+                               (on_cublas ? 4 * ulp * max_y : 0.0);
         std::vector<int64_t> want_counts(kNumExperts, 7);
         for (int32_t id : ids) ++want_counts[static_cast<size_t>(id)];
         const std::string what = std::string(dtype_name(dtype)) + " " + std::to_string(s.hidden) + "x" +
@@ -195,7 +218,7 @@ TEST(CudaMoeExperts, MatchReference) {
           std::vector<int64_t> counts;
           const std::vector<float> got = run(*b, device.experts, x, num_tokens, ids, weights, &counts);
           const std::string where = what + (b == invariant.get() ? " (invariant)" : "");
-          expect_close(got, want, abs_tol, 1e-5, where);
+          expect_close(got, b == backend.get() ? want_cublas : want, abs_tol, 1e-5, where);
           EXPECT_EQ(counts, want_counts) << where;
         }
       }

@@ -11,6 +11,26 @@
 
 namespace deepinfer::kernels::cuda {
 
+// Element conversions for kernels templated on their element type.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename W>
+__device__ __forceinline__ W from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+
 __device__ __forceinline__ float load_as_f32(const void* data, DType dtype, int64_t index) {
   switch (dtype) {
     case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[index]);

@@ -13,7 +13,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -222,23 +221,18 @@ void launch_for_dtype(const float* x, const WeightView& w, int64_t n, int64_t nu
   }
 }
 
-template <bool kGelu, typename T>
-__global__ void glu_rounded_kernel(const float* gate_up, int64_t count, int64_t intermediate, T* out) {
+template <bool kGelu, typename In, typename Out>
+__global__ void glu_rounded_kernel(const In* gate_up, int64_t count, int64_t intermediate, Out* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / intermediate;
     const int64_t c = i - r * intermediate;
-    const float* row = gate_up + r * 2 * intermediate;
-    const float value = glu<kGelu>(row[c], row[intermediate + c]);
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      out[i] = __float2bfloat16_rn(value);
-    } else {
-      out[i] = __float2half_rn(value);
-    }
+    const In* row = gate_up + r * 2 * intermediate;
+    out[i] = from_float<Out>(glu<kGelu>(to_float(row[c]), to_float(row[intermediate + c])));
   }
 }
 
-template <bool kGelu>
-void launch_glu_rounded(const float* gate_up, int64_t count, int64_t intermediate, DType dtype, void* out,
+template <bool kGelu, typename In>
+void launch_glu_rounded(const In* gate_up, int64_t count, int64_t intermediate, DType dtype, void* out,
                         cudaStream_t stream) {
   constexpr int kThreads = 256;
   if (dtype == DType::kBF16) {
@@ -249,6 +243,21 @@ void launch_glu_rounded(const float* gate_up, int64_t count, int64_t intermediat
                                                                                  static_cast<__half*>(out));
   }
   DI_CUDA_CHECK_LAUNCH("glu_rounded_kernel");
+}
+
+template <bool kGelu>
+void launch_glu_rounded(const void* gate_up, DType gate_up_dtype, int64_t count, int64_t intermediate, DType dtype,
+                        void* out, cudaStream_t stream) {
+  switch (gate_up_dtype) {
+    case DType::kF32:
+      return launch_glu_rounded<kGelu>(static_cast<const float*>(gate_up), count, intermediate, dtype, out, stream);
+    case DType::kBF16:
+      return launch_glu_rounded<kGelu>(static_cast<const __nv_bfloat16*>(gate_up), count, intermediate, dtype, out,
+                                       stream);
+    case DType::kF16:
+      return launch_glu_rounded<kGelu>(static_cast<const __half*>(gate_up), count, intermediate, dtype, out, stream);
+    default: DI_CHECK(false, "glu_rounded: gate|up of " << dtype_name(gate_up_dtype));
+  }
 }
 
 }  // namespace
@@ -277,14 +286,14 @@ void gemv_add(const float* x, const WeightView& w, int64_t num_rows, float* resi
   launch_for_dtype<Epilogue::kAdd>(x, w, w.rows, num_rows, residual, stream);
 }
 
-void glu_rounded(const float* gate_up, int64_t num_rows, int64_t intermediate, bool gelu, DType dtype, void* out,
-                 cudaStream_t stream) {
+void glu_rounded(const void* gate_up, DType gate_up_dtype, int64_t num_rows, int64_t intermediate, bool gelu,
+                 DType dtype, void* out, cudaStream_t stream) {
   const int64_t count = num_rows * intermediate;
   if (count == 0) return;
   if (gelu) {
-    launch_glu_rounded<true>(gate_up, count, intermediate, dtype, out, stream);
+    launch_glu_rounded<true>(gate_up, gate_up_dtype, count, intermediate, dtype, out, stream);
   } else {
-    launch_glu_rounded<false>(gate_up, count, intermediate, dtype, out, stream);
+    launch_glu_rounded<false>(gate_up, gate_up_dtype, count, intermediate, dtype, out, stream);
   }
 }
 

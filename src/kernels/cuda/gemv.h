@@ -29,8 +29,9 @@ void gemv_glu(const float* x, const WeightView& gate_up, int64_t num_rows, bool 
 // product's epilogue, the same sum as add_rms_norm's residual + x. Requires can_gemv.
 void gemv_add(const float* x, const WeightView& w, int64_t num_rows, float* residual, cudaStream_t stream);
 // out[r, i] = act(gate_up[r, i]) * gate_up[r, I + i] rounded to dtype (kBF16 or kF16): the input
-// of the down product after a stacked gate|up GEMM. gate_up: [num_rows, 2 * I] float32.
-void glu_rounded(const float* gate_up, int64_t num_rows, int64_t intermediate, bool gelu, DType dtype, void* out,
-                 cudaStream_t stream);
+// of the down product after a stacked gate|up GEMM. gate_up: [num_rows, 2 * I] of gate_up_dtype
+// (kF32, or dtype where the GEMM wrote 16-bit outputs).
+void glu_rounded(const void* gate_up, DType gate_up_dtype, int64_t num_rows, int64_t intermediate, bool gelu,
+                 DType dtype, void* out, cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda

@@ -1,6 +1,7 @@
 // Mixture-of-experts bookkeeping on the device: grouping routed rows by expert (atomic counts, a
 // one-block scan for run and tile offsets, atomic placement; all in one block for small batches),
-// the weighted combine in slot order, and strided row copies.
+// the rows' inputs gathered in grouped order for cuBLAS's grouped products, the weighted combine
+// in slot order, and strided row copies.
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
@@ -130,7 +131,8 @@ __global__ void __launch_bounds__(kScanThreads)
 // The token's slots (grouped row, weight) are read once into shared memory, so the loads of y for
 // all slots of an element are independent (at batch 1 a chain of dependent loads per slot was
 // most of this kernel's time); the sum still runs in slot order.
-__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ position,
+template <typename T>
+__global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restrict__ position,
                                const float* __restrict__ expert_weights, int32_t top_k, int64_t hidden,
                                float* __restrict__ out) {
   __shared__ int32_t row_s[kMoeMaxTopK];
@@ -145,13 +147,37 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
     float total = 0.0f;
     for (int32_t j = 0; j < top_k; ++j) {
       const int32_t row = row_s[j];
-      if (row >= 0) total += weight_s[j] * y[row * hidden + i];
+      if (row >= 0) total += weight_s[j] * to_float(y[row * hidden + i]);
     }
     out[token * hidden + i] = total;
   }
 }
 
+template <typename T>
+__global__ void gather_grouped_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
+                                           int64_t count, int32_t top_k, int64_t hidden, T* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / hidden;
+    out[i] = from_float<T>(x[rows[row] / top_k * hidden + (i - row * hidden)]);
+  }
+}
+
 }  // namespace
+
+void gather_grouped_rows(const float* x, const int32_t* rows, int64_t num_rows, int32_t top_k, int64_t hidden,
+                         DType dtype, void* out, cudaStream_t stream) {
+  const int64_t count = num_rows * hidden;
+  if (count == 0) return;
+  DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "gather_grouped_rows rounds to bf16 or f16");
+  if (dtype == DType::kBF16) {
+    gather_grouped_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(
+        x, rows, count, top_k, hidden, static_cast<__nv_bfloat16*>(out));
+  } else {
+    gather_grouped_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, rows, count, top_k, hidden,
+                                                                                   static_cast<__half*>(out));
+  }
+  DI_CUDA_CHECK_LAUNCH("gather_grouped_rows_kernel");
+}
 
 int64_t moe_grouping_ints(int32_t num_experts, int64_t num_rows) { return 4 * int64_t{num_experts} + 2 + 2 * num_rows; }
 
@@ -189,12 +215,26 @@ void group_by_expert(const int32_t* expert_ids, int64_t num_rows, int32_t num_ex
   }
 }
 
-void moe_combine(const float* y, const int32_t* position, const float* expert_weights, int64_t num_tokens,
-                 int32_t top_k, int64_t hidden, float* out, cudaStream_t stream) {
+void moe_combine(const void* y, DType y_dtype, const int32_t* position, const float* expert_weights,
+                 int64_t num_tokens, int32_t top_k, int64_t hidden, float* out, cudaStream_t stream) {
   if (num_tokens == 0) return;
   DI_CHECK(top_k >= 1 && top_k <= kMoeMaxTopK, "moe_combine takes 1.." << kMoeMaxTopK << " slots per token");
-  combine_kernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(y, position, expert_weights, top_k,
-                                                                               hidden, out);
+  const auto blocks = static_cast<unsigned>(num_tokens);
+  switch (y_dtype) {
+    case DType::kF32:
+      combine_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(y), position, expert_weights, top_k,
+                                                      hidden, out);
+      break;
+    case DType::kBF16:
+      combine_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(y), position, expert_weights,
+                                                      top_k, hidden, out);
+      break;
+    case DType::kF16:
+      combine_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(y), position, expert_weights, top_k,
+                                                      hidden, out);
+      break;
+    default: DI_CHECK(false, "moe_combine: y of " << dtype_name(y_dtype));
+  }
   DI_CUDA_CHECK_LAUNCH("combine_kernel");
 }
 

@@ -1,10 +1,12 @@
 // Device pieces shared by the grouped expert kernels (moe_rowwise.cu, moe_mma.cu): finding a
-// block's tile from the device-side offsets, weight element conversions, the expert activation.
+// block's tile from the device-side offsets, the expert activation (element conversions:
+// device_util.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/moe_ops.h"
 
 namespace deepinfer::kernels::cuda {
@@ -35,25 +37,6 @@ __device__ __forceinline__ bool find_tile(const MoeGrouping& grouping, int32_t n
   out.row_begin = grouping.offsets[lo] + (tile - grouping.tile_offsets[lo]) * rows_per_tile;
   out.num_rows = min(rows_per_tile, grouping.offsets[lo + 1] - out.row_begin);
   return true;
-}
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-template <typename W>
-__device__ __forceinline__ W from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
 }
 
 // ref::moe_experts' activation of one (gate, up) pair, biases already added.

@@ -85,9 +85,14 @@ void grouped_gate_up(const float* x, const GroupedExperts& experts, const MoeGro
 // y[i, :] = down_e(h[i]) + down_bias_e. h: [num_rows, intermediate]; y: [num_rows, hidden].
 void grouped_down(const float* h, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                   MoeKernel kernel, float* y, cudaStream_t stream);
+// out[i, :] = x[rows[i] / top_k, :] rounded to dtype (kBF16 or kF16) for grouped rows i < num_rows:
+// the input of cuBLAS's grouped expert products (moe_grouped_gemm.h), in the grouping's order.
+void gather_grouped_rows(const float* x, const int32_t* rows, int64_t num_rows, int32_t top_k, int64_t hidden,
+                         DType dtype, void* out, cudaStream_t stream);
 // out[t, :] = sum over slots j in order of expert_weights[t, j] * y[position[t * top_k + j], :].
-void moe_combine(const float* y, const int32_t* position, const float* expert_weights, int64_t num_tokens,
-                 int32_t top_k, int64_t hidden, float* out, cudaStream_t stream);
+// y: [num_rows, hidden] of y_dtype (kF32, or the weights' 16-bit dtype after cuBLAS's products).
+void moe_combine(const void* y, DType y_dtype, const int32_t* position, const float* expert_weights,
+                 int64_t num_tokens, int32_t top_k, int64_t hidden, float* out, cudaStream_t stream);
 
 // dst[r * dst_stride + i] = src[r * src_stride + i] for r < num_rows, i < width.
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride,

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/head_gemm.h"
+#include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_ops.h"
 #include "kernels/cuda/scatter.h"
 #include "runtime/backend.h"
@@ -216,6 +217,13 @@ class CudaBackend final : public Backend {
     DeviceBuffer device;
   };
   kc::GroupedExperts grouped_experts(const kernels::MoeExperts& experts);
+  // moe_experts' products of prefill-sized eager steps on cuBLAS's grouped GEMM: reads the
+  // grouping's offsets back, gathers the rows' inputs in grouped order, gate|up, the activation
+  // rounded for down, down. gate_up: [num_rows, 2 * intermediate], y: [num_rows, hidden], both
+  // in dtype (the weights').
+  void cublas_expert_products(const float* x, const kernels::MoeExperts& experts, DType dtype,
+                              const kc::MoeGrouping& grouping, void* gate_up, void* y);
+  kc::MoeGroupedGemm moe_gemm_;
   std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
   // sample_rows' candidate lists, kept: at large batches they exceed the allocator's cached sizes.
   DeviceBuffer sample_workspace_;

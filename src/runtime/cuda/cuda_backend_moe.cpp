@@ -1,11 +1,14 @@
-// CudaBackend's mixture of experts, with no host synchronisation: the router kernel, grouping of
-// the routed (token, slot) rows by expert, one grouped launch for gate+up+activation and one for
-// down, then the weighted combine in slot order (the reference's summation order). Everything but
-// the expert pointer table (uploaded once per layer) lives in the caller's workspace.
+// CudaBackend's mixture of experts: the router kernel, grouping of the routed (token, slot) rows by
+// expert, one grouped launch for gate+up+activation and one for down, then the weighted combine in
+// slot order (the reference's summation order), with no host synchronisation; everything but the
+// expert pointer table (uploaded once per layer) lives in the caller's workspace. Prompt-sized
+// eager steps instead read the grouping's offsets back and run the products on cuBLAS's grouped
+// GEMM (kernels/cuda/moe_grouped_gemm.h).
 #include <algorithm>
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cuda/gemv.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 
 namespace deepinfer {
@@ -14,12 +17,25 @@ namespace {
 // Average routed rows per expert from which a step takes the tensor cores: below it each active
 // expert holds a handful of rows and the step is bound by reading the weights.
 constexpr int64_t kTensorCoreRowsPerExpert = 4;
+// ... and from which an eager step (no graph capture) runs them on cuBLAS's grouped GEMM, at the
+// price of reading the grouping's offsets back (a prompt chunk: 384 rows per expert for
+// DeepSeek-V2-Lite's 4K prompt).
+constexpr int64_t kGroupedGemmRowsPerExpert = 64;
 
 const void* data_of(const kernels::WeightView* views, int32_t e) { return views ? views[e].data : nullptr; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 float* align16(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15}); }
+
+bool has_biases(const kernels::MoeExperts& experts) {
+  for (const kernels::WeightView* biases : {experts.gate_bias, experts.up_bias, experts.down_bias}) {
+    for (int32_t e = 0; biases != nullptr && e < experts.num_experts; ++e) {
+      if (biases[e].data != nullptr) return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -83,8 +99,15 @@ void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t*
       tensor_cores && (batch_invariant_ || num_rows >= kTensorCoreRowsPerExpert * experts.num_experts)
           ? kc::MoeKernel::kTensorCore
           : kc::MoeKernel::kRowwise;
+  // cuBLAS's grouped GEMM: plain SiLU-gated experts with 16-byte rows (not GPT-OSS's biases and
+  // clamped SwiGLU, which keep the mma kernels).
+  const bool on_cublas = tensor_cores && !batch_invariant_ && !capturing_ && grouped.aligned &&
+                         experts.activation == kernels::ExpertActivation::kSiluGated && !has_biases(experts) &&
+                         experts.hidden % 8 == 0 && experts.intermediate % 8 == 0 &&
+                         num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
 
-  // Workspace (kernels::moe_workspace_floats): h, y, then the grouping's ints.
+  // Workspace (kernels::moe_workspace_floats): h (or cuBLAS's 16-bit gate|up outputs, as many
+  // bytes), y, then the grouping's ints.
   float* h = align16(workspace);                            // [num_rows, intermediate]
   float* y = align16(h + num_rows * experts.intermediate);  // [num_rows, hidden]
   auto* ints = reinterpret_cast<int32_t*>(y + num_rows * experts.hidden);
@@ -95,9 +118,36 @@ void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t*
 
   kc::group_by_expert(expert_ids, num_rows, experts.num_experts, kc::moe_rows_per_tile(kernel), grouping,
                       expert_token_counts, stream_.for_op());
-  kc::grouped_gate_up(x, grouped, grouping, num_rows, kernel, h, stream_.for_op());
-  kc::grouped_down(h, grouped, grouping, num_rows, kernel, y, stream_.for_op());
-  kc::moe_combine(y, grouping.position, expert_weights, num_tokens, experts.top_k, experts.hidden, out, stream_.for_op());
+  if (on_cublas) {
+    cublas_expert_products(x, experts, grouped.weight_dtype, grouping, h, y);
+  } else {
+    kc::grouped_gate_up(x, grouped, grouping, num_rows, kernel, h, stream_.for_op());
+    kc::grouped_down(h, grouped, grouping, num_rows, kernel, y, stream_.for_op());
+  }
+  kc::moe_combine(y, on_cublas ? grouped.weight_dtype : DType::kF32, grouping.position, expert_weights, num_tokens,
+                  experts.top_k, experts.hidden, out, stream_.for_op());
+}
+
+void CudaBackend::cublas_expert_products(const float* x, const kernels::MoeExperts& experts, DType dtype,
+                                         const kc::MoeGrouping& grouping, void* gate_up, void* y) {
+  std::vector<int32_t> offsets(static_cast<size_t>(experts.num_experts) + 1);
+  copy_to_host(offsets.data(), grouping.offsets, offsets.size() * sizeof(int32_t));  // waits for the grouping
+  const int64_t rows = offsets.back();
+  const std::vector<kc::ExpertPointers>& pointers = expert_tables_.at(experts.gate).host;
+  const int64_t hidden = experts.hidden;
+  const int64_t inter = experts.intermediate;
+  // One rounded buffer: the rows' inputs, then (once gate|up has read them) the activations.
+  void* rounded = take_workspace(static_cast<size_t>(rows * std::max(hidden, inter)) * dtype_size_bytes(dtype));
+  try {
+    kc::gather_grouped_rows(x, grouping.rows, rows, experts.top_k, hidden, dtype, rounded, stream_.for_op());
+    moe_gemm_.gate_up(pointers, offsets, hidden, inter, dtype, rounded, gate_up, stream_.for_op());
+    kc::glu_rounded(gate_up, dtype, rows, inter, false, dtype, rounded, stream_.for_op());
+    moe_gemm_.down(pointers, offsets, hidden, inter, dtype, rounded, y, stream_.for_op());
+  } catch (...) {
+    give_back_workspace(rounded);
+    throw;
+  }
+  give_back_workspace(rounded);
 }
 
 }  // namespace deepinfer

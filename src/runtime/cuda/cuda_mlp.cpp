@@ -61,7 +61,7 @@ void CudaBackend::gated_mlp(const float* x, const kernels::WeightView& gate_up, 
   // then the activation writes down's 16-bit input directly: no float32 intermediate, no cast.
   gemm_.matmul(x, gate_up, num_rows, scratch, stream_);
   void* activated = gemm_.input_buffer(num_rows * intermediate, down.dtype);
-  kc::glu_rounded(scratch, num_rows, intermediate, gelu, down.dtype, activated, stream_.for_op());
+  kc::glu_rounded(scratch, DType::kF32, num_rows, intermediate, gelu, down.dtype, activated, stream_.for_op());
   gemm_.matmul_cast(activated, down, num_rows, out, stream_.for_products());
 }
 
