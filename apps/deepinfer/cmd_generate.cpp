@@ -22,7 +22,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
                           [--ignore-eos] [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
-                          [--no-cuda-graphs] [--host-sampling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
+                          [--no-cuda-graphs] [--host-sampling] [--async-scheduling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
                           [--kv-cache-dir DIR] [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                           [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                           [--swa-replay-tokens N|exact]
@@ -49,6 +49,8 @@ sliding layers x window, the same tokens as a cold run).
 runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
 instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host
 and sampled there (default: drawn on the device, only token ids come back; the same tokens).
+--async-scheduling: the model runs on its own thread and the next decode step is launched before
+the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
 --json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
 (docs/structured_output.md); a schema keyword the engine cannot enforce is an error.
 Defaults: --max-tokens 64, --temperature 0 (greedy).
@@ -108,7 +110,7 @@ int run_generate(int argc, char** argv) {
                                                                   "--temperature", "--top-p", "--top-k", "--min-p",
                                                                   "--seed", "--input", "--output", "--max-num-seqs",
                                                                   "--kv-cache-bytes", "--gpu-memory-utilization"}))),
-                          model_bool_flags({"--ignore-eos", "--chat", "--json-object"}));
+                          model_bool_flags({"--ignore-eos", "--chat", "--json-object", "--async-scheduling"}));
   if (!args.ok()) return report_error("generate", args.error());
   auto params = params_from_args(*args);
   if (!params.ok()) return report_error("generate", params.error());
@@ -129,6 +131,7 @@ int run_generate(int argc, char** argv) {
   config.batch_invariant = args->has("--batch-invariant");
   config.cuda_graphs = !args->has("--no-cuda-graphs");
   config.device_sampling = !args->has("--host-sampling");
+  config.async_scheduling = args->has("--async-scheduling");
   if (auto applied = apply_kv_store_flags(*args, config); !applied.ok()) {
     return report_error("generate", applied.error());
   }

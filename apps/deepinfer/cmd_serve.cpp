@@ -29,7 +29,8 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
-                       [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--check-invariants] [--kv-cache-dir DIR]
+                       [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--async-scheduling] [--check-invariants]
+                       [--kv-cache-dir DIR]
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                        [--swa-replay-tokens N|exact]
@@ -58,6 +59,8 @@ F: on a GPU, the fraction of its memory the server may hold (default 0.9): the K
 is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
 with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs).
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
+--async-scheduling: the model runs on its own thread and the next decode step is launched before
+the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
 )";
 
 struct ServeSetup {
@@ -150,6 +153,7 @@ Result<EngineConfig> engine_config(const Args& args) {
   config.gpu_memory_utilization = memory->gpu_memory_utilization;
   config.block_size = static_cast<int32_t>(*block);
   config.device_sampling = !args.has("--host-sampling");
+  config.async_scheduling = args.has("--async-scheduling");
   return config;
 }
 
@@ -164,7 +168,7 @@ int run_serve(int argc, char** argv) {
                                "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
                                "--gpu-memory-utilization", "--block-size", "--io-threads", "--max-n",
                                "--shutdown-timeout"})),
-                          model_bool_flags({"--check-invariants"}));
+                          model_bool_flags({"--check-invariants", "--async-scheduling"}));
   if (!args.ok()) return report_error("serve", args.error());
   auto config = server_config(*args);
   if (!config.ok()) return report_error("serve", config.error());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "core/check.h"
@@ -12,6 +13,7 @@
 #include "engine/kv_handover.h"
 #include "engine/kv_offload.h"
 #include "engine/memory_plan.h"
+#include "engine/model_runner.h"
 #include "engine/step_draws.h"
 #include "engine/structured_output.h"
 #include "sampling/logits_processor.h"
@@ -57,7 +59,8 @@ struct EngineCore::Impl {
         config(c),
         kv_config(make_kv_config(m, c, kv_cache_bytes(m, c))),
         kv(kv_config),
-        scheduler(c.scheduler, kv) {
+        scheduler(c.scheduler, kv),
+        runner(m, c.async_scheduling) {
     max_model_len = resolve_max_model_len(model, config);
     model.allocate_kv_cache(KvCacheShape{kv.num_blocks(), config.block_size, kv.num_swa_blocks()});
     if (config.kv_store.enabled() && config.enable_prefix_caching) {
@@ -382,26 +385,38 @@ struct EngineCore::Impl {
     finish(seq, FinishReason::kPrefilled, out);
   }
 
+  // A launched step: a scheduled one (built from the scheduler's decision), or a continuation of
+  // the step launched before it (pipelined mode: row i is one decode token of seq_ids[i], drawn
+  // on the backend as draw i, its input token the previous step's draw).
+  struct InFlight {
+    int64_t handle = 0;
+    std::optional<BuiltBatch> built;  // scheduled steps
+    StepDraws plan;                   // scheduled steps
+    std::vector<int64_t> seq_ids;     // continuations
+  };
+
   // Samples on the backend the rows nothing on the host needs (engine/step_draws.h).
-  void forward_and_process(const BuiltBatch& built, std::map<int64_t, RequestOutput>& outputs) {
+  InFlight launch_scheduled(BuiltBatch built) {
     // Sample 0's first token: held n > 1 samples then sample the same row on the host.
     const auto forks_from_row = [&](const Request& r) {
       return r.num_output_tokens() == 0 && r.sample_index == 0 && !groups.at(r.request_id).held_children.empty();
     };
-    const StepDraws plan = plan_step_draws(built, config.device_sampling, forks_from_row);
-    std::vector<int32_t> drawn(plan.draws.size());
-    if (plan.draws.empty()) {
-      model.forward(built.batch, logits.data());
-    } else {
-      model.forward_sampled(built.batch, plan.draws, drawn.data(), plan.host_rows, logits.data());
-    }
+    InFlight step;
+    step.plan = plan_step_draws(built, config.device_sampling, forks_from_row);
+    step.handle = runner.launch({std::move(built.batch), step.plan.draws, step.plan.host_rows, {}});
+    step.built = std::move(built);  // its rows: processing reads them, not the batch
+    return step;
+  }
+
+  void process_scheduled(const InFlight& step, const RunnerOutput& result, std::map<int64_t, RequestOutput>& outputs) {
+    const BuiltBatch& built = *step.built;
     for (size_t i = 0; i < built.rows.size(); ++i) {
       const ScheduledRows& rows = built.rows[i];
       if (rows.request->is_finished()) continue;  // its request failed on an earlier row
       std::optional<int32_t> token;
-      if (plan.draw_of[i]) token = drawn[static_cast<size_t>(*plan.draw_of[i])];
+      if (step.plan.draw_of[i]) token = result.drawn[static_cast<size_t>(*step.plan.draw_of[i])];
       try {
-        process_rows(rows, logits, token, outputs);
+        process_rows(rows, result.logits, token, outputs);
       } catch (const std::exception& e) {
         if (loses_device(e)) throw;
         end_request(rows.request->request_id, Error{e.what()}, outputs);
@@ -409,8 +424,131 @@ struct EngineCore::Impl {
     }
   }
 
-  // Schedules and runs one batch into outputs. A failed forward pass fails the whole batch.
-  void run_step(std::map<int64_t, RequestOutput>& outputs) {
+  // A continuation's rows whose sequence finished (or was aborted) after it was launched are
+  // dropped: their token is never appended and their blocks are already freed.
+  void process_continuation(const InFlight& step, const RunnerOutput& result,
+                            std::map<int64_t, RequestOutput>& outputs) {
+    for (size_t i = 0; i < step.seq_ids.size(); ++i) {
+      const auto it = sequences.find(step.seq_ids[i]);
+      if (it == sequences.end() || it->second->request.is_finished()) continue;
+      Request& r = it->second->request;
+      ScheduledRows rows;
+      rows.request = &r;
+      rows.first_position = r.num_computed_tokens;
+      rows.num_new_tokens = 1;
+      rows.first_logit_row = static_cast<int32_t>(i);
+      rows.samples = true;
+      try {
+        process_rows(rows, result.logits, result.drawn[i], outputs);
+      } catch (const std::exception& e) {
+        if (loses_device(e)) throw;
+        end_request(r.request_id, Error{e.what()}, outputs);
+      }
+    }
+  }
+
+  // A failed step: each request it was running that is still going ends with the error.
+  void fail_step(const InFlight& step, const std::exception& e, std::map<int64_t, RequestOutput>& outputs) {
+    std::vector<int64_t> request_ids;
+    if (step.built) {
+      for (const ScheduledRows& rows : step.built->rows) {
+        if (!rows.request->is_finished()) request_ids.push_back(rows.request->request_id);
+      }
+    } else {
+      for (int64_t seq_id : step.seq_ids) {
+        const auto it = sequences.find(seq_id);
+        if (it != sequences.end() && !it->second->request.is_finished()) {
+          request_ids.push_back(it->second->request.request_id);
+        }
+      }
+    }
+    for (int64_t request_id : request_ids) end_request(request_id, Error{e.what()}, outputs);
+  }
+
+  void collect_and_process(const InFlight& step, std::map<int64_t, RequestOutput>& outputs) {
+    RunnerOutput result;
+    try {
+      result = runner.collect(step.handle);
+    } catch (const std::exception& e) {
+      if (loses_device(e)) throw;
+      fail_step(step, e, outputs);
+      return;
+    }
+    if (step.built) {
+      process_scheduled(step, result, outputs);
+    } else {
+      process_continuation(step, result, outputs);
+    }
+  }
+
+  // Pipelined mode: the step after `previous` (still in flight), launched before `previous` is
+  // collected, when nothing needs the host between them: every row of `previous` is a sequence's
+  // last token, drawn on the backend, and those are all the running sequences; no request waits
+  // for admission, a grammar or the persistent store; one KV layout. Each sequence runs the token
+  // `previous` draws for it unless that token will be its last (max_tokens, the context length).
+  // Allocates those tokens' KV slots.
+  std::optional<InFlight> launch_continuation(const InFlight& previous) {
+    if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || !awaiting_grammar.empty() ||
+        scheduler.num_waiting() != 0 || kv.has_swa_tables() || kv_config.sliding_window > 0) {
+      return std::nullopt;
+    }
+    std::vector<std::pair<Request*, int32_t>> rows;  // (request, its draw in `previous`)
+    if (previous.built) {
+      for (size_t i = 0; i < previous.built->rows.size(); ++i) {
+        const ScheduledRows& built_rows = previous.built->rows[i];
+        if (!built_rows.samples || !previous.plan.draw_of[i] || built_rows.num_prompt_logprob_rows > 0 ||
+            built_rows.request->is_finished()) {
+          return std::nullopt;
+        }
+        rows.emplace_back(built_rows.request, *previous.plan.draw_of[i]);
+      }
+    } else {
+      for (size_t i = 0; i < previous.seq_ids.size(); ++i) {
+        const auto it = sequences.find(previous.seq_ids[i]);
+        if (it == sequences.end() || it->second->request.is_finished()) return std::nullopt;
+        rows.emplace_back(&it->second->request, static_cast<int32_t>(i));
+      }
+    }
+    if (rows.empty() || rows.size() != scheduler.num_running()) return std::nullopt;
+    RunnerStep next;
+    ForwardBatch& batch = next.batch;
+    InFlight step;
+    batch.query_start.push_back(0);
+    const int32_t bs = config.block_size;
+    for (const auto& [r, draw] : rows) {
+      // Once `previous` is in, the token it draws sits at position t: this step runs it.
+      const int32_t t = r->num_tokens();
+      if (r->num_output_tokens() + 1 >= r->params.max_tokens || t + 1 >= max_model_len) continue;
+      int32_t ignored_cached = 0;
+      if (!kv.allocate(r->seq_id, r->all_tokens(), t + 1, r->cache_salt, &ignored_cached)) return std::nullopt;
+      const std::vector<int32_t>& table = kv.block_table(r->seq_id);
+      const auto row = static_cast<int32_t>(batch.token_ids.size());
+      batch.token_ids.push_back(0);
+      next.token_from_draw.push_back(draw);
+      batch.positions.push_back(t);
+      batch.slot_mapping.push_back(table[static_cast<size_t>(t / bs)] * bs + t % bs);
+      batch.query_start.push_back(row + 1);
+      batch.seq_len.push_back(t + 1);
+      batch.logit_rows.push_back(row);
+      batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int32_t>(table.size()));
+      next.draws.push_back(sample_params(r->params, r->seed, t + 1, r->sample_index, row));
+      step.seq_ids.push_back(r->seq_id);
+    }
+    if (step.seq_ids.empty()) return std::nullopt;
+    const auto width = static_cast<size_t>(batch.max_blocks_per_seq);
+    batch.block_table.assign(step.seq_ids.size() * width, 0);
+    for (size_t i = 0; i < step.seq_ids.size(); ++i) {
+      const std::vector<int32_t>& table = kv.block_table(step.seq_ids[i]);
+      std::copy(table.begin(), table.end(), batch.block_table.begin() + static_cast<std::ptrdiff_t>(i * width));
+    }
+    step.handle = runner.launch(std::move(next));
+    ++num_overlapped_steps;
+    return step;
+  }
+
+  // The scheduler's next step, launched; nullopt when nothing runs (or building it failed, which
+  // ends its requests).
+  std::optional<InFlight> launch_next_scheduled(std::map<int64_t, RequestOutput>& outputs) {
     if (offload) {
       const bool idle = scheduler.num_waiting() == 0 && scheduler.num_running() == 0;
       for (Request* r : offload->take_ready(idle)) scheduler.add(r);
@@ -422,11 +560,10 @@ struct EngineCore::Impl {
       // Nothing can run before a compile ends: wait for one briefly rather than have the caller
       // spin on step().
       if (outputs.empty() && !awaiting_grammar.empty()) structured->wait_for_compiles(std::chrono::milliseconds(10));
-      return;
+      return std::nullopt;
     }
     try {
-      const BuiltBatch built = build_forward_batch(scheduled, kv);
-      logits.resize(built.batch.logit_rows.size() * static_cast<size_t>(model.config().vocab_size));
+      BuiltBatch built = build_forward_batch(scheduled, kv);
       if (structured) {  // the next token masks are computed while the forward pass runs
         std::vector<int64_t> constrained;
         for (const ScheduledRows& rows : built.rows) {
@@ -434,13 +571,28 @@ struct EngineCore::Impl {
         }
         structured->prefetch(constrained);
       }
-      forward_and_process(built, outputs);
+      return launch_scheduled(std::move(built));
     } catch (const std::exception& e) {
       if (loses_device(e)) throw;
       for (const ScheduledSequence& s : scheduled.scheduled) {
         if (!s.request->is_finished()) end_request(s.request->request_id, Error{e.what()}, outputs);
       }
+      return std::nullopt;
     }
+  }
+
+  // One step's outputs: the scheduler's next step is launched unless one is in flight; in
+  // pipelined mode the step after it is launched too (launch_continuation); then the older one is
+  // collected and its rows processed. A failed forward pass fails its whole batch.
+  void run_step(std::map<int64_t, RequestOutput>& outputs) {
+    if (!in_flight) {
+      in_flight = launch_next_scheduled(outputs);
+      if (!in_flight) return;
+    }
+    std::optional<InFlight> next = launch_continuation(*in_flight);
+    const InFlight current = std::move(*in_flight);
+    in_flight = std::move(next);
+    collect_and_process(current, outputs);
   }
 
   // Ends every sample of a request that is still running, with `failure` when given (abort: none).
@@ -503,7 +655,6 @@ struct EngineCore::Impl {
   std::map<int64_t, Group> groups;                          // by request_id
   std::map<int64_t, RequestOutput> pending_outputs;         // aborts, finished-at-admission
   std::vector<PrefilledRequest> prefilled;
-  std::vector<float> logits;
   std::vector<float> processed;
   int64_t next_seq_id = 0;
   int64_t next_arrival = 0;
@@ -512,6 +663,10 @@ struct EngineCore::Impl {
   std::unique_ptr<StructuredOutputs> structured;  // made by the first constrained request
   std::map<int64_t, std::string> structured_errors;  // by seq_id, until the sample is finished
   std::set<int64_t> awaiting_grammar;                 // seq_ids whose grammar still compiles
+  std::optional<InFlight> in_flight;  // the step launched and not collected yet (pipelined mode)
+  int64_t num_overlapped_steps = 0;
+  // Last: destroyed first, so its thread is done with the model before anything else goes.
+  ModelRunner runner;
 };
 
 EngineCore::EngineCore(CausalLM& model, const Tokenizer* tokenizer, const EngineConfig& config)
@@ -608,7 +763,9 @@ std::vector<RequestOutput> EngineCore::step() {
   return result;
 }
 
-bool EngineCore::has_unfinished_requests() const { return !impl_->groups.empty() || !impl_->pending_outputs.empty(); }
+bool EngineCore::has_unfinished_requests() const {
+  return !impl_->groups.empty() || !impl_->pending_outputs.empty() || impl_->in_flight.has_value();
+}
 
 std::vector<PrefilledRequest> EngineCore::take_prefilled() { return std::exchange(impl_->prefilled, {}); }
 
@@ -657,6 +814,7 @@ EngineStats EngineCore::stats() const {
   s.num_swa_kv_blocks = impl_->kv.num_swa_blocks();
   s.prefix_cache = impl_->kv.stats();
   s.num_preemptions = impl_->num_preemptions;
+  s.num_overlapped_steps = impl_->num_overlapped_steps;
   if (impl_->offload) {
     s.kv_store = impl_->offload->stats();
     s.prefix_cache.queried_tokens -= impl_->offload->import_stats().queried_tokens;

@@ -45,6 +45,12 @@ struct EngineConfig {
   // grammar masks, n > 1 forks). false: every row is copied and sampled on the host
   // (--host-sampling). The tokens are the same either way.
   bool device_sampling = true;
+  // Pipelined steps (docs/architecture.md, "The pipelined step loop"): the model runs on its own
+  // thread, and while it runs a decode step the engine launches the next one (each sequence's
+  // input token taken from the running step's draws) and post-processes the one before. Taken
+  // only while nothing needs the host between steps; a finished sequence's extra token is
+  // dropped, never streamed.
+  bool async_scheduling = false;
   // The structured-output grammar compiler: threads, cache, each compile's timeout and budget.
   grammar::GrammarCompilerService::Options grammar_compiler;
 };
@@ -105,6 +111,8 @@ struct EngineStats {
   PrefixCacheStats prefix_cache;
   int64_t num_preemptions = 0;
   std::optional<KvStoreStats> kv_store;  // per-tier counters when the store is on
+  // Steps launched while the one before was still running (EngineConfig::async_scheduling).
+  int64_t num_overlapped_steps = 0;
 };
 
 class EngineCore {

@@ -1,0 +1,192 @@
+// EngineConfig::async_scheduling (the pipelined step loop) against the synchronous loop on the
+// same requests. Batch-invariant kernels, so a row's logits do not depend on the rows a pipelined
+// step carries for sequences that finished meanwhile: the same tokens, logprobs, finish reasons
+// and text, with steps really overlapped; aborts at every step offset, preemption under a tiny KV
+// pool, stop strings through the LLM API.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "deepinfer/llm.h"
+#include "engine_test_util.h"
+#include "text_model_dir.h"
+
+namespace deepinfer::testing {
+namespace {
+
+std::vector<RequestSpec> mixed_requests(int32_t vocab, const std::vector<int32_t>& stop_ids) {
+  std::mt19937 rng(31);
+  std::vector<RequestSpec> requests;
+  const auto add = [&](SamplingParams p, int32_t max_tokens) {
+    p.max_tokens = max_tokens;
+    p.seed = 70 + requests.size();
+    requests.push_back({random_tokens(rng, 3 + static_cast<int32_t>(rng() % 37), vocab), p});
+  };
+  SamplingParams greedy;
+  greedy.temperature = 0.0;
+  greedy.ignore_eos = true;
+  for (int32_t max_tokens : {1, 2, 5, 17, 30}) add(greedy, max_tokens);
+  SamplingParams sampled;
+  sampled.temperature = 0.8;
+  sampled.top_p = 0.9;
+  sampled.top_k = 40;
+  sampled.ignore_eos = true;
+  add(sampled, 25);
+  SamplingParams stops = greedy;  // ends on a token its unstopped run draws mid-way
+  stops.stop_token_ids = stop_ids;
+  add(stops, 30);
+  SamplingParams two = sampled;
+  two.n = 2;
+  add(two, 12);
+  SamplingParams logprobs = greedy;  // host rows: never continued on the runner's thread
+  logprobs.logprobs = 2;
+  add(logprobs, 9);
+  SamplingParams penalized = sampled;
+  penalized.frequency_penalty = 0.5;
+  penalized.min_tokens = 4;
+  add(penalized, 11);
+  return requests;
+}
+
+EngineConfig pipelined(EngineConfig config, bool on) {
+  config.async_scheduling = on;
+  return config;
+}
+
+struct BothLoops {
+  EngineStats sync_stats;
+  EngineStats async_stats;
+  std::map<int64_t, RequestRun> async_runs;
+};
+
+// The requests through the synchronous and the pipelined loop: the same outputs, bit for bit.
+BothLoops expect_same_in_both_loops(CausalLM& model, const EngineConfig& config,
+                                    const std::vector<RequestSpec>& requests, const std::string& what) {
+  BothLoops both;
+  const auto sync_runs = run_together(model, pipelined(config, false), requests, &both.sync_stats);
+  both.async_runs = run_together(model, pipelined(config, true), requests, &both.async_stats);
+  expect_identical(both.async_runs, sync_runs, what);
+  return both;
+}
+
+TEST(AsyncScheduling, SameTokensAsTheSynchronousLoop) {
+  TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
+  CausalLM& model = *loaded.model;
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  // A stop id: the 8th token the stop request draws when nothing stops it.
+  std::vector<RequestSpec> probe = mixed_requests(vocab, {});
+  // Small steps: prompts are chunked, so prompt and decode rows share steps.
+  const EngineConfig config = small_engine_config(/*num_kv_blocks=*/128, /*block_size=*/16,
+                                                  /*max_num_batched_tokens=*/48);
+  const auto unstopped = run_together(model, config, {probe[6]});
+  ASSERT_GE(unstopped.at(0).samples.at(0).token_ids.size(), 8u);
+  const std::vector<RequestSpec> requests = mixed_requests(vocab, {unstopped.at(0).samples.at(0).token_ids[7]});
+
+  const BothLoops both = expect_same_in_both_loops(model, config, requests, "pipelined vs synchronous");
+  EXPECT_EQ(both.sync_stats.num_overlapped_steps, 0);
+  EXPECT_GT(both.async_stats.num_overlapped_steps, 10);
+  EXPECT_EQ(both.async_runs.at(6).samples.at(0).finish_reason, FinishReason::kStop);
+  EXPECT_LE(both.async_runs.at(6).samples.at(0).token_ids.size(), 8u);
+}
+
+// Request 1 is aborted before step `offset`; what every request streamed up to then and after is
+// the same in both loops, and nothing arrives after a finish (OutputCollector checks).
+TEST(AsyncScheduling, AbortsAtEveryStepOffset) {
+  TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
+  CausalLM& model = *loaded.model;
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  std::mt19937 rng(5);
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.ignore_eos = true;
+  params.max_tokens = 10;
+  const std::vector<RequestSpec> requests = {{random_tokens(rng, 9, vocab), params},
+                                             {random_tokens(rng, 14, vocab), params},
+                                             {random_tokens(rng, 4, vocab), params}};
+  const EngineConfig config = small_engine_config(/*num_kv_blocks=*/64);
+  for (int64_t offset = 0; offset <= 12; ++offset) {
+    std::map<int64_t, RequestRun> runs[2];
+    for (bool on : {false, true}) {
+      EngineCore engine(model, nullptr, pipelined(config, on));
+      for (size_t i = 0; i < requests.size(); ++i) {
+        ASSERT_TRUE(engine.add_request(static_cast<int64_t>(i), requests[i].prompt, requests[i].params).ok());
+      }
+      OutputCollector collector;
+      run_engine(engine, collector, [&](int64_t step) {
+        if (step == offset) engine.abort_request(1);
+      });
+      runs[on ? 1 : 0] = std::move(collector.runs());
+    }
+    expect_identical(runs[1], runs[0], "abort before step " + std::to_string(offset));
+  }
+}
+
+TEST(AsyncScheduling, PreemptionUnderATinyKvPool) {
+  TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
+  CausalLM& model = *loaded.model;
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  std::mt19937 rng(8);
+  std::vector<RequestSpec> requests;
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams params;
+    params.temperature = i % 2 == 0 ? 0.0 : 0.9;
+    params.seed = 100 + i;
+    params.ignore_eos = true;
+    params.max_tokens = 20;
+    requests.push_back({random_tokens(rng, 6 + 3 * i, vocab), params});
+  }
+  // 12 blocks of 8 tokens for six sequences of up to 41 tokens: running ones get preempted.
+  const EngineConfig config = small_engine_config(/*num_kv_blocks=*/12, /*block_size=*/8);
+  const BothLoops both = expect_same_in_both_loops(model, config, requests, "pipelined vs synchronous, preempting");
+  EXPECT_GT(both.sync_stats.num_preemptions, 0);
+  EXPECT_GT(both.async_stats.num_overlapped_steps, 0);
+}
+
+// Text, stop strings (one of them completed by a token that a pipelined step already ran past)
+// and finish reasons through the LLM API on a model with a byte tokenizer.
+TEST(AsyncScheduling, StopStringsAndTextThroughTheLlm) {
+  TextModelDir dir{/*with_chat_template=*/false};
+  std::vector<GenerationResult> results[2];
+  // Prompts whose greedy outputs write at least 21 bytes of text in 24 tokens on this model.
+  const std::vector<Prompt> prompts = {Prompt{"The quick brown fox", {}}, Prompt{"Hello", {}}, Prompt{"abc", {}},
+                                       Prompt{"Once upon a time", {}}};
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.ignore_eos = true;
+  params.max_tokens = 24;
+  for (bool on : {false, true}) {
+    LLMConfig config;
+    config.model_dir = dir.path();
+    config.batch_invariant = true;
+    config.show_progress = false;
+    config.kv_cache_bytes = int64_t{16} << 20;
+    config.async_scheduling = on;
+    auto llm = std::move(LLM::open(config).value());
+    auto base = llm->generate(prompts, {params});
+    ASSERT_TRUE(base.ok()) << base.error().message;
+    // Stop strings cut from the unstopped outputs, mid-way.
+    std::vector<SamplingParams> stopped(prompts.size(), params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::string& text = base->at(i).outputs.at(0).text;
+      ASSERT_GE(text.size(), 12u) << "prompt " << i;
+      stopped[i].stop = {text.substr(6 + 2 * i, 3)};
+    }
+    auto out = llm->generate(prompts, stopped);
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    results[on ? 1 : 0] = std::move(*out);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const SampleResult& want = results[0].at(i).outputs.at(0);
+    const SampleResult& got = results[1].at(i).outputs.at(0);
+    EXPECT_EQ(got.token_ids, want.token_ids) << "prompt " << i;
+    EXPECT_EQ(got.text, want.text) << "prompt " << i;
+    EXPECT_EQ(got.finish_reason, "stop") << "prompt " << i;
+    EXPECT_EQ(got.stop_reason, want.stop_reason) << "prompt " << i;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
