@@ -532,6 +532,7 @@ struct EngineCore::Impl {
       batch.logit_rows.push_back(row);
       batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int32_t>(table.size()));
       next.draws.push_back(sample_params(r->params, r->seed, t + 1, r->sample_index, row));
+      if (r->params.logprobs) next.host_rows.push_back(row);
       step.seq_ids.push_back(r->seq_id);
     }
     if (step.seq_ids.empty()) return std::nullopt;
@@ -638,6 +639,8 @@ struct EngineCore::Impl {
     }
     std::optional<TokenLogprob> logprob;
     const int32_t token = drawn ? *drawn : sample(r, row, &logprob);
+    // A backend draw's logprobs come from its row, copied beside it (plan_step_draws).
+    if (drawn && r.params.logprobs) logprob = token_logprob(row, vocab, token, *r.params.logprobs);
     if (prompt_done_now && r.sample_index == 0) fork_held_children(seq, row, outputs);
     append_token(seq, token, std::move(logprob), out);
     if (prompt_done_now && config.mode == EngineMode::kPrompt && !r.is_finished()) hand_over_prefilled(seq, out);

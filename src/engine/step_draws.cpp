@@ -7,8 +7,10 @@
 namespace deepinfer {
 namespace {
 
-bool needs_host_row(const Request& r) {
-  return r.params.max_tokens == 0 || r.params.logprobs || r.params.structured_output ||
+// Rows the host samples: it changes them (logits processors, grammar masks) or reads them
+// before any token (max_tokens 0).
+bool host_samples(const Request& r) {
+  return r.params.max_tokens == 0 || r.params.structured_output ||
          logits_processors_active(r.params, static_cast<size_t>(r.num_output_tokens()));
 }
 
@@ -25,10 +27,11 @@ StepDraws plan_step_draws(const BuiltBatch& built, bool backend_draws,
     if (!rows.samples) continue;
     const int32_t sample_row = rows.first_logit_row + rows.num_prompt_logprob_rows;
     const Request& r = *rows.request;
-    if (!backend_draws || needs_host_row(r) || forks_from_row(r)) {
+    if (!backend_draws || host_samples(r) || forks_from_row(r)) {
       plan.host_rows.push_back(sample_row);
       continue;
     }
+    if (r.params.logprobs) plan.host_rows.push_back(sample_row);  // the draw's logprobs
     plan.draw_of[i] = static_cast<int32_t>(plan.draws.size());
     plan.draws.push_back(sample_params(r.params, r.seed, r.num_tokens(), r.sample_index, sample_row));
   }

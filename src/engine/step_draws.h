@@ -18,9 +18,10 @@ struct StepDraws {
   std::vector<std::optional<int32_t>> draw_of;   // per built.rows entry: its index in draws
 };
 
-// Prompt-logprob rows always go to the host; a sampling row does when backend draws are off, the
-// request wants logprobs, a grammar mask, or logits processors that change its row, or when
-// forks_from_row(request) says held n > 1 samples will sample the same row on the host.
+// Prompt-logprob rows always go to the host; a sampling row is sampled there when backend draws
+// are off, the request wants a grammar mask or logits processors that change its row, or when
+// forks_from_row(request) says held n > 1 samples will sample the same row on the host. A request
+// that wants logprobs is drawn on the backend and its row copied too, for the draw's logprobs.
 StepDraws plan_step_draws(const BuiltBatch& built, bool backend_draws,
                           const std::function<bool(const Request&)>& forks_from_row);
 

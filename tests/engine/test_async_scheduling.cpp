@@ -41,10 +41,10 @@ std::vector<RequestSpec> mixed_requests(int32_t vocab, const std::vector<int32_t
   SamplingParams two = sampled;
   two.n = 2;
   add(two, 12);
-  SamplingParams logprobs = greedy;  // host rows: never continued on the runner's thread
+  SamplingParams logprobs = greedy;  // drawn on the backend, its rows copied for the logprobs
   logprobs.logprobs = 2;
   add(logprobs, 9);
-  SamplingParams penalized = sampled;
+  SamplingParams penalized = sampled;  // sampled on the host: its steps are not continued
   penalized.frequency_penalty = 0.5;
   penalized.min_tokens = 4;
   add(penalized, 11);
