@@ -483,13 +483,16 @@ struct EngineCore::Impl {
 
   // Pipelined mode: the step after `previous` (still in flight), launched before `previous` is
   // collected, when nothing needs the host between them: every row of `previous` is a sequence's
-  // last token, drawn on the backend, and those are all the running sequences; no request waits
-  // for admission, a grammar or the persistent store; one KV layout. Each sequence runs the token
+  // last token, drawn on the backend, and those are all the running sequences; no request could
+  // be admitted (none waits, or every seat is taken: the scheduler would run just these), none
+  // waits for a grammar or the persistent store; one KV layout. Each sequence runs the token
   // `previous` draws for it unless that token will be its last (max_tokens, the context length).
   // Allocates those tokens' KV slots.
   std::optional<InFlight> launch_continuation(const InFlight& previous) {
+    const bool admits = scheduler.num_waiting() != 0 &&
+                        scheduler.num_running() < static_cast<size_t>(config.scheduler.max_num_seqs);
     if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || !awaiting_grammar.empty() ||
-        scheduler.num_waiting() != 0 || kv.has_swa_tables() || kv_config.sliding_window > 0) {
+        admits || kv.has_swa_tables() || kv_config.sliding_window > 0) {
       return std::nullopt;
     }
     std::vector<std::pair<Request*, int32_t>> rows;  // (request, its draw in `previous`)

@@ -92,6 +92,28 @@ TEST(AsyncScheduling, SameTokensAsTheSynchronousLoop) {
   EXPECT_LE(both.async_runs.at(6).samples.at(0).token_ids.size(), 8u);
 }
 
+// More requests than seats: while every seat is taken the waiting ones cannot be admitted, so
+// the running ones keep pipelining; each admission waits for a synchronous step.
+TEST(AsyncScheduling, MoreRequestsThanSeats) {
+  TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
+  CausalLM& model = *loaded.model;
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  std::mt19937 rng(12);
+  std::vector<RequestSpec> requests;
+  for (int i = 0; i < 10; ++i) {
+    SamplingParams params;
+    params.temperature = 0.7;
+    params.seed = 200 + i;
+    params.ignore_eos = true;
+    params.max_tokens = 8 + 3 * (i % 4);
+    requests.push_back({random_tokens(rng, 5 + i, vocab), params});
+  }
+  const EngineConfig config = small_engine_config(/*num_kv_blocks=*/64, /*block_size=*/16,
+                                                  /*max_num_batched_tokens=*/2048, /*max_num_seqs=*/3);
+  const BothLoops both = expect_same_in_both_loops(model, config, requests, "pipelined vs synchronous, 3 seats");
+  EXPECT_GT(both.async_stats.num_overlapped_steps, 20);
+}
+
 // Request 1 is aborted before step `offset`; what every request streamed up to then and after is
 // the same in both loops, and nothing arrives after a finish (OutputCollector checks).
 TEST(AsyncScheduling, AbortsAtEveryStepOffset) {
