@@ -2,7 +2,8 @@
 // order and match the offline API's tokens; aborts, refused requests and a client that stops
 // reading all end with the engine idle and its KV freed. Failures injected into the backend
 // (runtime/fault_injection.h) end only the requests of the failed step, a lost device ends every
-// request and refuses the later ones, and shutdown ends the open requests with an error.
+// request and refuses the later ones (both also with async scheduling, the failing pass then
+// running on the model runner's thread), and shutdown ends the open requests with an error.
 #include "server/engine_worker.h"
 
 #include <gtest/gtest.h>
@@ -22,17 +23,19 @@ namespace {
 
 const std::string kModelDir = std::string(DEEPINFER_TEST_DATA_DIR) + "/qwen3";
 
-EngineConfig small_engine(int32_t max_num_seqs) {
+EngineConfig small_engine(int32_t max_num_seqs, bool pipelined) {
   EngineConfig config;
   config.block_size = 16;
   config.kv_cache_bytes = 8 << 20;
   config.scheduler.max_num_seqs = max_num_seqs;
+  config.async_scheduling = pipelined;
   return config;
 }
 
 // The backend goes through the failure-injection wrapper; it fails nothing until faults is armed.
 struct Fixture {
-  explicit Fixture(int32_t max_num_seqs = 64) : engine(*model, nullptr, small_engine(max_num_seqs)) {}
+  explicit Fixture(int32_t max_num_seqs = 64, bool pipelined = false)
+      : engine(*model, nullptr, small_engine(max_num_seqs, pipelined)) {}
   std::shared_ptr<FaultSwitch> faults = std::make_shared<FaultSwitch>();
   std::unique_ptr<Backend> backend = wrap_with_faults(make_backend("cpu").value(), faults);
   std::unique_ptr<CausalLM> model = load_model(kModelDir, *backend, false).value();
@@ -210,8 +213,12 @@ TEST(EngineWorker, QueuedTokenBoundChargesEverySample) {
   wait_idle(f.metrics);
 }
 
-TEST(EngineWorker, FailedStepEndsItsRequestWithTheMessageAndTheNextOneRuns) {
-  Fixture f;
+class EngineWorkerLoops : public ::testing::TestWithParam<bool> {};
+
+// Both step loops: with async scheduling the failing second pass is the continuation step the
+// runner's thread ran while the engine thread post-processed the first.
+TEST_P(EngineWorkerLoops, FailedStepEndsItsRequestWithTheMessageAndTheNextOneRuns) {
+  Fixture f(64, GetParam());
   EngineWorker worker(f.engine, f.metrics, WorkerLimits{.check_invariants = true});
   // The second forward pass throws: the request's first token is out, the second never comes.
   f.faults->arm(FaultSpec{FaultKind::kThrow, "embedding", 2});
@@ -236,6 +243,29 @@ TEST(EngineWorker, FailedStepEndsItsRequestWithTheMessageAndTheNextOneRuns) {
   wait_idle(f.metrics);
 }
 
+// The second forward pass loses the device (pipelined: on the runner's thread).
+TEST_P(EngineWorkerLoops, LostDeviceFailsTheRequestAndRefusesEveryLaterOne) {
+  Fixture f(64, GetParam());
+  EngineWorker worker(f.engine, f.metrics, WorkerLimits{});
+  EXPECT_FALSE(worker.unavailable().has_value());
+  f.faults->arm(FaultSpec{FaultKind::kDeviceLost, "embedding", 2});
+  auto channel = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
+  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, testing::greedy_params(4), 0, "", channel})));
+  const auto events = drain(*channel);
+  ASSERT_TRUE(events.back().error.has_value());
+  EXPECT_EQ(events.back().error_status, 503);
+  EXPECT_NE(events.back().error->message.find("device"), std::string::npos) << events.back().error->message;
+  ASSERT_TRUE(worker.unavailable().has_value());
+  EXPECT_NE(worker.unavailable()->find("the device is lost"), std::string::npos) << *worker.unavailable();
+  auto later = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
+  const Admission refused = worker.submit(Submission{{1, 2, 3}, testing::greedy_params(2), 0, "", later});
+  ASSERT_FALSE(admitted(refused));
+  EXPECT_FALSE(std::get<Refusal>(refused).overloaded);
+}
+
+INSTANTIATE_TEST_SUITE_P(SyncAndPipelined, EngineWorkerLoops, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "pipelined" : "synchronous"; });
+
 TEST(EngineWorker, FailedAllocationFailsItsBatchWhileAWaitingRequestRuns) {
   std::vector<int32_t> prompt(40);
   std::iota(prompt.begin(), prompt.end(), 1);
@@ -259,25 +289,6 @@ TEST(EngineWorker, FailedAllocationFailsItsBatchWhileAWaitingRequestRuns) {
   ASSERT_FALSE(served.back().error.has_value()) << served.back().error->message;
   EXPECT_EQ(tokens_of(served), expected);
   wait_idle(f.metrics);
-}
-
-TEST(EngineWorker, LostDeviceFailsTheRequestAndRefusesEveryLaterOne) {
-  Fixture f;
-  EngineWorker worker(f.engine, f.metrics, WorkerLimits{});
-  EXPECT_FALSE(worker.unavailable().has_value());
-  f.faults->arm(FaultSpec{FaultKind::kDeviceLost, "embedding", 1});
-  auto channel = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  ASSERT_TRUE(admitted(worker.submit(Submission{{1, 2, 3, 4}, testing::greedy_params(4), 0, "", channel})));
-  const auto events = drain(*channel);
-  ASSERT_TRUE(events.back().error.has_value());
-  EXPECT_EQ(events.back().error_status, 503);
-  EXPECT_NE(events.back().error->message.find("device"), std::string::npos) << events.back().error->message;
-  ASSERT_TRUE(worker.unavailable().has_value());
-  EXPECT_NE(worker.unavailable()->find("the device is lost"), std::string::npos) << *worker.unavailable();
-  auto later = std::make_shared<OutputChannel>(f.io.get_executor(), 64);
-  const Admission refused = worker.submit(Submission{{1, 2, 3}, testing::greedy_params(2), 0, "", later});
-  ASSERT_FALSE(admitted(refused));
-  EXPECT_FALSE(std::get<Refusal>(refused).overloaded);
 }
 
 TEST(EngineWorker, ShutdownEndsOpenRequestsWithAnErrorAndFreesTheirBlocks) {
