@@ -6,6 +6,8 @@ the median replay by span is printed kernel by kernel, then summed per kernel na
 "path us", the kernel's share of the critical path (its end minus the latest earlier end: what the
 step would lose without it); "us", its duration, which with dependent launches includes time spent
 waiting for the previous kernel; "gap us", start minus the latest earlier end (negative: overlap).
+After each graph's table: the device's idle time between consecutive replays (issue 21's
+step-to-step measure).
 Usage: kernel_timeline.py TRACE.csv [--min-kernels 50]
 """
 import csv
@@ -69,7 +71,34 @@ def main():
         print(f"{'count':>6} {'path us':>9} {'each':>7} {'dur each':>8}  kernel (per replay)")
         for label, (count, path, duration) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
             print(f"{count:6d} {path:9.1f} {path / count:7.2f} {duration / count:8.2f}  {label}")
+        print_idle_between_replays(rows, [kernels[s][0] for s in starts])
         print()
+
+
+def print_idle_between_replays(rows, replay_starts):
+    """The device's idle time from one replay's start to the next's: the window minus the union of
+    every kernel in it (the steps' own sampling and copies included). Windows over 50 ms are
+    pauses between runs, not steps, and are left out."""
+    idle, windows = [], []
+    for begin, end in zip(replay_starts, replay_starts[1:]):
+        if end - begin > 50_000_000:
+            continue
+        busy, covered_to = 0, begin
+        for start, stop, *_ in rows:
+            if stop <= begin or start >= end:
+                continue
+            start, stop = max(start, covered_to), min(stop, end)
+            if stop > start:
+                busy += stop - start
+                covered_to = stop
+        idle.append((end - begin - busy) / 1e3)
+        windows.append((end - begin) / 1e3)
+    if not idle:
+        return
+    idle.sort()
+    windows.sort()
+    print(f"between consecutive replays ({len(idle)} steps): median step {windows[len(windows) // 2]:.1f} us, "
+          f"median idle {idle[len(idle) // 2]:.1f} us, busy {100 * (1 - sum(idle) / sum(windows)):.2f} %")
 
 
 if __name__ == "__main__":
