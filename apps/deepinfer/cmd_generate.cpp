@@ -49,7 +49,7 @@ sliding layers x window, the same tokens as a cold run).
 runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
 instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host
 and sampled there (default: drawn on the device, only token ids come back; the same tokens).
---async-scheduling: the model runs on its own thread and the next decode step is launched before
+--async-scheduling: the model runs on its own thread and the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
 --json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
 (docs/structured_output.md); a schema keyword the engine cannot enforce is an error.

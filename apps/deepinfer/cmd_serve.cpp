@@ -59,7 +59,7 @@ F: on a GPU, the fraction of its memory the server may hold (default 0.9): the K
 is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
 with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs).
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
---async-scheduling: the model runs on its own thread and the next decode step is launched before
+--async-scheduling: the model runs on its own thread and the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
 )";
 

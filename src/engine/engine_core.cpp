@@ -385,34 +385,35 @@ struct EngineCore::Impl {
     finish(seq, FinishReason::kPrefilled, out);
   }
 
-  // A launched step: a scheduled one (built from the scheduler's decision), or a continuation of
-  // the step launched before it (pipelined mode: row i is one decode token of seq_ids[i], drawn
-  // on the backend as draw i, its input token the previous step's draw).
+  // A launched step and the scheduler's rows it runs.
   struct InFlight {
     int64_t handle = 0;
-    std::optional<BuiltBatch> built;  // scheduled steps
-    StepDraws plan;                   // scheduled steps
-    std::vector<int64_t> seq_ids;     // continuations
+    BuiltBatch built;
+    StepDraws plan;
   };
 
-  // Samples on the backend the rows nothing on the host needs (engine/step_draws.h).
-  InFlight launch_scheduled(BuiltBatch built) {
+  // Samples on the backend the rows nothing on the host changes (engine/step_draws.h).
+  // token_from_draw: RunnerStep's, for a step scheduled ahead.
+  InFlight launch_scheduled(BuiltBatch built, std::vector<int32_t> token_from_draw) {
     // Sample 0's first token: held n > 1 samples then sample the same row on the host.
     const auto forks_from_row = [&](const Request& r) {
       return r.num_output_tokens() == 0 && r.sample_index == 0 && !groups.at(r.request_id).held_children.empty();
     };
     InFlight step;
     step.plan = plan_step_draws(built, config.device_sampling, forks_from_row);
-    step.handle = runner.launch({std::move(built.batch), step.plan.draws, step.plan.host_rows, {}});
+    step.handle =
+        runner.launch({std::move(built.batch), step.plan.draws, step.plan.host_rows, std::move(token_from_draw)});
     step.built = std::move(built);  // its rows: processing reads them, not the batch
     return step;
   }
 
-  void process_scheduled(const InFlight& step, const RunnerOutput& result, std::map<int64_t, RequestOutput>& outputs) {
-    const BuiltBatch& built = *step.built;
+  // Rows whose request finished after the step was launched (stopped or aborted while a step
+  // scheduled ahead ran) are dropped: their tokens are never appended.
+  void process_step(const InFlight& step, const RunnerOutput& result, std::map<int64_t, RequestOutput>& outputs) {
+    const BuiltBatch& built = step.built;
     for (size_t i = 0; i < built.rows.size(); ++i) {
       const ScheduledRows& rows = built.rows[i];
-      if (rows.request->is_finished()) continue;  // its request failed on an earlier row
+      if (rows.request->is_finished()) continue;
       std::optional<int32_t> token;
       if (step.plan.draw_of[i]) token = result.drawn[static_cast<size_t>(*step.plan.draw_of[i])];
       try {
@@ -424,135 +425,28 @@ struct EngineCore::Impl {
     }
   }
 
-  // A continuation's rows whose sequence finished (or was aborted) after it was launched are
-  // dropped: their token is never appended and their blocks are already freed.
-  void process_continuation(const InFlight& step, const RunnerOutput& result,
-                            std::map<int64_t, RequestOutput>& outputs) {
-    for (size_t i = 0; i < step.seq_ids.size(); ++i) {
-      const auto it = sequences.find(step.seq_ids[i]);
-      if (it == sequences.end() || it->second->request.is_finished()) continue;
-      Request& r = it->second->request;
-      ScheduledRows rows;
-      rows.request = &r;
-      rows.first_position = r.num_computed_tokens;
-      rows.num_new_tokens = 1;
-      rows.first_logit_row = static_cast<int32_t>(i);
-      rows.samples = true;
-      try {
-        process_rows(rows, result.logits, result.drawn[i], outputs);
-      } catch (const std::exception& e) {
-        if (loses_device(e)) throw;
-        end_request(r.request_id, Error{e.what()}, outputs);
-      }
-    }
-  }
-
-  // A failed step: each request it was running that is still going ends with the error.
-  void fail_step(const InFlight& step, const std::exception& e, std::map<int64_t, RequestOutput>& outputs) {
-    std::vector<int64_t> request_ids;
-    if (step.built) {
-      for (const ScheduledRows& rows : step.built->rows) {
-        if (!rows.request->is_finished()) request_ids.push_back(rows.request->request_id);
-      }
-    } else {
-      for (int64_t seq_id : step.seq_ids) {
-        const auto it = sequences.find(seq_id);
-        if (it != sequences.end() && !it->second->request.is_finished()) {
-          request_ids.push_back(it->second->request.request_id);
-        }
-      }
-    }
-    for (int64_t request_id : request_ids) end_request(request_id, Error{e.what()}, outputs);
-  }
-
   void collect_and_process(const InFlight& step, std::map<int64_t, RequestOutput>& outputs) {
     RunnerOutput result;
     try {
       result = runner.collect(step.handle);
     } catch (const std::exception& e) {
       if (loses_device(e)) throw;
-      fail_step(step, e, outputs);
+      // A failed forward pass fails its whole batch.
+      std::vector<int64_t> request_ids;
+      for (const ScheduledRows& rows : step.built.rows) {
+        if (!rows.request->is_finished()) request_ids.push_back(rows.request->request_id);
+      }
+      for (int64_t request_id : request_ids) end_request(request_id, Error{e.what()}, outputs);
       return;
     }
-    if (step.built) {
-      process_scheduled(step, result, outputs);
-    } else {
-      process_continuation(step, result, outputs);
-    }
+    process_step(step, result, outputs);
   }
 
-  // Pipelined mode: the step after `previous` (still in flight), launched before `previous` is
-  // collected, when nothing needs the host between them: every row of `previous` is a sequence's
-  // last token, drawn on the backend, and those are all the running sequences; no request could
-  // be admitted (none waits, or every seat is taken: the scheduler would run just these), none
-  // waits for a grammar or the persistent store; one KV layout. Each sequence runs the token
-  // `previous` draws for it unless that token will be its last (max_tokens, the context length).
-  // Allocates those tokens' KV slots.
-  std::optional<InFlight> launch_continuation(const InFlight& previous) {
-    const bool admits = scheduler.num_waiting() != 0 &&
-                        scheduler.num_running() < static_cast<size_t>(config.scheduler.max_num_seqs);
-    if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || !awaiting_grammar.empty() ||
-        admits || kv.has_swa_tables() || kv_config.sliding_window > 0) {
-      return std::nullopt;
-    }
-    std::vector<std::pair<Request*, int32_t>> rows;  // (request, its draw in `previous`)
-    if (previous.built) {
-      for (size_t i = 0; i < previous.built->rows.size(); ++i) {
-        const ScheduledRows& built_rows = previous.built->rows[i];
-        if (!built_rows.samples || !previous.plan.draw_of[i] || built_rows.num_prompt_logprob_rows > 0 ||
-            built_rows.request->is_finished()) {
-          return std::nullopt;
-        }
-        rows.emplace_back(built_rows.request, *previous.plan.draw_of[i]);
-      }
-    } else {
-      for (size_t i = 0; i < previous.seq_ids.size(); ++i) {
-        const auto it = sequences.find(previous.seq_ids[i]);
-        if (it == sequences.end() || it->second->request.is_finished()) return std::nullopt;
-        rows.emplace_back(&it->second->request, static_cast<int32_t>(i));
-      }
-    }
-    if (rows.empty() || rows.size() != scheduler.num_running()) return std::nullopt;
-    RunnerStep next;
-    ForwardBatch& batch = next.batch;
-    InFlight step;
-    batch.query_start.push_back(0);
-    const int32_t bs = config.block_size;
-    for (const auto& [r, draw] : rows) {
-      // Once `previous` is in, the token it draws sits at position t: this step runs it.
-      const int32_t t = r->num_tokens();
-      if (r->num_output_tokens() + 1 >= r->params.max_tokens || t + 1 >= max_model_len) continue;
-      int32_t ignored_cached = 0;
-      if (!kv.allocate(r->seq_id, r->all_tokens(), t + 1, r->cache_salt, &ignored_cached)) return std::nullopt;
-      const std::vector<int32_t>& table = kv.block_table(r->seq_id);
-      const auto row = static_cast<int32_t>(batch.token_ids.size());
-      batch.token_ids.push_back(0);
-      next.token_from_draw.push_back(draw);
-      batch.positions.push_back(t);
-      batch.slot_mapping.push_back(table[static_cast<size_t>(t / bs)] * bs + t % bs);
-      batch.query_start.push_back(row + 1);
-      batch.seq_len.push_back(t + 1);
-      batch.logit_rows.push_back(row);
-      batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int32_t>(table.size()));
-      next.draws.push_back(sample_params(r->params, r->seed, t + 1, r->sample_index, row));
-      if (r->params.logprobs) next.host_rows.push_back(row);
-      step.seq_ids.push_back(r->seq_id);
-    }
-    if (step.seq_ids.empty()) return std::nullopt;
-    const auto width = static_cast<size_t>(batch.max_blocks_per_seq);
-    batch.block_table.assign(step.seq_ids.size() * width, 0);
-    for (size_t i = 0; i < step.seq_ids.size(); ++i) {
-      const std::vector<int32_t>& table = kv.block_table(step.seq_ids[i]);
-      std::copy(table.begin(), table.end(), batch.block_table.begin() + static_cast<std::ptrdiff_t>(i * width));
-    }
-    step.handle = runner.launch(std::move(next));
-    ++num_overlapped_steps;
-    return step;
-  }
-
-  // The scheduler's next step, launched; nullopt when nothing runs (or building it failed, which
-  // ends its requests).
-  std::optional<InFlight> launch_next_scheduled(std::map<int64_t, RequestOutput>& outputs) {
+  // The scheduler's next step, built and launched; nullopt when nothing runs (or building it
+  // failed, which ends its requests). pending_draws (a step scheduled ahead): per sequence whose
+  // last token is pending, its draw in the step in flight.
+  std::optional<InFlight> schedule_and_launch(std::map<int64_t, RequestOutput>& outputs,
+                                              const std::map<int64_t, int32_t>& pending_draws) {
     if (offload) {
       const bool idle = scheduler.num_waiting() == 0 && scheduler.num_running() == 0;
       for (Request* r : offload->take_ready(idle)) scheduler.add(r);
@@ -562,12 +456,31 @@ struct EngineCore::Impl {
     num_preemptions += static_cast<int64_t>(scheduled.preempted.size());
     if (scheduled.empty()) {
       // Nothing can run before a compile ends: wait for one briefly rather than have the caller
-      // spin on step().
-      if (outputs.empty() && !awaiting_grammar.empty()) structured->wait_for_compiles(std::chrono::milliseconds(10));
+      // spin on step() (not while a step is in flight: its results come first).
+      if (outputs.empty() && !awaiting_grammar.empty() && pending_draws.empty()) {
+        structured->wait_for_compiles(std::chrono::milliseconds(10));
+      }
       return std::nullopt;
     }
     try {
       BuiltBatch built = build_forward_batch(scheduled, kv);
+      std::vector<int32_t> token_from_draw;
+      if (!pending_draws.empty()) {
+        // A pending token is its sequence's last, so it can only be the last of its rows.
+        token_from_draw.assign(built.batch.token_ids.size(), -1);
+        for (size_t i = 0; i < built.rows.size(); ++i) {
+          const ScheduledRows& rows = built.rows[i];
+          const auto it = pending_draws.find(rows.request->seq_id);
+          if (it == pending_draws.end() || rows.first_position + rows.num_new_tokens != rows.request->num_tokens()) {
+            continue;
+          }
+          token_from_draw[static_cast<size_t>(built.batch.query_start[i + 1] - 1)] = it->second;
+        }
+        for (size_t t = 0; t < token_from_draw.size(); ++t) {
+          DI_CHECK(built.batch.token_ids[t] != Request::kPendingToken || token_from_draw[t] >= 0,
+                   "a pending token without its draw at batch row " << t);
+        }
+      }
       if (structured) {  // the next token masks are computed while the forward pass runs
         std::vector<int64_t> constrained;
         for (const ScheduledRows& rows : built.rows) {
@@ -575,7 +488,7 @@ struct EngineCore::Impl {
         }
         structured->prefetch(constrained);
       }
-      return launch_scheduled(std::move(built));
+      return launch_scheduled(std::move(built), std::move(token_from_draw));
     } catch (const std::exception& e) {
       if (loses_device(e)) throw;
       for (const ScheduledSequence& s : scheduled.scheduled) {
@@ -585,18 +498,90 @@ struct EngineCore::Impl {
     }
   }
 
+  // Pipelined mode: the next step, scheduled and launched while `running` is in flight, as if it
+  // were done: its rows' tokens counted computed and each token it draws standing pending at its
+  // sequence's end (the runner's thread fills it in from `running`'s draws); a sequence whose
+  // pending token is its last (max_tokens, the context length) is left out. Not when a row of
+  // `running` is sampled on the host (the next step would need its token now), nor with the
+  // persistent store, split sliding-window tables or PROMPT / COMPLETION mode.
+  std::optional<InFlight> launch_scheduled_ahead(const InFlight& running, std::map<int64_t, RequestOutput>& outputs) {
+    if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || kv.has_swa_tables() ||
+        kv_config.sliding_window > 0) {
+      return std::nullopt;
+    }
+    struct Advance {
+      Request* request;
+      int32_t num_new_tokens;
+      std::optional<int32_t> draw;
+    };
+    std::vector<Advance> advances;
+    for (size_t i = 0; i < running.built.rows.size(); ++i) {
+      const ScheduledRows& rows = running.built.rows[i];
+      if (rows.request->is_finished()) continue;
+      if (rows.num_prompt_logprob_rows > 0 || (rows.samples && !running.plan.draw_of[i])) return std::nullopt;
+      advances.push_back({rows.request, rows.num_new_tokens, rows.samples ? running.plan.draw_of[i] : std::nullopt});
+    }
+    std::map<int64_t, int32_t> pending_draws;
+    for (const Advance& a : advances) {
+      Request& r = *a.request;
+      r.num_computed_tokens += a.num_new_tokens;
+      if (!a.draw) continue;
+      r.push_pending_token();
+      pending_draws[r.seq_id] = *a.draw;
+      r.final_token_in_flight = r.num_output_tokens() >= r.params.max_tokens || r.num_tokens() >= max_model_len;
+    }
+    // Back to the state `running`'s results apply to. A sequence the scheduler preempted keeps
+    // no computed tokens.
+    const auto undo = [&] {
+      for (const Advance& a : advances) {
+        Request& r = *a.request;
+        r.final_token_in_flight = false;
+        if (a.draw) r.pop_pending_token();
+        if (r.status == RequestStatus::kRunning) r.num_computed_tokens -= a.num_new_tokens;
+      }
+    };
+    std::optional<InFlight> ahead;
+    try {
+      ahead = schedule_and_launch(outputs, pending_draws);
+    } catch (...) {
+      undo();
+      throw;
+    }
+    undo();
+    if (ahead) ++num_overlapped_steps;
+    return ahead;
+  }
+
   // One step's outputs: the scheduler's next step is launched unless one is in flight; in
-  // pipelined mode the step after it is launched too (launch_continuation); then the older one is
-  // collected and its rows processed. A failed forward pass fails its whole batch.
+  // pipelined mode the step after it is scheduled and launched too (launch_scheduled_ahead);
+  // then the older one is collected and its rows processed.
   void run_step(std::map<int64_t, RequestOutput>& outputs) {
     if (!in_flight) {
-      in_flight = launch_next_scheduled(outputs);
+      in_flight = schedule_and_launch(outputs, {});
       if (!in_flight) return;
     }
-    std::optional<InFlight> next = launch_continuation(*in_flight);
+    std::optional<InFlight> next = launch_scheduled_ahead(*in_flight, outputs);
     const InFlight current = std::move(*in_flight);
     in_flight = std::move(next);
     collect_and_process(current, outputs);
+  }
+
+  // Erases the finished requests no step in flight still has rows of.
+  void erase_finished_groups() {
+    std::set<int64_t> in_flight_requests;
+    if (in_flight) {
+      for (const ScheduledRows& rows : in_flight->built.rows) in_flight_requests.insert(rows.request->request_id);
+    }
+    std::vector<int64_t> kept;
+    for (int64_t request_id : finished_groups) {
+      if (in_flight_requests.count(request_id) != 0) {
+        kept.push_back(request_id);
+        continue;
+      }
+      for (int64_t seq_id : groups.at(request_id).seq_ids) sequences.erase(seq_id);
+      groups.erase(request_id);
+    }
+    finished_groups = std::move(kept);
   }
 
   // Ends every sample of a request that is still running, with `failure` when given (abort: none).
@@ -619,8 +604,11 @@ struct EngineCore::Impl {
     Sequence& seq = *sequences.at(rows.request->seq_id);
     Request& r = seq.request;
     const int64_t vocab = model.config().vocab_size;
-    r.num_computed_tokens += rows.num_new_tokens;
-    kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
+    // A sequence preempted since this step was launched (scheduled ahead) recomputes its KV later.
+    if (r.status == RequestStatus::kRunning) {
+      r.num_computed_tokens += rows.num_new_tokens;
+      kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
+    }
     Group& group = groups.at(r.request_id);
     for (int32_t k = 0; k < rows.num_prompt_logprob_rows; ++k) {
       const int32_t scored = rows.first_position + k + 1;
@@ -670,6 +658,7 @@ struct EngineCore::Impl {
   std::map<int64_t, std::string> structured_errors;  // by seq_id, until the sample is finished
   std::set<int64_t> awaiting_grammar;                 // seq_ids whose grammar still compiles
   std::optional<InFlight> in_flight;  // the step launched and not collected yet (pipelined mode)
+  std::vector<int64_t> finished_groups;  // finished requests still to erase (erase_finished_groups)
   int64_t num_overlapped_steps = 0;
   // Last: destroyed first, so its thread is done with the model before anything else goes.
   ModelRunner runner;
@@ -744,7 +733,9 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
 
 void EngineCore::abort_request(int64_t request_id) {
   Impl& m = *impl_;
-  if (m.groups.count(request_id) != 0) m.end_request(request_id, std::nullopt, m.pending_outputs);
+  const auto it = m.groups.find(request_id);
+  // A finished request may still be held while a step in flight has rows of it.
+  if (it != m.groups.end() && it->second.num_finished < it->second.n) m.end_request(request_id, std::nullopt, m.pending_outputs);
 }
 
 std::vector<RequestOutput> EngineCore::step() {
@@ -760,12 +751,10 @@ std::vector<RequestOutput> EngineCore::step() {
   }
   std::vector<RequestOutput> result;
   for (auto& [request_id, out] : outputs) {
-    if (out.finished) {
-      for (int64_t seq_id : m.groups.at(request_id).seq_ids) m.sequences.erase(seq_id);
-      m.groups.erase(request_id);
-    }
+    if (out.finished) m.finished_groups.push_back(request_id);
     result.push_back(std::move(out));
   }
+  m.erase_finished_groups();
   return result;
 }
 

@@ -46,10 +46,11 @@ struct EngineConfig {
   // (--host-sampling). The tokens are the same either way.
   bool device_sampling = true;
   // Pipelined steps (docs/architecture.md, "The pipelined step loop"): the model runs on its own
-  // thread, and while it runs a decode step the engine launches the next one (each sequence's
-  // input token taken from the running step's draws) and post-processes the one before. Taken
-  // only while nothing needs the host between steps; a finished sequence's extra token is
-  // dropped, never streamed.
+  // thread; while it runs a step, the engine schedules and launches the next one as if the
+  // running one were done (each sequence's next input token taken from its draws), then
+  // post-processes it. Not after a step with rows sampled on the host, nor with the persistent
+  // store, split sliding-window tables or PROMPT / COMPLETION mode; a sequence that finished
+  // meanwhile has its extra token dropped, never streamed.
   bool async_scheduling = false;
   // The structured-output grammar compiler: threads, cache, each compile's timeout and budget.
   grammar::GrammarCompilerService::Options grammar_compiler;

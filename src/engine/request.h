@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "deepinfer/sampling_params.h"
 #include "kvcache/prefix_hash.h"
 #include "kvstore/page_format.h"
@@ -41,6 +42,9 @@ struct Request {
   // Its structured-output grammar is still compiling: the scheduler runs its prompt but not the
   // last token, whose logits are sampled through the grammar's mask.
   bool awaiting_grammar = false;
+  // Pipelined scheduling (EngineCore): a step in flight draws this sequence's last token; the
+  // scheduler leaves it out of the step scheduled meanwhile.
+  bool final_token_in_flight = false;
   FinishReason finish_reason = FinishReason::kNone;
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
   int32_t num_cached_tokens = 0;    // prompt tokens found in the prefix cache at admission
@@ -54,6 +58,15 @@ struct Request {
   void set_prompt(std::vector<int32_t> prompt) {
     token_ids_ = std::move(prompt);
     num_prompt_tokens_ = static_cast<int32_t>(token_ids_.size());
+  }
+  // Pipelined scheduling: while the next step is scheduled, the token a step in flight draws for
+  // this sequence stands at the end as kPendingToken (its value reaches the next step on the model
+  // runner's thread); it is taken off before that step's result is appended.
+  static constexpr int32_t kPendingToken = -1;
+  void push_pending_token() { token_ids_.push_back(kPendingToken); }
+  void pop_pending_token() {
+    DI_CHECK(!token_ids_.empty() && token_ids_.back() == kPendingToken, "sequence " << seq_id << " has no pending token");
+    token_ids_.pop_back();
   }
   void append_output(int32_t token) {
     token_ids_.push_back(token);

@@ -114,6 +114,46 @@ TEST(AsyncScheduling, MoreRequestsThanSeats) {
   EXPECT_GT(both.async_stats.num_overlapped_steps, 20);
 }
 
+// Requests arriving while steps run: a free seat makes the next step admit them, scheduled
+// while the step before is still running (its sequences' tokens pending).
+TEST(AsyncScheduling, ArrivalsJoinWhileStepsRun) {
+  TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
+  CausalLM& model = *loaded.model;
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  std::mt19937 rng(21);
+  std::vector<RequestSpec> requests;
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams params;
+    params.temperature = i % 2 == 0 ? 0.0 : 0.8;
+    params.seed = 300 + i;
+    params.ignore_eos = true;
+    params.max_tokens = 6 + 2 * i;
+    requests.push_back({random_tokens(rng, 4 + 7 * i, vocab), params});
+  }
+  // Small steps: long prompts are chunked across steps that also decode.
+  const EngineConfig config = small_engine_config(/*num_kv_blocks=*/64, /*block_size=*/16,
+                                                  /*max_num_batched_tokens=*/24);
+  std::map<int64_t, RequestRun> runs[2];
+  EngineStats stats[2];
+  for (bool on : {false, true}) {
+    EngineCore engine(model, nullptr, pipelined(config, on));
+    OutputCollector collector;
+    size_t next = 0;
+    run_engine(engine, collector, [&](int64_t step) {
+      // Two at once, then one every third step.
+      while (next < requests.size() && (step == 0 ? next < 2 : step % 3 == 0 && next < 2 + static_cast<size_t>(step / 3))) {
+        ASSERT_TRUE(engine.add_request(static_cast<int64_t>(next), requests[next].prompt, requests[next].params).ok());
+        ++next;
+      }
+    });
+    EXPECT_EQ(next, requests.size());
+    runs[on ? 1 : 0] = std::move(collector.runs());
+    stats[on ? 1 : 0] = engine.stats();
+  }
+  expect_identical(runs[1], runs[0], "arrivals, pipelined vs synchronous");
+  EXPECT_GT(stats[1].num_overlapped_steps, 10);
+}
+
 // Request 1 is aborted before step `offset`; what every request streamed up to then and after is
 // the same in both loops, and nothing arrives after a finish (OutputCollector checks).
 TEST(AsyncScheduling, AbortsAtEveryStepOffset) {
@@ -208,6 +248,45 @@ TEST(AsyncScheduling, StopStringsAndTextThroughTheLlm) {
     EXPECT_EQ(got.finish_reason, "stop") << "prompt " << i;
     EXPECT_EQ(got.stop_reason, want.stop_reason) << "prompt " << i;
   }
+}
+
+// A request constrained by a grammar (sampled on the host: steps after its rows are scheduled
+// only once they are processed) among free ones: the same outputs, the constraint kept.
+TEST(AsyncScheduling, GrammarRequestAmongFreeOnes) {
+  TextModelDir dir{/*with_chat_template=*/false};
+  const std::vector<Prompt> prompts = {Prompt{"The quick brown fox", {}}, Prompt{"Hello", {}},
+                                       Prompt{"abc", {}}};
+  SamplingParams free;
+  free.temperature = 0.0;
+  free.ignore_eos = true;
+  free.max_tokens = 16;
+  SamplingParams constrained = free;
+  StructuredOutputParams regex;
+  regex.kind = StructuredOutputParams::Kind::kRegex;
+  regex.spec = "[a-f]{3}-[0-9]{4}";
+  constrained.structured_output = regex;
+  const std::vector<SamplingParams> params = {free, constrained, free};
+  std::vector<GenerationResult> results[2];
+  for (bool on : {false, true}) {
+    LLMConfig config;
+    config.model_dir = dir.path();
+    config.batch_invariant = true;
+    config.show_progress = false;
+    config.kv_cache_bytes = int64_t{16} << 20;
+    config.async_scheduling = on;
+    auto llm = std::move(LLM::open(config).value());
+    auto out = llm->generate(prompts, params);
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    results[on ? 1 : 0] = std::move(*out);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const SampleResult& want = results[0].at(i).outputs.at(0);
+    const SampleResult& got = results[1].at(i).outputs.at(0);
+    EXPECT_EQ(got.token_ids, want.token_ids) << "prompt " << i;
+    EXPECT_EQ(got.text, want.text) << "prompt " << i;
+    EXPECT_EQ(got.finish_reason, want.finish_reason) << "prompt " << i;
+  }
+  EXPECT_EQ(results[1].at(1).outputs.at(0).text.size(), 8u) << results[1].at(1).outputs.at(0).text;
 }
 
 }  // namespace
