@@ -5,6 +5,7 @@
 // pool, stop strings through the LLM API.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -48,6 +49,23 @@ std::vector<RequestSpec> mixed_requests(int32_t vocab, const std::vector<int32_t
   penalized.frequency_penalty = 0.5;
   penalized.min_tokens = 4;
   add(penalized, 11);
+  return requests;
+}
+
+// count requests, greedy and sampled (temperature 0.8, a seed each) in turn, request i with a
+// prompt of first_prompt + i * prompt_step random tokens and max_tokens(i) tokens to generate.
+std::vector<RequestSpec> alternating_requests(int32_t vocab, uint32_t seed, int count, int first_prompt, int prompt_step,
+                                              const std::function<int32_t(int)>& max_tokens) {
+  std::mt19937 rng(seed);
+  std::vector<RequestSpec> requests;
+  for (int i = 0; i < count; ++i) {
+    SamplingParams params;
+    params.temperature = i % 2 == 0 ? 0.0 : 0.8;
+    params.seed = seed * 100 + static_cast<uint32_t>(i);
+    params.ignore_eos = true;
+    params.max_tokens = max_tokens(i);
+    requests.push_back({random_tokens(rng, first_prompt + i * prompt_step, vocab), params});
+  }
   return requests;
 }
 
@@ -97,17 +115,8 @@ TEST(AsyncScheduling, SameTokensAsTheSynchronousLoop) {
 TEST(AsyncScheduling, MoreRequestsThanSeats) {
   TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
   CausalLM& model = *loaded.model;
-  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
-  std::mt19937 rng(12);
-  std::vector<RequestSpec> requests;
-  for (int i = 0; i < 10; ++i) {
-    SamplingParams params;
-    params.temperature = 0.7;
-    params.seed = 200 + i;
-    params.ignore_eos = true;
-    params.max_tokens = 8 + 3 * (i % 4);
-    requests.push_back({random_tokens(rng, 5 + i, vocab), params});
-  }
+  const std::vector<RequestSpec> requests =
+      alternating_requests(static_cast<int32_t>(model.config().vocab_size), 12, 10, 5, 1, [](int i) { return 8 + 3 * (i % 4); });
   const EngineConfig config = small_engine_config(/*num_kv_blocks=*/64, /*block_size=*/16,
                                                   /*max_num_batched_tokens=*/2048, /*max_num_seqs=*/3);
   const BothLoops both = expect_same_in_both_loops(model, config, requests, "pipelined vs synchronous, 3 seats");
@@ -119,17 +128,8 @@ TEST(AsyncScheduling, MoreRequestsThanSeats) {
 TEST(AsyncScheduling, ArrivalsJoinWhileStepsRun) {
   TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
   CausalLM& model = *loaded.model;
-  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
-  std::mt19937 rng(21);
-  std::vector<RequestSpec> requests;
-  for (int i = 0; i < 6; ++i) {
-    SamplingParams params;
-    params.temperature = i % 2 == 0 ? 0.0 : 0.8;
-    params.seed = 300 + i;
-    params.ignore_eos = true;
-    params.max_tokens = 6 + 2 * i;
-    requests.push_back({random_tokens(rng, 4 + 7 * i, vocab), params});
-  }
+  const std::vector<RequestSpec> requests =
+      alternating_requests(static_cast<int32_t>(model.config().vocab_size), 21, 6, 4, 7, [](int i) { return 6 + 2 * i; });
   // Small steps: long prompts are chunked across steps that also decode.
   const EngineConfig config = small_engine_config(/*num_kv_blocks=*/64, /*block_size=*/16,
                                                   /*max_num_batched_tokens=*/24);
@@ -189,17 +189,8 @@ TEST(AsyncScheduling, AbortsAtEveryStepOffset) {
 TEST(AsyncScheduling, PreemptionUnderATinyKvPool) {
   TestModel loaded = load_test_model("llama", /*batch_invariant=*/true);
   CausalLM& model = *loaded.model;
-  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
-  std::mt19937 rng(8);
-  std::vector<RequestSpec> requests;
-  for (int i = 0; i < 6; ++i) {
-    SamplingParams params;
-    params.temperature = i % 2 == 0 ? 0.0 : 0.9;
-    params.seed = 100 + i;
-    params.ignore_eos = true;
-    params.max_tokens = 20;
-    requests.push_back({random_tokens(rng, 6 + 3 * i, vocab), params});
-  }
+  const std::vector<RequestSpec> requests =
+      alternating_requests(static_cast<int32_t>(model.config().vocab_size), 8, 6, 6, 3, [](int) { return 20; });
   // 12 blocks of 8 tokens for six sequences of up to 41 tokens: running ones get preempted.
   const EngineConfig config = small_engine_config(/*num_kv_blocks=*/12, /*block_size=*/8);
   const BothLoops both = expect_same_in_both_loops(model, config, requests, "pipelined vs synchronous, preempting");
