@@ -401,9 +401,10 @@ struct EngineCore::Impl {
     };
     InFlight step;
     step.plan = plan_step_draws(built, config.device_sampling, forks_from_row);
-    step.handle =
-        runner.launch({std::move(built.batch), step.plan.draws, step.plan.host_rows, std::move(token_from_draw)});
-    step.built = std::move(built);  // its rows: processing reads them, not the batch
+    // The batch, draws and host rows go to the runner; processing reads only the rows and draw_of.
+    step.handle = runner.launch({std::move(built.batch), std::move(step.plan.draws), std::move(step.plan.host_rows),
+                                 std::move(token_from_draw)});
+    step.built = std::move(built);
     return step;
   }
 

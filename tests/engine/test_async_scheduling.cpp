@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,6 +68,30 @@ std::vector<RequestSpec> alternating_requests(int32_t vocab, uint32_t seed, int 
     requests.push_back({random_tokens(rng, first_prompt + i * prompt_step, vocab), params});
   }
   return requests;
+}
+
+// The byte-tokenizer text model through the LLM API, batch-invariant, in either loop.
+std::unique_ptr<LLM> open_text_llm(const TextModelDir& dir, bool pipelined) {
+  LLMConfig config;
+  config.model_dir = dir.path();
+  config.batch_invariant = true;
+  config.show_progress = false;
+  config.kv_cache_bytes = int64_t{16} << 20;
+  config.async_scheduling = pipelined;
+  return std::move(LLM::open(config).value());
+}
+
+// Each prompt's first sample: the same tokens, text, finish and stop reasons in both loops.
+void expect_same_samples(const std::vector<GenerationResult>& got, const std::vector<GenerationResult>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const SampleResult& w = want[i].outputs.at(0);
+    const SampleResult& g = got[i].outputs.at(0);
+    EXPECT_EQ(g.token_ids, w.token_ids) << "prompt " << i;
+    EXPECT_EQ(g.text, w.text) << "prompt " << i;
+    EXPECT_EQ(g.finish_reason, w.finish_reason) << "prompt " << i;
+    EXPECT_EQ(g.stop_reason, w.stop_reason) << "prompt " << i;
+  }
 }
 
 EngineConfig pipelined(EngineConfig config, bool on) {
@@ -211,13 +236,7 @@ TEST(AsyncScheduling, StopStringsAndTextThroughTheLlm) {
   params.ignore_eos = true;
   params.max_tokens = 24;
   for (bool on : {false, true}) {
-    LLMConfig config;
-    config.model_dir = dir.path();
-    config.batch_invariant = true;
-    config.show_progress = false;
-    config.kv_cache_bytes = int64_t{16} << 20;
-    config.async_scheduling = on;
-    auto llm = std::move(LLM::open(config).value());
+    auto llm = open_text_llm(dir, on);
     auto base = llm->generate(prompts, {params});
     ASSERT_TRUE(base.ok()) << base.error().message;
     // Stop strings cut from the unstopped outputs, mid-way.
@@ -231,14 +250,8 @@ TEST(AsyncScheduling, StopStringsAndTextThroughTheLlm) {
     ASSERT_TRUE(out.ok()) << out.error().message;
     results[on ? 1 : 0] = std::move(*out);
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const SampleResult& want = results[0].at(i).outputs.at(0);
-    const SampleResult& got = results[1].at(i).outputs.at(0);
-    EXPECT_EQ(got.token_ids, want.token_ids) << "prompt " << i;
-    EXPECT_EQ(got.text, want.text) << "prompt " << i;
-    EXPECT_EQ(got.finish_reason, "stop") << "prompt " << i;
-    EXPECT_EQ(got.stop_reason, want.stop_reason) << "prompt " << i;
-  }
+  expect_same_samples(results[1], results[0]);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(results[1].at(i).outputs.at(0).finish_reason, "stop") << i;
 }
 
 // A request constrained by a grammar (sampled on the host: steps after its rows are scheduled
@@ -259,24 +272,12 @@ TEST(AsyncScheduling, GrammarRequestAmongFreeOnes) {
   const std::vector<SamplingParams> params = {free, constrained, free};
   std::vector<GenerationResult> results[2];
   for (bool on : {false, true}) {
-    LLMConfig config;
-    config.model_dir = dir.path();
-    config.batch_invariant = true;
-    config.show_progress = false;
-    config.kv_cache_bytes = int64_t{16} << 20;
-    config.async_scheduling = on;
-    auto llm = std::move(LLM::open(config).value());
+    auto llm = open_text_llm(dir, on);
     auto out = llm->generate(prompts, params);
     ASSERT_TRUE(out.ok()) << out.error().message;
     results[on ? 1 : 0] = std::move(*out);
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const SampleResult& want = results[0].at(i).outputs.at(0);
-    const SampleResult& got = results[1].at(i).outputs.at(0);
-    EXPECT_EQ(got.token_ids, want.token_ids) << "prompt " << i;
-    EXPECT_EQ(got.text, want.text) << "prompt " << i;
-    EXPECT_EQ(got.finish_reason, want.finish_reason) << "prompt " << i;
-  }
+  expect_same_samples(results[1], results[0]);
   EXPECT_EQ(results[1].at(1).outputs.at(0).text.size(), 8u) << results[1].at(1).outputs.at(0).text;
 }
 
