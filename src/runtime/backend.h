@@ -93,6 +93,22 @@ struct HostPiece {
   DType src_dtype = DType::kF32;
 };
 
+// One device-to-host copy of Backend::copy_to_host_later: size_bytes from src (this backend's
+// memory) to dst (ordinary host memory).
+struct HostCopy {
+  void* dst;
+  const void* src;
+  size_t size_bytes;
+};
+
+// Copies on their way to the host (Backend::copy_to_host_later): their destinations hold the data
+// once wait() returns. Must not outlive its backend.
+class PendingCopies {
+ public:
+  virtual ~PendingCopies() = default;
+  virtual void wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -103,6 +119,9 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* src, size_t size_bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t size_bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t size_bytes) = 0;
+  // Enqueues the copies behind the work enqueued before them and returns without waiting for it:
+  // the host queues the next step while this one runs (a device backend; the default copies now).
+  virtual std::unique_ptr<PendingCopies> copy_to_host_later(const std::vector<HostCopy>& copies);
   // Page-locked host memory for a host-side page cache (the KV store's host tier): one region of
   // about region_bytes in slabs of slab_bytes, allocated here once and freed when the last owner
   // lets go (which waits for the device: keep it for the engine's life). copy_to_device from a
@@ -230,6 +249,13 @@ class Backend {
   virtual void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params,
                            int64_t num_draws, int32_t* token_ids) {
     kernels::cpu::sample_rows(logits, vocab, params, num_draws, token_ids);
+  }
+  // token_ids[t] = drawn[draw_of_token[t]] where draw_of_token[t] >= 0 (kernels/ops.h
+  // take_drawn_tokens): a step scheduled ahead takes its input tokens from the draws of the step
+  // before it without a round trip through the host. All three are this backend's memory.
+  virtual void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,
+                                 int32_t* token_ids) {
+    kernels::cpu::take_drawn_tokens(drawn, draw_of_token, num_tokens, token_ids);
   }
   // The gated feed-forward of stacked weights: out = down(act(x gate^T) * (x up^T)) with
   // gate_up = [gate; up] ([2 * I, K], from load_stacked_weight) and down [hidden, I], no biases.

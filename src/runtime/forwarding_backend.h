@@ -36,6 +36,10 @@ class ForwardingBackend : public Backend {
     on_call("copy_on_device");
     inner_->copy_on_device(dst, src, size_bytes);
   }
+  std::unique_ptr<PendingCopies> copy_to_host_later(const std::vector<HostCopy>& copies) override {
+    on_call("copy_to_host_later");
+    return inner_->copy_to_host_later(copies);
+  }
   std::shared_ptr<HostSlabPool> make_pinned_pool(size_t region_bytes, size_t slab_bytes) override {
     return inner_->make_pinned_pool(region_bytes, slab_bytes);
   }
@@ -155,6 +159,11 @@ class ForwardingBackend : public Backend {
                    int32_t* token_ids) override {
     on_call("sample_rows");
     inner_->sample_rows(logits, vocab, params, num_draws, token_ids);
+  }
+  void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,
+                         int32_t* token_ids) override {
+    on_call("take_drawn_tokens");
+    inner_->take_drawn_tokens(drawn, draw_of_token, num_tokens, token_ids);
   }
   void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
                  int64_t num_rows, GluActivation activation, float* scratch, float* out) override {

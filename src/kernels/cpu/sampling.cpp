@@ -22,4 +22,8 @@ void sample_rows(const float* logits, int64_t vocab, const SampleParams* params,
   if (error) std::rethrow_exception(error);
 }
 
+void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens, int32_t* token_ids) {
+  ref::take_drawn_tokens(drawn, draw_of_token, num_tokens, token_ids);
+}
+
 }  // namespace deepinfer::kernels::cpu

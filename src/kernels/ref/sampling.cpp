@@ -148,4 +148,10 @@ void sample_rows(const float* logits, int64_t vocab, const SampleParams* params,
   }
 }
 
+void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens, int32_t* token_ids) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (draw_of_token[t] >= 0) token_ids[t] = drawn[draw_of_token[t]];
+  }
+}
+
 }  // namespace deepinfer::kernels::ref

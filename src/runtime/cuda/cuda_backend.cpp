@@ -26,6 +26,7 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   stream_ = kc::OpStream(stream);
   staging_ = std::make_unique<PinnedStaging>(stream_.for_op());
+  readbacks_ = std::make_unique<PinnedReadbacks>(stream_.for_op());
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -34,6 +35,7 @@ CudaBackend::CudaBackend(const BackendOptions& options)
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_.for_op());
   staging_.reset();
+  readbacks_.reset();
   for (void* p : weights_) allocator_.deallocate(p);
   cudaStreamDestroy(stream_.for_op());
 }

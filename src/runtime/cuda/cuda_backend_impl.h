@@ -46,6 +46,10 @@ class CudaBackend final : public Backend {
   // A page in a pinned pool: one scatter launch reading the slab through its mapped pointer.
   void scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces) override;
   void copy_to_host(void* dst, const void* src, size_t size_bytes) override;
+  std::unique_ptr<PendingCopies> copy_to_host_later(const std::vector<HostCopy>& copies) override {
+    DI_CHECK(!capturing_, "copy_to_host_later during graph capture");
+    return readbacks_->enqueue(copies);
+  }
   void copy_on_device(void* dst, const void* src, size_t size_bytes) override {
     DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToDevice, stream_.for_op()));
   }
@@ -167,6 +171,8 @@ class CudaBackend final : public Backend {
   // Sampling where the logits are (cuda_backend_sampling.cpp): only token ids leave the device.
   void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params, int64_t num_draws,
                    int32_t* token_ids) override;
+  void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,
+                         int32_t* token_ids) override;
 
  private:
   // Where a norm writing out ([num_rows, dim]) also puts its copy rounded to dtype for the cuBLASLt
@@ -203,6 +209,7 @@ class CudaBackend final : public Backend {
   size_t capture_workspace_bytes_ = 0;
   std::vector<std::shared_ptr<void>> capture_blocks_;  // the blocks the graph being captured uses
   std::unique_ptr<PinnedStaging> staging_;
+  std::unique_ptr<PinnedReadbacks> readbacks_;
   // Live pinned pools (make_pinned_pool); each removes itself when destroyed.
   PinnedPool* pinned_pool_of(const void* p, size_t size_bytes);
   std::mutex pinned_mutex_;

@@ -1,4 +1,4 @@
-// Double-buffered pinned staging.
+// Double-buffered pinned staging; pinned readbacks.
 #include "runtime/cuda/pinned_staging.h"
 
 #include <algorithm>
@@ -50,6 +50,93 @@ void PinnedStaging::to_host(void* dst, const void* src, size_t size_bytes) {
     DI_CUDA_CHECK(cudaEventSynchronize(done_[slot]));
     std::memcpy(static_cast<char*>(dst) + offset, buffers_[slot], bytes);
   }
+}
+
+namespace {
+
+class PinnedCopies final : public PendingCopies {
+ public:
+  PinnedCopies(std::vector<HostCopy> copies, PinnedReadbacks::Slot slot,
+               std::shared_ptr<PinnedReadbacks::FreeSlots> free)
+      : copies_(std::move(copies)), slot_(slot), free_(std::move(free)) {}
+  ~PinnedCopies() override {
+    // Not waited for (the step failed, or its engine is closing): the DMA may still be writing.
+    if (!waited_) cudaEventSynchronize(slot_.done);
+    const std::lock_guard lock(free_->mutex);
+    free_->slots.push_back(slot_);
+  }
+  void wait() override {
+    DI_CUDA_CHECK(cudaEventSynchronize(slot_.done));
+    waited_ = true;
+    size_t offset = 0;
+    for (const HostCopy& copy : copies_) {
+      std::memcpy(copy.dst, static_cast<const char*>(slot_.buffer) + offset, copy.size_bytes);
+      offset += copy.size_bytes;
+    }
+  }
+
+ private:
+  std::vector<HostCopy> copies_;
+  PinnedReadbacks::Slot slot_;
+  std::shared_ptr<PinnedReadbacks::FreeSlots> free_;
+  bool waited_ = false;
+};
+
+}  // namespace
+
+PinnedReadbacks::FreeSlots::~FreeSlots() {
+  for (const Slot& slot : slots) {
+    cudaEventDestroy(slot.done);
+    cudaFreeHost(slot.buffer);
+  }
+}
+
+PinnedReadbacks::PinnedReadbacks(cudaStream_t stream) : stream_(stream) {}
+
+std::unique_ptr<PendingCopies> PinnedReadbacks::enqueue(const std::vector<HostCopy>& copies) {
+  size_t bytes = 0;
+  for (const HostCopy& copy : copies) bytes += copy.size_bytes;
+  Slot slot;
+  void* too_small = nullptr;
+  {
+    const std::lock_guard lock(free_->mutex);
+    std::vector<Slot>& slots = free_->slots;
+    auto best = slots.end();  // the smallest free buffer that fits
+    for (auto it = slots.begin(); it != slots.end(); ++it) {
+      if (it->capacity >= bytes && (best == slots.end() || it->capacity < best->capacity)) best = it;
+    }
+    if (best == slots.end() && !slots.empty()) {
+      // None fits: the largest makes room for a bigger one and lends it its event.
+      best = std::max_element(slots.begin(), slots.end(),
+                              [](const Slot& a, const Slot& b) { return a.capacity < b.capacity; });
+      too_small = best->buffer;
+      best->buffer = nullptr;
+    }
+    if (best != slots.end()) {
+      slot = *best;
+      slots.erase(best);
+    }
+  }
+  if (too_small != nullptr) DI_CUDA_CHECK(cudaFreeHost(too_small));
+  if (slot.done == nullptr) DI_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+  if (slot.buffer == nullptr) {
+    slot.capacity = std::max<size_t>(bytes, 4096);
+    if (const cudaError_t error = cudaMallocHost(&slot.buffer, slot.capacity); error != cudaSuccess) {
+      cudaEventDestroy(slot.done);
+      DI_CUDA_CHECK(error);
+    }
+  }
+  auto pending = std::make_unique<PinnedCopies>(copies, slot, free_);
+  size_t offset = 0;
+  for (const HostCopy& copy : copies) {
+    if (copy.size_bytes > 0) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(slot.buffer) + offset, copy.src, copy.size_bytes,
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
+    offset += copy.size_bytes;
+  }
+  DI_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
+  return pending;
 }
 
 }  // namespace deepinfer

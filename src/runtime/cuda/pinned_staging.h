@@ -1,11 +1,17 @@
-// Host<->device copies through two pinned buffers used in turn: pageable memory (vectors, the
-// mapped checkpoint) is copied into one while the DMA engine drains the other.
+// Host<->device copies through pinned buffers: two used in turn for pageable memory (vectors, the
+// mapped checkpoint), copied into one while the DMA engine drains the other; and readbacks that
+// land in pinned buffers of their own and are copied out when waited for.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <array>
 #include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/backend.h"
 
 namespace deepinfer {
 
@@ -28,6 +34,31 @@ class PinnedStaging {
   std::array<void*, 2> buffers_{};
   std::array<cudaEvent_t, 2> done_{};  // recorded after the copy that last read/wrote each buffer
   int next_ = 0;
+};
+
+// Backend::copy_to_host_later on one stream: each call's copies go into one pinned buffer behind
+// the stream's earlier work, and an event says when they landed. Buffers and events of waited-for
+// calls are kept for the next ones (a step's token ids: a few hundred bytes, every step).
+class PinnedReadbacks {
+ public:
+  explicit PinnedReadbacks(cudaStream_t stream);
+  std::unique_ptr<PendingCopies> enqueue(const std::vector<HostCopy>& copies);
+
+  struct Slot {
+    void* buffer = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t done = nullptr;
+  };
+  // The slots not in use; shared with the pending copies, which give theirs back when destroyed.
+  struct FreeSlots {
+    ~FreeSlots();
+    std::mutex mutex;
+    std::vector<Slot> slots;
+  };
+
+ private:
+  cudaStream_t stream_;
+  std::shared_ptr<FreeSlots> free_ = std::make_shared<FreeSlots>();
 };
 
 }  // namespace deepinfer
