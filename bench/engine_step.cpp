@@ -101,12 +101,14 @@ class StubModel final : public CausalLM {
   void forward(const ForwardBatch& batch, float* logits) override {
     std::fill_n(logits, batch.logit_rows.size() * static_cast<size_t>(config().vocab_size), 0.0f);
   }
-  void forward_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws, int32_t* token_ids,
-                       const std::vector<int32_t>& /*host_rows*/, float* /*host_logits*/) override {
+  std::unique_ptr<PendingCopies> launch_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
+                                                int32_t* token_ids, const std::vector<int32_t>& /*host_rows*/,
+                                                float* /*host_logits*/) override {
     for (size_t i = 0; i < draws.size(); ++i) {
       const int32_t position = batch.positions[static_cast<size_t>(batch.logit_rows[static_cast<size_t>(draws[i].row)])];
       token_ids[i] = text_tokens_[static_cast<size_t>(position) % text_tokens_.size()];
     }
+    return backend_.copy_to_host_later({});
   }
   int64_t weight_bytes_per_token() const override { return 0; }
 

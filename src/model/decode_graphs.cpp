@@ -27,15 +27,19 @@ PaddedShape DecodeGraphs::shape_for(const ForwardBatch& batch) {
   return shape;
 }
 
-void DecodeGraphs::run(Backend& backend, const ForwardBatch& batch, int32_t block_size,
-                       const std::function<void(const DeviceBatch&)>& enqueue_step) {
+const kernels::SampleParams* DecodeGraphs::run(Backend& backend, const ForwardBatch& batch, int32_t block_size,
+                                               StepExtras extras,
+                                               const std::function<void(const DeviceBatch&)>& enqueue_step) {
   const PaddedShape shape = shape_for(batch);
   Graph& entry = graphs_[{shape.num_seqs, shape.width, !batch.swa_block_table.empty()}];
-  const DeviceBatch device = entry.inputs.upload(backend, batch, block_size, &shape);
+  extras.shape = &shape;
+  const void* captured_on = entry.inputs.device_data();
+  const DeviceBatch device = entry.inputs.upload(backend, batch, block_size, extras);
+  if (entry.inputs.device_data() != captured_on) entry.graph.reset();  // it reads the buffer that moved
   if (entry.graph != nullptr) {
     backend.replay(*entry.graph);
     ++num_replays_;
-    return;
+    return device.draws;
   }
   // This step's result, and every lazy set-up (GEMM plans, kernel attributes, cached workspaces)
   // outside the capture.
@@ -52,6 +56,7 @@ void DecodeGraphs::run(Backend& backend, const ForwardBatch& batch, int32_t bloc
     throw;
   }
   entry.graph = backend.end_capture();
+  return device.draws;
 }
 
 }  // namespace deepinfer

@@ -29,11 +29,14 @@ class DecodeGraphs {
   // power of two. The attention's split count follows from the padded width, never from lengths.
   static PaddedShape shape_for(const ForwardBatch& batch);
 
-  // Runs one step (can_run(batch) must hold). enqueue_step(device_batch) enqueues the whole
-  // forward for the padded batch, leaving the logits of every row in device memory; it must do
-  // the same thing on every call and nothing that allocates, reads back or waits. Not thread-safe.
-  void run(Backend& backend, const ForwardBatch& batch, int32_t block_size,
-           const std::function<void(const DeviceBatch&)>& enqueue_step);
+  // Runs one step (can_run(batch) must hold) and returns the device copy of its draws
+  // (DeviceBatch::draws); extras as StepInputs::upload takes them (the shape is the graphs').
+  // enqueue_step(device_batch) enqueues the whole forward for the padded batch, leaving the
+  // logits of every row in device memory; it must do the same thing on every call and nothing
+  // that allocates, reads back or waits. A graph whose input buffer moved is captured again.
+  // Not thread-safe.
+  const kernels::SampleParams* run(Backend& backend, const ForwardBatch& batch, int32_t block_size, StepExtras extras,
+                                  const std::function<void(const DeviceBatch&)>& enqueue_step);
   // Drops every graph (they are captured again when next needed).
   void clear() { graphs_.clear(); }
   // Steps replayed from a graph so far (a captured step runs eagerly the first time).

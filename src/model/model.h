@@ -36,6 +36,10 @@ struct ForwardBatch {
   // swa_seq_len[s] counts tokens from it. A slot_mapping entry < 0 leaves the full-attention
   // layers' cache untouched (the replay reads their stored KV and does not rewrite it).
   std::vector<int32_t> swa_seq_len;
+  // A step launched before the one ahead of it finished (engine/model_runner.h): empty, or per
+  // token -1 (its id is in token_ids) or the index of the draw of the previous launch_sampled
+  // whose token it is, taken where the draws are (Backend::take_drawn_tokens).
+  std::vector<int32_t> token_from_draw;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }
@@ -113,11 +117,20 @@ class CausalLM {
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;
   // Runs the batch and draws tokens where its logits are (kernels/ops.h sample_rows; draw.row
   // indexes logit_rows): token_ids[i] is draws[i]'s token. Of the logits only the rows listed in
-  // host_rows are sure to be copied, each to its place in host_logits ([logit_rows.size(),
-  // vocab_size]; what the other rows hold is unspecified). On a device only token ids and those
-  // rows leave it. The default runs forward() and samples on the host.
-  virtual void forward_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
-                               int32_t* token_ids, const std::vector<int32_t>& host_rows, float* host_logits);
+  // host_rows (ascending) are copied, to host_logits ([host_rows.size(), vocab_size], in
+  // host_rows' order). On a device only token ids and those rows leave it.
+  void forward_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws, int32_t* token_ids,
+                       const std::vector<int32_t>& host_rows, float* host_logits) {
+    launch_sampled(batch, draws, token_ids, host_rows, host_logits)->wait();
+  }
+  // forward_sampled without the wait: on a device the step is enqueued and this returns while it
+  // runs, so the next one can be enqueued behind it; token_ids and host_logits hold its results
+  // once the returned copies are waited for, and must stay valid until then. The default runs
+  // forward() and samples on the host (and takes no token_from_draw).
+  virtual std::unique_ptr<PendingCopies> launch_sampled(const ForwardBatch& batch,
+                                                        const std::vector<kernels::SampleParams>& draws,
+                                                        int32_t* token_ids, const std::vector<int32_t>& host_rows,
+                                                        float* host_logits);
   // Bytes of weights one decode step reads (every weight once; embeddings one row).
   virtual int64_t weight_bytes_per_token() const = 0;
   // The same for the one step run since reset_expert_token_counts, with each MoE layer counting the

@@ -2,6 +2,7 @@
 #include "model/step_inputs.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/check.h"
 
@@ -14,7 +15,8 @@ DeviceBuffer view(int32_t* data, size_t count) { return DeviceBuffer(data, count
 }  // namespace
 
 DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int32_t block_size,
-                               const PaddedShape* shape) {
+                               const StepExtras& extras) {
+  const PaddedShape* shape = extras.shape;
   const int32_t real_seqs = batch.num_seqs();
   DI_CHECK(batch.positions.size() == batch.token_ids.size() && batch.slot_mapping.size() == batch.token_ids.size(),
            "positions and slot_mapping must have one entry per token");
@@ -29,6 +31,11 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   }
   DI_CHECK(batch.swa_seq_len.empty() || batch.swa_seq_len.size() == batch.seq_len.size(),
            "swa_seq_len must be shaped as seq_len");
+  const bool takes_draws = !batch.token_from_draw.empty();
+  DI_CHECK(!takes_draws || batch.token_from_draw.size() == batch.token_ids.size(),
+           "token_from_draw must have one entry per token");
+  DI_CHECK(!takes_draws || extras.previous_draws != nullptr,
+           "a step taking drawn tokens follows no step that drew any");
   if (shape != nullptr) {
     DI_CHECK(batch.num_tokens() == real_seqs && real_seqs <= shape->num_seqs &&
                  batch.max_blocks_per_seq <= shape->width && batch.swa_seq_len.empty(),
@@ -66,12 +73,28 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   const size_t swa_slot_mapping = swa ? append(batch.swa_slot_mapping, -1, num_dummies) : 0;
   const size_t swa_block_table = swa ? append_table(batch.swa_block_table) : 0;
   const size_t swa_seq_len = append(batch.swa_seq_len, 0, 0);
+  // Always there, so a step that takes draws never moves the buffer a decode graph was captured on.
+  const size_t token_from_draw =
+      append(batch.token_from_draw, -1, num_tokens - static_cast<int32_t>(batch.token_from_draw.size()));
+
+  // The draws' parameters, 8-byte aligned (the buffer's base is).
+  constexpr size_t kDrawWords = sizeof(kernels::SampleParams) / sizeof(int32_t);
+  static_assert(sizeof(kernels::SampleParams) % sizeof(double) == 0);
+  const size_t num_draws = extras.draws != nullptr ? extras.draws->size() : 0;
+  if (host_.size() % 2 != 0) host_.push_back(0);
+  const size_t draws = host_.size();
+  const size_t draw_slots = std::max<size_t>(num_draws, shape != nullptr ? static_cast<size_t>(shape->num_seqs) : 0);
+  host_.resize(draws + draw_slots * kDrawWords, 0);
+  if (num_draws > 0) std::memcpy(host_.data() + draws, extras.draws->data(), num_draws * sizeof(kernels::SampleParams));
 
   const size_t bytes = host_.size() * sizeof(int32_t);
   if (device_.size_bytes() < bytes) device_ = backend.allocate(bytes);
   backend.copy_to_device(device_.data(), host_.data(), bytes);
 
   auto* base = device_.as<int32_t>();
+  if (takes_draws) {
+    backend.take_drawn_tokens(extras.previous_draws, base + token_from_draw, num_tokens, base + token_ids);
+  }
   const auto tokens = static_cast<size_t>(num_tokens);
   const auto seqs = static_cast<size_t>(num_seqs);
   const size_t table_ints = seqs * static_cast<size_t>(width);
@@ -83,6 +106,7 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   device.seq_len = view(base + seq_len, seqs);
   device.block_table = view(base + block_table, table_ints);
   device.num_tokens = num_tokens;
+  if (num_draws > 0) device.draws = reinterpret_cast<const kernels::SampleParams*>(base + draws);
   device.paged.num_seqs = num_seqs;
   device.paged.query_start = device.query_start.as<int32_t>();
   device.paged.seq_len = device.seq_len.as<int32_t>();

@@ -18,14 +18,26 @@ struct PaddedShape {
   int32_t width = 0;
 };
 
+// What a step uploads besides its ForwardBatch.
+struct StepExtras {
+  const PaddedShape* shape = nullptr;  // pad to this decode graph's shape
+  // The backend's memory holding the draws of the step before, for batch.token_from_draw.
+  const int32_t* previous_draws = nullptr;
+  // The step's draws (CausalLM::launch_sampled), packed into the same copy; their device copy is
+  // DeviceBatch::draws.
+  const std::vector<kernels::SampleParams>* draws = nullptr;
+};
+
 class StepInputs {
  public:
-  // Packs batch (padded to *shape when given; the batch must then be a decode batch that fits)
-  // and enqueues its upload. The returned DeviceBatch views this object's buffer: valid until the
-  // next upload. The buffer moves only when a batch needs more room than any before.
-  // Not thread-safe.
-  DeviceBatch upload(Backend& backend, const ForwardBatch& batch, int32_t block_size,
-                     const PaddedShape* shape = nullptr);
+  // Packs batch (padded to *extras.shape when given; the batch must then be a decode batch that
+  // fits) and the draws, and enqueues their upload, then the take of its tokens from
+  // extras.previous_draws where batch.token_from_draw says so. The returned DeviceBatch views this
+  // object's buffer: valid until the next upload. The buffer moves only when a step needs more
+  // room than any before (a padded shape keeps room for a draw per row), and then device_data()
+  // says where it went. Not thread-safe.
+  DeviceBatch upload(Backend& backend, const ForwardBatch& batch, int32_t block_size, const StepExtras& extras = {});
+  const void* device_data() const { return device_.data(); }
 
  private:
   std::vector<int32_t> host_;

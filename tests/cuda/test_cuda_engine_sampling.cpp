@@ -1,7 +1,9 @@
 // Sampling on the device inside the model and the engine: CausalLM::forward_sampled on CUDA (eager
 // and from replayed decode graphs) against forward() plus the host sampler, and seeded engine runs
 // whose tokens must not depend on EngineConfig::device_sampling (host rows for logprobs,
-// penalties and n > 1 forks included).
+// penalties and n > 1 forks included). The pipelined loop's device side: a step enqueued before
+// the one ahead of it finished takes that step's draws on the device (token_from_draw); the
+// engine-level cases are in test_cuda_async_scheduling.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,13 +11,14 @@
 
 #include "../engine/engine_test_util.h"
 #include "bf16_model.h"
+#include "cuda_test_util.h"
 
 namespace deepinfer::testing {
 namespace {
 
 TestModel load_on_cuda(const std::string& dir) {
   TestModel loaded;
-  loaded.backend = std::move(make_backend("cuda").value());
+  loaded.backend = cuda_backend();
   auto model = load_model(dir, *loaded.backend, /*show_progress=*/false);
   if (!model.ok()) throw std::runtime_error(model.error().message);
   loaded.model = std::move(*model);
@@ -74,10 +77,12 @@ TEST(CudaDeviceSampling, ForwardSampledEqualsForwardThenHostSampler) {
     std::vector<int32_t> got(draws.size(), -1);
     model.forward_sampled(fb, draws, got.data(), host_rows, got_logits.data());
     EXPECT_EQ(got, want) << "position " << position;
-    for (int32_t row : host_rows) {
-      const size_t offset = static_cast<size_t>(row) * static_cast<size_t>(vocab);
-      EXPECT_EQ(std::memcmp(got_logits.data() + offset, want_logits.data() + offset, sizeof(float) * vocab), 0)
-          << "host row " << row << " position " << position;
+    for (size_t i = 0; i < host_rows.size(); ++i) {  // host_logits holds the host rows in order
+      const size_t offset = static_cast<size_t>(host_rows[i]) * static_cast<size_t>(vocab);
+      EXPECT_EQ(std::memcmp(got_logits.data() + i * static_cast<size_t>(vocab), want_logits.data() + offset,
+                            sizeof(float) * vocab),
+                0)
+          << "host row " << host_rows[i] << " position " << position;
     }
   }
   EXPECT_GT(model.num_graph_replays(), 0);
@@ -129,6 +134,64 @@ TEST(CudaDeviceSampling, EngineTokensDoNotDependOnWhereTheySample) {
   expect_identical(on_device, on_host, "device vs host sampling");
   for (const auto& [id, run] : on_device) {
     for (const auto& [index, sample] : run.samples) EXPECT_EQ(sample.token_ids.size(), 20u) << "request " << id;
+  }
+  EXPECT_GT(model.num_graph_replays(), 0);
+}
+
+// Step two is launched before step one is waited for, its tokens standing as -1 and taken from
+// step one's draws in a shuffled order: the same draws and logits as when the host supplies them,
+// at positions whose steps run eagerly (the first of a graph shape) and from replayed graphs.
+TEST(CudaDeviceSampling, NextStepTakesTheDrawsOnTheDevice) {
+  TestModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
+  CausalLM& model = *loaded.model;
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  const int32_t batch = 5;
+  const std::vector<int32_t> draw_of_seq = {3, 0, 4, 1, 2};
+  const std::vector<int32_t> host_rows = {1, 4};
+  struct Steps {
+    std::vector<int32_t> first, second;
+    std::vector<float> second_logits;
+  };
+  for (int32_t position = 0; position < 6; position += 2) {
+    std::mt19937 rng(11 + position);
+    const ForwardBatch first = decode_batch(batch, position, rng, vocab);
+    std::vector<kernels::SampleParams> draws;
+    SamplingParams params;
+    params.temperature = 0.8;
+    params.top_k = 40;
+    for (int32_t s = 0; s < batch; ++s) draws.push_back(sample_params(params, 5, position, s, s));
+    const auto run = [&](bool pipelined) {
+      model.allocate_kv_cache(KvCacheShape{64, 16});
+      Steps steps;
+      steps.first.assign(draws.size(), -1);
+      steps.second.assign(draws.size(), -1);
+      steps.second_logits.assign(host_rows.size() * static_cast<size_t>(vocab), 0.0f);
+      std::vector<float> first_logits;
+      ForwardBatch second = decode_batch(batch, position + 1, rng, vocab);
+      if (pipelined) {
+        second.token_from_draw = draw_of_seq;
+        std::fill(second.token_ids.begin(), second.token_ids.end(), -1);
+        auto one = model.launch_sampled(first, draws, steps.first.data(), {}, first_logits.data());
+        auto two = model.launch_sampled(second, draws, steps.second.data(), host_rows, steps.second_logits.data());
+        two->wait();
+        one->wait();
+      } else {
+        model.forward_sampled(first, draws, steps.first.data(), {}, first_logits.data());
+        for (size_t s = 0; s < draw_of_seq.size(); ++s) {
+          second.token_ids[s] = steps.first[static_cast<size_t>(draw_of_seq[s])];
+        }
+        model.forward_sampled(second, draws, steps.second.data(), host_rows, steps.second_logits.data());
+      }
+      return steps;
+    };
+    const Steps want = run(false);
+    const Steps got = run(true);
+    EXPECT_EQ(got.first, want.first) << "position " << position;
+    EXPECT_EQ(got.second, want.second) << "position " << position;
+    EXPECT_EQ(std::memcmp(got.second_logits.data(), want.second_logits.data(),
+                          sizeof(float) * want.second_logits.size()),
+              0)
+        << "host rows, position " << position;
   }
   EXPECT_GT(model.num_graph_replays(), 0);
 }

@@ -1,7 +1,11 @@
 // StepInputs (one packed upload per step) and DecodeGraphs' bucketing, on the host backend: the
-// padded layout a decode graph is captured with, field by field.
+// padded layout a decode graph is captured with, field by field; a step scheduled ahead taking its
+// tokens from the draws before it, and the draws' parameters riding in the same buffer, which a
+// padded shape never moves.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "model/decode_graphs.h"
@@ -34,7 +38,7 @@ TEST(StepInputs, PadsADecodeBatchToTheGraphShape) {
   auto backend = make_backend("cpu").value();
   StepInputs inputs;
   const PaddedShape shape{4, 8};
-  const DeviceBatch device = inputs.upload(*backend, decode_batch(), 4, &shape);
+  const DeviceBatch device = inputs.upload(*backend, decode_batch(), 4, StepExtras{&shape});
   EXPECT_EQ(read(device.token_ids), (std::vector<int32_t>{11, 12, 0, 0}));
   EXPECT_EQ(read(device.positions), (std::vector<int32_t>{4, 8, 0, 0}));
   EXPECT_EQ(read(device.slot_mapping), (std::vector<int32_t>{16, 28, -1, -1}));
@@ -71,6 +75,40 @@ TEST(StepInputs, UnpaddedUploadKeepsTheBatch) {
   EXPECT_EQ(device.swa_paged.seq_len, device.seq_len.as<int32_t>());
   EXPECT_EQ(device.paged.num_seqs, 2);
   EXPECT_EQ(device.paged.max_blocks_per_seq, 3);
+}
+
+TEST(StepInputs, TakesDrawnTokensAndCarriesTheDraws) {
+  auto backend = make_backend("cpu").value();
+  StepInputs inputs;
+  const PaddedShape shape{4, 8};
+  DeviceBuffer previous = backend->allocate(3 * sizeof(int32_t));
+  const std::vector<int32_t> drawn = {70, 71, 72};
+  backend->copy_to_device(previous.data(), drawn.data(), drawn.size() * sizeof(int32_t));
+  std::vector<kernels::SampleParams> draws(2);
+  draws[0].row = 1;
+  draws[0].top_k = 5;
+  draws[0].u = 0.25;
+  draws[1].row = 0;
+  draws[1].temperature = 0.5;
+
+  // A first step without either: the buffer a graph of this shape would be captured on.
+  (void)inputs.upload(*backend, decode_batch(), 4, StepExtras{&shape});
+  const void* captured_on = inputs.device_data();
+  ForwardBatch ahead = decode_batch();
+  ahead.token_ids = {-1, 12};
+  ahead.token_from_draw = {2, -1};
+  const DeviceBatch device = inputs.upload(*backend, ahead, 4, StepExtras{&shape, previous.as<int32_t>(), &draws});
+  EXPECT_EQ(read(device.token_ids), (std::vector<int32_t>{72, 12, 0, 0}));
+  ASSERT_NE(device.draws, nullptr);
+  EXPECT_EQ(device.draws[0].row, 1);
+  EXPECT_EQ(device.draws[0].top_k, 5);
+  EXPECT_EQ(device.draws[0].u, 0.25);
+  EXPECT_EQ(device.draws[1].row, 0);
+  EXPECT_EQ(device.draws[1].temperature, 0.5);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(device.draws) % alignof(double), 0u);
+  EXPECT_EQ(inputs.device_data(), captured_on) << "a padded shape's buffer moved under its graph";
+  // Without a step before it that drew, a take is an error, not garbage input.
+  EXPECT_THROW(inputs.upload(*backend, ahead, 4, StepExtras{&shape}), std::exception);
 }
 
 TEST(DecodeGraphs, RunsOnlyDecodeStepsThatWantEveryRow) {

@@ -28,6 +28,8 @@ struct DeviceBatch {
   DeviceBuffer swa_seq_len;       // [num_seqs] i32, a replay's (ForwardBatch::swa_seq_len)
   kernels::PagedBatch swa_paged;
   int64_t num_tokens = 0;
+  // The step's draws when they came with it (StepInputs), in the same buffer; null otherwise.
+  const kernels::SampleParams* draws = nullptr;
 
   static DeviceBatch upload(Backend& backend, const ForwardBatch& batch, int32_t block_size);
 };

@@ -406,24 +406,28 @@ void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) 
   }
 }
 
-void DenseDecoder::run_forward(const ForwardBatch& batch) {
+const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch,
+                                                       const std::vector<kernels::SampleParams>* draws) {
   const int64_t num_tokens = batch.num_tokens();
   const auto num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < num_tokens, "logit row " << row << " out of range");
+  StepExtras extras;
+  extras.previous_draws = drawn_tokens_.as<int32_t>();
+  extras.draws = draws;
   if (graphs_ && DecodeGraphs::can_run(batch)) {
     const int32_t padded = DecodeGraphs::shape_for(batch).num_seqs;
     ensure_workspace(padded, padded);
-    graphs_->run(backend_, batch, kv_shape_.block_size,
-                 [&](const DeviceBatch& device_batch) { enqueue_forward(device_batch, nullptr); });
-  } else {
-    // Every row's logits in order (a decode step): no gather, the head reads normed directly.
-    bool all_rows = num_logit_rows == num_tokens;
-    for (int64_t r = 0; all_rows && r < num_logit_rows; ++r) all_rows = batch.logit_rows[static_cast<size_t>(r)] == r;
-    ensure_workspace(num_tokens, all_rows ? num_tokens : std::max<int64_t>(num_logit_rows, 1));
-    const DeviceBatch device_batch = inputs_.upload(backend_, batch, kv_shape_.block_size);
-    enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows);
+    return graphs_->run(backend_, batch, kv_shape_.block_size, extras,
+                        [&](const DeviceBatch& device_batch) { enqueue_forward(device_batch, nullptr); });
   }
+  // Every row's logits in order (a decode step): no gather, the head reads normed directly.
+  bool all_rows = num_logit_rows == num_tokens;
+  for (int64_t r = 0; all_rows && r < num_logit_rows; ++r) all_rows = batch.logit_rows[static_cast<size_t>(r)] == r;
+  ensure_workspace(num_tokens, all_rows ? num_tokens : std::max<int64_t>(num_logit_rows, 1));
+  const DeviceBatch device_batch = inputs_.upload(backend_, batch, kv_shape_.block_size, extras);
+  enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows);
+  return device_batch.draws;
 }
 
 void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows) {

@@ -89,9 +89,11 @@ class DenseDecoder final : public CausalLM {
   void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, float* host) const override;
   void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const float* host) override;
   void forward(const ForwardBatch& batch, float* logits) override;
-  // Samples on the backend from the logits the forward left there (dense_decoder_sampling.cpp).
-  void forward_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
-                       int32_t* token_ids, const std::vector<int32_t>& host_rows, float* host_logits) override;
+  // Samples on the backend from the logits the forward left there; the token ids and host rows
+  // come back in one readback (dense_decoder_sampling.cpp).
+  std::unique_ptr<PendingCopies> launch_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
+                                                int32_t* token_ids, const std::vector<int32_t>& host_rows,
+                                                float* host_logits) override;
   int64_t weight_bytes_per_token() const override;
   int64_t num_graph_replays() const override { return graphs_ ? graphs_->num_replays() : 0; }
 
@@ -125,8 +127,10 @@ class DenseDecoder final : public CausalLM {
   std::optional<DType> residual_stream_dtype() const;
   bool runs_residual_stream(int64_t num_tokens) const;
   void enqueue_residual_layer(const Layer& layer, const DeviceBatch& batch);
-  // The whole forward of batch (from a decode graph when it can), leaving logits_ on the backend.
-  void run_forward(const ForwardBatch& batch);
+  // The whole forward of batch (from a decode graph when it can), leaving logits_ on the backend;
+  // draws, when given, go up in the same copy as the batch: returns their device copy.
+  const kernels::SampleParams* run_forward(const ForwardBatch& batch,
+                                           const std::vector<kernels::SampleParams>* draws = nullptr);
   // Whether the layer's pages are addressed by block_table (not the sliding-window tables).
   bool uses_full_tables(const Layer& layer) const;
   // Whether the layer is of the kind (KvLayers::kSliding: it has a sliding window).
@@ -152,8 +156,7 @@ class DenseDecoder final : public CausalLM {
   DeviceBuffer logit_hidden_;  // [num_logit_rows, hidden]
   DeviceBuffer logits_;        // [num_logit_rows, vocab]
   StepInputs inputs_;          // eager steps' inputs
-  DeviceBuffer draws_;         // [draws] kernels::SampleParams of forward_sampled
-  DeviceBuffer drawn_tokens_;  // [draws] int32
+  DeviceBuffer drawn_tokens_;  // [draws] int32 of launch_sampled; the next step's token_from_draw reads them
   // Decode steps as device graphs: set when the backend captures. A MoE layer's expert token
   // counters then also count the padding rows of graph steps (routed like any token).
   std::unique_ptr<DecodeGraphs> graphs_;
