@@ -41,8 +41,9 @@ struct LLMConfig {
   // Tokens are drawn where the logits are (EngineConfig::device_sampling); false: on the host.
   bool device_sampling = true;
   // Pipelined steps: the model runs a decode step while the engine post-processes the one before
-  // (EngineConfig::async_scheduling; the same tokens).
-  bool async_scheduling = false;
+  // (EngineConfig::async_scheduling; the same tokens). Unset: on with device "cuda", where it
+  // measured faster (docs/benchmarks.md), off on the CPU.
+  std::optional<bool> async_scheduling;
   bool show_progress = true;             // progress bars on stderr (loading; batches of 2+ prompts)
   // Persistent KV store below the prefix cache (docs/kvstore.md): on when kv_cache_dir names a
   // directory or kv_cache_backend is "redis://host:port".

@@ -392,18 +392,17 @@ struct EngineCore::Impl {
     StepDraws plan;
   };
 
+  // Sample 0's first token: held n > 1 samples then sample the same row on the host.
+  bool forks_from_row(const Request& r) const {
+    return r.num_output_tokens() == 0 && r.sample_index == 0 && !groups.at(r.request_id).held_children.empty();
+  }
+
   // Samples on the backend the rows nothing on the host changes (engine/step_draws.h).
-  // token_from_draw: RunnerStep's, for a step scheduled ahead.
-  InFlight launch_scheduled(BuiltBatch built, std::vector<int32_t> token_from_draw) {
-    // Sample 0's first token: held n > 1 samples then sample the same row on the host.
-    const auto forks_from_row = [&](const Request& r) {
-      return r.num_output_tokens() == 0 && r.sample_index == 0 && !groups.at(r.request_id).held_children.empty();
-    };
+  InFlight launch_scheduled(BuiltBatch built) {
     InFlight step;
-    step.plan = plan_step_draws(built, config.device_sampling, forks_from_row);
+    step.plan = plan_step_draws(built, config.device_sampling, [this](const Request& r) { return forks_from_row(r); });
     // The batch, draws and host rows go to the runner; processing reads only the rows and draw_of.
-    step.handle = runner.launch({std::move(built.batch), std::move(step.plan.draws), std::move(step.plan.host_rows),
-                                 std::move(token_from_draw)});
+    step.handle = runner.launch({std::move(built.batch), std::move(step.plan.draws), std::move(step.plan.host_rows)});
     step.built = std::move(built);
     return step;
   }
@@ -418,7 +417,7 @@ struct EngineCore::Impl {
       std::optional<int32_t> token;
       if (step.plan.draw_of[i]) token = result.drawn[static_cast<size_t>(*step.plan.draw_of[i])];
       try {
-        process_rows(rows, result.logits, token, outputs);
+        process_rows(rows, result, token, outputs);
       } catch (const std::exception& e) {
         if (loses_device(e)) throw;
         end_request(rows.request->request_id, Error{e.what()}, outputs);
@@ -465,9 +464,9 @@ struct EngineCore::Impl {
     }
     try {
       BuiltBatch built = build_forward_batch(scheduled, kv);
-      std::vector<int32_t> token_from_draw;
       if (!pending_draws.empty()) {
         // A pending token is its sequence's last, so it can only be the last of its rows.
+        std::vector<int32_t>& token_from_draw = built.batch.token_from_draw;
         token_from_draw.assign(built.batch.token_ids.size(), -1);
         for (size_t i = 0; i < built.rows.size(); ++i) {
           const ScheduledRows& rows = built.rows[i];
@@ -489,7 +488,7 @@ struct EngineCore::Impl {
         }
         structured->prefetch(constrained);
       }
-      return launch_scheduled(std::move(built), std::move(token_from_draw));
+      return launch_scheduled(std::move(built));
     } catch (const std::exception& e) {
       if (loses_device(e)) throw;
       for (const ScheduledSequence& s : scheduled.scheduled) {
@@ -501,10 +500,13 @@ struct EngineCore::Impl {
 
   // Pipelined mode: the next step, scheduled and launched while `running` is in flight, as if it
   // were done: its rows' tokens counted computed and each token it draws standing pending at its
-  // sequence's end (the runner's thread fills it in from `running`'s draws); a sequence whose
-  // pending token is its last (max_tokens, the context length) is left out. Not when a row of
-  // `running` is sampled on the host (the next step would need its token now), nor with the
-  // persistent store, split sliding-window tables or PROMPT / COMPLETION mode.
+  // sequence's end (taken from `running`'s draws where they are, ForwardBatch::token_from_draw).
+  // Left out of it: a sequence whose pending token is its last (max_tokens, the context length),
+  // and one whose next token the host samples (penalties, logit bias, min_tokens, grammar masks):
+  // it runs every other step while the others pipeline. Not at all when `running` has prompt
+  // logprob rows or a row that held n > 1 samples fork from (the fork copies KV blocks from this
+  // thread, which must not race the runner's), nor with the persistent store, split
+  // sliding-window tables or PROMPT / COMPLETION mode.
   std::optional<InFlight> launch_scheduled_ahead(const InFlight& running, std::map<int64_t, RequestOutput>& outputs) {
     if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || kv.has_swa_tables() ||
         kv_config.sliding_window > 0) {
@@ -513,31 +515,36 @@ struct EngineCore::Impl {
     struct Advance {
       Request* request;
       int32_t num_new_tokens;
+      bool samples;
       std::optional<int32_t> draw;
     };
     std::vector<Advance> advances;
     for (size_t i = 0; i < running.built.rows.size(); ++i) {
       const ScheduledRows& rows = running.built.rows[i];
       if (rows.request->is_finished()) continue;
-      if (rows.num_prompt_logprob_rows > 0 || (rows.samples && !running.plan.draw_of[i])) return std::nullopt;
-      advances.push_back({rows.request, rows.num_new_tokens, rows.samples ? running.plan.draw_of[i] : std::nullopt});
+      if (rows.num_prompt_logprob_rows > 0 || (rows.samples && forks_from_row(*rows.request))) return std::nullopt;
+      advances.push_back({rows.request, rows.num_new_tokens, rows.samples, running.plan.draw_of[i]});
     }
     std::map<int64_t, int32_t> pending_draws;
     for (const Advance& a : advances) {
       Request& r = *a.request;
       r.num_computed_tokens += a.num_new_tokens;
-      if (!a.draw) continue;
+      if (!a.samples) continue;
+      if (!a.draw) {
+        r.sits_out_step_ahead = true;  // its token comes from the host sampler after `running`
+        continue;
+      }
       r.push_pending_token();
       pending_draws[r.seq_id] = *a.draw;
-      r.final_token_in_flight = r.num_output_tokens() >= r.params.max_tokens || r.num_tokens() >= max_model_len;
+      r.sits_out_step_ahead = r.num_output_tokens() >= r.params.max_tokens || r.num_tokens() >= max_model_len;
     }
     // Back to the state `running`'s results apply to. A sequence the scheduler preempted keeps
     // no computed tokens.
     const auto undo = [&] {
       for (const Advance& a : advances) {
         Request& r = *a.request;
-        r.final_token_in_flight = false;
-        if (a.draw) r.pop_pending_token();
+        r.sits_out_step_ahead = false;
+        if (a.samples && a.draw) r.pop_pending_token();
         if (r.status == RequestStatus::kRunning) r.num_computed_tokens -= a.num_new_tokens;
       }
     };
@@ -600,7 +607,7 @@ struct EngineCore::Impl {
   }
 
   // drawn: the token the backend drew for this row (forward_sampled), if it did.
-  void process_rows(const ScheduledRows& rows, const std::vector<float>& logits, std::optional<int32_t> drawn,
+  void process_rows(const ScheduledRows& rows, const RunnerOutput& result, std::optional<int32_t> drawn,
                     std::map<int64_t, RequestOutput>& outputs) {
     Sequence& seq = *sequences.at(rows.request->seq_id);
     Request& r = seq.request;
@@ -613,13 +620,16 @@ struct EngineCore::Impl {
     Group& group = groups.at(r.request_id);
     for (int32_t k = 0; k < rows.num_prompt_logprob_rows; ++k) {
       const int32_t scored = rows.first_position + k + 1;
-      const float* row = logits.data() + static_cast<size_t>(rows.first_logit_row + k) * static_cast<size_t>(vocab);
+      const float* row = result.row(rows.first_logit_row + k, vocab);
       group.prompt_logprobs[static_cast<size_t>(scored)] =
           token_logprob(row, vocab, r.token_at(scored), *r.params.prompt_logprobs);
     }
     if (!rows.samples) return;
-    const float* row = logits.data() + static_cast<size_t>(rows.first_logit_row + rows.num_prompt_logprob_rows) *
-                                           static_cast<size_t>(vocab);
+    // A backend draw has its row on the host only for its logprobs (plan_step_draws; a row that
+    // held n > 1 samples fork from is never drawn on the backend).
+    const float* row = !drawn || r.params.logprobs
+                           ? result.row(rows.first_logit_row + rows.num_prompt_logprob_rows, vocab)
+                           : nullptr;
     const bool prompt_done_now = r.num_output_tokens() == 0;
     RequestOutput& out = output_for(outputs, r);
     if (prompt_done_now && r.params.prompt_logprobs && r.sample_index == 0) out.prompt_logprobs = group.prompt_logprobs;

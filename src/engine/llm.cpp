@@ -117,7 +117,7 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   engine_config.max_model_len = config.max_model_len;
   engine_config.enable_prefix_caching = config.enable_prefix_caching;
   engine_config.device_sampling = config.device_sampling;
-  engine_config.async_scheduling = config.async_scheduling;
+  engine_config.async_scheduling = config.async_scheduling.value_or(config.device == "cuda");
   engine_config.scheduler.max_num_seqs = config.max_num_seqs;
   engine_config.scheduler.max_num_batched_tokens = config.max_num_batched_tokens;
   engine_config.kv_store.dir = config.kv_cache_dir;

@@ -1,16 +1,19 @@
 // ModelRunner: runs the engine's forward steps (docs/architecture.md, "The pipelined step loop").
 // launch(step) hands a step over and returns a handle; collect(handle) returns its draws and host
 // logits rows, or rethrows what the step threw. A synchronous runner runs the step inside
-// launch. An asynchronous one runs the steps in launch order on its own thread, so the engine
-// schedules and post-processes one step while the model runs the next; a step may then take
-// input tokens from the draws of the step launched just before it, filled in when it starts.
-// While a step is in flight only the runner's thread may use the model.
+// launch. An asynchronous one returns before the step ran: on a device the step is enqueued from
+// the calling thread (CausalLM::launch_sampled) and collect waits for its readback, never for the
+// whole device; on the host, whose forward computes as it goes, the steps run in launch order on
+// the runner's own thread. Either way the engine schedules and post-processes one step while the
+// model runs the next, and a step may take input tokens from the draws of the step launched just
+// before it (ForwardBatch::token_from_draw), where those draws are. While a step is in flight on
+// the host thread only that thread may use the model.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <future>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,16 +27,17 @@ namespace deepinfer {
 
 struct RunnerStep {
   ForwardBatch batch;
-  std::vector<kernels::SampleParams> draws;  // the backend's draws (CausalLM::forward_sampled)
+  std::vector<kernels::SampleParams> draws;  // the backend's draws (CausalLM::launch_sampled)
   std::vector<int32_t> host_rows;            // logit rows copied to the host
-  // Empty, or per token of batch: -1 (its id is in batch.token_ids), or the index of the draw of
-  // the previously launched step whose token it is.
-  std::vector<int32_t> token_from_draw;
 };
 
 struct RunnerOutput {
-  std::vector<int32_t> drawn;  // per draw
-  std::vector<float> logits;   // [batch.logit_rows.size(), vocab]; the host_rows are filled
+  std::vector<int32_t> drawn;      // per draw
+  std::vector<int32_t> host_rows;  // the logit rows that came back, ascending (a step without
+                                   // draws: every row)
+  std::vector<float> logits;       // [host_rows.size(), vocab], in host_rows' order
+  // Logit row logit_row, which must be one of host_rows.
+  const float* row(int32_t logit_row, int64_t vocab) const;
 };
 
 class ModelRunner {
@@ -52,22 +56,26 @@ class ModelRunner {
 
  private:
   struct Job {
-    int64_t handle = 0;
     RunnerStep step;
-    std::promise<RunnerOutput> result;
+    RunnerOutput out;
+    std::unique_ptr<PendingCopies> copies;  // the step's readback, once launched
+    std::exception_ptr error;
+    bool done = false;  // launched (or failed); guarded by mutex_ on the host thread
   };
-  void run(Job& job);
+  // Launches the step: on a device it is enqueued, on the host it runs to the end.
+  void start(Job& job);
   void work();
 
   CausalLM& model_;
   const bool asynchronous_;
+  const bool on_host_thread_;  // asynchronous on a host backend
   int64_t next_handle_ = 0;
-  std::map<int64_t, std::future<RunnerOutput>> results_;
-  // The draws of the last step run, for the next step's token_from_draw (nullptr: it failed).
-  std::shared_ptr<const std::vector<int32_t>> last_drawn_;
+  std::map<int64_t, std::shared_ptr<Job>> jobs_;
+  bool last_failed_ = false;  // the last step started failed: the next cannot take its draws
   std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::unique_ptr<Job>> queue_;
+  std::condition_variable wake_;     // the host thread: a job queued, or stopping
+  std::condition_variable finished_; // the engine: a job done
+  std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
   std::thread worker_;  // started last, joined first
 };

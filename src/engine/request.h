@@ -42,9 +42,9 @@ struct Request {
   // Its structured-output grammar is still compiling: the scheduler runs its prompt but not the
   // last token, whose logits are sampled through the grammar's mask.
   bool awaiting_grammar = false;
-  // Pipelined scheduling (EngineCore): a step in flight draws this sequence's last token; the
-  // scheduler leaves it out of the step scheduled meanwhile.
-  bool final_token_in_flight = false;
+  // Pipelined scheduling (EngineCore): the scheduler leaves this sequence out of the step scheduled
+  // while one is in flight, because that step draws its last token or the host samples its next.
+  bool sits_out_step_ahead = false;
   FinishReason finish_reason = FinishReason::kNone;
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
   int32_t num_cached_tokens = 0;    // prompt tokens found in the prefix cache at admission

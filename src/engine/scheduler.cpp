@@ -25,9 +25,9 @@ bool erase_from(Container& queue, const Request* request) {
 
 // The tokens r may run from num_computed on: all the rest, except that a sequence awaiting its
 // grammar stops before the token it samples from (with chunked prefill off: runs nothing), and
-// one whose last token a step in flight draws runs nothing.
+// one sitting out a step scheduled ahead runs nothing.
 int32_t num_runnable_tokens(const Request& r, int32_t num_computed, bool chunked_prefill) {
-  if (r.final_token_in_flight || (r.awaiting_grammar && !chunked_prefill)) return 0;
+  if (r.sits_out_step_ahead || (r.awaiting_grammar && !chunked_prefill)) return 0;
   return r.num_tokens() - num_computed - (r.awaiting_grammar ? 1 : 0);
 }
 
@@ -83,9 +83,9 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
     Request* request = running_[i];
     const int32_t remaining =
         num_runnable_tokens(*request, request->num_computed_tokens, config_.enable_chunked_prefill);
-    DI_CHECK(remaining > 0 || request->awaiting_grammar || request->final_token_in_flight,
+    DI_CHECK(remaining > 0 || request->awaiting_grammar || request->sits_out_step_ahead,
              "running sequence " << request->seq_id << " has nothing to compute");
-    if (remaining <= 0) {  // it waits for its grammar, or it is ending in the step in flight
+    if (remaining <= 0) {  // it waits for its grammar, or sits out the step scheduled ahead
       ++i;
       continue;
     }
