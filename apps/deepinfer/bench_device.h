@@ -3,6 +3,8 @@
 // effective bandwidth, each beside the device ceilings measured in the same run.
 #pragma once
 
+#include <vector>
+
 #include "args.h"
 #include "session.h"
 
@@ -20,5 +22,11 @@ void bench_decode_products(Backend& backend, const ModelConfig& c, const DeviceP
 // Backend::sample_rows alone on batch random rows of c's vocabulary, for a few filter sets: one
 // sampling line each (bench_device_sampling.cpp).
 void bench_sampling(Backend& backend, const ModelConfig& c, int32_t batch);
+
+// batch requests of 32 random prompt tokens, each sampling max_tokens tokens (temperature 0.8,
+// top_k 50, top_p 0.95, a seed each), through EngineCore in each of loops (false: synchronous,
+// true: pipelined), alternating, median tokens/s of 3 runs after a warm-up: one engine_loop line
+// (bench_device_engine.cpp). Reallocates the model's KV cache.
+void bench_engine_loops(CausalLM& model, int32_t batch, int32_t max_tokens, const std::vector<bool>& loops);
 
 }  // namespace deepinfer::cli

@@ -19,7 +19,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
                        [--device cpu|ref|cuda] [--threads N] [--batch-invariant] [--profile]
                        [--no-cuda-graphs] [--no-fused-decode] [--no-products] [--host-sampling]
-                       [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]  (cuda)
+                       [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]
+                       [--engine-batches LIST] [--engine-tokens N] [--[no-]async-scheduling]  (cuda)
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
@@ -34,7 +35,11 @@ where each step drew its tokens (temperature 0.8, top_k 50, top_p 0.95; "sampler
 with --host-sampling: every logits row copied back and sampled on the host);
 decode_product lines time each linear-layer shape alone at 1-8 rows (--no-products skips them).
 --no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
-kernels (the unfused sequence, to measure the fusion against).
+kernels (the unfused sequence, to measure the fusion against). Last, engine_loop lines: at each
+--engine-batches size (default 1,64,256; 0 skips) that many requests of 32 random prompt tokens
+sample --engine-tokens tokens each (default 128) through the engine's step loop, synchronous and
+pipelined side by side (median tokens/s of 3 runs each, and their ratio); --async-scheduling or
+--no-async-scheduling runs only that loop.
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -46,8 +51,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 int run_bench(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
-                                                       "--contexts", "--prefill", "--steps"}),
-                          model_bool_flags({"--no-products", "--profile", "--no-fused-decode"}));
+                                                       "--contexts", "--prefill", "--steps", "--engine-batches",
+                                                       "--engine-tokens"}),
+                          model_bool_flags({"--no-products", "--profile", "--no-fused-decode", "--async-scheduling",
+                                            "--no-async-scheduling"}));
   if (!args.ok()) return report_error("bench", args.error());
   auto prompt_tokens = args->get_int("--prompt-tokens", 128);
   auto decode_tokens = args->get_int("--decode-tokens", 32);

@@ -22,7 +22,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
                           [--ignore-eos] [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
-                          [--no-cuda-graphs] [--host-sampling] [--async-scheduling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
+                          [--no-cuda-graphs] [--host-sampling] [--[no-]async-scheduling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
                           [--kv-cache-dir DIR] [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                           [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                           [--swa-replay-tokens N|exact]
@@ -49,7 +49,8 @@ sliding layers x window, the same tokens as a cold run).
 runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
 instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host
 and sampled there (default: drawn on the device, only token ids come back; the same tokens).
---async-scheduling: the model runs on its own thread and the next step is scheduled and launched before
+--async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
+pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
 --json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
 (docs/structured_output.md); a schema keyword the engine cannot enforce is an error.
@@ -110,7 +111,8 @@ int run_generate(int argc, char** argv) {
                                                                   "--temperature", "--top-p", "--top-k", "--min-p",
                                                                   "--seed", "--input", "--output", "--max-num-seqs",
                                                                   "--kv-cache-bytes", "--gpu-memory-utilization"}))),
-                          model_bool_flags({"--ignore-eos", "--chat", "--json-object", "--async-scheduling"}));
+                          model_bool_flags({"--ignore-eos", "--chat", "--json-object", "--async-scheduling",
+                                            "--no-async-scheduling"}));
   if (!args.ok()) return report_error("generate", args.error());
   auto params = params_from_args(*args);
   if (!params.ok()) return report_error("generate", params.error());
@@ -131,7 +133,9 @@ int run_generate(int argc, char** argv) {
   config.batch_invariant = args->has("--batch-invariant");
   config.cuda_graphs = !args->has("--no-cuda-graphs");
   config.device_sampling = !args->has("--host-sampling");
-  config.async_scheduling = args->has("--async-scheduling");
+  auto async_scheduling = async_scheduling_from_args(*args);
+  if (!async_scheduling.ok()) return report_error("generate", async_scheduling.error());
+  config.async_scheduling = *async_scheduling;
   if (auto applied = apply_kv_store_flags(*args, config); !applied.ok()) {
     return report_error("generate", applied.error());
   }

@@ -29,7 +29,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
-                       [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--async-scheduling] [--check-invariants]
+                       [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--[no-]async-scheduling] [--check-invariants]
                        [--kv-cache-dir DIR]
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
@@ -59,7 +59,8 @@ F: on a GPU, the fraction of its memory the server may hold (default 0.9): the K
 is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
 with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs).
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
---async-scheduling: the model runs on its own thread and the next step is scheduled and launched before
+--async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
+pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
 )";
 
@@ -153,7 +154,9 @@ Result<EngineConfig> engine_config(const Args& args) {
   config.gpu_memory_utilization = memory->gpu_memory_utilization;
   config.block_size = static_cast<int32_t>(*block);
   config.device_sampling = !args.has("--host-sampling");
-  config.async_scheduling = args.has("--async-scheduling");
+  auto async_scheduling = async_scheduling_from_args(args);
+  if (!async_scheduling.ok()) return async_scheduling.error();
+  config.async_scheduling = *async_scheduling;
   return config;
 }
 
@@ -168,7 +171,7 @@ int run_serve(int argc, char** argv) {
                                "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
                                "--gpu-memory-utilization", "--block-size", "--io-threads", "--max-n",
                                "--shutdown-timeout"})),
-                          model_bool_flags({"--check-invariants", "--async-scheduling"}));
+                          model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling"}));
   if (!args.ok()) return report_error("serve", args.error());
   auto config = server_config(*args);
   if (!config.ok()) return report_error("serve", config.error());

@@ -93,7 +93,9 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   config.batch_invariant = args.has("--batch-invariant");
   config.cuda_graphs = !args.has("--no-cuda-graphs");
   config.device_sampling = !args.has("--host-sampling");
-  config.async_scheduling = args.has("--async-scheduling");
+  auto async_scheduling = async_scheduling_from_args(args);
+  if (!async_scheduling.ok()) return report_error("generate", async_scheduling.error());
+  config.async_scheduling = *async_scheduling;
   auto max_num_seqs = args.get_int("--max-num-seqs", config.max_num_seqs);
   if (!max_num_seqs.ok()) return report_error("generate", max_num_seqs.error());
   if (*max_num_seqs < 1) return report_error("generate", Error{"--max-num-seqs must be >= 1"});

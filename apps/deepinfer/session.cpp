@@ -19,6 +19,14 @@ std::set<std::string> model_bool_flags(std::set<std::string> extra) {
   return extra;
 }
 
+Result<bool> async_scheduling_from_args(const Args& args) {
+  const bool on = args.has("--async-scheduling");
+  const bool off = args.has("--no-async-scheduling");
+  if (on && off) return Error{"give --async-scheduling or --no-async-scheduling, not both"};
+  if (on || off) return on;
+  return args.find("--device").value_or("cpu") == "cuda";
+}
+
 std::set<std::string> kv_store_value_flags(std::set<std::string> extra) {
   extra.insert({"--kv-cache-dir", "--kv-cache-host-bytes", "--kv-cache-disk-bytes", "--kv-cache-backend",
                 "--kv-cache-load", "--swa-replay-tokens"});

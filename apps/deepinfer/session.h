@@ -22,6 +22,10 @@ struct LoadedModel {
 std::set<std::string> model_value_flags(std::set<std::string> extra);
 std::set<std::string> model_bool_flags(std::set<std::string> extra);
 
+// The step loop --async-scheduling / --no-async-scheduling ask for; neither: pipelined on a GPU
+// (--device cuda), where it measured faster (docs/benchmarks.md), synchronous elsewhere.
+Result<bool> async_scheduling_from_args(const Args& args);
+
 // Adds the persistent KV store's flags (--kv-cache-dir, --kv-cache-host-bytes,
 // --kv-cache-disk-bytes, --kv-cache-backend, --kv-cache-load auto|always) to a command's value flags.
 std::set<std::string> kv_store_value_flags(std::set<std::string> extra);

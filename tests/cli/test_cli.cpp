@@ -112,6 +112,8 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"generate --model " + llama + " --tokens 1,2 --top-p 0", "top_p"},
       {"generate --model " + llama + " --tokens 1,99999", "outside the vocabulary"},
       {"generate --model " + llama + " --tokens 1 --bogus", "unknown argument '--bogus'"},
+      {"generate --model " + llama + " --tokens 1 --async-scheduling --no-async-scheduling",
+       "--async-scheduling or --no-async-scheduling, not both"},
       {"generate --model /nonexistent/model --tokens 1", "/nonexistent/model"},
       {"score --model " + llama + " --tokens 1 --device tpu", "unknown device 'tpu'"},
       {"score --model " + llama + " --tokens 1 --top-logprobs 0", "--top-logprobs"},
