@@ -1,7 +1,9 @@
 // A kernel timeline without Nsight Systems: a CUPTI injection library. Loaded by the CUDA driver
 // when CUDA_INJECTION64_PATH names it, it records every kernel's start and end (graph-launched ones
-// included; the concurrent-kernel activity kind does not serialise launches) and writes them at exit
-// to the CSV file named by DEEPINFER_KERNEL_TRACE_OUT: start_ns,end_ns,graph_id,grid,block,name.
+// included; the concurrent-kernel activity kind does not serialise launches) and every memory copy
+// (named "memcpy HtoD 123 B" and the like, grid and block 0, graph id 0 so a graph's replays are
+// its kernels), and writes them at exit to the CSV file named by DEEPINFER_KERNEL_TRACE_OUT:
+// start_ns,end_ns,graph_id,grid,block,name.
 // tools/gpu/kernel_timeline.py turns that into a per-step table of durations and gaps.
 #include <cupti.h>
 #include <cxxabi.h>
@@ -44,6 +46,19 @@ std::string demangled(const char* name) {
   return out;
 }
 
+const char* copy_kind(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "DtoD";
+    default:
+      return "other";
+  }
+}
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = kBufferBytes;
@@ -54,6 +69,12 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* record = nullptr;
   std::vector<KernelRecord> batch;
   while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      batch.push_back({copy->start, copy->end, 0, 0, 0,
+                       std::string("memcpy ") + copy_kind(copy->copyKind) + " " + std::to_string(copy->bytes) + " B"});
+      continue;
+    }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     batch.push_back({kernel->start, kernel->end, kernel->graphId, kernel->gridX * kernel->gridY * kernel->gridZ,
@@ -84,7 +105,7 @@ void write_records() {
                  static_cast<unsigned long long>(r.end), r.graph_id, r.grid, r.block, name.c_str());
   }
   std::fclose(file);
-  std::fprintf(stderr, "kernel trace: %zu kernels written to %s\n", records.size(), path);
+  std::fprintf(stderr, "kernel trace: %zu kernels and copies written to %s\n", records.size(), path);
 }
 
 }  // namespace
@@ -92,6 +113,7 @@ void write_records() {
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
+  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "cuptiActivityEnable(MEMCPY)");
   std::atexit(write_records);
   return 1;
 }

@@ -30,6 +30,6 @@ PY
   "$bin/deepinfer-make-random-model" --config "/tmp/moe-models/$name.json" --out "/tmp/moe-models/$name" --dtype bf16 \
     > /dev/null 2>> "$OUT/moe_bench.log" || { echo "$name: model generation failed"; continue; }
   timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1,64,256 --contexts "$CONTEXTS" \
-    --prefill "$PREFILL" --steps 4 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$name-${LAYERS}l\",/" | tee -a "$OUT/moe_bench.jsonl"
+    --prefill "$PREFILL" --steps 4 --engine-batches 0 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$name-${LAYERS}l\",/" | tee -a "$OUT/moe_bench.jsonl"
   rm -rf "/tmp/moe-models/$name"
 done

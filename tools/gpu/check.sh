@@ -75,21 +75,21 @@ if [ "$BENCH" = 1 ]; then
     if [ "$name" = llama3-8b ] || [ "$LONG" = 1 ]; then PREFILL=4096,32768; fi
     echo "== $name" >> "$OUT/bench.log"
     timeout 200 "$BIN/deepinfer" bench --device cuda --model "$MODELS/$name" --batches 1,8,64,256 \
-      --contexts 1024,8192 --prefill "$PREFILL" --steps 8 2>> "$OUT/bench.log" |
+      --contexts 1024,8192 --prefill "$PREFILL" --steps 8 --engine-batches 0 2>> "$OUT/bench.log" |
       sed "s/^{/{\"config\":\"$name\",/" | tee -a "$OUT/bench.jsonl" >> "$OUT/bench.log"
     note "bench $name: exit ${PIPESTATUS[0]} at $(elapsed) s"
     if [ "$name" = llama3-8b ]; then
       # The same decode points op by op, for the CUDA graphs' gain in the same run.
       timeout 100 "$BIN/deepinfer" bench --device cuda --model "$MODELS/$name" --batches 1,8,64,256 \
-        --contexts 1024 --prefill 128 --steps 8 --no-cuda-graphs --no-products 2>> "$OUT/bench.log" | grep '"decode"' |
+        --contexts 1024 --prefill 128 --steps 8 --no-cuda-graphs --no-products --engine-batches 0 2>> "$OUT/bench.log" | grep '"decode"' |
         sed "s/^{/{\"config\":\"$name-eager\",/" | tee -a "$OUT/bench.jsonl" >> "$OUT/bench.log"
       # The b=1 decode fusion's gain: the same points with the unfused op sequence.
       timeout 100 "$BIN/deepinfer" bench --device cuda --model "$MODELS/$name" --batches 1,8 \
-        --contexts 1024 --prefill 128 --steps 8 --no-fused-decode --no-products 2>> "$OUT/bench.log" | grep '"decode"' |
+        --contexts 1024 --prefill 128 --steps 8 --no-fused-decode --no-products --engine-batches 0 2>> "$OUT/bench.log" | grep '"decode"' |
         sed "s/^{/{\"config\":\"$name-unfused\",/" | tee -a "$OUT/bench.jsonl" >> "$OUT/bench.log"
       # And with every logits row copied back and sampled on the host, for the device sampler's gain.
       timeout 100 "$BIN/deepinfer" bench --device cuda --model "$MODELS/$name" --batches 1,8,64,256 \
-        --contexts 1024 --prefill 128 --steps 8 --host-sampling --no-products 2>> "$OUT/bench.log" | grep '"decode"' |
+        --contexts 1024 --prefill 128 --steps 8 --host-sampling --no-products --engine-batches 0 2>> "$OUT/bench.log" | grep '"decode"' |
         sed "s/^{/{\"config\":\"$name-host-sampling\",/" | tee -a "$OUT/bench.jsonl" >> "$OUT/bench.log"
     fi
     rm -rf "$MODELS"

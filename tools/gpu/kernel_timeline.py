@@ -71,34 +71,50 @@ def main():
         print(f"{'count':>6} {'path us':>9} {'each':>7} {'dur each':>8}  kernel (per replay)")
         for label, (count, path, duration) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
             print(f"{count:6d} {path:9.1f} {path / count:7.2f} {duration / count:8.2f}  {label}")
-        print_idle_between_replays(rows, [kernels[s][0] for s in starts])
+        print_idle_between_replays(rows, [kernels[s][0] for s in starts], graph_id)
         print()
 
 
-def print_idle_between_replays(rows, replay_starts):
+def print_idle_between_replays(rows, replay_starts, graph_id):
     """The device's idle time from one replay's start to the next's: the window minus the union of
-    every kernel in it (the steps' own sampling and copies included). Windows over 50 ms are
-    pauses between runs, not steps, and are left out."""
-    idle, windows = [], []
+    every kernel in it (the steps' own sampling included; copies count as idle, the multiprocessors
+    wait through them), and the device-to-host copies in the window. Windows over 50 ms are pauses
+    between runs, not steps, and are left out. Then the window of median idle from its graph's last
+    kernel on: every kernel and copy between the two replays, with the idle time before each."""
+    kernels = [r for r in rows if not r[4].startswith("memcpy ")]
+    copies_to_host = [r for r in rows if r[4].startswith("memcpy DtoH")]
+    steps = []  # (idle us, window us, device-to-host copies, begin, end)
     for begin, end in zip(replay_starts, replay_starts[1:]):
         if end - begin > 50_000_000:
             continue
         busy, covered_to = 0, begin
-        for start, stop, *_ in rows:
+        for start, stop, *_ in kernels:
             if stop <= begin or start >= end:
                 continue
             start, stop = max(start, covered_to), min(stop, end)
             if stop > start:
                 busy += stop - start
                 covered_to = stop
-        idle.append((end - begin - busy) / 1e3)
-        windows.append((end - begin) / 1e3)
-    if not idle:
+        to_host = sum(1 for r in copies_to_host if begin <= r[0] < end)
+        steps.append(((end - begin - busy) / 1e3, (end - begin) / 1e3, to_host, begin, end))
+    if not steps:
         return
-    idle.sort()
-    windows.sort()
+    idle = sorted(s[0] for s in steps)
+    windows = sorted(s[1] for s in steps)
+    to_host = sorted(s[2] for s in steps)
     print(f"between consecutive replays ({len(idle)} steps): median step {windows[len(windows) // 2]:.1f} us, "
-          f"median idle {idle[len(idle) // 2]:.1f} us, busy {100 * (1 - sum(idle) / sum(windows)):.2f} %")
+          f"median idle {idle[len(idle) // 2]:.1f} us, busy {100 * (1 - sum(idle) / sum(windows)):.2f} %, "
+          f"median device-to-host copies {to_host[len(to_host) // 2]}")
+    _, _, _, begin, end = sorted(steps)[len(steps) // 2]
+    window = [r for r in rows if begin <= r[0] < end]
+    last_graph = max((i for i, r in enumerate(window) if r[2] == graph_id), default=-1)
+    if last_graph < 0:
+        return
+    print("from the end of the median-idle step's graph to the next replay: idle before (us), duration (us), what")
+    previous_end = window[last_graph][1]
+    for start, stop, _, _, name in window[last_graph + 1:] + [r for r in rows if r[0] == end][:1]:
+        print(f"  {(start - previous_end) / 1e3:7.2f} {(stop - start) / 1e3:8.2f}  {short_name(name)}")
+        previous_end = max(previous_end, stop)
 
 
 if __name__ == "__main__":

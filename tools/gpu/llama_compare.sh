@@ -103,7 +103,7 @@ else
   make_pair bench/configs/llama3-8b.json "$model" || { note "model generation failed"; exit 1; }
   note "models written: $(elapsed) s"
   timeout 200 "$bin/deepinfer" bench --device cuda --model "$model" --batches 1,8,64 --contexts 1024 --prefill 4096 \
-    --steps 8 > "$OUT/deepinfer_cuda.jsonl" 2>> "$OUT/deepinfer_cuda.log"
+    --steps 8 --engine-batches 0 > "$OUT/deepinfer_cuda.jsonl" 2>> "$OUT/deepinfer_cuda.log"
   "$LLAMA/cuda/bin/"llama-bench -m "$model.gguf" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o json \
     > "$OUT/llama_cuda_bench.json" 2> "$OUT/llama_cuda_bench.log"
   "$LLAMA/cuda/bin/"llama-batched-bench -m "$model.gguf" -ngl 99 -fa 1 -c 140000 -b 2048 -ub 512 -npp 1024 -ntg 32 \
