@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "args.h"
+#include "tokenizer/tokenizer.h"
 #include "session.h"
 
 namespace deepinfer::cli {
@@ -26,7 +27,9 @@ void bench_sampling(Backend& backend, const ModelConfig& c, int32_t batch);
 // batch requests of 32 random prompt tokens, each sampling max_tokens tokens (temperature 0.8,
 // top_k 50, top_p 0.95, a seed each), through EngineCore in each of loops (false: synchronous,
 // true: pipelined), alternating, median tokens/s of 3 runs after a warm-up: one engine_loop line
-// (bench_device_engine.cpp). Reallocates the model's KV cache.
-void bench_engine_loops(CausalLM& model, int32_t batch, int32_t max_tokens, const std::vector<bool>& loops);
+// (bench_device_engine.cpp). With a tokenizer, the first request is constrained by a regex that
+// never forces an end (masks on the host every step it samples). Reallocates the KV cache.
+void bench_engine_loops(CausalLM& model, const Tokenizer* tokenizer, int32_t batch, int32_t max_tokens,
+                        const std::vector<bool>& loops);
 
 }  // namespace deepinfer::cli

@@ -1,6 +1,7 @@
 // The device benchmark's engine_loop lines: decode through EngineCore, the synchronous and the
 // pipelined step loop side by side on the same requests (issue 21), so the host's share of a
-// step shows as the ratio of the two.
+// step shows as the ratio of the two; with a grammar-constrained request among them, what its
+// host-side masks cost each loop.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,8 +20,8 @@ struct LoopRun {
   int64_t overlapped_steps = 0;
 };
 
-LoopRun run_loop(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts, int32_t max_tokens,
-                 bool pipelined) {
+LoopRun run_loop(CausalLM& model, const Tokenizer* tokenizer, const std::vector<std::vector<int32_t>>& prompts,
+                 int32_t max_tokens, bool pipelined, bool constrain_first) {
   constexpr int32_t kBlockSize = 16;
   const auto batch = static_cast<int32_t>(prompts.size());
   EngineConfig config;
@@ -30,7 +31,7 @@ LoopRun run_loop(CausalLM& model, const std::vector<std::vector<int32_t>>& promp
   config.scheduler.max_num_seqs = batch;
   config.scheduler.max_num_batched_tokens = std::max(2048, batch * prompt_tokens);
   config.async_scheduling = pipelined;
-  EngineCore engine(model, nullptr, config);
+  EngineCore engine(model, tokenizer, config);
   SamplingParams params;
   params.max_tokens = max_tokens;
   params.ignore_eos = true;
@@ -39,6 +40,14 @@ LoopRun run_loop(CausalLM& model, const std::vector<std::vector<int32_t>>& promp
   params.top_p = 0.95;
   for (int32_t i = 0; i < batch; ++i) {
     params.seed = static_cast<uint64_t>(i);
+    params.structured_output.reset();
+    if (i == 0 && constrain_first) {
+      // Quick to compile, and never forced to end: the request runs to max_tokens.
+      StructuredOutputParams regex;
+      regex.kind = StructuredOutputParams::Kind::kRegex;
+      regex.spec = "[a-z ]*";
+      params.structured_output = regex;
+    }
     if (auto added = engine.add_request(i, prompts[static_cast<size_t>(i)], params); !added.ok()) {
       throw std::runtime_error(added.error().message);
     }
@@ -58,7 +67,9 @@ LoopRun run_loop(CausalLM& model, const std::vector<std::vector<int32_t>>& promp
 
 }  // namespace
 
-void bench_engine_loops(CausalLM& model, int32_t batch, int32_t max_tokens, const std::vector<bool>& loops) {
+void bench_engine_loops(CausalLM& model, const Tokenizer* tokenizer, int32_t batch, int32_t max_tokens,
+                        const std::vector<bool>& loops) {
+  const bool constrained = tokenizer != nullptr;
   constexpr int32_t kPromptTokens = 32;
   constexpr int kRuns = 3;
   std::mt19937 rng(17);
@@ -72,12 +83,13 @@ void bench_engine_loops(CausalLM& model, int32_t batch, int32_t max_tokens, cons
   std::vector<LoopRun> last(loops.size());
   for (int r = 0; r <= kRuns; ++r) {
     for (size_t l = 0; l < loops.size(); ++l) {
-      last[l] = run_loop(model, prompts, max_tokens, loops[l]);
+      last[l] = run_loop(model, tokenizer, prompts, max_tokens, loops[l], constrained);
       if (r > 0) rates[l].push_back(static_cast<double>(last[l].tokens) / last[l].seconds);
     }
   }
-  std::printf("{\"kind\":\"engine_loop\",\"batch\":%d,\"prompt_tokens\":%d,\"max_tokens\":%d,\"runs\":%d", batch,
-              kPromptTokens, max_tokens, kRuns);
+  std::printf("{\"kind\":\"engine_loop\",\"batch\":%d,\"grammar_requests\":%d,\"prompt_tokens\":%d,"
+              "\"max_tokens\":%d,\"runs\":%d",
+              batch, constrained ? 1 : 0, kPromptTokens, max_tokens, kRuns);
   std::vector<double> medians;
   for (size_t l = 0; l < loops.size(); ++l) {
     std::sort(rates[l].begin(), rates[l].end());

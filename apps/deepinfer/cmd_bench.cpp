@@ -38,8 +38,9 @@ decode_product lines time each linear-layer shape alone at 1-8 rows (--no-produc
 kernels (the unfused sequence, to measure the fusion against). Last, engine_loop lines: at each
 --engine-batches size (default 1,64,256; 0 skips) that many requests of 32 random prompt tokens
 sample --engine-tokens tokens each (default 128) through the engine's step loop, synchronous and
-pipelined side by side (median tokens/s of 3 runs each, and their ratio); --async-scheduling or
---no-async-scheduling runs only that loop.
+pipelined side by side (median tokens/s of 3 runs each, and their ratio), and when the model has
+a tokenizer again with one of them constrained by a regex (grammar masks on the host);
+--async-scheduling or --no-async-scheduling runs only that loop.
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

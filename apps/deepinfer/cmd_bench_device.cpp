@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <random>
 #include <stdexcept>
 
@@ -346,8 +347,17 @@ int run_device_bench(const Args& args, LoadedModel& loaded) {
     for (int32_t tokens : prefill) bench_prefill(model, *peaks, tokens, tokens > 8192 ? 1 : 2);
     if (!args.has("--no-products")) bench_decode_products(backend, c, *peaks);
     for (int32_t batch : batches) bench_sampling(backend, c, batch);
+    // With the model's tokenizer, the same loops with one grammar-constrained request as well.
+    std::optional<Tokenizer> tokenizer;
+    if (auto loaded_tokenizer = Tokenizer::load(args.find("--model").value_or("")); loaded_tokenizer.ok()) {
+      tokenizer = std::move(*loaded_tokenizer);
+    }
     for (int32_t batch : engine_batches) {
-      if (batch > 0) bench_engine_loops(model, batch, static_cast<int32_t>(*engine_tokens), loops);
+      if (batch <= 0) continue;
+      bench_engine_loops(model, nullptr, batch, static_cast<int32_t>(*engine_tokens), loops);
+      if (tokenizer && batch > 1) {
+        bench_engine_loops(model, &*tokenizer, batch, static_cast<int32_t>(*engine_tokens), loops);
+      }
     }
   } catch (const std::exception& error) {
     return report_error("bench", Error{error.what()});
