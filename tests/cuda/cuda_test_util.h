@@ -1,4 +1,5 @@
-// Helpers for the GPU tests: the CUDA backend (and its batch-invariant twin), host<->device
+// Helpers for the GPU tests: the CUDA backend (and its batch-invariant twin), a model loaded on it,
+// host<->device
 // arrays through the Backend interface, random data, host weights in any dtype, and the
 // dtype-aware closeness check (threshold + |ref| * eps, llm.c style).
 #pragma once
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/model.h"
 #include "runtime/backend.h"
 
 namespace deepinfer::testing {
@@ -24,6 +26,26 @@ inline std::unique_ptr<Backend> cuda_backend(bool batch_invariant = false) {
   auto backend = make_backend("cuda", options);
   if (!backend.ok()) throw std::runtime_error(backend.error().message);
   return std::move(*backend);
+}
+
+struct CudaModel {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CausalLM> model;
+};
+
+// The model in dir on the CUDA backend; throws naming what failed.
+inline CudaModel load_on_cuda(const std::string& dir, bool batch_invariant = false, bool graphs = true) {
+  BackendOptions options;
+  options.batch_invariant = batch_invariant;
+  options.graphs = graphs;
+  CudaModel loaded;
+  auto backend = make_backend("cuda", options);
+  if (!backend.ok()) throw std::runtime_error(backend.error().message);
+  loaded.backend = std::move(*backend);
+  auto model = load_model(dir, *loaded.backend, /*show_progress=*/false);
+  if (!model.ok()) throw std::runtime_error(model.error().message);
+  loaded.model = std::move(*model);
+  return loaded;
 }
 
 inline std::vector<float> random_floats(std::mt19937& rng, size_t count, float lo = -1.0f, float hi = 1.0f) {

@@ -10,17 +10,12 @@
 namespace deepinfer::testing {
 namespace {
 
-TestModel invariant_llama_on_cuda() {
-  TestModel loaded;
-  loaded.backend = cuda_backend(/*batch_invariant=*/true);
-  auto model = load_model(write_bf16_copy(fixture_dir("llama"), "llama"), *loaded.backend, /*show_progress=*/false);
-  if (!model.ok()) throw std::runtime_error(model.error().message);
-  loaded.model = std::move(*model);
-  return loaded;
+CudaModel invariant_llama_on_cuda() {
+  return load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"), /*batch_invariant=*/true);
 }
 
 TEST(CudaAsyncScheduling, SameTokensAsTheSynchronousLoop) {
-  TestModel loaded = invariant_llama_on_cuda();
+  CudaModel loaded = invariant_llama_on_cuda();
   async_cases::same_tokens_as_the_synchronous_loop(*loaded.model);
   EXPECT_GT(loaded.model->num_graph_replays(), 0);
 }

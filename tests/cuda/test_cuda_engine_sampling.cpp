@@ -16,15 +16,6 @@
 namespace deepinfer::testing {
 namespace {
 
-TestModel load_on_cuda(const std::string& dir) {
-  TestModel loaded;
-  loaded.backend = cuda_backend();
-  auto model = load_model(dir, *loaded.backend, /*show_progress=*/false);
-  if (!model.ok()) throw std::runtime_error(model.error().message);
-  loaded.model = std::move(*model);
-  return loaded;
-}
-
 // batch sequences of one token each at position `position` (a decode step the graphs take).
 ForwardBatch decode_batch(int32_t batch, int32_t position, std::mt19937& rng, int32_t vocab) {
   constexpr int32_t kBlockSize = 16;
@@ -46,7 +37,7 @@ ForwardBatch decode_batch(int32_t batch, int32_t position, std::mt19937& rng, in
 }
 
 TEST(CudaDeviceSampling, ForwardSampledEqualsForwardThenHostSampler) {
-  TestModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
+  CudaModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
   CausalLM& model = *loaded.model;
   const auto vocab = static_cast<int32_t>(model.config().vocab_size);
   model.allocate_kv_cache(KvCacheShape{64, 16});
@@ -89,7 +80,7 @@ TEST(CudaDeviceSampling, ForwardSampledEqualsForwardThenHostSampler) {
 }
 
 TEST(CudaDeviceSampling, EngineTokensDoNotDependOnWhereTheySample) {
-  TestModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
+  CudaModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
   CausalLM& model = *loaded.model;
   const auto vocab = static_cast<int32_t>(model.config().vocab_size);
   std::mt19937 rng(5);
@@ -142,7 +133,7 @@ TEST(CudaDeviceSampling, EngineTokensDoNotDependOnWhereTheySample) {
 // step one's draws in a shuffled order: the same draws and logits as when the host supplies them,
 // at positions whose steps run eagerly (the first of a graph shape) and from replayed graphs.
 TEST(CudaDeviceSampling, NextStepTakesTheDrawsOnTheDevice) {
-  TestModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
+  CudaModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
   CausalLM& model = *loaded.model;
   const auto vocab = static_cast<int32_t>(model.config().vocab_size);
   const int32_t batch = 5;

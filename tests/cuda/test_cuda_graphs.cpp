@@ -18,23 +18,6 @@ namespace {
 constexpr int32_t kBlockSize = 4;
 constexpr int32_t kBlocksPerSeq = 12;  // tables padded to 16 in the graphs
 
-struct Loaded {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<CausalLM> model;
-};
-
-Loaded load_on_cuda(const std::string& dir, bool batch_invariant, bool graphs) {
-  Loaded loaded;
-  BackendOptions options;
-  options.batch_invariant = batch_invariant;
-  options.graphs = graphs;
-  loaded.backend = std::move(make_backend("cuda", options).value());
-  auto model = load_model(dir, *loaded.backend, false);
-  if (!model.ok()) throw std::runtime_error(model.error().message);
-  loaded.model = std::move(*model);
-  return loaded;
-}
-
 // Sequence i owns blocks 1 + i * kBlocksPerSeq onwards; block 0 belongs to no one (dummy rows read it).
 struct Seq {
   std::vector<int32_t> tokens;
@@ -97,8 +80,8 @@ void advance(std::vector<Seq>& seqs, const std::vector<float>& logits, int64_t v
 // real batch (graphs), eager the batch padded as the graph pads it (or unpadded when pad is false).
 // Every step's logits must match bit for bit.
 void expect_replays_match_eager(const std::string& name, bool batch_invariant, bool pad, int32_t num_seqs) {
-  Loaded graphed = load_on_cuda(fixture_dir(name), batch_invariant, /*graphs=*/true);
-  Loaded eager = load_on_cuda(fixture_dir(name), batch_invariant, /*graphs=*/false);
+  CudaModel graphed = load_on_cuda(fixture_dir(name), batch_invariant, /*graphs=*/true);
+  CudaModel eager = load_on_cuda(fixture_dir(name), batch_invariant, /*graphs=*/false);
   const int32_t num_blocks = 1 + num_seqs * kBlocksPerSeq;
   graphed.model->allocate_kv_cache(KvCacheShape{num_blocks, kBlockSize});
   eager.model->allocate_kv_cache(KvCacheShape{num_blocks, kBlockSize});
@@ -143,7 +126,7 @@ TEST(CudaGraphs, InvariantReplayEqualsUnpaddedEagerStep) {
 // Replaying the same step twice rewrites the same KV and gives the same logits as the eager run
 // that preceded its capture.
 TEST(CudaGraphs, RepeatedStepIsDeterministic) {
-  Loaded loaded = load_on_cuda(fixture_dir("llama"), false, true);
+  CudaModel loaded = load_on_cuda(fixture_dir("llama"), false, true);
   CausalLM& model = *loaded.model;
   model.allocate_kv_cache(KvCacheShape{1 + 3 * kBlocksPerSeq, kBlockSize});
   const int64_t vocab = model.config().vocab_size;
@@ -165,7 +148,7 @@ TEST(CudaGraphs, RepeatedStepIsDeterministic) {
 // A batch of 3 runs in the graph of 4: the dummy row writes no cache slot, so every block the
 // three sequences do not own keeps its bits (block 0, which dummy rows read, included).
 TEST(CudaGraphs, PaddingRowsLeaveOtherKvUntouched) {
-  Loaded loaded = load_on_cuda(fixture_dir("qwen3"), false, true);
+  CudaModel loaded = load_on_cuda(fixture_dir("qwen3"), false, true);
   CausalLM& model = *loaded.model;
   constexpr int32_t kSpareBlocks = 5;
   const int32_t num_blocks = 1 + 3 * kBlocksPerSeq + kSpareBlocks;

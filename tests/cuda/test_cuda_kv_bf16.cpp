@@ -214,25 +214,11 @@ TEST(CudaAttentionFrontEnd, FusedEqualsUnfusedOps) {
   }
 }
 
-struct Loaded {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<CausalLM> model;
-};
-
-Loaded load_on_cuda(const std::string& dir, bool batch_invariant) {
-  Loaded loaded;
-  loaded.backend = cuda_backend(batch_invariant);
-  auto model = load_model(dir, *loaded.backend, false);
-  if (!model.ok()) throw std::runtime_error(model.error().message);
-  loaded.model = std::move(*model);
-  return loaded;
-}
-
 TEST(CudaKvBf16, SixteenBitModelsGetHalfTheCacheBytes) {
   const std::string bf16_dir = write_bf16_copy(fixture_dir("qwen3"), "qwen3");
-  Loaded f32 = load_on_cuda(fixture_dir("qwen3"), false);
-  Loaded bf16 = load_on_cuda(bf16_dir, false);
-  Loaded invariant = load_on_cuda(bf16_dir, true);
+  CudaModel f32 = load_on_cuda(fixture_dir("qwen3"), false);
+  CudaModel bf16 = load_on_cuda(bf16_dir, false);
+  CudaModel invariant = load_on_cuda(bf16_dir, true);
   EXPECT_EQ(f32.model->kv_cache_dtype(), DType::kF32);
   EXPECT_EQ(bf16.model->kv_cache_dtype(), DType::kBF16);
   EXPECT_EQ(invariant.model->kv_cache_dtype(), DType::kF32) << "batch-invariant mode keeps float32";
@@ -243,7 +229,7 @@ TEST(CudaKvBf16, SixteenBitModelsGetHalfTheCacheBytes) {
 // Blocks written from the host are rounded to bf16 and read back widened; a block copy moves them
 // bit for bit.
 TEST(CudaKvBf16, HostBlockTransfersRoundTrip) {
-  Loaded loaded = load_on_cuda(write_bf16_copy(fixture_dir("qwen3"), "qwen3"), false);
+  CudaModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("qwen3"), "qwen3"), false);
   CausalLM& model = *loaded.model;
   constexpr int32_t kBlocks = 6;
   model.allocate_kv_cache(KvCacheShape{kBlocks, 16});

@@ -22,23 +22,14 @@ constexpr int32_t kBlockSize = 16;
 constexpr int32_t kPromptTokens = 100;
 constexpr int32_t kStoredPages = (kPromptTokens - 1) / kBlockSize;
 
-TestModel load_on_cuda(const std::string& dir, bool batch_invariant) {
-  TestModel loaded;
-  loaded.backend = cuda_backend(batch_invariant);
-  auto model = load_model(dir, *loaded.backend, /*show_progress=*/false);
-  if (!model.ok()) throw std::runtime_error(model.error().message);
-  loaded.model = std::move(*model);
-  return loaded;
-}
-
 const std::string& bf16_qwen3() {
   static const std::string dir = write_bf16_copy(fixture_dir("qwen3"), "qwen3");
   return dir;
 }
 
 TEST(CudaBf16Pages, BlocksMoveAsTheirOwnBytesThroughSlabsAndOrdinaryMemory) {
-  TestModel bf16 = load_on_cuda(bf16_qwen3(), false);
-  TestModel f32 = load_on_cuda(fixture_dir("qwen3"), false);
+  CudaModel bf16 = load_on_cuda(bf16_qwen3(), false);
+  CudaModel f32 = load_on_cuda(fixture_dir("qwen3"), false);
   CausalLM& model = *bf16.model;
   ASSERT_EQ(model.kv_cache_dtype(), DType::kBF16);
   EXPECT_EQ(2 * model.full_kv_bytes_per_block(), f32.model->full_kv_bytes_per_block());
@@ -117,7 +108,7 @@ std::vector<int32_t> head_prompt() {
 // prefill wrote the cached pages, and the same tokens are computed after them; only where the
 // cached bytes come from differs.
 TEST(CudaBf16Pages, AnEngineStoresBf16PagesAndASecondOneHitsThem) {
-  TestModel m = load_on_cuda(bf16_qwen3(), false);
+  CudaModel m = load_on_cuda(bf16_qwen3(), false);
   TempDir store;
   const std::string& dir = store.path();
   // The pages in the device prefix cache, from the head's prefill.
@@ -137,7 +128,7 @@ TEST(CudaBf16Pages, AnEngineStoresBf16PagesAndASecondOneHitsThem) {
   EXPECT_EQ(hit.tokens, warm.tokens);
 
   // The same weights with a float32 cache: another fingerprint, so not one page loads.
-  TestModel invariant = load_on_cuda(bf16_qwen3(), true);
+  CudaModel invariant = load_on_cuda(bf16_qwen3(), true);
   ASSERT_EQ(invariant.model->kv_cache_dtype(), DType::kF32);
   const Outcome f32 = run_prompt(*invariant.model, dir);
   EXPECT_EQ(f32.num_cached_tokens, 0);
@@ -148,7 +139,7 @@ TEST(CudaBf16Pages, AnEngineStoresBf16PagesAndASecondOneHitsThem) {
 // (the last layer's V block); in the other, page 3 is gone. Both must hit pages 0-2 only and give
 // the same tokens: the flipped page went up beside its failing check but was never used.
 TEST(CudaBf16Pages, APageFailingItsBodyCheckBesideTheUploadIsNeverUsed) {
-  TestModel m = load_on_cuda(bf16_qwen3(), false);
+  CudaModel m = load_on_cuda(bf16_qwen3(), false);
   TempDir flipped, missing;
   run_prompt(*m.model, flipped.path());
   std::filesystem::copy(flipped.path(), missing.path(), std::filesystem::copy_options::recursive |
@@ -173,7 +164,7 @@ TEST(CudaBf16Pages, APageFailingItsBodyCheckBesideTheUploadIsNeverUsed) {
 }
 
 TEST(CudaBf16Pages, TheHostTierCostIsAPageScatterFromAPinnedSlab) {
-  TestModel m = load_on_cuda(bf16_qwen3(), false);
+  CudaModel m = load_on_cuda(bf16_qwen3(), false);
   KvStoreConfig config;  // no directory: the host tier alone
   config.host_bytes = 1 << 20;
   const StandaloneOffload s = open_offload(*m.model, config, kBlockSize);
