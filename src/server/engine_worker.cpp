@@ -259,6 +259,7 @@ void EngineWorker::publish_gauges() {
   gauges.prefix_queried_tokens = stats.prefix_cache.queried_tokens;
   gauges.prefix_hit_tokens = stats.prefix_cache.hit_tokens;
   gauges.num_preemptions = stats.num_preemptions;
+  gauges.num_overlapped_steps = stats.num_overlapped_steps;
   gauges.kv_store = stats.kv_store;
   metrics_.set_engine(gauges);
 }

@@ -183,6 +183,9 @@ std::string Metrics::render() const {
   sample(out, "deepinfer_prefix_cache_hits_tokens_total", static_cast<double>(engine_.prefix_hit_tokens));
   header(out, "deepinfer_num_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.");
   sample(out, "deepinfer_num_preemptions_total", static_cast<double>(engine_.num_preemptions));
+  header(out, "deepinfer_overlapped_steps_total", "counter",
+         "Steps launched while the one before was still running (the pipelined step loop).");
+  sample(out, "deepinfer_overlapped_steps_total", static_cast<double>(engine_.num_overlapped_steps));
   header(out, "deepinfer_time_to_first_token_seconds", "histogram", "From admission to the first generated token.");
   ttft_.render("deepinfer_time_to_first_token_seconds", out);
   header(out, "deepinfer_inter_token_latency_seconds", "histogram", "Between consecutive tokens of a sequence.");

@@ -39,6 +39,7 @@ struct EngineGauges {
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_overlapped_steps = 0;  // EngineStats::num_overlapped_steps
   std::optional<KvStoreStats> kv_store;  // absent: the server runs without --kv-cache-dir
 };
 

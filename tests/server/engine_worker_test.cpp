@@ -241,6 +241,8 @@ TEST_P(EngineWorkerLoops, FailedStepEndsItsRequestWithTheMessageAndTheNextOneRun
   ASSERT_FALSE(served.back().error.has_value()) << served.back().error->message;
   EXPECT_EQ(tokens_of(served), offline_tokens(prompt, 6));
   wait_idle(f.metrics);
+  // /metrics counts the steps the pipelined loop overlapped, and only there.
+  EXPECT_EQ(f.metrics.engine().num_overlapped_steps > 0, GetParam());
 }
 
 // The second forward pass loses the device (pipelined: on the runner's thread).

@@ -32,7 +32,7 @@ TEST(Metrics, RendersEveryFamilyOnceWithHelpAndType) {
   metrics.record_request("/v1/messages", 529);
   metrics.add_prompt_tokens(12);
   metrics.add_generation_tokens(5);
-  metrics.set_engine(EngineGauges{3, 2, 0.25, 100, 64, 1, std::nullopt});
+  metrics.set_engine(EngineGauges{3, 2, 0.25, 100, 64, 1, 40, std::nullopt});
   metrics.observe_ttft(0.2);
   const std::string text = metrics.render();
   EXPECT_NE(text.find("deepinfer_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"), std::string::npos);
@@ -44,6 +44,8 @@ TEST(Metrics, RendersEveryFamilyOnceWithHelpAndType) {
   EXPECT_NE(text.find("deepinfer_generation_tokens_total 5\n"), std::string::npos);
   EXPECT_NE(text.find("deepinfer_prefix_cache_queries_tokens_total 100\n"), std::string::npos);
   EXPECT_NE(text.find("deepinfer_prefix_cache_hits_tokens_total 64\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_num_preemptions_total 1\n"), std::string::npos);
+  EXPECT_NE(text.find("deepinfer_overlapped_steps_total 40\n"), std::string::npos);
   EXPECT_NE(text.find("deepinfer_time_to_first_token_seconds_count 1\n"), std::string::npos);
   // Every sample line belongs to a family declared just before with # TYPE.
   std::istringstream lines(text);
