@@ -544,7 +544,7 @@ struct EngineCore::Impl {
       for (const Advance& a : advances) {
         Request& r = *a.request;
         r.sits_out_step_ahead = false;
-        if (a.samples && a.draw) r.pop_pending_token();
+        if (a.draw) r.pop_pending_token();
         if (r.status == RequestStatus::kRunning) r.num_computed_tokens -= a.num_new_tokens;
       }
     };
@@ -746,7 +746,9 @@ void EngineCore::abort_request(int64_t request_id) {
   Impl& m = *impl_;
   const auto it = m.groups.find(request_id);
   // A finished request may still be held while a step in flight has rows of it.
-  if (it != m.groups.end() && it->second.num_finished < it->second.n) m.end_request(request_id, std::nullopt, m.pending_outputs);
+  if (it != m.groups.end() && it->second.num_finished < it->second.n) {
+    m.end_request(request_id, std::nullopt, m.pending_outputs);
+  }
 }
 
 std::vector<RequestOutput> EngineCore::step() {

@@ -70,7 +70,7 @@ RunnerOutput ModelRunner::collect(int64_t handle) {
     finished_.wait(lock, [&] { return job->done; });
   }
   if (job->error) std::rethrow_exception(job->error);
-  job->copies->wait();
+  if (job->copies) job->copies->wait();
   return std::move(job->out);
 }
 
@@ -92,8 +92,7 @@ void ModelRunner::start(Job& job) {
       out.host_rows.resize(step.batch.logit_rows.size());
       std::iota(out.host_rows.begin(), out.host_rows.end(), 0);
       out.logits.resize(out.host_rows.size() * vocab);
-      model_.forward(step.batch, out.logits.data());
-      job.copies = model_.backend().copy_to_host_later({});
+      model_.forward(step.batch, out.logits.data());  // copies its logits before it returns
     } else {
       // Only the rows the host reads: a decode step's logits are vocab floats a row, far more
       // than the host should touch while the device runs the next step.

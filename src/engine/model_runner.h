@@ -58,7 +58,7 @@ class ModelRunner {
   struct Job {
     RunnerStep step;
     RunnerOutput out;
-    std::unique_ptr<PendingCopies> copies;  // the step's readback, once launched
+    std::unique_ptr<PendingCopies> copies;  // the step's readback (null: forward() copied already)
     std::exception_ptr error;
     bool done = false;  // launched (or failed); guarded by mutex_ on the host thread
   };

@@ -82,10 +82,12 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   static_assert(sizeof(kernels::SampleParams) % sizeof(double) == 0);
   const size_t num_draws = extras.draws != nullptr ? extras.draws->size() : 0;
   if (host_.size() % 2 != 0) host_.push_back(0);
-  const size_t draws = host_.size();
+  const size_t draw_params = host_.size();
   const size_t draw_slots = std::max<size_t>(num_draws, shape != nullptr ? static_cast<size_t>(shape->num_seqs) : 0);
-  host_.resize(draws + draw_slots * kDrawWords, 0);
-  if (num_draws > 0) std::memcpy(host_.data() + draws, extras.draws->data(), num_draws * sizeof(kernels::SampleParams));
+  host_.resize(draw_params + draw_slots * kDrawWords, 0);
+  if (num_draws > 0) {
+    std::memcpy(host_.data() + draw_params, extras.draws->data(), num_draws * sizeof(kernels::SampleParams));
+  }
 
   const size_t bytes = host_.size() * sizeof(int32_t);
   if (device_.size_bytes() < bytes) device_ = backend.allocate(bytes);
@@ -106,7 +108,7 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   device.seq_len = view(base + seq_len, seqs);
   device.block_table = view(base + block_table, table_ints);
   device.num_tokens = num_tokens;
-  if (num_draws > 0) device.draws = reinterpret_cast<const kernels::SampleParams*>(base + draws);
+  if (num_draws > 0) device.draws = reinterpret_cast<const kernels::SampleParams*>(base + draw_params);
   device.paged.num_seqs = num_seqs;
   device.paged.query_start = device.query_start.as<int32_t>();
   device.paged.seq_len = device.seq_len.as<int32_t>();

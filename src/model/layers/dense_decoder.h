@@ -91,9 +91,9 @@ class DenseDecoder final : public CausalLM {
   void forward(const ForwardBatch& batch, float* logits) override;
   // Samples on the backend from the logits the forward left there; the token ids and host rows
   // come back in one readback (dense_decoder_sampling.cpp).
-  std::unique_ptr<PendingCopies> launch_sampled(const ForwardBatch& batch, const std::vector<kernels::SampleParams>& draws,
-                                                int32_t* token_ids, const std::vector<int32_t>& host_rows,
-                                                float* host_logits) override;
+  std::unique_ptr<PendingCopies> launch_sampled(const ForwardBatch& batch,
+                                                const std::vector<kernels::SampleParams>& draws, int32_t* token_ids,
+                                                const std::vector<int32_t>& host_rows, float* host_logits) override;
   int64_t weight_bytes_per_token() const override;
   int64_t num_graph_replays() const override { return graphs_ ? graphs_->num_replays() : 0; }
 
@@ -156,7 +156,8 @@ class DenseDecoder final : public CausalLM {
   DeviceBuffer logit_hidden_;  // [num_logit_rows, hidden]
   DeviceBuffer logits_;        // [num_logit_rows, vocab]
   StepInputs inputs_;          // eager steps' inputs
-  DeviceBuffer drawn_tokens_;  // [draws] int32 of launch_sampled; the next step's token_from_draw reads them
+  DeviceBuffer drawn_tokens_;  // [draws] int32 of launch_sampled; the next step's token_from_draw
+                               // reads them
   // Decode steps as device graphs: set when the backend captures. A MoE layer's expert token
   // counters then also count the padding rows of graph steps (routed like any token).
   std::unique_ptr<DecodeGraphs> graphs_;
