@@ -36,6 +36,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
   batch.slot_mapping.reserve(static_cast<size_t>(scheduled.num_batched_tokens));
   batch.query_start.reserve(num_seqs + 1);
   batch.seq_len.reserve(num_seqs);
+  batch.seq_ids.reserve(num_seqs);
   built.rows.reserve(num_seqs);
   batch.query_start.push_back(0);
   for (const ScheduledSequence& s : scheduled.scheduled) {
@@ -64,6 +65,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     }
     batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
     batch.seq_len.push_back(end);
+    batch.seq_ids.push_back(request.seq_id);
     append_padded_table(batch.block_table, table, max_blocks);
     if (!swa_table.empty()) append_padded_table(batch.swa_block_table, swa_table, max_blocks);
     rows.samples = end == request.num_tokens();

@@ -211,9 +211,9 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
   void sample_rows(const float* logits, int64_t vocab, const SampleParams* params, int64_t num_draws,            \
                    int32_t* token_ids);                                                                         \
                                                                                                               \
-  /* token_ids[t] = drawn[draw_of_token[t]] where draw_of_token[t] >= 0; the other entries are kept. */        \
-  void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,              \
-                         int32_t* token_ids);                                                                   \
+  /* dst[r * width + i] = src[row_of[r] * width + i] for i < width where row_of[r] >= 0 (row r of src when    \
+     row_of is null); the other rows are kept. src and dst do not overlap. */                                  \
+  void gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width, int32_t* dst);    \
                                                                                                               \
   /* dst[r * dst_stride + i] = src[r * src_stride + i] for r < num_rows, i < width (no overlap). */           \
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,          \

@@ -33,20 +33,26 @@ const kernels::SampleParams* DecodeGraphs::run(Backend& backend, const ForwardBa
   const PaddedShape shape = shape_for(batch);
   Graph& entry = graphs_[{shape.num_seqs, shape.width, !batch.swa_block_table.empty()}];
   extras.shape = &shape;
-  const void* captured_on = entry.inputs.device_data();
+  extras.replayed = true;
   const DeviceBatch device = entry.inputs.upload(backend, batch, block_size, extras);
-  if (entry.inputs.device_data() != captured_on) entry.graph.reset();  // it reads the buffer that moved
+  const auto reads = std::make_tuple(entry.inputs.device_data(), entry.inputs.table_data(), device.take_from);
+  if (reads != entry.captured_over) entry.graph.reset();
   if (entry.graph != nullptr) {
     backend.replay(*entry.graph);
     ++num_replays_;
     return device.draws;
   }
+  const auto whole_step = [&] {
+    finish_inputs(backend, device);
+    enqueue_step(device);
+  };
   // This step's result, and every lazy set-up (GEMM plans, kernel attributes, cached workspaces)
   // outside the capture.
-  enqueue_step(device);
+  whole_step();
+  entry.captured_over = reads;
   backend.begin_capture();
   try {
-    enqueue_step(device);
+    whole_step();
   } catch (...) {
     // End the broken capture so the stream takes work again; the first error is the one reported.
     try {

@@ -33,7 +33,9 @@ class DecodeGraphs {
   // (DeviceBatch::draws); extras as StepInputs::upload takes them (the shape is the graphs').
   // enqueue_step(device_batch) enqueues the whole forward for the padded batch, leaving the
   // logits of every row in device memory; it must do the same thing on every call and nothing
-  // that allocates, reads back or waits. A graph whose input buffer moved is captured again.
+  // that allocates, reads back or waits. The graph runs the step's finish_inputs first (drawn
+  // input tokens, the kept block table). A graph whose input buffers or previous draws moved is
+  // captured again.
   // Not thread-safe.
   const kernels::SampleParams* run(Backend& backend, const ForwardBatch& batch, int32_t block_size, StepExtras extras,
                                   const std::function<void(const DeviceBatch&)>& enqueue_step);
@@ -44,7 +46,9 @@ class DecodeGraphs {
 
  private:
   struct Graph {
-    StepInputs inputs;  // the graph's fixed input buffer
+    StepInputs inputs;  // the graph's fixed input buffers
+    // What the graph read when captured: inputs' buffers, the previous draws.
+    std::tuple<const void*, const void*, const int32_t*> captured_over;
     std::unique_ptr<CapturedGraph> graph;
   };
   // (padded sequences, padded width, split cache tables)

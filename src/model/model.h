@@ -38,8 +38,12 @@ struct ForwardBatch {
   std::vector<int32_t> swa_seq_len;
   // A step launched before the one ahead of it finished (engine/model_runner.h): empty, or per
   // token -1 (its id is in token_ids) or the index of the draw of the previous launch_sampled
-  // whose token it is, taken where the draws are (Backend::take_drawn_tokens).
+  // whose token it is, taken where the draws are (Backend::gather_rows).
   std::vector<int32_t> token_from_draw;
+  // [num_seqs] the sequences' ids (the KV cache's keys), or empty. With them a decode step's
+  // block tables are kept on the device between steps and only the rows that changed are sent
+  // (StepInputs).
+  std::vector<int64_t> seq_ids;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }

@@ -2,7 +2,9 @@
 #include "model/step_inputs.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <unordered_map>
 
 #include "core/check.h"
 
@@ -45,6 +47,10 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   const int32_t num_tokens = shape != nullptr ? shape->num_seqs : static_cast<int32_t>(batch.num_tokens());
   const int32_t width = shape != nullptr ? shape->width : batch.max_blocks_per_seq;
   const int32_t num_dummies = num_seqs - real_seqs;
+  const bool kept_table = shape != nullptr && !swa && batch.seq_ids.size() == static_cast<size_t>(real_seqs);
+  if (kept_table) keep_table(backend, num_seqs, width);
+  // The kept table's scratch rows (a copy of all its rows) lead the device buffer; host_ lands after them.
+  const size_t scratch_ints = kept_table ? static_cast<size_t>(table_rows_) * static_cast<size_t>(width) : 0;
 
   host_.clear();
   const auto append = [&](const std::vector<int32_t>& values, int32_t pad, int32_t pad_count) {
@@ -69,7 +75,7 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   const size_t query_start = append(batch.query_start, 0, 0);
   for (int32_t d = 1; d <= num_dummies; ++d) host_.push_back(batch.query_start.back() + d);
   const size_t seq_len = append(batch.seq_len, 1, num_dummies);
-  const size_t block_table = append_table(batch.block_table);
+  const size_t block_table = kept_table ? 0 : append_table(batch.block_table);
   const size_t swa_slot_mapping = swa ? append(batch.swa_slot_mapping, -1, num_dummies) : 0;
   const size_t swa_block_table = swa ? append_table(batch.swa_block_table) : 0;
   const size_t swa_seq_len = append(batch.swa_seq_len, 0, 0);
@@ -89,14 +95,18 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
     std::memcpy(host_.data() + draw_params, extras.draws->data(), num_draws * sizeof(kernels::SampleParams));
   }
 
-  const size_t bytes = host_.size() * sizeof(int32_t);
-  if (device_.size_bytes() < bytes) device_ = backend.allocate(bytes);
-  backend.copy_to_device(device_.data(), host_.data(), bytes);
+  const size_t table_source =
+      kept_table ? append_kept_table(batch, num_seqs, width, scratch_ints) : 0;
+  if (!kept_table) rows_sent_ = real_seqs;
 
-  auto* base = device_.as<int32_t>();
-  if (takes_draws) {
-    backend.take_drawn_tokens(extras.previous_draws, base + token_from_draw, num_tokens, base + token_ids);
-  }
+  const size_t bytes = host_.size() * sizeof(int32_t);
+  // A kept table keeps room to send every row, so a graph's buffer never moves.
+  const size_t sent_rows_ints = static_cast<size_t>(rows_sent_) * static_cast<size_t>(width);
+  const size_t room =
+      (kept_table ? scratch_ints + (host_.size() - sent_rows_ints) + scratch_ints : host_.size()) * sizeof(int32_t);
+  if (device_.size_bytes() < room) device_ = backend.allocate(room);
+  auto* base = device_.as<int32_t>() + scratch_ints;
+  backend.copy_to_device(base, host_.data(), bytes);
   const auto tokens = static_cast<size_t>(num_tokens);
   const auto seqs = static_cast<size_t>(num_seqs);
   const size_t table_ints = seqs * static_cast<size_t>(width);
@@ -106,9 +116,16 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   device.slot_mapping = view(base + slot_mapping, tokens);
   device.query_start = view(base + query_start, seqs + 1);
   device.seq_len = view(base + seq_len, seqs);
-  device.block_table = view(base + block_table, table_ints);
+  if (kept_table) {
+    device.block_table = view(table_.as<int32_t>(), table_ints);
+    device.rebuild = {table_.as<int32_t>(), device_.as<int32_t>(), base + table_source, table_rows_, num_seqs, width};
+  } else {
+    device.block_table = view(base + block_table, table_ints);
+  }
   device.num_tokens = num_tokens;
   if (num_draws > 0) device.draws = reinterpret_cast<const kernels::SampleParams*>(base + draw_params);
+  if (takes_draws || extras.replayed) device.take_from = extras.previous_draws;
+  device.draw_of_token = base + token_from_draw;
   device.paged.num_seqs = num_seqs;
   device.paged.query_start = device.query_start.as<int32_t>();
   device.paged.seq_len = device.seq_len.as<int32_t>();
@@ -133,6 +150,64 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
     }
   }
   return device;
+}
+
+void StepInputs::keep_table(Backend& backend, int32_t num_seqs, int32_t width) {
+  if (table_rows_ >= num_seqs && table_width_ == width) return;
+  table_rows_ = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(num_seqs)));
+  table_width_ = width;
+  // Block 0 everywhere: a dummy row reads its first entry.
+  const std::vector<int32_t> zeros(static_cast<size_t>(table_rows_) * static_cast<size_t>(width), 0);
+  table_ = backend.allocate(zeros.size() * sizeof(int32_t));
+  backend.copy_to_device(table_.data(), zeros.data(), zeros.size() * sizeof(int32_t));
+  kept_seq_ids_.clear();
+  kept_rows_.clear();
+}
+
+size_t StepInputs::append_kept_table(const ForwardBatch& batch, int32_t num_seqs, int32_t width, size_t scratch_ints) {
+  const auto rows = static_cast<size_t>(num_seqs);
+  const auto row_ints = static_cast<size_t>(width);
+  std::unordered_map<int64_t, size_t> kept_row_of;
+  for (size_t p = 0; p < kept_seq_ids_.size(); ++p) kept_row_of.emplace(kept_seq_ids_[p], p);
+
+  // Per row its source: a kept row (in scratch, a copy of the table), a row sent below (past the
+  // scratch rows, so the sent rows start at a multiple of width), or -1 (a dummy keeps its row).
+  const size_t source = host_.size();
+  host_.resize(source + rows, -1);
+  host_.resize((scratch_ints + host_.size() + row_ints - 1) / row_ints * row_ints - scratch_ints, 0);
+  const size_t first_sent_row = (scratch_ints + host_.size()) / row_ints;
+  const auto real = static_cast<size_t>(batch.num_seqs());
+  const auto batch_width = static_cast<size_t>(batch.max_blocks_per_seq);
+  std::vector<int32_t> new_rows(real * row_ints, 0);
+  rows_sent_ = 0;
+  for (size_t s = 0; s < real; ++s) {
+    const auto row = batch.block_table.begin() + static_cast<ptrdiff_t>(s * batch_width);
+    const auto new_row = new_rows.begin() + static_cast<ptrdiff_t>(s * row_ints);
+    std::copy(row, row + static_cast<ptrdiff_t>(batch_width), new_row);
+    const auto kept = kept_row_of.find(batch.seq_ids[s]);
+    if (kept != kept_row_of.end() &&
+        std::equal(new_row, new_row + static_cast<ptrdiff_t>(row_ints),
+                   kept_rows_.begin() + static_cast<ptrdiff_t>(kept->second * row_ints))) {
+      host_[source + s] = static_cast<int32_t>(kept->second);
+      continue;
+    }
+    host_[source + s] = static_cast<int32_t>(first_sent_row + static_cast<size_t>(rows_sent_++));
+    host_.insert(host_.end(), new_row, new_row + static_cast<ptrdiff_t>(row_ints));
+  }
+  kept_seq_ids_ = batch.seq_ids;
+  kept_rows_ = std::move(new_rows);
+  return source;
+}
+
+void finish_inputs(Backend& backend, const DeviceBatch& batch) {
+  if (batch.take_from != nullptr) {
+    backend.gather_rows(batch.take_from, batch.draw_of_token, batch.num_tokens, 1, batch.token_ids.as<int32_t>());
+  }
+  const DeviceBatch::TableRebuild& rebuild = batch.rebuild;
+  if (rebuild.table != nullptr) {
+    backend.gather_rows(rebuild.table, nullptr, rebuild.table_rows, rebuild.width, rebuild.scratch);
+    backend.gather_rows(rebuild.scratch, rebuild.source, rebuild.rows, rebuild.width, rebuild.table);
+  }
 }
 
 }  // namespace deepinfer

@@ -250,12 +250,13 @@ class Backend {
                            int64_t num_draws, int32_t* token_ids) {
     kernels::cpu::sample_rows(logits, vocab, params, num_draws, token_ids);
   }
-  // token_ids[t] = drawn[draw_of_token[t]] where draw_of_token[t] >= 0 (kernels/ops.h
-  // take_drawn_tokens): a step scheduled ahead takes its input tokens from the draws of the step
-  // before it without a round trip through the host. All three are this backend's memory.
-  virtual void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,
-                                 int32_t* token_ids) {
-    kernels::cpu::take_drawn_tokens(drawn, draw_of_token, num_tokens, token_ids);
+  // dst row r = src row row_of[r] where row_of[r] >= 0 (kernels/ops.h gather_rows): a step
+  // scheduled ahead takes its input tokens from the draws of the step before it, and a step's
+  // block tables are rebuilt from the last step's rows, without a round trip through the host.
+  // All are this backend's memory.
+  virtual void gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width,
+                           int32_t* dst) {
+    kernels::cpu::gather_rows(src, row_of, num_rows, width, dst);
   }
   // The gated feed-forward of stacked weights: out = down(act(x gate^T) * (x up^T)) with
   // gate_up = [gate; up] ([2 * I, K], from load_stacked_weight) and down [hidden, I], no biases.

@@ -160,10 +160,9 @@ class ForwardingBackend : public Backend {
     on_call("sample_rows");
     inner_->sample_rows(logits, vocab, params, num_draws, token_ids);
   }
-  void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,
-                         int32_t* token_ids) override {
-    on_call("take_drawn_tokens");
-    inner_->take_drawn_tokens(drawn, draw_of_token, num_tokens, token_ids);
+  void gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width, int32_t* dst) override {
+    on_call("gather_rows");
+    inner_->gather_rows(src, row_of, num_rows, width, dst);
   }
   void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
                  int64_t num_rows, GluActivation activation, float* scratch, float* out) override {

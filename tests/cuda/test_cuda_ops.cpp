@@ -1,5 +1,6 @@
 // Every CUDA op except attention against kernels::ref over many shapes: element-wise ops,
-// embedding, norms, rope, KV writes, matmul (F32 / BF16 / F16 weights, bias), MoE, copy_rows.
+// embedding, norms, rope, KV writes, matmul (F32 / BF16 / F16 weights, bias), MoE, copy_rows,
+// gather_rows; and host copies of every size through the kernel and the DMA paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -235,6 +236,52 @@ TEST_F(CudaOps, CopyRowsMatchesReference) {
   backend().copy_rows(dsrc.as<float>() + 3, 37, 9, 17, ddst.as<float>() + 2, 21);
   kernels::ref::copy_rows(src.data() + 3, 37, 9, 17, dst.data() + 2, 21);
   expect_close(download<float>(backend(), ddst, dst.size()), dst, 0.0, 0.0, "copy_rows");
+}
+
+TEST_F(CudaOps, GatherRowsMatchesReference) {
+  std::uniform_int_distribution<int32_t> value(-1000, 1000);
+  for (int64_t width : {1, 3, 256}) {
+    for (int64_t rows : {1, 5, 300}) {
+      std::vector<int32_t> src(static_cast<size_t>(2 * rows * width));
+      std::vector<int32_t> dst(static_cast<size_t>(rows * width));
+      for (int32_t& v : src) v = value(rng_);
+      for (int32_t& v : dst) v = value(rng_);
+      std::vector<int32_t> row_of(static_cast<size_t>(rows));
+      std::uniform_int_distribution<int32_t> from(-1, static_cast<int32_t>(2 * rows - 1));
+      for (int32_t& r : row_of) r = from(rng_);
+      const DeviceBuffer dsrc = upload(backend(), src);
+      const DeviceBuffer drow_of = upload(backend(), row_of);
+      for (const bool identity : {false, true}) {
+        std::vector<int32_t> want = dst;
+        DeviceBuffer ddst = upload(backend(), dst);
+        const int32_t* rows_from = identity ? nullptr : row_of.data();
+        backend().gather_rows(dsrc.as<int32_t>(), identity ? nullptr : drow_of.as<int32_t>(), rows, width,
+                              ddst.as<int32_t>());
+        kernels::ref::gather_rows(src.data(), rows_from, rows, width, want.data());
+        EXPECT_EQ(download<int32_t>(backend(), ddst, want.size()), want)
+            << "width " << width << ", rows " << rows << (identity ? ", identity" : "");
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, HostCopiesOfEverySizeArriveWhole) {
+  // Up to 1 MiB a copy is a kernel on mapped pinned memory, above it DMA; odd sizes take DMA too.
+  constexpr size_t kMiB = size_t{1} << 20;
+  for (size_t bytes : {size_t{4}, size_t{6}, size_t{4096}, kMiB, kMiB + 4, 3 * kMiB}) {
+    std::vector<uint8_t> host(bytes);
+    for (uint8_t& b : host) b = static_cast<uint8_t>(rng_());
+    const DeviceBuffer device = upload(backend(), host);
+    EXPECT_EQ(download<uint8_t>(backend(), device, bytes), host) << bytes << " bytes to the device and back";
+    // Two pieces into one readback slot, waited for later.
+    std::vector<uint8_t> first(bytes / 2);
+    std::vector<uint8_t> second(bytes - bytes / 2);
+    auto pending = backend().copy_to_host_later({{first.data(), device.data(), first.size()},
+                                                 {second.data(), device.as<uint8_t>() + first.size(), second.size()}});
+    pending->wait();
+    first.insert(first.end(), second.begin(), second.end());
+    EXPECT_EQ(first, host) << bytes << " bytes read back later";
+  }
 }
 
 TEST_F(CudaOps, MoeMatchesReference) {

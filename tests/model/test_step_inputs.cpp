@@ -4,6 +4,7 @@
 // padded shape never moves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <vector>
@@ -98,6 +99,8 @@ TEST(StepInputs, TakesDrawnTokensAndCarriesTheDraws) {
   ahead.token_ids = {-1, 12};
   ahead.token_from_draw = {2, -1};
   const DeviceBatch device = inputs.upload(*backend, ahead, 4, StepExtras{&shape, previous.as<int32_t>(), &draws});
+  EXPECT_EQ(device.take_from, previous.as<int32_t>());
+  finish_inputs(*backend, device);
   EXPECT_EQ(read(device.token_ids), (std::vector<int32_t>{72, 12, 0, 0}));
   ASSERT_NE(device.draws, nullptr);
   EXPECT_EQ(device.draws[0].row, 1);
@@ -109,6 +112,112 @@ TEST(StepInputs, TakesDrawnTokensAndCarriesTheDraws) {
   EXPECT_EQ(inputs.device_data(), captured_on) << "a padded shape's buffer moved under its graph";
   // Without a step before it that drew, a take is an error, not garbage input.
   EXPECT_THROW(inputs.upload(*backend, ahead, 4, StepExtras{&shape}), std::exception);
+  // A replayed step that takes nothing still names the draws, so a graph captured on it takes what
+  // later steps ask for; an eager one that takes nothing enqueues no take.
+  StepExtras replayed{&shape, previous.as<int32_t>()};
+  replayed.replayed = true;
+  EXPECT_EQ(inputs.upload(*backend, decode_batch(), 4, replayed).take_from, previous.as<int32_t>());
+  StepInputs eager;
+  EXPECT_EQ(eager.upload(*backend, decode_batch(), 4, StepExtras{nullptr, previous.as<int32_t>()}).take_from, nullptr);
+}
+
+// A decode batch of the given sequences, each with its own block table (lengths from the tables).
+ForwardBatch named_batch(const std::vector<int64_t>& seq_ids, const std::vector<std::vector<int32_t>>& tables) {
+  ForwardBatch batch;
+  batch.seq_ids = seq_ids;
+  for (const auto& table : tables) {
+    batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int32_t>(table.size()));
+  }
+  batch.query_start = {0};
+  for (size_t s = 0; s < tables.size(); ++s) {
+    const auto length = static_cast<int32_t>(tables[s].size()) * 4;
+    batch.token_ids.push_back(static_cast<int32_t>(100 + s));
+    batch.positions.push_back(length - 1);
+    batch.slot_mapping.push_back(tables[s].back() * 4 + 3);
+    batch.query_start.push_back(static_cast<int32_t>(s + 1));
+    batch.seq_len.push_back(length);
+    batch.logit_rows.push_back(static_cast<int32_t>(s));
+    batch.block_table.insert(batch.block_table.end(), tables[s].begin(), tables[s].end());
+    const size_t padding = static_cast<size_t>(batch.max_blocks_per_seq) - tables[s].size();
+    batch.block_table.resize(batch.block_table.size() + padding, 0);
+  }
+  return batch;
+}
+
+// The first rows of the device table after the step's finish_inputs, each cut to the batch's tables.
+std::vector<std::vector<int32_t>> device_rows(Backend& backend, const DeviceBatch& device,
+                                              const std::vector<std::vector<int32_t>>& tables) {
+  finish_inputs(backend, device);
+  const auto* table = device.block_table.as<int32_t>();
+  std::vector<std::vector<int32_t>> rows;
+  for (size_t s = 0; s < tables.size(); ++s) {
+    const int32_t* row = table + s * static_cast<size_t>(device.paged.max_blocks_per_seq);
+    rows.emplace_back(row, row + tables[s].size());
+    for (int32_t b = static_cast<int32_t>(tables[s].size()); b < device.paged.max_blocks_per_seq; ++b) {
+      EXPECT_EQ(row[b], 0) << "row " << s << " past its table";
+    }
+  }
+  return rows;
+}
+
+TEST(StepInputs, KeepsDecodeBlockTablesOnTheDeviceAndSendsOnlyChangedRows) {
+  auto backend = make_backend("cpu").value();
+  StepInputs inputs;
+  const PaddedShape shape{4, 8};
+  struct Step {
+    std::vector<int64_t> seq_ids;
+    std::vector<std::vector<int32_t>> tables;
+    int32_t rows_sent;
+  };
+  const std::vector<Step> steps = {
+      {{10, 11, 12}, {{3, 4}, {5}, {6, 7, 8}}, 3},        // all new
+      {{10, 11, 12}, {{3, 4}, {5}, {6, 7, 8}}, 0},        // nothing changed
+      {{10, 11, 12}, {{3, 4}, {5, 9}, {6, 7, 8}}, 1},     // 11 gained a page
+      {{11, 12, 13}, {{5, 9}, {6, 7, 8}, {2}}, 1},        // 10 left: the others move up, 13 is new
+      {{12, 11}, {{6, 7, 8}, {5, 9}}, 0},                 // reordered, 13 left
+      {{11, 12, 14, 15}, {{5, 9}, {6, 7, 8}, {1}, {12}}, 2},
+      {{12}, {{6, 7, 8, 10}}, 1},                         // a page appended, the rest left
+  };
+  // Padded as a graph's, and unpadded as an eager step's (rows kept from past the step's count).
+  StepInputs eager;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ForwardBatch batch = named_batch(steps[i].seq_ids, steps[i].tables);
+    const DeviceBatch device = inputs.upload(*backend, batch, 4, StepExtras{&shape});
+    EXPECT_EQ(device_rows(*backend, device, steps[i].tables), steps[i].tables) << "step " << i;
+    EXPECT_EQ(inputs.rows_sent(), steps[i].rows_sent) << "step " << i;
+    EXPECT_EQ(device.paged.block_table, device.block_table.as<int32_t>());
+    EXPECT_EQ(device.paged.max_blocks_per_seq, 8);
+    EXPECT_EQ(read(device.seq_len).size(), 4u);
+    const PaddedShape exact{batch.num_seqs(), 8};
+    const DeviceBatch unpadded = eager.upload(*backend, batch, 4, StepExtras{&exact});
+    EXPECT_EQ(device_rows(*backend, unpadded, steps[i].tables), steps[i].tables) << "eager step " << i;
+    EXPECT_EQ(eager.rows_sent(), steps[i].rows_sent) << "eager step " << i;
+  }
+  // Without the sequences' ids, or with a table wider than the kept one, every row is sent.
+  ForwardBatch unnamed = named_batch({12}, {{6, 7, 8, 10}});
+  unnamed.seq_ids.clear();
+  const DeviceBatch full = inputs.upload(*backend, unnamed, 4, StepExtras{&shape});
+  EXPECT_EQ(full.rebuild.table, nullptr);
+  EXPECT_EQ(read(full.block_table), (std::vector<int32_t>{6, 7, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  const PaddedShape wider{4, 16};
+  const std::vector<std::vector<int32_t>> tables = {{6, 7, 8, 10}};
+  const DeviceBatch widened = inputs.upload(*backend, named_batch({12}, tables), 4, StepExtras{&wider});
+  EXPECT_EQ(device_rows(*backend, widened, tables), tables);
+  EXPECT_EQ(inputs.rows_sent(), 1);
+}
+
+TEST(StepInputs, KeptTableRowsSurviveStepsThatSendWholeTables) {
+  // An eager prefill between two decode steps packs its own table; the kept one stays valid.
+  auto backend = make_backend("cpu").value();
+  StepInputs inputs;
+  const PaddedShape shape{2, 8};
+  const std::vector<std::vector<int32_t>> tables = {{3, 4}, {5}};
+  (void)device_rows(*backend, inputs.upload(*backend, named_batch({1, 2}, tables), 4, StepExtras{&shape}), tables);
+  (void)inputs.upload(*backend, decode_batch(), 4);
+  const DeviceBatch device = inputs.upload(*backend, named_batch({1, 2}, tables), 4, StepExtras{&shape});
+  EXPECT_EQ(inputs.rows_sent(), 0);
+  EXPECT_EQ(device_rows(*backend, device, tables), tables);
 }
 
 TEST(DecodeGraphs, RunsOnlyDecodeStepsThatWantEveryRow) {

@@ -22,8 +22,8 @@ void sample_rows(const float* logits, int64_t vocab, const SampleParams* params,
   if (error) std::rethrow_exception(error);
 }
 
-void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens, int32_t* token_ids) {
-  ref::take_drawn_tokens(drawn, draw_of_token, num_tokens, token_ids);
+void gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width, int32_t* dst) {
+  ref::gather_rows(src, row_of, num_rows, width, dst);
 }
 
 }  // namespace deepinfer::kernels::cpu

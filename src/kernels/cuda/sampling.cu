@@ -147,12 +147,6 @@ __global__ void __launch_bounds__(kThreads) split_cut_kernel(const float* logits
   if (threadIdx.x == 0) token_ids[b.draw] = token;
 }
 
-__global__ void take_drawn_tokens_kernel(const int32_t* drawn, const int32_t* draw_of_token, int num_tokens,
-                                         int32_t* token_ids) {
-  const int t = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (t < num_tokens && draw_of_token[t] >= 0) token_ids[t] = drawn[draw_of_token[t]];
-}
-
 int32_t num_blocks(int64_t num_draws, int32_t num_sms) {
   return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(num_draws, std::max(num_sms, 1))));
 }
@@ -193,15 +187,6 @@ void sample_rows(const float* logits, int64_t vocab, const SampleParams* params,
   launch_dependent(split_cut_kernel, grid, dim3(kThreads), 0, stream, logits, static_cast<int>(vocab), params,
                    token_ids, bytes, layout);
   DI_CUDA_CHECK_LAUNCH("split_cut_kernel");
-}
-
-void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens, int32_t* token_ids,
-                       cudaStream_t stream) {
-  if (num_tokens == 0) return;
-  constexpr int kBlock = 256;
-  take_drawn_tokens_kernel<<<static_cast<unsigned>((num_tokens + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-      drawn, draw_of_token, static_cast<int>(num_tokens), token_ids);
-  DI_CUDA_CHECK_LAUNCH("take_drawn_tokens_kernel");
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -1,6 +1,6 @@
 // sample_rows (kernels/ops.h) on the GPU: the host sampler's choices from logits that stay on the
-// device, so a decode step returns token ids only; and take_drawn_tokens, which feeds them to the
-// step scheduled after it.
+// device, so a decode step returns token ids only (gather_rows in copy_pieces.h feeds them to the
+// step scheduled after it).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,9 +24,5 @@ void clear_sample_rows_workspace(void* workspace, cudaStream_t stream);
 // workspace was readied by clear_sample_rows_workspace.
 void sample_rows(const float* logits, int64_t vocab, const SampleParams* params, int64_t num_draws,
                  int32_t* token_ids, void* workspace, int32_t num_sms, cudaStream_t stream);
-
-// kernels/ops.h take_drawn_tokens; all device memory.
-void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens, int32_t* token_ids,
-                       cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda

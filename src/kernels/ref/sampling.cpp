@@ -148,9 +148,10 @@ void sample_rows(const float* logits, int64_t vocab, const SampleParams* params,
   }
 }
 
-void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens, int32_t* token_ids) {
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    if (draw_of_token[t] >= 0) token_ids[t] = drawn[draw_of_token[t]];
+void gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width, int32_t* dst) {
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const int64_t from = row_of != nullptr ? row_of[r] : r;
+    if (from >= 0) std::copy_n(src + from * width, width, dst + r * width);
   }
 }
 

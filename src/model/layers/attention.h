@@ -30,6 +30,23 @@ struct DeviceBatch {
   int64_t num_tokens = 0;
   // The step's draws when they came with it (StepInputs), in the same buffer; null otherwise.
   const kernels::SampleParams* draws = nullptr;
+  // What finish_inputs (model/step_inputs.h) does on the device before the forward. Input tokens
+  // taken from the draws of the step before: those draws, null when it takes none, and per token
+  // the draw or -1.
+  const int32_t* take_from = nullptr;
+  const int32_t* draw_of_token = nullptr;
+  // A block table kept on the device between steps (null when the step brought its whole table):
+  // its table_rows rows are copied to scratch, then row s < rows is rebuilt from row source[s] of
+  // scratch (a row of the last step; or past the table's rows, a row this step sent), or kept when
+  // source[s] is -1.
+  struct TableRebuild {
+    int32_t* table = nullptr;
+    int32_t* scratch = nullptr;
+    const int32_t* source = nullptr;
+    int32_t table_rows = 0;
+    int32_t rows = 0;
+    int32_t width = 0;
+  } rebuild;
 
   static DeviceBatch upload(Backend& backend, const ForwardBatch& batch, int32_t block_size);
 };

@@ -425,7 +425,14 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   bool all_rows = num_logit_rows == num_tokens;
   for (int64_t r = 0; all_rows && r < num_logit_rows; ++r) all_rows = batch.logit_rows[static_cast<size_t>(r)] == r;
   ensure_workspace(num_tokens, all_rows ? num_tokens : std::max<int64_t>(num_logit_rows, 1));
+  // A decode step keeps its block table on the device, as in a graph (no padded rows here).
+  PaddedShape decode_shape;
+  if (DecodeGraphs::can_run(batch)) {
+    decode_shape = {batch.num_seqs(), DecodeGraphs::shape_for(batch).width};
+    extras.shape = &decode_shape;
+  }
   const DeviceBatch device_batch = inputs_.upload(backend_, batch, kv_shape_.block_size, extras);
+  finish_inputs(backend_, device_batch);
   enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows);
   return device_batch.draws;
 }

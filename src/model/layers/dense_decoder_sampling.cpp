@@ -2,6 +2,8 @@
 // the logits or the drawn token ids plus the rows the host still needs.
 #include "model/layers/dense_decoder.h"
 
+#include <algorithm>
+
 namespace deepinfer {
 
 void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
@@ -25,7 +27,11 @@ std::unique_ptr<PendingCopies> DenseDecoder::launch_sampled(const ForwardBatch& 
   // Sampling runs after the step (a replayed graph included), on the same stream.
   if (!draws.empty()) {
     const size_t tokens_bytes = draws.size() * sizeof(int32_t);
-    if (drawn_tokens_.size_bytes() < tokens_bytes) drawn_tokens_ = backend_.allocate(tokens_bytes);
+    // Room for a graph's whole batch at once: the graphs read these draws where they are, so a
+    // move makes them be captured again.
+    if (drawn_tokens_.size_bytes() < tokens_bytes) {
+      drawn_tokens_ = backend_.allocate(std::max(tokens_bytes, size_t{DecodeGraphs::kMaxBatch} * sizeof(int32_t)));
+    }
     backend_.sample_rows(logits_.as<float>(), vocab, device_draws, static_cast<int64_t>(draws.size()),
                          drawn_tokens_.as<int32_t>());
   }

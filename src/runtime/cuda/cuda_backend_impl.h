@@ -14,7 +14,7 @@
 #include "kernels/cuda/head_gemm.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_ops.h"
-#include "kernels/cuda/scatter.h"
+#include "kernels/cuda/copy_pieces.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/pinned_pool.h"
@@ -171,8 +171,8 @@ class CudaBackend final : public Backend {
   // Sampling where the logits are (cuda_backend_sampling.cpp): only token ids leave the device.
   void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params, int64_t num_draws,
                    int32_t* token_ids) override;
-  void take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,
-                         int32_t* token_ids) override;
+  void gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width,
+                   int32_t* dst) override;
 
  private:
   // Where a norm writing out ([num_rows, dim]) also puts its copy rounded to dtype for the cuBLASLt

@@ -1,5 +1,6 @@
 // CudaBackend::sample_rows: the device sampler over a workspace the backend keeps between calls;
-// take_drawn_tokens, its draws fed to the next step.
+// gather_rows, which feeds its draws to the next step.
+#include "kernels/cuda/copy_pieces.h"
 #include "kernels/cuda/sampling.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 
@@ -18,9 +19,9 @@ void CudaBackend::sample_rows(const float* logits, int64_t vocab, const kernels:
   kc::sample_rows(logits, vocab, params, num_draws, token_ids, sample_workspace_.data(), num_sms_, stream_.for_op());
 }
 
-void CudaBackend::take_drawn_tokens(const int32_t* drawn, const int32_t* draw_of_token, int64_t num_tokens,
-                                    int32_t* token_ids) {
-  kc::take_drawn_tokens(drawn, draw_of_token, num_tokens, token_ids, stream_.for_op());
+void CudaBackend::gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width,
+                              int32_t* dst) {
+  kc::gather_rows(src, row_of, num_rows, width, dst, stream_.for_op());
 }
 
 }  // namespace deepinfer

@@ -59,15 +59,16 @@ void CudaBackend::scatter_to_device(const uint8_t* src, const std::vector<HostPi
     Backend::scatter_to_device(src, pieces);
     return;
   }
-  std::vector<kc::ScatterPiece> scatter;
+  const uint8_t* device_src = pool->device_view(src);
+  std::vector<kc::CopyPiece> scatter;
   scatter.reserve(pieces.size());
   for (const HostPiece& piece : pieces) {
     const bool round = piece.src_dtype != piece.dst_dtype;
     DI_CHECK(!round || (piece.src_dtype == DType::kF32 && piece.dst_dtype == DType::kBF16),
              "page piece " << dtype_name(piece.src_dtype) << " into a " << dtype_name(piece.dst_dtype) << " cache");
-    scatter.push_back({piece.dst, piece.src_offset, piece.src_bytes / sizeof(float), round});
+    scatter.push_back({device_src + piece.src_offset, piece.dst, piece.src_bytes / sizeof(float), round});
   }
-  kc::scatter_from_host(pool->device_view(src), scatter, stream_.for_op());
+  kc::copy_pieces(scatter, stream_.for_op());
   pool->record_read(src, stream_.for_op());
 }
 

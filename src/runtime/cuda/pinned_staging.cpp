@@ -4,13 +4,33 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cuda/copy_pieces.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace deepinfer {
+namespace {
+
+namespace kc = kernels::cuda;
+
+// Pinned memory the device can address; *device_view is its device-side address.
+void* allocate_mapped(size_t bytes, void** device_view) {
+  void* buffer = nullptr;
+  DI_CUDA_CHECK(cudaHostAlloc(&buffer, bytes, cudaHostAllocMapped));
+  if (const cudaError_t error = cudaHostGetDevicePointer(device_view, buffer, 0); error != cudaSuccess) {
+    cudaFreeHost(buffer);
+    DI_CUDA_CHECK(error);
+  }
+  return buffer;
+}
+
+bool by_kernel(size_t size_bytes) { return size_bytes <= kKernelCopyBytes && size_bytes % sizeof(float) == 0; }
+
+}  // namespace
 
 PinnedStaging::PinnedStaging(cudaStream_t stream) : stream_(stream) {
   for (int i = 0; i < 2; ++i) {
-    DI_CUDA_CHECK(cudaMallocHost(&buffers_[static_cast<size_t>(i)], kChunkBytes));
+    const auto slot = static_cast<size_t>(i);
+    buffers_[slot] = allocate_mapped(kChunkBytes, &device_views_[slot]);
     DI_CUDA_CHECK(cudaEventCreateWithFlags(&done_[static_cast<size_t>(i)], cudaEventDisableTiming));
   }
 }
@@ -32,8 +52,13 @@ void PinnedStaging::to_device(void* dst, const void* src, size_t size_bytes) {
     next_ ^= 1;
     DI_CUDA_CHECK(cudaEventSynchronize(done_[slot]));  // the DMA that last read this buffer is done
     std::memcpy(buffers_[slot], static_cast<const char*>(src) + offset, bytes);
-    DI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + offset, buffers_[slot], bytes, cudaMemcpyHostToDevice,
-                                  stream_));
+    if (by_kernel(bytes)) {
+      kc::copy_pieces({{device_views_[slot], static_cast<char*>(dst) + offset, bytes / sizeof(float), false}},
+                      stream_);
+    } else {
+      DI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + offset, buffers_[slot], bytes, cudaMemcpyHostToDevice,
+                                    stream_));
+    }
     DI_CUDA_CHECK(cudaEventRecord(done_[slot], stream_));
   }
 }
@@ -121,20 +146,31 @@ std::unique_ptr<PendingCopies> PinnedReadbacks::enqueue(const std::vector<HostCo
   if (slot.done == nullptr) DI_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
   if (slot.buffer == nullptr) {
     slot.capacity = std::max<size_t>(bytes, 4096);
-    if (const cudaError_t error = cudaMallocHost(&slot.buffer, slot.capacity); error != cudaSuccess) {
+    try {
+      slot.buffer = allocate_mapped(slot.capacity, &slot.device_view);
+    } catch (...) {
       cudaEventDestroy(slot.done);
-      DI_CUDA_CHECK(error);
+      throw;
     }
   }
   auto pending = std::make_unique<PinnedCopies>(copies, slot, free_);
+  const bool kernel = by_kernel(bytes) && std::all_of(copies.begin(), copies.end(), [](const HostCopy& copy) {
+                        return copy.size_bytes % sizeof(float) == 0 &&
+                               reinterpret_cast<uintptr_t>(copy.src) % sizeof(float) == 0;
+                      });
+  std::vector<kc::CopyPiece> pieces;
   size_t offset = 0;
   for (const HostCopy& copy : copies) {
-    if (copy.size_bytes > 0) {
+    if (copy.size_bytes > 0 && kernel) {
+      pieces.push_back(
+          {copy.src, static_cast<char*>(slot.device_view) + offset, copy.size_bytes / sizeof(float), false});
+    } else if (copy.size_bytes > 0) {
       DI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(slot.buffer) + offset, copy.src, copy.size_bytes,
                                     cudaMemcpyDeviceToHost, stream_));
     }
     offset += copy.size_bytes;
   }
+  if (!pieces.empty()) kc::copy_pieces(pieces, stream_, kc::CopyInto::kHost);
   DI_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
   return pending;
 }

@@ -1,6 +1,10 @@
 // Host<->device copies through pinned buffers: two used in turn for pageable memory (vectors, the
-// mapped checkpoint), copied into one while the DMA engine drains the other; and readbacks that
-// land in pinned buffers of their own and are copied out when waited for.
+// mapped checkpoint), copied into one while the device drains the other; and readbacks that land
+// in pinned buffers of their own and are copied out when waited for. The buffers are mapped into
+// the device's address space: a copy of up to kKernelCopyBytes (a step's inputs, its token ids)
+// is one kernel on the stream reading or writing host memory, which follows and precedes the
+// stream's kernels with no copy-engine hop (several microseconds each way on the H200); larger
+// ones go by DMA.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +18,8 @@
 #include "runtime/backend.h"
 
 namespace deepinfer {
+
+inline constexpr size_t kKernelCopyBytes = size_t{1} << 20;
 
 class PinnedStaging {
  public:
@@ -32,6 +38,7 @@ class PinnedStaging {
  private:
   cudaStream_t stream_;
   std::array<void*, 2> buffers_{};
+  std::array<void*, 2> device_views_{};
   std::array<cudaEvent_t, 2> done_{};  // recorded after the copy that last read/wrote each buffer
   int next_ = 0;
 };
@@ -46,6 +53,7 @@ class PinnedReadbacks {
 
   struct Slot {
     void* buffer = nullptr;
+    void* device_view = nullptr;
     size_t capacity = 0;
     cudaEvent_t done = nullptr;
   };

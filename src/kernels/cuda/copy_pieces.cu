@@ -1,10 +1,10 @@
-// One-launch scatter of a host buffer's pieces into device memory (kernels/cuda/scatter.h). Each
-// grid row y is one piece; its blocks stride over the piece's words, so every thread keeps a
-// PCIe read in flight.
+// One-launch copy of many pieces, and the row gather (kernels/cuda/copy_pieces.h). Each grid row y
+// of the copy is one piece; its blocks stride over the piece's words, so every thread keeps a PCIe
+// read or write in flight.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/scatter.h"
+#include "kernels/cuda/copy_pieces.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -15,7 +15,7 @@ constexpr int kThreads = 256;
 constexpr size_t kBlocksPerLaunch = 1024;
 
 struct PieceTable {
-  ScatterPiece pieces[kMaxPiecesPerLaunch];
+  CopyPiece pieces[kMaxPiecesPerLaunch];
 };
 
 // The host's f32_to_bf16 (core/dtype.h) bit for bit: NaN stays quiet NaN, else round to nearest even.
@@ -26,9 +26,9 @@ __device__ __forceinline__ uint32_t bf16_bits(uint32_t bits) {
 
 // kVec words per thread step: 4 (uint4 loads) when every source, destination and size allows it.
 template <int kVec>
-__global__ void scatter_kernel(const uint8_t* __restrict__ src, PieceTable table) {
-  const ScatterPiece& piece = table.pieces[blockIdx.y];
-  const auto* words = reinterpret_cast<const uint32_t*>(src + piece.src_offset);
+__device__ __forceinline__ void copy_piece(const PieceTable& table) {
+  const CopyPiece& piece = table.pieces[blockIdx.y];
+  const auto* words = static_cast<const uint32_t*>(piece.src);
   const size_t steps = piece.num_floats / kVec;
   for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < steps; i += size_t{gridDim.x} * kThreads) {
     if constexpr (kVec == 4) {
@@ -50,15 +50,35 @@ __global__ void scatter_kernel(const uint8_t* __restrict__ src, PieceTable table
   }
 }
 
-bool vectorizable(const uint8_t* src, const ScatterPiece& piece) {
-  const auto src_addr = reinterpret_cast<uintptr_t>(src) + piece.src_offset;
+// The same copy under two names, so a trace tells a step's readback from its uploads.
+template <int kVec>
+__global__ void copy_pieces_kernel(PieceTable table) {
+  copy_piece<kVec>(table);
+}
+template <int kVec>
+__global__ void copy_pieces_to_host_kernel(PieceTable table) {
+  copy_piece<kVec>(table);
+}
+
+// One thread per element of dst's rows.
+__global__ void gather_rows_kernel(const int32_t* __restrict__ src, const int32_t* __restrict__ row_of, int64_t total,
+                                   int64_t width, int32_t* __restrict__ dst) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
+    const int64_t r = i / width;
+    const int64_t from = row_of != nullptr ? row_of[r] : r;
+    if (from >= 0) dst[i] = src[from * width + i % width];
+  }
+}
+
+bool vectorizable(const CopyPiece& piece) {
+  const auto src_addr = reinterpret_cast<uintptr_t>(piece.src);
   const auto dst_addr = reinterpret_cast<uintptr_t>(piece.dst);
   return src_addr % 16 == 0 && dst_addr % (piece.to_bf16 ? 8 : 16) == 0 && piece.num_floats % 4 == 0;
 }
 
 }  // namespace
 
-void scatter_from_host(const uint8_t* src, const std::vector<ScatterPiece>& pieces, cudaStream_t stream) {
+void copy_pieces(const std::vector<CopyPiece>& pieces, cudaStream_t stream, CopyInto into) {
   for (size_t first = 0; first < pieces.size(); first += kMaxPiecesPerLaunch) {
     const size_t count = std::min(kMaxPiecesPerLaunch, pieces.size() - first);
     PieceTable table{};
@@ -67,20 +87,30 @@ void scatter_from_host(const uint8_t* src, const std::vector<ScatterPiece>& piec
     for (size_t i = 0; i < count; ++i) {
       table.pieces[i] = pieces[first + i];
       max_floats = std::max(max_floats, table.pieces[i].num_floats);
-      vec = vec && vectorizable(src, table.pieces[i]);
+      vec = vec && vectorizable(table.pieces[i]);
     }
     if (max_floats == 0) continue;
     const size_t steps = vec ? max_floats / 4 : max_floats;
     const size_t per_piece = std::max<size_t>(kBlocksPerLaunch / count, 4);
     const dim3 grid(static_cast<unsigned>(std::min((steps + kThreads - 1) / kThreads, per_piece)),
                     static_cast<unsigned>(count));
+    const bool to_host = into == CopyInto::kHost;
     if (vec) {
-      scatter_kernel<4><<<grid, kThreads, 0, stream>>>(src, table);
+      (to_host ? copy_pieces_to_host_kernel<4> : copy_pieces_kernel<4>)<<<grid, kThreads, 0, stream>>>(table);
     } else {
-      scatter_kernel<1><<<grid, kThreads, 0, stream>>>(src, table);
+      (to_host ? copy_pieces_to_host_kernel<1> : copy_pieces_kernel<1>)<<<grid, kThreads, 0, stream>>>(table);
     }
-    DI_CUDA_CHECK_LAUNCH("scatter_kernel");
+    DI_CUDA_CHECK_LAUNCH("copy_pieces_kernel");
   }
+}
+
+void gather_rows(const int32_t* src, const int32_t* row_of, int64_t num_rows, int64_t width, int32_t* dst,
+                 cudaStream_t stream) {
+  const int64_t total = num_rows * width;
+  if (total == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, kBlocksPerLaunch));
+  gather_rows_kernel<<<blocks, kThreads, 0, stream>>>(src, row_of, total, width, dst);
+  DI_CUDA_CHECK_LAUNCH("gather_rows_kernel");
 }
 
 }  // namespace deepinfer::kernels::cuda
