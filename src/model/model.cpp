@@ -1,6 +1,8 @@
 // load_model: config.json -> registry -> architecture builder.
 #include "model/model.h"
 
+#include "core/check.h"
+
 #include "model/archs/archs.h"
 #include "model/layers/linear.h"
 
@@ -27,5 +29,10 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
 }
 
 std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
+
+void CausalLM::forward_draft(const ForwardBatch& /*batch*/, const std::vector<int32_t>& /*hidden_rows*/,
+                             DraftInput /*input*/, float* /*logits*/, float* /*confidence*/) {
+  DI_CHECK(false, "this model has no draft module (num_draft_modules() is 0)");
+}
 
 }  // namespace deepinfer

@@ -149,4 +149,68 @@ inline void expect_fast_path_agrees(Backend& backend, const std::string& what, d
   }
 }
 
+// The draft module (CausalLM::forward_draft) against the training run's float32 PyTorch model
+// (expected_mtp.json; transformers has no MTP): per position i, from the main model's final hidden
+// state at i and token i+1, the top logprobs of token i+2 (within logprob_tolerance, absolute and
+// relative) and the confidence head's estimate (within confidence_tolerance).
+inline void expect_draft_module_matches(CausalLM& model, double logprob_tolerance, double confidence_tolerance) {
+  std::ifstream in(fixture_dir("deepinfer_tiny_v3") + "/expected_mtp.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  ASSERT_EQ(model.num_draft_modules(), 1);
+  const auto tokens = expected["tokens"].get<std::vector<int32_t>>();
+  const auto n = static_cast<int32_t>(tokens.size());
+  constexpr int32_t kBlock = 16;
+  const int32_t num_blocks = (n + kBlock - 1) / kBlock;
+  model.allocate_kv_cache(KvCacheShape{num_blocks, kBlock, 0});
+  // One sequence on blocks 0, 1, ...: the main forward over every token, then the draft module
+  // over positions 0 .. n - 2, each with the token after it.
+  const auto sequence = [&](int32_t count) {
+    ForwardBatch batch;
+    for (int32_t p = 0; p < count; ++p) {
+      batch.positions.push_back(p);
+      batch.slot_mapping.push_back(p);
+      batch.logit_rows.push_back(p);
+    }
+    batch.query_start = {0, count};
+    batch.seq_len = {count};
+    batch.max_blocks_per_seq = num_blocks;
+    for (int32_t b = 0; b < num_blocks; ++b) batch.block_table.push_back(b);
+    return batch;
+  };
+  const int64_t vocab = model.config().vocab_size;
+  ForwardBatch main = sequence(n);
+  main.token_ids = tokens;
+  std::vector<float> main_logits(static_cast<size_t>(n * vocab));
+  model.forward(main, main_logits.data());
+
+  ForwardBatch draft = sequence(n - 1);
+  draft.token_ids.assign(tokens.begin() + 1, tokens.end());
+  std::vector<int32_t> hidden_rows(static_cast<size_t>(n - 1));
+  for (int32_t p = 0; p < n - 1; ++p) hidden_rows[static_cast<size_t>(p)] = p;
+  std::vector<float> logits(static_cast<size_t>((n - 1) * vocab));
+  std::vector<float> confidence(static_cast<size_t>(n - 1));
+  model.forward_draft(draft, hidden_rows, CausalLM::DraftInput::kMainHidden, logits.data(), confidence.data());
+
+  const auto& positions = expected["positions"];
+  ASSERT_EQ(positions.size(), static_cast<size_t>(n - 1));
+  for (const auto& position : positions) {
+    const auto pos = position["pos"].get<size_t>();
+    ASSERT_EQ(position["next_token"].get<int32_t>(), tokens[pos + 1]);
+    const float* row = logits.data() + pos * static_cast<size_t>(vocab);
+    float max_logit = row[0];
+    for (int64_t v = 1; v < vocab; ++v) max_logit = std::max(max_logit, row[v]);
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - max_logit);
+    const double log_sum = max_logit + std::log(sum);
+    for (const auto& entry : position["draft_top"]) {
+      const auto id = static_cast<size_t>(entry[0].get<int32_t>());
+      const double got = static_cast<double>(row[id]) - log_sum;
+      const double want = entry[1].get<double>();
+      EXPECT_LE(std::abs(got - want), logprob_tolerance * (1.0 + std::abs(want)))
+          << "pos " << pos << " id " << id << ": got " << got << " want " << want;
+    }
+    EXPECT_NEAR(confidence[pos], position["confidence"].get<double>(), confidence_tolerance) << "pos " << pos;
+  }
+}
+
 }  // namespace deepinfer::testing

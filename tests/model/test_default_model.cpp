@@ -108,6 +108,13 @@ TEST(DefaultModel, LoadsMtpModuleAndConfidenceHead) {
   EXPECT_EQ(mtp.shared_head.cols, hidden);
 }
 
+// The draft module against the training run's model (default_model_oracle.h), float32 activations.
+TEST(DefaultModel, DraftModuleMatchesTheTrainingModel) {
+  Shipped shipped = load_shipped();
+  ASSERT_TRUE(shipped.model);
+  testing::expect_draft_module_matches(*shipped.model, 1e-4, 2e-3);
+}
+
 // The trained tokenizer against the ids Hugging Face tokenizers gave in the training run.
 TEST(DefaultModel, TokenizerMatchesHuggingFace) {
   auto tokenizer = Tokenizer::load(kModelDir);

@@ -56,8 +56,8 @@ struct DecoderLayer {
 };
 
 // The multi-token-prediction block DeepSeek-V3 checkpoints ship after the decoder layers
-// (model.layers.<num_hidden_layers + i>). Loaded and kept for speculative decoding; plain
-// decoding never runs it.
+// (model.layers.<num_hidden_layers + i>), the draft module of speculative decoding
+// (CausalLM::forward_draft, dense_decoder_draft.cpp); plain decoding never runs it.
 struct MtpLayerWeights {
   RmsNorm enorm, hnorm;     // [hidden]
   Linear eh_proj;           // [hidden, 2 * hidden]
@@ -65,7 +65,7 @@ struct MtpLayerWeights {
   kernels::WeightView shared_head;  // [vocab, hidden]
   std::optional<Linear> confidence_head;  // [1, hidden] + bias, when the checkpoint has one
   std::optional<kernels::WeightView> embed_tokens;  // [vocab, hidden]: the layer's own copy, when it has one
-  DecoderLayer block;  // attention + feed-forward as in a decoder layer (its KV cache is never allocated)
+  DecoderLayer block;  // attention + feed-forward as in a decoder layer; its KV cache is the module's own
 };
 
 class DenseDecoder final : public CausalLM {
@@ -107,6 +107,9 @@ class DenseDecoder final : public CausalLM {
   void reset_expert_token_counts() override;
   int64_t routed_weight_bytes_per_step() const override;
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_layers_; }
+  int32_t num_draft_modules() const override { return static_cast<int32_t>(mtp_layers_.size()); }
+  void forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
+                     float* logits, float* confidence) override;
 
  private:
   using Layer = DecoderLayer;
@@ -156,6 +159,13 @@ class DenseDecoder final : public CausalLM {
   DeviceBuffer logit_hidden_;  // [num_logit_rows, hidden]
   DeviceBuffer logits_;        // [num_logit_rows, vocab]
   StepInputs inputs_;          // eager steps' inputs
+  // The draft module's (forward_draft): its inputs, the hidden states it reads ([rows, hidden])
+  // and [rows, 2 * hidden] joined, its outputs (the next draft's kDraftOutput rows), confidences
+  // [rows], and the shape its KV cache was allocated for (num_blocks 0: not yet).
+  StepInputs draft_inputs_;
+  DeviceBuffer draft_rows_, draft_hidden_, draft_joined_, draft_out_, draft_confidence_;
+  int64_t draft_capacity_ = 0;
+  KvCacheShape draft_kv_shape_;
   DeviceBuffer drawn_tokens_;  // [draws] int32 of launch_sampled; the next step's token_from_draw
                                // reads them
   // Decode steps as device graphs: set when the backend captures. A MoE layer's expert token
