@@ -7,6 +7,7 @@
 #include <random>
 
 #include "bench_device.h"
+#include "bench_speculative.h"
 #include "commands.h"
 #include "core/memory_bandwidth.h"
 #include "runtime/cpu/op_profile.h"
@@ -21,6 +22,8 @@ constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-t
                        [--no-cuda-graphs] [--no-fused-decode] [--no-products] [--host-sampling]
                        [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]
                        [--engine-batches LIST] [--engine-tokens N] [--[no-]async-scheduling]  (cuda)
+       deepinfer bench --model DIR --speculative-tokens K --draft-text FILE [--draft-prompts N]
+                       [--prompt-tokens N] [--decode-tokens N] [--device cpu|ref|cuda]
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
@@ -41,6 +44,15 @@ sample --engine-tokens tokens each (default 128) through the engine's step loop,
 pipelined side by side (median tokens/s of 3 runs each, and their ratio), and when the model has
 a tokenizer again with one of them constrained by a regex (grammar masks on the host);
 --async-scheduling or --no-async-scheduling runs only that loop.
+With --speculative-tokens K and --draft-text FILE (a model with a draft module, DeepSeek's MTP):
+greedy speculative decoding of one sequence at a time, K drafts a round from the draft module and
+one verifying forward of the model, against plain greedy decoding, alternating over the same
+prompts (--draft-prompts of --prompt-tokens tokens cut from FILE's text, default 16 of 64;
+--decode-tokens each, default 64). Prints a speculative line (tokens/s of both, the speedup, the
+ideal speedup from the measured acceptance and costs: tokens a round / (1 + draft time a round /
+plain time a token), the accepted-drafts histogram, whether the outputs are identical) and a
+draft_calibration line per depth: acceptance given the earlier drafts were accepted, the
+confidence head's mean, ECE (10 bins), AUROC and Brier score beside a constant predictor's.
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -53,10 +65,19 @@ int run_bench(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
                                                        "--contexts", "--prefill", "--steps", "--engine-batches",
-                                                       "--engine-tokens"}),
+                                                       "--engine-tokens", "--speculative-tokens", "--draft-text",
+                                                       "--draft-prompts"}),
                           model_bool_flags({"--no-products", "--profile", "--no-fused-decode", "--async-scheduling",
                                             "--no-async-scheduling"}));
   if (!args.ok()) return report_error("bench", args.error());
+  if (args->has("--speculative-tokens") != args->has("--draft-text")) {
+    return report_error("bench", Error{"--speculative-tokens and --draft-text go together"});
+  }
+  if (args->has("--draft-text")) {
+    auto loaded = load_model_from_args(*args);
+    if (!loaded.ok()) return report_error("bench", loaded.error());
+    return run_speculative_bench(*args, *loaded);
+  }
   auto prompt_tokens = args->get_int("--prompt-tokens", 128);
   auto decode_tokens = args->get_int("--decode-tokens", 32);
   auto repeats = args->get_int("--repeats", 3);

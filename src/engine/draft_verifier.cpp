@@ -1,0 +1,142 @@
+// DraftVerifier: draft, verify, keep, catch up.
+#include "engine/draft_verifier.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/check.h"
+#include "sampling/sampler.h"
+
+namespace deepinfer {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+DraftVerifier::DraftVerifier(CausalLM& model, int32_t max_seq_tokens, int32_t block_size)
+    : model_(model),
+      block_size_(block_size),
+      num_blocks_((max_seq_tokens + block_size - 1) / block_size),
+      max_seq_tokens_(max_seq_tokens) {
+  DI_CHECK(block_size > 0 && max_seq_tokens > 0);
+  model_.allocate_kv_cache(KvCacheShape{num_blocks_, block_size_, 0});
+}
+
+ForwardBatch DraftVerifier::rows(const std::vector<int32_t>& tokens, int32_t first) const {
+  ForwardBatch batch;
+  batch.token_ids = tokens;
+  const auto count = static_cast<int32_t>(tokens.size());
+  for (int32_t i = 0; i < count; ++i) {
+    batch.positions.push_back(first + i);
+    batch.slot_mapping.push_back(first + i);  // blocks 0, 1, ... in order: slot == position
+    batch.logit_rows.push_back(i);
+  }
+  batch.query_start = {0, count};
+  batch.seq_len = {first + count};
+  batch.max_blocks_per_seq = num_blocks_;
+  for (int32_t b = 0; b < num_blocks_; ++b) batch.block_table.push_back(b);
+  return batch;
+}
+
+Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                                     int32_t num_drafts, bool ignore_eos, DraftStats* stats) {
+  if (model_.num_draft_modules() == 0) {
+    return Error{"the model has no draft module (speculative decoding needs an MTP layer: num_nextn_predict_layers)"};
+  }
+  if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
+  if (num_drafts < 1) return Error{"num_drafts must be >= 1"};
+  if (static_cast<int64_t>(prompt.size()) + max_tokens + num_drafts > max_seq_tokens_) {
+    return Error{"prompt, max_tokens and drafts need " +
+                 std::to_string(static_cast<int64_t>(prompt.size()) + max_tokens + num_drafts) +
+                 " positions; this verifier holds " + std::to_string(max_seq_tokens_)};
+  }
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<int32_t> eos;
+  if (!ignore_eos) {
+    for (int64_t id : model_.config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  }
+  if (stats->depths.size() < static_cast<size_t>(num_drafts)) stats->depths.resize(static_cast<size_t>(num_drafts));
+  if (stats->accepted_per_round.size() < static_cast<size_t>(num_drafts + 1)) {
+    stats->accepted_per_round.resize(static_cast<size_t>(num_drafts + 1), 0);
+  }
+
+  // tokens: the sequence; the main model has run positions [0, tokens.size() - 1), the draft
+  // module its own cache over [0, draft_end) with the true tokens.
+  std::vector<int32_t> tokens = prompt;
+  const auto prompt_len = static_cast<int32_t>(prompt.size());
+  std::vector<float> logits(static_cast<size_t>(prompt_len) * static_cast<size_t>(vocab));
+  model_.forward(rows(prompt, 0), logits.data());
+  tokens.push_back(argmax(logits.data() + static_cast<size_t>(prompt_len - 1) * static_cast<size_t>(vocab), vocab));
+  // The main rows of the last forward: position first_main_row + r is row r.
+  int32_t first_main_row = 0;
+  int32_t draft_end = 0;
+  std::vector<float> draft_logits;
+  float confidence = 0.0f;
+  const auto done = [&] {
+    const auto generated = static_cast<int32_t>(tokens.size()) - prompt_len;
+    return generated >= max_tokens ||
+           (generated > 0 && std::find(eos.begin(), eos.end(), tokens.back()) != eos.end());
+  };
+  while (!done()) {
+    // Catch up: the draft module's rows for the positions whose next token is now known, the
+    // last of them drafting the first token past the sequence.
+    const auto last = static_cast<int32_t>(tokens.size()) - 1;  // the main model has not run it
+    std::vector<int32_t> next(tokens.begin() + draft_end + 1, tokens.end());
+    std::vector<int32_t> hidden_rows;
+    for (int32_t p = draft_end; p < last; ++p) hidden_rows.push_back(p - first_main_row);
+    ForwardBatch catch_up = rows(next, draft_end);
+    catch_up.logit_rows = {static_cast<int32_t>(next.size()) - 1};
+    draft_logits.resize(static_cast<size_t>(vocab));
+    auto start = std::chrono::steady_clock::now();
+    model_.forward_draft(catch_up, hidden_rows, CausalLM::DraftInput::kMainHidden, draft_logits.data(), &confidence);
+    ++stats->draft_forwards;
+    draft_end = last;
+    std::vector<int32_t> drafts = {argmax(draft_logits.data(), vocab)};
+    std::vector<float> confidences = {confidence};
+    auto output_row = static_cast<int32_t>(next.size()) - 1;  // of the last forward_draft
+    // Deeper drafts: the module again on its own output and the draft before, one position on.
+    const int32_t budget = std::min(num_drafts, max_tokens - (last + 1 - prompt_len));
+    while (static_cast<int32_t>(drafts.size()) < budget) {
+      const int32_t position = last + static_cast<int32_t>(drafts.size()) - 1;
+      ForwardBatch chain = rows({drafts.back()}, position);
+      model_.forward_draft(chain, {output_row}, CausalLM::DraftInput::kDraftOutput, draft_logits.data(), &confidence);
+      output_row = 0;
+      ++stats->draft_forwards;
+      drafts.push_back(argmax(draft_logits.data(), vocab));
+      confidences.push_back(confidence);
+    }
+    stats->draft_seconds += seconds_since(start);
+    // Verify: the last token and the drafts in one forward; keep the drafts up to the first the
+    // main model disagrees with, then its own token there.
+    std::vector<int32_t> verify = {tokens.back()};
+    verify.insert(verify.end(), drafts.begin(), drafts.end());
+    logits.resize(verify.size() * static_cast<size_t>(vocab));
+    start = std::chrono::steady_clock::now();
+    model_.forward(rows(verify, last), logits.data());
+    stats->verify_seconds += seconds_since(start);
+    ++stats->rounds;
+    first_main_row = last;
+    size_t accepted = 0;
+    for (size_t d = 0; d <= drafts.size(); ++d) {
+      const int32_t target = argmax(logits.data() + d * static_cast<size_t>(vocab), vocab);
+      const bool match = d < drafts.size() && drafts[d] == target;
+      if (d < drafts.size()) {
+        stats->depths[d].confidence.push_back(confidences[d]);
+        stats->depths[d].accepted.push_back(match ? 1 : 0);
+      }
+      tokens.push_back(target);
+      if (match) ++accepted;
+      if (!match || done()) break;
+    }
+    ++stats->accepted_per_round[accepted];
+  }
+  std::vector<int32_t> generated(tokens.begin() + prompt_len, tokens.end());
+  if (static_cast<int32_t>(generated.size()) > max_tokens) generated.resize(static_cast<size_t>(max_tokens));
+  return generated;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,56 @@
+// DraftVerifier: greedy speculative decoding of one sequence with the model's draft module
+// (CausalLM::forward_draft, DeepSeek's MTP), over a KV cache of its own: each round drafts a chain
+// of up to K tokens, verifies them in one forward of the main model, keeps the drafts up to the
+// first that differs from the main model's argmax plus that argmax (so the output is the plain
+// greedy output, token for token), and catches the draft module's cache up on the kept positions.
+// It measures what the engine's speculative decoding (issue 22) will schedule by: per draft
+// depth, the confidence head's estimate and whether the draft was accepted given that every
+// earlier draft of its chain was. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/result.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+struct DraftStats {
+  int32_t rounds = 0;           // main-model forwards after the prompt
+  int32_t draft_forwards = 0;   // forward_draft calls
+  double verify_seconds = 0.0;  // wall time in those main-model forwards
+  double draft_seconds = 0.0;   // and in forward_draft (both return with their results on the host)
+  // accepted_per_round[a]: rounds that kept a drafts (0 .. K).
+  std::vector<int64_t> accepted_per_round;
+  // Per depth k (index k - 1): drafts verified at that depth (those whose earlier drafts were all
+  // accepted), and for each its confidence and whether it was accepted.
+  struct Depth {
+    std::vector<float> confidence;
+    std::vector<uint8_t> accepted;
+  };
+  std::vector<Depth> depths;
+};
+
+class DraftVerifier {
+ public:
+  // max_seq_tokens: the longest sequence, drafts included.
+  DraftVerifier(CausalLM& model, int32_t max_seq_tokens, int32_t block_size = 16);
+
+  // Greedy continuation of prompt: up to max_tokens tokens (stopping after an eos id unless
+  // ignore_eos), drafting num_drafts tokens a round (>= 1); stats accumulate into *stats.
+  Result<std::vector<int32_t>> generate(const std::vector<int32_t>& prompt, int32_t max_tokens, int32_t num_drafts,
+                                        bool ignore_eos, DraftStats* stats);
+
+ private:
+  // One sequence at positions [first, first + tokens.size()) of this object's contiguous blocks,
+  // every row's logits wanted.
+  ForwardBatch rows(const std::vector<int32_t>& tokens, int32_t first) const;
+
+  CausalLM& model_;
+  int32_t block_size_;
+  int32_t num_blocks_;
+  int32_t max_seq_tokens_;
+};
+
+}  // namespace deepinfer
