@@ -135,7 +135,7 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
     if (!want.ok()) return report_error("bench", want.error());
     DraftVerifier verifier(model, max_seq);
     start = std::chrono::steady_clock::now();
-    auto got = verifier.generate(prompt, max_tokens, k, true, p == 0 ? &warm_up : &stats);
+    auto got = verifier.generate(prompt, greedy, k, p == 0 ? &warm_up : &stats);
     const double speculative_s = seconds_since(start);
     if (!got.ok()) return report_error("bench", got.error());
     if (p == 0) continue;
@@ -150,7 +150,8 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
   std::string histogram;
   for (size_t a = 0; a < stats.accepted_per_round.size(); ++a) {
     kept += static_cast<double>(a + 1) * static_cast<double>(stats.accepted_per_round[a]);
-    histogram += (a == 0 ? "" : ",") + std::to_string(stats.accepted_per_round[a]);
+    if (a > 0) histogram += ',';
+    histogram += std::to_string(stats.accepted_per_round[a]);
   }
   const double tokens_per_round = kept / rounds;
   const double plain_s_per_token = plain_seconds / static_cast<double>(generated);

@@ -42,23 +42,32 @@ ForwardBatch DraftVerifier::rows(const std::vector<int32_t>& tokens, int32_t fir
   return batch;
 }
 
-Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>& prompt, int32_t max_tokens,
-                                                     int32_t num_drafts, bool ignore_eos, DraftStats* stats) {
+Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                                     int32_t num_drafts, DraftStats* stats) {
   if (model_.num_draft_modules() == 0) {
     return Error{"the model has no draft module (speculative decoding needs an MTP layer: num_nextn_predict_layers)"};
   }
+  DI_TRY(options.sampling.validate(model_.config().vocab_size));
   if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
+  if (options.max_tokens < 0) return Error{"max_tokens must be >= 0"};
+  const int32_t max_tokens = options.max_tokens;
   if (num_drafts < 1) return Error{"num_drafts must be >= 1"};
   if (static_cast<int64_t>(prompt.size()) + max_tokens + num_drafts > max_seq_tokens_) {
     return Error{"prompt, max_tokens and drafts need " +
                  std::to_string(static_cast<int64_t>(prompt.size()) + max_tokens + num_drafts) +
                  " positions; this verifier holds " + std::to_string(max_seq_tokens_)};
   }
+  if (max_tokens == 0) return std::vector<int32_t>{};
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<int32_t> eos;
-  if (!ignore_eos) {
-    for (int64_t id : model_.config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  std::vector<int32_t> stop_ids = options.stop_token_ids;
+  if (!options.ignore_eos) {
+    for (int64_t id : model_.config().eos_token_ids) stop_ids.push_back(static_cast<int32_t>(id));
   }
+  const uint64_t seed = options.sampling.seed.value_or(0);
+  // The main model's choice for the token at position (the index it will have), from its logits.
+  const auto choose = [&](const float* row, size_t position) {
+    return sample_token(row, vocab, options.sampling, seed, static_cast<int64_t>(position), 0);
+  };
   if (stats->depths.size() < static_cast<size_t>(num_drafts)) stats->depths.resize(static_cast<size_t>(num_drafts));
   if (stats->accepted_per_round.size() < static_cast<size_t>(num_drafts + 1)) {
     stats->accepted_per_round.resize(static_cast<size_t>(num_drafts + 1), 0);
@@ -70,7 +79,8 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
   const auto prompt_len = static_cast<int32_t>(prompt.size());
   std::vector<float> logits(static_cast<size_t>(prompt_len) * static_cast<size_t>(vocab));
   model_.forward(rows(prompt, 0), logits.data());
-  tokens.push_back(argmax(logits.data() + static_cast<size_t>(prompt_len - 1) * static_cast<size_t>(vocab), vocab));
+  tokens.push_back(choose(logits.data() + static_cast<size_t>(prompt_len - 1) * static_cast<size_t>(vocab),
+                          tokens.size()));
   // The main rows of the last forward: position first_main_row + r is row r.
   int32_t first_main_row = 0;
   int32_t draft_end = 0;
@@ -79,7 +89,7 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
   const auto done = [&] {
     const auto generated = static_cast<int32_t>(tokens.size()) - prompt_len;
     return generated >= max_tokens ||
-           (generated > 0 && std::find(eos.begin(), eos.end(), tokens.back()) != eos.end());
+           (generated > 0 && std::find(stop_ids.begin(), stop_ids.end(), tokens.back()) != stop_ids.end());
   };
   while (!done()) {
     // Catch up: the draft module's rows for the positions whose next token is now known, the
@@ -122,7 +132,7 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
     first_main_row = last;
     size_t accepted = 0;
     for (size_t d = 0; d <= drafts.size(); ++d) {
-      const int32_t target = argmax(logits.data() + d * static_cast<size_t>(vocab), vocab);
+      const int32_t target = choose(logits.data() + d * static_cast<size_t>(vocab), tokens.size());
       const bool match = d < drafts.size() && drafts[d] == target;
       if (d < drafts.size()) {
         stats->depths[d].confidence.push_back(confidences[d]);

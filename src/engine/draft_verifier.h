@@ -1,8 +1,12 @@
-// DraftVerifier: greedy speculative decoding of one sequence with the model's draft module
+// DraftVerifier: speculative decoding of one sequence with the model's draft module
 // (CausalLM::forward_draft, DeepSeek's MTP), over a KV cache of its own: each round drafts a chain
-// of up to K tokens, verifies them in one forward of the main model, keeps the drafts up to the
-// first that differs from the main model's argmax plus that argmax (so the output is the plain
-// greedy output, token for token), and catches the draft module's cache up on the kept positions.
+// of up to K tokens (each the draft module's argmax), verifies them in one forward of the main
+// model, keeps the drafts up to the first that differs from the main model's own choice there plus
+// that choice, and catches the draft module's cache up on the kept positions. The main model's
+// choice at each row is what plain decoding (Generator) draws at that position: the argmax, or for
+// a sampled request the draw keyed by (seed, position); a draft is kept exactly when it is that
+// token, so the output is plain decoding's, token for token (argmax drafts make sampling the
+// target and accepting on a match exact).
 // It measures what the engine's speculative decoding (issue 22) will schedule by: per draft
 // depth, the confidence head's estimate and whether the draft was accepted given that every
 // earlier draft of its chain was. Not thread-safe.
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/generator.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -37,10 +42,11 @@ class DraftVerifier {
   // max_seq_tokens: the longest sequence, drafts included.
   DraftVerifier(CausalLM& model, int32_t max_seq_tokens, int32_t block_size = 16);
 
-  // Greedy continuation of prompt: up to max_tokens tokens (stopping after an eos id unless
-  // ignore_eos), drafting num_drafts tokens a round (>= 1); stats accumulate into *stats.
-  Result<std::vector<int32_t>> generate(const std::vector<int32_t>& prompt, int32_t max_tokens, int32_t num_drafts,
-                                        bool ignore_eos, DraftStats* stats);
+  // Generator::generate's continuation of prompt under options (max_tokens, sampling with
+  // sampling.seed or 0, stop ids), drafting num_drafts tokens a round (>= 1); stats accumulate
+  // into *stats.
+  Result<std::vector<int32_t>> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                        int32_t num_drafts, DraftStats* stats);
 
  private:
   // One sequence at positions [first, first + tokens.size()) of this object's contiguous blocks,

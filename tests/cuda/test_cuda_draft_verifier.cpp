@@ -1,5 +1,5 @@
 // The draft module and DraftVerifier on CUDA (float32 activations, batch-invariant kernels): the
-// MTP module against the training run's model, and greedy output with drafts equal to without.
+// MTP module against the training run's model, and output with drafts equal to without.
 #include <gtest/gtest.h>
 
 #include "../engine/draft_verifier_cases.h"
@@ -16,9 +16,9 @@ TEST(CudaDraftModule, MatchesTheTrainingModel) {
   expect_draft_module_matches(*loaded.model, 3e-2, 2e-3);
 }
 
-TEST(CudaDraftVerifier, GreedyWithDraftsIsGreedyWithoutThem) {
+TEST(CudaDraftVerifier, OutputWithDraftsIsOutputWithoutThem) {
   CudaModel loaded = load_on_cuda(draft_model_dir(), /*batch_invariant=*/true);
-  expect_drafts_keep_greedy(*loaded.model);
+  expect_drafts_keep_output(*loaded.model);
 }
 
 }  // namespace

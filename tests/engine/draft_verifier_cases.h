@@ -21,10 +21,10 @@ inline std::string draft_model_dir() {
   return std::string(DEEPINFER_TEST_DATA_DIR) + "/../../models/deepinfer-tiny-v3";
 }
 
-// Greedy output with speculation is the plain greedy output (Generator), token for token, at every
-// chain length; the drafts are worth verifying (the training run measured greedy acceptance 0.727
-// on held-out code); the statistics add up.
-inline void expect_drafts_keep_greedy(CausalLM& model) {
+// Output with speculation is plain decoding's (Generator), token for token, at every chain length:
+// greedy, and sampled with a seed (temperature 0.8, top_p 0.95); greedy drafts are worth verifying
+// (the training run measured greedy acceptance 0.727 on held-out code); the statistics add up.
+inline void expect_drafts_keep_output(CausalLM& model) {
   auto tokenizer = Tokenizer::load(draft_model_dir());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
   constexpr int32_t kMaxTokens = 48;
@@ -34,17 +34,33 @@ inline void expect_drafts_keep_greedy(CausalLM& model) {
     const auto encoded = tokenizer->encode(text);
     ASSERT_TRUE(encoded.ok()) << encoded.error().message;
     const std::vector<int32_t>& prompt = *encoded;
-    Generator plain(model, 16, 256);
+    GenerateOptions sampled;
+    sampled.max_tokens = kMaxTokens;
+    sampled.ignore_eos = true;
+    sampled.sampling.temperature = 0.8;
+    sampled.sampling.top_p = 0.95;
+    sampled.sampling.seed = 7;
+    for (int32_t drafts : {1, 3}) {
+      Generator plain(model, 16, 256);
+      auto want = plain.generate(prompt, sampled);
+      ASSERT_TRUE(want.ok()) << want.error().message;
+      DraftVerifier verifier(model, 256);
+      DraftStats stats;
+      auto got = verifier.generate(prompt, sampled, drafts, &stats);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      EXPECT_EQ(*got, *want) << "sampled, " << drafts << " drafts, prompt: " << text;
+    }
     GenerateOptions options;
     options.max_tokens = kMaxTokens;
     options.ignore_eos = true;
     options.sampling.temperature = 0.0;
+    Generator plain(model, 16, 256);
     auto want = plain.generate(prompt, options);
     ASSERT_TRUE(want.ok()) << want.error().message;
     for (int32_t drafts : {1, 2, 4}) {
       DraftVerifier verifier(model, 256);
       DraftStats stats;
-      auto got = verifier.generate(prompt, kMaxTokens, drafts, true, &stats);
+      auto got = verifier.generate(prompt, options, drafts, &stats);
       ASSERT_TRUE(got.ok()) << got.error().message;
       EXPECT_EQ(*got, *want) << drafts << " drafts, prompt: " << text;
       // Every round keeps its accepted drafts and one token of the main model's.
