@@ -104,9 +104,16 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   const size_t sent_rows_ints = static_cast<size_t>(rows_sent_) * static_cast<size_t>(width);
   const size_t room =
       (kept_table ? scratch_ints + (host_.size() - sent_rows_ints) + scratch_ints : host_.size()) * sizeof(int32_t);
-  if (device_.size_bytes() < room) device_ = backend.allocate(room);
+  try {
+    if (device_.size_bytes() < room) device_ = backend.allocate(room);
+    backend.copy_to_device(device_.as<int32_t>() + scratch_ints, host_.data(), bytes);
+  } catch (...) {
+    // The kept rows were not sent: forget them, so the next step sends every row.
+    kept_seq_ids_.clear();
+    kept_rows_.clear();
+    throw;
+  }
   auto* base = device_.as<int32_t>() + scratch_ints;
-  backend.copy_to_device(base, host_.data(), bytes);
   const auto tokens = static_cast<size_t>(num_tokens);
   const auto seqs = static_cast<size_t>(num_seqs);
   const size_t table_ints = seqs * static_cast<size_t>(width);

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include "model/decode_graphs.h"
 #include "model/step_inputs.h"
 #include "runtime/backend.h"
+#include "runtime/fault_injection.h"
 
 namespace deepinfer {
 namespace {
@@ -218,6 +220,22 @@ TEST(StepInputs, KeptTableRowsSurviveStepsThatSendWholeTables) {
   const DeviceBatch device = inputs.upload(*backend, named_batch({1, 2}, tables), 4, StepExtras{&shape});
   EXPECT_EQ(inputs.rows_sent(), 0);
   EXPECT_EQ(device_rows(*backend, device, tables), tables);
+}
+
+TEST(StepInputs, AFailedUploadForgetsTheKeptRows) {
+  auto faults = std::make_shared<FaultSwitch>();
+  auto backend = wrap_with_faults(make_backend("cpu").value(), faults);
+  StepInputs inputs;
+  const PaddedShape shape{2, 8};
+  const std::vector<std::vector<int32_t>> tables = {{3, 4}, {5}};
+  (void)device_rows(*backend, inputs.upload(*backend, named_batch({1, 2}, tables), 4, StepExtras{&shape}), tables);
+  faults->arm(FaultSpec{FaultKind::kThrow, "copy_to_device", 1});
+  const std::vector<std::vector<int32_t>> grown = {{3, 4, 6}, {5}};
+  EXPECT_THROW(inputs.upload(*backend, named_batch({1, 2}, grown), 4, StepExtras{&shape}), std::exception);
+  // The device never got the grown row: the next step sends both rows, not none.
+  const DeviceBatch device = inputs.upload(*backend, named_batch({1, 2}, grown), 4, StepExtras{&shape});
+  EXPECT_EQ(inputs.rows_sent(), 2);
+  EXPECT_EQ(device_rows(*backend, device, grown), grown);
 }
 
 TEST(DecodeGraphs, RunsOnlyDecodeStepsThatWantEveryRow) {
