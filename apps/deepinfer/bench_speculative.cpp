@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "engine/draft_verifier.h"
@@ -76,6 +77,39 @@ Calibration calibrate(const DraftStats::Depth& depth) {
   return c;
 }
 
+// The prompts: cut from --draft-text's tokens, or random token ids (seeded) for replayed drafts.
+Result<std::vector<std::vector<int32_t>>> bench_prompts(const Args& args, const CausalLM& model, size_t prompt_len,
+                                                        size_t count) {
+  std::vector<std::vector<int32_t>> prompts;
+  if (!args.has("--draft-text")) {
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model.config().vocab_size) - 1);
+    for (size_t p = 0; p < count; ++p) {
+      std::vector<int32_t>& prompt = prompts.emplace_back(prompt_len);
+      for (int32_t& t : prompt) t = token(rng);
+    }
+    return prompts;
+  }
+  const std::string text_path = *args.find("--draft-text");
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return Error{"--draft-text: cannot read " + text_path};
+  std::stringstream text;
+  text << in.rdbuf();
+  auto tokenizer = Tokenizer::load(*args.find("--model"));
+  if (!tokenizer.ok()) return tokenizer.error();
+  auto tokens = tokenizer->encode(text.str());
+  if (!tokens.ok()) return tokens.error();
+  for (size_t p = 0; p < count && (p + 1) * prompt_len <= tokens->size(); ++p) {
+    prompts.emplace_back(tokens->begin() + static_cast<std::ptrdiff_t>(p * prompt_len),
+                         tokens->begin() + static_cast<std::ptrdiff_t>((p + 1) * prompt_len));
+  }
+  if (prompts.empty()) {
+    return Error{"--draft-text: " + std::to_string(tokens->size()) + " tokens, fewer than one prompt of " +
+                 "--prompt-tokens " + std::to_string(prompt_len)};
+  }
+  return prompts;
+}
+
 }  // namespace
 
 int run_speculative_bench(const Args& args, LoadedModel& loaded) {
@@ -90,26 +124,21 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
                                          "--decode-tokens must be >= 1"});
     }
   }
+  auto replay_rate = args.get_double("--draft-replay", -1.0);
+  if (!replay_rate.ok()) return report_error("bench", replay_rate.error());
+  const bool replay = args.has("--draft-replay");
+  if (replay && !(*replay_rate >= 0.0 && *replay_rate <= 1.0)) {
+    return report_error("bench", Error{"--draft-replay: a corruption rate in [0, 1]"});
+  }
   CausalLM& model = *loaded.model;
-  if (model.num_draft_modules() == 0) {
+  if (!replay && model.num_draft_modules() == 0) {
     return report_error("bench", Error{"--speculative-tokens: the model has no draft module (an MTP layer, "
-                                       "num_nextn_predict_layers >= 1)"});
+                                       "num_nextn_predict_layers >= 1); --draft-replay RATE replays drafts instead"});
   }
-  const std::string text_path = *args.find("--draft-text");
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return report_error("bench", Error{"--draft-text: cannot read " + text_path});
-  std::stringstream text;
-  text << in.rdbuf();
-  auto tokenizer = Tokenizer::load(*args.find("--model"));
-  if (!tokenizer.ok()) return report_error("bench", tokenizer.error());
-  auto tokens = tokenizer->encode(text.str());
-  if (!tokens.ok()) return report_error("bench", tokens.error());
   const auto prompt_len = static_cast<size_t>(*prompt_tokens);
-  const size_t num_prompts = std::min(static_cast<size_t>(*prompts_wanted), tokens->size() / prompt_len);
-  if (num_prompts == 0) {
-    return report_error("bench", Error{"--draft-text: " + std::to_string(tokens->size()) + " tokens, fewer than "
-                                       "one prompt of --prompt-tokens " + std::to_string(prompt_len)});
-  }
+  auto prompts = bench_prompts(args, model, prompt_len, static_cast<size_t>(*prompts_wanted));
+  if (!prompts.ok()) return report_error("bench", prompts.error());
+  const size_t num_prompts = prompts->size();
 
   const auto k = static_cast<int32_t>(*drafts);
   const auto max_tokens = static_cast<int32_t>(*decode_tokens);
@@ -125,17 +154,24 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
   int64_t generated = 0;
   bool identical = true;
   for (size_t p = 0; p <= num_prompts; ++p) {  // prompt 0 twice: the first pass warms up
-    const size_t index = p == 0 ? 0 : p - 1;
-    const std::vector<int32_t> prompt(tokens->begin() + static_cast<std::ptrdiff_t>(index * prompt_len),
-                                      tokens->begin() + static_cast<std::ptrdiff_t>((index + 1) * prompt_len));
+    const std::vector<int32_t>& prompt = (*prompts)[p == 0 ? 0 : p - 1];
     Generator plain(model, 16, max_seq);
     auto start = std::chrono::steady_clock::now();
     auto want = plain.generate(prompt, greedy);
     const double plain_s = seconds_since(start);
     if (!want.ok()) return report_error("bench", want.error());
     DraftVerifier verifier(model, max_seq);
+    // Replayed drafts come from the verifier's own greedy output with every draft rejected (a
+    // verify forward's numbers, which on random weights flip near-ties against a decode step's).
+    DraftReplay replayed{*want, 1.0, p};
+    if (replay) {
+      DraftStats untimed;
+      auto reference = verifier.generate(prompt, greedy, k, &untimed, &replayed);
+      if (!reference.ok()) return report_error("bench", reference.error());
+      replayed = DraftReplay{*reference, *replay_rate, p};
+    }
     start = std::chrono::steady_clock::now();
-    auto got = verifier.generate(prompt, greedy, k, p == 0 ? &warm_up : &stats);
+    auto got = verifier.generate(prompt, greedy, k, p == 0 ? &warm_up : &stats, replay ? &replayed : nullptr);
     const double speculative_s = seconds_since(start);
     if (!got.ok()) return report_error("bench", got.error());
     if (p == 0) continue;
@@ -160,16 +196,18 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
   const double ideal = tokens_per_round / (1.0 + draft_s_per_round / plain_s_per_token);
   const double speedup = plain_seconds / speculative_seconds;
   std::printf(
-      "{\"kind\":\"speculative\",\"model\":\"%s\",\"device\":\"%s\",\"speculative_tokens\":%d,\"prompts\":%zu,"
+      "{\"kind\":\"speculative\",\"model\":\"%s\",\"device\":\"%s\",\"drafts_from\":\"%s\","
+      "\"corrupt_rate\":%.3f,\"speculative_tokens\":%d,\"prompts\":%zu,"
       "\"prompt_tokens\":%zu,\"decode_tokens\":%d,\"plain_tok_s\":%.2f,\"speculative_tok_s\":%.2f,"
       "\"speedup\":%.3f,\"ideal_speedup\":%.3f,\"of_ideal\":%.3f,\"tokens_per_round\":%.3f,"
       "\"accepted_per_round\":[%s],\"plain_ms_per_token\":%.4f,\"draft_ms_per_round\":%.4f,"
       "\"verify_ms_per_round\":%.4f,\"identical_outputs\":%s}\n",
-      model.config().architecture.c_str(), std::string(model.backend().name()).c_str(), k, num_prompts, prompt_len,
+      model.config().architecture.c_str(), std::string(model.backend().name()).c_str(),
+      replay ? "replay" : "draft module", replay ? *replay_rate : 0.0, k, num_prompts, prompt_len,
       max_tokens, static_cast<double>(generated) / plain_seconds, static_cast<double>(generated) / speculative_seconds,
       speedup, ideal, speedup / ideal, tokens_per_round, histogram.c_str(), 1e3 * plain_s_per_token,
       1e3 * draft_s_per_round, 1e3 * stats.verify_seconds / rounds, identical ? "true" : "false");
-  for (size_t d = 0; d < stats.depths.size(); ++d) {
+  for (size_t d = 0; d < stats.depths.size() && !replay; ++d) {
     const DraftStats::Depth& depth = stats.depths[d];
     const Calibration c = calibrate(depth);
     std::printf(

@@ -22,8 +22,8 @@ constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-t
                        [--no-cuda-graphs] [--no-fused-decode] [--no-products] [--host-sampling]
                        [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]
                        [--engine-batches LIST] [--engine-tokens N] [--[no-]async-scheduling]  (cuda)
-       deepinfer bench --model DIR --speculative-tokens K --draft-text FILE [--draft-prompts N]
-                       [--prompt-tokens N] [--decode-tokens N] [--device cpu|ref|cuda]
+       deepinfer bench --model DIR --speculative-tokens K (--draft-text FILE | --draft-replay RATE)
+                       [--draft-prompts N] [--prompt-tokens N] [--decode-tokens N] [--device cpu|ref|cuda]
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
@@ -53,6 +53,10 @@ ideal speedup from the measured acceptance and costs: tokens a round / (1 + draf
 plain time a token), the accepted-drafts histogram, whether the outputs are identical) and a
 draft_calibration line per depth: acceptance given the earlier drafts were accepted, the
 confidence head's mean, ECE (10 bins), AUROC and Brier score beside a constant predictor's.
+With --draft-replay RATE instead of --draft-text (any model, e.g. random weights): random prompts,
+and each draft is the token the verifier itself chose for that position in an untimed run with
+every draft rejected, replaced by another with probability RATE; drafts cost nothing, so the
+speedup is the verification's alone.
 )";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -66,14 +70,15 @@ int run_bench(int argc, char** argv) {
   auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
                                                        "--contexts", "--prefill", "--steps", "--engine-batches",
                                                        "--engine-tokens", "--speculative-tokens", "--draft-text",
-                                                       "--draft-prompts"}),
+                                                       "--draft-prompts", "--draft-replay"}),
                           model_bool_flags({"--no-products", "--profile", "--no-fused-decode", "--async-scheduling",
                                             "--no-async-scheduling"}));
   if (!args.ok()) return report_error("bench", args.error());
-  if (args->has("--speculative-tokens") != args->has("--draft-text")) {
-    return report_error("bench", Error{"--speculative-tokens and --draft-text go together"});
+  const bool drafts_given = args->has("--draft-text") || args->has("--draft-replay");
+  if (args->has("--speculative-tokens") != drafts_given || (args->has("--draft-text") && args->has("--draft-replay"))) {
+    return report_error("bench", Error{"--speculative-tokens takes one of --draft-text FILE or --draft-replay RATE"});
   }
-  if (args->has("--draft-text")) {
+  if (drafts_given) {
     auto loaded = load_model_from_args(*args);
     if (!loaded.ok()) return report_error("bench", loaded.error());
     return run_speculative_bench(*args, *loaded);

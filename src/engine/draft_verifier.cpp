@@ -43,8 +43,9 @@ ForwardBatch DraftVerifier::rows(const std::vector<int32_t>& tokens, int32_t fir
 }
 
 Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
-                                                     int32_t num_drafts, DraftStats* stats) {
-  if (model_.num_draft_modules() == 0) {
+                                                     int32_t num_drafts, DraftStats* stats,
+                                                     const DraftReplay* replay) {
+  if (replay == nullptr && model_.num_draft_modules() == 0) {
     return Error{"the model has no draft module (speculative decoding needs an MTP layer: num_nextn_predict_layers)"};
   }
   DI_TRY(options.sampling.validate(model_.config().vocab_size));
@@ -92,32 +93,50 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
            (generated > 0 && std::find(stop_ids.begin(), stop_ids.end(), tokens.back()) != stop_ids.end());
   };
   while (!done()) {
-    // Catch up: the draft module's rows for the positions whose next token is now known, the
-    // last of them drafting the first token past the sequence.
     const auto last = static_cast<int32_t>(tokens.size()) - 1;  // the main model has not run it
-    std::vector<int32_t> next(tokens.begin() + draft_end + 1, tokens.end());
-    std::vector<int32_t> hidden_rows;
-    for (int32_t p = draft_end; p < last; ++p) hidden_rows.push_back(p - first_main_row);
-    ForwardBatch catch_up = rows(next, draft_end);
-    catch_up.logit_rows = {static_cast<int32_t>(next.size()) - 1};
-    draft_logits.resize(static_cast<size_t>(vocab));
-    auto start = std::chrono::steady_clock::now();
-    model_.forward_draft(catch_up, hidden_rows, CausalLM::DraftInput::kMainHidden, draft_logits.data(), &confidence);
-    ++stats->draft_forwards;
-    draft_end = last;
-    std::vector<int32_t> drafts = {argmax(draft_logits.data(), vocab)};
-    std::vector<float> confidences = {confidence};
-    auto output_row = static_cast<int32_t>(next.size()) - 1;  // of the last forward_draft
-    // Deeper drafts: the module again on its own output and the draft before, one position on.
     const int32_t budget = std::min(num_drafts, max_tokens - (last + 1 - prompt_len));
-    while (static_cast<int32_t>(drafts.size()) < budget) {
-      const int32_t position = last + static_cast<int32_t>(drafts.size()) - 1;
-      ForwardBatch chain = rows({drafts.back()}, position);
-      model_.forward_draft(chain, {output_row}, CausalLM::DraftInput::kDraftOutput, draft_logits.data(), &confidence);
-      output_row = 0;
+    std::vector<int32_t> drafts;
+    std::vector<float> confidences;
+    auto start = std::chrono::steady_clock::now();
+    if (replay != nullptr) {
+      for (int32_t j = 0; j < budget; ++j) {
+        const auto position = static_cast<size_t>(last + 1 + j);
+        const size_t generated = position - static_cast<size_t>(prompt_len);
+        if (generated >= replay->tokens.size()) break;
+        int32_t draft = replay->tokens[generated];
+        if (deterministic_uniform(replay->seed, static_cast<int64_t>(position)) < replay->corrupt_rate) {
+          draft = static_cast<int32_t>((draft + 1) % vocab);
+        }
+        drafts.push_back(draft);
+        confidences.push_back(static_cast<float>(1.0 - replay->corrupt_rate));
+      }
+    } else {
+      // Catch up: the draft module's rows for the positions whose next token is now known, the
+      // last of them drafting the first token past the sequence.
+      std::vector<int32_t> next(tokens.begin() + draft_end + 1, tokens.end());
+      std::vector<int32_t> hidden_rows;
+      for (int32_t p = draft_end; p < last; ++p) hidden_rows.push_back(p - first_main_row);
+      ForwardBatch catch_up = rows(next, draft_end);
+      catch_up.logit_rows = {static_cast<int32_t>(next.size()) - 1};
+      draft_logits.resize(static_cast<size_t>(vocab));
+      model_.forward_draft(catch_up, hidden_rows, CausalLM::DraftInput::kMainHidden, draft_logits.data(),
+                           &confidence);
       ++stats->draft_forwards;
+      draft_end = last;
       drafts.push_back(argmax(draft_logits.data(), vocab));
       confidences.push_back(confidence);
+      auto output_row = static_cast<int32_t>(next.size()) - 1;  // of the last forward_draft
+      // Deeper drafts: the module again on its own output and the draft before, one position on.
+      while (static_cast<int32_t>(drafts.size()) < budget) {
+        const int32_t position = last + static_cast<int32_t>(drafts.size()) - 1;
+        ForwardBatch chain = rows({drafts.back()}, position);
+        model_.forward_draft(chain, {output_row}, CausalLM::DraftInput::kDraftOutput, draft_logits.data(),
+                             &confidence);
+        output_row = 0;
+        ++stats->draft_forwards;
+        drafts.push_back(argmax(draft_logits.data(), vocab));
+        confidences.push_back(confidence);
+      }
     }
     stats->draft_seconds += seconds_since(start);
     // Verify: the last token and the drafts in one forward; keep the drafts up to the first the

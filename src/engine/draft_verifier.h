@@ -37,16 +37,27 @@ struct DraftStats {
   std::vector<Depth> depths;
 };
 
+// Replayed drafts instead of the draft module's (issue 22's replay mode, for models whose random
+// weights draft nothing useful): the draft of the token at generated index g is tokens[g] (a
+// plain run's output for the same prompt), replaced by the next token id with probability
+// corrupt_rate (a draw keyed by seed and position). Drafts cost nothing; their confidence is
+// 1 - corrupt_rate.
+struct DraftReplay {
+  std::vector<int32_t> tokens;
+  double corrupt_rate = 0.0;
+  uint64_t seed = 0;
+};
+
 class DraftVerifier {
  public:
   // max_seq_tokens: the longest sequence, drafts included.
   DraftVerifier(CausalLM& model, int32_t max_seq_tokens, int32_t block_size = 16);
 
   // Generator::generate's continuation of prompt under options (max_tokens, sampling with
-  // sampling.seed or 0, stop ids), drafting num_drafts tokens a round (>= 1); stats accumulate
-  // into *stats.
+  // sampling.seed or 0, stop ids), drafting num_drafts tokens a round (>= 1) with the draft
+  // module, or from *replay when given; stats accumulate into *stats.
   Result<std::vector<int32_t>> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
-                                        int32_t num_drafts, DraftStats* stats);
+                                        int32_t num_drafts, DraftStats* stats, const DraftReplay* replay = nullptr);
 
  private:
   // One sequence at positions [first, first + tokens.size()) of this object's contiguous blocks,

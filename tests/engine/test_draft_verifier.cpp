@@ -1,6 +1,7 @@
 // DraftVerifier on the CPU: draft_verifier_cases.h, and what it refuses.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <string>
 
 #include "draft_verifier_cases.h"
@@ -17,6 +18,43 @@ TEST(DraftVerifier, OutputWithDraftsIsOutputWithoutThem) {
   auto model = load_model(testing::draft_model_dir(), **backend, false);
   ASSERT_TRUE(model.ok()) << model.error().message;
   testing::expect_drafts_keep_output(**model);
+}
+
+// Replayed drafts (a plain run's output, corrupted at a rate): the output is still plain
+// decoding's, and acceptance follows the rate, on a model with no draft module too.
+TEST(DraftVerifier, ReplayedDraftsAreAcceptedAtTheirRate) {
+  BackendOptions invariant;
+  invariant.batch_invariant = true;
+  auto backend = make_backend("cpu", invariant);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  for (const std::string& dir : {testing::draft_model_dir(), std::string(DEEPINFER_TEST_DATA_DIR) + "/llama"}) {
+    auto model = load_model(dir, **backend, false);
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    const std::vector<int32_t> prompt = {5, 17, 42, 7, 99, 3};
+    GenerateOptions options;
+    options.max_tokens = 40;
+    options.ignore_eos = true;
+    options.sampling.temperature = 0.0;
+    Generator plain(**model, 16, 128);
+    auto want = plain.generate(prompt, options);
+    ASSERT_TRUE(want.ok()) << want.error().message;
+    for (const double rate : {0.0, 0.3, 1.0}) {
+      DraftReplay replay{*want, rate, 3};
+      DraftVerifier verifier(**model, 128);
+      DraftStats stats;
+      auto got = verifier.generate(prompt, options, 3, &stats, &replay);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      EXPECT_EQ(*got, *want) << dir << ", rate " << rate;
+      EXPECT_EQ(stats.draft_forwards, 0);
+      const auto& first = stats.depths.front().accepted;
+      const double acceptance = std::accumulate(first.begin(), first.end(), 0.0) / static_cast<double>(first.size());
+      // At 0.3 the 13-14 rounds' first drafts are accepted about 70 % of the time.
+      const double low = rate == 0.0 ? 1.0 : rate == 1.0 ? 0.0 : 0.3;
+      const double high = rate == 0.0 ? 1.0 : rate == 1.0 ? 0.0 : 0.95;
+      EXPECT_GE(acceptance, low) << dir << ", rate " << rate;
+      EXPECT_LE(acceptance, high) << dir << ", rate " << rate;
+    }
+  }
 }
 
 TEST(DraftVerifier, RefusesWhatItCannotRun) {
