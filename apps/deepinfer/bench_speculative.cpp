@@ -13,16 +13,13 @@
 #include <random>
 #include <sstream>
 
+#include "core/clock.h"
 #include "engine/draft_verifier.h"
 #include "engine/generator.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 struct Calibration {
   double acceptance = 0.0;

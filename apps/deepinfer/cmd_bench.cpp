@@ -9,6 +9,7 @@
 #include "bench_device.h"
 #include "bench_speculative.h"
 #include "commands.h"
+#include "core/clock.h"
 #include "core/memory_bandwidth.h"
 #include "runtime/cpu/op_profile.h"
 #include "engine/generator.h"
@@ -58,10 +59,6 @@ and each draft is the token the verifier itself chose for that position in an un
 every draft rejected, replaced by another with probability RATE; drafts cost nothing, so the
 speedup is the verification's alone.
 )";
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 }  // namespace
 

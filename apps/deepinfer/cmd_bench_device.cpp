@@ -13,6 +13,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "core/clock.h"
 #include "engine/generator.h"
 #include "sampling/sampler.h"
 
@@ -20,10 +21,6 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr int32_t kBlockSize = 128;
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::vector<int32_t> list_or(const Args& args, const std::string& flag, std::vector<int32_t> fallback) {
   if (!args.has(flag)) return fallback;

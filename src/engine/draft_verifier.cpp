@@ -6,17 +6,10 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "sampling/sampler.h"
 
 namespace deepinfer {
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
-
 DraftVerifier::DraftVerifier(CausalLM& model, int32_t max_seq_tokens, int32_t block_size)
     : model_(model),
       block_size_(block_size),
@@ -24,22 +17,6 @@ DraftVerifier::DraftVerifier(CausalLM& model, int32_t max_seq_tokens, int32_t bl
       max_seq_tokens_(max_seq_tokens) {
   DI_CHECK(block_size > 0 && max_seq_tokens > 0);
   model_.allocate_kv_cache(KvCacheShape{num_blocks_, block_size_, 0});
-}
-
-ForwardBatch DraftVerifier::rows(const std::vector<int32_t>& tokens, int32_t first) const {
-  ForwardBatch batch;
-  batch.token_ids = tokens;
-  const auto count = static_cast<int32_t>(tokens.size());
-  for (int32_t i = 0; i < count; ++i) {
-    batch.positions.push_back(first + i);
-    batch.slot_mapping.push_back(first + i);  // blocks 0, 1, ... in order: slot == position
-    batch.logit_rows.push_back(i);
-  }
-  batch.query_start = {0, count};
-  batch.seq_len = {first + count};
-  batch.max_blocks_per_seq = num_blocks_;
-  for (int32_t b = 0; b < num_blocks_; ++b) batch.block_table.push_back(b);
-  return batch;
 }
 
 Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
@@ -79,7 +56,7 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
   std::vector<int32_t> tokens = prompt;
   const auto prompt_len = static_cast<int32_t>(prompt.size());
   std::vector<float> logits(static_cast<size_t>(prompt_len) * static_cast<size_t>(vocab));
-  model_.forward(rows(prompt, 0), logits.data());
+  model_.forward(contiguous_sequence_batch(prompt, 0, num_blocks_), logits.data());
   tokens.push_back(choose(logits.data() + static_cast<size_t>(prompt_len - 1) * static_cast<size_t>(vocab),
                           tokens.size()));
   // The main rows of the last forward: position first_main_row + r is row r.
@@ -116,7 +93,7 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
       std::vector<int32_t> next(tokens.begin() + draft_end + 1, tokens.end());
       std::vector<int32_t> hidden_rows;
       for (int32_t p = draft_end; p < last; ++p) hidden_rows.push_back(p - first_main_row);
-      ForwardBatch catch_up = rows(next, draft_end);
+      ForwardBatch catch_up = contiguous_sequence_batch(next, draft_end, num_blocks_);
       catch_up.logit_rows = {static_cast<int32_t>(next.size()) - 1};
       draft_logits.resize(static_cast<size_t>(vocab));
       model_.forward_draft(catch_up, hidden_rows, CausalLM::DraftInput::kMainHidden, draft_logits.data(),
@@ -129,7 +106,7 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
       // Deeper drafts: the module again on its own output and the draft before, one position on.
       while (static_cast<int32_t>(drafts.size()) < budget) {
         const int32_t position = last + static_cast<int32_t>(drafts.size()) - 1;
-        ForwardBatch chain = rows({drafts.back()}, position);
+        ForwardBatch chain = contiguous_sequence_batch({drafts.back()}, position, num_blocks_);
         model_.forward_draft(chain, {output_row}, CausalLM::DraftInput::kDraftOutput, draft_logits.data(),
                              &confidence);
         output_row = 0;
@@ -145,7 +122,7 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
     verify.insert(verify.end(), drafts.begin(), drafts.end());
     logits.resize(verify.size() * static_cast<size_t>(vocab));
     start = std::chrono::steady_clock::now();
-    model_.forward(rows(verify, last), logits.data());
+    model_.forward(contiguous_sequence_batch(verify, last, num_blocks_), logits.data());
     stats->verify_seconds += seconds_since(start);
     ++stats->rounds;
     first_main_row = last;

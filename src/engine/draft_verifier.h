@@ -60,10 +60,6 @@ class DraftVerifier {
                                         int32_t num_drafts, DraftStats* stats, const DraftReplay* replay = nullptr);
 
  private:
-  // One sequence at positions [first, first + tokens.size()) of this object's contiguous blocks,
-  // every row's logits wanted.
-  ForwardBatch rows(const std::vector<int32_t>& tokens, int32_t first) const;
-
   CausalLM& model_;
   int32_t block_size_;
   int32_t num_blocks_;

@@ -85,16 +85,8 @@ void KvOffload::measure_prefill() {
   if (kv_.has_swa_tables()) num_blocks = std::min(num_blocks, kv_.num_swa_blocks());
   const int32_t max_positions = std::max<int32_t>(model_.config().max_position_embeddings, 2) - 1;
   const int32_t num_tokens = std::min(num_blocks * block_size_, max_positions);
-  ForwardBatch batch;
-  for (int32_t i = 0; i < num_tokens; ++i) {
-    batch.token_ids.push_back(0);
-    batch.positions.push_back(i);
-    batch.slot_mapping.push_back(i);
-  }
-  batch.query_start = {0, num_tokens};
-  batch.seq_len = {num_tokens};
-  batch.max_blocks_per_seq = num_blocks;
-  for (int32_t b = 0; b < num_blocks; ++b) batch.block_table.push_back(b);
+  const std::vector<int32_t> zeros(static_cast<size_t>(num_tokens), 0);
+  ForwardBatch batch = contiguous_sequence_batch(zeros, 0, num_blocks);
   if (kv_.has_swa_tables()) {
     batch.swa_slot_mapping = batch.slot_mapping;
     batch.swa_block_table = batch.block_table;

@@ -30,6 +30,23 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
 
 std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
 
+ForwardBatch contiguous_sequence_batch(const std::vector<int32_t>& tokens, int32_t first_position,
+                                       int32_t num_blocks) {
+  ForwardBatch batch;
+  batch.token_ids = tokens;
+  const auto count = static_cast<int32_t>(tokens.size());
+  for (int32_t i = 0; i < count; ++i) {
+    batch.positions.push_back(first_position + i);
+    batch.slot_mapping.push_back(first_position + i);
+    batch.logit_rows.push_back(i);
+  }
+  batch.query_start = {0, count};
+  batch.seq_len = {first_position + count};
+  batch.max_blocks_per_seq = num_blocks;
+  for (int32_t b = 0; b < num_blocks; ++b) batch.block_table.push_back(b);
+  return batch;
+}
+
 void CausalLM::forward_draft(const ForwardBatch& /*batch*/, const std::vector<int32_t>& /*hidden_rows*/,
                              DraftInput /*input*/, float* /*logits*/, float* /*confidence*/) {
   DI_CHECK(false, "this model has no draft module (num_draft_modules() is 0)");

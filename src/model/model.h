@@ -49,6 +49,12 @@ struct ForwardBatch {
   int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }
 };
 
+// tokens at positions [first_position, first_position + tokens.size()) of one sequence laid on
+// blocks 0, 1, ..., num_blocks - 1 in order (slot == position), every row's logits wanted: the
+// batch of a caller that holds a whole cache for one sequence.
+ForwardBatch contiguous_sequence_batch(const std::vector<int32_t>& tokens, int32_t first_position,
+                                       int32_t num_blocks);
+
 struct KvCacheShape {
   int32_t num_blocks = 0;
   int32_t block_size = 0;

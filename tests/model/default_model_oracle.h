@@ -164,27 +164,12 @@ inline void expect_draft_module_matches(CausalLM& model, double logprob_toleranc
   model.allocate_kv_cache(KvCacheShape{num_blocks, kBlock, 0});
   // One sequence on blocks 0, 1, ...: the main forward over every token, then the draft module
   // over positions 0 .. n - 2, each with the token after it.
-  const auto sequence = [&](int32_t count) {
-    ForwardBatch batch;
-    for (int32_t p = 0; p < count; ++p) {
-      batch.positions.push_back(p);
-      batch.slot_mapping.push_back(p);
-      batch.logit_rows.push_back(p);
-    }
-    batch.query_start = {0, count};
-    batch.seq_len = {count};
-    batch.max_blocks_per_seq = num_blocks;
-    for (int32_t b = 0; b < num_blocks; ++b) batch.block_table.push_back(b);
-    return batch;
-  };
   const int64_t vocab = model.config().vocab_size;
-  ForwardBatch main = sequence(n);
-  main.token_ids = tokens;
   std::vector<float> main_logits(static_cast<size_t>(n * vocab));
-  model.forward(main, main_logits.data());
+  model.forward(contiguous_sequence_batch(tokens, 0, num_blocks), main_logits.data());
 
-  ForwardBatch draft = sequence(n - 1);
-  draft.token_ids.assign(tokens.begin() + 1, tokens.end());
+  const ForwardBatch draft =
+      contiguous_sequence_batch(std::vector<int32_t>(tokens.begin() + 1, tokens.end()), 0, num_blocks);
   std::vector<int32_t> hidden_rows(static_cast<size_t>(n - 1));
   for (int32_t p = 0; p < n - 1; ++p) hidden_rows[static_cast<size_t>(p)] = p;
   std::vector<float> logits(static_cast<size_t>((n - 1) * vocab));

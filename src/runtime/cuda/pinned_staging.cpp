@@ -50,7 +50,7 @@ void PinnedStaging::to_device(void* dst, const void* src, size_t size_bytes) {
     const size_t bytes = std::min(kChunkBytes, size_bytes - offset);
     const auto slot = static_cast<size_t>(next_);
     next_ ^= 1;
-    DI_CUDA_CHECK(cudaEventSynchronize(done_[slot]));  // the DMA that last read this buffer is done
+    DI_CUDA_CHECK(cudaEventSynchronize(done_[slot]));  // the copy that last read this buffer is done
     std::memcpy(buffers_[slot], static_cast<const char*>(src) + offset, bytes);
     if (by_kernel(bytes)) {
       kc::copy_pieces({{device_views_[slot], static_cast<char*>(dst) + offset, bytes / sizeof(float), false}},
@@ -85,7 +85,7 @@ class PinnedCopies final : public PendingCopies {
                std::shared_ptr<PinnedReadbacks::FreeSlots> free)
       : copies_(std::move(copies)), slot_(slot), free_(std::move(free)) {}
   ~PinnedCopies() override {
-    // Not waited for (the step failed, or its engine is closing): the DMA may still be writing.
+    // Not waited for (the step failed, or its engine is closing): the copy may still be writing.
     if (!waited_) cudaEventSynchronize(slot_.done);
     const std::lock_guard lock(free_->mutex);
     free_->slots.push_back(slot_);
