@@ -415,7 +415,8 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   StepExtras extras;
   extras.previous_draws = drawn_tokens_.as<int32_t>();
   extras.draws = draws;
-  if (graphs_ && DecodeGraphs::can_run(batch)) {
+  const bool decode_step = DecodeGraphs::can_run(batch);
+  if (graphs_ && decode_step) {
     const int32_t padded = DecodeGraphs::shape_for(batch).num_seqs;
     ensure_workspace(padded, padded);
     return graphs_->run(backend_, batch, kv_shape_.block_size, extras,
@@ -427,7 +428,7 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   ensure_workspace(num_tokens, all_rows ? num_tokens : std::max<int64_t>(num_logit_rows, 1));
   // A decode step keeps its block table on the device, as in a graph (no padded rows here).
   PaddedShape decode_shape;
-  if (DecodeGraphs::can_run(batch)) {
+  if (decode_step) {
     decode_shape = {batch.num_seqs(), DecodeGraphs::shape_for(batch).width};
     extras.shape = &decode_shape;
   }
