@@ -3,6 +3,9 @@
 // decoding on the same prompts, and the confidence head's calibration per draft depth.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "args.h"
 #include "session.h"
 
@@ -11,6 +14,12 @@ namespace deepinfer::cli {
 // Flags: --speculative-tokens K (drafts a round, >= 1), --draft-text FILE (held-out text; its
 // tokens, cut into --draft-prompts prompts of --prompt-tokens tokens), --decode-tokens N per
 // prompt. Prints a speculative line and one draft_calibration line per depth. Returns the exit code.
+// With --concurrency LIST: the engine's speculative decoding instead (run_speculative_engine_bench).
 int run_speculative_bench(const Args& args, LoadedModel& loaded);
+
+// The engine at each concurrency (that many requests of text_prompts, reused in turn): drafts
+// off, K drafts with --spec-varlen on, and with it off; one speculative_engine line each.
+int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>& concurrencies,
+                                 const std::vector<std::vector<int32_t>>& text_prompts, int32_t k, int32_t max_tokens);
 
 }  // namespace deepinfer::cli

@@ -25,6 +25,7 @@ constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-t
                        [--engine-batches LIST] [--engine-tokens N] [--[no-]async-scheduling]  (cuda)
        deepinfer bench --model DIR --speculative-tokens K (--draft-text FILE | --draft-replay RATE)
                        [--draft-prompts N] [--prompt-tokens N] [--decode-tokens N] [--device cpu|ref|cuda]
+                       [--concurrency LIST]
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
@@ -58,6 +59,13 @@ With --draft-replay RATE instead of --draft-text (any model, e.g. random weights
 and each draft is the token the verifier itself chose for that position in an untimed run with
 every draft rejected, replaced by another with probability RATE; drafts cost nothing, so the
 speedup is the verification's alone.
+With --concurrency LIST (and --draft-text): the engine's speculative decoding instead. At each
+concurrency (e.g. 1,16,64,256) that many greedy requests of the text's prompts (reused in turn)
+run through the engine with drafts off, with K drafts and DSpark's varlen budget, and with fixed
+K, alternating, median tokens/s of 3 runs each after a warm-up; one speculative_engine line per
+concurrency: the speedups, the ideal (tokens a sequence gains per step / (1 + draft time per step
+/ plain step time)), verify rows per step, steps after which drafting did not pay, and how many
+outputs equal plain decoding's.
 )";
 
 }  // namespace
@@ -67,7 +75,7 @@ int run_bench(int argc, char** argv) {
   auto args = Args::parse(argc, argv, model_value_flags({"--prompt-tokens", "--decode-tokens", "--repeats", "--batches",
                                                        "--contexts", "--prefill", "--steps", "--engine-batches",
                                                        "--engine-tokens", "--speculative-tokens", "--draft-text",
-                                                       "--draft-prompts", "--draft-replay"}),
+                                                       "--draft-prompts", "--draft-replay", "--concurrency"}),
                           model_bool_flags({"--no-products", "--profile", "--no-fused-decode", "--async-scheduling",
                                             "--no-async-scheduling"}));
   if (!args.ok()) return report_error("bench", args.error());

@@ -25,7 +25,7 @@ constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--promp
                           [--no-cuda-graphs] [--host-sampling] [--[no-]async-scheduling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
                           [--kv-cache-dir DIR] [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                           [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
-                          [--swa-replay-tokens N|exact]
+                          [--swa-replay-tokens N|exact] [--speculative-tokens K] [--spec-varlen on|off]
        deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
                           [--kv-cache-bytes N] [--gpu-memory-utilization F]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
@@ -52,6 +52,10 @@ and sampled there (default: drawn on the device, only token ids come back; the s
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
+--speculative-tokens K: speculative decoding with the model's draft module (DeepSeek-V3-style MTP
+layers), chains of up to K drafts verified in one step; the same tokens (see deepinfer serve
+--help). --spec-varlen on|off: DSpark's confidence-scheduled verification (default) or K drafts
+every step (required with --batch-invariant).
 --json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
 (docs/structured_output.md); a schema keyword the engine cannot enforce is an error.
 Defaults: --max-tokens 64, --temperature 0 (greedy).
@@ -110,7 +114,8 @@ int run_generate(int argc, char** argv) {
                           model_value_flags(structured_value_flags(kv_store_value_flags({"--prompt", "--tokens", "--max-tokens",
                                                                   "--temperature", "--top-p", "--top-k", "--min-p",
                                                                   "--seed", "--input", "--output", "--max-num-seqs",
-                                                                  "--kv-cache-bytes", "--gpu-memory-utilization"}))),
+                                                                  "--kv-cache-bytes", "--gpu-memory-utilization",
+                                                                  kSpeculativeTokensFlag, kSpecVarlenFlag}))),
                           model_bool_flags({"--ignore-eos", "--chat", "--json-object", "--async-scheduling",
                                             "--no-async-scheduling"}));
   if (!args.ok()) return report_error("generate", args.error());
@@ -136,6 +141,10 @@ int run_generate(int argc, char** argv) {
   auto async_scheduling = async_scheduling_from_args(*args);
   if (!async_scheduling.ok()) return report_error("generate", async_scheduling.error());
   config.async_scheduling = *async_scheduling;
+  auto speculative = speculative_from_args(*args);
+  if (!speculative.ok()) return report_error("generate", speculative.error());
+  config.speculative_tokens = speculative->num_tokens;
+  config.spec_varlen = speculative->varlen;
   if (auto applied = apply_kv_store_flags(*args, config); !applied.ok()) {
     return report_error("generate", applied.error());
   }

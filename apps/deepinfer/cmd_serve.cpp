@@ -33,7 +33,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--kv-cache-dir DIR]
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
-                       [--swa-replay-tokens N|exact]
+                       [--swa-replay-tokens N|exact] [--speculative-tokens K] [--spec-varlen on|off]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -54,6 +54,12 @@ same prefix, in this process or another, loads them instead of recomputing (docs
 --kv-cache-load always skips the load-vs-recompute check (default auto). --swa-replay-tokens
 N|exact: prefix tokens a hit of a sliding-window model runs again to rebuild its sliding layers'
 KV (default max(128, window); exact: sliding layers x window).
+--speculative-tokens K: speculative decoding with the model's draft module (DeepSeek-V3-style MTP
+layers): chains of up to K drafts (<= 16) verified in the next step; the output is the same as
+without it (token for token with --batch-invariant). --spec-varlen on (the default) verifies the
+drafts DSpark's budget picks across requests from the confidence head and step times profiled at
+start-up, and stops drafting when it does not pay; off verifies K drafts a request every step
+(required with --batch-invariant). Steps then run one at a time (no --async-scheduling overlap).
 --kv-cache-bytes N: the KV cache's size (default: automatic, 1 GiB on the CPU). --gpu-memory-utilization
 F: on a GPU, the fraction of its memory the server may hold (default 0.9): the KV cache gets what
 is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
@@ -157,6 +163,11 @@ Result<EngineConfig> engine_config(const Args& args) {
   auto async_scheduling = async_scheduling_from_args(args);
   if (!async_scheduling.ok()) return async_scheduling.error();
   config.async_scheduling = *async_scheduling;
+  auto speculative = speculative_from_args(args);
+  if (!speculative.ok()) return speculative.error();
+  config.speculative.num_tokens = speculative->num_tokens;
+  config.speculative.varlen = speculative->varlen;
+  config.deterministic = args.has("--batch-invariant");
   return config;
 }
 
@@ -170,7 +181,7 @@ int run_serve(int argc, char** argv) {
                                "--max-queued-tokens", "--request-timeout", "--max-body-bytes", "--max-num-seqs",
                                "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
                                "--gpu-memory-utilization", "--block-size", "--io-threads", "--max-n",
-                               "--shutdown-timeout"})),
+                               "--shutdown-timeout", kSpeculativeTokensFlag, kSpecVarlenFlag})),
                           model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling"}));
   if (!args.ok()) return report_error("serve", args.error());
   auto config = server_config(*args);
@@ -196,7 +207,12 @@ int run_serve(int argc, char** argv) {
   server::ShutdownDeadline shutdown(config->shutdown_timeout_s);
   auto setup = load(*args, model_dir);
   if (!setup.ok()) return report_error("serve", setup.error());
-  auto engine = std::make_unique<EngineCore>(*setup->model, &*setup->tokenizer, *engine_cfg);
+  std::unique_ptr<EngineCore> engine;
+  try {
+    engine = std::make_unique<EngineCore>(*setup->model, &*setup->tokenizer, *engine_cfg);
+  } catch (const UserError& e) {  // a setting the model or the other settings rule out
+    return report_error("serve", Error{e.what()});
+  }
   ThreadPool encode_pool(2);
 
   server::Metrics metrics;

@@ -96,6 +96,10 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   auto async_scheduling = async_scheduling_from_args(args);
   if (!async_scheduling.ok()) return report_error("generate", async_scheduling.error());
   config.async_scheduling = *async_scheduling;
+  auto speculative = speculative_from_args(args);
+  if (!speculative.ok()) return report_error("generate", speculative.error());
+  config.speculative_tokens = speculative->num_tokens;
+  config.spec_varlen = speculative->varlen;
   auto max_num_seqs = args.get_int("--max-num-seqs", config.max_num_seqs);
   if (!max_num_seqs.ok()) return report_error("generate", max_num_seqs.error());
   if (*max_num_seqs < 1) return report_error("generate", Error{"--max-num-seqs must be >= 1"});

@@ -27,6 +27,19 @@ Result<bool> async_scheduling_from_args(const Args& args) {
   return args.find("--device").value_or("cpu") == "cuda";
 }
 
+Result<SpeculativeFlags> speculative_from_args(const Args& args) {
+  SpeculativeFlags flags;
+  auto tokens = args.get_int(kSpeculativeTokensFlag, 0);
+  if (!tokens.ok()) return tokens.error();
+  if (*tokens < 0 || *tokens > 16) return Error{"--speculative-tokens must be in [0, 16], got " + std::to_string(*tokens)};
+  flags.num_tokens = static_cast<int32_t>(*tokens);
+  const std::string varlen = args.find(kSpecVarlenFlag).value_or("on");
+  if (varlen != "on" && varlen != "off") return Error{"--spec-varlen must be on or off, got '" + varlen + "'"};
+  if (args.has(kSpecVarlenFlag) && flags.num_tokens == 0) return Error{"--spec-varlen needs --speculative-tokens K"};
+  flags.varlen = varlen == "on";
+  return flags;
+}
+
 std::set<std::string> kv_store_value_flags(std::set<std::string> extra) {
   extra.insert({"--kv-cache-dir", "--kv-cache-host-bytes", "--kv-cache-disk-bytes", "--kv-cache-backend",
                 "--kv-cache-load", "--swa-replay-tokens"});

@@ -26,6 +26,16 @@ std::set<std::string> model_bool_flags(std::set<std::string> extra);
 // (--device cuda), where it measured faster (docs/benchmarks.md), synchronous elsewhere.
 Result<bool> async_scheduling_from_args(const Args& args);
 
+// Speculative decoding's flags: --speculative-tokens K (0, the default: off) and --spec-varlen on|off
+// (default on: DSpark's confidence-scheduled verification; off: every sequence verifies K drafts).
+inline constexpr const char* kSpeculativeTokensFlag = "--speculative-tokens";
+inline constexpr const char* kSpecVarlenFlag = "--spec-varlen";
+struct SpeculativeFlags {
+  int32_t num_tokens = 0;
+  bool varlen = true;
+};
+Result<SpeculativeFlags> speculative_from_args(const Args& args);
+
 // Adds the persistent KV store's flags (--kv-cache-dir, --kv-cache-host-bytes,
 // --kv-cache-disk-bytes, --kv-cache-backend, --kv-cache-load auto|always) to a command's value flags.
 std::set<std::string> kv_store_value_flags(std::set<std::string> extra);

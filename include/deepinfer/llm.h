@@ -44,6 +44,11 @@ struct LLMConfig {
   // (EngineConfig::async_scheduling; the same tokens). Unset: on with device "cuda", where it
   // measured faster (docs/benchmarks.md), off on the CPU.
   std::optional<bool> async_scheduling;
+  // Speculative decoding with the model's draft module (DeepSeek-V3's MTP; engine/speculator.h):
+  // chains of up to speculative_tokens drafts (0: off), verified as DSpark schedules them
+  // (spec_varlen) or all of them. With batch_invariant, spec_varlen must be false.
+  int32_t speculative_tokens = 0;
+  bool spec_varlen = true;
   bool show_progress = true;             // progress bars on stderr (loading; batches of 2+ prompts)
   // Persistent KV store below the prefix cache (docs/kvstore.md): on when kv_cache_dir names a
   // directory or kv_cache_backend is "redis://host:port".

@@ -47,14 +47,18 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     rows.request = s.request;
     rows.first_position = request.num_computed_tokens;
     rows.num_new_tokens = s.num_new_tokens;
+    rows.num_drafts = s.num_drafts;
     const int32_t end = request.num_computed_tokens + s.num_new_tokens;
-    DI_CHECK(end <= request.num_tokens() && blocks_for_tokens(end, block_size) <= static_cast<int32_t>(table.size()),
-             "sequence " << request.seq_id << " scheduled beyond its tokens or blocks");
+    const int32_t num_tokens = request.num_tokens();
+    DI_CHECK(end <= num_tokens + s.num_drafts && s.num_drafts <= static_cast<int32_t>(request.drafts.size()) &&
+                 blocks_for_tokens(end, block_size) <= static_cast<int32_t>(table.size()),
+             "sequence " << request.seq_id << " scheduled beyond its tokens, drafts or blocks");
     const auto first_row = static_cast<int32_t>(batch.token_ids.size());
     for (int32_t pos = rows.first_position; pos < end; ++pos) {
       const int32_t block = table[static_cast<size_t>(pos / block_size)];
       DI_CHECK(block >= 0, "position " << pos << " of sequence " << request.seq_id << " has no block");
-      batch.token_ids.push_back(request.token_at(pos));
+      batch.token_ids.push_back(pos < num_tokens ? request.token_at(pos)
+                                                 : request.drafts[static_cast<size_t>(pos - num_tokens)]);
       batch.positions.push_back(pos);
       batch.slot_mapping.push_back(block * block_size + pos % block_size);
       if (!swa_table.empty()) {
@@ -68,7 +72,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     batch.seq_ids.push_back(request.seq_id);
     append_padded_table(batch.block_table, table, max_blocks);
     if (!swa_table.empty()) append_padded_table(batch.swa_block_table, swa_table, max_blocks);
-    rows.samples = end == request.num_tokens();
+    rows.samples = end == num_tokens + s.num_drafts;
     // Prompt logprobs: logits at position p score prompt token p + 1.
     if (request.params.prompt_logprobs && rows.first_position < request.num_prompt_tokens() - 1) {
       const int32_t last_scoring = std::min(end, request.num_prompt_tokens() - 1);
@@ -77,7 +81,9 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     if (rows.num_prompt_logprob_rows > 0 || rows.samples) {
       rows.first_logit_row = static_cast<int32_t>(batch.logit_rows.size());
       for (int32_t r = 0; r < rows.num_prompt_logprob_rows; ++r) batch.logit_rows.push_back(first_row + r);
-      if (rows.samples) batch.logit_rows.push_back(first_row + s.num_new_tokens - 1);
+      if (rows.samples) {
+        for (int32_t d = s.num_drafts; d >= 0; --d) batch.logit_rows.push_back(first_row + s.num_new_tokens - 1 - d);
+      }
     }
     built.rows.push_back(rows);
   }

@@ -17,7 +17,11 @@ struct ScheduledRows {
   int32_t num_new_tokens = 0;
   int32_t first_logit_row = -1;   // index into the logits of its first returned row; -1: none
   int32_t num_prompt_logprob_rows = 0;  // rows before the sampling row that score prompt tokens
-  bool samples = false;           // its last new token is the sequence's last: sample after it
+  // Its last new token is the sequence's last (or its last draft): sample after it, and after
+  // each of the num_drafts drafts (speculative decoding: the logit rows end with 1 + num_drafts
+  // consecutive rows, the golden row and one per draft).
+  bool samples = false;
+  int32_t num_drafts = 0;
 };
 
 struct BuiltBatch {
@@ -26,7 +30,7 @@ struct BuiltBatch {
 };
 
 // Logit rows: a sequence's prompt-logprob rows (when params.prompt_logprobs is set) and then its
-// sampling row, in scheduled order.
+// sampling row and draft rows, in scheduled order.
 BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache);
 
 }  // namespace deepinfer

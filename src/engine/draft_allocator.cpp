@@ -2,6 +2,7 @@
 #include "engine/draft_allocator.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -20,7 +21,9 @@ std::vector<Draft> ranked_drafts(const std::vector<std::vector<float>>& confiden
   for (size_t r = 0; r < confidences.size(); ++r) {
     double cumulative = 1.0;
     for (size_t k = 0; k < confidences[r].size(); ++k) {
-      cumulative *= std::clamp(static_cast<double>(confidences[r][k]), 0.0, 1.0);
+      // A confidence that is not a number (a draft module reading KV it never wrote) counts as 0.
+      const double c = static_cast<double>(confidences[r][k]);
+      cumulative *= std::isfinite(c) ? std::clamp(c, 0.0, 1.0) : 0.0;
       drafts.push_back({cumulative, static_cast<int32_t>(r), static_cast<int32_t>(k)});
     }
   }
@@ -32,6 +35,8 @@ std::vector<Draft> ranked_drafts(const std::vector<std::vector<float>>& confiden
   return drafts;
 }
 
+}  // namespace
+
 double step_seconds(const std::vector<StepTimePoint>& curve, int64_t rows) {
   if (curve.size() == 1) return curve.front().seconds;
   size_t hi = 1;
@@ -41,8 +46,6 @@ double step_seconds(const std::vector<StepTimePoint>& curve, int64_t rows) {
   const double slope = (b.seconds - a.seconds) / static_cast<double>(b.rows - a.rows);
   return a.seconds + slope * static_cast<double>(rows - a.rows);
 }
-
-}  // namespace
 
 std::vector<int32_t> allocate_drafts(const std::vector<std::vector<float>>& confidences, int64_t draft_rows) {
   std::vector<int32_t> counts(confidences.size(), 0);

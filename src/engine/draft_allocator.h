@@ -11,7 +11,7 @@
 
 namespace deepinfer {
 
-// Per request, its drafts' confidences in chain order (each clamped to [0, 1]). Returns per
+// Per request, its drafts' confidences in chain order (each clamped to [0, 1]; not a number: 0). Returns per
 // request how many of its drafts to verify: the draft_rows drafts of highest cumulative product,
 // ties going to the lower request index, then the shallower draft; all of them when draft_rows
 // covers them.
@@ -22,6 +22,10 @@ struct StepTimePoint {
   int64_t rows = 0;
   double seconds = 0.0;
 };
+
+// The curve's time at rows: linear between its points, extended from its last two (or its one
+// point's time). curve must not be empty.
+double step_seconds(const std::vector<StepTimePoint>& curve, int64_t rows);
 
 // The step's total rows (golden rows included: at least confidences.size()) that maximise
 // expected tokens / step time, the time interpolated linearly between the curve's points and

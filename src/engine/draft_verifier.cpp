@@ -62,7 +62,7 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
   // The main rows of the last forward: position first_main_row + r is row r.
   int32_t first_main_row = 0;
   int32_t draft_end = 0;
-  std::vector<float> draft_logits;
+  int32_t draft = 0;
   float confidence = 0.0f;
   const auto done = [&] {
     const auto generated = static_cast<int32_t>(tokens.size()) - prompt_len;
@@ -95,23 +95,20 @@ Result<std::vector<int32_t>> DraftVerifier::generate(const std::vector<int32_t>&
       for (int32_t p = draft_end; p < last; ++p) hidden_rows.push_back(p - first_main_row);
       ForwardBatch catch_up = contiguous_sequence_batch(next, draft_end, num_blocks_);
       catch_up.logit_rows = {static_cast<int32_t>(next.size()) - 1};
-      draft_logits.resize(static_cast<size_t>(vocab));
-      model_.forward_draft(catch_up, hidden_rows, CausalLM::DraftInput::kMainHidden, draft_logits.data(),
-                           &confidence);
+      model_.forward_draft(catch_up, hidden_rows, CausalLM::DraftInput::kMainHidden, {nullptr, &draft, &confidence});
       ++stats->draft_forwards;
       draft_end = last;
-      drafts.push_back(argmax(draft_logits.data(), vocab));
+      drafts.push_back(draft);
       confidences.push_back(confidence);
       auto output_row = static_cast<int32_t>(next.size()) - 1;  // of the last forward_draft
       // Deeper drafts: the module again on its own output and the draft before, one position on.
       while (static_cast<int32_t>(drafts.size()) < budget) {
         const int32_t position = last + static_cast<int32_t>(drafts.size()) - 1;
         ForwardBatch chain = contiguous_sequence_batch({drafts.back()}, position, num_blocks_);
-        model_.forward_draft(chain, {output_row}, CausalLM::DraftInput::kDraftOutput, draft_logits.data(),
-                             &confidence);
+        model_.forward_draft(chain, {output_row}, CausalLM::DraftInput::kDraftOutput, {nullptr, &draft, &confidence});
         output_row = 0;
         ++stats->draft_forwards;
-        drafts.push_back(argmax(draft_logits.data(), vocab));
+        drafts.push_back(draft);
         confidences.push_back(confidence);
       }
     }

@@ -54,7 +54,7 @@ struct EngineCore::Impl {
   };
 
   Impl(CausalLM& m, const Tokenizer* t, const EngineConfig& c)
-      : model(m),
+      : model((check_speculative(m, c), m)),
         tokenizer(t),
         config(c),
         kv_config(make_kv_config(m, c, kv_cache_bytes(m, c))),
@@ -67,11 +67,40 @@ struct EngineCore::Impl {
       offload = value_or_throw(KvOffload::create(model, kv, config.kv_store, kv_config.model_fingerprint,
                                                  config.block_size, config.scheduler.max_num_batched_tokens));
     }
+    if (config.speculative.num_tokens > 0 && config.mode != EngineMode::kPrompt) {
+      speculator = std::make_unique<Speculator>(model, kv, config.speculative, config.scheduler.max_num_seqs,
+                                                config.scheduler.max_num_batched_tokens, max_model_len);
+    }
     for (int64_t id : model.config().eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
     if (tokenizer != nullptr) {
       if (auto eos = tokenizer->eos_id(); eos && std::find(eos_ids.begin(), eos_ids.end(), *eos) == eos_ids.end()) {
         eos_ids.push_back(*eos);
       }
+    }
+  }
+
+  // Speculative decoding needs a draft module, a cache whose every layer attends to every
+  // position (the draft module shares its tables), and, when outputs must repeat, fixed K.
+  static void check_speculative(const CausalLM& model, const EngineConfig& config) {
+    const SpeculativeConfig& spec = config.speculative;
+    if (spec.num_tokens == 0) return;
+    if (spec.num_tokens < 0 || spec.num_tokens > 16) {
+      throw UserError(Error{"--speculative-tokens must be in [0, 16], got " + std::to_string(spec.num_tokens)});
+    }
+    if (model.num_draft_modules() == 0) {
+      throw UserError(Error{
+          "--speculative-tokens: the model has no draft module (DeepSeek-V3-style MTP layers, "
+          "num_nextn_predict_layers >= 1 in config.json)"});
+    }
+    const auto& windows = model.config().layer_sliding_window;
+    if (std::any_of(windows.begin(), windows.end(), [](int64_t w) { return w > 0; })) {
+      throw UserError(Error{"--speculative-tokens: models with sliding-window layers are not supported"});
+    }
+    if (config.deterministic && spec.varlen) {
+      throw UserError(Error{
+          "speculative decoding in the deterministic mode (--batch-invariant with a fixed seed) needs "
+          "--spec-varlen off: the confidence-scheduled budget follows measured step times, so the batches, and "
+          "with them the bits, would change from run to run"});
     }
   }
 
@@ -414,10 +443,10 @@ struct EngineCore::Impl {
     for (size_t i = 0; i < built.rows.size(); ++i) {
       const ScheduledRows& rows = built.rows[i];
       if (rows.request->is_finished()) continue;
-      std::optional<int32_t> token;
-      if (step.plan.draw_of[i]) token = result.drawn[static_cast<size_t>(*step.plan.draw_of[i])];
+      const int32_t* drawn =
+          step.plan.draw_of[i] ? result.drawn.data() + static_cast<size_t>(*step.plan.draw_of[i]) : nullptr;
       try {
-        process_rows(rows, result, token, outputs);
+        process_rows(rows, result, drawn, outputs);
       } catch (const std::exception& e) {
         if (loses_device(e)) throw;
         end_request(rows.request->request_id, Error{e.what()}, outputs);
@@ -440,6 +469,40 @@ struct EngineCore::Impl {
       return;
     }
     process_step(step, result, outputs);
+    if (speculator) draft_after(step);
+  }
+
+  // Speculative decoding: the draft module's turn after a step's results (engine/speculator.h).
+  void draft_after(const InFlight& step) {
+    int64_t decode_rows = 0;
+    int64_t draft_rows = 0;
+    for (const ScheduledRows& rows : step.built.rows) {
+      if (rows.samples) decode_rows += 1;
+      draft_rows += rows.num_drafts;
+    }
+    speculator->record_step(decode_rows, draft_rows);
+    const int32_t k = config.speculative.num_tokens;
+    // The most drafts a sequence may use: verifying d appends up to d + 1 tokens.
+    const auto max_drafts = [&](const Request& r) -> int32_t {
+      if (r.is_finished() || r.awaiting_grammar) return 0;
+      const int64_t room = std::min<int64_t>(r.params.max_tokens - r.num_output_tokens(), max_model_len - r.num_tokens());
+      return static_cast<int32_t>(std::clamp<int64_t>(room - 1, 0, k));
+    };
+    const auto valid_prefix = [&](const Request& r, std::span<const int32_t> drafts) -> int32_t {
+      if (!r.params.structured_output || !structured) return static_cast<int32_t>(drafts.size());
+      return structured->valid_prefix(r.seq_id, drafts);
+    };
+    try {
+      speculator->draft(step.built, max_drafts, valid_prefix);
+    } catch (const std::exception& e) {
+      if (loses_device(e)) throw;
+      // Drafts only speed decoding up: without them the sequences decode plainly.
+      DI_LOG(kWarn, "speculative decoding: drafting failed (" << e.what() << "); this step decodes without drafts");
+      for (const ScheduledRows& rows : step.built.rows) {
+        rows.request->drafts.clear();
+        rows.request->draft_confidences.clear();
+      }
+    }
   }
 
   // The scheduler's next step, built and launched; nullopt when nothing runs (or building it
@@ -452,8 +515,10 @@ struct EngineCore::Impl {
       for (Request* r : offload->take_ready(idle)) scheduler.add(r);
     }
     if (!awaiting_grammar.empty()) start_compiled_grammars(outputs);
+    if (speculator) speculator->plan(scheduler.running());
     const SchedulerOutput scheduled = scheduler.schedule();
     num_preemptions += static_cast<int64_t>(scheduled.preempted.size());
+    for (Request* r : scheduled.preempted) r->drafts.clear();  // it recomputes; so does the draft module
     if (scheduled.empty()) {
       // Nothing can run before a compile ends: wait for one briefly rather than have the caller
       // spin on step() (not while a step is in flight: its results come first).
@@ -509,7 +574,7 @@ struct EngineCore::Impl {
   // sliding-window tables or PROMPT / COMPLETION mode.
   std::optional<InFlight> launch_scheduled_ahead(const InFlight& running, std::map<int64_t, RequestOutput>& outputs) {
     if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || kv.has_swa_tables() ||
-        kv_config.sliding_window > 0) {
+        kv_config.sliding_window > 0 || speculator) {
       return std::nullopt;
     }
     struct Advance {
@@ -606,15 +671,16 @@ struct EngineCore::Impl {
     group.held_children.clear();
   }
 
-  // drawn: the token the backend drew for this row (forward_sampled), if it did.
-  void process_rows(const ScheduledRows& rows, const RunnerOutput& result, std::optional<int32_t> drawn,
+  // drawn: the tokens the backend drew for the sampling row and each draft row (forward_sampled),
+  // if it did; null otherwise.
+  void process_rows(const ScheduledRows& rows, const RunnerOutput& result, const int32_t* drawn,
                     std::map<int64_t, RequestOutput>& outputs) {
     Sequence& seq = *sequences.at(rows.request->seq_id);
     Request& r = seq.request;
     const int64_t vocab = model.config().vocab_size;
     // A sequence preempted since this step was launched (scheduled ahead) recomputes its KV later.
     if (r.status == RequestStatus::kRunning) {
-      r.num_computed_tokens += rows.num_new_tokens;
+      r.num_computed_tokens += rows.num_new_tokens - rows.num_drafts;
       kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
     }
     Group& group = groups.at(r.request_id);
@@ -625,11 +691,6 @@ struct EngineCore::Impl {
           token_logprob(row, vocab, r.token_at(scored), *r.params.prompt_logprobs);
     }
     if (!rows.samples) return;
-    // A backend draw has its row on the host only for its logprobs (plan_step_draws; a row that
-    // held n > 1 samples fork from is never drawn on the backend).
-    const float* row = !drawn || r.params.logprobs
-                           ? result.row(rows.first_logit_row + rows.num_prompt_logprob_rows, vocab)
-                           : nullptr;
     const bool prompt_done_now = r.num_output_tokens() == 0;
     RequestOutput& out = output_for(outputs, r);
     if (prompt_done_now && r.params.prompt_logprobs && r.sample_index == 0) out.prompt_logprobs = group.prompt_logprobs;
@@ -639,12 +700,35 @@ struct EngineCore::Impl {
       finish(seq, FinishReason::kLength, out);
       return;
     }
-    std::optional<TokenLogprob> logprob;
-    const int32_t token = drawn ? *drawn : sample(r, row, &logprob);
-    // A backend draw's logprobs come from its row, copied beside it (plan_step_draws).
-    if (drawn && r.params.logprobs) logprob = token_logprob(row, vocab, token, *r.params.logprobs);
-    if (prompt_done_now && r.sample_index == 0) fork_held_children(seq, row, outputs);
-    append_token(seq, token, std::move(logprob), out);
+    // The golden row, then each draft's row while the drafts before it were kept: each row's token
+    // is what plain decoding draws at its position, with the sequence as it stands (stop rules,
+    // grammar, penalties), and a draft is kept when it is that token.
+    int32_t accepted = 0;
+    for (int32_t d = 0; d <= rows.num_drafts; ++d) {
+      const int32_t logit_row = rows.first_logit_row + rows.num_prompt_logprob_rows + d;
+      // A backend draw has its row on the host only for its logprobs (plan_step_draws; a row that
+      // held n > 1 samples fork from is never drawn on the backend).
+      const float* row = drawn == nullptr || r.params.logprobs ? result.row(logit_row, vocab) : nullptr;
+      std::optional<TokenLogprob> logprob;
+      const int32_t token = drawn != nullptr ? drawn[d] : sample(r, row, &logprob);
+      // A backend draw's logprobs come from its row, copied beside it (plan_step_draws).
+      if (drawn != nullptr && r.params.logprobs) logprob = token_logprob(row, vocab, token, *r.params.logprobs);
+      if (prompt_done_now && r.sample_index == 0) fork_held_children(seq, row, outputs);
+      append_token(seq, token, std::move(logprob), out);
+      const bool kept = d < rows.num_drafts && token == r.drafts[static_cast<size_t>(d)];
+      if (kept) ++accepted;
+      if (!kept || r.is_finished()) break;
+      ++r.num_computed_tokens;  // the kept draft's KV, computed at the next row, is the sequence's
+    }
+    if (rows.num_drafts > 0) {
+      speculator->record(rows.num_drafts, accepted);
+      r.num_drafts_verified += rows.num_drafts;
+      r.num_drafts_accepted += accepted;
+      SampleOutput& sample = sample_output(out, r.sample_index);
+      sample.num_draft_tokens = r.num_drafts_verified;
+      sample.num_accepted_draft_tokens = r.num_drafts_accepted;
+      if (!r.is_finished()) kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
+    }
     if (prompt_done_now && config.mode == EngineMode::kPrompt && !r.is_finished()) hand_over_prefilled(seq, out);
   }
 
@@ -665,6 +749,7 @@ struct EngineCore::Impl {
   int64_t next_arrival = 0;
   int64_t num_preemptions = 0;
   std::unique_ptr<KvOffload> offload;  // null without a persistent store
+  std::unique_ptr<Speculator> speculator;  // null without speculative decoding
   std::unique_ptr<StructuredOutputs> structured;  // made by the first constrained request
   std::map<int64_t, std::string> structured_errors;  // by seq_id, until the sample is finished
   std::set<int64_t> awaiting_grammar;                 // seq_ids whose grammar still compiles
@@ -823,6 +908,7 @@ EngineStats EngineCore::stats() const {
   s.prefix_cache = impl_->kv.stats();
   s.num_preemptions = impl_->num_preemptions;
   s.num_overlapped_steps = impl_->num_overlapped_steps;
+  if (impl_->speculator) s.speculative = impl_->speculator->stats();
   if (impl_->offload) {
     s.kv_store = impl_->offload->stats();
     s.prefix_cache.queried_tokens -= impl_->offload->import_stats().queried_tokens;

@@ -15,6 +15,7 @@
 
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/speculator.h"
 #include "grammar/compiler.h"
 #include "kvcache/kv_cache_manager.h"
 #include "kvstore/kv_store.h"
@@ -52,6 +53,12 @@ struct EngineConfig {
   // store, split sliding-window tables or PROMPT / COMPLETION mode; a sequence that finished
   // meanwhile has its extra token dropped, never streamed.
   bool async_scheduling = false;
+  // Speculative decoding with the model's draft module (engine/speculator.h); num_tokens 0: off.
+  // Steps then run one at a time (no pipelining: a step's drafts come from the one before it).
+  SpeculativeConfig speculative;
+  // The outputs must repeat bit for bit (batch-invariant kernels, fixed seeds): speculative
+  // decoding then needs speculative.varlen off, whose batches do not depend on timing.
+  bool deterministic = false;
   // The structured-output grammar compiler: threads, cache, each compile's timeout and budget.
   grammar::GrammarCompilerService::Options grammar_compiler;
 };
@@ -65,6 +72,9 @@ struct SampleOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;  // the matched stop string, or the stop token id as text
+  // Speculative decoding, over the sample's life so far: drafts verified and accepted.
+  int32_t num_draft_tokens = 0;
+  int32_t num_accepted_draft_tokens = 0;
 };
 
 struct RequestOutput {
@@ -114,6 +124,7 @@ struct EngineStats {
   std::optional<KvStoreStats> kv_store;  // per-tier counters when the store is on
   // Steps launched while the one before was still running (EngineConfig::async_scheduling).
   int64_t num_overlapped_steps = 0;
+  std::optional<SpeculativeStats> speculative;  // when speculative decoding is on
 };
 
 class EngineCore {

@@ -127,6 +127,9 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   engine_config.kv_store.cost_guard = config.kv_cache_cost_guard;
   engine_config.kv_store.swa_replay_tokens = config.kv_cache_swa_replay_tokens;
   engine_config.kv_store.batch_invariant = config.batch_invariant;
+  engine_config.speculative.num_tokens = config.speculative_tokens;
+  engine_config.speculative.varlen = config.spec_varlen;
+  engine_config.deterministic = config.batch_invariant;
   if (engine_config.kv_store.enabled()) {
     auto identity = fingerprint_model_dir(config.model_dir, model_hash_cache_path(config.kv_cache_dir));
     if (!identity.ok()) return identity.error();
@@ -135,7 +138,7 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   try {
     impl->engine = std::make_unique<EngineCore>(*impl->model, impl->tokenizer ? &*impl->tokenizer : nullptr,
                                                 engine_config);
-  } catch (const UserError& e) {  // a malformed kv store setting
+  } catch (const UserError& e) {  // a malformed kv store or speculative decoding setting
     return Error{e.what()};
   }
   return std::unique_ptr<LLM>(new LLM(std::move(impl)));

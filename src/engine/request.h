@@ -46,6 +46,14 @@ struct Request {
   // while one is in flight, because that step draws its last token or the host samples its next.
   bool sits_out_step_ahead = false;
   FinishReason finish_reason = FinishReason::kNone;
+  // Speculative decoding (engine/speculator.h): draft tokens for the positions after the last
+  // token, each with its confidence; the next step verifies the first num_verify_drafts of them
+  // (set before scheduling, lowered by the scheduler when the step's budget or blocks run short).
+  std::vector<int32_t> drafts;
+  std::vector<float> draft_confidences;
+  int32_t num_verify_drafts = 0;
+  int32_t num_drafts_verified = 0;  // over its life, and of them accepted
+  int32_t num_drafts_accepted = 0;
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
   int32_t num_cached_tokens = 0;    // prompt tokens found in the prefix cache at admission
   int32_t num_preemptions = 0;

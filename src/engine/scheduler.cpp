@@ -89,11 +89,21 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
       ++i;
       continue;
     }
-    const int32_t num_new = std::min(remaining, budget);
+    // A decode verifies its drafts while the budget and the free blocks allow, before anyone is
+    // preempted for them.
+    int32_t num_drafts = remaining == 1 ? std::clamp(request->num_verify_drafts, 0, budget - 1) : 0;
     bool preempted_self = false;
     int32_t ignored_cached = 0;
-    while (!kv_cache_.allocate(request->seq_id, request->all_tokens(), request->num_computed_tokens + num_new,
-                               request->cache_salt, &ignored_cached)) {
+    const auto allocate = [&] {
+      return kv_cache_.allocate(request->seq_id, request->all_tokens(),
+                                request->num_computed_tokens + std::min(remaining, budget) + num_drafts,
+                                request->cache_salt, &ignored_cached);
+    };
+    while (!allocate()) {
+      if (num_drafts > 0) {
+        num_drafts = 0;
+        continue;
+      }
       Request* victim = running_.back();
       preempt(victim, out);
       if (victim == request) {
@@ -101,8 +111,10 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
         break;
       }
     }
+    request->num_verify_drafts = num_drafts;
+    const int32_t num_new = std::min(remaining, budget) + num_drafts;
     if (preempted_self) break;  // it was the lowest-ranked: nothing after it remains
-    out.scheduled.push_back({request, num_new});
+    out.scheduled.push_back({request, num_new, num_drafts});
     budget -= num_new;
     ++i;
   }
@@ -131,7 +143,7 @@ void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
     if (request->num_preemptions == 0) request->num_cached_tokens = cached;
     request->status = RequestStatus::kRunning;
     insert_ordered(running_, request, *policy_);
-    out.scheduled.push_back({request, num_new});
+    out.scheduled.push_back({request, num_new, 0});
     budget -= num_new;
   }
 }

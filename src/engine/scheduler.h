@@ -1,5 +1,6 @@
 // Scheduler: continuous batching under a per-step token budget. Running sequences get their
-// tokens first (decodes: 1 token; unfinished prefills: the next chunk); when blocks run out the
+// tokens first (decodes: 1 token plus the drafts it verifies, Request::num_verify_drafts, as far
+// as the budget and the blocks allow; unfinished prefills: the next chunk); when blocks run out the
 // policy's lowest-ranked running sequence is preempted (its blocks freed, recomputed later).
 // Then waiting sequences are admitted in policy order while the budget, max_num_seqs and the
 // KV pool allow, each with its prefix-cache hit skipped. Never touches tensors.
@@ -46,7 +47,10 @@ struct SchedulerConfig {
 
 struct ScheduledSequence {
   Request* request = nullptr;
-  int32_t num_new_tokens = 0;  // tokens [num_computed_tokens, + num_new_tokens) run this step
+  // Tokens [num_computed_tokens, + num_new_tokens) run this step; of them the last num_drafts are
+  // the request's first drafts (speculative decoding), past its last token.
+  int32_t num_new_tokens = 0;
+  int32_t num_drafts = 0;
 };
 
 struct SchedulerOutput {

@@ -27,13 +27,14 @@ StepDraws plan_step_draws(const BuiltBatch& built, bool backend_draws,
     if (!rows.samples) continue;
     const int32_t sample_row = rows.first_logit_row + rows.num_prompt_logprob_rows;
     const Request& r = *rows.request;
-    if (!backend_draws || host_samples(r) || forks_from_row(r)) {
-      plan.host_rows.push_back(sample_row);
-      continue;
+    const bool on_host = !backend_draws || host_samples(r) || forks_from_row(r);
+    // The draws of the golden row and each draft row, as if the drafts before it were accepted.
+    for (int32_t d = 0; d <= rows.num_drafts; ++d) {
+      if (on_host || r.params.logprobs) plan.host_rows.push_back(sample_row + d);  // a draw's logprobs
+      if (on_host) continue;
+      if (d == 0) plan.draw_of[i] = static_cast<int32_t>(plan.draws.size());
+      plan.draws.push_back(sample_params(r.params, r.seed, r.num_tokens() + d, r.sample_index, sample_row + d));
     }
-    if (r.params.logprobs) plan.host_rows.push_back(sample_row);  // the draw's logprobs
-    plan.draw_of[i] = static_cast<int32_t>(plan.draws.size());
-    plan.draws.push_back(sample_params(r.params, r.seed, r.num_tokens(), r.sample_index, sample_row));
   }
   return plan;
 }

@@ -15,7 +15,8 @@ namespace deepinfer {
 struct StepDraws {
   std::vector<kernels::SampleParams> draws;      // the backend's draws, in row order
   std::vector<int32_t> host_rows;                // logit rows copied to the host
-  std::vector<std::optional<int32_t>> draw_of;   // per built.rows entry: its index in draws
+  // Per built.rows entry: the index in draws of its first draw (those of its draft rows follow).
+  std::vector<std::optional<int32_t>> draw_of;
 };
 
 // Prompt-logprob rows always go to the host; a sampling row is sampled there when backend draws

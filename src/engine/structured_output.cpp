@@ -220,6 +220,20 @@ bool StructuredOutputs::accept(int64_t seq_id, int32_t token) {
   return seq.matcher->must_end();
 }
 
+int32_t StructuredOutputs::valid_prefix(int64_t seq_id, std::span<const int32_t> tokens) {
+  join_prefetch();
+  auto found = sequences_.find(seq_id);
+  if (found == sequences_.end() || !found->second.matcher) return 0;
+  grammar::GrammarMatcher& matcher = *found->second.matcher;
+  int32_t accepted = 0;
+  while (static_cast<size_t>(accepted) < tokens.size() && !matcher.is_terminated() &&
+         matcher.accept_token(tokens[static_cast<size_t>(accepted)])) {
+    ++accepted;
+  }
+  matcher.rollback(accepted);  // back to the state the next mask is for
+  return accepted;
+}
+
 void StructuredOutputs::remove(int64_t seq_id) {
   join_prefetch();
   auto found = sequences_.find(seq_id);

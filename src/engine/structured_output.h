@@ -55,6 +55,10 @@ class StructuredOutputs {
   // Advances the sequence by its sampled token; true when the grammar is complete and nothing
   // may follow (the sequence must stop).
   bool accept(int64_t seq_id, int32_t token);
+  // How many leading tokens the grammar would accept after the sequence's own (speculative
+  // decoding: a draft it rejects ends the chain), leaving the sequence where it was. 0 while the
+  // grammar compiles.
+  int32_t valid_prefix(int64_t seq_id, std::span<const int32_t> tokens);
   // Forgets the sequence; a compile that no other sequence waits for is cancelled.
   void remove(int64_t seq_id);
 

@@ -48,7 +48,7 @@ ForwardBatch contiguous_sequence_batch(const std::vector<int32_t>& tokens, int32
 }
 
 void CausalLM::forward_draft(const ForwardBatch& /*batch*/, const std::vector<int32_t>& /*hidden_rows*/,
-                             DraftInput /*input*/, float* /*logits*/, float* /*confidence*/) {
+                             DraftInput /*input*/, const DraftOutputs& /*outputs*/) {
   DI_CHECK(false, "this model has no draft module (num_draft_modules() is 0)");
 }
 

@@ -140,15 +140,22 @@ class CausalLM {
   // hidden states (a first draft), or a row of the last forward_draft's module outputs (a deeper
   // draft, chained from the one before it). Both stay valid until the next forward or forward_draft.
   enum class DraftInput : uint8_t { kMainHidden, kDraftOutput };
+  // What forward_draft returns for each of batch.logit_rows, in host memory; any may be null.
+  struct DraftOutputs {
+    float* logits = nullptr;      // [logit rows, vocab]: the logits of the token at p + 2
+    int32_t* tokens = nullptr;    // [logit rows]: their argmax, taken where the logits are
+    float* confidence = nullptr;  // [logit rows]: the confidence head's estimate (left as is
+                                  // when the model has none)
+  };
   // Runs the draft module over batch: row t joins the hidden state hidden_rows[t] of input (the
   // state at position p = batch.positions[t]) with the embedding of batch.token_ids[t] (the token
   // at p + 1), attends over the module's own KV cache at p (the main cache's shape, addressed by
   // the same tables; allocated at the first call and not counted in kv_bytes_per_token), and for
-  // each of batch.logit_rows writes the logits of the token at p + 2 (host, [logit rows, vocab])
-  // and, when the model has a confidence head, its estimate that greedy verification accepts that
-  // draft (host, [logit rows]; confidence may be null). Errors when the model has no draft module.
+  // each of batch.logit_rows gives the draft of the token at p + 2 and, when the model has a
+  // confidence head, its estimate that greedy verification accepts that draft. Errors when the
+  // model has no draft module.
   virtual void forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
-                             float* logits, float* confidence);
+                             const DraftOutputs& outputs);
   // forward_sampled without the wait: on a device the step is enqueued and this returns while it
   // runs, so the next one can be enqueued behind it; token_ids and host_logits hold its results
   // once the returned copies are waited for, and must stay valid until then. The default runs

@@ -37,6 +37,8 @@ std::vector<OutputEvent> BuilderBase::absorb(const SampleOutput& sample) {
   SampleState& s = samples_[static_cast<size_t>(sample.index)];
   s.token_ids.insert(s.token_ids.end(), sample.new_token_ids.begin(), sample.new_token_ids.end());
   s.logprobs.insert(s.logprobs.end(), sample.new_logprobs.begin(), sample.new_logprobs.end());
+  s.num_draft_tokens = std::max(s.num_draft_tokens, sample.num_draft_tokens);
+  s.num_accepted_draft_tokens = std::max(s.num_accepted_draft_tokens, sample.num_accepted_draft_tokens);
   std::vector<OutputEvent> events;
   if (s.parser) {
     events = s.parser->push(sample.new_text);
@@ -103,10 +105,23 @@ std::vector<std::string> BuilderBase::openai_stream_end(Json header) const {
 
 Json BuilderBase::usage_openai() const {
   const int32_t completion = num_completion_tokens();
-  return Json{{"prompt_tokens", num_prompt_tokens_},
-              {"completion_tokens", completion},
-              {"total_tokens", num_prompt_tokens_ + completion},
-              {"prompt_tokens_details", {{"cached_tokens", num_cached_tokens_}}}};
+  Json usage{{"prompt_tokens", num_prompt_tokens_},
+             {"completion_tokens", completion},
+             {"total_tokens", num_prompt_tokens_ + completion},
+             {"prompt_tokens_details", {{"cached_tokens", num_cached_tokens_}}}};
+  add_speculative_usage(usage);
+  return usage;
+}
+
+void BuilderBase::add_speculative_usage(Json& usage) const {
+  int64_t drafts = 0;
+  int64_t accepted = 0;
+  for (const SampleState& s : samples_) {
+    drafts += s.num_draft_tokens;
+    accepted += s.num_accepted_draft_tokens;
+  }
+  if (drafts == 0) return;
+  usage["speculative"] = {{"draft_tokens", drafts}, {"accepted_draft_tokens", accepted}};
 }
 
 std::string BuilderBase::tool_call_id(const char* prefix, size_t sample, size_t index) const {

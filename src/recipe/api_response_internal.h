@@ -35,6 +35,8 @@ struct SampleState {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;
+  int32_t num_draft_tokens = 0;  // speculative decoding: drafts verified, and of them accepted
+  int32_t num_accepted_draft_tokens = 0;
 };
 
 class BuilderBase : public ApiResponseBuilder {
@@ -48,6 +50,9 @@ class BuilderBase : public ApiResponseBuilder {
   void note_output(const RequestOutput& output);
   int32_t num_completion_tokens() const;
   Json usage_openai() const;  // Chat / Completions usage
+  // With speculative decoding, usage["speculative"] = {"draft_tokens", "accepted_draft_tokens"}
+  // (an extension field, over every sample); nothing otherwise.
+  void add_speculative_usage(Json& usage) const;
   // The id / object / created / model fields every Chat and Completions body and chunk starts with.
   Json openai_header(const char* object) const;
   // Chat / Completions stream end: a last chunk with no choices when usage or warnings are due

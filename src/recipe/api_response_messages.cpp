@@ -64,10 +64,12 @@ class MessagesBuilder : public BuilderBase {
   enum class Open { kNone, kThinking, kText, kToolUse };
 
   Json usage_object() const {
-    return {{"input_tokens", num_prompt_tokens_ - num_cached_tokens_},
-            {"cache_creation_input_tokens", 0},
-            {"cache_read_input_tokens", num_cached_tokens_},
-            {"output_tokens", num_completion_tokens()}};
+    Json usage{{"input_tokens", num_prompt_tokens_ - num_cached_tokens_},
+               {"cache_creation_input_tokens", 0},
+               {"cache_read_input_tokens", num_cached_tokens_},
+               {"output_tokens", num_completion_tokens()}};
+    add_speculative_usage(usage);
+    return usage;
   }
 
   Json message_object() const {

@@ -77,6 +77,7 @@ class ResponsesBuilder : public BuilderBase {
                   {"output_tokens", output_tokens},
                   {"output_tokens_details", {{"reasoning_tokens", 0}}},
                   {"total_tokens", num_prompt_tokens_ + output_tokens}};
+    add_speculative_usage(r["usage"]);
     add_warnings(r);
     return r;
   }

@@ -261,6 +261,7 @@ void EngineWorker::publish_gauges() {
   gauges.num_preemptions = stats.num_preemptions;
   gauges.num_overlapped_steps = stats.num_overlapped_steps;
   gauges.kv_store = stats.kv_store;
+  gauges.speculative = stats.speculative;
   metrics_.set_engine(gauges);
 }
 

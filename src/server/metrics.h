@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/speculator.h"
 #include "kvstore/kv_store.h"
 
 namespace deepinfer::server {
@@ -41,6 +42,7 @@ struct EngineGauges {
   int64_t num_preemptions = 0;
   int64_t num_overlapped_steps = 0;  // EngineStats::num_overlapped_steps
   std::optional<KvStoreStats> kv_store;  // absent: the server runs without --kv-cache-dir
+  std::optional<SpeculativeStats> speculative;  // absent: without --speculative-tokens
 };
 
 class Metrics {

@@ -21,6 +21,7 @@
 #include "engine/generator.h"
 #include "fixtures.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 
 namespace deepinfer::testing {
 
@@ -174,7 +175,9 @@ inline void expect_draft_module_matches(CausalLM& model, double logprob_toleranc
   for (int32_t p = 0; p < n - 1; ++p) hidden_rows[static_cast<size_t>(p)] = p;
   std::vector<float> logits(static_cast<size_t>((n - 1) * vocab));
   std::vector<float> confidence(static_cast<size_t>(n - 1));
-  model.forward_draft(draft, hidden_rows, CausalLM::DraftInput::kMainHidden, logits.data(), confidence.data());
+  std::vector<int32_t> argmax_tokens(static_cast<size_t>(n - 1));
+  model.forward_draft(draft, hidden_rows, CausalLM::DraftInput::kMainHidden,
+                      {logits.data(), argmax_tokens.data(), confidence.data()});
 
   const auto& positions = expected["positions"];
   ASSERT_EQ(positions.size(), static_cast<size_t>(n - 1));
@@ -195,6 +198,8 @@ inline void expect_draft_module_matches(CausalLM& model, double logprob_toleranc
           << "pos " << pos << " id " << id << ": got " << got << " want " << want;
     }
     EXPECT_NEAR(confidence[pos], position["confidence"].get<double>(), confidence_tolerance) << "pos " << pos;
+    // The argmax drafted where the logits are is the argmax of the logits that came back.
+    EXPECT_EQ(argmax_tokens[pos], argmax(row, vocab)) << "pos " << pos;
   }
 }
 

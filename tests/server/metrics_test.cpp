@@ -25,6 +25,33 @@ TEST(Histogram, BucketsAreCumulativeWithSumAndCount) {
             "h_count 4\n");
 }
 
+// Speculative decoding's families: counters by draft position and the acceptance-length histogram,
+// cumulative as Prometheus requires.
+TEST(Metrics, RendersSpeculativeDecoding) {
+  Metrics metrics;
+  SpeculativeStats spec;
+  spec.verify_steps = 10;
+  spec.verify_rows = 45;
+  spec.draft_calls = 30;
+  spec.proposed_per_position = {20, 12};
+  spec.accepted_per_position = {15, 6};
+  spec.accepted_length = {5, 9, 6};
+  metrics.set_engine(EngineGauges{0, 0, 0.0, 0, 0, 0, 0, std::nullopt, spec});
+  const std::string text = metrics.render();
+  for (const char* line : {"deepinfer_spec_verify_steps_total 10\n", "deepinfer_spec_verify_rows_total 45\n",
+                           "deepinfer_spec_draft_tokens_total{position=\"2\"} 12\n",
+                           "deepinfer_spec_accepted_tokens_total{position=\"1\"} 15\n",
+                           "deepinfer_spec_acceptance_length_bucket{le=\"0\"} 5\n",
+                           "deepinfer_spec_acceptance_length_bucket{le=\"1\"} 14\n",
+                           "deepinfer_spec_acceptance_length_bucket{le=\"+Inf\"} 20\n",
+                           "deepinfer_spec_acceptance_length_sum 21\n", "deepinfer_spec_acceptance_length_count 20\n",
+                           "# TYPE deepinfer_spec_acceptance_length histogram\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
+  metrics.set_engine(EngineGauges{});
+  EXPECT_EQ(metrics.render().find("deepinfer_spec_"), std::string::npos);
+}
+
 TEST(Metrics, RendersEveryFamilyOnceWithHelpAndType) {
   Metrics metrics;
   metrics.record_request("/v1/chat/completions", 200);
@@ -32,7 +59,7 @@ TEST(Metrics, RendersEveryFamilyOnceWithHelpAndType) {
   metrics.record_request("/v1/messages", 529);
   metrics.add_prompt_tokens(12);
   metrics.add_generation_tokens(5);
-  metrics.set_engine(EngineGauges{3, 2, 0.25, 100, 64, 1, 40, std::nullopt});
+  metrics.set_engine(EngineGauges{3, 2, 0.25, 100, 64, 1, 40, std::nullopt, std::nullopt});
   metrics.observe_ttft(0.2);
   const std::string text = metrics.render();
   EXPECT_NE(text.find("deepinfer_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"), std::string::npos);

@@ -109,7 +109,7 @@ class DenseDecoder final : public CausalLM {
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_layers_; }
   int32_t num_draft_modules() const override { return static_cast<int32_t>(mtp_layers_.size()); }
   void forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
-                     float* logits, float* confidence) override;
+                     const DraftOutputs& outputs) override;
 
  private:
   using Layer = DecoderLayer;
@@ -164,6 +164,7 @@ class DenseDecoder final : public CausalLM {
   // [rows], and the shape its KV cache was allocated for (num_blocks 0: not yet).
   StepInputs draft_inputs_;
   DeviceBuffer draft_rows_, draft_hidden_, draft_joined_, draft_out_, draft_confidence_;
+  DeviceBuffer draft_logit_rows_, draft_tokens_;  // [logit rows]: which output rows, their argmax
   int64_t draft_capacity_ = 0;
   KvCacheShape draft_kv_shape_;
   DeviceBuffer drawn_tokens_;  // [draws] int32 of launch_sampled; the next step's token_from_draw

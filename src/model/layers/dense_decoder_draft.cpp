@@ -12,7 +12,7 @@
 namespace deepinfer {
 
 void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
-                                 float* logits, float* confidence) {
+                                 const DraftOutputs& outputs) {
   DI_CHECK(!mtp_layers_.empty(), "this model has no draft module (num_draft_modules() is 0)");
   const MtpLayerWeights& mtp = mtp_layers_.back();
   DI_CHECK(!mtp.block.pre_feedforward_norm, "a draft module with sandwich norms");
@@ -50,7 +50,20 @@ void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<in
     draft_kv_shape_ = kv_shape_;
   }
 
-  const DeviceBatch device = draft_inputs_.upload(backend_, batch, kv_shape_.block_size);
+  // Argmax drafts are greedy draws, made where the logits are.
+  std::vector<kernels::SampleParams> argmax_draws;
+  if (outputs.tokens != nullptr) {
+    for (int64_t r = 0; r < num_logit_rows; ++r) {
+      kernels::SampleParams draw;
+      draw.row = static_cast<int32_t>(r);
+      draw.top_k = 1;
+      draw.temperature = 0.0;
+      argmax_draws.push_back(draw);
+    }
+  }
+  StepExtras extras;
+  extras.draws = &argmax_draws;
+  const DeviceBatch device = draft_inputs_.upload(backend_, batch, kv_shape_.block_size, extras);
   auto* residual = hidden_.as<float>();
   auto* normed = normed_.as<float>();
   auto* delta = delta_.as<float>();
@@ -72,19 +85,29 @@ void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<in
   backend_.add(residual, delta, n * hidden, out);
   if (num_logit_rows == 0) return;
 
-  // The logit rows' outputs, together, then their logits and confidences.
+  // The logit rows' outputs, together (a gather), then their logits, drafts and confidences.
   auto* rows_out = logit_hidden_.as<float>();
-  for (int64_t r = 0; r < num_logit_rows; ++r) {
-    backend_.copy_on_device(rows_out + r * hidden, out + batch.logit_rows[static_cast<size_t>(r)] * hidden,
-                            floats(hidden));
+  if (num_logit_rows > static_cast<int64_t>(draft_logit_rows_.size_bytes() / sizeof(int32_t))) {
+    draft_logit_rows_ = backend_.allocate(static_cast<size_t>(num_logit_rows) * sizeof(int32_t));
+    draft_tokens_ = backend_.allocate(static_cast<size_t>(num_logit_rows) * sizeof(int32_t));
   }
+  backend_.copy_to_device(draft_logit_rows_.data(), batch.logit_rows.data(), batch.logit_rows.size() * sizeof(int32_t));
+  backend_.embedding(kernels::WeightView{out, DType::kF32, n, hidden}, draft_logit_rows_.as<int32_t>(), num_logit_rows,
+                     rows_out);
   mtp.shared_head_norm.forward(backend_, rows_out, num_logit_rows, normed);
   backend_.matmul(normed, mtp.shared_head, kernels::WeightView{}, num_logit_rows, logits_.as<float>());
-  backend_.copy_to_host(logits, logits_.as<float>(), floats(num_logit_rows * config_.vocab_size));
-  if (confidence == nullptr || !mtp.confidence_head) return;
+  if (outputs.logits != nullptr) {
+    backend_.copy_to_host(outputs.logits, logits_.as<float>(), floats(num_logit_rows * config_.vocab_size));
+  }
+  if (outputs.tokens != nullptr) {
+    backend_.sample_rows(logits_.as<float>(), config_.vocab_size, device.draws, num_logit_rows,
+                         draft_tokens_.as<int32_t>());
+    backend_.copy_to_host(outputs.tokens, draft_tokens_.data(), static_cast<size_t>(num_logit_rows) * sizeof(int32_t));
+  }
+  if (outputs.confidence == nullptr || !mtp.confidence_head) return;
   mtp.confidence_head->forward(backend_, rows_out, num_logit_rows, draft_confidence_.as<float>());
-  backend_.copy_to_host(confidence, draft_confidence_.data(), floats(num_logit_rows));
-  for (int64_t r = 0; r < num_logit_rows; ++r) confidence[r] = 1.0f / (1.0f + std::exp(-confidence[r]));
+  backend_.copy_to_host(outputs.confidence, draft_confidence_.data(), floats(num_logit_rows));
+  for (int64_t r = 0; r < num_logit_rows; ++r) outputs.confidence[r] = 1.0f / (1.0f + std::exp(-outputs.confidence[r]));
 }
 
 }  // namespace deepinfer

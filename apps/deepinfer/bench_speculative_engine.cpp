@@ -1,0 +1,150 @@
+// The engine's speculative decoding against the same engine without it: at each concurrency, the
+// same greedy requests through EngineCore with drafts off, with DSpark's varlen budget and with
+// fixed K, alternating, median of the runs (varlen told the acceptance the warm-up measured); per configuration the tokens a sequence gains per
+// step, the verify rows a step, the draft module's share of the time, the ideal speedup, and how
+// many outputs equal plain decoding's (all of them with --batch-invariant; otherwise a near-tie
+// in a many-row product's bf16 rounding may flip a token, as it may between any two batchings).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_speculative.h"
+#include "core/clock.h"
+#include "engine/engine_core.h"
+
+namespace deepinfer::cli {
+namespace {
+
+struct EngineRun {
+  double seconds = 0.0;
+  int64_t tokens = 0;
+  int64_t steps = 0;
+  std::vector<std::vector<int32_t>> outputs;
+  std::optional<SpeculativeStats> stats;
+};
+
+enum class Mode { kPlain, kVarlen, kFixed };
+
+// prior: the acceptance an earlier run measured (varlen then need not draft to measure it).
+EngineRun run_engine_once(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts, int32_t max_tokens,
+                          int32_t k, Mode mode, const std::optional<SpeculativeStats>& prior) {
+  constexpr int32_t kBlockSize = 16;
+  const auto batch = static_cast<int32_t>(prompts.size());
+  EngineConfig config;
+  config.block_size = kBlockSize;
+  config.enable_prefix_caching = false;  // repeated prompts must not share their KV
+  const auto longest = static_cast<int32_t>(prompts.front().size()) + max_tokens + k + 2;
+  config.num_kv_blocks = batch * ((longest + kBlockSize - 1) / kBlockSize + 1);
+  config.scheduler.max_num_seqs = batch;
+  config.scheduler.max_num_batched_tokens = std::max(2048, batch * (k + 1));
+  if (mode != Mode::kPlain) {
+    config.speculative.num_tokens = k;
+    config.speculative.varlen = mode == Mode::kVarlen;
+    if (prior) {
+      config.speculative.prior_proposed = prior->proposed_per_position;
+      config.speculative.prior_accepted = prior->accepted_per_position;
+    }
+  }
+  EngineCore engine(model, nullptr, config);
+  SamplingParams params;
+  params.max_tokens = max_tokens;
+  params.ignore_eos = true;
+  params.temperature = 0.0;
+  for (int32_t i = 0; i < batch; ++i) {
+    if (auto added = engine.add_request(i, prompts[static_cast<size_t>(i)], params); !added.ok()) {
+      throw std::runtime_error(added.error().message);
+    }
+  }
+  EngineRun run;
+  run.outputs.resize(prompts.size());
+  const auto start = std::chrono::steady_clock::now();
+  while (engine.has_unfinished_requests()) {
+    ++run.steps;
+    for (const RequestOutput& out : engine.step()) {
+      if (out.failure) throw std::runtime_error(out.failure->message);
+      for (const SampleOutput& sample : out.samples) {
+        auto& tokens = run.outputs[static_cast<size_t>(out.request_id)];
+        tokens.insert(tokens.end(), sample.new_token_ids.begin(), sample.new_token_ids.end());
+        run.tokens += static_cast<int64_t>(sample.new_token_ids.size());
+      }
+    }
+  }
+  run.seconds = seconds_since(start);
+  run.stats = engine.stats().speculative;
+  return run;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>& concurrencies,
+                                 const std::vector<std::vector<int32_t>>& text_prompts, int32_t k,
+                                 int32_t max_tokens) {
+  CausalLM& model = *loaded.model;
+  constexpr int kRuns = 3;
+  const Mode modes[] = {Mode::kPlain, Mode::kVarlen, Mode::kFixed};
+  const char* names[] = {"plain", "varlen", "fixed"};
+  for (int32_t concurrency : concurrencies) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int32_t i = 0; i < concurrency; ++i) prompts.push_back(text_prompts[static_cast<size_t>(i) % text_prompts.size()]);
+    std::vector<double> rates[3];
+    EngineRun last[3];
+    try {
+      // Run 0 warms up (start-up profile, graph captures) and measures the acceptance of fixed K,
+      // which the varlen runs after it start from, as a long-running server's engine would.
+      for (int r = 0; r <= kRuns; ++r) {
+        for (int m = 0; m < 3; ++m) {
+          last[m] = run_engine_once(model, prompts, max_tokens, k, modes[m], r > 0 ? last[2].stats : std::nullopt);
+          if (r > 0) rates[m].push_back(static_cast<double>(last[m].tokens) / last[m].seconds);
+        }
+      }
+    } catch (const std::exception& e) {
+      return report_error("bench", Error{e.what()});
+    }
+    const double plain = median(rates[0]);
+    const double plain_step_s = last[0].seconds / static_cast<double>(last[0].steps);
+    std::printf("{\"kind\":\"speculative_engine\",\"model\":\"%s\",\"device\":\"%s\",\"concurrency\":%lld,"
+                "\"speculative_tokens\":%d,\"decode_tokens\":%d,\"runs\":%d,\"plain_tok_s\":%.1f",
+                model.config().architecture.c_str(), std::string(model.backend().name()).c_str(),
+                static_cast<long long>(concurrency), k, max_tokens, kRuns, plain);
+    for (int m = 1; m < 3; ++m) {
+      const SpeculativeStats& s = *last[m].stats;
+      int64_t verifications = 0;
+      int64_t kept = 0;
+      for (size_t a = 0; a < s.accepted_length.size(); ++a) {
+        verifications += s.accepted_length[a];
+        kept += static_cast<int64_t>(a) * s.accepted_length[a];
+      }
+      // Tokens a sequence gains per step it decodes in, and the draft module's time per step
+      // against a plain step: the ideal, E[tokens a step] / (1 + draft cost / step cost).
+      const double decode_rows = static_cast<double>(last[m].tokens) - static_cast<double>(kept);
+      const double tokens_per_step = decode_rows > 0 ? static_cast<double>(last[m].tokens) / decode_rows : 1.0;
+      const double draft_s_per_step = s.draft_seconds / static_cast<double>(last[m].steps);
+      const double ideal = tokens_per_step / (1.0 + draft_s_per_step / plain_step_s);
+      int64_t identical = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) identical += last[m].outputs[i] == last[0].outputs[i] ? 1 : 0;
+      const double rate = median(rates[m]);
+      std::printf(",\"%s_tok_s\":%.1f,\"%s_speedup\":%.3f,\"%s_ideal\":%.3f,\"%s_tokens_per_step\":%.3f,"
+                  "\"%s_verify_rows_per_step\":%.2f,\"%s_verifications\":%lld,\"%s_skipped_draft_steps\":%lld,"
+                  "\"%s_draft_ms_per_step\":%.3f,\"%s_identical_outputs\":%lld",
+                  names[m], rate, names[m], rate / plain, names[m], ideal, names[m], tokens_per_step, names[m],
+                  s.verify_steps > 0 ? static_cast<double>(s.verify_rows) / static_cast<double>(s.verify_steps) : 0.0,
+                  names[m], static_cast<long long>(verifications), names[m],
+                  static_cast<long long>(s.skipped_draft_steps), names[m], 1e3 * draft_s_per_step, names[m],
+                  static_cast<long long>(identical));
+    }
+    std::printf(",\"plain_ms_per_step\":%.3f}\n", 1e3 * plain_step_s);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace deepinfer::cli

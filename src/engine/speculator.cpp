@@ -1,0 +1,344 @@
+// Speculator: draft, plan, profile.
+#include "engine/speculator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "core/check.h"
+#include "core/clock.h"
+#include "core/logging.h"
+
+namespace deepinfer {
+namespace {
+
+// The drafts' rows of one forward_draft call as a ForwardBatch, built sequence by sequence.
+struct DraftBatch {
+  ForwardBatch batch;
+  std::vector<int32_t> hidden_rows;
+  std::vector<Request*> logit_requests;  // whose draft each logit row is
+  std::vector<int32_t> widths;           // each sequence's table width, to pad at the end
+
+  // Rows for positions [first, end) of r, row p reading hidden row hidden_first + (p - first).
+  void add(Request& r, const std::vector<int32_t>& table, int32_t block_size, int32_t first, int32_t end,
+           int32_t hidden_first, const std::vector<int32_t>& tokens, bool drafts) {
+    if (batch.query_start.empty()) batch.query_start.push_back(0);
+    for (int32_t p = first; p < end; ++p) {
+      batch.token_ids.push_back(tokens[static_cast<size_t>(p - first)]);
+      batch.positions.push_back(p);
+      batch.slot_mapping.push_back(table[static_cast<size_t>(p / block_size)] * block_size + p % block_size);
+      hidden_rows.push_back(hidden_first + (p - first));
+    }
+    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    batch.seq_len.push_back(end);
+    const auto width = static_cast<int32_t>(table.size());
+    batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, width);
+    batch.block_table.insert(batch.block_table.end(), table.begin(), table.end());
+    widths.push_back(width);
+    if (drafts) {
+      batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+      logit_requests.push_back(&r);
+    }
+  }
+  // Pads every table row to the widest.
+  void finish() {
+    const int32_t width = batch.max_blocks_per_seq;
+    std::vector<int32_t> padded;
+    padded.reserve(widths.size() * static_cast<size_t>(width));
+    size_t at = 0;
+    for (int32_t w : widths) {
+      for (int32_t b = 0; b < width; ++b) padded.push_back(b < w ? std::max(batch.block_table[at + b], 0) : 0);
+      at += static_cast<size_t>(w);
+    }
+    batch.block_table = std::move(padded);
+  }
+};
+
+// R sequences of q tokens each at positions [0, q) on blocks 0, 1, ... (wrapping): a profile
+// step's shape, every row a logit row (a verify step draws at every row).
+ForwardBatch profile_batch(int64_t rows, int32_t q, int32_t num_blocks, int32_t block_size) {
+  ForwardBatch batch;
+  batch.query_start.push_back(0);
+  batch.max_blocks_per_seq = 1;
+  for (int64_t done = 0, s = 0; done < rows; ++s) {
+    const auto n = static_cast<int32_t>(std::min<int64_t>(q, rows - done));
+    const auto block = static_cast<int32_t>(s % num_blocks);
+    for (int32_t p = 0; p < n; ++p) {
+      batch.token_ids.push_back(1);
+      batch.positions.push_back(p);
+      batch.slot_mapping.push_back(block * block_size + p);
+      batch.logit_rows.push_back(static_cast<int32_t>(done + p));
+    }
+    done += n;
+    batch.query_start.push_back(static_cast<int32_t>(done));
+    batch.seq_len.push_back(n);
+    batch.block_table.push_back(block);
+  }
+  return batch;
+}
+
+std::vector<int64_t> profile_points(int64_t max_rows) {
+  std::vector<int64_t> points;
+  for (int64_t r = 1; r < max_rows; r *= 2) points.push_back(r);
+  points.push_back(max_rows);
+  return points;
+}
+
+// The median of three timed runs after a warm-up.
+template <typename Run>
+double median_seconds(const Run& run) {
+  run();
+  std::vector<double> times;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    times.push_back(seconds_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  return times[1];
+}
+
+struct Curves {
+  std::vector<StepTimePoint> decode, verify, draft;
+};
+
+// Profiles are kept per model shape, backend and engine limits for the process's life.
+std::mutex& curves_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::map<std::string, Curves>& curves_cache() {
+  static std::map<std::string, Curves> cache;
+  return cache;
+}
+
+}  // namespace
+
+Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
+                       int32_t max_num_batched_tokens, int64_t max_model_len)
+    : model_(model), kv_(kv), config_(config), max_model_len_(max_model_len) {
+  DI_CHECK(config.num_tokens > 0 && model.num_draft_modules() > 0);
+  const auto k = static_cast<size_t>(config.num_tokens);
+  stats_.proposed_per_position.assign(k, 0);
+  stats_.accepted_per_position.assign(k, 0);
+  stats_.accepted_length.assign(k + 1, 0);
+  if (config_.varlen &&
+      (config_.decode_curve.empty() || config_.verify_curve.empty() || config_.draft_curve.empty())) {
+    profile(max_num_seqs, max_num_batched_tokens);
+  }
+}
+
+void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
+  const int32_t block_size = kv_.block_size();
+  const int32_t q = std::min(config_.num_tokens + 1, block_size);
+  const std::string key = model_.config().raw.dump() + "|" + std::string(model_.backend().name()) + "|" +
+                          std::to_string(config_.num_tokens) + "|" + std::to_string(max_num_seqs) + "|" +
+                          std::to_string(max_num_batched_tokens) + "|" + std::to_string(block_size);
+  std::lock_guard<std::mutex> lock(curves_mutex());
+  auto cached = curves_cache().find(key);
+  if (cached == curves_cache().end()) {
+    const auto start = std::chrono::steady_clock::now();
+    Curves curves;
+    const int32_t num_blocks = kv_.num_blocks();
+    // Every block is free at start-up: the profile's KV writes land where nothing is kept.
+    const auto time_main = [&](int64_t rows, int32_t per_seq) {
+      const ForwardBatch batch = profile_batch(rows, per_seq, num_blocks, block_size);
+      std::vector<kernels::SampleParams> draws(batch.logit_rows.size());
+      for (size_t i = 0; i < draws.size(); ++i) {
+        draws[i].row = static_cast<int32_t>(i);
+        draws[i].temperature = 0.0;
+      }
+      std::vector<int32_t> tokens(draws.size());
+      return median_seconds([&] { model_.forward_sampled(batch, draws, tokens.data(), {}, nullptr); });
+    };
+    for (int64_t rows : profile_points(max_num_seqs)) curves.decode.push_back({rows, time_main(rows, 1)});
+    const int64_t max_verify = std::min<int64_t>(int64_t{max_num_seqs} * q, max_num_batched_tokens);
+    for (int64_t rows : profile_points(max_verify)) {
+      curves.verify.push_back({rows, time_main(rows, q)});
+      // The draft module over the same rows, reading the hidden states that step left.
+      ForwardBatch batch = profile_batch(rows, q, num_blocks, block_size);
+      std::vector<int32_t> hidden_rows(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) hidden_rows[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+      batch.logit_rows.clear();
+      for (size_t s = 1; s < batch.query_start.size(); ++s) batch.logit_rows.push_back(batch.query_start[s] - 1);
+      std::vector<int32_t> tokens(batch.logit_rows.size());
+      std::vector<float> confidence(batch.logit_rows.size());
+      const double seconds = median_seconds([&] {
+        model_.forward_draft(batch, hidden_rows, CausalLM::DraftInput::kMainHidden,
+                             {nullptr, tokens.data(), confidence.data()});
+      });
+      curves.draft.push_back({rows, seconds});
+    }
+    DI_LOG(kInfo, "speculative decoding: profiled the decode, verify and draft step times at "
+                      << curves.verify.size() << " sizes in " << seconds_since(start) << " s");
+    cached = curves_cache().emplace(key, std::move(curves)).first;
+  }
+  if (config_.decode_curve.empty()) config_.decode_curve = cached->second.decode;
+  if (config_.verify_curve.empty()) config_.verify_curve = cached->second.verify;
+  if (config_.draft_curve.empty()) config_.draft_curve = cached->second.draft;
+}
+
+void Speculator::plan(const std::vector<Request*>& running) {
+  std::vector<Request*> decoding;
+  std::vector<std::vector<float>> confidences;
+  for (Request* r : running) {
+    r->num_verify_drafts = 0;
+    if (r->num_computed_tokens != r->num_tokens() - 1 || r->awaiting_grammar || r->sits_out_step_ahead) continue;
+    decoding.push_back(r);
+    confidences.push_back(r->draft_confidences);
+  }
+  if (decoding.empty()) return;
+  std::vector<int32_t> counts;
+  if (config_.varlen) {
+    const int64_t rows = choose_verify_rows(confidences, config_.verify_curve);
+    counts = allocate_drafts(confidences, rows - static_cast<int64_t>(decoding.size()));
+  }
+  for (size_t i = 0; i < decoding.size(); ++i) {
+    decoding[i]->num_verify_drafts =
+        config_.varlen ? counts[i] : static_cast<int32_t>(decoding[i]->drafts.size());
+  }
+}
+
+int32_t Speculator::paying_depth(int64_t sequences) const {
+  // Until enough first drafts were verified to measure acceptance, draft at full depth.
+  if (proposed_at(0) < kExploreVerifications) return config_.num_tokens;
+  const auto s = static_cast<double>(sequences);
+  double best_rate = s / step_seconds(config_.decode_curve, sequences);
+  int32_t best_depth = 0;
+  double expected = 1.0;  // tokens per sequence with d drafts verified
+  double cumulative = 1.0;
+  for (int32_t d = 1; d <= config_.num_tokens; ++d) {
+    const auto k = static_cast<size_t>(d - 1);
+    // The measured acceptance at depth d given the earlier drafts were accepted (an even prior
+    // while few were verified there).
+    cumulative *= static_cast<double>(accepted_at(k) + 1) / static_cast<double>(proposed_at(k) + 2);
+    expected += cumulative;
+    // The verify step, the catch-up over the kept rows and d - 1 chained calls.
+    const double seconds = step_seconds(config_.verify_curve, sequences * (d + 1)) +
+                           step_seconds(config_.draft_curve, static_cast<int64_t>(s * expected)) +
+                           (d - 1) * step_seconds(config_.draft_curve, sequences);
+    if (s * expected / seconds > best_rate) {
+      best_rate = s * expected / seconds;
+      best_depth = d;
+    }
+  }
+  return best_depth;
+}
+
+void Speculator::draft(const BuiltBatch& built, const std::function<int32_t(const Request&)>& max_drafts,
+                       const std::function<int32_t(const Request&, std::span<const int32_t>)>& valid_prefix) {
+  const auto start = std::chrono::steady_clock::now();
+  struct AddTime {
+    const std::chrono::steady_clock::time_point& start;
+    double& seconds;
+    ~AddTime() { seconds += seconds_since(start); }
+  } add_time{start, stats_.draft_seconds};
+  const int32_t block_size = kv_.block_size();
+  int64_t num_drafting = 0;
+  for (const ScheduledRows& rows : built.rows) {
+    Request& r = *rows.request;
+    r.drafts.clear();
+    r.draft_confidences.clear();
+    if (r.status == RequestStatus::kRunning && r.num_computed_tokens == r.num_tokens() - 1 && max_drafts(r) > 0) {
+      ++num_drafting;
+    }
+  }
+  // With varlen, chains as deep as pays for this many sequences at the measured acceptance.
+  const int32_t depth_limit = config_.varlen && num_drafting > 0 ? paying_depth(num_drafting) : config_.num_tokens;
+  if (num_drafting == 0 || depth_limit == 0) {
+    if (num_drafting > 0) ++stats_.skipped_draft_steps;
+    return;
+  }
+  // The catch-up: each sequence's rows whose KV the step computed, each with the token after it.
+  // (built.batch went to the model runner; its token rows are the rows' tokens in order.)
+  DraftBatch catch_up;
+  int32_t first_row = 0;
+  for (const ScheduledRows& rows : built.rows) {
+    Request& r = *rows.request;
+    const int32_t hidden_first = first_row;
+    first_row += rows.num_new_tokens;
+    if (r.status != RequestStatus::kRunning || r.num_computed_tokens <= rows.first_position) continue;
+    const int32_t end = std::min(r.num_computed_tokens, rows.first_position + rows.num_new_tokens);
+    std::vector<int32_t> next(r.all_tokens().begin() + rows.first_position + 1, r.all_tokens().begin() + end + 1);
+    const bool drafts = end == r.num_tokens() - 1 && max_drafts(r) > 0;
+    catch_up.add(r, kv_.block_table(r.seq_id), block_size, rows.first_position, end, hidden_first, next, drafts);
+  }
+  if (catch_up.batch.token_ids.empty()) return;
+  catch_up.finish();
+  const size_t n = catch_up.logit_requests.size();
+  std::vector<int32_t> tokens(n);
+  std::vector<float> confidence(n, -1.0f);
+  model_.forward_draft(catch_up.batch, catch_up.hidden_rows, CausalLM::DraftInput::kMainHidden,
+                       {nullptr, tokens.data(), confidence.data()});
+  ++stats_.draft_calls;
+  // Without a confidence head: the acceptance measured at that depth.
+  const auto confidence_at = [&](float c, size_t depth) {
+    if (c >= 0.0f) return c;
+    return static_cast<float>(accepted_at(depth) + 1) / static_cast<float>(proposed_at(depth) + 2);
+  };
+  std::vector<Request*> chaining = catch_up.logit_requests;
+  std::vector<int32_t> output_rows = catch_up.batch.logit_rows;
+  for (size_t j = 0; j < n; ++j) {
+    chaining[j]->drafts = {tokens[j]};
+    chaining[j]->draft_confidences = {confidence_at(confidence[j], 0)};
+  }
+  // Deeper drafts: the module again on its own output and the draft before it, one position on.
+  for (int32_t depth = 2; depth <= depth_limit; ++depth) {
+    DraftBatch chain;
+    std::vector<int32_t> hidden;
+    for (size_t j = 0; j < chaining.size(); ++j) {
+      Request& r = *chaining[j];
+      if (max_drafts(r) < depth) continue;
+      const int32_t position = r.num_tokens() - 1 + (depth - 2);
+      int32_t ignored = 0;
+      if (!kv_.allocate(r.seq_id, r.all_tokens(), position + 1, r.cache_salt, &ignored)) continue;
+      chain.add(r, kv_.block_table(r.seq_id), block_size, position, position + 1, output_rows[j],
+                {r.drafts.back()}, true);
+    }
+    if (chain.batch.token_ids.empty()) break;
+    chain.finish();
+    const size_t m = chain.logit_requests.size();
+    tokens.assign(m, 0);
+    confidence.assign(m, -1.0f);
+    model_.forward_draft(chain.batch, chain.hidden_rows, CausalLM::DraftInput::kDraftOutput,
+                         {nullptr, tokens.data(), confidence.data()});
+    ++stats_.draft_calls;
+    for (size_t j = 0; j < m; ++j) {
+      Request& r = *chain.logit_requests[j];
+      r.drafts.push_back(tokens[j]);
+      r.draft_confidences.push_back(confidence_at(confidence[j], static_cast<size_t>(depth - 1)));
+    }
+    chaining = chain.logit_requests;
+    output_rows = chain.batch.logit_rows;
+  }
+  for (Request* r : catch_up.logit_requests) {
+    const auto keep = static_cast<size_t>(valid_prefix(*r, r->drafts));
+    r->drafts.resize(std::min(keep, r->drafts.size()));
+    r->draft_confidences.resize(r->drafts.size());
+  }
+}
+
+int64_t Speculator::proposed_at(size_t k) const {
+  return stats_.proposed_per_position[k] + (k < config_.prior_proposed.size() ? config_.prior_proposed[k] : 0);
+}
+
+int64_t Speculator::accepted_at(size_t k) const {
+  return stats_.accepted_per_position[k] + (k < config_.prior_accepted.size() ? config_.prior_accepted[k] : 0);
+}
+
+void Speculator::record_step(int64_t decode_rows, int64_t draft_rows) {
+  if (draft_rows == 0) return;
+  ++stats_.verify_steps;
+  stats_.verify_rows += decode_rows + draft_rows;
+}
+
+void Speculator::record(int32_t num_drafts, int32_t num_accepted) {
+  DI_CHECK(num_drafts <= config_.num_tokens && num_accepted <= num_drafts);
+  for (int32_t k = 0; k < num_drafts; ++k) ++stats_.proposed_per_position[static_cast<size_t>(k)];
+  for (int32_t k = 0; k < num_accepted; ++k) ++stats_.accepted_per_position[static_cast<size_t>(k)];
+  ++stats_.accepted_length[static_cast<size_t>(num_accepted)];
+}
+
+}  // namespace deepinfer

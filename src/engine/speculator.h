@@ -1,0 +1,106 @@
+// Speculator: the engine's speculative decoding (issue 22, the seeds' DSpark). After each step the
+// model's draft module (CausalLM::forward_draft, DeepSeek's MTP) catches its own KV up on the
+// positions the step computed, in one batched call, and drafts a chain of up to K tokens for every
+// decoding sequence (K - 1 more calls, one row per sequence), each draft with its confidence (the
+// checkpoint's confidence head; without one, the acceptance measured so far at that depth). Before
+// the next step, plan() chooses how many of each sequence's drafts it verifies: with varlen on,
+// the drafts of highest cumulative confidence across all sequences, as many as maximise expected
+// tokens per unit of step time on the verify step-time curve profiled at start-up
+// (engine/draft_allocator.h); and chains are only as deep as the measured acceptance pays for
+// the draft module's time (the decode and draft curves), not at all when none does. With varlen
+// off every sequence verifies all of its K drafts. The engine verifies (engine_core.cpp): each row
+// draws what plain decoding draws at that position, keyed by (seed, position), and a draft is kept
+// while it equals that draw, so outputs are plain decoding's, token for token.
+// The draft module's KV shares the main cache's block tables: a rejected draft's KV is overwritten
+// later, and only verified tokens are ever committed to the prefix cache. KV the module never
+// computed (pages from the persistent store, a COMPLETION engine's prompt, a prefix cached while
+// speculation was off, a forked n > 1 sample's copied page) only lowers the acceptance.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/batch_builder.h"
+#include "engine/draft_allocator.h"
+#include "kvcache/kv_cache_manager.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+struct SpeculativeConfig {
+  int32_t num_tokens = 0;  // K, the longest draft chain; 0: off
+  // DSpark's confidence-scheduled verification; false: every sequence verifies K drafts.
+  bool varlen = true;
+  // The step-time curves; empty: profiled at start-up (varlen only; then kept per model, backend
+  // and shape for the process's life).
+  std::vector<StepTimePoint> decode_curve;  // a decode step of R sequences
+  std::vector<StepTimePoint> verify_curve;  // a verify step of R rows, 1 + K per sequence
+  std::vector<StepTimePoint> draft_curve;   // one draft-module call of R rows
+  // Acceptance measured before (an earlier engine's SpeculativeStats on the same model and
+  // traffic): per draft position, drafts verified and accepted, counted with this engine's own
+  // when deciding how deep to draft. Without enough of either, the engine drafts at full depth
+  // until it has measured kExploreVerifications first drafts.
+  std::vector<int64_t> prior_proposed;
+  std::vector<int64_t> prior_accepted;
+};
+
+struct SpeculativeStats {
+  int64_t verify_steps = 0;        // steps that verified at least one draft
+  int64_t verify_rows = 0;         // their decode rows: golden rows plus drafts
+  int64_t skipped_draft_steps = 0; // steps after which drafting did not pay (varlen)
+  int64_t draft_calls = 0;         // forward_draft calls
+  double draft_seconds = 0.0;      // wall time in draft() (the calls return with their results)
+  // Per draft position k (index k - 1): drafts verified there, and of them accepted.
+  std::vector<int64_t> proposed_per_position;
+  std::vector<int64_t> accepted_per_position;
+  // accepted_length[a]: verifications of a sequence that kept a drafts (0 .. K).
+  std::vector<int64_t> accepted_length;
+};
+
+class Speculator {
+ public:
+  // First drafts verified (prior included) before the varlen budget trusts the measured acceptance.
+  static constexpr int64_t kExploreVerifications = 64;
+
+  // limits: the engine's; profiles the curves the config leaves empty (varlen only).
+  Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
+             int32_t max_num_batched_tokens, int64_t max_model_len);
+
+  // Before scheduling: sets num_verify_drafts of each running sequence (0 without drafts).
+  void plan(const std::vector<Request*>& running);
+  // After a step's results were applied: catches the draft module up on each sequence's computed
+  // rows of built (its hidden states are the last forward's; built.rows is read, not built.batch,
+  // which the model runner took), then drafts for every sequence that
+  // decodes next. max_drafts(r): the most drafts r may use (0: none); valid_prefix(r, drafts): how
+  // many leading drafts its grammar allows.
+  void draft(const BuiltBatch& built, const std::function<int32_t(const Request&)>& max_drafts,
+             const std::function<int32_t(const Request&, std::span<const int32_t>)>& valid_prefix);
+  // A verification's outcome: num_drafts verified, num_accepted of them kept.
+  void record(int32_t num_drafts, int32_t num_accepted);
+  // A step's decode rows: golden rows and draft rows.
+  void record_step(int64_t decode_rows, int64_t draft_rows);
+
+  const SpeculativeConfig& config() const { return config_; }
+  const SpeculativeStats& stats() const { return stats_; }
+
+ private:
+  void profile(int32_t max_num_seqs, int32_t max_num_batched_tokens);
+  // The chain depth (0: none) at which drafting for `sequences` decoding sequences is expected to
+  // give the most tokens per second, plain decoding included, at the measured acceptance; K until
+  // kExploreVerifications first drafts were verified.
+  int32_t paying_depth(int64_t sequences) const;
+  // Drafts verified and accepted at position k (0-based), prior included.
+  int64_t proposed_at(size_t k) const;
+  int64_t accepted_at(size_t k) const;
+
+
+  CausalLM& model_;
+  KvCacheManager& kv_;
+  SpeculativeConfig config_;
+  int64_t max_model_len_;
+  SpeculativeStats stats_;
+};
+
+}  // namespace deepinfer

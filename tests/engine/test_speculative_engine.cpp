@@ -1,0 +1,117 @@
+// The engine's speculative decoding on the CPU: speculative_engine_cases.h, the budget, the
+// PROMPT -> COMPLETION handover, and what it refuses.
+#include <gtest/gtest.h>
+
+#include "speculative_engine_cases.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::speculative_config;
+
+TEST(SpeculativeEngine, OutputWithDraftsIsOutputWithoutThem) {
+  testing::TestModel loaded = testing::load_test_model(testing::speculative_model_dir(), true);
+  testing::expect_speculation_keeps_output(*loaded.model);
+}
+
+// The budget shrinks when verifying or drafting does not pay: with a verify curve on which any
+// extra row costs more than a whole token's worth, no draft is verified; with a draft module as
+// slow as ten steps and the acceptance known beforehand, nothing is drafted (without the prior the
+// engine would first draft to measure it). The output stays the same.
+TEST(SpeculativeEngine, BudgetShrinksWhenDraftsDoNotPay) {
+  testing::TestModel loaded = testing::load_test_model(testing::speculative_model_dir(), true);
+  auto tokenizer = Tokenizer::load(testing::speculative_model_dir());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
+  const std::vector<testing::RequestSpec> requests = testing::speculative_requests(*tokenizer);
+  const EngineConfig plain = testing::small_engine_config(256);
+  const testing::SpeculativeRun want = testing::run_requests(*loaded.model, *tokenizer, plain, requests);
+
+  EngineConfig costly_verify = plain;
+  costly_verify.speculative = speculative_config(3, true);
+  costly_verify.speculative.verify_curve = {{1, 1.0}, {2, 10.0}};
+  const testing::SpeculativeRun no_verify = testing::run_requests(*loaded.model, *tokenizer, costly_verify, requests);
+  testing::expect_same_text(no_verify.runs, want.runs, "costly verification");
+  EXPECT_EQ(no_verify.stats.speculative->verify_steps, 0);
+
+  EngineConfig costly_draft = plain;
+  costly_draft.speculative = speculative_config(3, true);
+  costly_draft.speculative.draft_curve = {{1, 10.0}, {4096, 10.0}};
+  costly_draft.speculative.prior_proposed = {1000, 700, 500};  // no exploration: acceptance is known
+  costly_draft.speculative.prior_accepted = {700, 500, 350};
+  const testing::SpeculativeRun no_draft = testing::run_requests(*loaded.model, *tokenizer, costly_draft, requests);
+  testing::expect_same_text(no_draft.runs, want.runs, "costly drafting");
+  EXPECT_EQ(no_draft.stats.speculative->draft_calls, 0);
+  EXPECT_GT(no_draft.stats.speculative->skipped_draft_steps, 0);
+
+  // Fixed K verifies every draft whatever the curves say.
+  EngineConfig fixed = costly_verify;
+  fixed.speculative.varlen = false;
+  const testing::SpeculativeRun all = testing::run_requests(*loaded.model, *tokenizer, fixed, requests);
+  testing::expect_same_text(all.runs, want.runs, "fixed K");
+  EXPECT_GT(all.stats.speculative->verify_steps, 0);
+}
+
+// A COMPLETION engine drafts too (its draft module never saw the prompt, so drafts are worse, not
+// wrong): the handed-over request continues as a NORMAL engine without drafts would.
+TEST(SpeculativeEngine, CompletionEngineKeepsOutput) {
+  testing::TestModel loaded = testing::load_test_model(testing::speculative_model_dir(), true);
+  auto tokenizer = Tokenizer::load(testing::speculative_model_dir());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
+  SamplingParams params;
+  params.max_tokens = 32;
+  params.ignore_eos = true;
+  params.temperature = 0.0;
+  const std::vector<int32_t> prompt = testing::encode(*tokenizer, "def fibonacci(n):\n    if n < 2:\n");
+  const testing::SpeculativeRun want =
+      testing::run_requests(*loaded.model, *tokenizer, testing::small_engine_config(64), {{prompt, params}});
+
+  EngineConfig prompt_config = testing::small_engine_config(64);
+  prompt_config.mode = EngineMode::kPrompt;
+  prompt_config.speculative = speculative_config(2, true);
+  PrefilledRequest prefilled;
+  {
+    EngineCore engine(*loaded.model, &*tokenizer, prompt_config);
+    ASSERT_TRUE(engine.add_request(0, prompt, params).ok());
+    testing::OutputCollector collector;
+    testing::run_engine(engine, collector);
+    std::vector<PrefilledRequest> handed = engine.take_prefilled();
+    ASSERT_EQ(handed.size(), 1u);
+    prefilled = std::move(handed.front());
+  }
+  EngineConfig completion = testing::small_engine_config(64);
+  completion.mode = EngineMode::kCompletion;
+  completion.speculative = speculative_config(2, true);
+  EngineCore engine(*loaded.model, &*tokenizer, completion);
+  ASSERT_TRUE(engine.add_prefilled_request(std::move(prefilled)).ok());
+  testing::OutputCollector collector;
+  testing::run_engine(engine, collector);
+  EXPECT_EQ(collector.runs().at(0).samples.at(0).token_ids, want.runs.at(0).samples.at(0).token_ids);
+  EXPECT_GT(engine.stats().speculative->verify_steps, 0);
+}
+
+TEST(SpeculativeEngine, RefusesWhatItCannotDo) {
+  testing::TestModel draftless = testing::load_test_model("llama", false);
+  EngineConfig config = testing::small_engine_config(64);
+  config.speculative = speculative_config(2, true);
+  try {
+    EngineCore engine(*draftless.model, nullptr, config);
+    ADD_FAILURE() << "a model without a draft module was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("no draft module"), std::string::npos) << e.what();
+  }
+  testing::TestModel loaded = testing::load_test_model(testing::speculative_model_dir(), true);
+  config.deterministic = true;
+  try {
+    EngineCore engine(*loaded.model, nullptr, config);
+    ADD_FAILURE() << "varlen was accepted in the deterministic mode";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--spec-varlen off"), std::string::npos) << e.what();
+  }
+  config.speculative.varlen = false;
+  EXPECT_NO_THROW(EngineCore(*loaded.model, nullptr, config));
+  config.speculative.num_tokens = 17;
+  EXPECT_THROW(EngineCore(*loaded.model, nullptr, config), UserError);
+}
+
+}  // namespace
+}  // namespace deepinfer
