@@ -20,7 +20,8 @@ void append_padded_table(std::vector<int32_t>& rows, const std::vector<int32_t>&
 
 }  // namespace
 
-BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache) {
+BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache,
+                               bool drafts_as_sequences) {
   BuiltBatch built;
   ForwardBatch& batch = built.batch;
   const int32_t block_size = kv_cache.block_size();
@@ -54,6 +55,8 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
                  blocks_for_tokens(end, block_size) <= static_cast<int32_t>(table.size()),
              "sequence " << request.seq_id << " scheduled beyond its tokens, drafts or blocks");
     const auto first_row = static_cast<int32_t>(batch.token_ids.size());
+    // A verifying decode as one-token sequences: each row a sequence ending at its own position.
+    const bool split = drafts_as_sequences && s.num_drafts > 0 && s.num_new_tokens == s.num_drafts + 1;
     for (int32_t pos = rows.first_position; pos < end; ++pos) {
       const int32_t block = table[static_cast<size_t>(pos / block_size)];
       DI_CHECK(block >= 0, "position " << pos << " of sequence " << request.seq_id << " has no block");
@@ -65,6 +68,13 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
         const int32_t swa_block = swa_table[static_cast<size_t>(pos / block_size)];
         DI_CHECK(swa_block >= 0, "position " << pos << " of sequence " << request.seq_id << " has no sliding block");
         batch.swa_slot_mapping.push_back(swa_block * block_size + pos % block_size);
+      }
+      if (split && pos + 1 < end) {
+        batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+        batch.seq_len.push_back(pos + 1);
+        batch.seq_ids.push_back(request.seq_id);
+        append_padded_table(batch.block_table, table, max_blocks);
+        if (!swa_table.empty()) append_padded_table(batch.swa_block_table, swa_table, max_blocks);
       }
     }
     batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));

@@ -10,18 +10,26 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/logging.h"
+#include "model/decode_graphs.h"
 
 namespace deepinfer {
 namespace {
 
-// The drafts' rows of one forward_draft call as a ForwardBatch, built sequence by sequence.
+// The rows of one forward_draft call as a ForwardBatch, built sequence by sequence. Split (the
+// model writes KV before attending, CausalLM::kv_written_before_attention): each row is a
+// one-token sequence and every row's draft is taken, so the call is decode-shaped.
 struct DraftBatch {
+  explicit DraftBatch(bool split_rows) : split(split_rows) {}
+  bool split;
   ForwardBatch batch;
   std::vector<int32_t> hidden_rows;
-  std::vector<Request*> logit_requests;  // whose draft each logit row is
-  std::vector<int32_t> widths;           // each sequence's table width, to pad at the end
+  std::vector<Request*> drafting;     // the sequences that draft, in order
+  std::vector<int32_t> output_of;     // per drafting sequence: its draft's index in the outputs
+  std::vector<int32_t> token_row_of;  // and its last token row (its module output's row)
+  std::vector<int32_t> widths;        // each sequence's table width, to pad at the end
 
-  // Rows for positions [first, end) of r, row p reading hidden row hidden_first + (p - first).
+  // Rows for positions [first, end) of r with the tokens after them, row p reading hidden row
+  // hidden_first + (p - first); drafts: r's draft is the last row's.
   void add(Request& r, const std::vector<int32_t>& table, int32_t block_size, int32_t first, int32_t end,
            int32_t hidden_first, const std::vector<int32_t>& tokens, bool drafts) {
     if (batch.query_start.empty()) batch.query_start.push_back(0);
@@ -30,17 +38,25 @@ struct DraftBatch {
       batch.positions.push_back(p);
       batch.slot_mapping.push_back(table[static_cast<size_t>(p / block_size)] * block_size + p % block_size);
       hidden_rows.push_back(hidden_first + (p - first));
+      if (split) {
+        batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+        end_sequence(table, p + 1);
+      }
     }
+    if (!split) end_sequence(table, end);
+    if (!drafts) return;
+    drafting.push_back(&r);
+    token_row_of.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+    if (!split) batch.logit_rows.push_back(token_row_of.back());
+    output_of.push_back(split ? token_row_of.back() : static_cast<int32_t>(batch.logit_rows.size()) - 1);
+  }
+  void end_sequence(const std::vector<int32_t>& table, int32_t seq_len) {
     batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
-    batch.seq_len.push_back(end);
+    batch.seq_len.push_back(seq_len);
     const auto width = static_cast<int32_t>(table.size());
     batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, width);
     batch.block_table.insert(batch.block_table.end(), table.begin(), table.end());
     widths.push_back(width);
-    if (drafts) {
-      batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
-      logit_requests.push_back(&r);
-    }
   }
   // Pads every table row to the widest.
   void finish() {
@@ -132,7 +148,11 @@ Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeCon
 
 void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
   const int32_t block_size = kv_.block_size();
-  const int32_t q = std::min(config_.num_tokens + 1, block_size);
+  // A verify step's rows per sequence: 1 + K, or one-token sequences when the model splits them.
+  const int32_t chain = std::min(config_.num_tokens + 1, block_size);
+  const bool split = model_.kv_written_before_attention();
+  const int32_t q = split ? 1 : chain;
+  const bool graphable = split && model_.backend().can_capture();
   const std::string key = model_.config().raw.dump() + "|" + std::string(model_.backend().name()) + "|" +
                           std::to_string(config_.num_tokens) + "|" + std::to_string(max_num_seqs) + "|" +
                           std::to_string(max_num_batched_tokens) + "|" + std::to_string(block_size);
@@ -154,15 +174,17 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
       return median_seconds([&] { model_.forward_sampled(batch, draws, tokens.data(), {}, nullptr); });
     };
     for (int64_t rows : profile_points(max_num_seqs)) curves.decode.push_back({rows, time_main(rows, 1)});
-    const int64_t max_verify = std::min<int64_t>(int64_t{max_num_seqs} * q, max_num_batched_tokens);
+    const int64_t max_verify = std::min<int64_t>(int64_t{max_num_seqs} * chain, max_num_batched_tokens);
     for (int64_t rows : profile_points(max_verify)) {
       curves.verify.push_back({rows, time_main(rows, q)});
       // The draft module over the same rows, reading the hidden states that step left.
       ForwardBatch batch = profile_batch(rows, q, num_blocks, block_size);
       std::vector<int32_t> hidden_rows(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) hidden_rows[static_cast<size_t>(r)] = static_cast<int32_t>(r);
-      batch.logit_rows.clear();
-      for (size_t s = 1; s < batch.query_start.size(); ++s) batch.logit_rows.push_back(batch.query_start[s] - 1);
+      if (!graphable || rows > DecodeGraphs::kMaxBatch) {  // the sequences' last rows; else every row's
+        batch.logit_rows.clear();
+        for (size_t s = 1; s < batch.query_start.size(); ++s) batch.logit_rows.push_back(batch.query_start[s] - 1);
+      }
       std::vector<int32_t> tokens(batch.logit_rows.size());
       std::vector<float> confidence(batch.logit_rows.size());
       const double seconds = median_seconds([&] {
@@ -252,8 +274,18 @@ void Speculator::draft(const BuiltBatch& built, const std::function<int32_t(cons
     return;
   }
   // The catch-up: each sequence's rows whose KV the step computed, each with the token after it.
-  // (built.batch went to the model runner; its token rows are the rows' tokens in order.)
-  DraftBatch catch_up;
+  // (built.batch went to the model runner; its token rows are the rows' tokens in order.) Rows go
+  // in as one-token sequences, every row's draft computed, when that lets a graph replay the call.
+  int64_t catch_up_rows = 0;
+  for (const ScheduledRows& rows : built.rows) {
+    const Request& r = *rows.request;
+    if (r.status == RequestStatus::kRunning && r.num_computed_tokens > rows.first_position) {
+      catch_up_rows += std::min(r.num_computed_tokens, rows.first_position + rows.num_new_tokens) - rows.first_position;
+    }
+  }
+  const bool graphable = model_.kv_written_before_attention() && model_.backend().can_capture();
+  const bool split = graphable && catch_up_rows <= DecodeGraphs::kMaxBatch;
+  DraftBatch catch_up(split);
   int32_t first_row = 0;
   for (const ScheduledRows& rows : built.rows) {
     Request& r = *rows.request;
@@ -266,54 +298,45 @@ void Speculator::draft(const BuiltBatch& built, const std::function<int32_t(cons
     catch_up.add(r, kv_.block_table(r.seq_id), block_size, rows.first_position, end, hidden_first, next, drafts);
   }
   if (catch_up.batch.token_ids.empty()) return;
-  catch_up.finish();
-  const size_t n = catch_up.logit_requests.size();
-  std::vector<int32_t> tokens(n);
-  std::vector<float> confidence(n, -1.0f);
-  model_.forward_draft(catch_up.batch, catch_up.hidden_rows, CausalLM::DraftInput::kMainHidden,
-                       {nullptr, tokens.data(), confidence.data()});
-  ++stats_.draft_calls;
-  // Without a confidence head: the acceptance measured at that depth.
-  const auto confidence_at = [&](float c, size_t depth) {
-    if (c >= 0.0f) return c;
-    return static_cast<float>(accepted_at(depth) + 1) / static_cast<float>(proposed_at(depth) + 2);
+  DraftBatch* last = &catch_up;
+  const auto call = [&](DraftBatch& draft, CausalLM::DraftInput input, size_t depth) {
+    draft.finish();
+    const size_t outputs = draft.batch.logit_rows.size();
+    std::vector<int32_t> tokens(outputs);
+    std::vector<float> confidence(outputs, -1.0f);
+    model_.forward_draft(draft.batch, draft.hidden_rows, input, {nullptr, tokens.data(), confidence.data()});
+    ++stats_.draft_calls;
+    for (size_t j = 0; j < draft.drafting.size(); ++j) {
+      Request& r = *draft.drafting[j];
+      const auto at = static_cast<size_t>(draft.output_of[j]);
+      r.drafts.push_back(tokens[at]);
+      // Without a confidence head: the acceptance measured at that depth.
+      r.draft_confidences.push_back(confidence[at] >= 0.0f
+                                        ? confidence[at]
+                                        : static_cast<float>(accepted_at(depth) + 1) /
+                                              static_cast<float>(proposed_at(depth) + 2));
+    }
   };
-  std::vector<Request*> chaining = catch_up.logit_requests;
-  std::vector<int32_t> output_rows = catch_up.batch.logit_rows;
-  for (size_t j = 0; j < n; ++j) {
-    chaining[j]->drafts = {tokens[j]};
-    chaining[j]->draft_confidences = {confidence_at(confidence[j], 0)};
-  }
+  call(catch_up, CausalLM::DraftInput::kMainHidden, 0);
   // Deeper drafts: the module again on its own output and the draft before it, one position on.
+  std::vector<DraftBatch> chains;
+  chains.reserve(static_cast<size_t>(depth_limit));
   for (int32_t depth = 2; depth <= depth_limit; ++depth) {
-    DraftBatch chain;
-    std::vector<int32_t> hidden;
-    for (size_t j = 0; j < chaining.size(); ++j) {
-      Request& r = *chaining[j];
+    DraftBatch& chain = chains.emplace_back(graphable);
+    for (size_t j = 0; j < last->drafting.size(); ++j) {
+      Request& r = *last->drafting[j];
       if (max_drafts(r) < depth) continue;
       const int32_t position = r.num_tokens() - 1 + (depth - 2);
       int32_t ignored = 0;
       if (!kv_.allocate(r.seq_id, r.all_tokens(), position + 1, r.cache_salt, &ignored)) continue;
-      chain.add(r, kv_.block_table(r.seq_id), block_size, position, position + 1, output_rows[j],
+      chain.add(r, kv_.block_table(r.seq_id), block_size, position, position + 1, last->token_row_of[j],
                 {r.drafts.back()}, true);
     }
     if (chain.batch.token_ids.empty()) break;
-    chain.finish();
-    const size_t m = chain.logit_requests.size();
-    tokens.assign(m, 0);
-    confidence.assign(m, -1.0f);
-    model_.forward_draft(chain.batch, chain.hidden_rows, CausalLM::DraftInput::kDraftOutput,
-                         {nullptr, tokens.data(), confidence.data()});
-    ++stats_.draft_calls;
-    for (size_t j = 0; j < m; ++j) {
-      Request& r = *chain.logit_requests[j];
-      r.drafts.push_back(tokens[j]);
-      r.draft_confidences.push_back(confidence_at(confidence[j], static_cast<size_t>(depth - 1)));
-    }
-    chaining = chain.logit_requests;
-    output_rows = chain.batch.logit_rows;
+    call(chain, CausalLM::DraftInput::kDraftOutput, static_cast<size_t>(depth - 1));
+    last = &chain;
   }
-  for (Request* r : catch_up.logit_requests) {
+  for (Request* r : catch_up.drafting) {
     const auto keep = static_cast<size_t>(valid_prefix(*r, r->drafts));
     r->drafts.resize(std::min(keep, r->drafts.size()));
     r->draft_confidences.resize(r->drafts.size());

@@ -2,6 +2,8 @@
 // PROMPT -> COMPLETION handover, and what it refuses.
 #include <gtest/gtest.h>
 
+#include "engine/batch_builder.h"
+#include "model/decode_graphs.h"
 #include "speculative_engine_cases.h"
 
 namespace deepinfer {
@@ -87,6 +89,57 @@ TEST(SpeculativeEngine, CompletionEngineKeepsOutput) {
   testing::run_engine(engine, collector);
   EXPECT_EQ(collector.runs().at(0).samples.at(0).token_ids, want.runs.at(0).samples.at(0).token_ids);
   EXPECT_GT(engine.stats().speculative->verify_steps, 0);
+}
+
+// A verifying decode as one-token sequences (a model that writes KV before attending): each row a
+// sequence over the same table ending at its own position, so the step is decode-shaped (a decode
+// graph replays it); the logit rows stay the golden row and the drafts, in order.
+TEST(SpeculativeEngine, VerifyRowsGoInAsOneTokenSequences) {
+  KvCacheConfig kv_config;
+  kv_config.num_blocks = 8;
+  kv_config.block_size = 4;
+  KvCacheManager kv(kv_config);
+  Request decoding;
+  decoding.seq_id = 1;
+  decoding.set_prompt({5, 6, 7, 8, 9});
+  decoding.drafts = {11, 12};
+  Request prefilling;
+  prefilling.seq_id = 2;
+  prefilling.set_prompt({1, 2, 3});
+  int32_t cached = 0;
+  ASSERT_TRUE(kv.allocate(1, decoding.all_tokens(), 7, "", &cached));
+  ASSERT_TRUE(kv.allocate(2, prefilling.all_tokens(), 3, "", &cached));
+  decoding.num_computed_tokens = 4;
+  SchedulerOutput scheduled;
+  scheduled.scheduled = {{&decoding, 3, 2}};
+  scheduled.num_batched_tokens = 3;
+  for (bool split : {false, true}) {
+    const BuiltBatch built = build_forward_batch(scheduled, kv, split);
+    const ForwardBatch& batch = built.batch;
+    EXPECT_EQ(batch.token_ids, (std::vector<int32_t>{9, 11, 12}));
+    EXPECT_EQ(batch.positions, (std::vector<int32_t>{4, 5, 6}));
+    EXPECT_EQ(batch.logit_rows, (std::vector<int32_t>{0, 1, 2}));
+    ASSERT_EQ(built.rows.size(), 1u);
+    EXPECT_EQ(built.rows[0].num_drafts, 2);
+    EXPECT_TRUE(built.rows[0].samples);
+    if (split) {
+      EXPECT_EQ(batch.query_start, (std::vector<int32_t>{0, 1, 2, 3}));
+      EXPECT_EQ(batch.seq_len, (std::vector<int32_t>{5, 6, 7}));
+      EXPECT_EQ(batch.seq_ids, (std::vector<int64_t>{1, 1, 1}));
+      EXPECT_TRUE(DecodeGraphs::can_run(batch));
+    } else {
+      EXPECT_EQ(batch.query_start, (std::vector<int32_t>{0, 3}));
+      EXPECT_EQ(batch.seq_len, (std::vector<int32_t>{7}));
+      EXPECT_FALSE(DecodeGraphs::can_run(batch));
+    }
+    EXPECT_EQ(batch.block_table.size(), batch.seq_len.size() * static_cast<size_t>(batch.max_blocks_per_seq));
+  }
+  // A prompt chunk beside it keeps its rows in one sequence.
+  scheduled.scheduled.push_back({&prefilling, 3, 0});
+  scheduled.num_batched_tokens = 6;
+  const BuiltBatch mixed = build_forward_batch(scheduled, kv, true);
+  EXPECT_EQ(mixed.batch.query_start, (std::vector<int32_t>{0, 1, 2, 3, 6}));
+  EXPECT_EQ(mixed.batch.seq_len, (std::vector<int32_t>{5, 6, 7, 3}));
 }
 
 TEST(SpeculativeEngine, RefusesWhatItCannotDo) {

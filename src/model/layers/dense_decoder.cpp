@@ -142,7 +142,10 @@ Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, 
   }
   DI_TRY(model->load_mtp_layers(source, options, *rope));
   model->residual_stream_dtype_ = model->residual_stream_dtype();
-  if (source.backend->can_capture()) model->graphs_ = std::make_unique<DecodeGraphs>();
+  if (source.backend->can_capture()) {
+    model->graphs_ = std::make_unique<DecodeGraphs>();
+    model->draft_graphs_ = std::make_unique<DecodeGraphs>();
+  }
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 
@@ -197,7 +200,7 @@ DType DenseDecoder::kv_cache_dtype() const {
 }
 
 void DenseDecoder::allocate_kv_cache(const KvCacheShape& shape) {
-  if (graphs_) graphs_->clear();  // they point into the old cache
+  clear_graphs();  // they point into the old cache
   kv_shape_ = shape;
   for (Layer& layer : layers_) std::visit([&](auto& a) { a.allocate_kv_cache(backend_, shape); }, layer.attention);
 }
@@ -381,6 +384,17 @@ int64_t DenseDecoder::routed_weight_bytes_per_step() const {
   return bytes;
 }
 
+bool DenseDecoder::kv_written_before_attention() const {
+  const auto mla = [](const DecoderLayer& layer) { return std::holds_alternative<MlaLayer>(layer.attention); };
+  return std::all_of(layers_.begin(), layers_.end(), mla) &&
+         std::all_of(mtp_layers_.begin(), mtp_layers_.end(), [&](const MtpLayerWeights& m) { return mla(m.block); });
+}
+
+void DenseDecoder::clear_graphs() {
+  if (graphs_) graphs_->clear();
+  if (draft_graphs_) draft_graphs_->clear();
+}
+
 void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) {
   if (num_tokens > workspace_tokens_) {
     const int64_t hidden = config_.hidden_size;
@@ -391,7 +405,7 @@ void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) 
     }
     const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
     // Before the old buffers go: a failed allocation below must leave no graph reading them.
-    if (graphs_) graphs_->clear();
+    clear_graphs();
     hidden_ = backend_.allocate(floats(num_tokens * hidden));
     normed_ = backend_.allocate(floats(num_tokens * hidden));
     delta_ = backend_.allocate(floats(num_tokens * hidden));
@@ -399,7 +413,7 @@ void DenseDecoder::ensure_workspace(int64_t num_tokens, int64_t num_logit_rows) 
     workspace_tokens_ = num_tokens;
   }
   if (num_logit_rows > workspace_logit_rows_) {
-    if (graphs_) graphs_->clear();
+    clear_graphs();
     logit_hidden_ = backend_.allocate(static_cast<size_t>(num_logit_rows * config_.hidden_size) * sizeof(float));
     logits_ = backend_.allocate(static_cast<size_t>(num_logit_rows * config_.vocab_size) * sizeof(float));
     workspace_logit_rows_ = num_logit_rows;

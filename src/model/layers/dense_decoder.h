@@ -108,6 +108,7 @@ class DenseDecoder final : public CausalLM {
   int64_t routed_weight_bytes_per_step() const override;
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_layers_; }
   int32_t num_draft_modules() const override { return static_cast<int32_t>(mtp_layers_.size()); }
+  bool kv_written_before_attention() const override;
   void forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
                      const DraftOutputs& outputs) override;
 
@@ -121,6 +122,14 @@ class DenseDecoder final : public CausalLM {
   Result<void> load_mtp_layers(const ModelSource& source, const DenseDecoderOptions& options, const RopeTable& rope);
   // Grows the activation buffers; a move drops the decode graphs, which point into them.
   void ensure_workspace(int64_t num_tokens, int64_t num_logit_rows);
+  // Drops the decode and draft graphs (they point into buffers that are about to move).
+  void clear_graphs();
+  // forward_draft's buffers for this many rows (moves them, and drops the draft graphs, to grow).
+  void ensure_draft_buffers(int64_t rows);
+  // The draft module over a batch already uploaded, from draft_hidden_ on: its outputs, then the
+  // logits, argmax drafts and confidences of num_logit_rows rows (all of them in order when
+  // all_rows, else those draft_logit_rows_ names). Enqueues only, so a graph can capture it.
+  void enqueue_draft(const DeviceBatch& device, int64_t num_logit_rows, bool all_rows);
   // Enqueues the forward of a batch on the device, leaving logits_ [logit rows, vocab]: the rows
   // listed in logit_rows, or every row when it is null.
   void enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows);
@@ -163,10 +172,14 @@ class DenseDecoder final : public CausalLM {
   // and [rows, 2 * hidden] joined, its outputs (the next draft's kDraftOutput rows), confidences
   // [rows], and the shape its KV cache was allocated for (num_blocks 0: not yet).
   StepInputs draft_inputs_;
-  DeviceBuffer draft_rows_, draft_hidden_, draft_joined_, draft_out_, draft_confidence_;
+  DeviceBuffer draft_rows_, draft_hidden_, draft_joined_, draft_confidence_;
   DeviceBuffer draft_logit_rows_, draft_tokens_;  // [logit rows]: which output rows, their argmax
-  int64_t draft_capacity_ = 0;
+  int64_t draft_capacity_ = 0;  // rows of the buffers above
+  DeviceBuffer draft_out_;
+  int64_t draft_out_rows_ = 0;
   KvCacheShape draft_kv_shape_;
+  // Decode-shaped draft calls as device graphs, like decode steps (set when graphs_ is).
+  std::unique_ptr<DecodeGraphs> draft_graphs_;
   DeviceBuffer drawn_tokens_;  // [draws] int32 of launch_sampled; the next step's token_from_draw
                                // reads them
   // Decode steps as device graphs: set when the backend captures. A MoE layer's expert token
