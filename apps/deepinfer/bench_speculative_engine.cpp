@@ -23,6 +23,7 @@ struct EngineRun {
   double seconds = 0.0;
   int64_t tokens = 0;
   int64_t steps = 0;
+  int64_t graph_replays = 0;  // decode steps and draft calls replayed from device graphs
   std::vector<std::vector<int32_t>> outputs;
   std::optional<SpeculativeStats> stats;
 };
@@ -61,6 +62,7 @@ EngineRun run_engine_once(CausalLM& model, const std::vector<std::vector<int32_t
   }
   EngineRun run;
   run.outputs.resize(prompts.size());
+  const int64_t replays_before = model.num_graph_replays();
   const auto start = std::chrono::steady_clock::now();
   while (engine.has_unfinished_requests()) {
     ++run.steps;
@@ -74,6 +76,7 @@ EngineRun run_engine_once(CausalLM& model, const std::vector<std::vector<int32_t
     }
   }
   run.seconds = seconds_since(start);
+  run.graph_replays = model.num_graph_replays() - replays_before;
   run.stats = engine.stats().speculative;
   return run;
 }
@@ -99,10 +102,19 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
     EngineRun last[3];
     try {
       // Run 0 warms up (start-up profile, graph captures) and measures the acceptance of fixed K,
-      // which the varlen runs after it start from, as a long-running server's engine would.
+      // which the varlen runs after it start from (summed over fixed K's runs so far), as a
+      // long-running server's engine would.
+      std::optional<SpeculativeStats> measured;  // fixed K's acceptance, summed over its runs so far
       for (int r = 0; r <= kRuns; ++r) {
         for (int m = 0; m < 3; ++m) {
-          last[m] = run_engine_once(model, prompts, max_tokens, k, modes[m], r > 0 ? last[2].stats : std::nullopt);
+          last[m] = run_engine_once(model, prompts, max_tokens, k, modes[m], measured);
+          if (modes[m] == Mode::kFixed) {
+            if (!measured) measured = SpeculativeStats{*last[m].stats};
+            for (size_t d = 0; r > 0 && d < measured->proposed_per_position.size(); ++d) {
+              measured->proposed_per_position[d] += last[m].stats->proposed_per_position[d];
+              measured->accepted_per_position[d] += last[m].stats->accepted_per_position[d];
+            }
+          }
           if (r > 0) rates[m].push_back(static_cast<double>(last[m].tokens) / last[m].seconds);
         }
       }
@@ -134,14 +146,17 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
       const double rate = median(rates[m]);
       std::printf(",\"%s_tok_s\":%.1f,\"%s_speedup\":%.3f,\"%s_ideal\":%.3f,\"%s_tokens_per_step\":%.3f,"
                   "\"%s_verify_rows_per_step\":%.2f,\"%s_verifications\":%lld,\"%s_skipped_draft_steps\":%lld,"
-                  "\"%s_draft_ms_per_step\":%.3f,\"%s_identical_outputs\":%lld",
+                  "\"%s_draft_ms_per_step\":%.3f,\"%s_identical_outputs\":%lld,\"%s_steps\":%lld,"
+                  "\"%s_graph_replays\":%lld",
                   names[m], rate, names[m], rate / plain, names[m], ideal, names[m], tokens_per_step, names[m],
                   s.verify_steps > 0 ? static_cast<double>(s.verify_rows) / static_cast<double>(s.verify_steps) : 0.0,
                   names[m], static_cast<long long>(verifications), names[m],
                   static_cast<long long>(s.skipped_draft_steps), names[m], 1e3 * draft_s_per_step, names[m],
-                  static_cast<long long>(identical));
+                  static_cast<long long>(identical), names[m], static_cast<long long>(last[m].steps), names[m],
+                  static_cast<long long>(last[m].graph_replays));
     }
-    std::printf(",\"plain_ms_per_step\":%.3f}\n", 1e3 * plain_step_s);
+    std::printf(",\"plain_ms_per_step\":%.3f,\"plain_steps\":%lld,\"plain_graph_replays\":%lld}\n", 1e3 * plain_step_s,
+                static_cast<long long>(last[0].steps), static_cast<long long>(last[0].graph_replays));
     std::fflush(stdout);
   }
   return 0;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/device_error.h"
 #include "core/logging.h"
 #include "engine/batch_builder.h"
@@ -419,6 +420,7 @@ struct EngineCore::Impl {
     int64_t handle = 0;
     BuiltBatch built;
     StepDraws plan;
+    std::chrono::steady_clock::time_point scheduled;  // when its scheduling began
   };
 
   // Sample 0's first token: held n > 1 samples then sample the same row on the host.
@@ -476,11 +478,14 @@ struct EngineCore::Impl {
   void draft_after(const InFlight& step) {
     int64_t decode_rows = 0;
     int64_t draft_rows = 0;
+    bool decode_only = true;  // no prompt rows: the step's time is a decode or verify step's
     for (const ScheduledRows& rows : step.built.rows) {
       if (rows.samples) decode_rows += 1;
       draft_rows += rows.num_drafts;
+      decode_only = decode_only && rows.num_new_tokens == rows.num_drafts + 1;
     }
     speculator->record_step(decode_rows, draft_rows);
+    if (decode_only) speculator->observe_step(decode_rows + draft_rows, draft_rows > 0, seconds_since(step.scheduled));
     const int32_t k = config.speculative.num_tokens;
     // The most drafts a sequence may use: verifying d appends up to d + 1 tokens.
     const auto max_drafts = [&](const Request& r) -> int32_t {
@@ -510,6 +515,7 @@ struct EngineCore::Impl {
   // last token is pending, its draw in the step in flight.
   std::optional<InFlight> schedule_and_launch(std::map<int64_t, RequestOutput>& outputs,
                                               const std::map<int64_t, int32_t>& pending_draws) {
+    const auto scheduled_at = std::chrono::steady_clock::now();
     if (offload) {
       const bool idle = scheduler.num_waiting() == 0 && scheduler.num_running() == 0;
       for (Request* r : offload->take_ready(idle)) scheduler.add(r);
@@ -553,7 +559,9 @@ struct EngineCore::Impl {
         }
         structured->prefetch(constrained);
       }
-      return launch_scheduled(std::move(built));
+      InFlight step = launch_scheduled(std::move(built));
+      step.scheduled = scheduled_at;
+      return step;
     } catch (const std::exception& e) {
       if (loses_device(e)) throw;
       for (const ScheduledSequence& s : scheduled.scheduled) {

@@ -2,6 +2,7 @@
 #include "engine/speculator.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -132,6 +133,27 @@ std::map<std::string, Curves>& curves_cache() {
 
 }  // namespace
 
+void MeasuredTimes::observe(int64_t rows, double seconds) {
+  constexpr double kWeight = 0.1;  // of the newest step
+  const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(rows, 1))));
+  const auto [it, fresh] = seconds_.emplace(bucket, seconds);
+  if (!fresh) it->second += kWeight * (seconds - it->second);
+}
+
+std::vector<StepTimePoint> MeasuredTimes::correct(const std::vector<StepTimePoint>& profile) const {
+  if (seconds_.empty() || profile.empty()) return profile;
+  double ratio = 0.0;
+  for (const auto& [bucket, seconds] : seconds_) ratio += seconds / step_seconds(profile, bucket);
+  ratio /= static_cast<double>(seconds_.size());
+  std::vector<StepTimePoint> corrected = profile;
+  for (StepTimePoint& point : corrected) {
+    const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(point.rows)));
+    const auto measured = seconds_.find(bucket);
+    point.seconds = measured != seconds_.end() ? measured->second : point.seconds * ratio;
+  }
+  return corrected;
+}
+
 Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int64_t max_model_len)
     : model_(model), kv_(kv), config_(config), max_model_len_(max_model_len) {
@@ -214,7 +236,7 @@ void Speculator::plan(const std::vector<Request*>& running) {
   if (decoding.empty()) return;
   std::vector<int32_t> counts;
   if (config_.varlen) {
-    const int64_t rows = choose_verify_rows(confidences, config_.verify_curve);
+    const int64_t rows = choose_verify_rows(confidences, measured_verify_.correct(config_.verify_curve));
     counts = allocate_drafts(confidences, rows - static_cast<int64_t>(decoding.size()));
   }
   for (size_t i = 0; i < decoding.size(); ++i) {
@@ -227,7 +249,10 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
   // Until enough first drafts were verified to measure acceptance, draft at full depth.
   if (proposed_at(0) < kExploreVerifications) return config_.num_tokens;
   const auto s = static_cast<double>(sequences);
-  double best_rate = s / step_seconds(config_.decode_curve, sequences);
+  const std::vector<StepTimePoint> decode = measured_decode_.correct(config_.decode_curve);
+  const std::vector<StepTimePoint> verify = measured_verify_.correct(config_.verify_curve);
+  const std::vector<StepTimePoint> draft = measured_draft_.correct(config_.draft_curve);
+  double best_rate = s / step_seconds(decode, sequences);
   int32_t best_depth = 0;
   double expected = 1.0;  // tokens per sequence with d drafts verified
   double cumulative = 1.0;
@@ -238,9 +263,9 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
     cumulative *= static_cast<double>(accepted_at(k) + 1) / static_cast<double>(proposed_at(k) + 2);
     expected += cumulative;
     // The verify step, the catch-up over the kept rows and d - 1 chained calls.
-    const double seconds = step_seconds(config_.verify_curve, sequences * (d + 1)) +
-                           step_seconds(config_.draft_curve, static_cast<int64_t>(s * expected)) +
-                           (d - 1) * step_seconds(config_.draft_curve, sequences);
+    const double seconds = step_seconds(verify, sequences * (d + 1)) +
+                           step_seconds(draft, static_cast<int64_t>(s * expected)) +
+                           (d - 1) * step_seconds(draft, sequences);
     if (s * expected / seconds > best_rate) {
       best_rate = s * expected / seconds;
       best_depth = d;
@@ -304,7 +329,9 @@ void Speculator::draft(const BuiltBatch& built, const std::function<int32_t(cons
     const size_t outputs = draft.batch.logit_rows.size();
     std::vector<int32_t> tokens(outputs);
     std::vector<float> confidence(outputs, -1.0f);
+    const auto called = std::chrono::steady_clock::now();
     model_.forward_draft(draft.batch, draft.hidden_rows, input, {nullptr, tokens.data(), confidence.data()});
+    measured_draft_.observe(draft.batch.num_tokens(), seconds_since(called));
     ++stats_.draft_calls;
     for (size_t j = 0; j < draft.drafting.size(); ++j) {
       Request& r = *draft.drafting[j];
@@ -355,6 +382,10 @@ void Speculator::record_step(int64_t decode_rows, int64_t draft_rows) {
   if (draft_rows == 0) return;
   ++stats_.verify_steps;
   stats_.verify_rows += decode_rows + draft_rows;
+}
+
+void Speculator::observe_step(int64_t rows, bool verified, double seconds) {
+  (verified ? measured_verify_ : measured_decode_).observe(rows, seconds);
 }
 
 void Speculator::record(int32_t num_drafts, int32_t num_accepted) {

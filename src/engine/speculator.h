@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -59,6 +60,20 @@ struct SpeculativeStats {
   std::vector<int64_t> accepted_length;
 };
 
+// Step times measured while serving, per power-of-two bucket of rows (a moving average), which
+// correct a start-up profile: it ran at short contexts, so it misses what attention over long
+// ones adds, and the engine's own time per step.
+class MeasuredTimes {
+ public:
+  void observe(int64_t rows, double seconds);
+  // profile's points, each replaced by the measured time of its bucket, or scaled by the mean
+  // ratio of measured to profiled time over the buckets measured (unchanged before any).
+  std::vector<StepTimePoint> correct(const std::vector<StepTimePoint>& profile) const;
+
+ private:
+  std::map<int64_t, double> seconds_;  // by bucket
+};
+
 class Speculator {
  public:
   // First drafts verified (prior included) before the varlen budget trusts the measured acceptance.
@@ -81,6 +96,9 @@ class Speculator {
   void record(int32_t num_drafts, int32_t num_accepted);
   // A step's decode rows: golden rows and draft rows.
   void record_step(int64_t decode_rows, int64_t draft_rows);
+  // A step without prompt rows took this long, scheduling and results included (drafting not):
+  // a decode step when it verified no draft, else a verify step.
+  void observe_step(int64_t rows, bool verified, double seconds);
 
   const SpeculativeConfig& config() const { return config_; }
   const SpeculativeStats& stats() const { return stats_; }
@@ -99,6 +117,7 @@ class Speculator {
   CausalLM& model_;
   KvCacheManager& kv_;
   SpeculativeConfig config_;
+  MeasuredTimes measured_decode_, measured_verify_, measured_draft_;
   int64_t max_model_len_;
   SpeculativeStats stats_;
 };

@@ -176,7 +176,7 @@ class CausalLM {
   // counters back (waits for the device). Benchmarks' roofline fractions.
   virtual int64_t routed_weight_bytes_per_step() const { return weight_bytes_per_token(); }
   virtual void reset_expert_token_counts() {}
-  // Forward steps replayed from captured device graphs so far (model/decode_graphs.h).
+  // Forward steps and draft calls replayed from captured device graphs so far (model/decode_graphs.h).
   virtual int64_t num_graph_replays() const { return 0; }
 
  protected:

@@ -142,6 +142,23 @@ TEST(SpeculativeEngine, VerifyRowsGoInAsOneTokenSequences) {
   EXPECT_EQ(mixed.batch.seq_len, (std::vector<int32_t>{5, 6, 7, 3}));
 }
 
+// Measured step times replace the profile's at their buckets and scale the rest by the mean ratio.
+TEST(SpeculativeEngine, MeasuredTimesCorrectTheProfile) {
+  const std::vector<StepTimePoint> profile = {{1, 1.0}, {2, 1.0}, {4, 2.0}, {8, 4.0}};
+  MeasuredTimes measured;
+  EXPECT_EQ(measured.correct(profile)[2].seconds, 2.0);
+  measured.observe(2, 3.0);  // 3x the profile
+  measured.observe(3, 4.0);  // bucket 4: 2x
+  const std::vector<StepTimePoint> corrected = measured.correct(profile);
+  ASSERT_EQ(corrected.size(), 4u);
+  EXPECT_DOUBLE_EQ(corrected[1].seconds, 3.0);
+  EXPECT_DOUBLE_EQ(corrected[2].seconds, 4.0);
+  EXPECT_DOUBLE_EQ(corrected[0].seconds, 2.5);  // the mean ratio, 2.5
+  EXPECT_DOUBLE_EQ(corrected[3].seconds, 10.0);
+  measured.observe(2, 13.0);  // a moving average: a tenth of the way
+  EXPECT_DOUBLE_EQ(measured.correct(profile)[1].seconds, 4.0);
+}
+
 TEST(SpeculativeEngine, RefusesWhatItCannotDo) {
   testing::TestModel draftless = testing::load_test_model("llama", false);
   EngineConfig config = testing::small_engine_config(64);

@@ -296,6 +296,43 @@ TEST(ApiResponse, MessagesStopSequenceAndMaxTokens) {
   EXPECT_EQ(cut->final_body()["stop_reason"], "max_tokens");
 }
 
+// Speculative decoding's counts reach each API's usage as an extension object, summed over the
+// samples; without drafts the usage is the official shape alone.
+TEST(ApiResponse, SpeculativeUsage) {
+  const std::pair<ApiKind, const char*> apis[] = {
+      {ApiKind::kChatCompletions, R"({"model": "tiny", "n": 2, "messages": [{"role": "user", "content": "Hi"}]})"},
+      {ApiKind::kCompletions, R"({"model": "tiny", "prompt": "Hi"})"},
+      {ApiKind::kResponses, R"({"model": "tiny", "input": "Hi", "reasoning": {"effort": "none"}})"},
+      {ApiKind::kMessages,
+       R"({"model": "tiny", "max_tokens": 10, "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": "Hi"}]})"}};
+  for (const auto& [kind, body] : apis) {
+    const ApiRequest r = request(kind, body);
+    auto plain = ApiResponseBuilder::create(r, qwen3(), "id_1", 1);
+    auto drafted = ApiResponseBuilder::create(r, qwen3(), "id_2", 1);
+    plain->on_output(step("Hello", true));
+    RequestOutput first = step("Hel");
+    first.samples[0].num_draft_tokens = 3;  // counts so far, as the engine reports them
+    first.samples[0].num_accepted_draft_tokens = 2;
+    RequestOutput last = step("lo", true);
+    last.samples[0].num_draft_tokens = 5;
+    last.samples[0].num_accepted_draft_tokens = 3;
+    drafted->on_output(first);
+    drafted->on_output(last);
+    const int32_t samples = kind == ApiKind::kChatCompletions ? 2 : 1;
+    if (samples == 2) {
+      RequestOutput other = step("Hi", true, FinishReason::kStop, 1);
+      other.samples[0].num_draft_tokens = 4;
+      other.samples[0].num_accepted_draft_tokens = 4;
+      drafted->on_output(other);
+      plain->on_output(step("Hi", true, FinishReason::kStop, 1));
+    }
+    const Json usage = drafted->final_body()["usage"];
+    EXPECT_EQ(usage["speculative"]["draft_tokens"], samples == 2 ? 9 : 5) << body;
+    EXPECT_EQ(usage["speculative"]["accepted_draft_tokens"], samples == 2 ? 7 : 3) << body;
+    EXPECT_FALSE(plain->final_body()["usage"].contains("speculative")) << body;
+  }
+}
+
 TEST(ApiResponse, StreamErrors) {
   const ApiError error = api_error(ApiKind::kMessages, 529, "Overloaded");
   auto messages = ApiResponseBuilder::create(

@@ -95,7 +95,9 @@ class DenseDecoder final : public CausalLM {
                                                 const std::vector<kernels::SampleParams>& draws, int32_t* token_ids,
                                                 const std::vector<int32_t>& host_rows, float* host_logits) override;
   int64_t weight_bytes_per_token() const override;
-  int64_t num_graph_replays() const override { return graphs_ ? graphs_->num_replays() : 0; }
+  int64_t num_graph_replays() const override {
+    return (graphs_ ? graphs_->num_replays() : 0) + (draft_graphs_ ? draft_graphs_->num_replays() : 0);
+  }
 
   // Tokens routed to each expert since load or the last reset: [num_moe_layers][num_experts]
   // with the layer index of each row in layer_ids (empty for dense models).
@@ -127,7 +129,7 @@ class DenseDecoder final : public CausalLM {
   // forward_draft's buffers for this many rows (moves them, and drops the draft graphs, to grow).
   void ensure_draft_buffers(int64_t rows);
   // The draft module over a batch already uploaded, from draft_hidden_ on: its outputs, then the
-  // logits, argmax drafts and confidences of num_logit_rows rows (all of them in order when
+  // logits and confidences of num_logit_rows rows (all of them in order when
   // all_rows, else those draft_logit_rows_ names). Enqueues only, so a graph can capture it.
   void enqueue_draft(const DeviceBatch& device, int64_t num_logit_rows, bool all_rows);
   // Enqueues the forward of a batch on the device, leaving logits_ [logit rows, vocab]: the rows

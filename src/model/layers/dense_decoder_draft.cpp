@@ -77,19 +77,23 @@ void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<in
     argmax_draws[static_cast<size_t>(r)].top_k = 1;
     argmax_draws[static_cast<size_t>(r)].temperature = 0.0;
   }
+  StepExtras extras;
+  extras.draws = &argmax_draws;
+  const kernels::SampleParams* device_draws = nullptr;
   if (!graphed) {
-    StepExtras extras;
-    extras.draws = &argmax_draws;
     const DeviceBatch device = draft_inputs_.upload(backend_, batch, kv_shape_.block_size, extras);
     backend_.copy_to_device(draft_logit_rows_.data(), batch.logit_rows.data(),
                             batch.logit_rows.size() * sizeof(int32_t));
     enqueue_draft(device, num_logit_rows, /*all_rows=*/false);
+    device_draws = device.draws;
   } else {
-    StepExtras extras;
-    extras.draws = &argmax_draws;
-    draft_graphs_->run(backend_, batch, kv_shape_.block_size, extras,
-                       [&](const DeviceBatch& device) { enqueue_draft(device, rows, /*all_rows=*/true); });
+    device_draws = draft_graphs_->run(backend_, batch, kv_shape_.block_size, extras, [&](const DeviceBatch& device) {
+      enqueue_draft(device, rows, /*all_rows=*/true);
+    });
   }
+  // The draws run after the call (a replayed graph included), as a decode step's do.
+  backend_.sample_rows(logits_.as<float>(), config_.vocab_size, device_draws, num_logit_rows,
+                       draft_tokens_.as<int32_t>());
 
   // The logit rows' results: in a graph every row's, of which the first n are the batch's.
   const int64_t wanted = graphed ? n : num_logit_rows;
@@ -129,8 +133,8 @@ void DenseDecoder::enqueue_draft(const DeviceBatch& device, int64_t num_logit_ro
   backend_.add(residual, delta, n * hidden, out);
   if (num_logit_rows == 0) return;
 
-  // The logit rows' outputs (every row in order: the outputs themselves), their logits, drafts
-  // and confidences.
+  // The logit rows' outputs (every row in order: the outputs themselves), their logits and
+  // confidences.
   float* rows_out = out;
   if (!all_rows) {
     rows_out = logit_hidden_.as<float>();
@@ -139,8 +143,6 @@ void DenseDecoder::enqueue_draft(const DeviceBatch& device, int64_t num_logit_ro
   }
   mtp.shared_head_norm.forward(backend_, rows_out, num_logit_rows, normed);
   backend_.matmul(normed, mtp.shared_head, kernels::WeightView{}, num_logit_rows, logits_.as<float>());
-  backend_.sample_rows(logits_.as<float>(), config_.vocab_size, device.draws, num_logit_rows,
-                       draft_tokens_.as<int32_t>());
   if (mtp.confidence_head) mtp.confidence_head->forward(backend_, rows_out, num_logit_rows, draft_confidence_.as<float>());
 }
 
