@@ -137,7 +137,6 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
   if (!prompts.ok()) return report_error("bench", prompts.error());
   const size_t num_prompts = prompts->size();
   if (args.has("--concurrency")) {
-    if (replay) return report_error("bench", Error{"--concurrency runs the engine's drafts: give --draft-text"});
     auto concurrency = args.get_int_list("--concurrency");
     if (!concurrency.ok()) return report_error("bench", concurrency.error());
     for (int32_t c : *concurrency) {
@@ -145,7 +144,8 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
     }
     if (*drafts > 16) return report_error("bench", Error{"--speculative-tokens must be in [1, 16]"});
     return run_speculative_engine_bench(loaded, *concurrency, *prompts, static_cast<int32_t>(*drafts),
-                                        static_cast<int32_t>(*decode_tokens));
+                                        static_cast<int32_t>(*decode_tokens),
+                                        replay ? std::optional<double>(*replay_rate) : std::nullopt);
   }
 
   const auto k = static_cast<int32_t>(*drafts);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "args.h"
@@ -17,9 +18,11 @@ namespace deepinfer::cli {
 // With --concurrency LIST: the engine's speculative decoding instead (run_speculative_engine_bench).
 int run_speculative_bench(const Args& args, LoadedModel& loaded);
 
-// The engine at each concurrency (that many requests of text_prompts, reused in turn): drafts
-// off, K drafts with --spec-varlen on, and with it off; one speculative_engine line each.
+// The engine at each concurrency (that many requests of prompts, reused in turn): drafts off, K
+// drafts with --spec-varlen on, and with it off; one speculative_engine line each. replay_rate:
+// drafts replayed from the plain run's outputs, corrupted at that rate, instead of the module's.
 int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>& concurrencies,
-                                 const std::vector<std::vector<int32_t>>& text_prompts, int32_t k, int32_t max_tokens);
+                                 const std::vector<std::vector<int32_t>>& prompts, int32_t k, int32_t max_tokens,
+                                 std::optional<double> replay_rate);
 
 }  // namespace deepinfer::cli

@@ -15,6 +15,7 @@
 #include "bench_speculative.h"
 #include "core/clock.h"
 #include "engine/engine_core.h"
+#include "sampling/sampler.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -30,9 +31,16 @@ struct EngineRun {
 
 enum class Mode { kPlain, kVarlen, kFixed };
 
+// Replayed drafts: each request's draft at generated index g is reference[request][g], replaced by
+// the next token id with probability corrupt_rate (a draw keyed by the request and position).
+struct Replay {
+  const std::vector<std::vector<int32_t>>* reference = nullptr;
+  double corrupt_rate = 0.0;
+};
+
 // prior: the acceptance an earlier run measured (varlen then need not draft to measure it).
 EngineRun run_engine_once(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts, int32_t max_tokens,
-                          int32_t k, Mode mode, const std::optional<SpeculativeStats>& prior) {
+                          int32_t k, Mode mode, const std::optional<SpeculativeStats>& prior, const Replay& replay) {
   constexpr int32_t kBlockSize = 16;
   const auto batch = static_cast<int32_t>(prompts.size());
   EngineConfig config;
@@ -48,6 +56,23 @@ EngineRun run_engine_once(CausalLM& model, const std::vector<std::vector<int32_t
     if (prior) {
       config.speculative.prior_proposed = prior->proposed_per_position;
       config.speculative.prior_accepted = prior->accepted_per_position;
+    }
+    if (replay.reference != nullptr) {
+      const int64_t vocab = model.config().vocab_size;
+      config.speculative.draft_source = [&replay, vocab](const Request& r, int32_t max_drafts,
+                                                         std::vector<int32_t>& drafts, std::vector<float>& confidences) {
+        const std::vector<int32_t>& reference = (*replay.reference)[static_cast<size_t>(r.request_id)];
+        for (int32_t j = 0; j < max_drafts; ++j) {
+          const auto generated = static_cast<size_t>(r.num_output_tokens() + j);
+          if (generated >= reference.size()) break;
+          int32_t draft = reference[generated];
+          if (deterministic_uniform(static_cast<uint64_t>(r.request_id), r.num_tokens() + j) < replay.corrupt_rate) {
+            draft = static_cast<int32_t>((draft + 1) % vocab);
+          }
+          drafts.push_back(draft);
+          confidences.push_back(static_cast<float>(1.0 - replay.corrupt_rate));
+        }
+      };
     }
   }
   EngineCore engine(model, nullptr, config);
@@ -89,8 +114,8 @@ double median(std::vector<double> values) {
 }  // namespace
 
 int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>& concurrencies,
-                                 const std::vector<std::vector<int32_t>>& text_prompts, int32_t k,
-                                 int32_t max_tokens) {
+                                 const std::vector<std::vector<int32_t>>& text_prompts, int32_t k, int32_t max_tokens,
+                                 std::optional<double> replay_rate) {
   CausalLM& model = *loaded.model;
   constexpr int kRuns = 3;
   const Mode modes[] = {Mode::kPlain, Mode::kVarlen, Mode::kFixed};
@@ -105,9 +130,19 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
       // which the varlen runs after it start from (summed over fixed K's runs so far), as a
       // long-running server's engine would.
       std::optional<SpeculativeStats> measured;  // fixed K's acceptance, summed over its runs so far
+      std::vector<std::vector<int32_t>> reference;
       for (int r = 0; r <= kRuns; ++r) {
         for (int m = 0; m < 3; ++m) {
-          last[m] = run_engine_once(model, prompts, max_tokens, k, modes[m], measured);
+          if (replay_rate && r == 0 && m == 1) {
+            // The replayed drafts' source: the engine's own greedy output with every draft
+            // rejected (verify steps' numbers, which on random weights can flip a near-tie
+            // against a plain decode step's), from drafts that are all wrong.
+            reference = last[0].outputs;
+            reference = run_engine_once(model, prompts, max_tokens, k, Mode::kFixed, std::nullopt,
+                                        Replay{&reference, 1.0}).outputs;
+          }
+          const Replay replay{replay_rate ? &reference : nullptr, replay_rate.value_or(0.0)};
+          last[m] = run_engine_once(model, prompts, max_tokens, k, modes[m], measured, replay);
           if (modes[m] == Mode::kFixed) {
             if (!measured) measured = SpeculativeStats{*last[m].stats};
             for (size_t d = 0; r > 0 && d < measured->proposed_per_position.size(); ++d) {
@@ -123,10 +158,13 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
     }
     const double plain = median(rates[0]);
     const double plain_step_s = last[0].seconds / static_cast<double>(last[0].steps);
-    std::printf("{\"kind\":\"speculative_engine\",\"model\":\"%s\",\"device\":\"%s\",\"concurrency\":%lld,"
-                "\"speculative_tokens\":%d,\"decode_tokens\":%d,\"runs\":%d,\"plain_tok_s\":%.1f",
+    std::printf("{\"kind\":\"speculative_engine\",\"model\":\"%s\",\"device\":\"%s\",\"drafts_from\":\"%s\","
+                "\"corrupt_rate\":%.3f,\"layers\":%lld,\"concurrency\":%lld,\"speculative_tokens\":%d,"
+                "\"decode_tokens\":%d,\"runs\":%d,\"plain_tok_s\":%.1f",
                 model.config().architecture.c_str(), std::string(model.backend().name()).c_str(),
-                static_cast<long long>(concurrency), k, max_tokens, kRuns, plain);
+                replay_rate ? "replay" : "draft module", replay_rate.value_or(0.0),
+                static_cast<long long>(model.config().num_hidden_layers), static_cast<long long>(concurrency), k,
+                max_tokens, kRuns, plain);
     for (int m = 1; m < 3; ++m) {
       const SpeculativeStats& s = *last[m].stats;
       int64_t verifications = 0;
@@ -155,6 +193,12 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
                   static_cast<long long>(identical), names[m], static_cast<long long>(last[m].steps), names[m],
                   static_cast<long long>(last[m].graph_replays));
     }
+    // The budget's view at this concurrency: decode, verify (1 + K rows a sequence) and draft times.
+    const SpeculativeStats& varlen = *last[1].stats;
+    std::printf(",\"varlen_curve_ms\":{\"decode\":%.3f,\"verify\":%.3f,\"draft\":%.3f}",
+                1e3 * step_seconds(varlen.decode_curve, concurrency),
+                1e3 * step_seconds(varlen.verify_curve, int64_t{concurrency} * (k + 1)),
+                1e3 * step_seconds(varlen.draft_curve, concurrency));
     std::printf(",\"plain_ms_per_step\":%.3f,\"plain_steps\":%lld,\"plain_graph_replays\":%lld}\n", 1e3 * plain_step_s,
                 static_cast<long long>(last[0].steps), static_cast<long long>(last[0].graph_replays));
     std::fflush(stdout);

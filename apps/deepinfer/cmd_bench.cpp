@@ -65,7 +65,9 @@ run through the engine with drafts off, with K drafts and DSpark's varlen budget
 K, alternating, median tokens/s of 3 runs each after a warm-up; one speculative_engine line per
 concurrency: the speedups, the ideal (tokens a sequence gains per step / (1 + draft time per step
 / plain step time)), verify rows per step, steps after which drafting did not pay, and how many
-outputs equal plain decoding's.
+outputs equal plain decoding's. With --draft-replay RATE instead of --draft-text: random prompts,
+and each request's drafts replayed from the warm-up's plain outputs, corrupted at RATE (drafting
+costs nothing), on any model: verification's cost in the engine at each concurrency.
 )";
 
 }  // namespace

@@ -88,7 +88,7 @@ struct EngineCore::Impl {
     if (spec.num_tokens < 0 || spec.num_tokens > 16) {
       throw UserError(Error{"--speculative-tokens must be in [0, 16], got " + std::to_string(spec.num_tokens)});
     }
-    if (model.num_draft_modules() == 0) {
+    if (model.num_draft_modules() == 0 && !spec.draft_source) {
       throw UserError(Error{
           "--speculative-tokens: the model has no draft module (DeepSeek-V3-style MTP layers, "
           "num_nextn_predict_layers >= 1 in config.json)"});
@@ -485,7 +485,11 @@ struct EngineCore::Impl {
       decode_only = decode_only && rows.num_new_tokens == rows.num_drafts + 1;
     }
     speculator->record_step(decode_rows, draft_rows);
-    if (decode_only) speculator->observe_step(decode_rows + draft_rows, draft_rows > 0, seconds_since(step.scheduled));
+    if (decode_only) {
+      int64_t tokens = 0;  // what the step gave its sequences: a token a row, plus the kept drafts
+      for (const ScheduledRows& rows : step.built.rows) tokens += rows.samples ? 1 + rows.num_accepted_drafts : 0;
+      speculator->observe_step(decode_rows + draft_rows, draft_rows > 0, seconds_since(step.scheduled), tokens);
+    }
     const int32_t k = config.speculative.num_tokens;
     // The most drafts a sequence may use: verifying d appends up to d + 1 tokens.
     const auto max_drafts = [&](const Request& r) -> int32_t {
@@ -498,7 +502,8 @@ struct EngineCore::Impl {
       return structured->valid_prefix(r.seq_id, drafts);
     };
     try {
-      speculator->draft(step.built, max_drafts, valid_prefix);
+      const auto population = static_cast<int64_t>(scheduler.num_running() + scheduler.num_waiting());
+      speculator->draft(step.built, population, max_drafts, valid_prefix);
     } catch (const std::exception& e) {
       if (loses_device(e)) throw;
       // Drafts only speed decoding up: without them the sequences decode plainly.
@@ -729,6 +734,7 @@ struct EngineCore::Impl {
       ++r.num_computed_tokens;  // the kept draft's KV, computed at the next row, is the sequence's
     }
     if (rows.num_drafts > 0) {
+      rows.num_accepted_drafts = accepted;
       speculator->record(rows.num_drafts, accepted);
       r.num_drafts_verified += rows.num_drafts;
       r.num_drafts_accepted += accepted;

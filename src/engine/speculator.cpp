@@ -73,25 +73,27 @@ struct DraftBatch {
   }
 };
 
-// R sequences of q tokens each at positions [0, q) on blocks 0, 1, ... (wrapping): a profile
-// step's shape, every row a logit row (a verify step draws at every row).
-ForwardBatch profile_batch(int64_t rows, int32_t q, int32_t num_blocks, int32_t block_size) {
+// R rows in sequences of q tokens, each sequence's rows the last q of a context of `context`
+// tokens over blocks 0, 1, ... (shared by every sequence: at start-up no block holds anything):
+// a profile step's shape, every row a logit row (a verify step draws at every row). The context
+// puts attention's share of a step in the curve (a chat's decode reads a few hundred keys).
+ForwardBatch profile_batch(int64_t rows, int32_t q, int32_t context, int32_t block_size) {
   ForwardBatch batch;
   batch.query_start.push_back(0);
-  batch.max_blocks_per_seq = 1;
-  for (int64_t done = 0, s = 0; done < rows; ++s) {
+  const int32_t num_blocks = (context + block_size - 1) / block_size;
+  batch.max_blocks_per_seq = num_blocks;
+  for (int64_t done = 0; done < rows;) {
     const auto n = static_cast<int32_t>(std::min<int64_t>(q, rows - done));
-    const auto block = static_cast<int32_t>(s % num_blocks);
-    for (int32_t p = 0; p < n; ++p) {
+    for (int32_t p = context - n; p < context; ++p) {
       batch.token_ids.push_back(1);
       batch.positions.push_back(p);
-      batch.slot_mapping.push_back(block * block_size + p);
-      batch.logit_rows.push_back(static_cast<int32_t>(done + p));
+      batch.slot_mapping.push_back(p);  // block b is block id b
+      batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
     }
     done += n;
     batch.query_start.push_back(static_cast<int32_t>(done));
-    batch.seq_len.push_back(n);
-    batch.block_table.push_back(block);
+    batch.seq_len.push_back(context);
+    for (int32_t b = 0; b < num_blocks; ++b) batch.block_table.push_back(b);
   }
   return batch;
 }
@@ -136,28 +138,39 @@ std::map<std::string, Curves>& curves_cache() {
 void MeasuredTimes::observe(int64_t rows, double seconds) {
   constexpr double kWeight = 0.1;  // of the newest step
   const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(rows, 1))));
-  const auto [it, fresh] = seconds_.emplace(bucket, seconds);
-  if (!fresh) it->second += kWeight * (seconds - it->second);
+  Bucket& b = buckets_[bucket];
+  if (++b.count == 2) b.seconds = seconds;
+  if (b.count > 2) b.seconds += kWeight * (seconds - b.seconds);
 }
 
 std::vector<StepTimePoint> MeasuredTimes::correct(const std::vector<StepTimePoint>& profile) const {
-  if (seconds_.empty() || profile.empty()) return profile;
+  if (profile.empty()) return profile;
   double ratio = 0.0;
-  for (const auto& [bucket, seconds] : seconds_) ratio += seconds / step_seconds(profile, bucket);
-  ratio /= static_cast<double>(seconds_.size());
+  int64_t measured = 0;
+  for (const auto& [bucket, b] : buckets_) {
+    if (b.count < 2) continue;
+    ratio += b.seconds / step_seconds(profile, bucket);
+    ++measured;
+  }
+  if (measured == 0) return profile;
+  ratio /= static_cast<double>(measured);
   std::vector<StepTimePoint> corrected = profile;
   for (StepTimePoint& point : corrected) {
     const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(point.rows)));
-    const auto measured = seconds_.find(bucket);
-    point.seconds = measured != seconds_.end() ? measured->second : point.seconds * ratio;
+    const auto found = buckets_.find(bucket);
+    point.seconds = found != buckets_.end() && found->second.count >= 2 ? found->second.seconds : point.seconds * ratio;
   }
   return corrected;
 }
 
 Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int64_t max_model_len)
-    : model_(model), kv_(kv), config_(config), max_model_len_(max_model_len) {
-  DI_CHECK(config.num_tokens > 0 && model.num_draft_modules() > 0);
+    : model_(model),
+      kv_(kv),
+      config_(config),
+      kv_written_first_(model.kv_written_before_attention()),
+      max_model_len_(max_model_len) {
+  DI_CHECK(config.num_tokens > 0 && (model.num_draft_modules() > 0 || config.draft_source));
   const auto k = static_cast<size_t>(config.num_tokens);
   stats_.proposed_per_position.assign(k, 0);
   stats_.accepted_per_position.assign(k, 0);
@@ -175,7 +188,10 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
   const bool split = model_.kv_written_before_attention();
   const int32_t q = split ? 1 : chain;
   const bool graphable = split && model_.backend().can_capture();
-  const std::string key = model_.config().raw.dump() + "|" + std::string(model_.backend().name()) + "|" +
+  const auto context = static_cast<int32_t>(
+      std::min<int64_t>({kProfileContext, int64_t{kv_.num_blocks()} * block_size, max_model_len_}));
+  const std::string key = std::to_string(context) + "|" + model_.config().raw.dump() + "|" + std::string(model_.backend().name()) +
+                          (config_.draft_source ? "|replayed" : "") + "|" +
                           std::to_string(config_.num_tokens) + "|" + std::to_string(max_num_seqs) + "|" +
                           std::to_string(max_num_batched_tokens) + "|" + std::to_string(block_size);
   std::lock_guard<std::mutex> lock(curves_mutex());
@@ -183,10 +199,9 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
   if (cached == curves_cache().end()) {
     const auto start = std::chrono::steady_clock::now();
     Curves curves;
-    const int32_t num_blocks = kv_.num_blocks();
     // Every block is free at start-up: the profile's KV writes land where nothing is kept.
     const auto time_main = [&](int64_t rows, int32_t per_seq) {
-      const ForwardBatch batch = profile_batch(rows, per_seq, num_blocks, block_size);
+      const ForwardBatch batch = profile_batch(rows, per_seq, std::max(context, per_seq), block_size);
       std::vector<kernels::SampleParams> draws(batch.logit_rows.size());
       for (size_t i = 0; i < draws.size(); ++i) {
         draws[i].row = static_cast<int32_t>(i);
@@ -199,8 +214,12 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
     const int64_t max_verify = std::min<int64_t>(int64_t{max_num_seqs} * chain, max_num_batched_tokens);
     for (int64_t rows : profile_points(max_verify)) {
       curves.verify.push_back({rows, time_main(rows, q)});
+      if (config_.draft_source) {  // drafts cost nothing
+        curves.draft.push_back({rows, 0.0});
+        continue;
+      }
       // The draft module over the same rows, reading the hidden states that step left.
-      ForwardBatch batch = profile_batch(rows, q, num_blocks, block_size);
+      ForwardBatch batch = profile_batch(rows, q, std::max(context, q), block_size);
       std::vector<int32_t> hidden_rows(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) hidden_rows[static_cast<size_t>(r)] = static_cast<int32_t>(r);
       if (!graphable || rows > DecodeGraphs::kMaxBatch) {  // the sequences' last rows; else every row's
@@ -236,7 +255,7 @@ void Speculator::plan(const std::vector<Request*>& running) {
   if (decoding.empty()) return;
   std::vector<int32_t> counts;
   if (config_.varlen) {
-    const int64_t rows = choose_verify_rows(confidences, measured_verify_.correct(config_.verify_curve));
+    const int64_t rows = choose_verify_rows(confidences, verify_times().correct(config_.verify_curve));
     counts = allocate_drafts(confidences, rows - static_cast<int64_t>(decoding.size()));
   }
   for (size_t i = 0; i < decoding.size(); ++i) {
@@ -250,7 +269,7 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
   if (proposed_at(0) < kExploreVerifications) return config_.num_tokens;
   const auto s = static_cast<double>(sequences);
   const std::vector<StepTimePoint> decode = measured_decode_.correct(config_.decode_curve);
-  const std::vector<StepTimePoint> verify = measured_verify_.correct(config_.verify_curve);
+  const std::vector<StepTimePoint> verify = verify_times().correct(config_.verify_curve);
   const std::vector<StepTimePoint> draft = measured_draft_.correct(config_.draft_curve);
   double best_rate = s / step_seconds(decode, sequences);
   int32_t best_depth = 0;
@@ -274,14 +293,29 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
   return best_depth;
 }
 
-void Speculator::draft(const BuiltBatch& built, const std::function<int32_t(const Request&)>& max_drafts,
+SpeculativeStats Speculator::stats() const {
+  SpeculativeStats stats = stats_;
+  if (config_.varlen) {
+    stats.decode_curve = measured_decode_.correct(config_.decode_curve);
+    stats.verify_curve = verify_times().correct(config_.verify_curve);
+    stats.draft_curve = measured_draft_.correct(config_.draft_curve);
+  }
+  return stats;
+}
+
+void Speculator::draft(const BuiltBatch& built, int64_t population, const std::function<int32_t(const Request&)>& max_drafts,
                        const std::function<int32_t(const Request&, std::span<const int32_t>)>& valid_prefix) {
   const auto start = std::chrono::steady_clock::now();
   struct AddTime {
     const std::chrono::steady_clock::time_point& start;
-    double& seconds;
-    ~AddTime() { seconds += seconds_since(start); }
-  } add_time{start, stats_.draft_seconds};
+    double& total;
+    double& pending;
+    ~AddTime() {
+      const double seconds = seconds_since(start);
+      total += seconds;
+      pending += seconds;
+    }
+  } add_time{start, stats_.draft_seconds, pending_draft_seconds_};
   const int32_t block_size = kv_.block_size();
   int64_t num_drafting = 0;
   for (const ScheduledRows& rows : built.rows) {
@@ -292,10 +326,33 @@ void Speculator::draft(const BuiltBatch& built, const std::function<int32_t(cons
       ++num_drafting;
     }
   }
-  // With varlen, chains as deep as pays for this many sequences at the measured acceptance.
-  const int32_t depth_limit = config_.varlen && num_drafting > 0 ? paying_depth(num_drafting) : config_.num_tokens;
+  // With varlen: chains as deep as pays at the measured acceptance on the step-time curves, and
+  // not at all when the throughput measured with drafting at this many sequences is below that
+  // without.
+  int32_t depth_limit = config_.num_tokens;
+  if (config_.varlen && num_drafting > 0) {
+    const int64_t sequences = std::max(num_drafting, population);
+    depth_limit = paying_depth(sequences);
+    if (depth_limit > 0 && !drafting_measured_better(sequences)) depth_limit = 0;
+    pending_drafted_ = depth_limit > 0;
+    pending_draft_seconds_ = 0.0;
+  }
   if (num_drafting == 0 || depth_limit == 0) {
     if (num_drafting > 0) ++stats_.skipped_draft_steps;
+    return;
+  }
+  if (config_.draft_source) {
+    for (const ScheduledRows& rows : built.rows) {
+      Request& r = *rows.request;
+      const int32_t room = std::min(max_drafts(r), depth_limit);
+      if (r.status != RequestStatus::kRunning || r.num_computed_tokens != r.num_tokens() - 1 || room <= 0) continue;
+      config_.draft_source(r, room, r.drafts, r.draft_confidences);
+      r.drafts.resize(std::min(r.drafts.size(), static_cast<size_t>(room)));
+      r.draft_confidences.resize(r.drafts.size(), 1.0f);
+      const auto keep = static_cast<size_t>(valid_prefix(r, r.drafts));
+      r.drafts.resize(std::min(keep, r.drafts.size()));
+      r.draft_confidences.resize(r.drafts.size());
+    }
     return;
   }
   // The catch-up: each sequence's rows whose KV the step computed, each with the token after it.
@@ -384,8 +441,31 @@ void Speculator::record_step(int64_t decode_rows, int64_t draft_rows) {
   stats_.verify_rows += decode_rows + draft_rows;
 }
 
-void Speculator::observe_step(int64_t rows, bool verified, double seconds) {
-  (verified ? measured_verify_ : measured_decode_).observe(rows, seconds);
+void Speculator::observe_step(int64_t rows, bool verified, double seconds, int64_t tokens) {
+  (verified ? verify_times() : measured_decode_).observe(rows, seconds);
+  if (pending_bucket_ == 0) return;
+  constexpr double kWeight = 0.2;  // of the newest step
+  Arm& arm = arms_[pending_bucket_][pending_drafted_ ? 1 : 0];
+  const double step_seconds = seconds + pending_draft_seconds_;
+  if (arm.count++ == 0) {
+    arm.tokens = static_cast<double>(tokens);
+    arm.seconds = step_seconds;
+  } else {
+    arm.tokens += kWeight * (static_cast<double>(tokens) - arm.tokens);
+    arm.seconds += kWeight * (step_seconds - arm.seconds);
+  }
+  pending_bucket_ = 0;
+}
+
+bool Speculator::drafting_measured_better(int64_t sequences) {
+  constexpr int64_t kMeasured = 3;  // steps of an arm before its average is trusted
+  constexpr int64_t kRetryEvery = 32;  // decisions between tries of the losing arm
+  const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))));
+  const std::array<Arm, 2>& arms = arms_[bucket];
+  pending_bucket_ = bucket;
+  if (arms[0].count < kMeasured || arms[1].count < kMeasured) return arms[1].count <= arms[0].count;
+  const bool better = arms[1].tokens / arms[1].seconds > arms[0].tokens / arms[0].seconds;
+  return ++decisions_ % kRetryEvery == 0 ? !better : better;
 }
 
 void Speculator::record(int32_t num_drafts, int32_t num_accepted) {

@@ -7,7 +7,8 @@
 // the drafts of highest cumulative confidence across all sequences, as many as maximise expected
 // tokens per unit of step time on the verify step-time curve profiled at start-up
 // (engine/draft_allocator.h); and chains are only as deep as the measured acceptance pays for
-// the draft module's time (the decode and draft curves), not at all when none does. With varlen
+// the draft module's time (the decode and draft curves), not at all when none does or when the
+// tokens per second measured with drafting at this many sequences fall below those without. With varlen
 // off every sequence verifies all of its K drafts. The engine verifies (engine_core.cpp): each row
 // draws what plain decoding draws at that position, keyed by (seed, position), and a draft is kept
 // while it equals that draw, so outputs are plain decoding's, token for token.
@@ -18,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <map>
 #include <span>
@@ -45,6 +47,12 @@ struct SpeculativeConfig {
   // until it has measured kExploreVerifications first drafts.
   std::vector<int64_t> prior_proposed;
   std::vector<int64_t> prior_accepted;
+  // Drafts from elsewhere instead of the draft module (replayed drafts, to measure verification on
+  // models whose draft module is missing or means nothing): up to max_drafts drafts for the
+  // request's next positions and a confidence for each. Drafting then costs nothing.
+  std::function<void(const Request& request, int32_t max_drafts, std::vector<int32_t>& drafts,
+                     std::vector<float>& confidences)>
+      draft_source;
 };
 
 struct SpeculativeStats {
@@ -58,6 +66,9 @@ struct SpeculativeStats {
   std::vector<int64_t> accepted_per_position;
   // accepted_length[a]: verifications of a sequence that kept a drafts (0 .. K).
   std::vector<int64_t> accepted_length;
+  // The decode, verify and draft step-time curves, profiled and corrected by measured times
+  // (varlen; empty otherwise).
+  std::vector<StepTimePoint> decode_curve, verify_curve, draft_curve;
 };
 
 // Step times measured while serving, per power-of-two bucket of rows (a moving average), which
@@ -65,19 +76,26 @@ struct SpeculativeStats {
 // ones adds, and the engine's own time per step.
 class MeasuredTimes {
  public:
+  // The first time of each bucket is not kept: it may include a graph's capture.
   void observe(int64_t rows, double seconds);
   // profile's points, each replaced by the measured time of its bucket, or scaled by the mean
   // ratio of measured to profiled time over the buckets measured (unchanged before any).
   std::vector<StepTimePoint> correct(const std::vector<StepTimePoint>& profile) const;
 
  private:
-  std::map<int64_t, double> seconds_;  // by bucket
+  struct Bucket {
+    int64_t count = 0;
+    double seconds = 0.0;
+  };
+  std::map<int64_t, Bucket> buckets_;
 };
 
 class Speculator {
  public:
   // First drafts verified (prior included) before the varlen budget trusts the measured acceptance.
   static constexpr int64_t kExploreVerifications = 64;
+  // The context of the start-up profile's sequences, in tokens (at most the cache and the model's).
+  static constexpr int64_t kProfileContext = 256;
 
   // limits: the engine's; profiles the curves the config leaves empty (varlen only).
   Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
@@ -87,21 +105,23 @@ class Speculator {
   void plan(const std::vector<Request*>& running);
   // After a step's results were applied: catches the draft module up on each sequence's computed
   // rows of built (its hidden states are the last forward's; built.rows is read, not built.batch,
-  // which the model runner took), then drafts for every sequence that
-  // decodes next. max_drafts(r): the most drafts r may use (0: none); valid_prefix(r, drafts): how
-  // many leading drafts its grammar allows.
-  void draft(const BuiltBatch& built, const std::function<int32_t(const Request&)>& max_drafts,
+  // which the model runner took), then drafts for every sequence that decodes next. population:
+  // the requests running or waiting, the decode batch drafting is judged at (with varlen) while
+  // prompts still run; max_drafts(r): the most drafts r may use (0: none); valid_prefix(r,
+  // drafts): how many leading drafts its grammar allows.
+  void draft(const BuiltBatch& built, int64_t population, const std::function<int32_t(const Request&)>& max_drafts,
              const std::function<int32_t(const Request&, std::span<const int32_t>)>& valid_prefix);
   // A verification's outcome: num_drafts verified, num_accepted of them kept.
   void record(int32_t num_drafts, int32_t num_accepted);
   // A step's decode rows: golden rows and draft rows.
   void record_step(int64_t decode_rows, int64_t draft_rows);
   // A step without prompt rows took this long, scheduling and results included (drafting not):
-  // a decode step when it verified no draft, else a verify step.
-  void observe_step(int64_t rows, bool verified, double seconds);
+  // a decode step when it verified no draft, else a verify step; it gave `tokens` tokens.
+  void observe_step(int64_t rows, bool verified, double seconds, int64_t tokens);
 
   const SpeculativeConfig& config() const { return config_; }
-  const SpeculativeStats& stats() const { return stats_; }
+  // The counters, and the step-time curves as the budget last saw them (profile and measurements).
+  SpeculativeStats stats() const;
 
  private:
   void profile(int32_t max_num_seqs, int32_t max_num_batched_tokens);
@@ -109,6 +129,12 @@ class Speculator {
   // give the most tokens per second, plain decoding included, at the measured acceptance; K until
   // kExploreVerifications first drafts were verified.
   int32_t paying_depth(int64_t sequences) const;
+  // Whether to draft for `sequences` decoding sequences, from the tokens per second measured with
+  // and without drafting at that many (each arm tried until measured, the loser again now and then).
+  bool drafting_measured_better(int64_t sequences);
+  // The table a step's time goes to: verify steps of one-token sequences are decode steps.
+  MeasuredTimes& verify_times() { return kv_written_first_ ? measured_decode_ : measured_verify_; }
+  const MeasuredTimes& verify_times() const { return kv_written_first_ ? measured_decode_ : measured_verify_; }
   // Drafts verified and accepted at position k (0-based), prior included.
   int64_t proposed_at(size_t k) const;
   int64_t accepted_at(size_t k) const;
@@ -118,6 +144,21 @@ class Speculator {
   KvCacheManager& kv_;
   SpeculativeConfig config_;
   MeasuredTimes measured_decode_, measured_verify_, measured_draft_;
+  bool kv_written_first_;  // CausalLM::kv_written_before_attention
+  // Per power-of-two bucket of decoding sequences, tokens and seconds a step (its drafting
+  // included) without [0] and with [1] drafting, as moving averages.
+  struct Arm {
+    int64_t count = 0;
+    double tokens = 0.0;
+    double seconds = 0.0;
+  };
+  std::map<int64_t, std::array<Arm, 2>> arms_;
+  int64_t decisions_ = 0;
+  // The last decision, which the next observe_step's time counts for: its bucket, whether it
+  // drafted (and how long that took), and drafts accepted since.
+  int64_t pending_bucket_ = 0;
+  bool pending_drafted_ = false;
+  double pending_draft_seconds_ = 0.0;
   int64_t max_model_len_;
   SpeculativeStats stats_;
 };

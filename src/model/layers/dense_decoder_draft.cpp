@@ -95,16 +95,20 @@ void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<in
   backend_.sample_rows(logits_.as<float>(), config_.vocab_size, device_draws, num_logit_rows,
                        draft_tokens_.as<int32_t>());
 
-  // The logit rows' results: in a graph every row's, of which the first n are the batch's.
+  // The logit rows' results (in a graph every row's, of which the first n are the batch's), in
+  // one wait.
   const int64_t wanted = graphed ? n : num_logit_rows;
+  const bool confidences = outputs.confidence != nullptr && mtp.confidence_head;
+  std::vector<HostCopy> copies;
   if (outputs.logits != nullptr) {
-    backend_.copy_to_host(outputs.logits, logits_.as<float>(), floats(wanted * config_.vocab_size));
+    copies.push_back({outputs.logits, logits_.data(), floats(wanted * config_.vocab_size)});
   }
   if (outputs.tokens != nullptr) {
-    backend_.copy_to_host(outputs.tokens, draft_tokens_.data(), static_cast<size_t>(wanted) * sizeof(int32_t));
+    copies.push_back({outputs.tokens, draft_tokens_.data(), static_cast<size_t>(wanted) * sizeof(int32_t)});
   }
-  if (outputs.confidence == nullptr || !mtp.confidence_head) return;
-  backend_.copy_to_host(outputs.confidence, draft_confidence_.data(), floats(wanted));
+  if (confidences) copies.push_back({outputs.confidence, draft_confidence_.data(), floats(wanted)});
+  if (!copies.empty()) backend_.copy_to_host_later(copies)->wait();
+  if (!confidences) return;
   for (int64_t r = 0; r < wanted; ++r) outputs.confidence[r] = 1.0f / (1.0f + std::exp(-outputs.confidence[r]));
 }
 
