@@ -444,17 +444,16 @@ void Speculator::record_step(int64_t decode_rows, int64_t draft_rows) {
 void Speculator::observe_step(int64_t rows, bool verified, double seconds, int64_t tokens) {
   (verified ? verify_times() : measured_decode_).observe(rows, seconds);
   if (pending_bucket_ == 0) return;
-  constexpr double kWeight = 0.2;  // of the newest step
   Arm& arm = arms_[pending_bucket_][pending_drafted_ ? 1 : 0];
-  const double step_seconds = seconds + pending_draft_seconds_;
-  if (arm.count++ == 0) {
-    arm.tokens = static_cast<double>(tokens);
-    arm.seconds = step_seconds;
-  } else {
-    arm.tokens += kWeight * (static_cast<double>(tokens) - arm.tokens);
-    arm.seconds += kWeight * (step_seconds - arm.seconds);
-  }
+  arm.rates[static_cast<size_t>(arm.count++) % arm.rates.size()] =
+      static_cast<double>(tokens) / (seconds + pending_draft_seconds_);
   pending_bucket_ = 0;
+}
+
+double Speculator::Arm::median() const {
+  std::vector<double> last(rates.begin(), rates.begin() + std::min<int64_t>(count, std::ssize(rates)));
+  std::sort(last.begin(), last.end());
+  return last[last.size() / 2];
 }
 
 bool Speculator::drafting_measured_better(int64_t sequences) {
@@ -464,7 +463,7 @@ bool Speculator::drafting_measured_better(int64_t sequences) {
   const std::array<Arm, 2>& arms = arms_[bucket];
   pending_bucket_ = bucket;
   if (arms[0].count < kMeasured || arms[1].count < kMeasured) return arms[1].count <= arms[0].count;
-  const bool better = arms[1].tokens / arms[1].seconds > arms[0].tokens / arms[0].seconds;
+  const bool better = arms[1].median() > arms[0].median();
   return ++decisions_ % kRetryEvery == 0 ? !better : better;
 }
 

@@ -145,12 +145,13 @@ class Speculator {
   SpeculativeConfig config_;
   MeasuredTimes measured_decode_, measured_verify_, measured_draft_;
   bool kv_written_first_;  // CausalLM::kv_written_before_attention
-  // Per power-of-two bucket of decoding sequences, tokens and seconds a step (its drafting
-  // included) without [0] and with [1] drafting, as moving averages.
+  // Per power-of-two bucket of decoding sequences, the tokens per second of its last steps
+  // (drafting included) without [0] and with [1] drafting; their median is what counts, so a step
+  // that allocated or captured a graph does not.
   struct Arm {
     int64_t count = 0;
-    double tokens = 0.0;
-    double seconds = 0.0;
+    std::array<double, 5> rates{};  // the last five, round robin
+    double median() const;
   };
   std::map<int64_t, std::array<Arm, 2>> arms_;
   int64_t decisions_ = 0;
