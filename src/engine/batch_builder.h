@@ -22,7 +22,6 @@ struct ScheduledRows {
   // consecutive rows, the golden row and one per draft).
   bool samples = false;
   int32_t num_drafts = 0;
-  mutable int32_t num_accepted_drafts = 0;  // set when the step's results are applied
 };
 
 struct BuiltBatch {

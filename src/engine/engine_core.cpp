@@ -484,12 +484,7 @@ struct EngineCore::Impl {
       draft_rows += rows.num_drafts;
       decode_only = decode_only && rows.num_new_tokens == rows.num_drafts + 1;
     }
-    speculator->record_step(decode_rows, draft_rows);
-    if (decode_only) {
-      int64_t tokens = 0;  // what the step gave its sequences: a token a row, plus the kept drafts
-      for (const ScheduledRows& rows : step.built.rows) tokens += rows.samples ? 1 + rows.num_accepted_drafts : 0;
-      speculator->observe_step(decode_rows + draft_rows, draft_rows > 0, seconds_since(step.scheduled), tokens);
-    }
+    speculator->record_step(decode_rows, draft_rows, decode_only, seconds_since(step.scheduled));
     const int32_t k = config.speculative.num_tokens;
     // The most drafts a sequence may use: verifying d appends up to d + 1 tokens.
     const auto max_drafts = [&](const Request& r) -> int32_t {
@@ -734,7 +729,6 @@ struct EngineCore::Impl {
       ++r.num_computed_tokens;  // the kept draft's KV, computed at the next row, is the sequence's
     }
     if (rows.num_drafts > 0) {
-      rows.num_accepted_drafts = accepted;
       speculator->record(rows.num_drafts, accepted);
       r.num_drafts_verified += rows.num_drafts;
       r.num_drafts_accepted += accepted;

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "core/clock.h"
@@ -277,9 +278,7 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
   double cumulative = 1.0;
   for (int32_t d = 1; d <= config_.num_tokens; ++d) {
     const auto k = static_cast<size_t>(d - 1);
-    // The measured acceptance at depth d given the earlier drafts were accepted (an even prior
-    // while few were verified there).
-    cumulative *= static_cast<double>(accepted_at(k) + 1) / static_cast<double>(proposed_at(k) + 2);
+    cumulative *= acceptance_at(k);
     expected += cumulative;
     // The verify step, the catch-up over the kept rows and d - 1 chained calls.
     const double seconds = step_seconds(verify, sequences * (d + 1)) +
@@ -395,10 +394,8 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
       const auto at = static_cast<size_t>(draft.output_of[j]);
       r.drafts.push_back(tokens[at]);
       // Without a confidence head: the acceptance measured at that depth.
-      r.draft_confidences.push_back(confidence[at] >= 0.0f
-                                        ? confidence[at]
-                                        : static_cast<float>(accepted_at(depth) + 1) /
-                                              static_cast<float>(proposed_at(depth) + 2));
+      r.draft_confidences.push_back(confidence[at] >= 0.0f ? confidence[at]
+                                                           : static_cast<float>(acceptance_at(depth)));
     }
   };
   call(catch_up, CausalLM::DraftInput::kMainHidden, 0);
@@ -431,18 +428,20 @@ int64_t Speculator::proposed_at(size_t k) const {
   return stats_.proposed_per_position[k] + (k < config_.prior_proposed.size() ? config_.prior_proposed[k] : 0);
 }
 
-int64_t Speculator::accepted_at(size_t k) const {
-  return stats_.accepted_per_position[k] + (k < config_.prior_accepted.size() ? config_.prior_accepted[k] : 0);
+double Speculator::acceptance_at(size_t k) const {
+  const int64_t accepted =
+      stats_.accepted_per_position[k] + (k < config_.prior_accepted.size() ? config_.prior_accepted[k] : 0);
+  return static_cast<double>(accepted + 1) / static_cast<double>(proposed_at(k) + 2);
 }
 
-void Speculator::record_step(int64_t decode_rows, int64_t draft_rows) {
-  if (draft_rows == 0) return;
-  ++stats_.verify_steps;
-  stats_.verify_rows += decode_rows + draft_rows;
-}
-
-void Speculator::observe_step(int64_t rows, bool verified, double seconds, int64_t tokens) {
-  (verified ? verify_times() : measured_decode_).observe(rows, seconds);
+void Speculator::record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, double seconds) {
+  const int64_t tokens = decode_rows + std::exchange(step_accepted_, 0);
+  if (draft_rows > 0) {
+    ++stats_.verify_steps;
+    stats_.verify_rows += decode_rows + draft_rows;
+  }
+  if (!decode_only) return;
+  (draft_rows > 0 ? verify_times() : measured_decode_).observe(decode_rows + draft_rows, seconds);
   if (pending_bucket_ == 0) return;
   Arm& arm = arms_[pending_bucket_][pending_drafted_ ? 1 : 0];
   arm.rates[static_cast<size_t>(arm.count++) % arm.rates.size()] =
@@ -472,6 +471,7 @@ void Speculator::record(int32_t num_drafts, int32_t num_accepted) {
   for (int32_t k = 0; k < num_drafts; ++k) ++stats_.proposed_per_position[static_cast<size_t>(k)];
   for (int32_t k = 0; k < num_accepted; ++k) ++stats_.accepted_per_position[static_cast<size_t>(k)];
   ++stats_.accepted_length[static_cast<size_t>(num_accepted)];
+  step_accepted_ += num_accepted;
 }
 
 }  // namespace deepinfer

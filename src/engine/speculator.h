@@ -113,13 +113,11 @@ class Speculator {
              const std::function<int32_t(const Request&, std::span<const int32_t>)>& valid_prefix);
   // A verification's outcome: num_drafts verified, num_accepted of them kept.
   void record(int32_t num_drafts, int32_t num_accepted);
-  // A step's decode rows: golden rows and draft rows.
-  void record_step(int64_t decode_rows, int64_t draft_rows);
-  // A step without prompt rows took this long, scheduling and results included (drafting not):
-  // a decode step when it verified no draft, else a verify step; it gave `tokens` tokens.
-  void observe_step(int64_t rows, bool verified, double seconds, int64_t tokens);
+  // A step's decode rows (golden rows and draft rows; its verifications were recorded), and the
+  // time it took, scheduling and results included (drafting not); decode_only: it had no prompt
+  // rows, so its time is a decode step's (no draft verified) or a verify step's.
+  void record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, double seconds);
 
-  const SpeculativeConfig& config() const { return config_; }
   // The counters, and the step-time curves as the budget last saw them (profile and measurements).
   SpeculativeStats stats() const;
 
@@ -135,10 +133,10 @@ class Speculator {
   // The table a step's time goes to: verify steps of one-token sequences are decode steps.
   MeasuredTimes& verify_times() { return kv_written_first_ ? measured_decode_ : measured_verify_; }
   const MeasuredTimes& verify_times() const { return kv_written_first_ ? measured_decode_ : measured_verify_; }
-  // Drafts verified and accepted at position k (0-based), prior included.
+  // Drafts verified at position k (0-based), prior included, and the acceptance there given the
+  // earlier drafts were accepted (an even prior while few were verified).
   int64_t proposed_at(size_t k) const;
-  int64_t accepted_at(size_t k) const;
-
+  double acceptance_at(size_t k) const;
 
   CausalLM& model_;
   KvCacheManager& kv_;
@@ -155,9 +153,10 @@ class Speculator {
   };
   std::map<int64_t, std::array<Arm, 2>> arms_;
   int64_t decisions_ = 0;
-  // The last decision, which the next observe_step's time counts for: its bucket, whether it
-  // drafted (and how long that took), and drafts accepted since.
+  // The last decision, which the next record_step's time counts for: its bucket (0: none),
+  // whether it drafted, and how long drafting took.
   int64_t pending_bucket_ = 0;
+  int64_t step_accepted_ = 0;  // drafts accepted since the last record_step
   bool pending_drafted_ = false;
   double pending_draft_seconds_ = 0.0;
   int64_t max_model_len_;

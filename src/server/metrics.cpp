@@ -93,6 +93,60 @@ void render_kv_store(std::string& out, const KvStoreStats& store) {
   }
 }
 
+// Speculative decoding's counters, and its per-position counts.
+struct SpeculativeCounter {
+  const char* name;
+  const char* help;
+  int64_t SpeculativeStats::*field;
+};
+constexpr SpeculativeCounter kSpeculativeCounters[] = {
+    {"deepinfer_spec_verify_steps_total", "Steps that verified draft tokens.", &SpeculativeStats::verify_steps},
+    {"deepinfer_spec_verify_rows_total", "Decode rows of those steps: one per decoding sequence plus its verified drafts.",
+     &SpeculativeStats::verify_rows},
+    {"deepinfer_spec_draft_calls_total", "Draft-module forward calls.", &SpeculativeStats::draft_calls},
+    {"deepinfer_spec_skipped_draft_steps_total",
+     "Steps after which drafting was skipped because it would not pay (--spec-varlen on).",
+     &SpeculativeStats::skipped_draft_steps},
+};
+struct SpeculativePositions {
+  const char* name;
+  const char* help;
+  std::vector<int64_t> SpeculativeStats::*field;
+};
+constexpr SpeculativePositions kSpeculativePositions[] = {
+    {"deepinfer_spec_draft_tokens_total", "Draft tokens verified, by position in the chain.",
+     &SpeculativeStats::proposed_per_position},
+    {"deepinfer_spec_accepted_tokens_total", "Draft tokens accepted, by position in the chain.",
+     &SpeculativeStats::accepted_per_position},
+};
+
+void render_speculative(std::string& out, const SpeculativeStats& s) {
+  for (const SpeculativeCounter& counter : kSpeculativeCounters) {
+    header(out, counter.name, "counter", counter.help);
+    sample(out, counter.name, static_cast<double>(s.*counter.field));
+  }
+  for (const SpeculativePositions& family : kSpeculativePositions) {
+    header(out, family.name, "counter", family.help);
+    const std::vector<int64_t>& counts = s.*family.field;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      out += std::string(family.name) + "{position=\"" + std::to_string(k + 1) + "\"} " + std::to_string(counts[k]) +
+             '\n';
+    }
+  }
+  header(out, "deepinfer_spec_acceptance_length", "histogram", "Drafts accepted per verification of a sequence.");
+  int64_t cumulative = 0;
+  int64_t sum = 0;
+  for (size_t a = 0; a < s.accepted_length.size(); ++a) {
+    cumulative += s.accepted_length[a];
+    sum += static_cast<int64_t>(a) * s.accepted_length[a];
+    out += "deepinfer_spec_acceptance_length_bucket{le=\"" + std::to_string(a) + "\"} " + std::to_string(cumulative) +
+           '\n';
+  }
+  out += "deepinfer_spec_acceptance_length_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + '\n';
+  out += "deepinfer_spec_acceptance_length_sum " + std::to_string(sum) + '\n';
+  out += "deepinfer_spec_acceptance_length_count " + std::to_string(cumulative) + '\n';
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -158,45 +212,6 @@ void Metrics::observe_e2e(double seconds) {
   std::lock_guard lock(mutex_);
   e2e_.observe(seconds);
 }
-
-namespace {
-
-void render_speculative(std::string& out, const SpeculativeStats& s) {
-  header(out, "deepinfer_spec_verify_steps_total", "counter", "Steps that verified draft tokens.");
-  sample(out, "deepinfer_spec_verify_steps_total", static_cast<double>(s.verify_steps));
-  header(out, "deepinfer_spec_verify_rows_total", "counter",
-         "Decode rows of those steps: one per decoding sequence plus its verified drafts.");
-  sample(out, "deepinfer_spec_verify_rows_total", static_cast<double>(s.verify_rows));
-  header(out, "deepinfer_spec_draft_calls_total", "counter", "Draft-module forward calls.");
-  sample(out, "deepinfer_spec_draft_calls_total", static_cast<double>(s.draft_calls));
-  header(out, "deepinfer_spec_skipped_draft_steps_total", "counter",
-         "Steps after which drafting was skipped because it would not pay (--spec-varlen on).");
-  sample(out, "deepinfer_spec_skipped_draft_steps_total", static_cast<double>(s.skipped_draft_steps));
-  header(out, "deepinfer_spec_draft_tokens_total", "counter", "Draft tokens verified, by position in the chain.");
-  for (size_t k = 0; k < s.proposed_per_position.size(); ++k) {
-    out += "deepinfer_spec_draft_tokens_total{position=\"" + std::to_string(k + 1) + "\"} " +
-           std::to_string(s.proposed_per_position[k]) + '\n';
-  }
-  header(out, "deepinfer_spec_accepted_tokens_total", "counter", "Draft tokens accepted, by position in the chain.");
-  for (size_t k = 0; k < s.accepted_per_position.size(); ++k) {
-    out += "deepinfer_spec_accepted_tokens_total{position=\"" + std::to_string(k + 1) + "\"} " +
-           std::to_string(s.accepted_per_position[k]) + '\n';
-  }
-  header(out, "deepinfer_spec_acceptance_length", "histogram", "Drafts accepted per verification of a sequence.");
-  int64_t cumulative = 0;
-  int64_t sum = 0;
-  for (size_t a = 0; a < s.accepted_length.size(); ++a) {
-    cumulative += s.accepted_length[a];
-    sum += static_cast<int64_t>(a) * s.accepted_length[a];
-    out += "deepinfer_spec_acceptance_length_bucket{le=\"" + std::to_string(a) + "\"} " + std::to_string(cumulative) +
-           '\n';
-  }
-  out += "deepinfer_spec_acceptance_length_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + '\n';
-  out += "deepinfer_spec_acceptance_length_sum " + std::to_string(sum) + '\n';
-  out += "deepinfer_spec_acceptance_length_count " + std::to_string(cumulative) + '\n';
-}
-
-}  // namespace
 
 std::string Metrics::render() const {
   std::lock_guard lock(mutex_);
