@@ -184,7 +184,7 @@ struct SampleParams {
 // Floats of workspace moe_experts needs for num_tokens tokens (the tail: a device backend's
 // per-expert grouping offsets, so the whole call lives in caller-owned memory).
 inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& experts) {
-  return num_tokens * experts.top_k * (2 * experts.hidden + 2 * experts.intermediate) + 4 * experts.num_experts + 16;
+  return num_tokens * experts.top_k * (2 * experts.hidden + 2 * experts.intermediate) + 5 * experts.num_experts + 16;
 }
 
 #define DEEPINFER_KERNEL_OPS                                                                                  \

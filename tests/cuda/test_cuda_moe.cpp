@@ -138,7 +138,9 @@ TEST_F(CudaMoe, GroupingIsAPermutationByExpert) {
           ASSERT_EQ(host.position[host.rows[i]], i) << "grouped row " << i;
         }
         offset += want[static_cast<size_t>(e)];
-        tiles += (want[static_cast<size_t>(e)] + rows_per_tile - 1) / rows_per_tile;
+        const int32_t expert_tiles = (want[static_cast<size_t>(e)] + rows_per_tile - 1) / rows_per_tile;
+        for (int32_t t = tiles; t < tiles + expert_tiles; ++t) ASSERT_EQ(host.tile_experts[t], e) << "tile " << t;
+        tiles += expert_tiles;
       }
       EXPECT_EQ(host.offsets[num_experts], num_rows);
       EXPECT_EQ(host.tile_offsets[num_experts], tiles);

@@ -4,6 +4,7 @@
 // in slot order, and strided row copies.
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/moe_ops.h"
 
@@ -62,11 +63,13 @@ __global__ void __launch_bounds__(kScanThreads)
     scan_kernel(int32_t num_experts, int32_t rows_per_tile, MoeGrouping grouping, int64_t* expert_token_counts) {
   const int32_t e = static_cast<int32_t>(threadIdx.x);
   const int32_t count = e < num_experts ? grouping.counts[e] : 0;
-  const int2 prefix = block_inclusive_scan(make_int2(count, (count + rows_per_tile - 1) / rows_per_tile));
+  const int32_t tiles = (count + rows_per_tile - 1) / rows_per_tile;
+  const int2 prefix = block_inclusive_scan(make_int2(count, tiles));
   if (e < num_experts) {
     grouping.offsets[e + 1] = prefix.x;
     grouping.tile_offsets[e + 1] = prefix.y;
     grouping.cursor[e] = 0;
+    for (int32_t t = prefix.y - tiles; t < prefix.y; ++t) grouping.tile_experts[t] = e;
     if (expert_token_counts != nullptr) expert_token_counts[e] += count;
   }
   if (e == 0) {
@@ -89,7 +92,7 @@ __global__ void place_kernel(const int32_t* __restrict__ expert_ids, int64_t num
 }
 
 // The whole grouping in one block (decode-sized batches): shared-memory counters, the scan and
-// the placement, one launch instead of four.
+// the placement, one dependent launch instead of four.
 __global__ void __launch_bounds__(kScanThreads)
     group_one_block_kernel(const int32_t* __restrict__ expert_ids, int32_t num_rows, int32_t num_experts,
                            int32_t rows_per_tile, MoeGrouping grouping, int64_t* expert_token_counts) {
@@ -97,6 +100,8 @@ __global__ void __launch_bounds__(kScanThreads)
   __shared__ int32_t cursor_s[kScanThreads];
   const int32_t e = static_cast<int32_t>(threadIdx.x);
   counts_s[e] = 0;
+  wait_for_previous_grid();
+  allow_next_grid();
   __syncthreads();
   for (int32_t r = e; r < num_rows; r += kScanThreads) {
     const int32_t id = expert_ids[r];
@@ -104,11 +109,13 @@ __global__ void __launch_bounds__(kScanThreads)
   }
   __syncthreads();
   const int32_t count = e < num_experts ? counts_s[e] : 0;
-  const int2 prefix = block_inclusive_scan(make_int2(count, (count + rows_per_tile - 1) / rows_per_tile));
+  const int32_t tiles = (count + rows_per_tile - 1) / rows_per_tile;
+  const int2 prefix = block_inclusive_scan(make_int2(count, tiles));
   if (e < num_experts) {
     grouping.counts[e] = count;
     grouping.offsets[e + 1] = prefix.x;
     grouping.tile_offsets[e + 1] = prefix.y;
+    for (int32_t t = prefix.y - tiles; t < prefix.y; ++t) grouping.tile_experts[t] = e;
     cursor_s[e] = prefix.x - count;
     if (expert_token_counts != nullptr) expert_token_counts[e] += count;
   }
@@ -130,7 +137,8 @@ __global__ void __launch_bounds__(kScanThreads)
 
 // The token's slots (grouped row, weight) are read once into shared memory, so the loads of y for
 // all slots of an element are independent (at batch 1 a chain of dependent loads per slot was
-// most of this kernel's time); the sum still runs in slot order.
+// most of this kernel's time); the sum still runs in slot order. A token's row is split over
+// gridDim.y blocks, so one token's combine does not run on one SM.
 template <typename T>
 __global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restrict__ position,
                                const float* __restrict__ expert_weights, int32_t top_k, int64_t hidden,
@@ -138,12 +146,14 @@ __global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restric
   __shared__ int32_t row_s[kMoeMaxTopK];
   __shared__ float weight_s[kMoeMaxTopK];
   const int64_t token = blockIdx.x;
+  wait_for_previous_grid();
+  allow_next_grid();
   if (threadIdx.x < static_cast<unsigned>(top_k)) {
     row_s[threadIdx.x] = position[token * top_k + threadIdx.x];
     weight_s[threadIdx.x] = expert_weights[token * top_k + threadIdx.x];
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+  for (int64_t i = blockIdx.y * int64_t{blockDim.x} + threadIdx.x; i < hidden; i += int64_t{gridDim.y} * blockDim.x) {
     float total = 0.0f;
     for (int32_t j = 0; j < top_k; ++j) {
       const int32_t row = row_s[j];
@@ -179,7 +189,7 @@ void gather_grouped_rows(const float* x, const int32_t* rows, int64_t num_rows, 
   DI_CUDA_CHECK_LAUNCH("gather_grouped_rows_kernel");
 }
 
-int64_t moe_grouping_ints(int32_t num_experts, int64_t num_rows) { return 4 * int64_t{num_experts} + 2 + 2 * num_rows; }
+int64_t moe_grouping_ints(int32_t num_experts, int64_t num_rows) { return 5 * int64_t{num_experts} + 2 + 3 * num_rows; }
 
 MoeGrouping carve_moe_grouping(int32_t* ints, int32_t num_experts, int64_t num_rows) {
   MoeGrouping grouping;
@@ -189,6 +199,7 @@ MoeGrouping carve_moe_grouping(int32_t* ints, int32_t num_experts, int64_t num_r
   grouping.cursor = grouping.tile_offsets + num_experts + 1;
   grouping.rows = grouping.cursor + num_experts;
   grouping.position = grouping.rows + num_rows;
+  grouping.tile_experts = grouping.position + num_rows;
   return grouping;
 }
 
@@ -196,9 +207,8 @@ void group_by_expert(const int32_t* expert_ids, int64_t num_rows, int32_t num_ex
                      const MoeGrouping& grouping, int64_t* expert_token_counts, cudaStream_t stream) {
   DI_CHECK(num_experts >= 1 && num_experts <= kScanThreads, "grouping takes 1.." << kScanThreads << " experts");
   if (num_rows <= kOneBlockRows) {
-    group_one_block_kernel<<<1, kScanThreads, 0, stream>>>(expert_ids, static_cast<int32_t>(num_rows), num_experts,
-                                                           rows_per_tile, grouping, expert_token_counts);
-    DI_CUDA_CHECK_LAUNCH("group_one_block_kernel");
+    launch_dependent(group_one_block_kernel, dim3(1), dim3(kScanThreads), 0, stream, expert_ids,
+                     static_cast<int32_t>(num_rows), num_experts, rows_per_tile, grouping, expert_token_counts);
     return;
   }
   DI_CUDA_CHECK(cudaMemsetAsync(grouping.counts, 0, static_cast<size_t>(num_experts) * sizeof(int32_t), stream));
@@ -219,23 +229,23 @@ void moe_combine(const void* y, DType y_dtype, const int32_t* position, const fl
                  int64_t num_tokens, int32_t top_k, int64_t hidden, float* out, cudaStream_t stream) {
   if (num_tokens == 0) return;
   DI_CHECK(top_k >= 1 && top_k <= kMoeMaxTopK, "moe_combine takes 1.." << kMoeMaxTopK << " slots per token");
-  const auto blocks = static_cast<unsigned>(num_tokens);
+  const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>((hidden + kThreads - 1) / kThreads));
+  const dim3 block(kThreads);
   switch (y_dtype) {
     case DType::kF32:
-      combine_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(y), position, expert_weights, top_k,
-                                                      hidden, out);
+      launch_dependent(combine_kernel<float>, grid, block, 0, stream, static_cast<const float*>(y), position,
+                       expert_weights, top_k, hidden, out);
       break;
     case DType::kBF16:
-      combine_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(y), position, expert_weights,
-                                                      top_k, hidden, out);
+      launch_dependent(combine_kernel<__nv_bfloat16>, grid, block, 0, stream, static_cast<const __nv_bfloat16*>(y),
+                       position, expert_weights, top_k, hidden, out);
       break;
     case DType::kF16:
-      combine_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(y), position, expert_weights, top_k,
-                                                      hidden, out);
+      launch_dependent(combine_kernel<__half>, grid, block, 0, stream, static_cast<const __half*>(y), position,
+                       expert_weights, top_k, hidden, out);
       break;
     default: DI_CHECK(false, "moe_combine: y of " << dtype_name(y_dtype));
   }
-  DI_CUDA_CHECK_LAUNCH("combine_kernel");
 }
 
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride,

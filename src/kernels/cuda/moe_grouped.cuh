@@ -18,24 +18,17 @@ struct ExpertTile {
   int32_t num_rows = 0;
 };
 
-// The grid covers the worst case; false for a tile past the last one (the block has no work).
+// The grid covers the worst case; false for a tile past the last one (the block has no work). The
+// tile's expert is read beside the tile count (tile < the grid's worst case, so in bounds) and
+// used only once the count says it is current.
 __device__ __forceinline__ bool find_tile(const MoeGrouping& grouping, int32_t num_experts, int32_t tile,
                                           int32_t rows_per_tile, ExpertTile& out) {
-  if (tile >= grouping.tile_offsets[num_experts]) return false;
-  // The last expert whose first tile is <= tile owns it (experts without rows own no tiles).
-  int32_t lo = 0;
-  int32_t hi = num_experts - 1;
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if (grouping.tile_offsets[mid] <= tile) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  out.expert = lo;
-  out.row_begin = grouping.offsets[lo] + (tile - grouping.tile_offsets[lo]) * rows_per_tile;
-  out.num_rows = min(rows_per_tile, grouping.offsets[lo + 1] - out.row_begin);
+  const int32_t num_tiles = grouping.tile_offsets[num_experts];
+  const int32_t expert = grouping.tile_experts[tile];
+  if (tile >= num_tiles) return false;
+  out.expert = expert;
+  out.row_begin = grouping.offsets[expert] + (tile - grouping.tile_offsets[expert]) * rows_per_tile;
+  out.num_rows = min(rows_per_tile, grouping.offsets[expert + 1] - out.row_begin);
   return true;
 }
 

@@ -30,6 +30,9 @@ struct MoeGrouping {
   int32_t* cursor = nullptr;        // [num_experts] scratch
   int32_t* rows = nullptr;          // [num_rows] grouped row i -> routed row r
   int32_t* position = nullptr;      // [num_rows] routed row r -> grouped row i (-1: expert id out of range)
+  // [num_rows + num_experts] the expert owning each tile (entries past the last tile are stale): a
+  // block finds its tile in two rounds of loads instead of a binary search over tile_offsets.
+  int32_t* tile_experts = nullptr;
 };
 
 // Ints a MoeGrouping needs; carve lays them out in ints (device memory of that many int32).

@@ -1,10 +1,12 @@
 // The mixture-of-experts router on the device: one warp per token scores its experts in float64
 // (as kernels/ref does, so the chosen ids match it bit for bit), masks all but the best groups,
-// and picks top_k by repeated warp argmax (ties to the lower id).
+// and picks top_k by repeated warp argmax (ties to the lower id). A dependent launch: it is resident
+// while the router's product finishes.
 #include <climits>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/moe_ops.h"
 
@@ -47,6 +49,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t token = blockIdx.x * int64_t{kWarps} + warp;
+  wait_for_previous_grid();
+  allow_next_grid();
   if (token >= num_tokens) return;  // whole warps leave; no block-wide barrier follows
   const int32_t num_experts = routing.num_experts;
   const float* row = logits + token * num_experts;
@@ -176,9 +180,8 @@ void moe_route(const float* logits, const WeightView& selection_bias, int64_t nu
            "experts must split evenly into groups and top_groups be in [1, num_groups]");
   if (num_tokens == 0) return;
   const auto blocks = static_cast<unsigned>((num_tokens + kWarps - 1) / kWarps);
-  route_kernel<<<blocks, kWarps * 32, 0, stream>>>(logits, selection_bias.data, selection_bias.dtype, num_tokens,
-                                                   routing, expert_ids, expert_weights);
-  DI_CUDA_CHECK_LAUNCH("route_kernel");
+  launch_dependent(route_kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, logits, selection_bias.data,
+                   selection_bias.dtype, num_tokens, routing, expert_ids, expert_weights);
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -1,12 +1,16 @@
 // Grouped expert products on CUDA cores for decode-sized batches: a block takes one tile of up to
-// kRows grouped rows of one expert and kWarps * kCols output columns; each warp streams its columns'
-// weight rows once (16-byte loads, kUnroll steps in flight) and multiplies the tile's rows, read
-// from L1, with float32 accumulation. BF16/F16 weights see x rounded to their dtype (as the
-// tensor-core path does); F32 weights see x as is. Also the dispatch of grouped_gate_up/down.
+// kRows grouped rows of one expert and kWeightRows weight rows (gate|up: kCols gate rows and the
+// kCols up rows of the same columns; down: 2 * kCols rows); its warps split K, as the dense GEMV's
+// do (gemv.cu), so even an expert's 768-element down rows keep every lane's loads in flight, and
+// the warps' sums are added in warp order (deterministic). BF16/F16 weights see x rounded to their
+// dtype (as the tensor-core path does); F32 weights see x as is; float32 accumulation. Launched as
+// dependent kernels: blocks are resident before the grouping they read is done. Also the dispatch of
+// grouped_gate_up/down.
 #include <algorithm>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/moe_grouped.cuh"
 
@@ -14,8 +18,9 @@ namespace deepinfer::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kCols = 4;  // output columns per warp
-constexpr int kRows = 4;  // grouped rows per tile
+constexpr int kCols = 4;          // output columns of a gate|up block; down blocks take twice as many
+constexpr int kWeightRows = 2 * kCols;
+constexpr int kRows = 4;          // grouped rows per tile
 constexpr int kTensorRows = 64;
 
 // kVec consecutive weights: one 16-byte load on the vector path, scalar loads otherwise.
@@ -28,7 +33,7 @@ template <typename W, int kVec>
 __device__ __forceinline__ Packet<W, kVec> load_packet(const W* p) {
   Packet<W, kVec> out;
   if constexpr (kVec * sizeof(W) == 16) {
-    *reinterpret_cast<uint4*>(&out) = __ldg(reinterpret_cast<const uint4*>(p));
+    *reinterpret_cast<uint4*>(&out) = __ldcs(reinterpret_cast<const uint4*>(p));
   } else {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) out.v[i] = p[i];
@@ -55,88 +60,91 @@ __device__ __forceinline__ void load_x(const float* p, float (&out)[kVec]) {
 
 // kGateUp: in = x (token rows), two weight matrices, the activation into out = h. Otherwise in = h
 // (grouped rows), the down matrix into out = y. n_out, k_in: the weights' [rows, cols].
-template <typename W, int kVec, bool kGateUp>
-__global__ void __launch_bounds__(kWarps * 32)
+// kTileRows: the most rows a tile holds in this launch (a tile of a batch of one token holds one),
+// so accumulators and x loads are kept for no more; with kWeightRows 16-byte loads in flight per
+// lane, four or more blocks fit an SM (with twice the loads and four rows of accumulators it took
+// 255 registers, two blocks fit, and gate|up ran in four waves).
+template <typename W, int kVec, bool kGateUp, int kTileRows>
+__global__ void __launch_bounds__(kWarps * 32, 4)
     rowwise_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
                    int64_t k_in, float* __restrict__ out) {
-  constexpr int kMats = kGateUp ? 2 : 1;
-  constexpr int kUnroll = kGateUp ? 1 : 2;  // 8 weight loads in flight per lane
-  ExpertTile tile;
-  if (!find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kRows, tile)) return;
-  const int64_t col0 = (blockIdx.y * int64_t{kWarps} + threadIdx.x / 32) * kCols;
-  if (col0 >= n_out) return;
+  constexpr int kOut = kGateUp ? kCols : kWeightRows;  // output columns of the block
+  __shared__ float partial[kWarps][kTileRows][kWeightRows];
+  const int64_t col0 = blockIdx.y * int64_t{kOut};
+  const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
+  wait_for_previous_grid();
+  allow_next_grid();
+  ExpertTile tile;  // the same for the whole block, so whole blocks leave
+  if (!find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kRows, tile)) return;
   const ExpertPointers& p = experts.experts[tile.expert];
-  const W* weights[kMats];
-  weights[0] = static_cast<const W*>(kGateUp ? p.gate : p.down);
-  if constexpr (kGateUp) weights[kMats - 1] = static_cast<const W*>(p.up);
-  const W* cols[kMats][kCols];
+  const W* cols[kWeightRows];
 #pragma unroll
-  for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) cols[m][c] = weights[m] + min(col0 + c, n_out - 1) * k_in;  // past n_out: not stored
+  for (int c = 0; c < kWeightRows; ++c) {
+    // Past n_out: a duplicate row, not stored. Up rows are the gate rows' columns in the up matrix.
+    const int64_t col = min(col0 + c % kOut, n_out - 1);
+    const void* matrix = kGateUp ? (c < kOut ? p.gate : p.up) : p.down;
+    cols[c] = static_cast<const W*>(matrix) + col * k_in;
   }
-  const float* rows[kRows];
+  const int64_t vecs = k_in / kVec;
+  const int64_t chunk = (vecs + kWarps - 1) / kWarps;
+  const int64_t begin = warp * chunk;
+  const int64_t end = min(begin + chunk, vecs);
+  // More rows than kTileRows only where a token routed to one expert twice: its weights are read again.
+  for (int32_t first = 0; first < tile.num_rows; first += kTileRows) {
+    const int32_t num_rows = min(kTileRows, tile.num_rows - first);
+    const float* rows[kTileRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int32_t i = tile.row_begin + min(r, tile.num_rows - 1);
-    rows[r] = kGateUp ? in + (grouping.rows[i] / experts.top_k) * k_in : in + int64_t{i} * k_in;
-  }
-  float acc[kMats][kRows][kCols] = {};
-  for (int64_t base = int64_t{lane} * kVec; base < k_in; base += int64_t{32} * kVec * kUnroll) {
-    Packet<W, kVec> w[kUnroll][kMats][kCols];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = base + int64_t{u} * 32 * kVec;
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          if (k < k_in) w[u][m][c] = load_packet<W, kVec>(cols[m][c] + k);
-        }
-      }
+    for (int r = 0; r < kTileRows; ++r) {
+      const int32_t i = tile.row_begin + first + min(r, num_rows - 1);
+      rows[r] = kGateUp ? in + (grouping.rows[i] / experts.top_k) * k_in : in + int64_t{i} * k_in;
     }
+    float acc[kTileRows][kWeightRows] = {};
+    for (int64_t v = begin + lane; v < end; v += 32) {
+      Packet<W, kVec> w[kWeightRows];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = base + int64_t{u} * 32 * kVec;
-      if (k >= k_in) break;
+      for (int c = 0; c < kWeightRows; ++c) w[c] = load_packet<W, kVec>(cols[c] + v * kVec);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r >= tile.num_rows) break;
+      for (int r = 0; r < kTileRows; ++r) {
+        if (r >= num_rows) break;
         float xs[kVec];
-        load_x<kVec>(rows[r] + k, xs);
+        load_x<kVec>(rows[r] + v * kVec, xs);
 #pragma unroll
         for (int i = 0; i < kVec; ++i) xs[i] = to_float(from_float<W>(xs[i]));
 #pragma unroll
-        for (int m = 0; m < kMats; ++m) {
+        for (int c = 0; c < kWeightRows; ++c) {
 #pragma unroll
-          for (int c = 0; c < kCols; ++c) {
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) acc[m][r][c] = fmaf(xs[i], to_float(w[u][m][c].v[i]), acc[m][r][c]);
-          }
+          for (int i = 0; i < kVec; ++i) acc[r][c] = fmaf(xs[i], to_float(w[c].v[i]), acc[r][c]);
         }
       }
     }
-  }
+    if (first > 0) __syncthreads();  // the previous rows' partials are read
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kTileRows; ++r) {
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      float total[kMats];
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) total[m] = warp_sum(acc[m][r][c]);
-      const int64_t col = col0 + c;
-      if (lane != 0 || r >= tile.num_rows || col >= n_out) continue;
-      float* dst = out + int64_t{tile.row_begin + r} * n_out + col;
-      if constexpr (kGateUp) {
-        float g = total[0];
-        float u = total[kMats - 1];
-        if (p.gate_bias != nullptr) g += load_as_f32(p.gate_bias, experts.bias_dtype, col);
-        if (p.up_bias != nullptr) u += load_as_f32(p.up_bias, experts.bias_dtype, col);
-        *dst = expert_activation(g, u, experts.activation, experts.swiglu_alpha, experts.swiglu_limit);
-      } else {
-        *dst = total[0] + (p.down_bias != nullptr ? load_as_f32(p.down_bias, experts.bias_dtype, col) : 0.0f);
+      for (int c = 0; c < kWeightRows; ++c) {
+        const float total = warp_sum(acc[r][c]);
+        if (lane == 0) partial[warp][r][c] = total;
       }
+    }
+    __syncthreads();
+    const int r = static_cast<int>(threadIdx.x) / kOut;
+    const int c = static_cast<int>(threadIdx.x) % kOut;
+    const int64_t col = col0 + c;
+    if (r >= num_rows || col >= n_out) continue;
+    float* dst = out + int64_t{tile.row_begin + first + r} * n_out + col;
+    float sum = partial[0][r][c];
+#pragma unroll
+    for (int i = 1; i < kWarps; ++i) sum += partial[i][r][c];
+    if constexpr (kGateUp) {
+      float up = partial[0][r][c + kOut];
+#pragma unroll
+      for (int i = 1; i < kWarps; ++i) up += partial[i][r][c + kOut];
+      if (p.gate_bias != nullptr) sum += load_as_f32(p.gate_bias, experts.bias_dtype, col);
+      if (p.up_bias != nullptr) up += load_as_f32(p.up_bias, experts.bias_dtype, col);
+      *dst = expert_activation(sum, up, experts.activation, experts.swiglu_alpha, experts.swiglu_limit);
+    } else {
+      *dst = sum + (p.down_bias != nullptr ? load_as_f32(p.down_bias, experts.bias_dtype, col) : 0.0f);
     }
   }
 }
@@ -148,14 +156,23 @@ void launch_rowwise(const float* in, const GroupedExperts& experts, const MoeGro
   const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
   const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
   const bool vector = experts.aligned && k_in % kVec == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0;
+  constexpr int kOut = kGateUp ? kCols : kWeightRows;
   const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kRowwise, num_rows, experts.num_experts)),
-                  static_cast<unsigned>((n_out + kWarps * kCols - 1) / (kWarps * kCols)));
-  if (vector) {
-    rowwise_kernel<W, kVec, kGateUp><<<grid, kWarps * 32, 0, stream>>>(in, experts, grouping, n_out, k_in, out);
+                  static_cast<unsigned>((n_out + kOut - 1) / kOut));
+  // A token routes to distinct experts, so a tile holds at most one row per token.
+  const int64_t num_tokens = num_rows / experts.top_k;
+  const auto run = [&](auto kernel) {
+    launch_dependent(kernel, grid, dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out, k_in, out);
+  };
+  if (!vector) {
+    run(rowwise_kernel<W, 1, kGateUp, kRows>);
+  } else if (num_tokens == 1) {
+    run(rowwise_kernel<W, kVec, kGateUp, 1>);
+  } else if (num_tokens == 2) {
+    run(rowwise_kernel<W, kVec, kGateUp, 2>);
   } else {
-    rowwise_kernel<W, 1, kGateUp><<<grid, kWarps * 32, 0, stream>>>(in, experts, grouping, n_out, k_in, out);
+    run(rowwise_kernel<W, kVec, kGateUp, kRows>);
   }
-  DI_CUDA_CHECK_LAUNCH("rowwise_kernel");
 }
 
 template <bool kGateUp>
