@@ -44,6 +44,16 @@ __device__ __forceinline__ float warp_sum(float value) {
   return value;
 }
 
+// A block's per-warp sums of (row, col), added in warp order (deterministic): the split-K GEMVs'
+// last step (gemv.cu, moe_rowwise.cu).
+template <int kWarps, int kRows, int kCols>
+__device__ __forceinline__ float sum_over_warps(const float (&partial)[kWarps][kRows][kCols], int row, int col) {
+  float total = partial[0][row][col];
+#pragma unroll
+  for (int i = 1; i < kWarps; ++i) total += partial[i][row][col];
+  return total;
+}
+
 __device__ __forceinline__ float warp_max(float value) {
   for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;

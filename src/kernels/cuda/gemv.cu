@@ -141,14 +141,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
   if (threadIdx.x < kRows * kOut) {
     const int m = static_cast<int>(threadIdx.x) / kOut;
     const int c = static_cast<int>(threadIdx.x) % kOut;
-    float total = partial[0][m][c];
-#pragma unroll
-    for (int i = 1; i < kWarpsPerBlock; ++i) total += partial[i][m][c];
+    float total = sum_over_warps(partial, m, c);
     if constexpr (kGated) {
-      float up = partial[0][m][c + kOut];
-#pragma unroll
-      for (int i = 1; i < kWarpsPerBlock; ++i) up += partial[i][m][c + kOut];
-      total = glu<kEpilogue == Epilogue::kGelu>(total, up);
+      total = glu<kEpilogue == Epilogue::kGelu>(total, sum_over_warps(partial, m, c + kOut));
     }
     if (col0 + c < n) {
       // kAdd: the same sum as add_rms_norm's residual + x.

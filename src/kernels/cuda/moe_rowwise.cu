@@ -133,13 +133,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     const int64_t col = col0 + c;
     if (r >= num_rows || col >= n_out) continue;
     float* dst = out + int64_t{tile.row_begin + first + r} * n_out + col;
-    float sum = partial[0][r][c];
-#pragma unroll
-    for (int i = 1; i < kWarps; ++i) sum += partial[i][r][c];
+    float sum = sum_over_warps(partial, r, c);
     if constexpr (kGateUp) {
-      float up = partial[0][r][c + kOut];
-#pragma unroll
-      for (int i = 1; i < kWarps; ++i) up += partial[i][r][c + kOut];
+      float up = sum_over_warps(partial, r, c + kOut);
       if (p.gate_bias != nullptr) sum += load_as_f32(p.gate_bias, experts.bias_dtype, col);
       if (p.up_bias != nullptr) up += load_as_f32(p.up_bias, experts.bias_dtype, col);
       *dst = expert_activation(sum, up, experts.activation, experts.swiglu_alpha, experts.swiglu_limit);
