@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev libssl-dev
   clang-14 libclang-rt-14-dev ccache
-  libboost1.81-dev libhiredis-dev libxxhash-dev redis-server
+  libboost1.81-dev libhiredis-dev libxxhash-dev redis-server libgloo-dev
   nodejs npm
 )
 
