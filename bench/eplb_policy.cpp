@@ -286,7 +286,8 @@ Result<void> run(int argc, char** argv) {
                                      "--zipf", "--tokens-per-rank", "--ranks", "--drift-sigma", "--drift-steps",
                                      "--seed", "--json", "--max-search-work"}));
   double max_search_work = 0;
-  DI_ASSIGN(max_search_work, number_flag(flags, "--max-search-work", static_cast<double>(EplbConfig{}.max_search_work)));
+  DI_ASSIGN(max_search_work,
+            number_flag(flags, "--max-search-work", static_cast<double>(EplbConfig{}.max_search_work)));
   double window_flag = 0;
   double eval_flag = 0;
   DI_ASSIGN(window_flag, number_flag(flags, "--window", kDefaultEplbWindowSteps));

@@ -16,7 +16,9 @@ namespace {
 
 std::vector<int32_t> inverse_permutation(const std::vector<int32_t>& permutation) {
   std::vector<int32_t> inverse(permutation.size(), -1);
-  for (size_t i = 0; i < permutation.size(); ++i) inverse[static_cast<size_t>(permutation[i])] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    inverse[static_cast<size_t>(permutation[i])] = static_cast<int32_t>(i);
+  }
   return inverse;
 }
 
@@ -137,7 +139,9 @@ Result<DeepSeekEplbTables> deepseek_rebalance_experts(const std::vector<float>& 
   for (int32_t node = 0; node < num_nodes; ++node) {
     // Step 2: replicas inside the node.
     std::vector<float> node_weights(static_cast<size_t>(logical_per_node));
-    for (int32_t j = 0; j < logical_per_node; ++j) node_weights[j] = weights[mlog_to_logical[node * logical_per_node + j]];
+    for (int32_t j = 0; j < logical_per_node; ++j) {
+      node_weights[j] = weights[mlog_to_logical[node * logical_per_node + j]];
+    }
     const Replication replication = deepseek_replicate_experts(node_weights, physical_per_node);
     // Step 3: the node's physical experts to its GPUs, each weighing its expert's share.
     std::vector<float> physical_weights(static_cast<size_t>(physical_per_node));
@@ -152,7 +156,9 @@ Result<DeepSeekEplbTables> deepseek_rebalance_experts(const std::vector<float>& 
       tables.physical_to_logical[slot] = mlog_to_logical[node * logical_per_node + replication.physical_to_logical[j]];
       replica_rank[slot] = replication.replica_rank[j];
     }
-    for (int32_t j = 0; j < logical_per_node; ++j) mlog_count[node * logical_per_node + j] = replication.logical_count[j];
+    for (int32_t j = 0; j < logical_per_node; ++j) {
+      mlog_count[node * logical_per_node + j] = replication.logical_count[j];
+    }
   }
 
   tables.logical_count.resize(weights.size());

@@ -123,7 +123,7 @@ class PeakAwarePacker {
   // Per step: the busiest rank, the runner-up's rank and load, and the third load, so the
   // load of "every rank but r and q" is known for any pair.
   void refresh_top_ranks() {
-    first_rank_.assign(static_cast<size_t>(num_steps_), 0);
+    first_rank_.assign(static_cast<size_t>(num_steps_), -1);
     second_rank_.assign(static_cast<size_t>(num_steps_), -1);
     second_.assign(static_cast<size_t>(num_steps_), 0.0);
     third_.assign(static_cast<size_t>(num_steps_), 0.0);
@@ -251,7 +251,8 @@ std::vector<int32_t> replicate_by_load(const std::vector<int64_t>& total_tokens,
     int32_t hottest = 0;
     for (int32_t e = 1; e < num_logical; ++e) {
       // load_e / count_e > load_h / count_h, compared without division.
-      if (static_cast<double>(total_tokens[e]) * counts[hottest] > static_cast<double>(total_tokens[hottest]) * counts[e]) {
+      if (static_cast<double>(total_tokens[e]) * counts[hottest] >
+          static_cast<double>(total_tokens[hottest]) * counts[e]) {
         hottest = e;
       }
     }

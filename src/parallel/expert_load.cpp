@@ -20,7 +20,8 @@ std::vector<int64_t> ExpertLoadWindow::totals() const {
 }
 
 ExpertLoadWindow ExpertLoadWindow::slice(int32_t begin, int32_t end) const {
-  DI_CHECK(0 <= begin && begin <= end && end <= num_steps(), "steps [" << begin << ", " << end << ") of " << num_steps());
+  DI_CHECK(0 <= begin && begin <= end && end <= num_steps(),
+           "steps [" << begin << ", " << end << ") of " << num_steps());
   ExpertLoadWindow part;
   part.num_experts = num_experts;
   part.tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(begin) * num_experts,

@@ -21,7 +21,9 @@ struct ExpertLoadWindow {
   std::vector<int32_t> tokens;  // [num_steps, num_experts] tokens routed to each logical expert
 
   int32_t num_steps() const { return num_experts == 0 ? 0 : static_cast<int32_t>(tokens.size() / num_experts); }
-  const int32_t* step(int32_t step_index) const { return tokens.data() + static_cast<size_t>(step_index) * num_experts; }
+  const int32_t* step(int32_t step_index) const {
+    return tokens.data() + static_cast<size_t>(step_index) * num_experts;
+  }
   // [num_experts] tokens summed over the steps.
   std::vector<int64_t> totals() const;
   // Steps [begin, end) as a window of their own.

@@ -130,7 +130,8 @@ TEST(Eplb, OursIsNeverWorseThanDeepSeeksOnTheObjective) {
   int32_t num_strictly_better = 0;
   int32_t num_cases = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    for (const auto& [num_ranks, num_redundant] : std::vector<std::pair<int32_t, int32_t>>{{4, 4}, {8, 8}, {16, 0}, {16, 16}}) {
+    for (const auto& [num_ranks, num_redundant] :
+         std::vector<std::pair<int32_t, int32_t>>{{4, 4}, {8, 8}, {16, 0}, {16, 16}}) {
       const double skew = 0.6 + 0.1 * static_cast<double>(seed % 6);
       const ExpertLoadWindow trace = random_trace(seed, 64, 100, 64 * 8 * 4, skew);
       EplbConfig config{.num_ranks = num_ranks, .num_redundant = num_redundant, .policy = EplbPolicy::kPeakAware};

@@ -119,10 +119,12 @@ TEST(ExpertPlacementJson, RejectsFilesThatAreNotPlacements) {
   const std::string missing_field = R"({"format": "deepinfer-expert-placement", "version": 1, "moe_layers": [
       {"num_logical_experts": 2, "num_ranks": 1, "slots_per_rank": 2, "physical_to_logical": [0, 1]},
       {"num_logical_experts": 2, "slots_per_rank": 2, "physical_to_logical": [0, 1]}]})";
-  EXPECT_TRUE(fails_with(as_void(placements_from_json(missing_field)), "moe_layers[1] needs a non-negative integer \"num_ranks\""));
+  EXPECT_TRUE(fails_with(as_void(placements_from_json(missing_field)),
+                         "moe_layers[1] needs a non-negative integer \"num_ranks\""));
   const std::string bad_slot = R"({"format": "deepinfer-expert-placement", "version": 1, "moe_layers": [
       {"num_logical_experts": 2, "num_ranks": 1, "slots_per_rank": 2, "physical_to_logical": [0, 0]}]})";
-  EXPECT_TRUE(fails_with(as_void(placements_from_json(bad_slot)), "moe_layers[0]: expert placement: logical expert 1 has no slot"));
+  EXPECT_TRUE(fails_with(as_void(placements_from_json(bad_slot)),
+                         "moe_layers[0]: expert placement: logical expert 1 has no slot"));
   const std::string not_ids = R"({"format": "deepinfer-expert-placement", "version": 1, "moe_layers": [
       {"num_logical_experts": 2, "num_ranks": 1, "slots_per_rank": 2, "physical_to_logical": [0, "1"]}]})";
   EXPECT_TRUE(fails_with(as_void(placements_from_json(not_ids)), "not an expert id"));
