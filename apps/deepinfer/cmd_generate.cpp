@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "data_parallel_flags.h"
 #include "core/thread_pool.h"
 #include "deepinfer/llm.h"
 #include "generate_batch.h"
@@ -28,6 +29,7 @@ constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--promp
                           [--swa-replay-tokens N|exact] [--speculative-tokens K] [--spec-varlen on|off]
        deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
                           [--kv-cache-bytes N] [--gpu-memory-utilization F]
+                          [--data-parallel-size N [--expert-parallel] [--num-redundant-experts R]]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
 (tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
 text is sent as one user message through the model's chat template (tokenizer_config.json).
@@ -58,6 +60,11 @@ layers), chains of up to K drafts verified in one step; the same tokens (see dee
 every step (required with --batch-invariant).
 --json-schema, --json-object, --regex, --grammar (EBNF file) and --choice constrain the output
 (docs/structured_output.md); a schema keyword the engine cannot enforce is an error.
+--data-parallel-size N: N ranks (processes, started by this one), each with its own engine and KV
+cache; a batch's prompts are dealt to the ranks in turn and rank 0 writes every result in input
+order (a single prompt runs on rank 0). With --expert-parallel the MoE layers' experts are spread
+over the ranks, which run their forwards together (docs/parallel.md; in --batch-invariant mode the
+same bits as one rank). The other data-parallel flags are those of deepinfer serve --help.
 Defaults: --max-tokens 64, --temperature 0 (greedy).
 )";
 
@@ -111,18 +118,20 @@ Result<std::vector<int32_t>> prompt_ids(const Args& args, const std::string& mod
 int run_generate(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv,
-                          model_value_flags(structured_value_flags(kv_store_value_flags({"--prompt", "--tokens", "--max-tokens",
-                                                                  "--temperature", "--top-p", "--top-k", "--min-p",
-                                                                  "--seed", "--input", "--output", "--max-num-seqs",
-                                                                  "--kv-cache-bytes", "--gpu-memory-utilization",
-                                                                  kSpeculativeTokensFlag, kSpecVarlenFlag}))),
-                          model_bool_flags({"--ignore-eos", "--chat", "--json-object", "--async-scheduling",
-                                            "--no-async-scheduling"}));
+                          data_parallel_value_flags(model_value_flags(structured_value_flags(kv_store_value_flags(
+                              {"--prompt", "--tokens", "--max-tokens", "--temperature", "--top-p", "--top-k", "--min-p",
+                               "--seed", "--input", "--output", "--max-num-seqs", "--kv-cache-bytes",
+                               "--gpu-memory-utilization", kSpeculativeTokensFlag, kSpecVarlenFlag})))),
+                          data_parallel_bool_flags(model_bool_flags({"--ignore-eos", "--chat", "--json-object",
+                                                                     "--async-scheduling", "--no-async-scheduling"})));
   if (!args.ok()) return report_error("generate", args.error());
   auto params = params_from_args(*args);
   if (!params.ok()) return report_error("generate", params.error());
   if (!args->has("--model")) return report_error("generate", Error{"missing required flag --model"});
-  if (args->has("--input") || args->has("--output")) return run_generate_batch(*args, *params);
+  LocalRanks ranks;
+  auto data_parallel = data_parallel_from_args(*args, argc, argv, ranks);
+  if (!data_parallel.ok()) return report_error("generate", data_parallel.error());
+  if (args->has("--input") || args->has("--output")) return run_generate_batch(*args, *params, *data_parallel, ranks);
   if (args->has("--prompt") == args->has("--tokens")) {
     return report_error("generate", Error{"give exactly one of --prompt TEXT or --tokens 1,2,3 (or --input FILE)"});
   }
@@ -148,8 +157,14 @@ int run_generate(int argc, char** argv) {
   if (auto applied = apply_kv_store_flags(*args, config); !applied.ok()) {
     return report_error("generate", applied.error());
   }
+  config.data_parallel = *data_parallel;
+  config.show_progress = data_parallel->rank == 0;
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
+  if ((*llm)->data_parallel_rank() != 0) {  // the prompt runs on rank 0; this rank serves its experts
+    auto waited = (*llm)->wait_for_group();
+    return waited.ok() ? 0 : report_error("generate", waited.error());
+  }
   auto prompt = prompt_ids(*args, config.model_dir, **llm);
   if (!prompt.ok()) return report_error("generate", prompt.error());
   const auto start = std::chrono::steady_clock::now();
@@ -167,6 +182,8 @@ int run_generate(int argc, char** argv) {
     std::fflush(stdout);
   }
   std::printf("\n");
+  if (auto waited = (*llm)->wait_for_group(); !waited.ok()) return report_error("generate", waited.error());
+  if (auto waited = ranks.wait(); !waited.ok()) return report_error("generate", waited.error());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "[%zu prompt tokens, %zu generated in %.2fs]\n", prompt->size(), num_generated, seconds);
   return 0;

@@ -74,9 +74,30 @@ json sample_json(const SampleResult& sample, bool with_text) {
   return out;
 }
 
+// The output line of result i: its first sample (all of them under "outputs" when n > 1) or, for a
+// request that failed alone (its grammar did not compile), an error line.
+json result_line(size_t i, const GenerationResult& result, bool with_text) {
+  if (!result.error.empty()) return json{{"index", i}, {"error", result.error}};
+  json line = sample_json(result.outputs.front(), with_text);
+  line["index"] = i;
+  line["num_prompt_tokens"] = result.prompt_token_ids.size();
+  line["num_cached_tokens"] = result.num_cached_tokens;
+  if (result.outputs.size() > 1) {
+    line["outputs"] = json::array();
+    for (const SampleResult& sample : result.outputs) line["outputs"].push_back(sample_json(sample, with_text));
+  }
+  if (!result.prompt_token_logprobs.empty()) {
+    json prompt_logprobs = json::array();
+    for (const auto& logprob : result.prompt_token_logprobs) prompt_logprobs.push_back(logprob ? json(*logprob) : json());
+    line["prompt_logprobs"] = prompt_logprobs;
+  }
+  return line;
+}
+
 }  // namespace
 
-int run_generate_batch(const Args& args, const SamplingParams& defaults) {
+int run_generate_batch(const Args& args, const SamplingParams& defaults, const DataParallelConfig& data_parallel,
+                       LocalRanks& ranks) {
   auto threads = args.get_int("--threads", 0);
   if (!threads.ok()) return report_error("generate", threads.error());
   if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
@@ -111,41 +132,48 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults) {
   if (auto applied = apply_kv_store_flags(args, config); !applied.ok()) {
     return report_error("generate", applied.error());
   }
+  config.data_parallel = data_parallel;
+  config.show_progress = data_parallel.rank == 0;
   auto llm = LLM::open(config);
   if (!llm.ok()) return report_error("generate", llm.error());
-  auto results = (*llm)->generate(input->prompts, input->params);
+  // This rank's lines: every size-th from its rank on.
+  const auto rank = static_cast<size_t>(data_parallel.rank);
+  const auto size = static_cast<size_t>(data_parallel.size);
+  ParsedInput mine;
+  for (size_t i = rank; i < input->prompts.size(); i += size) {
+    mine.prompts.push_back(input->prompts[i]);
+    mine.params.push_back(input->params[i]);
+  }
+  auto results = (*llm)->generate(mine.prompts, mine.params);
   if (!results.ok()) return report_error("generate", results.error());
+  if (auto waited = (*llm)->wait_for_group(); !waited.ok()) return report_error("generate", waited.error());
+  const bool with_text = (*llm)->has_tokenizer();
+  std::string lines;
+  for (size_t j = 0; j < results->size(); ++j) {
+    lines += result_line(rank + j * size, (*results)[j], with_text).dump() + "\n";
+  }
+  auto gathered = (*llm)->all_gather(lines);
+  if (!gathered.ok()) return report_error("generate", gathered.error());
+  if (rank != 0) return 0;
+  if (auto waited = ranks.wait(); !waited.ok()) return report_error("generate", waited.error());
   std::ofstream out(*output_path);
   if (!out) return report_error("generate", Error{"cannot open --output " + *output_path + " for writing"});
-  const bool with_text = (*llm)->has_tokenizer();
+  // Line i came from rank i % size, as that rank's (i / size)-th.
+  std::vector<size_t> read_from(gathered->size(), 0);
   size_t num_failed = 0;
-  for (size_t i = 0; i < results->size(); ++i) {
-    const GenerationResult& result = (*results)[i];
-    if (!result.error.empty()) {
-      // A request that failed alone (its grammar did not compile) is an error line, not output.
-      out << json{{"index", i}, {"error", result.error}}.dump() << "\n";
-      ++num_failed;
-      continue;
-    }
-    json line = sample_json(result.outputs.front(), with_text);
-    line["index"] = i;
-    line["num_prompt_tokens"] = result.prompt_token_ids.size();
-    line["num_cached_tokens"] = result.num_cached_tokens;
-    if (result.outputs.size() > 1) {
-      line["outputs"] = json::array();
-      for (const SampleResult& sample : result.outputs) line["outputs"].push_back(sample_json(sample, with_text));
-    }
-    if (!result.prompt_token_logprobs.empty()) {
-      json prompt_logprobs = json::array();
-      for (const auto& logprob : result.prompt_token_logprobs) prompt_logprobs.push_back(logprob ? json(*logprob) : json());
-      line["prompt_logprobs"] = prompt_logprobs;
-    }
-    out << line.dump() << "\n";
+  for (size_t i = 0; i < input->prompts.size(); ++i) {
+    const std::string& from = (*gathered)[i % size];
+    size_t& offset = read_from[i % size];
+    const size_t end = from.find('\n', offset);
+    const std::string line = from.substr(offset, end - offset);
+    offset = end + 1;
+    if (json::parse(line).contains("error")) ++num_failed;
+    out << line << "\n";
   }
   if (!out) return report_error("generate", Error{"cannot write --output " + *output_path});
   if (num_failed > 0) {
     std::fprintf(stderr, "generate: %zu of %zu requests failed; their lines in %s carry \"error\"\n", num_failed,
-                 results->size(), output_path->c_str());
+                 input->prompts.size(), output_path->c_str());
   }
   return 0;
 }

@@ -2,11 +2,14 @@
 #pragma once
 
 #include "args.h"
-#include "deepinfer/sampling_params.h"
+#include "data_parallel_flags.h"
+#include "deepinfer/llm.h"
 
 namespace deepinfer::cli {
 
 // defaults: the sampling flags given on the command line; each input line may override them.
-int run_generate_batch(const Args& args, const SamplingParams& defaults);
+// With a data-parallel group, rank r runs lines r, r + N, ... and rank 0 writes every result.
+int run_generate_batch(const Args& args, const SamplingParams& defaults, const DataParallelConfig& data_parallel,
+                       LocalRanks& ranks);
 
 }  // namespace deepinfer::cli

@@ -121,7 +121,7 @@ BackendOptions backend_options_from_args(const Args& args) {
   return options;
 }
 
-Result<LoadedModel> load_model_from_args(const Args& args) {
+Result<LoadedModel> load_model_from_args(const Args& args, const DataParallelConfig& data_parallel) {
   auto threads = args.get_int("--threads", 0);
   if (!threads.ok()) return threads.error();
   if (*threads < 0) return Error{"--threads must be >= 1 (0 or absent: all cores)"};
@@ -131,8 +131,11 @@ Result<LoadedModel> load_model_from_args(const Args& args) {
   auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
   if (!backend.ok()) return backend.error();
   LoadedModel loaded;
+  auto group = join_data_parallel_group(data_parallel);
+  if (!group.ok()) return group.error();
+  loaded.data_parallel = std::move(*group);
   loaded.backend = std::move(*backend);
-  auto model = load_model(*dir, *loaded.backend);
+  auto model = load_model(*dir, *loaded.backend, data_parallel.rank == 0, loaded.data_parallel.expert_parallel);
   if (!model.ok()) return model.error();
   loaded.model = std::move(*model);
   return loaded;

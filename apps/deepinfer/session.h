@@ -8,12 +8,14 @@
 
 #include "args.h"
 #include "deepinfer/llm.h"
+#include "engine/data_parallel.h"
 #include "kvstore/kv_store.h"
 #include "model/model.h"
 
 namespace deepinfer::cli {
 
 struct LoadedModel {
+  DataParallelGroup data_parallel;  // declared first: the model's MoE layers use its group
   std::unique_ptr<Backend> backend;
   std::unique_ptr<CausalLM> model;
 };
@@ -57,8 +59,9 @@ Result<CacheMemory> cache_memory_from_args(const Args& args);
 // The backend options the flags ask for (--batch-invariant).
 BackendOptions backend_options_from_args(const Args& args);
 
-// Applies --threads, makes the --device backend (default cpu) and loads --model.
-Result<LoadedModel> load_model_from_args(const Args& args);
+// Applies --threads, makes the --device backend (default cpu) and loads --model, as this rank's
+// share of data_parallel's group when it has one.
+Result<LoadedModel> load_model_from_args(const Args& args, const DataParallelConfig& data_parallel = {});
 
 // Prints "deepinfer <command>: error: <message>" to stderr and returns exit code 1.
 int report_error(const char* command, const Error& error);

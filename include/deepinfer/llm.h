@@ -20,6 +20,23 @@
 
 namespace deepinfer {
 
+// Data parallelism (docs/parallel.md): ranks with their own requests, KV cache and scheduler, one
+// process each, meeting at a rendezvous; with expert_parallel the MoE layers' experts are spread
+// over the ranks (DP attention, EP experts), and the ranks run their forwards together.
+struct DataParallelConfig {
+  int32_t size = 1;   // ranks in the group; 1: no group
+  int32_t rank = 0;   // this process's rank
+  // Where the ranks meet: a directory every rank shares, or redis://HOST:PORT.
+  std::string address;
+  std::string host = "127.0.0.1";  // the address other ranks reach this one at
+  std::string group = "deepinfer";  // the group's keys at the rendezvous
+  bool expert_parallel = false;
+  // Extra expert slots per MoE layer for copies of hot experts (the default placement gives them
+  // to experts 0, 1, ...; expert_placement_file or EPLB choose better).
+  int32_t num_redundant_experts = 0;
+  std::string expert_placement_file;  // parallel/expert_placement.h's JSON; empty: the default
+};
+
 struct LLMConfig {
   std::string model_dir;
   std::string device = "cpu";            // "cpu", "ref" (scalar reference kernels) or "cuda"
@@ -60,6 +77,7 @@ struct LLMConfig {
   // Sliding-window models: prefix tokens a store hit replays to rebuild the sliding layers' KV;
   // 0: max(128, window), -1: exact (sliding layers x window) (docs/kvstore.md).
   int32_t kv_cache_swa_replay_tokens = 0;
+  DataParallelConfig data_parallel;
 };
 
 // One prompt: text (needs the model's tokenizer) or token ids.
@@ -135,6 +153,16 @@ class LLM {
     std::unique_ptr<Impl> impl_;
   };
   Result<Stream> stream(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params);
+
+  // Data parallelism: this process's rank and the group's size (0 and 1 without a group).
+  int32_t data_parallel_rank() const;
+  int32_t data_parallel_size() const;
+  // Called by every rank once its own work is done: with expert parallelism, serves the other
+  // ranks' forwards (their tokens still need this rank's experts) until every rank has called it.
+  // Errors when the group broke (a rank exited or stopped answering).
+  Result<void> wait_for_group();
+  // Every rank's bytes in rank order (small results to collect on one rank); {bytes} without a group.
+  Result<std::vector<std::string>> all_gather(const std::string& bytes);
 
   // Token ids of a text prompt (the tokenizer's BOS rules applied); an error without tokenizer.
   Result<std::vector<int32_t>> tokenize(const std::string& text) const;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/progress.h"
+#include "engine/data_parallel.h"
 #include "engine/engine_core.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +43,7 @@ struct LLM::Impl {
   std::optional<Tokenizer> tokenizer;
   std::unique_ptr<EngineCore> engine;
   int64_t next_request_id = 0;
+  DataParallelGroup data_parallel;
 };
 
 struct LLM::Stream::Impl {
@@ -107,7 +109,14 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
     if (!tokenizer.ok()) return tokenizer.error();
     impl->tokenizer = std::move(*tokenizer);
   }
-  auto model = load_model(config.model_dir, *impl->backend, config.show_progress);
+  if (config.data_parallel.expert_parallel && config.data_parallel.size > 1 && config.speculative_tokens > 0) {
+    return Error{"speculative decoding does not run under expert parallelism yet: drop --speculative-tokens or "
+                 "--expert-parallel"};
+  }
+  auto group = join_data_parallel_group(config.data_parallel);
+  if (!group.ok()) return group.error();
+  impl->data_parallel = std::move(*group);
+  auto model = load_model(config.model_dir, *impl->backend, config.show_progress, impl->data_parallel.expert_parallel);
   if (!model.ok()) return model.error();
   impl->model = std::move(*model);
   EngineConfig engine_config;
@@ -146,6 +155,33 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
 
 bool LLM::has_tokenizer() const { return impl_->tokenizer.has_value(); }
 int64_t LLM::vocab_size() const { return impl_->model->config().vocab_size; }
+
+int32_t LLM::data_parallel_rank() const {
+  return impl_->data_parallel.group ? impl_->data_parallel.group->rank() : 0;
+}
+
+int32_t LLM::data_parallel_size() const {
+  return impl_->data_parallel.group ? impl_->data_parallel.group->world_size() : 1;
+}
+
+Result<void> LLM::wait_for_group() {
+  try {
+    while (impl_->model->run_idle_step()) {
+    }
+  } catch (const std::exception& e) {
+    return Error{e.what()};
+  }
+  return {};
+}
+
+Result<std::vector<std::string>> LLM::all_gather(const std::string& bytes) {
+  if (!impl_->data_parallel.group) return std::vector<std::string>{bytes};
+  try {
+    return impl_->data_parallel.group->all_gather(bytes);
+  } catch (const std::exception& e) {
+    return Error{e.what()};
+  }
+}
 
 Result<std::vector<int32_t>> LLM::tokenize(const std::string& text) const {
   if (!impl_->tokenizer) {

@@ -202,6 +202,13 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights, \
                    const MoeExperts& experts, float* workspace, int64_t* expert_token_counts, float* out);      \
                                                                                                               \
+  /* moe_experts' last step on expert outputs computed elsewhere (expert parallelism): out[t] = sum over j    \
+     in order of expert_weights[t, j] * y[row_of_slot[t * top_k + j]] (row t * top_k + j when row_of_slot is   \
+     null), summed from 0 as moe_experts sums, so the same outputs give the same bits. y: [*, hidden];         \
+     out: [num_tokens, hidden]. */                                                                            \
+  void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens, \
+                   int32_t top_k, int64_t hidden, float* out);                                                 \
+                                                                                                              \
   /* token_ids[i] = the token draw params[i] picks from logits row params[i].row ([*, vocab] f32, each row     \
      with a finite value): greedy (temperature 0 or top_k 1) is the highest logit, the lowest id among ties;   \
      else probabilities exp((logit - max) / temperature) in float64, then min_p, top_k, top_p (vLLM's order;   \

@@ -8,7 +8,8 @@
 
 namespace deepinfer {
 
-Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& backend, bool show_progress) {
+Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& backend, bool show_progress,
+                                             std::shared_ptr<const ExpertParallelism> expert_parallel) {
   auto config = ModelConfig::load(dir);
   if (!config.ok()) return config.error();
   const archs::Builder builder = archs::find_builder(config->architecture);
@@ -25,6 +26,7 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
   source.weights = std::make_shared<const WeightStore>(std::move(*weights));
   source.backend = &backend;
   source.arena = std::make_shared<WeightArena>();
+  source.expert_parallel = std::move(expert_parallel);
   return builder(source);
 }
 

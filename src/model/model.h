@@ -176,6 +176,10 @@ class CausalLM {
   // counters back (waits for the device). Benchmarks' roofline fractions.
   virtual int64_t routed_weight_bytes_per_step() const { return weight_bytes_per_token(); }
   virtual void reset_expert_token_counts() {}
+  // Expert parallelism (model/expert_parallel.h): joins one forward of the group without tokens of
+  // this rank's own (its experts still serve the other ranks' tokens). Returns false, having run
+  // nothing, when no rank had a forward in this round. A model outside a group returns false.
+  virtual bool run_idle_step() { return false; }
   // Forward steps and draft calls replayed from captured device graphs so far (model/decode_graphs.h).
   virtual int64_t num_graph_replays() const { return 0; }
 
@@ -186,6 +190,7 @@ class CausalLM {
 };
 
 class WeightArena;  // model/layers/linear.h
+struct ExpertParallelism;  // model/expert_parallel.h
 
 // Everything an architecture's builder gets.
 struct ModelSource {
@@ -194,11 +199,16 @@ struct ModelSource {
   Backend* backend = nullptr;
   // Holds weights made at load time; the model keeps a reference.
   std::shared_ptr<WeightArena> arena;
+  // Set: the MoE layers hold this rank's experts and exchange rows with the group (model/expert_parallel.h).
+  std::shared_ptr<const ExpertParallelism> expert_parallel;
 };
 
 // Loads config.json and the safetensors in dir, checks every tensor's presence and shape, and
 // builds the model on the backend. Errors name the file, tensor or field.
-Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& backend, bool show_progress = true);
+// With expert_parallel, the model is this rank's share of an expert-parallel group (an error for
+// a model without MoE layers).
+Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& backend, bool show_progress = true,
+                                             std::shared_ptr<const ExpertParallelism> expert_parallel = nullptr);
 
 // The architectures load_model accepts, e.g. "LlamaForCausalLM".
 std::vector<std::string> supported_architectures();

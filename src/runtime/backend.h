@@ -231,6 +231,8 @@ class Backend {
   virtual void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
                            const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
                            float* out) = 0;
+  virtual void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights,
+                           int64_t num_tokens, int32_t top_k, int64_t hidden, float* out) = 0;
   virtual void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                          int64_t dst_stride) = 0;
   // kernels::HeadProducts' contract. The default runs matmul per head over contiguous copies in

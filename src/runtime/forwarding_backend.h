@@ -142,6 +142,11 @@ class ForwardingBackend : public Backend {
     on_call("moe_experts");
     inner_->moe_experts(x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts, out);
   }
+  void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens,
+                   int32_t top_k, int64_t hidden, float* out) override {
+    on_call("moe_combine");
+    inner_->moe_combine(y, row_of_slot, expert_weights, num_tokens, top_k, hidden, out);
+  }
   void head_matmul(const kernels::HeadProducts& p, float* scratch) override {
     on_call("head_matmul");
     inner_->head_matmul(p, scratch);

@@ -15,9 +15,8 @@ struct CliResult {
   std::string out;
 };
 
-// out gets stdout, and stderr too when with_stderr (else stderr is dropped).
-inline CliResult run_cli(const std::string& args, bool with_stderr = true) {
-  const std::string command = std::string(DEEPINFER_CLI) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// A shell command line's exit code and standard output.
+inline CliResult run_shell(const std::string& command) {
   CliResult result;
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -27,6 +26,11 @@ inline CliResult run_cli(const std::string& args, bool with_stderr = true) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// out gets stdout, and stderr too when with_stderr (else stderr is dropped).
+inline CliResult run_cli(const std::string& args, bool with_stderr = true) {
+  return run_shell(std::string(DEEPINFER_CLI) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 }  // namespace deepinfer::testing

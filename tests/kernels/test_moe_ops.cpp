@@ -152,6 +152,33 @@ void check_experts(ExpertActivation activation, bool biases, int64_t num_tokens,
   }
   testing::expect_within(got, want, tolerance, "cpu::moe_experts");
   testing::expect_within(invariant, want, tolerance, "cpu::moe_experts_invariant");
+
+  // Expert parallelism's path: each (token, j) slot's row run alone through its expert (top_k 1,
+  // weight 1), in another order, as a rank that owns the expert would, then moe_combine at home:
+  // the same bits as the batch-invariant kernels in one call.
+  const int64_t num_slots = num_tokens * top_k;
+  std::vector<int32_t> row_of_slot(static_cast<size_t>(num_slots));
+  for (int64_t s = 0; s < num_slots; ++s) row_of_slot[static_cast<size_t>(s)] = static_cast<int32_t>(num_slots - 1 - s);
+  std::vector<float> slot_x(static_cast<size_t>(num_slots * hidden));
+  std::vector<int32_t> slot_expert(static_cast<size_t>(num_slots));
+  for (int64_t s = 0; s < num_slots; ++s) {
+    const auto row = static_cast<size_t>(row_of_slot[static_cast<size_t>(s)]);
+    std::copy_n(x.begin() + (s / top_k) * hidden, hidden, slot_x.begin() + static_cast<int64_t>(row) * hidden);
+    slot_expert[row] = ids[static_cast<size_t>(s)];
+  }
+  MoeExperts one = experts;
+  one.top_k = 1;
+  const std::vector<float> ones(static_cast<size_t>(num_slots), 1.0f);
+  std::vector<float> slot_workspace(static_cast<size_t>(moe_workspace_floats(num_slots, one)));
+  std::vector<float> slot_y(slot_x.size()), combined(want.size());
+  ref::moe_experts(slot_x.data(), num_slots, slot_expert.data(), ones.data(), one, slot_workspace.data(), nullptr,
+                   slot_y.data());
+  ref::moe_combine(slot_y.data(), row_of_slot.data(), weights.data(), num_tokens, top_k, hidden, combined.data());
+  EXPECT_EQ(combined, want) << "ref: experts run elsewhere, combined at home";
+  cpu::moe_experts_invariant(slot_x.data(), num_slots, slot_expert.data(), ones.data(), one, slot_workspace.data(),
+                             nullptr, slot_y.data());
+  cpu::moe_combine(slot_y.data(), row_of_slot.data(), weights.data(), num_tokens, top_k, hidden, combined.data());
+  EXPECT_EQ(combined, invariant) << "cpu (batch invariant): experts run elsewhere, combined at home";
 }
 
 // BF16 weights up to 16 rows per expert (the GEMV keeps activations in fp32; beyond, oneDNN's

@@ -45,9 +45,9 @@ void run_experts(MatmulFn matmul_fn, const float* x, int64_t num_tokens, const i
     ++offsets[static_cast<size_t>(e) + 1];
   }
   for (int32_t e = 0; e < experts.num_experts; ++e) offsets[e + 1] += offsets[e];
-  std::vector<int64_t> slot_row(static_cast<size_t>(num_slots));
+  std::vector<int32_t> slot_row(static_cast<size_t>(num_slots));
   std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
-  for (int64_t s = 0; s < num_slots; ++s) slot_row[s] = fill[expert_ids[s]]++;
+  for (int64_t s = 0; s < num_slots; ++s) slot_row[s] = static_cast<int32_t>(fill[expert_ids[s]]++);
 
   float* gathered = workspace;                  // [num_slots, hidden]
   float* gate = gathered + num_slots * hidden;  // [num_slots, intermediate]
@@ -77,17 +77,7 @@ void run_experts(MatmulFn matmul_fn, const float* x, int64_t num_tokens, const i
     matmul_fn(gate + first * inter, experts.down[e], experts.down_bias ? experts.down_bias[e] : none, rows,
               expert_out + first * hidden);
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    float* out_row = out + t * hidden;
-    std::fill(out_row, out_row + hidden, 0.0f);
-    for (int32_t j = 0; j < experts.top_k; ++j) {
-      const int64_t s = t * experts.top_k + j;
-      const float w = expert_weights[s];
-      const float* y = expert_out + slot_row[s] * hidden;
-      for (int64_t i = 0; i < hidden; ++i) out_row[i] += w * y[i];
-    }
-  }
+  moe_combine(expert_out, slot_row.data(), expert_weights, num_tokens, experts.top_k, hidden, out);
 }
 
 }  // namespace
@@ -112,6 +102,21 @@ void moe_experts_invariant(const float* x, int64_t num_tokens, const int32_t* ex
                            const MoeExperts& experts, float* workspace, int64_t* expert_token_counts, float* out) {
   run_experts(&matmul_invariant, x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts,
               out);
+}
+
+void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens,
+                 int32_t top_k, int64_t hidden, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    float* out_row = out + t * hidden;
+    std::fill(out_row, out_row + hidden, 0.0f);
+    for (int32_t j = 0; j < top_k; ++j) {
+      const int64_t s = t * top_k + j;
+      const float w = expert_weights[s];
+      const float* y_row = y + (row_of_slot != nullptr ? int64_t{row_of_slot[s]} : s) * hidden;
+      for (int64_t i = 0; i < hidden; ++i) out_row[i] += w * y_row[i];
+    }
+  }
 }
 
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride) {

@@ -149,7 +149,8 @@ __global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restric
   wait_for_previous_grid();
   allow_next_grid();
   if (threadIdx.x < static_cast<unsigned>(top_k)) {
-    row_s[threadIdx.x] = position[token * top_k + threadIdx.x];
+    const int64_t slot = token * top_k + threadIdx.x;
+    row_s[threadIdx.x] = position != nullptr ? position[slot] : static_cast<int32_t>(slot);
     weight_s[threadIdx.x] = expert_weights[token * top_k + threadIdx.x];
   }
   __syncthreads();

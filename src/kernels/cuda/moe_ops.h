@@ -92,7 +92,8 @@ void grouped_down(const float* h, const GroupedExperts& experts, const MoeGroupi
 // the input of cuBLAS's grouped expert products (moe_grouped_gemm.h), in the grouping's order.
 void gather_grouped_rows(const float* x, const int32_t* rows, int64_t num_rows, int32_t top_k, int64_t hidden,
                          DType dtype, void* out, cudaStream_t stream);
-// out[t, :] = sum over slots j in order of expert_weights[t, j] * y[position[t * top_k + j], :].
+// out[t, :] = sum over slots j in order of expert_weights[t, j] * y[position[t * top_k + j], :]
+// (y[t * top_k + j] when position is null).
 // y: [num_rows, hidden] of y_dtype (kF32, or the weights' 16-bit dtype after cuBLAS's products).
 void moe_combine(const void* y, DType y_dtype, const int32_t* position, const float* expert_weights,
                  int64_t num_tokens, int32_t top_k, int64_t hidden, float* out, cudaStream_t stream);

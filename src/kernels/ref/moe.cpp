@@ -111,6 +111,20 @@ void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, 
   }
 }
 
+void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens,
+                 int32_t top_k, int64_t hidden, float* out) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    float* out_row = out + t * hidden;
+    std::fill(out_row, out_row + hidden, 0.0f);
+    for (int32_t j = 0; j < top_k; ++j) {
+      const int64_t s = t * top_k + j;
+      const float w = expert_weights[s];
+      const float* y_row = y + (row_of_slot != nullptr ? int64_t{row_of_slot[s]} : s) * hidden;
+      for (int64_t i = 0; i < hidden; ++i) out_row[i] += w * y_row[i];
+    }
+  }
+}
+
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride) {
   for (int64_t r = 0; r < num_rows; ++r) {
     for (int64_t i = 0; i < width; ++i) dst[r * dst_stride + i] = src[r * src_stride + i];

@@ -75,8 +75,11 @@ Result<DecoderLayer> DenseDecoder::load_layer(const ModelSource& source, const D
 
   std::optional<DecoderFeedForward> ffn;
   const std::string ffn_prefix = prefix + "." + options.ffn_name;
-  if (options.moe && (!options.is_moe_layer || options.is_moe_layer(index))) {
-    auto moe = MoeLayer::load(source, ffn_prefix, config.hidden_size, *options.moe);
+  const auto is_moe = [&](int64_t i) { return options.moe && (!options.is_moe_layer || options.is_moe_layer(i)); };
+  if (is_moe(index)) {
+    int32_t moe_index = 0;  // MoE layers before this one: its placement under expert parallelism
+    for (int64_t i = 0; i < index; ++i) moe_index += is_moe(i) ? 1 : 0;
+    auto moe = MoeLayer::load(source, ffn_prefix, config.hidden_size, *options.moe, moe_index);
     if (!moe.ok()) return moe.error();
     ffn.emplace(std::in_place_type<MoeLayer>, std::move(*moe));
   } else {
@@ -141,8 +144,15 @@ Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, 
     model->layers_.push_back(std::move(*layer));
   }
   DI_TRY(model->load_mtp_layers(source, options, *rope));
+  if (source.expert_parallel) {
+    const auto is_moe = [](const Layer& layer) { return std::holds_alternative<MoeLayer>(layer.ffn); };
+    if (std::none_of(model->layers_.begin(), model->layers_.end(), is_moe)) {
+      return Error{config.architecture + " has no MoE layers: expert parallelism needs a mixture-of-experts model"};
+    }
+  }
   model->residual_stream_dtype_ = model->residual_stream_dtype();
-  if (source.backend->can_capture()) {
+  // An expert-parallel forward waits on the group's exchanges from the host, which a graph cannot hold.
+  if (source.backend->can_capture() && !source.expert_parallel) {
     model->graphs_ = std::make_unique<DecodeGraphs>();
     model->draft_graphs_ = std::make_unique<DecodeGraphs>();
   }
@@ -426,6 +436,7 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   const auto num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < num_tokens, "logit row " << row << " out of range");
+  if (expert_parallel_) expert_parallel_->vote(num_tokens);
   StepExtras extras;
   extras.previous_draws = drawn_tokens_.as<int32_t>();
   extras.draws = draws;
@@ -450,6 +461,15 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   finish_inputs(backend_, device_batch);
   enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows);
   return device_batch.draws;
+}
+
+bool DenseDecoder::run_idle_step() {
+  if (!expert_parallel_ || expert_parallel_->vote(0) == 0) return false;
+  for (const Layer& layer : layers_) {
+    const auto* moe = std::get_if<MoeLayer>(&layer.ffn);
+    if (moe != nullptr) moe->forward(backend_, nullptr, 0, scratch_.as<float>(), nullptr);
+  }
+  return true;
 }
 
 void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/decode_graphs.h"
+#include "model/expert_parallel.h"
 #include "model/layers/attention.h"
 #include "model/layers/mla.h"
 #include "model/layers/mlp.h"
@@ -113,11 +114,15 @@ class DenseDecoder final : public CausalLM {
   bool kv_written_before_attention() const override;
   void forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
                      const DraftOutputs& outputs) override;
+  bool run_idle_step() override;
 
  private:
   using Layer = DecoderLayer;
   DenseDecoder(const ModelSource& source)
-      : CausalLM(source.config, *source.backend), weights_(source.weights), arena_(source.arena) {}
+      : CausalLM(source.config, *source.backend),
+        weights_(source.weights),
+        arena_(source.arena),
+        expert_parallel_(source.expert_parallel) {}
   // sliding_rope: the rope of sliding-window layers when it differs (Gemma 3's local layers).
   static Result<Layer> load_layer(const ModelSource& source, const DenseDecoderOptions& options, int64_t index,
                                   const RopeTable& rope, const RopeTable* sliding_rope = nullptr);
@@ -152,6 +157,7 @@ class DenseDecoder final : public CausalLM {
 
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
   std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
+  std::shared_ptr<const ExpertParallelism> expert_parallel_;  // null outside an expert-parallel group
   kernels::WeightView embed_tokens_;  // [vocab, hidden]
   kernels::WeightView lm_head_;       // [vocab, hidden]; the embedding when tied
   std::vector<Layer> layers_;

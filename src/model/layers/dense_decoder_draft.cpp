@@ -31,6 +31,7 @@ void DenseDecoder::ensure_draft_buffers(int64_t rows) {
 void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
                                  const DraftOutputs& outputs) {
   DI_CHECK(!mtp_layers_.empty(), "this model has no draft module (num_draft_modules() is 0)");
+  DI_CHECK(!expert_parallel_, "speculative decoding does not run under expert parallelism yet");
   const MtpLayerWeights& mtp = mtp_layers_.back();
   DI_CHECK(!mtp.block.pre_feedforward_norm, "a draft module with sandwich norms");
   const int64_t n = batch.num_tokens();

@@ -2,6 +2,7 @@
 #include "model/layers/moe.h"
 
 #include "core/check.h"
+#include "model/expert_parallel.h"
 
 namespace deepinfer {
 namespace {
@@ -48,7 +49,7 @@ MoeOptions moe_options_from_config(const MoeConfig& config) {
 }
 
 Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& prefix, int64_t hidden,
-                                const MoeOptions& options) {
+                                const MoeOptions& options, int32_t moe_index) {
   const kernels::MoeRouting& routing = options.routing;
   if (routing.num_experts <= 0 || routing.top_k <= 0 || routing.top_k > routing.num_experts) {
     return Error{"config.json: num_experts_per_tok (" + std::to_string(routing.top_k) +
@@ -68,6 +69,12 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
   layer.activation_ = options.activation;
   layer.swiglu_alpha_ = options.swiglu_alpha;
   layer.swiglu_limit_ = options.swiglu_limit;
+  if (source.expert_parallel) {
+    auto placement = source.expert_parallel->placement_for(moe_index, routing.num_experts);
+    if (!placement.ok()) return Error{prefix + ": " + placement.error().message};
+    layer.group_ = source.expert_parallel->group;
+    layer.placement_ = std::move(*placement);
+  }
   const std::string router = prefix + "." + options.router_name;
   auto router_linear = Linear::load(source, router, routing.num_experts, hidden, options.router_bias);
   if (!router_linear.ok()) return router_linear.error();
@@ -88,13 +95,13 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
     if (!shared.ok()) return shared.error();
     layer.shared_ = *shared;
   }
-  layer.token_counts_ = source.backend->allocate(static_cast<size_t>(routing.num_experts) * sizeof(int64_t));
+  layer.token_counts_ = source.backend->allocate(layer.gate_.size() * sizeof(int64_t));
   return layer;
 }
 
 Result<void> MoeLayer::load_experts(const ModelSource& source, const std::string& prefix, const MoeOptions& options) {
   const int64_t inter = intermediate_;
-  for (int32_t e = 0; e < routing_.num_experts; ++e) {
+  for (int32_t e : loaded_experts()) {
     auto gate = load_tensor(source, expert_name(prefix, e, options.gate_name), {inter, hidden_});
     if (!gate.ok()) return gate.error();
     auto up = load_tensor(source, expert_name(prefix, e, options.up_name), {inter, hidden_});
@@ -116,7 +123,7 @@ Result<void> MoeLayer::load_fused_experts(const ModelSource& source, const std::
   if (!gate_up.ok()) return gate_up.error();
   auto down = source.weights->get(prefix + ".experts.down_proj", {num_experts, hidden_, inter});
   if (!down.ok()) return down.error();
-  for (int64_t e = 0; e < num_experts; ++e) {
+  for (int32_t e : loaded_experts()) {
     auto gate = load_slice(source, *gate_up, e, 0, inter, hidden_);
     if (!gate.ok()) return gate.error();
     auto up = load_slice(source, *gate_up, e, inter, inter, hidden_);
@@ -148,7 +155,7 @@ Result<void> MoeLayer::load_gpt_oss_experts(const ModelSource& source, const std
   const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
   const DType dtype = stored && stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   // [in, out] with gate/up interleaved on out -> separate [out, in] matrices, as Linear stores them.
-  for (int64_t e = 0; e < num_experts; ++e) {
+  for (int32_t e : loaded_experts()) {
     std::vector<float> gate(static_cast<size_t>(inter * hidden)), up(gate.size());
     std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
     std::vector<float> down_t(static_cast<size_t>(hidden * inter));
@@ -186,9 +193,19 @@ Result<void> MoeLayer::load_gpt_oss_experts(const ModelSource& source, const std
   return {};
 }
 
+std::vector<int32_t> MoeLayer::loaded_experts() const {
+  if (group_) {
+    const auto first = placement_.physical_to_logical.begin() + int64_t{group_->rank()} * placement_.slots_per_rank;
+    return {first, first + placement_.slots_per_rank};
+  }
+  std::vector<int32_t> all(static_cast<size_t>(routing_.num_experts));
+  for (int32_t e = 0; e < routing_.num_experts; ++e) all[static_cast<size_t>(e)] = e;
+  return all;
+}
+
 kernels::MoeExperts MoeLayer::experts_view() const {
   kernels::MoeExperts experts;
-  experts.num_experts = routing_.num_experts;
+  experts.num_experts = static_cast<int32_t>(gate_.size());
   experts.top_k = routing_.top_k;
   experts.hidden = hidden_;
   experts.intermediate = intermediate_;
@@ -215,14 +232,14 @@ int64_t MoeLayer::scratch_floats(int64_t num_tokens) const {
 
 int64_t MoeLayer::expert_bytes() const {
   int64_t bytes = 0;
-  for (int32_t e = 0; e < routing_.num_experts; ++e) {
+  for (size_t e = 0; e < gate_.size(); ++e) {
     for (const auto* views : {&gate_, &up_, &down_, &gate_bias_, &up_bias_, &down_bias_}) {
       if (views->empty()) continue;
-      const kernels::WeightView& w = (*views)[static_cast<size_t>(e)];
+      const kernels::WeightView& w = (*views)[e];
       bytes += w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
     }
   }
-  return bytes / routing_.num_experts;
+  return bytes / static_cast<int64_t>(gate_.size());
 }
 
 int64_t MoeLayer::weight_bytes() const {
@@ -239,9 +256,16 @@ void MoeLayer::forward(Backend& backend, const float* x, int64_t num_tokens, flo
   float* expert_weights = logits + n * routing_.num_experts + n * k;                 // [n, top_k]
   float* workspace = expert_weights + n * k;
   const kernels::MoeExperts experts = experts_view();
-  router_.forward(backend, x, n, logits);
-  backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
-  backend.moe_experts(x, n, expert_ids, expert_weights, experts, workspace, token_counts_.as<int64_t>(), out);
+  if (n > 0) {
+    router_.forward(backend, x, n, logits);
+    backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
+  }
+  if (group_) {
+    forward_expert_parallel(backend, x, n, expert_ids, expert_weights, out);
+  } else {
+    backend.moe_experts(x, n, expert_ids, expert_weights, experts, workspace, token_counts_.as<int64_t>(), out);
+  }
+  if (n == 0) return;
   if (shared_) {
     float* shared_out = workspace + kernels::moe_workspace_floats(n, experts);  // [n, hidden]
     shared_->forward(backend, x, n, shared_out + n * hidden_, shared_out);
@@ -250,13 +274,13 @@ void MoeLayer::forward(Backend& backend, const float* x, int64_t num_tokens, flo
 }
 
 std::vector<int64_t> MoeLayer::expert_token_counts(Backend& backend) const {
-  std::vector<int64_t> counts(static_cast<size_t>(routing_.num_experts));
+  std::vector<int64_t> counts(gate_.size());
   backend.copy_to_host(counts.data(), token_counts_.data(), counts.size() * sizeof(int64_t));
   return counts;
 }
 
 void MoeLayer::reset_expert_token_counts(Backend& backend) const {
-  const std::vector<int64_t> zeros(static_cast<size_t>(routing_.num_experts), 0);
+  const std::vector<int64_t> zeros(gate_.size(), 0);
   backend.copy_to_device(token_counts_.data(), zeros.data(), zeros.size() * sizeof(int64_t));
 }
 

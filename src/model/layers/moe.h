@@ -9,6 +9,8 @@
 
 #include "model/layers/linear.h"
 #include "model/layers/mlp.h"
+#include "parallel/expert_placement.h"
+#include "runtime/comm/communicator.h"
 
 namespace deepinfer {
 
@@ -51,21 +53,28 @@ MoeOptions moe_options_from_config(const MoeConfig& config);
 
 class MoeLayer {
  public:
-  // prefix: e.g. "model.layers.3.mlp". Errors name the missing or misshapen tensor.
+  // prefix: e.g. "model.layers.3.mlp". Errors name the missing or misshapen tensor. Under expert
+  // parallelism (source.expert_parallel) only the experts of this rank's slots are loaded, by the
+  // placement of MoE layer moe_index.
   static Result<MoeLayer> load(const ModelSource& source, const std::string& prefix, int64_t hidden,
-                               const MoeOptions& options);
+                               const MoeOptions& options, int32_t moe_index = 0);
 
   int32_t num_experts() const { return routing_.num_experts; }
   int32_t top_k() const { return routing_.top_k; }
+  // Expert parallelism: the placement this layer's experts follow, and whether it has one.
+  bool expert_parallel() const { return group_ != nullptr; }
+  const ExpertPlacement& placement() const { return placement_; }
   // Bytes of one routed expert's weights and biases (the mean over the experts).
   int64_t expert_bytes() const;
   // Scratch floats forward needs for num_tokens tokens.
   int64_t scratch_floats(int64_t num_tokens) const;
   // Bytes one token's forward reads: router, shared experts and top_k routed experts.
   int64_t weight_bytes() const;
-  // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden].
+  // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. Under expert parallelism
+  // every rank of the group calls it in the same round (num_tokens may be 0).
   void forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const;
-  // Tokens routed to each expert since load or the last reset: [num_experts].
+  // Tokens routed to each loaded expert since load or the last reset: [num_experts], or under
+  // expert parallelism [slots_per_rank], the rows each of this rank's slots ran (from every rank).
   std::vector<int64_t> expert_token_counts(Backend& backend) const;
   void reset_expert_token_counts(Backend& backend) const;
 
@@ -75,6 +84,12 @@ class MoeLayer {
   Result<void> load_gpt_oss_experts(const ModelSource& source, const std::string& prefix,
                                     const MoeOptions& options);
   kernels::MoeExperts experts_view() const;
+  // The logical experts whose weights this rank loads, in slot order: all of them, or this rank's slots.
+  std::vector<int32_t> loaded_experts() const;
+  // The routed experts under expert parallelism (moe_parallel.cpp): every slot's token row goes to
+  // the rank of one replica of its expert, comes back as that expert's output, and is combined here.
+  void forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
+                               const float* expert_weights, float* out) const;
 
   int64_t hidden_ = 0;
   int64_t intermediate_ = 0;
@@ -87,7 +102,9 @@ class MoeLayer {
   std::vector<kernels::WeightView> gate_, up_, down_;              // [num_experts] each
   std::vector<kernels::WeightView> gate_bias_, up_bias_, down_bias_;  // empty when the experts have none
   std::optional<GatedMlp> shared_;
-  DeviceBuffer token_counts_;  // [num_experts] int64
+  DeviceBuffer token_counts_;  // [loaded experts] int64
+  std::shared_ptr<Communicator> group_;  // expert parallelism: the group, or null
+  ExpertPlacement placement_;
 };
 
 }  // namespace deepinfer

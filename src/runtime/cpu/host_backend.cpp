@@ -190,6 +190,10 @@ class CpuBackend final : public HostBackendBase {
                                 out);
     }
   }
+  void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens,
+                   int32_t top_k, int64_t hidden, float* out) override {
+    kernels::cpu::moe_combine(y, row_of_slot, expert_weights, num_tokens, top_k, hidden, out);
+  }
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                  int64_t dst_stride) override {
     kernels::cpu::copy_rows(src, src_stride, num_rows, width, dst, dst_stride);
@@ -216,6 +220,10 @@ class RefBackend final : public HostBackendBase {
                    const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
                    float* out) override {
     kernels::ref::moe_experts(x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts, out);
+  }
+  void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens,
+                   int32_t top_k, int64_t hidden, float* out) override {
+    kernels::ref::moe_combine(y, row_of_slot, expert_weights, num_tokens, top_k, hidden, out);
   }
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                  int64_t dst_stride) override {

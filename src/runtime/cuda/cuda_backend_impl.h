@@ -157,6 +157,10 @@ class CudaBackend final : public Backend {
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
                    const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
                    float* out) override;
+  void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens,
+                   int32_t top_k, int64_t hidden, float* out) override {
+    kc::moe_combine(y, DType::kF32, row_of_slot, expert_weights, num_tokens, top_k, hidden, out, stream_.for_op());
+  }
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                  int64_t dst_stride) override {
     kc::copy_rows(src, src_stride, num_rows, width, dst, dst_stride, stream_.for_op());

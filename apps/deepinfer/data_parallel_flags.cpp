@@ -1,0 +1,145 @@
+// Reading the data-parallel flags and starting this machine's other ranks.
+#include "data_parallel_flags.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <random>
+
+namespace deepinfer::cli {
+namespace {
+
+constexpr const char* kRankFlag = "--data-parallel-rank";
+constexpr const char* kAddressFlag = "--data-parallel-address";
+
+Result<int32_t> positive_flag(const Args& args, const char* flag, int64_t fallback, int64_t lowest) {
+  auto value = args.get_int(flag, fallback);
+  if (!value.ok()) return value.error();
+  if (*value < lowest || *value > 4096) {
+    return Error{std::string(flag) + " must be in [" + std::to_string(lowest) + ", 4096], got " +
+                 std::to_string(*value)};
+  }
+  return static_cast<int32_t>(*value);
+}
+
+std::string fresh_rendezvous_dir() {
+  std::random_device random;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("deepinfer-dp-" + std::to_string(::getpid()) + "-" + std::to_string(random()));
+  return dir.string();
+}
+
+// Starts this program as rank `rank`: the same arguments plus the rank and the rendezvous.
+Result<pid_t> start_rank(int argc, char** argv, int32_t rank, const std::string& address) {
+  std::vector<std::string> words = {"deepinfer"};
+  for (int i = 0; i < argc; ++i) words.emplace_back(argv[i]);
+  words.insert(words.end(), {kRankFlag, std::to_string(rank), kAddressFlag, address});
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return Error{"cannot start data-parallel rank " + std::to_string(rank) + ": fork failed"};
+  if (pid == 0) {
+    // A started rank ends with the process that started it, and leaves the output to rank 0.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, STDOUT_FILENO);
+    std::vector<char*> exec_argv;
+    for (std::string& word : words) exec_argv.push_back(word.data());
+    exec_argv.push_back(nullptr);
+    ::execv("/proc/self/exe", exec_argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+std::set<std::string> data_parallel_value_flags(std::set<std::string> extra) {
+  extra.insert({"--data-parallel-size", "--data-parallel-size-local", "--data-parallel-start-rank", kRankFlag,
+                kAddressFlag, "--data-parallel-host", "--num-redundant-experts", "--expert-placement"});
+  return extra;
+}
+
+std::set<std::string> data_parallel_bool_flags(std::set<std::string> extra) {
+  extra.insert("--expert-parallel");
+  return extra;
+}
+
+LocalRanks::~LocalRanks() {
+  for (pid_t pid : pids_) ::kill(pid, SIGTERM);
+  for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  if (!rendezvous_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(rendezvous_dir_, ignored);
+  }
+}
+
+Result<void> LocalRanks::wait() {
+  std::string failed;
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    int status = 0;
+    ::waitpid(pids_[i], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failed += (failed.empty() ? "" : ", ") + std::to_string(ranks_[i]);
+    }
+  }
+  pids_.clear();
+  if (!failed.empty()) return Error{"data-parallel rank(s) " + failed + " failed (their errors are above)"};
+  return {};
+}
+
+Result<DataParallelConfig> data_parallel_from_args(const Args& args, int argc, char** argv, LocalRanks& started) {
+  DataParallelConfig config;
+  auto size = positive_flag(args, "--data-parallel-size", 1, 1);
+  if (!size.ok()) return size.error();
+  config.size = *size;
+  auto local = positive_flag(args, "--data-parallel-size-local", config.size, 1);
+  if (!local.ok()) return local.error();
+  auto start = positive_flag(args, "--data-parallel-start-rank", 0, 0);
+  if (!start.ok()) return start.error();
+  if (*start + *local > config.size) {
+    return Error{"--data-parallel-start-rank + --data-parallel-size-local (" + std::to_string(*start + *local) +
+                 ") exceeds --data-parallel-size " + std::to_string(config.size)};
+  }
+  auto redundant = positive_flag(args, "--num-redundant-experts", 0, 0);
+  if (!redundant.ok()) return redundant.error();
+  config.num_redundant_experts = *redundant;
+  config.expert_parallel = args.has("--expert-parallel");
+  config.expert_placement_file = args.find("--expert-placement").value_or("");
+  config.host = args.find("--data-parallel-host").value_or(config.host);
+  config.address = args.find(kAddressFlag).value_or("");
+  if (!config.expert_parallel && (args.has("--num-redundant-experts") || args.has("--expert-placement"))) {
+    return Error{"--num-redundant-experts and --expert-placement need --expert-parallel"};
+  }
+  if (args.has(kRankFlag)) {
+    auto rank = positive_flag(args, kRankFlag, 0, 0);
+    if (!rank.ok()) return rank.error();
+    config.rank = *rank;
+    if (config.rank >= config.size) {
+      return Error{std::string(kRankFlag) + " " + std::to_string(config.rank) + " is outside 0.." +
+                   std::to_string(config.size - 1)};
+    }
+    if (config.size > 1 && config.address.empty()) return Error{std::string(kRankFlag) + " needs " + kAddressFlag};
+    return config;
+  }
+  config.rank = *start;
+  if (config.size == 1) return config;
+  if (config.address.empty()) {
+    if (*local != config.size) return Error{"ranks on several machines need --data-parallel-address"};
+    config.address = fresh_rendezvous_dir();
+    started.rendezvous_dir_ = config.address;
+  }
+  for (int32_t rank = *start + 1; rank < *start + *local; ++rank) {
+    auto pid = start_rank(argc, argv, rank, config.address);
+    if (!pid.ok()) return pid.error();
+    started.pids_.push_back(*pid);
+    started.ranks_.push_back(rank);
+  }
+  return config;
+}
+
+}  // namespace deepinfer::cli

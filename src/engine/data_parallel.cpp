@@ -1,0 +1,45 @@
+// join_data_parallel_group: the checks, the rendezvous and the placement file.
+#include "engine/data_parallel.h"
+
+#include <string>
+
+namespace deepinfer {
+
+Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config) {
+  if (config.size < 1) return Error{"data-parallel size must be >= 1, not " + std::to_string(config.size)};
+  if (config.rank < 0 || config.rank >= config.size) {
+    return Error{"data-parallel rank " + std::to_string(config.rank) + " is outside 0.." +
+                 std::to_string(config.size - 1)};
+  }
+  if (config.num_redundant_experts < 0) {
+    return Error{"num_redundant_experts must be >= 0, not " + std::to_string(config.num_redundant_experts)};
+  }
+  DataParallelGroup joined;
+  if (config.size == 1) return joined;
+  if (config.address.empty()) {
+    return Error{"data-parallel size " + std::to_string(config.size) +
+                 " needs a rendezvous address (a shared directory or redis://HOST:PORT)"};
+  }
+  GroupOptions options;
+  options.rank = config.rank;
+  options.world_size = config.size;
+  options.rendezvous = config.address;
+  options.host = config.host;
+  options.group_name = config.group;
+  auto group = connect_group(options);
+  if (!group.ok()) return group.error();
+  joined.group = std::move(*group);
+  if (!config.expert_parallel) return joined;
+  auto expert_parallel = std::make_shared<ExpertParallelism>();
+  expert_parallel->group = joined.group;
+  expert_parallel->num_redundant_experts = config.num_redundant_experts;
+  if (!config.expert_placement_file.empty()) {
+    auto placements = load_placements(config.expert_placement_file);
+    if (!placements.ok()) return Error{"--expert-placement: " + placements.error().message};
+    expert_parallel->placements = std::move(*placements);
+  }
+  joined.expert_parallel = std::move(expert_parallel);
+  return joined;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,22 @@
+// Joining a data-parallel group (DataParallelConfig, include/deepinfer/llm.h): the communicator the
+// ranks share and, with expert parallelism, what the model's MoE layers need to spread their
+// experts over the ranks.
+#pragma once
+
+#include <memory>
+
+#include "deepinfer/llm.h"
+#include "model/expert_parallel.h"
+#include "runtime/comm/communicator.h"
+
+namespace deepinfer {
+
+struct DataParallelGroup {
+  std::shared_ptr<Communicator> group;                       // null without a group (size 1)
+  std::shared_ptr<const ExpertParallelism> expert_parallel;  // null unless expert_parallel and size > 1
+};
+
+// Validates the config (errors name the field), joins the group and reads the placement file.
+Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config);
+
+}  // namespace deepinfer
