@@ -28,10 +28,10 @@ Result<ExpertPlacement> ExpertParallelism::placement_for(int32_t moe_index, int3
   return placement;
 }
 
-int64_t ExpertParallelism::vote(int64_t num_tokens) const {
-  std::vector<int64_t> votes = {num_tokens};
+ExpertParallelism::Vote ExpertParallelism::vote(int64_t num_tokens, bool request_rebalance) const {
+  std::vector<int64_t> votes = {num_tokens, request_rebalance ? 1 : 0};
   group->all_reduce_max(votes);
-  return votes[0];
+  return {votes[0], votes[1] != 0};
 }
 
 }  // namespace deepinfer

@@ -2,17 +2,25 @@
 // every rank runs the whole attention over its own requests; each MoE layer holds only the experts
 // its placement puts on this rank and exchanges token rows with the other ranks at every forward.
 // The ranks therefore run their forwards together: each forward starts with a vote, and a rank
-// without work joins the others' forwards through CausalLM::run_idle_step.
+// without work joins the others' forwards through CausalLM::run_idle_step. Between forwards the
+// ranks may re-place the experts by their recorded load (EPLB, model/expert_rebalance.h).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/result.h"
+#include "parallel/eplb.h"
+#include "parallel/expert_load.h"
 #include "parallel/expert_placement.h"
 #include "runtime/comm/communicator.h"
 
 namespace deepinfer {
+
+// `--eplb-interval`: forward rounds between re-placements (the seeds' 10000).
+constexpr int64_t kDefaultEplbIntervalSteps = 10'000;
 
 struct ExpertParallelism {
   std::shared_ptr<Communicator> group;
@@ -21,12 +29,25 @@ struct ExpertParallelism {
   // num_redundant_experts extra slots.
   std::vector<ExpertPlacement> placements;
   int32_t num_redundant_experts = 0;
+  // EPLB while running (model/expert_rebalance.h): the load of the last eplb_window_steps forward
+  // rounds; a re-placement every eplb_interval_steps rounds (0: only on request) by eplb_policy.
+  int32_t eplb_window_steps = kDefaultEplbWindowSteps;
+  int64_t eplb_interval_steps = kDefaultEplbIntervalSteps;
+  EplbPolicy eplb_policy = EplbPolicy::kPeakAware;
+  // Not empty: rank 0 writes every MoE layer's placement there (the --expert-placement format) at
+  // load and after each re-placement.
+  std::string placement_out_file;
 
   // The placement of MoE layer moe_index, checked against the layer and the group.
   Result<ExpertPlacement> placement_for(int32_t moe_index, int32_t num_experts) const;
-  // The vote every forward of an expert-parallel model starts with: this rank's token count (0 for
-  // run_idle_step); returns the largest over the ranks (0: no rank has a forward this round).
-  int64_t vote(int64_t num_tokens) const;
+
+  // The vote every forward round of an expert-parallel model starts with, on every rank: this
+  // rank's token count (0 for run_idle_step) and whether it asks for a re-placement.
+  struct Vote {
+    int64_t max_tokens = 0;  // the largest count over the ranks (0: no rank has a forward this round)
+    bool rebalance = false;  // some rank asked for a re-placement
+  };
+  Vote vote(int64_t num_tokens, bool request_rebalance = false) const;
 };
 
 }  // namespace deepinfer

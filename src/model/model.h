@@ -180,6 +180,10 @@ class CausalLM {
   // this rank's own (its experts still serve the other ranks' tokens). Returns false, having run
   // nothing, when no rank had a forward in this round. A model outside a group returns false.
   virtual bool run_idle_step() { return false; }
+  // Expert parallelism: asks for an EPLB re-placement of the experts at the start of the group's
+  // next forward round, where every rank switches (model/expert_rebalance.h). Returns false, doing
+  // nothing, for a model outside an expert-parallel group. Thread-safe.
+  virtual bool request_expert_rebalance() { return false; }
   // Forward steps and draft calls replayed from captured device graphs so far (model/decode_graphs.h).
   virtual int64_t num_graph_replays() const { return 0; }
 

@@ -140,6 +140,10 @@ class Backend {
   // Makes a checkpoint tensor usable by the ops. Host backends return a view into the mapped file
   // (no copy), so the WeightStore must outlive every view. Errors name the tensor and dtype.
   virtual Result<kernels::WeightView> load_weight(const TensorView& tensor) = 0;
+  // Gives back a weight load_weight made, once nothing will read it again (an expert that EPLB moved
+  // to another rank): a device backend frees its copy after the work enqueued so far; host views
+  // read the mapped file and need nothing.
+  virtual void release_weight(const kernels::WeightView& /*weight*/) {}
   // Loads 2-D tensors of one dtype and column count as one weight, their rows stacked in order
   // (gate|up for gated_mlp), so one product reads them all. Device backends make only the stacked
   // copy; host backends return nullopt (their views read the mapped file in place, and a stacked

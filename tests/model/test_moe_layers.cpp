@@ -1,16 +1,20 @@
 // The MoE and MLA layers on tiny random checkpoints written here: MLA's weight-absorbed attention
 // over the latent cache against a plain expanded-K/V computation (prefill, then decode steps over
 // the cache, with and without q_lora); the MoE layer's three weight layouts against each other;
-// FP8 e4m3 decoding and block dequantisation against hand-computed values.
+// FP8 e4m3 decoding and block dequantisation against hand-computed values; the layer switching
+// to a new expert placement between forwards under expert parallelism (EPLB).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <unistd.h>
 
+#include "model/expert_parallel.h"
 #include "model/layers/attention.h"
 #include "model/layers/mla.h"
 #include "model/layers/moe.h"
@@ -272,9 +276,17 @@ std::vector<float> run_moe(const ModelSource& source, const MoeOptions& options,
   return out;
 }
 
-TEST(MoeLayer, PerExpertFusedAndGptOssLayoutsAgree) {
-  const int64_t experts = 4, top_k = 2, inter = 6, n = 5;
-  TinyCheckpoint per_expert(3), fused(3), gpt_oss(3);
+// One MoE layer's random experts written in the three layouts the loaders read: per-expert tensors,
+// transformers 5's fused gate_up/down, and GPT-OSS's transposed, interleaved tensors (zero biases).
+struct ThreeLayouts {
+  TinyCheckpoint per_expert{3}, fused{3}, gpt_oss{3};
+};
+
+ThreeLayouts three_layouts(int64_t experts, int64_t inter) {
+  ThreeLayouts layouts;
+  TinyCheckpoint& per_expert = layouts.per_expert;
+  TinyCheckpoint& fused = layouts.fused;
+  TinyCheckpoint& gpt_oss = layouts.gpt_oss;
   const std::string p = "model.layers.0.mlp.";
   const std::vector<float> router = per_expert.add(p + "gate.weight", {experts, kHidden}, 0.5f);
   std::vector<float> gate_up_fused, down_fused;
@@ -310,12 +322,17 @@ TEST(MoeLayer, PerExpertFusedAndGptOssLayoutsAgree) {
   gpt_oss.put(p + "experts.down_proj", {experts, inter, kHidden}, down_oss);
   gpt_oss.put(p + "experts.down_proj_bias", {experts, kHidden},
               std::vector<float>(static_cast<size_t>(experts * kHidden), 0.0f));
+  return layouts;
+}
 
+TEST(MoeLayer, PerExpertFusedAndGptOssLayoutsAgree) {
+  const int64_t experts = 4, top_k = 2, inter = 6, n = 5;
+  ThreeLayouts layouts = three_layouts(experts, inter);
   auto backend = make_backend("cpu").value();
   const std::string config = moe_config(experts, top_k, inter);
-  const ModelSource a = per_expert.source(config, *backend);
-  const ModelSource b = fused.source(config, *backend);
-  const ModelSource c = gpt_oss.source(config, *backend);
+  const ModelSource a = layouts.per_expert.source(config, *backend);
+  const ModelSource b = layouts.fused.source(config, *backend);
+  const ModelSource c = layouts.gpt_oss.source(config, *backend);
   MoeOptions options = moe_options_from_config(*a.config.moe);
   EXPECT_TRUE(options.routing.normalize);
   EXPECT_EQ(options.routing.top_k, top_k);
@@ -359,6 +376,89 @@ TEST(Fp8, DecodesE4m3AndDequantisesPerBlock) {
   const auto error = dequantize_fp8(weight, wrong, 2, 2);
   ASSERT_FALSE(error.ok());
   EXPECT_NE(error.error().message.find("w_scale_inv"), std::string::npos);
+}
+
+
+// EPLB's switch between forwards (MoeLayer::stage_placement, install_placement) under expert
+// parallelism, two ranks as threads over Gloo, for every expert layout: after each re-placement
+// (experts moved, a rank holding two copies of one expert, copies given up) each rank's output is
+// still the one-device output bit for bit (batch-invariant backend), and each rank loads only the
+// experts it did not hold.
+TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
+  const int64_t experts = 4, top_k = 2, inter = 6;
+  const int64_t num_tokens[2] = {5, 3};
+  ThreeLayouts layouts = three_layouts(experts, inter);
+  const std::string config = moe_config(experts, top_k, inter);
+  BackendOptions invariant;
+  invariant.batch_invariant = true;
+  // Placements of 4 experts + 2 copies on 2 ranks x 3 slots, in turn, and the experts each rank
+  // must load to reach them from the one before.
+  const std::vector<std::vector<int32_t>> steps = {{0, 0, 1, 2, 3, 3}, {3, 2, 1, 0, 3, 2}, {1, 2, 3, 0, 1, 2}};
+  const int32_t loads[3][2] = {{0, 1}, {2, 1}, {0, 1}};
+  for (TinyCheckpoint* layout : {&layouts.per_expert, &layouts.fused, &layouts.gpt_oss}) {
+    MoeOptions options = moe_options_from_config(*ModelConfig::parse(config, "config.json").value().moe);
+    if (layout == &layouts.gpt_oss) {
+      options.layout = ExpertLayout::kGptOss;
+      options.activation = kernels::ExpertActivation::kClampedSwiglu;
+    }
+    std::unique_ptr<Backend> backends[2] = {make_backend("cpu", invariant).value(),
+                                            make_backend("cpu", invariant).value()};
+    ModelSource sources[2] = {layout->source(config, *backends[0]), layout->source(config, *backends[1])};
+    std::vector<float> x[2], want[2];
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (int r = 0; r < 2; ++r) {
+      x[r].resize(static_cast<size_t>(num_tokens[r] * kHidden));
+      for (float& value : x[r]) value = dist(rng);
+      want[r] = run_moe(sources[r], options, x[r]);
+    }
+    const std::string rendezvous =
+        (std::filesystem::temp_directory_path() / ("deepinfer-moe-replace-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(rendezvous);
+    std::vector<std::thread> ranks;
+    for (int32_t rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        GroupOptions group;
+        group.rank = rank;
+        group.world_size = 2;
+        group.rendezvous = rendezvous;
+        group.timeout = std::chrono::seconds(30);
+        auto communicator = connect_group(group);
+        ASSERT_TRUE(communicator.ok()) << communicator.error().message;
+        auto expert_parallel = std::make_shared<ExpertParallelism>();
+        expert_parallel->group = std::move(*communicator);
+        expert_parallel->num_redundant_experts = 2;
+        ModelSource source = sources[rank];
+        source.expert_parallel = expert_parallel;
+        MoeLayer layer = MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value();
+        const int64_t n = num_tokens[rank];
+        std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));
+        std::vector<float> out(x[rank].size());
+        layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+        EXPECT_EQ(out, want[rank]) << "rank " << rank << ", contiguous placement";
+        int64_t routed = 0;
+        for (int64_t count : layer.take_routed_tokens()) routed += count;
+        EXPECT_EQ(routed, n * top_k);
+        for (size_t step = 0; step < steps.size(); ++step) {
+          ExpertPlacement next{static_cast<int32_t>(experts), 2, 3, steps[step]};
+          auto staged = layer.stage_placement(source, next);
+          ASSERT_TRUE(staged.ok()) << staged.error().message;
+          EXPECT_EQ(staged->num_loaded, loads[step][rank]) << "rank " << rank << ", step " << step;
+          const std::vector<int32_t> before = step == 0 ? std::vector<int32_t>{0, 1, 2, 3, 0, 1} : steps[step - 1];
+          EXPECT_EQ(layer.placement().physical_to_logical, before) << "staging changes nothing";
+          layer.install_placement(*source.backend, std::move(*staged));
+          EXPECT_EQ(layer.placement(), next);
+          std::fill(out.begin(), out.end(), 0.0f);
+          layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+          EXPECT_EQ(out, want[rank]) << "rank " << rank << ", step " << step;
+        }
+        ExpertPlacement wrong{static_cast<int32_t>(experts), 2, 2, {0, 1, 2, 3}};
+        EXPECT_FALSE(layer.stage_placement(source, wrong).ok());
+      });
+    }
+    for (std::thread& rank : ranks) rank.join();
+    std::filesystem::remove_all(rendezvous);
+  }
 }
 
 }  // namespace

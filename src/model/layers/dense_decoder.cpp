@@ -149,6 +149,17 @@ Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, 
     if (std::none_of(model->layers_.begin(), model->layers_.end(), is_moe)) {
       return Error{config.architecture + " has no MoE layers: expert parallelism needs a mixture-of-experts model"};
     }
+    std::vector<MoeLayer*> moved;
+    for (Layer& layer : model->layers_) {
+      if (auto* moe = std::get_if<MoeLayer>(&layer.ffn)) moved.push_back(moe);
+    }
+    std::vector<const MoeLayer*> fixed;
+    for (const MtpLayerWeights& mtp : model->mtp_layers_) {
+      if (const auto* moe = std::get_if<MoeLayer>(&mtp.block.ffn)) fixed.push_back(moe);
+    }
+    auto rebalancer = ExpertRebalancer::create(source, std::move(moved), std::move(fixed));
+    if (!rebalancer.ok()) return rebalancer.error();
+    model->rebalancer_ = std::move(*rebalancer);
   }
   model->residual_stream_dtype_ = model->residual_stream_dtype();
   // An expert-parallel forward waits on the group's exchanges from the host, which a graph cannot hold.
@@ -436,7 +447,7 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   const auto num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < num_tokens, "logit row " << row << " out of range");
-  if (expert_parallel_) expert_parallel_->vote(num_tokens);
+  if (rebalancer_) rebalancer_->start_round(num_tokens);
   StepExtras extras;
   extras.previous_draws = drawn_tokens_.as<int32_t>();
   extras.draws = draws;
@@ -463,8 +474,14 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   return device_batch.draws;
 }
 
+bool DenseDecoder::request_expert_rebalance() {
+  if (!rebalancer_) return false;
+  rebalancer_->request();
+  return true;
+}
+
 bool DenseDecoder::run_idle_step() {
-  if (!expert_parallel_ || expert_parallel_->vote(0) == 0) return false;
+  if (!rebalancer_ || rebalancer_->start_round(0) == 0) return false;
   for (const Layer& layer : layers_) {
     const auto* moe = std::get_if<MoeLayer>(&layer.ffn);
     if (moe != nullptr) moe->forward(backend_, nullptr, 0, scratch_.as<float>(), nullptr);

@@ -13,6 +13,7 @@
 
 #include "model/decode_graphs.h"
 #include "model/expert_parallel.h"
+#include "model/expert_rebalance.h"
 #include "model/layers/attention.h"
 #include "model/layers/mla.h"
 #include "model/layers/mlp.h"
@@ -115,6 +116,7 @@ class DenseDecoder final : public CausalLM {
   void forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
                      const DraftOutputs& outputs) override;
   bool run_idle_step() override;
+  bool request_expert_rebalance() override;
 
  private:
   using Layer = DecoderLayer;
@@ -158,6 +160,8 @@ class DenseDecoder final : public CausalLM {
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
   std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
   std::shared_ptr<const ExpertParallelism> expert_parallel_;  // null outside an expert-parallel group
+  // Under expert parallelism: every forward round starts with its start_round (the vote, EPLB).
+  std::unique_ptr<ExpertRebalancer> rebalancer_;
   kernels::WeightView embed_tokens_;  // [vocab, hidden]
   kernels::WeightView lm_head_;       // [vocab, hidden]; the embedding when tied
   std::vector<Layer> layers_;

@@ -19,6 +19,7 @@ class WeightArena {
   // from a BF16 tensor) and returns a view of it named `name`.
   TensorView add(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& data,
                  DType dtype = DType::kF32);
+  bool empty() const { return buffers_.empty(); }
 
  private:
   std::deque<std::vector<uint8_t>> buffers_;  // a deque: earlier buffers never move

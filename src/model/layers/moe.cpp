@@ -1,6 +1,9 @@
 // The mixture-of-experts block: loading every expert layout, routing and the expert kernels.
 #include "model/layers/moe.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "core/check.h"
 #include "model/expert_parallel.h"
 
@@ -22,6 +25,24 @@ Result<kernels::WeightView> load_slice(const ModelSource& source, const TensorVi
   slice.size_bytes = static_cast<size_t>(rows * cols) * element;
   slice.name = tensor.name + "[" + std::to_string(index) + "]";
   return source.backend->load_weight(slice);
+}
+
+// Expert `index`'s values of a [num_experts, ...] checkpoint tensor of `shape`, as float32.
+Result<std::vector<float>> read_expert_f32(const ModelSource& source, const std::string& name,
+                                           const std::vector<int64_t>& shape, int64_t index) {
+  auto tensor = source.weights->get(name, shape);
+  if (!tensor.ok()) return tensor.error();
+  const auto per_expert = static_cast<size_t>(tensor->numel() / shape[0]);
+  if (tensor->dtype == DType::kF8E4M3) {  // block scales span experts: dequantise the whole tensor
+    auto all = read_tensor_f32(source, name, shape);
+    if (!all.ok()) return all.error();
+    const auto first = all->begin() + static_cast<std::ptrdiff_t>(index * per_expert);
+    return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(per_expert));
+  }
+  std::vector<float> values(per_expert);
+  const size_t offset = static_cast<size_t>(index) * per_expert * dtype_size_bytes(tensor->dtype);
+  convert_to_f32(static_cast<const char*>(tensor->data) + offset, tensor->dtype, per_expert, values.data());
+  return values;
 }
 
 }  // namespace
@@ -84,11 +105,16 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
     if (!bias.ok()) return bias.error();
     layer.selection_bias_ = *bias;
   }
-  Result<void> experts = options.layout == ExpertLayout::kGptOss ? layer.load_gpt_oss_experts(source, prefix, options)
-                         : source.weights->find(prefix + ".experts.gate_up_proj")
-                             ? layer.load_fused_experts(source, prefix, options)
-                             : layer.load_experts(source, prefix, options);
+  layer.prefix_ = prefix;
+  layer.gate_name_ = options.gate_name;
+  layer.up_name_ = options.up_name;
+  layer.down_name_ = options.down_name;
+  layer.expert_source_ = options.layout == ExpertLayout::kGptOss                  ? ExpertSource::kGptOss
+                         : source.weights->find(prefix + ".experts.gate_up_proj") ? ExpertSource::kFused
+                                                                                  : ExpertSource::kPerExpert;
+  auto experts = layer.load_slots(source, layer.placement_, {});
   if (!experts.ok()) return experts.error();
+  layer.set_experts(std::move(experts->experts));
   if (options.shared_intermediate_size > 0) {
     auto shared = GatedMlp::load(source, prefix + "." + options.shared_name, hidden,
                                  options.shared_intermediate_size, false);
@@ -96,111 +122,157 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
     layer.shared_ = *shared;
   }
   layer.token_counts_ = source.backend->allocate(layer.gate_.size() * sizeof(int64_t));
+  if (layer.group_) layer.routed_tokens_.assign(static_cast<size_t>(routing.num_experts), 0);
   return layer;
 }
 
-Result<void> MoeLayer::load_experts(const ModelSource& source, const std::string& prefix, const MoeOptions& options) {
-  const int64_t inter = intermediate_;
-  for (int32_t e : loaded_experts()) {
-    auto gate = load_tensor(source, expert_name(prefix, e, options.gate_name), {inter, hidden_});
-    if (!gate.ok()) return gate.error();
-    auto up = load_tensor(source, expert_name(prefix, e, options.up_name), {inter, hidden_});
-    if (!up.ok()) return up.error();
-    auto down = load_tensor(source, expert_name(prefix, e, options.down_name), {hidden_, inter});
-    if (!down.ok()) return down.error();
-    gate_.push_back(*gate);
-    up_.push_back(*up);
-    down_.push_back(*down);
-  }
+Result<LoadedExpert> MoeLayer::load_expert(const ModelSource& source, int32_t expert) const {
+  LoadedExpert loaded;
+  loaded.expert_id = expert;
+  Result<void> done = expert_source_ == ExpertSource::kGptOss ? load_gpt_oss_expert(source, loaded)
+                      : expert_source_ == ExpertSource::kFused ? load_fused_expert(source, loaded)
+                                                               : load_per_expert(source, loaded);
+  if (!done.ok()) return done.error();
+  return loaded;
+}
+
+Result<void> MoeLayer::load_per_expert(const ModelSource& source, LoadedExpert& expert) const {
+  const int32_t e = expert.expert_id;
+  auto gate = load_tensor(source, expert_name(prefix_, e, gate_name_), {intermediate_, hidden_});
+  if (!gate.ok()) return gate.error();
+  auto up = load_tensor(source, expert_name(prefix_, e, up_name_), {intermediate_, hidden_});
+  if (!up.ok()) return up.error();
+  auto down = load_tensor(source, expert_name(prefix_, e, down_name_), {hidden_, intermediate_});
+  if (!down.ok()) return down.error();
+  expert.gate = *gate;
+  expert.up = *up;
+  expert.down = *down;
   return {};
 }
 
-Result<void> MoeLayer::load_fused_experts(const ModelSource& source, const std::string& prefix,
-                                          const MoeOptions& /*options*/) {
+Result<void> MoeLayer::load_fused_expert(const ModelSource& source, LoadedExpert& expert) const {
   const int64_t num_experts = routing_.num_experts;
   const int64_t inter = intermediate_;
-  auto gate_up = source.weights->get(prefix + ".experts.gate_up_proj", {num_experts, 2 * inter, hidden_});
+  auto gate_up = source.weights->get(prefix_ + ".experts.gate_up_proj", {num_experts, 2 * inter, hidden_});
   if (!gate_up.ok()) return gate_up.error();
-  auto down = source.weights->get(prefix + ".experts.down_proj", {num_experts, hidden_, inter});
+  auto down = source.weights->get(prefix_ + ".experts.down_proj", {num_experts, hidden_, inter});
   if (!down.ok()) return down.error();
-  for (int32_t e : loaded_experts()) {
-    auto gate = load_slice(source, *gate_up, e, 0, inter, hidden_);
-    if (!gate.ok()) return gate.error();
-    auto up = load_slice(source, *gate_up, e, inter, inter, hidden_);
-    if (!up.ok()) return up.error();
-    auto down_e = load_slice(source, *down, e, 0, hidden_, inter);
-    if (!down_e.ok()) return down_e.error();
-    gate_.push_back(*gate);
-    up_.push_back(*up);
-    down_.push_back(*down_e);
-  }
+  const int32_t e = expert.expert_id;
+  auto gate = load_slice(source, *gate_up, e, 0, inter, hidden_);
+  if (!gate.ok()) return gate.error();
+  auto up = load_slice(source, *gate_up, e, inter, inter, hidden_);
+  if (!up.ok()) return up.error();
+  auto down_e = load_slice(source, *down, e, 0, hidden_, inter);
+  if (!down_e.ok()) return down_e.error();
+  expert.gate = *gate;
+  expert.up = *up;
+  expert.down = *down_e;
   return {};
 }
 
-Result<void> MoeLayer::load_gpt_oss_experts(const ModelSource& source, const std::string& prefix,
-                                            const MoeOptions& /*options*/) {
+Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert) const {
   const int64_t num_experts = routing_.num_experts;
   const int64_t inter = intermediate_;
   const int64_t hidden = hidden_;
-  const std::string base = prefix + ".experts.";
-  auto gate_up = read_tensor_f32(source, base + "gate_up_proj", {num_experts, hidden, 2 * inter});
-  if (!gate_up.ok()) return gate_up.error();
-  auto gate_up_bias = read_tensor_f32(source, base + "gate_up_proj_bias", {num_experts, 2 * inter});
-  if (!gate_up_bias.ok()) return gate_up_bias.error();
-  auto down = read_tensor_f32(source, base + "down_proj", {num_experts, inter, hidden});
-  if (!down.ok()) return down.error();
-  auto down_bias = read_tensor_f32(source, base + "down_proj_bias", {num_experts, hidden});
-  if (!down_bias.ok()) return down_bias.error();
+  const int32_t e = expert.expert_id;
+  const std::string base = prefix_ + ".experts.";
+  // Expert e's rows of each tensor: gate_up [hidden, 2 * inter], its bias [2 * inter], down
+  // [inter, hidden], its bias [hidden].
+  auto gu = read_expert_f32(source, base + "gate_up_proj", {num_experts, hidden, 2 * inter}, e);
+  if (!gu.ok()) return gu.error();
+  auto gu_bias = read_expert_f32(source, base + "gate_up_proj_bias", {num_experts, 2 * inter}, e);
+  if (!gu_bias.ok()) return gu_bias.error();
+  auto d = read_expert_f32(source, base + "down_proj", {num_experts, inter, hidden}, e);
+  if (!d.ok()) return d.error();
+  auto down_b = read_expert_f32(source, base + "down_proj_bias", {num_experts, hidden}, e);
+  if (!down_b.ok()) return down_b.error();
   // A BF16 checkpoint's values round-trip exactly, so the transposed copies keep its dtype.
   const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
   const DType dtype = stored && stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   // [in, out] with gate/up interleaved on out -> separate [out, in] matrices, as Linear stores them.
-  for (int32_t e : loaded_experts()) {
-    std::vector<float> gate(static_cast<size_t>(inter * hidden)), up(gate.size());
-    std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
-    std::vector<float> down_t(static_cast<size_t>(hidden * inter));
-    const float* gu = gate_up->data() + e * hidden * 2 * inter;
-    for (int64_t i = 0; i < inter; ++i) {
-      for (int64_t h = 0; h < hidden; ++h) {
-        gate[static_cast<size_t>(i * hidden + h)] = gu[h * 2 * inter + 2 * i];
-        up[static_cast<size_t>(i * hidden + h)] = gu[h * 2 * inter + 2 * i + 1];
-      }
-      gate_b[static_cast<size_t>(i)] = (*gate_up_bias)[static_cast<size_t>(e * 2 * inter + 2 * i)];
-      up_b[static_cast<size_t>(i)] = (*gate_up_bias)[static_cast<size_t>(e * 2 * inter + 2 * i + 1)];
-    }
-    const float* d = down->data() + e * inter * hidden;
+  std::vector<float> gate(static_cast<size_t>(inter * hidden)), up(gate.size());
+  std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
+  std::vector<float> down_t(static_cast<size_t>(hidden * inter));
+  for (int64_t i = 0; i < inter; ++i) {
     for (int64_t h = 0; h < hidden; ++h) {
-      for (int64_t i = 0; i < inter; ++i) down_t[static_cast<size_t>(h * inter + i)] = d[i * hidden + h];
+      gate[static_cast<size_t>(i * hidden + h)] = (*gu)[static_cast<size_t>(h * 2 * inter + 2 * i)];
+      up[static_cast<size_t>(i * hidden + h)] = (*gu)[static_cast<size_t>(h * 2 * inter + 2 * i + 1)];
     }
-    std::vector<float> down_b(down_bias->begin() + e * hidden, down_bias->begin() + (e + 1) * hidden);
-    const std::string name = base + std::to_string(e);
-    auto g = load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype);
-    auto u = load_host_tensor(source, name + ".up", inter, hidden, up, dtype);
-    auto dn = load_host_tensor(source, name + ".down", hidden, inter, down_t, dtype);
-    auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
-    auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
-    auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_b, dtype);
-    for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
-      if (!view->ok()) return view->error();
-    }
-    gate_.push_back(*g);
-    up_.push_back(*u);
-    down_.push_back(*dn);
-    gate_bias_.push_back(*gb);
-    up_bias_.push_back(*ub);
-    down_bias_.push_back(*db);
+    gate_b[static_cast<size_t>(i)] = (*gu_bias)[static_cast<size_t>(2 * i)];
+    up_b[static_cast<size_t>(i)] = (*gu_bias)[static_cast<size_t>(2 * i + 1)];
   }
+  for (int64_t h = 0; h < hidden; ++h) {
+    for (int64_t i = 0; i < inter; ++i) {
+      down_t[static_cast<size_t>(h * inter + i)] = (*d)[static_cast<size_t>(i * hidden + h)];
+    }
+  }
+  const std::string name = base + std::to_string(e);
+  auto g = load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype);
+  auto u = load_host_tensor(source, name + ".up", inter, hidden, up, dtype);
+  auto dn = load_host_tensor(source, name + ".down", hidden, inter, down_t, dtype);
+  auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
+  auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
+  auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, *down_b, dtype);
+  for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
+    if (!view->ok()) return view->error();
+  }
+  expert.gate = *g;
+  expert.up = *u;
+  expert.down = *dn;
+  expert.gate_bias = *gb;
+  expert.up_bias = *ub;
+  expert.down_bias = *db;
   return {};
 }
 
-std::vector<int32_t> MoeLayer::loaded_experts() const {
+std::vector<int32_t> MoeLayer::slot_experts(const ExpertPlacement& placement) const {
   if (group_) {
-    const auto first = placement_.physical_to_logical.begin() + int64_t{group_->rank()} * placement_.slots_per_rank;
-    return {first, first + placement_.slots_per_rank};
+    const auto first = placement.physical_to_logical.begin() + int64_t{group_->rank()} * placement.slots_per_rank;
+    return {first, first + placement.slots_per_rank};
   }
   std::vector<int32_t> all(static_cast<size_t>(routing_.num_experts));
   for (int32_t e = 0; e < routing_.num_experts; ++e) all[static_cast<size_t>(e)] = e;
   return all;
+}
+
+Result<StagedPlacement> MoeLayer::load_slots(const ModelSource& source, const ExpertPlacement& placement,
+                                             const std::vector<std::shared_ptr<const LoadedExpert>>& held) const {
+  StagedPlacement staged;
+  staged.placement = placement;
+  std::unordered_map<int32_t, std::shared_ptr<const LoadedExpert>> by_id;
+  for (const auto& expert : held) by_id.emplace(expert->expert_id, expert);
+  // Values computed at load go to each expert's own arena, so they leave with the expert.
+  ModelSource expert_source = source;
+  for (int32_t e : slot_experts(placement)) {
+    std::shared_ptr<const LoadedExpert>& slot = by_id[e];
+    if (!slot) {
+      expert_source.arena = std::make_shared<WeightArena>();
+      auto loaded = load_expert(expert_source, e);
+      if (!loaded.ok()) return loaded.error();
+      if (!expert_source.arena->empty()) loaded->arena = expert_source.arena;
+      slot = std::make_shared<const LoadedExpert>(std::move(*loaded));
+      ++staged.num_loaded;
+    }
+    staged.experts.push_back(slot);
+  }
+  return staged;
+}
+
+void MoeLayer::set_experts(std::vector<std::shared_ptr<const LoadedExpert>> experts) {
+  experts_ = std::move(experts);
+  const bool biases = !experts_.empty() && experts_.front()->gate_bias.data != nullptr;
+  // clear() keeps each array's buffer, so a re-placement (same slot count) leaves the arrays where
+  // the backend saw them last (the CUDA backend keeps a device pointer table per array).
+  for (auto* views : {&gate_, &up_, &down_, &gate_bias_, &up_bias_, &down_bias_}) views->clear();
+  for (const auto& expert : experts_) {
+    gate_.push_back(expert->gate);
+    up_.push_back(expert->up);
+    down_.push_back(expert->down);
+    if (!biases) continue;
+    gate_bias_.push_back(expert->gate_bias);
+    up_bias_.push_back(expert->up_bias);
+    down_bias_.push_back(expert->down_bias);
+  }
 }
 
 kernels::MoeExperts MoeLayer::experts_view() const {
@@ -282,6 +354,43 @@ std::vector<int64_t> MoeLayer::expert_token_counts(Backend& backend) const {
 void MoeLayer::reset_expert_token_counts(Backend& backend) const {
   const std::vector<int64_t> zeros(gate_.size(), 0);
   backend.copy_to_device(token_counts_.data(), zeros.data(), zeros.size() * sizeof(int64_t));
+}
+
+std::vector<int64_t> MoeLayer::take_routed_tokens() {
+  std::vector<int64_t> taken(routed_tokens_.size(), 0);
+  taken.swap(routed_tokens_);
+  return taken;
+}
+
+Result<StagedPlacement> MoeLayer::stage_placement(const ModelSource& source, const ExpertPlacement& placement) const {
+  DI_CHECK(group_ != nullptr, "stage_placement needs expert parallelism");
+  if (placement.num_logical_experts != placement_.num_logical_experts || placement.num_ranks != placement_.num_ranks ||
+      placement.slots_per_rank != placement_.slots_per_rank) {
+    return Error{prefix_ + ": a new placement must keep " + std::to_string(placement_.num_logical_experts) +
+                 " experts on " + std::to_string(placement_.num_ranks) + " ranks x " +
+                 std::to_string(placement_.slots_per_rank) + " slots"};
+  }
+  if (auto valid = placement.validate(); !valid.ok()) return Error{prefix_ + ": " + valid.error().message};
+  return load_slots(source, placement, experts_);
+}
+
+void MoeLayer::install_placement(Backend& backend, StagedPlacement staged) {
+  DI_CHECK(staged.experts.size() == experts_.size(), "a staged placement must fill this rank's slots");
+  std::vector<std::shared_ptr<const LoadedExpert>> old = std::move(experts_);
+  placement_ = std::move(staged.placement);
+  set_experts(std::move(staged.experts));
+  // The experts that left: their views go back to the backend (a device frees its copy); their
+  // arenas go with the last reference.
+  std::sort(old.begin(), old.end());
+  old.erase(std::unique(old.begin(), old.end()), old.end());  // a rank may hold two copies of one expert
+  for (const auto& expert : old) {
+    if (std::find(experts_.begin(), experts_.end(), expert) != experts_.end()) continue;
+    for (const kernels::WeightView* view : {&expert->gate, &expert->up, &expert->down, &expert->gate_bias,
+                                            &expert->up_bias, &expert->down_bias}) {
+      if (view->data != nullptr) backend.release_weight(*view);
+    }
+  }
+  token_counts_ = backend.allocate(gate_.size() * sizeof(int64_t));
 }
 
 }  // namespace deepinfer

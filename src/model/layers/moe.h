@@ -1,8 +1,11 @@
 // The mixture-of-experts feed-forward block: router, routed experts (grouped per expert, one GEMM
 // per active expert), optional shared experts, and per-expert token counters for load balancing.
-// One options struct covers DeepSeek-V2/V3, Qwen3-MoE, Mixtral and GPT-OSS.
+// One options struct covers DeepSeek-V2/V3, Qwen3-MoE, Mixtral and GPT-OSS. Under expert
+// parallelism the layer holds only this rank's experts and can switch to a new placement between
+// forwards (EPLB, model/expert_rebalance.h).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +54,23 @@ struct MoeOptions {
 // their defaults: an architecture file adjusts those).
 MoeOptions moe_options_from_config(const MoeConfig& config);
 
+// One routed expert's weights as the kernels read them. Views into the mapped checkpoint need
+// nothing more; values computed at load (dequantised FP8, GPT-OSS's transposed matrices) live in the
+// expert's own arena, freed with the last slot that holds the expert.
+struct LoadedExpert {
+  int32_t expert_id = 0;                              // the logical expert
+  kernels::WeightView gate, up, down;                 // [inter, hidden], [inter, hidden], [hidden, inter]
+  kernels::WeightView gate_bias, up_bias, down_bias;  // [inter], [inter], [hidden]; data == nullptr: none
+  std::shared_ptr<WeightArena> arena;                 // null when every view reads the mapped file
+};
+
+// A placement whose experts are loaded but not in use yet (MoeLayer::stage_placement).
+struct StagedPlacement {
+  ExpertPlacement placement;
+  std::vector<std::shared_ptr<const LoadedExpert>> experts;  // [slots_per_rank]: this rank's slots in order
+  int32_t num_loaded = 0;  // experts read from the checkpoint (the others were held already)
+};
+
 class MoeLayer {
  public:
   // prefix: e.g. "model.layers.3.mlp". Errors name the missing or misshapen tensor. Under expert
@@ -78,19 +98,43 @@ class MoeLayer {
   std::vector<int64_t> expert_token_counts(Backend& backend) const;
   void reset_expert_token_counts(Backend& backend) const;
 
+  // Expert parallelism, EPLB (model/expert_rebalance.h). Tokens this rank routed to each logical
+  // expert ([num_experts]) since the last call, which zeroes them.
+  std::vector<int64_t> take_routed_tokens();
+  // The weights of this rank's slots under placement (same experts, ranks and slots per rank as
+  // the layer's): experts the layer holds already are shared, the others read from the checkpoint
+  // through the loaders load uses. Changes nothing; errors name the tensor.
+  Result<StagedPlacement> stage_placement(const ModelSource& source, const ExpertPlacement& placement) const;
+  // Makes a staged placement the layer's: the next forward follows it. Experts no longer held are
+  // given back (Backend::release_weight); the per-slot token counters restart from zero. Call
+  // between forwards only.
+  void install_placement(Backend& backend, StagedPlacement staged);
+
  private:
-  Result<void> load_experts(const ModelSource& source, const std::string& prefix, const MoeOptions& options);
-  Result<void> load_fused_experts(const ModelSource& source, const std::string& prefix, const MoeOptions& options);
-  Result<void> load_gpt_oss_experts(const ModelSource& source, const std::string& prefix,
-                                    const MoeOptions& options);
+  // Where the routed experts' weights are in the checkpoint.
+  enum class ExpertSource : uint8_t { kPerExpert, kFused, kGptOss };
+  // One expert's weights from the checkpoint (the views of its source's layout).
+  Result<LoadedExpert> load_expert(const ModelSource& source, int32_t expert) const;
+  Result<void> load_per_expert(const ModelSource& source, LoadedExpert& expert) const;
+  Result<void> load_fused_expert(const ModelSource& source, LoadedExpert& expert) const;
+  Result<void> load_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert) const;
+  // The experts of this rank's slots under placement, reusing those in held (one load per expert).
+  Result<StagedPlacement> load_slots(const ModelSource& source, const ExpertPlacement& placement,
+                                     const std::vector<std::shared_ptr<const LoadedExpert>>& held) const;
+  // experts_ and the views the kernels read (gate_, up_, ...) from the slots' experts.
+  void set_experts(std::vector<std::shared_ptr<const LoadedExpert>> experts);
   kernels::MoeExperts experts_view() const;
-  // The logical experts whose weights this rank loads, in slot order: all of them, or this rank's slots.
-  std::vector<int32_t> loaded_experts() const;
+  // The logical experts whose weights this rank holds, in slot order: all of them, or this rank's
+  // slots under placement.
+  std::vector<int32_t> slot_experts(const ExpertPlacement& placement) const;
   // The routed experts under expert parallelism (moe_parallel.cpp): every slot's token row goes to
   // the rank of one replica of its expert, comes back as that expert's output, and is combined here.
   void forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                const float* expert_weights, float* out) const;
 
+  std::string prefix_;  // e.g. "model.layers.3.mlp"
+  ExpertSource expert_source_ = ExpertSource::kPerExpert;
+  std::string gate_name_, up_name_, down_name_;  // per-expert tensor names (kPerExpert)
   int64_t hidden_ = 0;
   int64_t intermediate_ = 0;
   kernels::MoeRouting routing_;
@@ -99,12 +143,15 @@ class MoeLayer {
   float swiglu_limit_ = 7.0f;
   Linear router_;                          // [num_experts, hidden]
   kernels::WeightView selection_bias_;     // [num_experts] or data == nullptr
-  std::vector<kernels::WeightView> gate_, up_, down_;              // [num_experts] each
+  std::vector<std::shared_ptr<const LoadedExpert>> experts_;  // [held slots]: the slots' experts
+  // The views experts_view hands the kernels, one per held slot (rebuilt by set_experts).
+  std::vector<kernels::WeightView> gate_, up_, down_;              // [held slots] each
   std::vector<kernels::WeightView> gate_bias_, up_bias_, down_bias_;  // empty when the experts have none
   std::optional<GatedMlp> shared_;
-  DeviceBuffer token_counts_;  // [loaded experts] int64
+  DeviceBuffer token_counts_;  // [held slots] int64
   std::shared_ptr<Communicator> group_;  // expert parallelism: the group, or null
   ExpertPlacement placement_;
+  mutable std::vector<int64_t> routed_tokens_;  // [num_experts] under expert parallelism (take_routed_tokens)
 };
 
 }  // namespace deepinfer

@@ -37,6 +37,7 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   for (int64_t s = 0; s < num_slots; ++s) {
     const int32_t logical = ids[static_cast<size_t>(s)];
     DI_CHECK(logical >= 0 && logical < routing_.num_experts, "expert id " << logical << " out of range");
+    ++routed_tokens_[static_cast<size_t>(logical)];  // this rank's load on the expert, for EPLB
     const std::vector<int32_t>& copies = replicas[static_cast<size_t>(logical)];
     int32_t& turn = next_replica[static_cast<size_t>(logical)];
     const int32_t physical = copies[static_cast<size_t>(turn) % copies.size()];

@@ -1,6 +1,7 @@
 // CudaBackend: the Backend vtable over kernels/cuda on one device and one stream.
 #include "runtime/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/attention_prefill.h"
@@ -59,6 +60,16 @@ Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
   upload(device, tensor.data, bytes);
   view.data = device;
   return view;
+}
+
+void CudaBackend::release_weight(const kernels::WeightView& weight) {
+  const auto it = std::find(weights_.begin(), weights_.end(), weight.data);
+  if (it == weights_.end()) return;  // not a copy of ours (a view into host memory)
+  // Work already enqueued may still read it, and the allocator may hand the block out again.
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream_.for_op()));
+  allocator_.deallocate(*it);
+  *it = weights_.back();
+  weights_.pop_back();
 }
 
 void CudaBackend::paged_attention(const float* q, const void* k_cache, const void* v_cache,

@@ -66,6 +66,7 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<HostSlabPool> make_pinned_pool(size_t region_bytes, size_t slab_bytes) override;
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override;
+  void release_weight(const kernels::WeightView& weight) override;
   // 16-bit parts are stacked (cuda_mlp.cpp); float32 models keep separate products.
   Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& parts) override;
 
@@ -220,7 +221,7 @@ class CudaBackend final : public Backend {
   std::vector<PinnedPool*> pinned_pools_;
   kc::LtGemm gemm_;
   kc::HeadGemm head_gemm_;
-  std::vector<void*> weights_;  // device copies of the checkpoint; WeightViews point into them
+  std::vector<void*> weights_;  // device copies of the checkpoint (until release_weight); WeightViews point into them
   // Each MoE layer's expert pointer table on the device, keyed by the layer's host WeightView array
   // and rebuilt when its contents change (cuda_backend_moe.cpp).
   struct ExpertTable {
