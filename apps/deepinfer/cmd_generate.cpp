@@ -29,7 +29,9 @@ constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--promp
                           [--swa-replay-tokens N|exact] [--speculative-tokens K] [--spec-varlen on|off]
        deepinfer generate --model DIR --input in.jsonl --output out.jsonl [--max-num-seqs N] [sampling flags]
                           [--kv-cache-bytes N] [--gpu-memory-utilization F]
-                          [--data-parallel-size N [--expert-parallel] [--num-redundant-experts R]]
+                          [--data-parallel-size N [--expert-parallel] [--num-redundant-experts R]
+                           [--eplb-interval N] [--eplb-window N] [--eplb-policy peak-aware|deepseek]
+                           [--expert-placement-out FILE]]
 Prints the continuation as it is generated: text when the model directory has a tokenizer
 (tokenizer.json), else token ids (comma-separated). --prompt needs the tokenizer; with --chat the
 text is sent as one user message through the model's chat template (tokenizer_config.json).
@@ -64,7 +66,11 @@ every step (required with --batch-invariant).
 cache; a batch's prompts are dealt to the ranks in turn and rank 0 writes every result in input
 order (a single prompt runs on rank 0). With --expert-parallel the MoE layers' experts are spread
 over the ranks, which run their forwards together (docs/parallel.md; in --batch-invariant mode the
-same bits as one rank). The other data-parallel flags are those of deepinfer serve --help.
+same bits as one rank). EPLB: every --eplb-interval forward rounds (default 10000; 0: never) the
+ranks re-place the experts by their load over the last --eplb-window rounds (default 1000), with
+--eplb-policy peak-aware (default) or deepseek, between two rounds (the same outputs);
+--expert-placement-out FILE gets the placement at load and after each re-placement (the format of
+--expert-placement). The other data-parallel flags are those of deepinfer serve --help.
 Defaults: --max-tokens 64, --temperature 0 (greedy).
 )";
 

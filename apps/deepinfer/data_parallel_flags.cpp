@@ -56,11 +56,37 @@ Result<pid_t> start_rank(int argc, char** argv, int32_t rank, const std::string&
   return pid;
 }
 
+// --eplb-window, --eplb-interval, --eplb-policy and --expert-placement-out into config.
+Result<void> eplb_from_args(const Args& args, DataParallelConfig& config) {
+  for (const char* flag : {"--eplb-window", "--eplb-interval", "--eplb-policy", "--expert-placement-out"}) {
+    if (args.has(flag) && !config.expert_parallel) return Error{std::string(flag) + " needs --expert-parallel"};
+  }
+  auto window = args.get_int("--eplb-window", config.eplb_window_steps);
+  if (!window.ok()) return window.error();
+  if (*window < 1 || *window > 1'000'000) {
+    return Error{"--eplb-window must be in [1, 1000000] forward rounds, got " + std::to_string(*window)};
+  }
+  config.eplb_window_steps = static_cast<int32_t>(*window);
+  auto interval = args.get_int("--eplb-interval", config.eplb_interval_steps);
+  if (!interval.ok()) return interval.error();
+  if (*interval < 0) {
+    return Error{"--eplb-interval must be >= 0 forward rounds (0: never re-place), got " + std::to_string(*interval)};
+  }
+  config.eplb_interval_steps = *interval;
+  config.eplb_policy = args.find("--eplb-policy").value_or(config.eplb_policy);
+  if (config.eplb_policy != "peak-aware" && config.eplb_policy != "deepseek") {
+    return Error{"--eplb-policy must be peak-aware or deepseek, got '" + config.eplb_policy + "'"};
+  }
+  config.expert_placement_out_file = args.find("--expert-placement-out").value_or("");
+  return {};
+}
+
 }  // namespace
 
 std::set<std::string> data_parallel_value_flags(std::set<std::string> extra) {
   extra.insert({"--data-parallel-size", "--data-parallel-size-local", "--data-parallel-start-rank", kRankFlag,
-                kAddressFlag, "--data-parallel-host", "--num-redundant-experts", "--expert-placement"});
+                kAddressFlag, "--data-parallel-host", "--num-redundant-experts", "--expert-placement",
+                "--eplb-window", "--eplb-interval", "--eplb-policy", "--expert-placement-out"});
   return extra;
 }
 
@@ -115,6 +141,7 @@ Result<DataParallelConfig> data_parallel_from_args(const Args& args, int argc, c
   if (!config.expert_parallel && (args.has("--num-redundant-experts") || args.has("--expert-placement"))) {
     return Error{"--num-redundant-experts and --expert-placement need --expert-parallel"};
   }
+  if (auto eplb = eplb_from_args(args, config); !eplb.ok()) return eplb.error();
   if (args.has(kRankFlag)) {
     auto rank = positive_flag(args, kRankFlag, 0, 0);
     if (!rank.ok()) return rank.error();

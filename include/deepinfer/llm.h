@@ -35,6 +35,16 @@ struct DataParallelConfig {
   // to experts 0, 1, ...; expert_placement_file or EPLB choose better).
   int32_t num_redundant_experts = 0;
   std::string expert_placement_file;  // parallel/expert_placement.h's JSON; empty: the default
+  // EPLB while running (docs/parallel.md), with expert_parallel: each MoE layer's expert load is
+  // recorded over the last eplb_window_steps forward rounds, and every eplb_interval_steps rounds
+  // (0: only on LLM::request_expert_rebalance) the ranks re-place the experts by it, with
+  // eplb_policy "peak-aware" (ours) or "deepseek" (DeepSeek's eplb.py).
+  int32_t eplb_window_steps = 1000;
+  int64_t eplb_interval_steps = 10000;
+  std::string eplb_policy = "peak-aware";
+  // Not empty: rank 0 writes every MoE layer's placement there (expert_placement_file's format) at
+  // load and after each re-placement.
+  std::string expert_placement_out_file;
 };
 
 struct LLMConfig {
@@ -161,6 +171,10 @@ class LLM {
   // ranks' forwards (their tokens still need this rank's experts) until every rank has called it.
   // Errors when the group broke (a rank exited or stopped answering).
   Result<void> wait_for_group();
+  // With expert parallelism: asks for an EPLB re-placement of the experts by their recorded load
+  // at the start of the group's next forward round (every rank switches there; outputs do not
+  // change). False, doing nothing, without expert parallelism. Thread-safe.
+  bool request_expert_rebalance();
   // Every rank's bytes in rank order (small results to collect on one rank); {bytes} without a group.
   Result<std::vector<std::string>> all_gather(const std::string& bytes);
 

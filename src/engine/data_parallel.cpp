@@ -1,7 +1,9 @@
-// join_data_parallel_group: the checks, the rendezvous and the placement file.
+// join_data_parallel_group: the checks, the rendezvous, the placement file and the EPLB settings.
 #include "engine/data_parallel.h"
 
 #include <string>
+
+#include "parallel/eplb.h"
 
 namespace deepinfer {
 
@@ -13,6 +15,17 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   }
   if (config.num_redundant_experts < 0) {
     return Error{"num_redundant_experts must be >= 0, not " + std::to_string(config.num_redundant_experts)};
+  }
+  if (config.eplb_window_steps < 1) {
+    return Error{"eplb_window_steps must be >= 1, not " + std::to_string(config.eplb_window_steps)};
+  }
+  if (config.eplb_interval_steps < 0) {
+    return Error{"eplb_interval_steps must be >= 0 (0: re-place only on request), not " +
+                 std::to_string(config.eplb_interval_steps)};
+  }
+  auto policy = parse_eplb_policy(config.eplb_policy);
+  if (!policy.ok() || *policy == EplbPolicy::kContiguous) {
+    return Error{"eplb_policy must be peak-aware or deepseek, not '" + config.eplb_policy + "'"};
   }
   DataParallelGroup joined;
   if (config.size == 1) return joined;
@@ -33,6 +46,10 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   auto expert_parallel = std::make_shared<ExpertParallelism>();
   expert_parallel->group = joined.group;
   expert_parallel->num_redundant_experts = config.num_redundant_experts;
+  expert_parallel->eplb_window_steps = config.eplb_window_steps;
+  expert_parallel->eplb_interval_steps = config.eplb_interval_steps;
+  expert_parallel->eplb_policy = *policy;
+  expert_parallel->placement_out_file = config.expert_placement_out_file;
   if (!config.expert_placement_file.empty()) {
     auto placements = load_placements(config.expert_placement_file);
     if (!placements.ok()) return Error{"--expert-placement: " + placements.error().message};

@@ -174,6 +174,8 @@ Result<void> LLM::wait_for_group() {
   return {};
 }
 
+bool LLM::request_expert_rebalance() { return impl_->model->request_expert_rebalance(); }
+
 Result<std::vector<std::string>> LLM::all_gather(const std::string& bytes) {
   if (!impl_->data_parallel.group) return std::vector<std::string>{bytes};
   try {

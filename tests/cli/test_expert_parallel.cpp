@@ -4,7 +4,8 @@
 // logits bit for bit in batch-invariant mode; a batch dealt to 2 or 4 ranks that run their forwards
 // together gives the one-rank tokens and logprobs (so does data parallelism without expert
 // parallelism, independent copies); bad flags are named; a rank that fails ends the others with an
-// error naming the group, not a hang.
+// error naming the group, not a hang; re-placing the experts while generating (EPLB) changes no
+// output.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "parallel/expert_placement.h"
 #include "run_cli.h"
 
 namespace {
@@ -143,6 +145,102 @@ TEST(ExpertParallelCli, ARankThatFailsEndsTheOthersWithAnError) {
                                "1 >/dev/null 2>&1 &); timeout 60 " + cli + score + "0 2>&1");
   EXPECT_EQ(rank0.exit_code, 1) << rank0.out;
   EXPECT_NE(rank0.out.find("data-parallel group 'deepinfer'"), std::string::npos) << rank0.out;
+}
+
+// EPLB while running: re-placing the experts between forward rounds changes no output. Oracle: one
+// rank's outputs (above, equal to the fixtures'). The re-placements are seen in the log and in the
+// placement file rank 0 writes, which must differ from the contiguous start and load again.
+TEST(ExpertParallelCli, RebalancingDuringABatchChangesNoOutput) {
+  TempDir dir;
+  {
+    std::ofstream input(dir.file("in.jsonl"));
+    const char* const prompts[] = {"def fibonacci(n):", "import os", "class Stack:", "for i in range(10):",
+                                   "# sort a list"};
+    int i = 0;
+    for (const char* prompt : prompts) {
+      input << R"({"prompt": ")" << prompt << R"(", "max_tokens": )" << 8 + i % 3
+            << R"(, "logprobs": true, "top_logprobs": 2, "temperature": )" << (i % 2 == 0 ? "0" : "0.8")
+            << R"(, "seed": )" << i << "}\n";
+      ++i;
+    }
+  }
+  const std::string base = "generate --model " + std::string(DEEPINFER_SOURCE_DIR) + "/models/default --input " +
+                           dir.file("in.jsonl") + " --batch-invariant --threads 1 --output ";
+  ASSERT_EQ(run_cli(base + dir.file("one.jsonl")).exit_code, 0);
+  const std::string want = read_file(dir.file("one.jsonl"));
+  ASSERT_NE(want.find("\"token_ids\""), std::string::npos);
+  for (const std::string policy : {"peak-aware", "deepseek"}) {
+    const std::string placement = dir.file("placement-" + policy + ".json");
+    const auto run = run_shell("DEEPINFER_LOG=info " + std::string(DEEPINFER_CLI) + " " + base +
+                               dir.file("many.jsonl") +
+                               " --data-parallel-size 2 --expert-parallel --num-redundant-experts 2"
+                               " --eplb-interval 3 --eplb-window 3 --eplb-policy " +
+                               policy + " --expert-placement-out " + placement + " 2>&1");
+    ASSERT_EQ(run.exit_code, 0) << policy << ": " << run.out;
+    EXPECT_EQ(read_file(dir.file("many.jsonl")), want) << policy;
+    // Every 3 rounds of a batch of ~10 rounds: at least two re-placements, logged by rank 0 only.
+    int num_logged = 0;
+    for (size_t at = run.out.find("EPLB: re-placed"); at != std::string::npos;
+         at = run.out.find("EPLB: re-placed", at + 1)) {
+      ++num_logged;
+    }
+    EXPECT_GE(num_logged, 2) << policy << ": " << run.out;
+    EXPECT_NE(run.out.find("(" + policy + ", window of 3 rounds)"), std::string::npos) << run.out;
+    // The last placement: valid, and not the contiguous one the group started from.
+    auto placements = deepinfer::load_placements(placement);
+    ASSERT_TRUE(placements.ok()) << placements.error().message;
+    ASSERT_EQ(placements->size(), 3u) << "the default model's 2 MoE layers and its draft module's";
+    const auto contiguous = deepinfer::ExpertPlacement::contiguous(8, 2, 2).value();
+    EXPECT_TRUE((*placements)[0] != contiguous || (*placements)[1] != contiguous) << read_file(placement);
+    EXPECT_EQ((*placements)[2], contiguous) << "the draft module's layer does not run under EP: never moved";
+    // The file starts a later run where this one ended, with the same outputs.
+    const auto again = run_cli(base + dir.file("again.jsonl") +
+                               " --data-parallel-size 2 --expert-parallel --expert-placement " + placement);
+    ASSERT_EQ(again.exit_code, 0) << again.out;
+    EXPECT_EQ(read_file(dir.file("again.jsonl")), want) << policy;
+  }
+}
+
+// Every layout the MoE loaders read from the fixtures (per-expert tensors under both names, FP8
+// per-expert tensors dequantised into the expert's own arena, GPT-OSS's fused and transposed
+// tensors; the default model above is DeepSeek-V3's) re-loads experts by placement: re-placing
+// after every round of a greedy generation changes no token.
+TEST(ExpertParallelCli, RebalancingEveryRoundKeepsEveryLayoutsTokens) {
+  TempDir dir;
+  for (const char* name : {"deepseek_v3_fp8", "qwen3_moe", "mixtral", "gpt_oss"}) {
+    const std::string base = "generate --model " + fixture(name) +
+                             " --tokens 1,5,9,22,7,3 --max-tokens 6 --ignore-eos --batch-invariant --threads 1";
+    const auto one = run_cli(base, false);
+    ASSERT_EQ(one.exit_code, 0) << name;
+    const auto many = run_shell("DEEPINFER_LOG=info " + std::string(DEEPINFER_CLI) + " " + base +
+                                " --data-parallel-size 2 --expert-parallel --num-redundant-experts 2"
+                                " --eplb-interval 1 --eplb-window 2 2>" +
+                                dir.file("log.txt"));
+    const std::string log = read_file(dir.file("log.txt"));
+    ASSERT_EQ(many.exit_code, 0) << name << ": " << log;
+    EXPECT_EQ(many.out, one.out) << name;
+    EXPECT_NE(log.find("EPLB: re-placed"), std::string::npos) << name << ": " << log;
+  }
+}
+
+TEST(ExpertParallelCli, BadEplbFlagsAreNamed) {
+  const std::string model = "score --model " + fixture("qwen3_moe") + " --tokens 1,2,3 ";
+  const auto no_ep = run_cli(model + "--data-parallel-size 2 --eplb-interval 5");
+  EXPECT_EQ(no_ep.exit_code, 1);
+  EXPECT_NE(no_ep.out.find("--eplb-interval needs --expert-parallel"), std::string::npos) << no_ep.out;
+  const std::string ep = model + "--data-parallel-size 2 --expert-parallel ";
+  const auto policy = run_cli(ep + "--eplb-policy greedy");
+  EXPECT_EQ(policy.exit_code, 1);
+  EXPECT_NE(policy.out.find("--eplb-policy must be peak-aware or deepseek"), std::string::npos) << policy.out;
+  const auto window = run_cli(ep + "--eplb-window 0");
+  EXPECT_EQ(window.exit_code, 1);
+  EXPECT_NE(window.out.find("--eplb-window must be in [1, 1000000]"), std::string::npos) << window.out;
+  const auto interval = run_cli(ep + "--eplb-interval -1");
+  EXPECT_EQ(interval.exit_code, 1);
+  EXPECT_NE(interval.out.find("--eplb-interval must be >= 0"), std::string::npos) << interval.out;
+  const auto out = run_cli(model + "--expert-placement-out /tmp/x.json");
+  EXPECT_EQ(out.exit_code, 1);
+  EXPECT_NE(out.out.find("--expert-placement-out needs --expert-parallel"), std::string::npos) << out.out;
 }
 
 }  // namespace
