@@ -139,14 +139,10 @@ void ExpertRebalancer::rebalance() {
   std::vector<std::optional<StagedPlacement>> staged(moved_.size());
   std::string failure;
   int64_t num_loaded = 0;
-  int64_t num_changed_slots = 0;
   for (size_t i = 0; i < moved_.size() && failure.empty(); ++i) {
     const ExpertPlacement& now = moved_[i]->placement();
     const ExpertPlacement& next = (*placements)[i];
     if (next == now) continue;
-    for (size_t p = 0; p < next.physical_to_logical.size(); ++p) {
-      num_changed_slots += next.physical_to_logical[p] != now.physical_to_logical[p] ? 1 : 0;
-    }
     auto layer = moved_[i]->stage_placement(source_, next);
     if (!layer.ok()) {
       failure = layer.error().message;
@@ -188,8 +184,7 @@ void ExpertRebalancer::rebalance() {
                                                    << " (" << eplb_policy_name(expert_parallel_.eplb_policy)
                                                    << ", window of " << windows.front().num_steps()
                                                    << " rounds): busiest rank / mean " << numbers
-                                                   << " on that window (mean over layers), " << num_changed_slots
-                                                   << " slots changed expert, " << outcome[1]
+                                                   << " on that window (mean over layers), " << outcome[1]
                                                    << " experts loaded over the ranks, " << took);
 }
 
