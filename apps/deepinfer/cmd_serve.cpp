@@ -7,12 +7,14 @@
 #include <optional>
 
 #include "commands.h"
+#include "data_parallel_flags.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "recipe/chat_template.h"
 #include "server/engine_worker.h"
 #include "server/http_server.h"
+#include "server/rank_router.h"
 #include "server/shutdown.h"
 #include "session.h"
 #include "tokenizer/tokenizer.h"
@@ -34,6 +36,10 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                        [--swa-replay-tokens N|exact] [--speculative-tokens K] [--spec-varlen on|off]
+                       [--data-parallel-size N [--expert-parallel] [--num-redundant-experts R]
+                        [--expert-placement FILE] [--data-parallel-size-local L --data-parallel-start-rank S]
+                        [--data-parallel-rank R] [--data-parallel-address DIR|redis://HOST:PORT]
+                        [--data-parallel-host H]]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -68,21 +74,32 @@ with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
+--data-parallel-size N: N ranks (processes this one starts), each with its own engine, scheduler
+and KV cache; rank 0 answers on --host:--port and sends each generation request to the rank with
+the fewest outstanding tokens (its own, or another rank's HTTP server on --data-parallel-host,
+relayed byte for byte); the other routes are rank 0's. --expert-parallel spreads the MoE layers'
+experts over the ranks, which then run their forwards together (steps run one at a time, without
+--async-scheduling; no --speculative-tokens). Multi-machine groups: --data-parallel-size-local,
+--data-parallel-start-rank, --data-parallel-rank, --data-parallel-address (docs/parallel.md).
 )";
 
 struct ServeSetup {
+  DataParallelGroup data_parallel;  // declared first: the model's MoE layers use its group
   std::unique_ptr<Backend> backend;
   std::unique_ptr<CausalLM> model;
   std::optional<Tokenizer> tokenizer;
   ChatFamily family = ChatFamily::kQwen3;
 };
 
-Result<ServeSetup> load(const Args& args, const std::string& model_dir) {
+Result<ServeSetup> load(const Args& args, const std::string& model_dir, const DataParallelConfig& data_parallel) {
   ServeSetup setup;
+  auto group = join_data_parallel_group(data_parallel);
+  if (!group.ok()) return group.error();
+  setup.data_parallel = std::move(*group);
   auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
   if (!backend.ok()) return backend.error();
   setup.backend = std::move(*backend);
-  auto model = load_model(model_dir, *setup.backend);
+  auto model = load_model(model_dir, *setup.backend, data_parallel.rank == 0, setup.data_parallel.expert_parallel);
   if (!model.ok()) return model.error();
   setup.model = std::move(*model);
   if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
@@ -176,18 +193,34 @@ Result<EngineConfig> engine_config(const Args& args) {
 int run_serve(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv,
-                          model_value_flags(kv_store_value_flags(
+                          data_parallel_value_flags(model_value_flags(kv_store_value_flags(
                               {"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests",
                                "--max-queued-tokens", "--request-timeout", "--max-body-bytes", "--max-num-seqs",
                                "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
                                "--gpu-memory-utilization", "--block-size", "--io-threads", "--max-n",
-                               "--shutdown-timeout", kSpeculativeTokensFlag, kSpecVarlenFlag})),
-                          model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling"}));
+                               "--shutdown-timeout", kSpeculativeTokensFlag, kSpecVarlenFlag}))),
+                          data_parallel_bool_flags(
+                              model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling"})));
   if (!args.ok()) return report_error("serve", args.error());
   auto config = server_config(*args);
   if (!config.ok()) return report_error("serve", config.error());
   auto engine_cfg = engine_config(*args);
   if (!engine_cfg.ok()) return report_error("serve", engine_cfg.error());
+  LocalRanks ranks;
+  auto data_parallel = data_parallel_from_args(*args, argc, argv, ranks);
+  if (!data_parallel.ok()) return report_error("serve", data_parallel.error());
+  const bool expert_parallel = data_parallel->expert_parallel && data_parallel->size > 1;
+  if (expert_parallel) {
+    if (engine_cfg->speculative.num_tokens > 0) {
+      return report_error("serve", Error{"--speculative-tokens does not run under --expert-parallel yet"});
+    }
+    // Rounds of the group are counted per step on the engine thread: steps run one at a time.
+    engine_cfg->async_scheduling = false;
+  }
+  if (data_parallel->rank != 0) {  // the front is rank 0's; this rank's API is for the front
+    config->host = data_parallel->host;
+    config->port = 0;
+  }
   auto threads = positive(*args, "--threads", 0);
   if (!threads.ok()) return report_error("serve", threads.error());
   if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
@@ -205,7 +238,7 @@ int run_serve(int argc, char** argv) {
   engine_cfg->kv_store = *kv_store;
   // Declared first, so its watchdog bounds every destructor below (the engine's flushes the KV store).
   server::ShutdownDeadline shutdown(config->shutdown_timeout_s);
-  auto setup = load(*args, model_dir);
+  auto setup = load(*args, model_dir, *data_parallel);
   if (!setup.ok()) return report_error("serve", setup.error());
   std::unique_ptr<EngineCore> engine;
   try {
@@ -220,8 +253,7 @@ int run_serve(int argc, char** argv) {
   limits.max_queued_requests = config->max_queued_requests;
   limits.max_queued_tokens = config->max_queued_tokens;
   limits.check_invariants = config->check_invariants;
-  // Stopped before the server's io_context goes, so it never posts to a destroyed one.
-  auto worker = std::make_unique<server::EngineWorker>(*engine, metrics, limits);
+  limits.group_rounds = expert_parallel;
 
   server::ServerContext context;
   context.config = *config;
@@ -240,7 +272,6 @@ int run_serve(int argc, char** argv) {
   context.model.vocab_size = static_cast<int32_t>(setup->model->config().vocab_size);
   context.model.pool = &encode_pool;
   context.model.max_n = static_cast<int32_t>(*max_n);
-  context.worker = worker.get();
   context.metrics = &metrics;
   context.shutdown = &shutdown;
   context.started_unix =
@@ -249,6 +280,29 @@ int run_serve(int argc, char** argv) {
   server::HttpServer http_server(context);
   auto port = http_server.listen();
   if (!port.ok()) return report_error("serve", port.error());
+  // Every rank's address reaches rank 0's front before any engine thread starts the group's rounds.
+  std::optional<server::RankRouter> router;
+  if (setup->data_parallel.group) {
+    const std::string own = config->host + " " + std::to_string(*port);
+    std::vector<std::string> addresses;
+    try {
+      addresses = setup->data_parallel.group->all_gather(own);
+    } catch (const std::exception& e) {
+      return report_error("serve", Error{e.what()});
+    }
+    std::vector<server::RankAddress> ranks_at;
+    for (const std::string& address : addresses) {
+      const size_t space = address.find(' ');
+      ranks_at.push_back({address.substr(0, space), static_cast<uint16_t>(std::stoi(address.substr(space + 1)))});
+    }
+    if (data_parallel->rank == 0) {
+      router.emplace(std::move(ranks_at));
+      context.router = &*router;
+    }
+  }
+  // Stopped before the server's io_context goes, so it never posts to a destroyed one.
+  auto worker = std::make_unique<server::EngineWorker>(*engine, metrics, limits);
+  context.worker = worker.get();
   std::printf("deepinfer serve: listening on http://%s:%u (model '%s', %s family)\n", config->host.c_str(),
               static_cast<unsigned>(*port), context.model.served_name.c_str(),
               std::string(chat_family_name(context.model.family)).c_str());

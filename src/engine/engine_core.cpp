@@ -773,6 +773,10 @@ EngineCore::EngineCore(CausalLM& model, const Tokenizer* tokenizer, const Engine
 
 EngineCore::~EngineCore() = default;
 
+bool EngineCore::run_idle_step() { return impl_->model.run_idle_step(); }
+
+int64_t EngineCore::num_group_rounds() const { return impl_->model.num_group_rounds(); }
+
 const EngineConfig& EngineCore::config() const { return impl_->config; }
 
 Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> prompt, const SamplingParams& params,

@@ -148,6 +148,10 @@ class EngineCore {
   // in place; aborting them all brings the engine back to idle.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const;
+  // Expert parallelism (CausalLM::run_idle_step): joins one round of the group without a forward
+  // of this engine's; num_group_rounds counts the rounds this engine's model took part in.
+  bool run_idle_step();
+  int64_t num_group_rounds() const;
   // Waits until the persistent KV store has written every queued page (no store: returns at once).
   // Thread-safe: may run while another thread is inside step(), so shutdown can save what was
   // queued even when a step is stuck.

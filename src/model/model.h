@@ -184,6 +184,8 @@ class CausalLM {
   // next forward round, where every rank switches (model/expert_rebalance.h). Returns false, doing
   // nothing, for a model outside an expert-parallel group. Thread-safe.
   virtual bool request_expert_rebalance() { return false; }
+  // The rounds of its group this model took part in (forwards and idle steps); 0 outside a group.
+  virtual int64_t num_group_rounds() const { return 0; }
   // Forward steps and draft calls replayed from captured device graphs so far (model/decode_graphs.h).
   virtual int64_t num_graph_replays() const { return 0; }
 

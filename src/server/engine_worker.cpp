@@ -1,6 +1,7 @@
 // The engine thread: inbox -> EngineCore::add_request / abort_request, step(), outputs -> channels.
 #include "server/engine_worker.h"
 
+#include <csignal>
 #include <sstream>
 
 #include "core/device_error.h"
@@ -182,6 +183,24 @@ void EngineWorker::disable(const std::string& why) {
     unavailable_ = why;
   }
   fail_all(503, why);
+  bool stopping = false;
+  {
+    std::lock_guard lock(mutex_);
+    stopping = stop_;
+  }
+  if (limits_.group_rounds && !stopping) {
+    DI_LOG(kError, "this rank leaves its data-parallel group: shutting down");
+    std::raise(SIGTERM);
+  }
+}
+
+bool EngineWorker::join_group_round() {
+  try {
+    return engine_.run_idle_step();
+  } catch (const std::exception& e) {
+    disable(std::string("the data-parallel group failed: ") + e.what());
+    return false;
+  }
 }
 
 void EngineWorker::deliver(const RequestOutput& output) {
@@ -266,20 +285,36 @@ void EngineWorker::publish_gauges() {
 }
 
 void EngineWorker::loop() {
+  // Between rounds of an idle group the wait grows to 20 ms: what a request arriving at an idle
+  // group may wait for the other ranks to join its first forward.
+  std::chrono::milliseconds idle_wait{0};
   for (;;) {
     std::vector<Pending> adds;
     std::vector<int64_t> aborts;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] {
+      const auto has_work = [&] {
         return stop_ || !inbox_.empty() || !aborts_.empty() || (!disabled_ && engine_.has_unfinished_requests());
-      });
+      };
+      if (limits_.group_rounds && !disabled_) {
+        wake_.wait_for(lock, idle_wait, has_work);
+      } else {
+        wake_.wait(lock, has_work);
+      }
       if (stop_) break;
       adds.swap(inbox_);
       aborts.swap(aborts_);
     }
     for (Pending& pending : adds) admit(std::move(pending));
+    const int64_t rounds_before = engine_.num_group_rounds();
     if (!disabled_) run_engine(aborts);
+    if (limits_.group_rounds && !disabled_) {
+      const bool ran_forward = engine_.num_group_rounds() != rounds_before;
+      const bool group_busy = ran_forward || join_group_round();
+      idle_wait = group_busy ? std::chrono::milliseconds(0)
+                             : std::min(std::max(2 * idle_wait, std::chrono::milliseconds(1)),
+                                        std::chrono::milliseconds(20));
+    }
     if (!disabled_ && !engine_.has_unfinished_requests()) {
       // Every request ends with a finished output, so an idle engine leaves no entry behind.
       if (!entries_.empty()) {

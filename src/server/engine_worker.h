@@ -48,6 +48,11 @@ struct WorkerLimits {
   int64_t max_queued_tokens = 1 << 20;
   // Run EngineCore::check_invariants each time the engine goes idle (tests).
   bool check_invariants = false;
+  // The model is one rank of an expert-parallel group: whenever this rank runs no forward of its
+  // own, the worker joins the other ranks' round (EngineCore::run_idle_step), since their MoE
+  // layers need this rank's experts; a lost group ends the process (SIGTERM: the server's
+  // shutdown answers the open requests), so the other ranks hear of it at once.
+  bool group_rounds = false;
 };
 
 struct Submission {
@@ -126,6 +131,8 @@ class EngineWorker {
   void leave_queue(Entry& entry);
   void forget(int64_t request_id);
   void publish_gauges();
+  // One round of the group without a forward of this rank's; whether another rank had one.
+  bool join_group_round();
 
   EngineCore& engine_;
   Metrics& metrics_;

@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "server/rank_router.h"
 
 namespace deepinfer::server {
 namespace {
@@ -75,6 +76,23 @@ bool authorized(const HttpRequest& request, const ServerConfig& config) {
   return same_key(request["x-api-key"], *config.api_key);
 }
 
+// The front of a data-parallel server: the least-loaded rank runs the request, rank 0 (this
+// process) on its own worker, another rank through a relay to its HTTP server.
+asio::awaitable<bool> route_to_rank(TcpStream& stream, const HttpRequest& request, ApiKind kind,
+                                    ServerContext& context) {
+  struct Outstanding {
+    RankRouter& router;
+    int64_t tokens;
+    int32_t rank;
+    ~Outstanding() { router.release(rank, tokens); }
+  };
+  const int64_t tokens = RankRouter::estimate_tokens(request);
+  const Outstanding outstanding{*context.router, tokens, context.router->acquire(tokens)};
+  if (outstanding.rank == 0) co_return co_await handle_generation(stream, request, kind, context);
+  co_return co_await relay_to_rank(stream, request, kind, outstanding.rank, context.router->address(outstanding.rank),
+                                   context);
+}
+
 asio::awaitable<bool> dispatch(TcpStream& stream, const HttpRequest& request, ServerContext& context) {
   std::string_view path = request.target();
   path = path.substr(0, path.find('?'));
@@ -103,6 +121,7 @@ asio::awaitable<bool> dispatch(TcpStream& stream, const HttpRequest& request, Se
     const ApiError error = api_error(kind, 401, "invalid API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     co_return co_await write_response(stream, make_error_response(request, kind, error), timeout_s);
   }
+  if (route->api && context.router != nullptr) co_return co_await route_to_rank(stream, request, *route->api, context);
   if (route->api) co_return co_await handle_generation(stream, request, *route->api, context);
   std::optional<HttpResponse> response;
   try {

@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "recipe/chat_template.h"
 #include "recipe/prompt.h"
+#include "server/rank_router.h"
 #include "server/server_context.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -151,7 +152,9 @@ std::optional<HttpResponse> handle_info_route(const HttpRequest& request, Server
   }
   if (path == "/v1/models") return models(request, context);
   if (path == "/metrics") {
-    return make_response(request, http::status::ok, context.metrics->render(), "text/plain; version=0.0.4");
+    std::string text = context.metrics->render();
+    if (context.router != nullptr) context.router->render_metrics(text);
+    return make_response(request, http::status::ok, std::move(text), "text/plain; version=0.0.4");
   }
   if (path != "/tokenize" && path != "/detokenize") return std::nullopt;
   auto body = parse_json_body(ApiKind::kChatCompletions, request.body());

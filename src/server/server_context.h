@@ -17,6 +17,8 @@
 
 namespace deepinfer::server {
 
+class RankRouter;  // server/rank_router.h
+
 namespace http = boost::beast::http;
 using HttpRequest = http::request<http::string_body>;
 using HttpResponse = http::response<http::string_body>;
@@ -42,6 +44,8 @@ struct ServerContext {
   ServerConfig config;
   ModelContext model;
   EngineWorker* worker = nullptr;
+  // A data-parallel server's front (rank 0): sends generation requests to the ranks; null otherwise.
+  RankRouter* router = nullptr;
   Metrics* metrics = nullptr;
   ShutdownDeadline* shutdown = nullptr;  // required; begun by the first SIGTERM / SIGINT
   int64_t started_unix = 0;

@@ -447,7 +447,10 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   const auto num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < num_tokens, "logit row " << row << " out of range");
-  if (rebalancer_) rebalancer_->start_round(num_tokens);
+  if (expert_parallel_) {
+    rebalancer_->start_round(num_tokens);
+    ++group_rounds_;
+  }
   StepExtras extras;
   extras.previous_draws = drawn_tokens_.as<int32_t>();
   extras.draws = draws;
@@ -481,7 +484,9 @@ bool DenseDecoder::request_expert_rebalance() {
 }
 
 bool DenseDecoder::run_idle_step() {
-  if (!rebalancer_ || rebalancer_->start_round(0) == 0) return false;
+  if (!expert_parallel_) return false;
+  ++group_rounds_;
+  if (rebalancer_->start_round(0) == 0) return false;
   for (const Layer& layer : layers_) {
     const auto* moe = std::get_if<MoeLayer>(&layer.ffn);
     if (moe != nullptr) moe->forward(backend_, nullptr, 0, scratch_.as<float>(), nullptr);

@@ -117,6 +117,7 @@ class DenseDecoder final : public CausalLM {
                      const DraftOutputs& outputs) override;
   bool run_idle_step() override;
   bool request_expert_rebalance() override;
+  int64_t num_group_rounds() const override { return group_rounds_; }
 
  private:
   using Layer = DecoderLayer;
@@ -162,6 +163,7 @@ class DenseDecoder final : public CausalLM {
   std::shared_ptr<const ExpertParallelism> expert_parallel_;  // null outside an expert-parallel group
   // Under expert parallelism: every forward round starts with its start_round (the vote, EPLB).
   std::unique_ptr<ExpertRebalancer> rebalancer_;
+  int64_t group_rounds_ = 0;
   kernels::WeightView embed_tokens_;  // [vocab, hidden]
   kernels::WeightView lm_head_;       // [vocab, hidden]; the embedding when tied
   std::vector<Layer> layers_;

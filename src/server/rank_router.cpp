@@ -1,0 +1,142 @@
+// RankRouter's balance and the byte relay to another rank's HTTP server.
+#include "server/rank_router.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <algorithm>
+#include <array>
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+namespace deepinfer::server {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::chrono::steady_clock::duration write_timeout(const ServerContext& context) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(context.config.write_timeout_s));
+}
+
+}  // namespace
+
+RankRouter::RankRouter(std::vector<RankAddress> addresses) {
+  for (RankAddress& address : addresses) ranks_.push_back(Rank{std::move(address)});
+}
+
+int64_t RankRouter::estimate_tokens(const HttpRequest& request) {
+  int64_t max_tokens = 0;
+  const auto body = nlohmann::json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_object()) {
+    for (const char* field : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+      const auto it = body.find(field);
+      if (it != body.end() && it->is_number_integer()) max_tokens = std::max<int64_t>(max_tokens, it->get<int64_t>());
+    }
+  }
+  return static_cast<int64_t>(request.body().size()) / 4 + max_tokens;
+}
+
+int32_t RankRouter::acquire(int64_t tokens) {
+  std::lock_guard lock(mutex_);
+  size_t best = 0;
+  for (size_t r = 1; r < ranks_.size(); ++r) {
+    const Rank& a = ranks_[r];
+    const Rank& b = ranks_[best];
+    if (a.outstanding_tokens < b.outstanding_tokens ||
+        (a.outstanding_tokens == b.outstanding_tokens && a.outstanding_requests < b.outstanding_requests)) {
+      best = r;
+    }
+  }
+  Rank& chosen = ranks_[best];
+  chosen.outstanding_tokens += tokens;
+  ++chosen.outstanding_requests;
+  ++chosen.routed;
+  return static_cast<int32_t>(best);
+}
+
+void RankRouter::release(int32_t rank, int64_t tokens) {
+  std::lock_guard lock(mutex_);
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  r.outstanding_tokens -= tokens;
+  --r.outstanding_requests;
+}
+
+void RankRouter::render_metrics(std::string& out) const {
+  std::lock_guard lock(mutex_);
+  out += "# HELP deepinfer_rank_outstanding_tokens Tokens of requests the front sent to a data-parallel rank and "
+         "has not seen finish (prompt estimated as body bytes / 4, plus max_tokens).\n"
+         "# TYPE deepinfer_rank_outstanding_tokens gauge\n";
+  int64_t total = 0, busiest = 0;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    out += "deepinfer_rank_outstanding_tokens{rank=\"" + std::to_string(r) + "\"} " +
+           std::to_string(ranks_[r].outstanding_tokens) + "\n";
+    total += ranks_[r].outstanding_tokens;
+    busiest = std::max(busiest, ranks_[r].outstanding_tokens);
+  }
+  out += "# HELP deepinfer_rank_outstanding_requests Requests in flight per data-parallel rank.\n"
+         "# TYPE deepinfer_rank_outstanding_requests gauge\n";
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    out += "deepinfer_rank_outstanding_requests{rank=\"" + std::to_string(r) + "\"} " +
+           std::to_string(ranks_[r].outstanding_requests) + "\n";
+  }
+  out += "# HELP deepinfer_rank_routed_requests_total Generation requests the front sent to each rank.\n"
+         "# TYPE deepinfer_rank_routed_requests_total counter\n";
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    out += "deepinfer_rank_routed_requests_total{rank=\"" + std::to_string(r) + "\"} " +
+           std::to_string(ranks_[r].routed) + "\n";
+  }
+  const double mean = static_cast<double>(total) / static_cast<double>(ranks_.size());
+  out += "# HELP deepinfer_rank_balance_ratio The busiest rank's outstanding tokens over the mean (1: even or idle).\n"
+         "# TYPE deepinfer_rank_balance_ratio gauge\n"
+         "deepinfer_rank_balance_ratio " +
+         std::to_string(total > 0 ? static_cast<double>(busiest) / mean : 1.0) + "\n";
+}
+
+asio::awaitable<bool> relay_to_rank(TcpStream& client, const HttpRequest& request, ApiKind kind, int32_t rank,
+                                    const RankAddress& address, ServerContext& context) {
+  const std::string where = "data-parallel rank " + std::to_string(rank) + " (" + address.host + ":" +
+                            std::to_string(address.port) + ")";
+  TcpStream upstream(co_await asio::this_coro::executor);
+  boost::system::error_code ec;
+  const auto endpoint = asio::ip::tcp::endpoint(asio::ip::make_address(address.host, ec), address.port);
+  if (!ec) {
+    upstream.expires_after(std::chrono::seconds(10));
+    std::tie(ec) = co_await upstream.async_connect(endpoint, asio::as_tuple(asio::use_awaitable));
+  }
+  HttpRequest forwarded = request;
+  forwarded.keep_alive(false);
+  forwarded.prepare_payload();
+  if (!ec) {
+    upstream.expires_after(write_timeout(context));
+    std::tie(ec, std::ignore) = co_await http::async_write(upstream, forwarded, asio::as_tuple(asio::use_awaitable));
+  }
+  if (ec) {
+    context.metrics->record_request("relay", 503);
+    const ApiError error = api_error(kind, 503, where + " cannot be reached: " + ec.message());
+    co_await write_response(client, make_error_response(request, kind, error), context.config.write_timeout_s);
+    co_return false;
+  }
+  // The rank answers within its own request timeout; a stream may be quiet while it queues.
+  upstream.expires_never();
+  std::array<char, 16384> buffer{};
+  for (;;) {
+    auto [read_error, n] = co_await upstream.async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
+    if (n > 0) {
+      client.expires_after(write_timeout(context));
+      auto [write_error, written] =
+          co_await asio::async_write(client, asio::buffer(buffer.data(), n), asio::as_tuple(asio::use_awaitable));
+      (void)written;
+      if (write_error) co_return false;  // the client left: closing upstream aborts the request there
+    }
+    if (read_error) break;
+  }
+  co_return false;
+}
+
+}  // namespace deepinfer::server
