@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "parallel/expert_placement.h"
 #include "run_cli.h"
@@ -42,6 +43,22 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Writes a generate --input file of the given prompts (greedy and seeded sampling in turn, with
+// logprobs) and returns the command that runs it on the default model, batch invariant, up to
+// the --output path.
+std::string default_model_batch(const TempDir& dir, const std::vector<std::string>& prompts, int max_tokens) {
+  std::ofstream input(dir.file("in.jsonl"));
+  int i = 0;
+  for (const std::string& prompt : prompts) {
+    input << R"({"prompt": ")" << prompt << R"(", "max_tokens": )" << max_tokens + i % 3
+          << R"(, "logprobs": true, "top_logprobs": 2, "temperature": )" << (i % 2 == 0 ? "0" : "0.8")
+          << R"(, "seed": )" << i << "}\n";
+    ++i;
+  }
+  return "generate --model " + std::string(DEEPINFER_SOURCE_DIR) + "/models/default --input " + dir.file("in.jsonl") +
+         " --batch-invariant --threads 1 --output ";
+}
 
 const char* const kMoeFixtures[] = {"deepseek_v2", "deepseek_v3", "qwen3_moe", "mixtral", "gpt_oss"};
 
@@ -90,20 +107,11 @@ TEST(ExpertParallelCli, APlacementFileWithCopiesOfHotExpertsChangesNoBits) {
 
 TEST(ExpertParallelCli, BatchesDealtToRanksGiveTheOneRankOutputs) {
   TempDir dir;
-  {
-    std::ofstream input(dir.file("in.jsonl"));
-    const char* const prompts[] = {"def fibonacci(n):", "import os",     "class Stack:", "for i in range(10):",
-                                   "# sort a list",     "x = [1, 2, 3]", "while True:"};
-    int i = 0;
-    for (const char* prompt : prompts) {
-      input << R"({"prompt": ")" << prompt << R"(", "max_tokens": )" << 6 + i % 3
-            << R"(, "logprobs": true, "top_logprobs": 2, "temperature": )" << (i % 2 == 0 ? "0" : "0.8")
-            << R"(, "seed": )" << i << "}\n";
-      ++i;
-    }
-  }
-  const std::string base = "generate --model " + std::string(DEEPINFER_SOURCE_DIR) + "/models/default --input " +
-                           dir.file("in.jsonl") + " --batch-invariant --threads 1 --output ";
+  const std::string base =
+      default_model_batch(dir,
+                          {"def fibonacci(n):", "import os", "class Stack:", "for i in range(10):", "# sort a list",
+                           "x = [1, 2, 3]", "while True:"},
+                          6);
   ASSERT_EQ(run_cli(base + dir.file("one.jsonl")).exit_code, 0);
   const std::string want = read_file(dir.file("one.jsonl"));
   ASSERT_NE(want.find("\"token_ids\""), std::string::npos);
@@ -152,30 +160,18 @@ TEST(ExpertParallelCli, ARankThatFailsEndsTheOthersWithAnError) {
 // placement file rank 0 writes, which must differ from the contiguous start and load again.
 TEST(ExpertParallelCli, RebalancingDuringABatchChangesNoOutput) {
   TempDir dir;
-  {
-    std::ofstream input(dir.file("in.jsonl"));
-    const char* const prompts[] = {"def fibonacci(n):", "import os", "class Stack:", "for i in range(10):",
-                                   "# sort a list"};
-    int i = 0;
-    for (const char* prompt : prompts) {
-      input << R"({"prompt": ")" << prompt << R"(", "max_tokens": )" << 8 + i % 3
-            << R"(, "logprobs": true, "top_logprobs": 2, "temperature": )" << (i % 2 == 0 ? "0" : "0.8")
-            << R"(, "seed": )" << i << "}\n";
-      ++i;
-    }
-  }
-  const std::string base = "generate --model " + std::string(DEEPINFER_SOURCE_DIR) + "/models/default --input " +
-                           dir.file("in.jsonl") + " --batch-invariant --threads 1 --output ";
+  const std::string base = default_model_batch(
+      dir, {"def fibonacci(n):", "import os", "class Stack:", "for i in range(10):", "# sort a list"}, 8);
   ASSERT_EQ(run_cli(base + dir.file("one.jsonl")).exit_code, 0);
   const std::string want = read_file(dir.file("one.jsonl"));
   ASSERT_NE(want.find("\"token_ids\""), std::string::npos);
   for (const std::string policy : {"peak-aware", "deepseek"}) {
     const std::string placement = dir.file("placement-" + policy + ".json");
-    const auto run = run_shell("DEEPINFER_LOG=info " + std::string(DEEPINFER_CLI) + " " + base +
-                               dir.file("many.jsonl") +
-                               " --data-parallel-size 2 --expert-parallel --num-redundant-experts 2"
-                               " --eplb-interval 3 --eplb-window 3 --eplb-policy " +
-                               policy + " --expert-placement-out " + placement + " 2>&1");
+    const auto run =
+        run_shell("DEEPINFER_LOG=info " + std::string(DEEPINFER_CLI) + " " + base + dir.file("many.jsonl") +
+                  " --data-parallel-size 2 --expert-parallel --num-redundant-experts 2"
+                  " --eplb-interval 3 --eplb-window 3 --eplb-policy " +
+                  policy + " --expert-placement-out " + placement + " 2>&1");
     ASSERT_EQ(run.exit_code, 0) << policy << ": " << run.out;
     EXPECT_EQ(read_file(dir.file("many.jsonl")), want) << policy;
     // Every 3 rounds of a batch of ~10 rounds: at least two re-placements, logged by rank 0 only.
