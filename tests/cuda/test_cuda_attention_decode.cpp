@@ -1,7 +1,7 @@
 // The bf16-cache decode kernels against ref::paged_attention: the tensor-core kernel
 // (attention_decode_mma.cu) on every shape it takes, its step and page edges, its splits through the
 // workspace (the invariant mode's fixed ones) and within a thread-block cluster (2-16); and MLA's
-// latent-head kernel (attention_decode_mla.cu).
+// latent-head kernels (attention_decode_mla.cu: 16 heads a block; attention_decode_mla_wide.cu: 64).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -189,6 +189,53 @@ TEST(CudaAttentionBf16Cache, MlaDecodeMatchesReference) {
   mixed.bf16_cache = true;
   const HostBatch b = make_batch(mixed, rng);
   expect_close(run_device(*backend, mixed, b), run_reference(mixed, b), kTolerance, 1e-4, describe(mixed) + " mixed");
+}
+
+// MLA's 64-head wgmma kernel (attention_decode_mla_wide.cu: 64-key tiles, 64 heads a block) with 64,
+// 128 and 192 query heads: lengths around its tiles (63, 64, 65, 127, 129), one token, a long
+// context split many ways, pages of 1 to 64 keys, graph-padded tables (balanced splits), the
+// invariant mode's fixed 512-key splits (partials of runs that start mid-sequence), and a batch of
+// 60 sequences whose 120 blocks fill a wave with one split each (the kernel normalises the output).
+TEST(CudaAttentionBf16Cache, MlaWideDecodeMatchesReference) {
+  std::mt19937 rng(71);
+  constexpr double kTolerance = 1e-2;  // q and p rounded to bf16, as MlaDecodeMatchesReference says
+  const std::vector<SeqSpec> seqs = {{1, 1}, {63, 1}, {64, 1}, {65, 1}, {127, 1}, {129, 1}, {1000, 1}, {4097, 1}};
+  const auto latent_case = [](std::vector<SeqSpec> lengths, int32_t heads, int32_t block_size) {
+    AttentionCase c;
+    c.seqs = std::move(lengths);
+    c.block_size = block_size;
+    c.num_heads = heads;
+    c.num_kv_heads = 1;
+    c.head_dim = 576;
+    c.shared_kv = true;
+    c.bf16_cache = true;
+    return c;
+  };
+  for (const bool invariant : {false, true}) {
+    auto backend = cuda_backend(invariant);
+    for (int32_t heads : {64, 128, 192}) {
+      // Every page size for 64 and 128 heads; two for 192 heads and for the invariant mode (128 heads).
+      if (invariant && heads != 128) continue;
+      const std::vector<int32_t> page_sizes =
+          invariant || heads == 192 ? std::vector<int32_t>{16, 5} : std::vector<int32_t>{16, 1, 5, 64};
+      for (size_t i = 0; i < page_sizes.size(); ++i) {
+        const AttentionCase c = latent_case(seqs, heads, page_sizes[i]);
+        HostBatch b = make_batch(c, rng);
+        const bool padded = i % 2 == 1;
+        if (padded) {
+          pad_block_table(b, 2 * static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(b.max_blocks_per_seq))));
+        }
+        expect_close(run_device(*backend, c, b), run_reference(c, b), kTolerance, 1e-4,
+                     describe(c) + (padded ? " padded table" : "") + (invariant ? " invariant" : ""));
+      }
+    }
+  }
+  auto backend = cuda_backend();
+  std::vector<SeqSpec> wave;
+  for (int32_t s = 0; s < 60; ++s) wave.push_back({std::array<int32_t, 4>{300, 77, 129, 512}[s % 4] - s, 1});
+  const AttentionCase c = latent_case(wave, 128, 16);
+  const HostBatch b = make_batch(c, rng);
+  expect_close(run_device(*backend, c, b), run_reference(c, b), kTolerance, 1e-4, describe(c));
 }
 
 }  // namespace

@@ -301,7 +301,7 @@ int32_t decode_resident_blocks(const AttentionParams& params) {
   DI_CHECK(decode_kernel_fits(params), "head_dim " << params.head_dim << ", heads " << params.num_heads << "/"
                                                    << params.num_kv_heads);
   // Every bf16 cache that fits here fits a tensor-core kernel too: this kernel serves float32 caches.
-  if (mla_decode_fits(params)) return mla_decode_resident_blocks();
+  if (mla_decode_fits(params)) return mla_decode_resident_blocks(params);
   if (mma_decode_fits(params)) return mma_decode_resident_blocks(params);
   return resident_blocks_for_group<float>(params);
 }

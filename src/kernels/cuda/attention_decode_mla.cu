@@ -6,7 +6,8 @@
 // runs between the two products, one row per 8 threads. Tiles stream through a 5-stage cp.async
 // ring, each thread copying one key's row in 9 chunks, so 4 tiles are in flight while one is used.
 // q and p enter the MMAs rounded to bf16, as in FlashMLA. Splits write the partials that
-// combine_splits_kernel merges, or the normalised output when there is one.
+// combine_splits_kernel merges, or the normalised output when there is one. Head counts in
+// multiples of 64 go to attention_decode_mla_wide.cu instead (64 heads a block on wgmma).
 #include <cmath>
 
 #include "core/check.h"
@@ -227,9 +228,14 @@ bool mla_decode_fits(const AttentionParams& params) {
          params.num_heads % kHeads == 0 && params.sliding_window == 0 && params.sinks == nullptr;
 }
 
-int32_t mla_decode_head_blocks(const AttentionParams& params) { return params.num_heads / kHeads; }
+// Head counts in multiples of 64 (DeepSeek-V3's 128) take the wgmma kernel, 64 heads a block
+// (attention_decode_mla_wide.cu); others (DeepSeek-V2-Lite's 16) this one.
+int32_t mla_decode_head_blocks(const AttentionParams& params) {
+  return params.num_heads / (mla_wide_decode_fits(params) ? 64 : kHeads);
+}
 
-int32_t mla_decode_resident_blocks() {
+int32_t mla_decode_resident_blocks(const AttentionParams& params) {
+  if (mla_wide_decode_fits(params)) return mla_wide_decode_resident_blocks();
   static const int32_t blocks = [] {
     configure();
     int count = 0;
@@ -240,6 +246,7 @@ int32_t mla_decode_resident_blocks() {
 }
 
 void launch_mla_decode_attention(const AttentionArgs& args, cudaStream_t stream) {
+  if (mla_wide_decode_fits(args.params)) return launch_mla_wide_decode_attention(args, stream);
   DI_CHECK(mla_decode_fits(args.params) && args.k_cache == args.v_cache && !args.cluster_combine,
            "the MLA decode kernel takes one bf16 latent head of " << kDims << " dims shared by keys and values, "
                                                                   << "heads in groups of " << kHeads);
