@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "core/check.h"
@@ -143,17 +144,26 @@ void ExpertRebalancer::rebalance() {
     const ExpertPlacement& now = moved_[i]->placement();
     const ExpertPlacement& next = (*placements)[i];
     if (next == now) continue;
-    auto layer = moved_[i]->stage_placement(source_, next);
-    if (!layer.ok()) {
-      failure = layer.error().message;
-      break;
+    // A load that throws (a device out of memory) must still reach the agreement below, or the
+    // other ranks would wait there for this one.
+    try {
+      auto layer = moved_[i]->stage_placement(source_, next);
+      if (!layer.ok()) {
+        failure = layer.error().message;
+        break;
+      }
+      num_loaded += layer->num_loaded;
+      staged[i] = std::move(*layer);
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
-    num_loaded += layer->num_loaded;
-    staged[i] = std::move(*layer);
   }
   std::vector<int64_t> outcome = {failure.empty() ? 0 : 1, num_loaded};
   group.all_reduce_sum(outcome);
   if (outcome[0] > 0) {
+    for (size_t i = 0; i < moved_.size(); ++i) {
+      if (staged[i]) moved_[i]->discard_placement(*source_.backend, std::move(*staged[i]));
+    }
     if (!failure.empty()) {
       DI_LOG(kError, "EPLB: rank " << group.rank() << " could not load its new experts: " << failure);
     }

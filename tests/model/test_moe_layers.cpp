@@ -379,11 +379,11 @@ TEST(Fp8, DecodesE4m3AndDequantisesPerBlock) {
 }
 
 
-// EPLB's switch between forwards (MoeLayer::stage_placement, install_placement) under expert
-// parallelism, two ranks as threads over Gloo, for every expert layout: after each re-placement
-// (experts moved, a rank holding two copies of one expert, copies given up) each rank's output is
-// still the one-device output bit for bit (batch-invariant backend), and each rank loads only the
-// experts it did not hold.
+// EPLB's switch between forwards (MoeLayer::stage_placement, install_placement, discard_placement)
+// under expert parallelism, two ranks as threads over Gloo, for every expert layout: after each
+// re-placement (experts moved, a rank holding two copies of one expert, copies given up) and after
+// a dropped one each rank's output is still the one-device output bit for bit (batch-invariant
+// backend), and each rank loads only the experts it did not hold.
 TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
   const int64_t experts = 4, top_k = 2, inter = 6;
   const int64_t num_tokens[2] = {5, 3};
@@ -452,6 +452,14 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
           layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
           EXPECT_EQ(out, want[rank]) << "rank " << rank << ", step " << step;
         }
+        // A staged placement dropped (another rank failed to load) leaves the layer as it was.
+        const ExpertPlacement last = layer.placement();
+        auto dropped = layer.stage_placement(source, ExpertPlacement::contiguous(4, 2, 2).value());
+        ASSERT_TRUE(dropped.ok());
+        layer.discard_placement(*source.backend, std::move(*dropped));
+        EXPECT_EQ(layer.placement(), last);
+        layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+        EXPECT_EQ(out, want[rank]) << "rank " << rank << ", after a dropped placement";
         ExpertPlacement wrong{static_cast<int32_t>(experts), 2, 2, {0, 1, 2, 3}};
         EXPECT_FALSE(layer.stage_placement(source, wrong).ok());
       });

@@ -45,6 +45,21 @@ Result<std::vector<float>> read_expert_f32(const ModelSource& source, const std:
   return values;
 }
 
+// The experts of `leaving` that are not in `staying` go: their views back to the backend (a device
+// frees its copy), their arenas with the last reference.
+void release_experts(Backend& backend, std::vector<std::shared_ptr<const LoadedExpert>> leaving,
+                     const std::vector<std::shared_ptr<const LoadedExpert>>& staying) {
+  std::sort(leaving.begin(), leaving.end());
+  leaving.erase(std::unique(leaving.begin(), leaving.end()), leaving.end());  // two slots may share one
+  for (const auto& expert : leaving) {
+    if (std::find(staying.begin(), staying.end(), expert) != staying.end()) continue;
+    for (const kernels::WeightView* view : {&expert->gate, &expert->up, &expert->down, &expert->gate_bias,
+                                            &expert->up_bias, &expert->down_bias}) {
+      if (view->data != nullptr) backend.release_weight(*view);
+    }
+  }
+}
+
 }  // namespace
 
 MoeOptions moe_options_from_config(const MoeConfig& config) {
@@ -379,18 +394,12 @@ void MoeLayer::install_placement(Backend& backend, StagedPlacement staged) {
   std::vector<std::shared_ptr<const LoadedExpert>> old = std::move(experts_);
   placement_ = std::move(staged.placement);
   set_experts(std::move(staged.experts));
-  // The experts that left: their views go back to the backend (a device frees its copy); their
-  // arenas go with the last reference.
-  std::sort(old.begin(), old.end());
-  old.erase(std::unique(old.begin(), old.end()), old.end());  // a rank may hold two copies of one expert
-  for (const auto& expert : old) {
-    if (std::find(experts_.begin(), experts_.end(), expert) != experts_.end()) continue;
-    for (const kernels::WeightView* view : {&expert->gate, &expert->up, &expert->down, &expert->gate_bias,
-                                            &expert->up_bias, &expert->down_bias}) {
-      if (view->data != nullptr) backend.release_weight(*view);
-    }
-  }
+  release_experts(backend, std::move(old), experts_);
   token_counts_ = backend.allocate(gate_.size() * sizeof(int64_t));
+}
+
+void MoeLayer::discard_placement(Backend& backend, StagedPlacement staged) const {
+  release_experts(backend, std::move(staged.experts), experts_);
 }
 
 }  // namespace deepinfer

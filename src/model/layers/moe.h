@@ -109,6 +109,9 @@ class MoeLayer {
   // given back (Backend::release_weight); the per-slot token counters restart from zero. Call
   // between forwards only.
   void install_placement(Backend& backend, StagedPlacement staged);
+  // Drops a staged placement instead (another rank could not load its share): the experts it
+  // loaded are given back; the layer is unchanged.
+  void discard_placement(Backend& backend, StagedPlacement staged) const;
 
  private:
   // Where the routed experts' weights are in the checkpoint.
