@@ -39,7 +39,8 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--data-parallel-size N [--expert-parallel] [--num-redundant-experts R]
                         [--expert-placement FILE] [--data-parallel-size-local L --data-parallel-start-rank S]
                         [--data-parallel-rank R] [--data-parallel-address DIR|redis://HOST:PORT]
-                        [--data-parallel-host H]]
+                        [--data-parallel-host H] [--eplb-interval N] [--eplb-window N]
+                        [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -81,6 +82,9 @@ relayed byte for byte); the other routes are rank 0's. --expert-parallel spreads
 experts over the ranks, which then run their forwards together (steps run one at a time, without
 --async-scheduling; no --speculative-tokens). Multi-machine groups: --data-parallel-size-local,
 --data-parallel-start-rank, --data-parallel-rank, --data-parallel-address (docs/parallel.md).
+EPLB while serving: every --eplb-interval forward rounds (default 10000; 0: never) the experts are
+re-placed from the last --eplb-window rounds' loads (default 1000) by --eplb-policy (default
+peak-aware); --expert-placement-out FILE keeps the current placement (docs/parallel.md).
 )";
 
 struct ServeSetup {

@@ -36,13 +36,30 @@ class PeakAwarePacker {
   const std::vector<int32_t>& experts_on(int32_t rank) const { return rank_experts_[rank]; }
   double objective() const { return std::accumulate(peaks_.begin(), peaks_.end(), 0.0); }
 
-  // The greedy pass's choice for one replica of expert among ranks with fewer than slots_per_rank slots.
+  // Whether rank holds a copy of expert.
+  bool holds(int32_t rank, int32_t expert) const {
+    const std::vector<int32_t>& experts = rank_experts_[rank];
+    return std::find(experts.begin(), experts.end(), expert) != experts.end();
+  }
+  // Whether rank can take a copy of expert: it has room and, while a rank without the expert has
+  // room, no copy already (a second copy on one rank balances nothing).
+  bool can_take(int32_t rank, int32_t expert, int32_t slots_per_rank) const {
+    const auto has_room = [&](int32_t r) { return static_cast<int32_t>(rank_experts_[r].size()) < slots_per_rank; };
+    if (!has_room(rank)) return false;
+    if (!holds(rank, expert)) return true;
+    for (int32_t r = 0; r < num_ranks_; ++r) {
+      if (has_room(r) && !holds(r, expert)) return false;
+    }
+    return true;
+  }
+
+  // The greedy pass's choice for one replica of expert among ranks that can take it (can_take).
   int32_t cheapest_rank_for(int32_t expert, int32_t slots_per_rank) const {
     const double* load = row(expert);
     int32_t best_rank = -1;
     double best_cost = std::numeric_limits<double>::infinity();
     for (int32_t r = 0; r < num_ranks_; ++r) {
-      if (static_cast<int32_t>(rank_experts_[r].size()) >= slots_per_rank) continue;
+      if (!can_take(r, expert, slots_per_rank)) continue;
       const double* rank_load = rank_row(r);
       double cost = 0;
       // Every term is >= 0, so a partial sum above the best so far already loses.
@@ -57,11 +74,12 @@ class PeakAwarePacker {
     return best_rank;
   }
 
-  // The totals-balancing choice (DeepSeek's packing rule): the rank with room and the least total load.
-  int32_t lightest_rank(int32_t slots_per_rank) const {
+  // The totals-balancing choice (DeepSeek's packing rule): the rank that can take the replica
+  // (can_take) with the least total load.
+  int32_t lightest_rank(int32_t expert, int32_t slots_per_rank) const {
     int32_t lightest = -1;
     for (int32_t r = 0; r < num_ranks_; ++r) {
-      if (static_cast<int32_t>(rank_experts_[r].size()) >= slots_per_rank) continue;
+      if (!can_take(r, expert, slots_per_rank)) continue;
       if (lightest < 0 || rank_totals_[r] < rank_totals_[lightest]) lightest = r;
     }
     return lightest;
@@ -171,6 +189,8 @@ class PeakAwarePacker {
       const double* x_a = row(rank_experts_[r][a]);
       for (size_t b = 0; b < rank_experts_[q].size(); ++b) {
         if (rank_experts_[q][b] == rank_experts_[r][a]) continue;  // two copies of one expert: no change
+        // A swap that would put a second copy of an expert on one rank balances nothing.
+        if (holds(r, rank_experts_[q][b]) || holds(q, rank_experts_[r][a])) continue;
         const double* x_b = row(rank_experts_[q][b]);
         double delta = 0;
         int32_t t = 0;
@@ -281,7 +301,7 @@ Result<ExpertPlacement> peak_aware_placement(const ExpertLoadWindow& window, con
   PeakAwarePacker by_totals(window, replica_counts, config.num_ranks);
   for (const int32_t expert : replicas) {
     peak_aware.place(expert, peak_aware.cheapest_rank_for(expert, slots_per_rank));
-    by_totals.place(expert, by_totals.lightest_rank(slots_per_rank));
+    by_totals.place(expert, by_totals.lightest_rank(expert, slots_per_rank));
   }
   PeakAwarePackingStats local_stats;
   local_stats.started_from_totals = by_totals.objective() < peak_aware.objective();

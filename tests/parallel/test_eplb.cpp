@@ -124,6 +124,34 @@ TEST(Eplb, PoliciesKeepEveryExpertAndFillEveryRank) {
   }
 }
 
+// A second copy of an expert on a rank that already holds one balances nothing: ours spreads an
+// expert's copies over different ranks (a rank holds at most ceil(copies / ranks) of them; skewed
+// traces, where hot experts get several copies, some more than there are ranks).
+TEST(Eplb, OursPutsAnExpertsCopiesOnDifferentRanks) {
+  for (const auto& [num_experts, num_ranks, num_redundant] :
+       std::vector<std::tuple<int32_t, int32_t, int32_t>>{{8, 2, 2}, {8, 4, 4}, {16, 8, 8}, {64, 16, 16}, {32, 4, 12}}) {
+    const ExpertLoadWindow trace = random_trace(num_experts * 7 + num_redundant, num_experts, 50, 400, 1.2);
+    const EplbConfig config{.num_ranks = num_ranks, .num_redundant = num_redundant, .policy = EplbPolicy::kPeakAware};
+    auto placement = rebalance_layer(trace, config);
+    ASSERT_TRUE(placement.ok()) << placement.error().message;
+    const std::vector<int32_t> copies = placement->replica_counts();
+    EXPECT_TRUE(std::any_of(copies.begin(), copies.end(), [](int32_t c) { return c >= 2; }));
+    for (int32_t r = 0; r < num_ranks; ++r) {
+      std::vector<int32_t> held_copies(static_cast<size_t>(num_experts), 0);
+      for (int32_t slot = 0; slot < placement->slots_per_rank; ++slot) {
+        ++held_copies[static_cast<size_t>(placement->physical_to_logical[r * placement->slots_per_rank + slot])];
+      }
+      for (int32_t e = 0; e < num_experts; ++e) {
+        const int32_t most = (copies[static_cast<size_t>(e)] + num_ranks - 1) / num_ranks;
+        EXPECT_LE(held_copies[static_cast<size_t>(e)], most)
+            << num_experts << " experts on " << num_ranks << " ranks + " << num_redundant << ": rank " << r
+            << " holds " << held_copies[static_cast<size_t>(e)] << " of expert " << e << "'s "
+            << copies[static_cast<size_t>(e)] << " copies";
+      }
+    }
+  }
+}
+
 // Ours starts from the better of its own greedy pass and packing by totals (DeepSeek's rule on the
 // same replicas), and its search only lowers the objective.
 TEST(Eplb, OursIsNeverWorseThanDeepSeeksOnTheObjective) {
