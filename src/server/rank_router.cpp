@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -48,8 +49,8 @@ int32_t RankRouter::acquire(int64_t tokens) {
   for (size_t r = 1; r < ranks_.size(); ++r) {
     const Rank& a = ranks_[r];
     const Rank& b = ranks_[best];
-    if (a.outstanding_tokens < b.outstanding_tokens ||
-        (a.outstanding_tokens == b.outstanding_tokens && a.outstanding_requests < b.outstanding_requests)) {
+    if (std::tie(a.outstanding_tokens, a.outstanding_requests, a.routed) <
+        std::tie(b.outstanding_tokens, b.outstanding_requests, b.routed)) {
       best = r;
     }
   }

@@ -3,7 +3,8 @@
 // Rank 0's own requests run on its worker; another rank's are relayed to that rank's HTTP server
 // (the same API) byte for byte, streams included, so the client sees one server. Load is what the
 // front itself sent and has not seen finish: outstanding tokens (the request body's bytes / 4 as
-// its prompt estimate, plus its max_tokens), ties broken by fewer requests, then the lower rank.
+// its prompt estimate, plus its max_tokens), ties broken by fewer requests, then by fewer requests
+// routed so far (idle ranks take turns), then the lower rank.
 // Thread-safe.
 #pragma once
 
