@@ -2,6 +2,7 @@
 #include "engine/data_parallel.h"
 
 #include <string>
+#include <vector>
 
 #include "parallel/eplb.h"
 
@@ -27,6 +28,22 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   if (!policy.ok() || *policy == EplbPolicy::kContiguous) {
     return Error{"eplb_policy must be peak-aware or deepseek, not '" + config.eplb_policy + "'"};
   }
+  // The file is read and checked against the group size before the rendezvous, so every rank fails
+  // the same way without one rank's exit breaking the others' connections mid-join.
+  std::vector<ExpertPlacement> placements;
+  if (config.expert_parallel && !config.expert_placement_file.empty()) {
+    auto loaded = load_placements(config.expert_placement_file);
+    if (!loaded.ok()) return Error{"--expert-placement: " + loaded.error().message};
+    placements = std::move(*loaded);
+    for (size_t i = 0; i < placements.size(); ++i) {
+      if (placements[i].num_ranks != config.size) {
+        return Error{"--expert-placement: the expert placement of MoE layer " + std::to_string(i) + " is for " +
+                     std::to_string(placements[i].num_logical_experts) + " experts on " +
+                     std::to_string(placements[i].num_ranks) + " ranks, but the data-parallel size is " +
+                     std::to_string(config.size)};
+      }
+    }
+  }
   DataParallelGroup joined;
   if (config.size == 1) return joined;
   if (config.address.empty()) {
@@ -50,11 +67,7 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   expert_parallel->eplb_interval_steps = config.eplb_interval_steps;
   expert_parallel->eplb_policy = *policy;
   expert_parallel->placement_out_file = config.expert_placement_out_file;
-  if (!config.expert_placement_file.empty()) {
-    auto placements = load_placements(config.expert_placement_file);
-    if (!placements.ok()) return Error{"--expert-placement: " + placements.error().message};
-    expert_parallel->placements = std::move(*placements);
-  }
+  expert_parallel->placements = std::move(placements);
   joined.expert_parallel = std::move(expert_parallel);
   return joined;
 }

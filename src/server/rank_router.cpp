@@ -120,7 +120,9 @@ asio::awaitable<bool> relay_to_rank(TcpStream& client, const HttpRequest& reques
   if (ec) {
     context.metrics->record_request("relay", 503);
     const ApiError error = api_error(kind, 503, where + " cannot be reached: " + ec.message());
-    co_await write_response(client, make_error_response(request, kind, error), context.config.write_timeout_s);
+    HttpResponse response = make_error_response(request, kind, error);
+    response.keep_alive(false);  // the connection closes after it: say so, or a client reuses it
+    co_await write_response(client, std::move(response), context.config.write_timeout_s);
     co_return false;
   }
   // The rank answers within its own request timeout; a stream may be quiet while it queues.
