@@ -7,7 +7,8 @@
 
 #include <chrono>
 #include <filesystem>
-#include <thread>
+
+#include "group_threads.h"
 
 #include "model/expert_parallel.h"
 #include "model/model.h"
@@ -51,39 +52,29 @@ TEST(ExpertRebalance, ARequestOnOneRankReplacesEveryRankAtTheNextRound) {
   const std::string placement_file = (dir / "placement.json").string();
   std::vector<float> got;
   bool requested_on_idle_rank = true;
-  std::vector<std::thread> ranks;
-  for (int32_t rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      GroupOptions group;
-      group.rank = rank;
-      group.world_size = 2;
-      group.rendezvous = (dir / "rendezvous").string();
-      group.timeout = std::chrono::seconds(60);
-      auto communicator = connect_group(group);
-      ASSERT_TRUE(communicator.ok()) << communicator.error().message;
-      auto expert_parallel = std::make_shared<ExpertParallelism>();
-      expert_parallel->group = std::move(*communicator);
-      expert_parallel->num_redundant_experts = 2;
-      expert_parallel->eplb_interval_steps = 0;  // on request only
-      expert_parallel->placement_out_file = placement_file;
-      auto backend = make_backend("cpu", invariant()).value();
-      auto model = load_model(kModelDir, *backend, false, expert_parallel);
-      ASSERT_TRUE(model.ok()) << model.error().message;
-      if (rank == 0) {
-        // Rank 0 runs both forwards; rank 1 asks for the re-placement after joining the first,
-        // so it happens at the start of the second.
-        got = two_forwards(**model, prompt, next);
-        while ((*model)->run_idle_step()) {
-        }
-      } else {
-        EXPECT_TRUE((*model)->run_idle_step());
-        requested_on_idle_rank = (*model)->request_expert_rebalance();
-        while ((*model)->run_idle_step()) {
-        }
+  testing::run_group(2, "rebalance", std::chrono::seconds(60), [&](std::shared_ptr<Communicator> group) {
+    const int32_t rank = group->rank();
+    auto expert_parallel = std::make_shared<ExpertParallelism>();
+    expert_parallel->group = std::move(group);
+    expert_parallel->num_redundant_experts = 2;
+    expert_parallel->eplb_interval_steps = 0;  // on request only
+    expert_parallel->placement_out_file = placement_file;
+    auto backend = make_backend("cpu", invariant()).value();
+    auto model = load_model(kModelDir, *backend, false, expert_parallel);
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    if (rank == 0) {
+      // Rank 0 runs both forwards; rank 1 asks for the re-placement after joining the first,
+      // so it happens at the start of the second.
+      got = two_forwards(**model, prompt, next);
+      while ((*model)->run_idle_step()) {
       }
-    });
-  }
-  for (std::thread& rank : ranks) rank.join();
+    } else {
+      EXPECT_TRUE((*model)->run_idle_step());
+      requested_on_idle_rank = (*model)->request_expert_rebalance();
+      while ((*model)->run_idle_step()) {
+      }
+    }
+  });
   EXPECT_TRUE(requested_on_idle_rank);
   EXPECT_EQ(got, want) << "rank 0's logits before and after the re-placement";
   // The placement rank 0 wrote after the re-placement: fitted to the first forward's routing, so

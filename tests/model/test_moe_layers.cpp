@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <map>
 #include <random>
-#include <thread>
 
 #include <unistd.h>
 
+#include "group_threads.h"
 #include "model/expert_parallel.h"
 #include "model/layers/attention.h"
 #include "model/layers/mla.h"
@@ -412,60 +412,46 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
       for (float& value : x[r]) value = dist(rng);
       want[r] = run_moe(sources[r], options, x[r]);
     }
-    const std::string rendezvous =
-        (std::filesystem::temp_directory_path() / ("deepinfer-moe-replace-" + std::to_string(::getpid()))).string();
-    std::filesystem::remove_all(rendezvous);
-    std::vector<std::thread> ranks;
-    for (int32_t rank = 0; rank < 2; ++rank) {
-      ranks.emplace_back([&, rank] {
-        GroupOptions group;
-        group.rank = rank;
-        group.world_size = 2;
-        group.rendezvous = rendezvous;
-        group.timeout = std::chrono::seconds(30);
-        auto communicator = connect_group(group);
-        ASSERT_TRUE(communicator.ok()) << communicator.error().message;
-        auto expert_parallel = std::make_shared<ExpertParallelism>();
-        expert_parallel->group = std::move(*communicator);
-        expert_parallel->num_redundant_experts = 2;
-        ModelSource source = sources[rank];
-        source.expert_parallel = expert_parallel;
-        MoeLayer layer = MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value();
-        const int64_t n = num_tokens[rank];
-        std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));
-        std::vector<float> out(x[rank].size());
+    testing::run_group(2, "moe-replace", std::chrono::seconds(30), [&](std::shared_ptr<Communicator> group) {
+      const int32_t rank = group->rank();
+      auto expert_parallel = std::make_shared<ExpertParallelism>();
+      expert_parallel->group = std::move(group);
+      expert_parallel->num_redundant_experts = 2;
+      ModelSource source = sources[rank];
+      source.expert_parallel = expert_parallel;
+      MoeLayer layer = MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value();
+      const int64_t n = num_tokens[rank];
+      std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));
+      std::vector<float> out(x[rank].size());
+      layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+      EXPECT_EQ(out, want[rank]) << "rank " << rank << ", contiguous placement";
+      int64_t routed = 0;
+      for (int64_t count : layer.take_routed_tokens()) routed += count;
+      EXPECT_EQ(routed, n * top_k);
+      for (size_t step = 0; step < steps.size(); ++step) {
+        ExpertPlacement next{static_cast<int32_t>(experts), 2, 3, steps[step]};
+        auto staged = layer.stage_placement(source, next);
+        ASSERT_TRUE(staged.ok()) << staged.error().message;
+        EXPECT_EQ(staged->num_loaded, loads[step][rank]) << "rank " << rank << ", step " << step;
+        const std::vector<int32_t> before = step == 0 ? std::vector<int32_t>{0, 1, 2, 3, 0, 1} : steps[step - 1];
+        EXPECT_EQ(layer.placement().physical_to_logical, before) << "staging changes nothing";
+        layer.install_placement(*source.backend, std::move(*staged));
+        EXPECT_EQ(layer.placement(), next);
+        std::fill(out.begin(), out.end(), 0.0f);
         layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
-        EXPECT_EQ(out, want[rank]) << "rank " << rank << ", contiguous placement";
-        int64_t routed = 0;
-        for (int64_t count : layer.take_routed_tokens()) routed += count;
-        EXPECT_EQ(routed, n * top_k);
-        for (size_t step = 0; step < steps.size(); ++step) {
-          ExpertPlacement next{static_cast<int32_t>(experts), 2, 3, steps[step]};
-          auto staged = layer.stage_placement(source, next);
-          ASSERT_TRUE(staged.ok()) << staged.error().message;
-          EXPECT_EQ(staged->num_loaded, loads[step][rank]) << "rank " << rank << ", step " << step;
-          const std::vector<int32_t> before = step == 0 ? std::vector<int32_t>{0, 1, 2, 3, 0, 1} : steps[step - 1];
-          EXPECT_EQ(layer.placement().physical_to_logical, before) << "staging changes nothing";
-          layer.install_placement(*source.backend, std::move(*staged));
-          EXPECT_EQ(layer.placement(), next);
-          std::fill(out.begin(), out.end(), 0.0f);
-          layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
-          EXPECT_EQ(out, want[rank]) << "rank " << rank << ", step " << step;
-        }
-        // A staged placement dropped (another rank failed to load) leaves the layer as it was.
-        const ExpertPlacement last = layer.placement();
-        auto dropped = layer.stage_placement(source, ExpertPlacement::contiguous(4, 2, 2).value());
-        ASSERT_TRUE(dropped.ok());
-        layer.discard_placement(*source.backend, std::move(*dropped));
-        EXPECT_EQ(layer.placement(), last);
-        layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
-        EXPECT_EQ(out, want[rank]) << "rank " << rank << ", after a dropped placement";
-        ExpertPlacement wrong{static_cast<int32_t>(experts), 2, 2, {0, 1, 2, 3}};
-        EXPECT_FALSE(layer.stage_placement(source, wrong).ok());
-      });
-    }
-    for (std::thread& rank : ranks) rank.join();
-    std::filesystem::remove_all(rendezvous);
+        EXPECT_EQ(out, want[rank]) << "rank " << rank << ", step " << step;
+      }
+      // A staged placement dropped (another rank failed to load) leaves the layer as it was.
+      const ExpertPlacement last = layer.placement();
+      auto dropped = layer.stage_placement(source, ExpertPlacement::contiguous(4, 2, 2).value());
+      ASSERT_TRUE(dropped.ok());
+      layer.discard_placement(*source.backend, std::move(*dropped));
+      EXPECT_EQ(layer.placement(), last);
+      layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+      EXPECT_EQ(out, want[rank]) << "rank " << rank << ", after a dropped placement";
+      ExpertPlacement wrong{static_cast<int32_t>(experts), 2, 2, {0, 1, 2, 3}};
+      EXPECT_FALSE(layer.stage_placement(source, wrong).ok());
+    });
   }
 }
 

@@ -3,51 +3,23 @@
 // agree on every rank, and a rank that leaves makes the others fail with an error naming the group
 // instead of hanging.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
-#include <functional>
-#include <thread>
 
+#include "group_threads.h"
 #include "core/device_error.h"
 #include "runtime/comm/communicator.h"
 
 namespace deepinfer {
 namespace {
 
-std::string fresh_rendezvous(const std::string& name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("deepinfer-comm-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
-
-// Runs body(communicator) on world_size ranks, one thread each.
-void run_group(int32_t world_size, const std::string& name, std::chrono::milliseconds timeout,
-               const std::function<void(Communicator&)>& body) {
-  const std::string rendezvous = fresh_rendezvous(name);
-  std::vector<std::thread> threads;
-  for (int32_t rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back([&, rank] {
-      GroupOptions options;
-      options.rank = rank;
-      options.world_size = world_size;
-      options.rendezvous = rendezvous;
-      options.group_name = name;
-      options.timeout = timeout;
-      auto communicator = connect_group(options);
-      ASSERT_TRUE(communicator.ok()) << communicator.error().message;
-      body(**communicator);
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::filesystem::remove_all(rendezvous);
-}
+using testing::fresh_rendezvous;
+using testing::run_group;
 
 TEST(Communicator, AllToAllVMovesUnevenSlices) {
   constexpr int32_t kRanks = 3;
-  run_group(kRanks, "a2a", std::chrono::seconds(30), [](Communicator& c) {
+  run_group(kRanks, "a2a", std::chrono::seconds(30), [](std::shared_ptr<Communicator> group) {
+    Communicator& c = *group;
     const int32_t r = c.rank();
     // Rank r sends (r + d) % 3 values to rank d (zero to some), each value 100 r + 10 d + i.
     std::vector<int64_t> send_counts(kRanks);
@@ -69,7 +41,8 @@ TEST(Communicator, AllToAllVMovesUnevenSlices) {
 }
 
 TEST(Communicator, ReductionsAndGatherAgree) {
-  run_group(4, "reduce", std::chrono::seconds(30), [](Communicator& c) {
+  run_group(4, "reduce", std::chrono::seconds(30), [](std::shared_ptr<Communicator> group) {
+    Communicator& c = *group;
     std::vector<int64_t> max_values = {c.rank(), -c.rank()};
     c.all_reduce_max(max_values);
     EXPECT_EQ(max_values, (std::vector<int64_t>{3, 0}));
@@ -82,7 +55,8 @@ TEST(Communicator, ReductionsAndGatherAgree) {
 }
 
 TEST(Communicator, ARankThatLeavesFailsTheOthersWithTheGroupsName) {
-  run_group(2, "leaver", std::chrono::seconds(20), [](Communicator& c) {
+  run_group(2, "leaver", std::chrono::seconds(20), [](std::shared_ptr<Communicator> group) {
+    Communicator& c = *group;
     std::vector<int64_t> values = {1};
     c.all_reduce_sum(values);   // both joined
     if (c.rank() == 1) return;  // its communicator closes when the thread's body returns
