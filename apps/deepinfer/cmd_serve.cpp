@@ -40,7 +40,8 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                         [--expert-placement FILE] [--data-parallel-size-local L --data-parallel-start-rank S]
                         [--data-parallel-rank R] [--data-parallel-address DIR|redis://HOST:PORT]
                         [--data-parallel-host H] [--eplb-interval N] [--eplb-window N]
-                        [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]]
+                        [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]
+                        [--data-parallel-routing least-loaded|prefix-affinity]]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -78,7 +79,9 @@ the last one is post-processed (docs/architecture.md, "The pipelined step loop")
 --data-parallel-size N: N ranks (processes this one starts), each with its own engine, scheduler
 and KV cache; rank 0 answers on --host:--port and sends each generation request to the rank with
 the fewest outstanding tokens (its own, or another rank's HTTP server on --data-parallel-host,
-relayed byte for byte); the other routes are rank 0's. --expert-parallel spreads the MoE layers'
+relayed byte for byte); the other routes are rank 0's. --data-parallel-routing prefix-affinity
+sends a request to the rank that likely caches the longest run of its prompt's leading KV blocks,
+unless that rank is more than --max-num-batched-tokens outstanding tokens above the least loaded. --expert-parallel spreads the MoE layers'
 experts over the ranks, which then run their forwards together (steps run one at a time, without
 --async-scheduling; no --speculative-tokens). Multi-machine groups: --data-parallel-size-local,
 --data-parallel-start-rank, --data-parallel-rank, --data-parallel-address (docs/parallel.md).
@@ -202,7 +205,8 @@ int run_serve(int argc, char** argv) {
                                "--max-queued-tokens", "--request-timeout", "--max-body-bytes", "--max-num-seqs",
                                "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
                                "--gpu-memory-utilization", "--block-size", "--io-threads", "--max-n",
-                               "--shutdown-timeout", kSpeculativeTokensFlag, kSpecVarlenFlag}))),
+                               "--shutdown-timeout", "--data-parallel-routing", kSpeculativeTokensFlag,
+                               kSpecVarlenFlag}))),
                           data_parallel_bool_flags(
                               model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling"})));
   if (!args.ok()) return report_error("serve", args.error());
@@ -214,6 +218,11 @@ int run_serve(int argc, char** argv) {
   auto data_parallel = data_parallel_from_args(*args, argc, argv, ranks);
   if (!data_parallel.ok()) return report_error("serve", data_parallel.error());
   const bool expert_parallel = data_parallel->expert_parallel && data_parallel->size > 1;
+  auto routing = server::parse_rank_routing(args->find("--data-parallel-routing").value_or("least-loaded"));
+  if (!routing.ok()) return report_error("serve", routing.error());
+  if (args->has("--data-parallel-routing") && data_parallel->size < 2) {
+    return report_error("serve", Error{"--data-parallel-routing needs --data-parallel-size of 2 or more"});
+  }
   if (expert_parallel) {
     if (engine_cfg->speculative.num_tokens > 0) {
       return report_error("serve", Error{"--speculative-tokens does not run under --expert-parallel yet"});
@@ -300,7 +309,12 @@ int run_serve(int argc, char** argv) {
       ranks_at.push_back({address.substr(0, space), static_cast<uint16_t>(std::stoi(address.substr(space + 1)))});
     }
     if (data_parallel->rank == 0) {
-      router.emplace(std::move(ranks_at));
+      server::RankRouterOptions options;
+      options.routing = *routing;
+      options.block_size = engine->config().block_size;
+      options.remembered_blocks_per_rank = engine->stats().num_kv_blocks;
+      options.affinity_slack_tokens = engine->config().scheduler.max_num_batched_tokens;
+      router.emplace(std::move(ranks_at), options);
       context.router = &*router;
     }
   }

@@ -916,6 +916,7 @@ EngineStats EngineCore::stats() const {
   s.num_waiting = impl_->scheduler.num_waiting();
   s.num_running = impl_->scheduler.num_running();
   s.kv_usage = impl_->kv.usage();
+  s.num_kv_blocks = impl_->kv.num_blocks();
   s.num_swa_kv_blocks = impl_->kv.num_swa_blocks();
   s.prefix_cache = impl_->kv.stats();
   s.num_preemptions = impl_->num_preemptions;

@@ -116,6 +116,7 @@ struct EngineStats {
   size_t num_waiting = 0;
   size_t num_running = 0;
   double kv_usage = 0.0;
+  int32_t num_kv_blocks = 0;  // the KV pool's blocks (of the full-attention layers when split)
   // Blocks of the sliding-window layers' own pool when the model mixes window and full layers
   // (docs/architecture.md); 0: not split.
   int32_t num_swa_kv_blocks = 0;

@@ -114,10 +114,7 @@ class GenerationHandler {
   GenerationHandler(TcpStream& stream, const HttpRequest& request, ApiKind kind, ServerContext& context)
       : stream_(stream), request_(request), kind_(kind), context_(context), endpoint_(endpoint_name(kind)) {}
 
-  asio::awaitable<bool> run() {
-    auto body = parse_json_body(kind_, request_.body());
-    if (const ApiError* error = std::get_if<ApiError>(&body)) co_return co_await reply_error(*error);
-    auto parsed = parse_api_request(kind_, std::get<Json>(body), context_.model);
+  asio::awaitable<bool> run(std::variant<ApiRequest, ApiError> parsed) {
     if (const ApiError* error = std::get_if<ApiError>(&parsed)) co_return co_await reply_error(*error);
     ApiRequest& api = std::get<ApiRequest>(parsed);
     if (!api.model.empty() && api.model != context_.model.served_name) {
@@ -282,12 +279,21 @@ class GenerationHandler {
 
 }  // namespace
 
+std::variant<ApiRequest, ApiError> parse_generation_request(const HttpRequest& request, ApiKind kind,
+                                                            const ServerContext& context) {
+  auto body = parse_json_body(kind, request.body());
+  if (ApiError* error = std::get_if<ApiError>(&body)) return std::move(*error);
+  return parse_api_request(kind, std::get<Json>(body), context.model);
+}
+
 asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,
-                                        ServerContext& context) {
+                                        ServerContext& context,
+                                        std::optional<std::variant<ApiRequest, ApiError>> parsed) {
   GenerationHandler handler(stream, request, kind, context);
   std::string failure;
   try {
-    co_return co_await handler.run();
+    if (!parsed) parsed = parse_generation_request(request, kind, context);
+    co_return co_await handler.run(std::move(*parsed));
   } catch (const std::exception& e) {
     failure = e.what();
   }

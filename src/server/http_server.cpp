@@ -86,9 +86,28 @@ asio::awaitable<bool> route_to_rank(TcpStream& stream, const HttpRequest& reques
     int32_t rank;
     ~Outstanding() { router.release(rank, tokens); }
   };
-  const int64_t tokens = RankRouter::estimate_tokens(request);
-  const Outstanding outstanding{*context.router, tokens, context.router->acquire(tokens)};
-  if (outstanding.rank == 0) co_return co_await handle_generation(stream, request, kind, context);
+  // Parsed once here: its prompt tokens weigh it and name its blocks. A request that does not parse
+  // gets its error from rank 0, and one whose parse fails on a bug gets rank 0's 500.
+  std::optional<std::variant<ApiRequest, ApiError>> parsed;
+  try {
+    parsed = parse_generation_request(request, kind, context);
+  } catch (const std::exception&) {
+  }
+  const ApiRequest* api = parsed ? std::get_if<ApiRequest>(&*parsed) : nullptr;
+  if (api == nullptr) co_return co_await handle_generation(stream, request, kind, context, std::move(parsed));
+  RoutedRequest routed;
+  routed.tokens = static_cast<int64_t>(api->prompt_token_ids.size()) +
+                  static_cast<int64_t>(api->sampling.n) * api->sampling.max_tokens;
+  if (context.router->options().routing == RankRouting::kPrefixAffinity) {
+    BlockHashChain chain(prefix_root_hash(context.model.served_name, api->cache_salt),
+                         context.router->options().block_size);
+    chain.extend(api->prompt_token_ids);
+    for (int32_t i = 0; i < chain.num_blocks(); ++i) routed.prompt_blocks.push_back(chain.hash(i));
+  }
+  const Outstanding outstanding{*context.router, routed.tokens, context.router->acquire(routed)};
+  if (outstanding.rank == 0) {
+    co_return co_await handle_generation(stream, request, kind, context, std::move(parsed));
+  }
   co_return co_await relay_to_rank(stream, request, kind, outstanding.rank, context.router->address(outstanding.rank),
                                    context);
 }

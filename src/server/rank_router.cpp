@@ -12,8 +12,6 @@
 #include <chrono>
 #include <tuple>
 
-#include <nlohmann/json.hpp>
-
 namespace deepinfer::server {
 
 namespace asio = boost::asio;
@@ -27,38 +25,74 @@ std::chrono::steady_clock::duration write_timeout(const ServerContext& context) 
 
 }  // namespace
 
-RankRouter::RankRouter(std::vector<RankAddress> addresses) {
-  for (RankAddress& address : addresses) ranks_.push_back(Rank{std::move(address)});
+Result<RankRouting> parse_rank_routing(std::string_view name) {
+  if (name == "least-loaded") return RankRouting::kLeastLoaded;
+  if (name == "prefix-affinity") return RankRouting::kPrefixAffinity;
+  return Error{"--data-parallel-routing must be least-loaded or prefix-affinity, got '" + std::string(name) + "'"};
 }
 
-int64_t RankRouter::estimate_tokens(const HttpRequest& request) {
-  int64_t max_tokens = 0;
-  const auto body = nlohmann::json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_object()) {
-    for (const char* field : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
-      const auto it = body.find(field);
-      if (it != body.end() && it->is_number_integer()) max_tokens = std::max<int64_t>(max_tokens, it->get<int64_t>());
+int32_t RankRouter::RememberedBlocks::leading_matches(const std::vector<BlockHash>& blocks) const {
+  int32_t matched = 0;
+  while (static_cast<size_t>(matched) < blocks.size() && where_.contains(blocks[static_cast<size_t>(matched)])) {
+    ++matched;
+  }
+  return matched;
+}
+
+void RankRouter::RememberedBlocks::remember(const std::vector<BlockHash>& blocks, int64_t capacity) {
+  // Last block first, so the prompt's first block ends most recent: a rank's cache evicts a
+  // prompt's tail before its head, as a prefix tree's leaves go first.
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    if (auto found = where_.find(*it); found != where_.end()) {
+      recency_.splice(recency_.begin(), recency_, found->second);
+    } else {
+      recency_.push_front(*it);
+      where_.emplace(*it, recency_.begin());
     }
   }
-  return static_cast<int64_t>(request.body().size()) / 4 + max_tokens;
+  while (static_cast<int64_t>(recency_.size()) > capacity) {
+    where_.erase(recency_.back());
+    recency_.pop_back();
+  }
 }
 
-int32_t RankRouter::acquire(int64_t tokens) {
+RankRouter::RankRouter(std::vector<RankAddress> addresses, RankRouterOptions options) : options_(options) {
+  ranks_.resize(addresses.size());
+  for (size_t r = 0; r < addresses.size(); ++r) ranks_[r].address = std::move(addresses[r]);
+}
+
+int32_t RankRouter::acquire(const RoutedRequest& request) {
   std::lock_guard lock(mutex_);
-  size_t best = 0;
+  size_t least = 0;
   for (size_t r = 1; r < ranks_.size(); ++r) {
     const Rank& a = ranks_[r];
-    const Rank& b = ranks_[best];
+    const Rank& b = ranks_[least];
     if (std::tie(a.outstanding_tokens, a.outstanding_requests, a.routed) <
         std::tie(b.outstanding_tokens, b.outstanding_requests, b.routed)) {
-      best = r;
+      least = r;
     }
   }
-  Rank& chosen = ranks_[best];
-  chosen.outstanding_tokens += tokens;
-  ++chosen.outstanding_requests;
-  ++chosen.routed;
-  return static_cast<int32_t>(best);
+  size_t chosen = least;
+  const bool affinity = options_.routing == RankRouting::kPrefixAffinity && !request.prompt_blocks.empty();
+  if (affinity) {
+    const int64_t busiest_allowed = ranks_[least].outstanding_tokens + options_.affinity_slack_tokens;
+    int32_t best_matches = ranks_[least].blocks.leading_matches(request.prompt_blocks);
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      if (ranks_[r].outstanding_tokens > busiest_allowed) continue;
+      const int32_t matches = ranks_[r].blocks.leading_matches(request.prompt_blocks);
+      if (matches > best_matches) {
+        best_matches = matches;
+        chosen = r;
+      }
+    }
+  }
+  Rank& rank = ranks_[chosen];
+  rank.outstanding_tokens += request.tokens;
+  ++rank.outstanding_requests;
+  ++rank.routed;
+  if (chosen != least) ++rank.routed_by_affinity;
+  if (affinity) rank.blocks.remember(request.prompt_blocks, options_.remembered_blocks_per_rank);
+  return static_cast<int32_t>(chosen);
 }
 
 void RankRouter::release(int32_t rank, int64_t tokens) {
@@ -71,7 +105,7 @@ void RankRouter::release(int32_t rank, int64_t tokens) {
 void RankRouter::render_metrics(std::string& out) const {
   std::lock_guard lock(mutex_);
   out += "# HELP deepinfer_rank_outstanding_tokens Tokens of requests the front sent to a data-parallel rank and "
-         "has not seen finish (prompt estimated as body bytes / 4, plus max_tokens).\n"
+         "has not seen finish (prompt tokens plus n x max_tokens).\n"
          "# TYPE deepinfer_rank_outstanding_tokens gauge\n";
   int64_t total = 0, busiest = 0;
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -91,6 +125,13 @@ void RankRouter::render_metrics(std::string& out) const {
   for (size_t r = 0; r < ranks_.size(); ++r) {
     out += "deepinfer_rank_routed_requests_total{rank=\"" + std::to_string(r) + "\"} " +
            std::to_string(ranks_[r].routed) + "\n";
+  }
+  out += "# HELP deepinfer_rank_routed_by_prefix_affinity_total Requests sent to a rank for the prompt blocks it "
+         "likely holds where load alone would have picked another (--data-parallel-routing prefix-affinity).\n"
+         "# TYPE deepinfer_rank_routed_by_prefix_affinity_total counter\n";
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    out += "deepinfer_rank_routed_by_prefix_affinity_total{rank=\"" + std::to_string(r) + "\"} " +
+           std::to_string(ranks_[r].routed_by_affinity) + "\n";
   }
   const double mean = static_cast<double>(total) / static_cast<double>(ranks_.size());
   out += "# HELP deepinfer_rank_balance_ratio The busiest rank's outstanding tokens over the mean (1: even or idle).\n"

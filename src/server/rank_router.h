@@ -1,19 +1,28 @@
 // The front of a data-parallel server (deepinfer serve --data-parallel-size N): rank 0's HTTP
-// server sends each generation request to the least-loaded rank, the seeds' in-group balancer.
-// Rank 0's own requests run on its worker; another rank's are relayed to that rank's HTTP server
-// (the same API) byte for byte, streams included, so the client sees one server. Load is what the
-// front itself sent and has not seen finish: outstanding tokens (the request body's bytes / 4 as
-// its prompt estimate, plus its max_tokens), ties broken by fewer requests, then by fewer requests
-// routed so far (idle ranks take turns), then the lower rank.
+// server sends each generation request to a rank. Rank 0's own requests run on its worker; another
+// rank's are relayed to that rank's HTTP server (the same API) byte for byte, streams included, so
+// the client sees one server. The default is the seeds' in-group balancer: the rank with the fewest
+// outstanding tokens (what the front sent and has not seen finish: prompt tokens plus n x
+// max_tokens), ties broken by fewer requests, then by fewer requests routed so far (idle ranks take
+// turns), then the lower rank. Prefix affinity (--data-parallel-routing prefix-affinity) sends a
+// request to the rank that most likely holds the longest leading run of its prompt's KV blocks (the
+// front remembers the block hashes it sent to each rank, as many as a rank's KV pool holds, least
+// recently sent forgotten first), unless that rank is more than the slack busier than the least
+// loaded one: then load wins.
 // Thread-safe.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
+#include <list>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include "core/result.h"
+#include "kvcache/prefix_hash.h"
 #include "server/server_context.h"
 
 namespace deepinfer::server {
@@ -23,29 +32,64 @@ struct RankAddress {
   uint16_t port = 0;
 };
 
+enum class RankRouting { kLeastLoaded, kPrefixAffinity };
+
+// "least-loaded" or "prefix-affinity".
+Result<RankRouting> parse_rank_routing(std::string_view name);
+
+struct RankRouterOptions {
+  RankRouting routing = RankRouting::kLeastLoaded;
+  int32_t block_size = 128;  // the ranks' KV page size: affinity counts whole pages, as their caches do
+  // Prefix affinity: the prompt blocks remembered per rank (its KV pool's block count) and how many
+  // outstanding tokens a rank may be above the least-loaded one and still win a request by its
+  // cached prefix (the per-step token budget: about one prefill chunk of extra queue).
+  int64_t remembered_blocks_per_rank = 0;
+  int64_t affinity_slack_tokens = 0;
+};
+
+// One generation request as the front weighs it.
+struct RoutedRequest {
+  int64_t tokens = 0;                    // prompt tokens + n x max_tokens
+  std::vector<BlockHash> prompt_blocks;  // the prompt's full-block chain hashes (prefix affinity)
+};
+
 class RankRouter {
  public:
   // addresses[r]: where rank r's HTTP server listens (rank 0's own is not used).
-  explicit RankRouter(std::vector<RankAddress> addresses);
+  RankRouter(std::vector<RankAddress> addresses, RankRouterOptions options = {});
 
   int32_t num_ranks() const { return static_cast<int32_t>(ranks_.size()); }
-  // A request's load estimate from its JSON body.
-  static int64_t estimate_tokens(const HttpRequest& request);
-  // Picks the least-loaded rank and counts tokens against it until release().
-  int32_t acquire(int64_t tokens);
+  const RankRouterOptions& options() const { return options_; }
+  // Picks the rank and counts the request's tokens against it until release().
+  int32_t acquire(const RoutedRequest& request);
   void release(int32_t rank, int64_t tokens);
-  // Prometheus lines: per-rank outstanding tokens and requests, requests routed, and the balance
-  // ratio (busiest rank's outstanding tokens over the mean, 1 when idle).
+  // Prometheus lines: per-rank outstanding tokens and requests, requests routed (and of those,
+  // routed by prefix affinity), and the balance ratio (busiest rank's outstanding tokens over the
+  // mean, 1 when idle).
   void render_metrics(std::string& out) const;
   const RankAddress& address(int32_t rank) const { return ranks_[static_cast<size_t>(rank)].address; }
 
  private:
+  // The prompt blocks sent to one rank, most recently sent first.
+  class RememberedBlocks {
+   public:
+    // How many of blocks, from the first, are remembered.
+    int32_t leading_matches(const std::vector<BlockHash>& blocks) const;
+    void remember(const std::vector<BlockHash>& blocks, int64_t capacity);
+
+   private:
+    std::list<BlockHash> recency_;
+    std::unordered_map<BlockHash, std::list<BlockHash>::iterator, BlockHashHasher> where_;
+  };
   struct Rank {
     RankAddress address;
     int64_t outstanding_tokens = 0;
     int32_t outstanding_requests = 0;
     int64_t routed = 0;
+    int64_t routed_by_affinity = 0;  // sent here for its prefix where load alone would not have
+    RememberedBlocks blocks;
   };
+  RankRouterOptions options_;
   mutable std::mutex mutex_;
   std::vector<Rank> ranks_;
 };

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "recipe/api.h"
 #include "server/engine_worker.h"
@@ -66,11 +67,16 @@ HttpResponse make_error_response(const HttpRequest& request, ApiKind kind, const
 // Writes one whole response; false when the connection failed.
 boost::asio::awaitable<bool> write_response(TcpStream& stream, HttpResponse response, double timeout_s);
 
+// A generation request's body, validated and rendered into prompt tokens.
+std::variant<ApiRequest, ApiError> parse_generation_request(const HttpRequest& request, ApiKind kind,
+                                                            const ServerContext& context);
+
 // The generation endpoints (/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages):
-// parse, admit, stream or collect, answer. Records the request in the metrics. Returns false
-// when the connection must close.
-boost::asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,
-                                               ServerContext& context);
+// parse (unless parsed is given), admit, stream or collect, answer. Records the request in the
+// metrics. Returns false when the connection must close.
+boost::asio::awaitable<bool> handle_generation(
+    TcpStream& stream, const HttpRequest& request, ApiKind kind, ServerContext& context,
+    std::optional<std::variant<ApiRequest, ApiError>> parsed = std::nullopt);
 
 // GET /health (503 with the reason once the device is lost or shutdown began), GET /v1/models,
 // GET /metrics, POST /tokenize, POST /detokenize; nullopt for any other path.

@@ -3,7 +3,8 @@
 // HTTP server), the ranks run their MoE layers together, and in batch-invariant mode every answer,
 // streamed or not, with logprobs, equals the one-rank server's: the official openai client against
 // both. /metrics shows the routing; SIGTERM stops the group cleanly; a rank that loses its device
-// ends the group: the client gets an error, not a hang, and the server exits.
+// ends the group: the client gets an error, not a hang, and the server exits. Without expert
+// parallelism, prefix-affinity routing keeps prompts that share a prefix on the rank that caches it.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';
@@ -77,5 +78,49 @@ describe('data-parallel serving with expert parallelism', () => {
     const [code, signal] = await Promise.race([
       exited, new Promise((_, reject) => setTimeout(() => reject(new Error('the group did not exit')), 20000))]);
     assert.ok(code !== null || signal !== null);
+  });
+});
+
+// Two data-parallel ranks without expert parallelism: each its own engine and prefix cache. Prompts
+// sharing a long prefix, one after another: the least-loaded front lets idle ranks take turns, so
+// every other prompt lands where its prefix is not cached; prefix affinity keeps them on the rank
+// that has it. The oracle is the engines' own count of prompt tokens served from their caches.
+describe('data-parallel routing and the prefix cache', () => {
+  const shared = 'You are a careful assistant. Answer in one short sentence, plain words, no lists. '.repeat(3);
+  const cachedTokens = async (server, question) => {
+    const r = await client(server).chat.completions.create({
+      model: MODEL, messages: [{ role: 'system', content: shared }, { role: 'user', content: question }],
+      max_tokens: 2, temperature: 0 });
+    return r.usage.prompt_tokens_details?.cached_tokens ?? 0;
+  };
+  const questions = ['What is a stack?', 'What is a queue?', 'What is a heap?', 'What is a tree?'];
+
+  for (const [routing, cachedAfterFirst] of [['least-loaded', false], ['prefix-affinity', true]]) {
+    test(`${routing}: ${cachedAfterFirst ? 'every' : 'every other'} later prompt hits the cache`, async () => {
+      const server = await startServer(['--data-parallel-size', '2', '--data-parallel-routing', routing], model);
+      try {
+        const cached = [];
+        for (const question of questions) cached.push(await cachedTokens(server, question));
+        assert.equal(cached[0], 0);
+        if (cachedAfterFirst) {
+          for (const c of cached.slice(1)) assert.ok(c >= 16, JSON.stringify(cached));
+        } else {
+          // Rank 0, rank 1, rank 0, rank 1: the second prompt finds rank 1 cold, the third finds rank 0 warm.
+          assert.equal(cached[1], 0, JSON.stringify(cached));
+          assert.ok(cached[2] >= 16 && cached[3] >= 16, JSON.stringify(cached));
+        }
+        const m = await metrics(server.url);
+        const byAffinity = m['deepinfer_rank_routed_by_prefix_affinity_total{rank="0"}'] +
+                           m['deepinfer_rank_routed_by_prefix_affinity_total{rank="1"}'];
+        assert.equal(byAffinity, cachedAfterFirst ? questions.length - 1 : 0, JSON.stringify(m));
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+
+  test('a bad routing name is refused before any rank starts', async () => {
+    await assert.rejects(startServer(['--data-parallel-size', '2', '--data-parallel-routing', 'random'], model),
+                         /--data-parallel-routing must be least-loaded or prefix-affinity, got 'random'/);
   });
 });
