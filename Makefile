@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 CLI := $(BUILD_DIR)/bin/deepinfer
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run test test-sanitize bench clean
+.PHONY: all deps build python run test test-sanitize bench clean
 
 all: build
 
@@ -17,6 +17,10 @@ $(BUILD_DIR)/build.ninja:
 
 build: $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The Python package in $(BUILD_DIR)/python: PYTHONPATH=$(BUILD_DIR)/python python3 -c 'import deepinfer'
+python: deps $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target deepinfer_python
 
 test: deps build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)

@@ -4,7 +4,9 @@
 set -euo pipefail
 
 # Installed with --no-install-recommends, so a package another one only recommends is listed here:
-# libdnnl-dev's CMake config requires OpenCL (ocl-icd-opencl-dev); curl runs the README's examples.
+# libdnnl-dev's CMake config requires OpenCL (ocl-icd-opencl-dev); curl runs the README's examples;
+# the Python module (python/) needs python3-dev and pybind11-dev, its tests python3-pytest, and
+# `pip install .` python3-setuptools, python3-pip and python3-wheel (python3-venv for a venv).
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -12,6 +14,7 @@ packages=(
   clang-14 libclang-rt-14-dev ccache
   libboost1.81-dev libhiredis-dev libxxhash-dev redis-server libgloo-dev
   nodejs npm
+  python3-dev pybind11-dev python3-pytest python3-setuptools python3-pip python3-wheel python3-venv
 )
 
 missing=()

@@ -143,15 +143,19 @@ class LLM {
 
   // params has one entry for all prompts or one per prompt. Results are in prompt order. Errors
   // (bad parameters, too-long prompts, text without a tokenizer) name the prompt's index; no
-  // prompt runs unless all are valid.
+  // prompt runs unless all are valid. show_progress: a progress bar over 2+ prompts on stderr;
+  // unset: config.show_progress (a caller that draws its own bar passes false).
   Result<std::vector<GenerationResult>> generate(const std::vector<Prompt>& prompts,
-                                                 const std::vector<SamplingParams>& params);
+                                                 const std::vector<SamplingParams>& params,
+                                                 std::optional<bool> show_progress = std::nullopt);
 
   // The same work as a stream: next() returns deltas as the engine produces them and nullopt at
   // the end. Not thread-safe; one stream at a time.
   class Stream {
    public:
     std::optional<StreamEvent> next();
+    // Every prompt's result so far, in prompt order: complete once next() has returned nullopt.
+    const std::vector<GenerationResult>& results() const;
     ~Stream();
     Stream(Stream&&) noexcept;
     Stream& operator=(Stream&&) noexcept;
@@ -162,7 +166,8 @@ class LLM {
     explicit Stream(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
   };
-  Result<Stream> stream(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params);
+  Result<Stream> stream(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
+                        std::optional<bool> show_progress = std::nullopt);
 
   // Data parallelism: this process's rank and the group's size (0 and 1 without a group).
   int32_t data_parallel_rank() const;

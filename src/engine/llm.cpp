@@ -194,7 +194,8 @@ Result<std::vector<int32_t>> LLM::tokenize(const std::string& text) const {
   return impl_->tokenizer->add_special_tokens(*ids);
 }
 
-Result<LLM::Stream> LLM::stream(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params) {
+Result<LLM::Stream> LLM::stream(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
+                                std::optional<bool> show_progress) {
   if (params.size() != 1 && params.size() != prompts.size()) {
     return Error{"give one SamplingParams for all prompts or one per prompt (" + std::to_string(prompts.size()) +
                  " prompts, " + std::to_string(params.size()) + " params)"};
@@ -226,13 +227,16 @@ Result<LLM::Stream> LLM::stream(const std::vector<Prompt>& prompts, const std::v
     result.outputs.resize(static_cast<size_t>(p.n));
     for (int32_t k = 0; k < p.n; ++k) result.outputs[static_cast<size_t>(k)].index = k;
   }
-  if (impl_->config.show_progress && prompts.size() > 1) stream->progress.emplace("generating", prompts.size(), "prompts");
+  if (show_progress.value_or(impl_->config.show_progress) && prompts.size() > 1) {
+    stream->progress.emplace("generating", prompts.size(), "prompts");
+  }
   return Stream(std::move(stream));
 }
 
 Result<std::vector<GenerationResult>> LLM::generate(const std::vector<Prompt>& prompts,
-                                                    const std::vector<SamplingParams>& params) {
-  auto stream = this->stream(prompts, params);
+                                                    const std::vector<SamplingParams>& params,
+                                                    std::optional<bool> show_progress) {
+  auto stream = this->stream(prompts, params, show_progress);
   if (!stream.ok()) return stream.error();
   while (stream->next()) {
   }
@@ -249,6 +253,8 @@ LLM::Stream::~Stream() {
 }
 LLM::Stream::Stream(Stream&&) noexcept = default;
 LLM::Stream& LLM::Stream::operator=(Stream&&) noexcept = default;
+
+const std::vector<GenerationResult>& LLM::Stream::results() const { return impl_->results; }
 
 std::optional<StreamEvent> LLM::Stream::next() {
   EngineCore& engine = *impl_->owner->engine;
