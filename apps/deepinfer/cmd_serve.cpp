@@ -83,7 +83,7 @@ relayed byte for byte); the other routes are rank 0's. --data-parallel-routing p
 sends a request to the rank that likely caches the longest run of its prompt's leading KV blocks,
 unless that rank is more than --max-num-batched-tokens outstanding tokens above the least loaded. --expert-parallel spreads the MoE layers'
 experts over the ranks, which then run their forwards together (steps run one at a time, without
---async-scheduling; no --speculative-tokens). Multi-machine groups: --data-parallel-size-local,
+--async-scheduling). Multi-machine groups: --data-parallel-size-local,
 --data-parallel-start-rank, --data-parallel-rank, --data-parallel-address (docs/parallel.md).
 EPLB while serving: every --eplb-interval forward rounds (default 10000; 0: never) the experts are
 re-placed from the last --eplb-window rounds' loads (default 1000) by --eplb-policy (default
@@ -224,9 +224,6 @@ int run_serve(int argc, char** argv) {
     return report_error("serve", Error{"--data-parallel-routing needs --data-parallel-size of 2 or more"});
   }
   if (expert_parallel) {
-    if (engine_cfg->speculative.num_tokens > 0) {
-      return report_error("serve", Error{"--speculative-tokens does not run under --expert-parallel yet"});
-    }
     // Rounds of the group are counted per step on the engine thread: steps run one at a time.
     engine_cfg->async_scheduling = false;
   }

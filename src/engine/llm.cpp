@@ -109,10 +109,6 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
     if (!tokenizer.ok()) return tokenizer.error();
     impl->tokenizer = std::move(*tokenizer);
   }
-  if (config.data_parallel.expert_parallel && config.data_parallel.size > 1 && config.speculative_tokens > 0) {
-    return Error{"speculative decoding does not run under expert parallelism yet: drop --speculative-tokens or "
-                 "--expert-parallel"};
-  }
   auto group = join_data_parallel_group(config.data_parallel);
   if (!group.ok()) return group.error();
   impl->data_parallel = std::move(*group);

@@ -28,10 +28,14 @@ Result<ExpertPlacement> ExpertParallelism::placement_for(int32_t moe_index, int3
   return placement;
 }
 
-ExpertParallelism::Vote ExpertParallelism::vote(int64_t num_tokens, bool request_rebalance) const {
-  std::vector<int64_t> votes = {num_tokens, request_rebalance ? 1 : 0};
+ExpertParallelism::Vote ExpertParallelism::vote(int64_t num_tokens, GroupForward kind, bool request_rebalance) const {
+  // The kind as a preference the maximum picks: the first kind scores highest, no forward 0.
+  constexpr int64_t kNumKinds = 2;
+  const int64_t preference = num_tokens > 0 ? kNumKinds - static_cast<int64_t>(kind) : 0;
+  std::vector<int64_t> votes = {num_tokens, request_rebalance ? 1 : 0, preference};
   group->all_reduce_max(votes);
-  return {votes[0], votes[1] != 0};
+  const auto chosen = votes[2] > 0 ? static_cast<GroupForward>(kNumKinds - votes[2]) : GroupForward::kDecoder;
+  return {votes[0], votes[1] != 0, chosen};
 }
 
 }  // namespace deepinfer

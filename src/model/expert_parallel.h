@@ -2,7 +2,9 @@
 // every rank runs the whole attention over its own requests; each MoE layer holds only the experts
 // its placement puts on this rank and exchanges token rows with the other ranks at every forward.
 // The ranks therefore run their forwards together: each forward starts with a vote, and a rank
-// without work joins the others' forwards through CausalLM::run_idle_step. Between forwards the
+// without work joins the others' forwards through CausalLM::run_idle_step. A forward is the
+// decoder's or, under speculative decoding, the draft module's (GroupForward): the vote picks one
+// kind per round, and a rank that wanted the other joins this round without tokens and votes again. Between forwards the
 // ranks may re-place the experts by their recorded load (EPLB, model/expert_rebalance.h).
 #pragma once
 
@@ -18,6 +20,9 @@
 #include "runtime/comm/communicator.h"
 
 namespace deepinfer {
+
+// The forwards a round of the group can run, in the order the vote prefers them.
+enum class GroupForward : int32_t { kDecoder = 0, kDraftModule = 1 };
 
 // `--eplb-interval`: forward rounds between re-placements (the seeds' 10000).
 constexpr int64_t kDefaultEplbIntervalSteps = 10'000;
@@ -42,12 +47,15 @@ struct ExpertParallelism {
   Result<ExpertPlacement> placement_for(int32_t moe_index, int32_t num_experts) const;
 
   // The vote every forward round of an expert-parallel model starts with, on every rank: this
-  // rank's token count (0 for run_idle_step) and whether it asks for a re-placement.
+  // rank's token count (0 for run_idle_step, whose kind is then ignored), the kind of forward they
+  // are for, and whether it asks for a re-placement.
   struct Vote {
     int64_t max_tokens = 0;  // the largest count over the ranks (0: no rank has a forward this round)
     bool rebalance = false;  // some rank asked for a re-placement
+    // The round's forward: the first kind, in GroupForward order, that a rank with tokens asked for.
+    GroupForward kind = GroupForward::kDecoder;
   };
-  Vote vote(int64_t num_tokens, bool request_rebalance = false) const;
+  Vote vote(int64_t num_tokens, GroupForward kind = GroupForward::kDecoder, bool request_rebalance = false) const;
 };
 
 }  // namespace deepinfer

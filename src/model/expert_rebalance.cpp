@@ -45,14 +45,14 @@ ExpertRebalancer::ExpertRebalancer(ModelSource source, std::vector<MoeLayer*> mo
       fixed_(std::move(fixed)),
       recorder_(static_cast<int32_t>(moved_.size()), num_experts, expert_parallel_.eplb_window_steps) {}
 
-int64_t ExpertRebalancer::start_round(int64_t num_tokens) {
+ExpertParallelism::Vote ExpertRebalancer::start_round(int64_t num_tokens, GroupForward kind) {
   if (round_pending_) record_round();
   const bool asked = requested_.exchange(false, std::memory_order_relaxed);
-  const ExpertParallelism::Vote vote = expert_parallel_.vote(num_tokens, asked);
+  const ExpertParallelism::Vote vote = expert_parallel_.vote(num_tokens, kind, asked);
   const int64_t interval = expert_parallel_.eplb_interval_steps;
   if (vote.rebalance || (interval > 0 && num_rounds_ - last_rebalance_round_ >= interval)) rebalance();
   round_pending_ = vote.max_tokens > 0;
-  return vote.max_tokens;
+  return vote;
 }
 
 void ExpertRebalancer::record_round() {

@@ -41,10 +41,10 @@ class ExpertRebalancer {
   // that round's vote, so every rank re-places there). Thread-safe.
   void request() { requested_.store(true, std::memory_order_relaxed); }
   // Starts a round: records the last round's routing (when it ran a forward), votes with
-  // num_tokens, and re-places first when the vote or the interval asks for it. Returns the vote's
-  // largest token count (0: no rank has a forward; such a round is not a step of the window).
-  // Throws DeviceError when the group is lost.
-  int64_t start_round(int64_t num_tokens);
+  // num_tokens for a forward of `kind`, and re-places first when the vote or the interval asks for
+  // it. Returns the vote (max_tokens 0: no rank has a forward; such a round is not a step of the
+  // window). Throws DeviceError when the group is lost.
+  ExpertParallelism::Vote start_round(int64_t num_tokens, GroupForward kind);
 
   int64_t num_rounds() const { return num_rounds_; }  // rounds with a forward so far
   int32_t num_rebalances() const { return num_rebalances_; }

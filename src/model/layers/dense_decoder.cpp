@@ -447,10 +447,7 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   const auto num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < num_tokens, "logit row " << row << " out of range");
-  if (expert_parallel_) {
-    rebalancer_->start_round(num_tokens);
-    ++group_rounds_;
-  }
+  if (expert_parallel_) join_group_forward(GroupForward::kDecoder, num_tokens);
   StepExtras extras;
   extras.previous_draws = drawn_tokens_.as<int32_t>();
   extras.draws = draws;
@@ -486,12 +483,31 @@ bool DenseDecoder::request_expert_rebalance() {
 bool DenseDecoder::run_idle_step() {
   if (!expert_parallel_) return false;
   ++group_rounds_;
-  if (rebalancer_->start_round(0) == 0) return false;
-  for (const Layer& layer : layers_) {
-    const auto* moe = std::get_if<MoeLayer>(&layer.ffn);
-    if (moe != nullptr) moe->forward(backend_, nullptr, 0, scratch_.as<float>(), nullptr);
-  }
+  const ExpertParallelism::Vote vote = rebalancer_->start_round(0, GroupForward::kDecoder);
+  if (vote.max_tokens == 0) return false;
+  run_idle_forward(vote.kind);
   return true;
+}
+
+void DenseDecoder::join_group_forward(GroupForward kind, int64_t num_tokens) {
+  for (;;) {
+    ++group_rounds_;
+    const GroupForward chosen = rebalancer_->start_round(num_tokens, kind).kind;
+    if (chosen == kind) return;
+    run_idle_forward(chosen);
+  }
+}
+
+void DenseDecoder::run_idle_forward(GroupForward kind) {
+  const auto idle = [&](const DecoderFeedForward& ffn) {
+    if (const auto* moe = std::get_if<MoeLayer>(&ffn)) moe->forward(backend_, nullptr, 0, scratch_.as<float>(), nullptr);
+  };
+  if (kind == GroupForward::kDraftModule) {
+    DI_CHECK(!mtp_layers_.empty(), "the group ran a draft-module forward this rank's model does not have");
+    idle(mtp_layers_.back().block.ffn);
+    return;
+  }
+  for (const Layer& layer : layers_) idle(layer.ffn);
 }
 
 void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows) {

@@ -157,6 +157,12 @@ class DenseDecoder final : public CausalLM {
   bool uses_full_tables(const Layer& layer) const;
   // Whether the layer is of the kind (KvLayers::kSliding: it has a sliding window).
   static bool is_of(const Layer& layer, KvLayers layers);
+  // Expert parallelism: joins the group's rounds until one runs this rank's forward of `kind`
+  // with its num_tokens; the rounds of the other kind before it run here without tokens.
+  void join_group_forward(GroupForward kind, int64_t num_tokens);
+  // A round of the group without tokens of this rank's: its MoE layers of that kind serve the
+  // other ranks' rows.
+  void run_idle_forward(GroupForward kind);
 
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
   std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive

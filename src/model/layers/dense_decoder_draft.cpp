@@ -31,7 +31,6 @@ void DenseDecoder::ensure_draft_buffers(int64_t rows) {
 void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
                                  const DraftOutputs& outputs) {
   DI_CHECK(!mtp_layers_.empty(), "this model has no draft module (num_draft_modules() is 0)");
-  DI_CHECK(!expert_parallel_, "speculative decoding does not run under expert parallelism yet");
   const MtpLayerWeights& mtp = mtp_layers_.back();
   DI_CHECK(!mtp.block.pre_feedforward_norm, "a draft module with sandwich norms");
   const int64_t n = batch.num_tokens();
@@ -44,6 +43,7 @@ void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<in
   }
   DI_CHECK(batch.logit_rows.size() <= static_cast<size_t>(n), "more logit rows than tokens");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < n, "logit row " << row << " out of range");
+  if (expert_parallel_) join_group_forward(GroupForward::kDraftModule, n);
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
   const bool graphed = draft_graphs_ != nullptr && DecodeGraphs::can_run(batch);
   // A graph's rows: the batch padded to its shape, every row's draft taken.
