@@ -8,6 +8,7 @@ set(rank_kvcache 1)
 set(rank_runtime 2)
 set(rank_grammar 2)
 set(rank_parallel 1)
+set(rank_cluster 1)  # load-balancing policies and the cluster simulator: core only
 set(rank_model 3)
 set(rank_sampling 3)
 set(rank_kvstore 3)

@@ -21,6 +21,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "core/percentile.h"
 #include "session.h"
 
 namespace deepinfer::cli {
@@ -134,15 +135,6 @@ std::string request_body(const Target& target, int64_t input_tokens, int64_t out
                                {"stream", true},                  {"temperature", 0.0},
                                {"stream_options", {{"include_usage", true}}}};
   return body.dump();
-}
-
-double percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const double rank = p / 100.0 * static_cast<double>(values.size() - 1);
-  const auto lo = static_cast<size_t>(rank);
-  const size_t hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (values[hi] - values[lo]) * (rank - static_cast<double>(lo));
 }
 
 Result<Target> parse_url(const std::string& url) {

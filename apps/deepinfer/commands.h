@@ -12,5 +12,6 @@ int run_tokenize(int argc, char** argv);
 int run_detokenize(int argc, char** argv);
 int run_serve(int argc, char** argv);
 int run_bench_serve(int argc, char** argv);
+int run_lb_sim(int argc, char** argv);
 
 }  // namespace deepinfer::cli

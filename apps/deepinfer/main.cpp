@@ -27,6 +27,8 @@ commands:
   serve      OpenAI- and Anthropic-compatible HTTP server: [--model DIR] [--host H] [--port P]
              [--served-model-name NAME] [--api-key KEY] ...
   bench serve  load a running server, vLLM benchmark_serving style: --url http://127.0.0.1:8000
+  lb-sim     replay a request trace through simulated prefill/decode instances under each
+             load-balancing policy: --trace FILE.jsonl [--prefill-instances N] [--rate-scale X]
 
   deepinfer <command> --help   shows a command's flags
   deepinfer --version          prints the version
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
     if (command == "tokenize") return run_tokenize(argc - 1, argv + 1);
     if (command == "detokenize") return run_detokenize(argc - 1, argv + 1);
     if (command == "prompt") return run_prompt(argc - 1, argv + 1);
+    if (command == "lb-sim") return run_lb_sim(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer %s: error: %s\n", command.c_str(), e.what());
     return 1;
