@@ -100,7 +100,7 @@ struct ServeSetup {
 
 Result<ServeSetup> load(const Args& args, const std::string& model_dir, const DataParallelConfig& data_parallel) {
   ServeSetup setup;
-  auto group = join_data_parallel_group(data_parallel);
+  auto group = join_data_parallel_group(data_parallel, model_dir);
   if (!group.ok()) return group.error();
   setup.data_parallel = std::move(*group);
   auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
@@ -337,6 +337,7 @@ int run_serve(int argc, char** argv) {
   engine->flush_kv_store();
   shutdown.set_stage("releasing the engine");
   engine.reset();
+  ranks.stop(std::chrono::milliseconds(0));
   std::fprintf(stderr, "deepinfer serve: stopped\n");
   return 0;
 }

@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 namespace deepinfer::cli {
 namespace {
@@ -96,12 +98,31 @@ std::set<std::string> data_parallel_bool_flags(std::set<std::string> extra) {
 }
 
 LocalRanks::~LocalRanks() {
-  for (pid_t pid : pids_) ::kill(pid, SIGTERM);
-  for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  // This process failed. A started rank that failed too is often the cause (rank 0 then only sees
+  // its peer leave), so each gets a moment to end and print its own error before it is stopped.
+  stop(std::chrono::seconds(2));
   if (!rendezvous_dir_.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(rendezvous_dir_, ignored);
   }
+}
+
+void LocalRanks::stop(std::chrono::milliseconds grace) {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  std::vector<pid_t> running;
+  for (pid_t pid : pids_) {
+    while (::waitpid(pid, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        running.push_back(pid);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  for (pid_t pid : running) ::kill(pid, SIGTERM);
+  for (pid_t pid : running) ::waitpid(pid, nullptr, 0);
+  pids_.clear();
+  ranks_.clear();
 }
 
 Result<void> LocalRanks::wait() {

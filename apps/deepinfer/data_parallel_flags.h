@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,7 +31,8 @@ namespace deepinfer::cli {
 std::set<std::string> data_parallel_value_flags(std::set<std::string> extra);
 std::set<std::string> data_parallel_bool_flags(std::set<std::string> extra);
 
-// The ranks this process started; the destructor stops any still running (this process failed).
+// The ranks this process started; the destructor stops any still running (this process failed),
+// after a moment in which they may end by themselves and print their own errors.
 class LocalRanks {
  public:
   LocalRanks() = default;
@@ -39,6 +41,8 @@ class LocalRanks {
   ~LocalRanks();
   // Waits for every started rank; an error names the ones that failed.
   Result<void> wait();
+  // Stops the ranks still running after `grace` (SIGTERM: a serving rank shuts down cleanly).
+  void stop(std::chrono::milliseconds grace);
 
  private:
   friend Result<DataParallelConfig> data_parallel_from_args(const Args&, int, char**, LocalRanks&);

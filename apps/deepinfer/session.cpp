@@ -131,7 +131,7 @@ Result<LoadedModel> load_model_from_args(const Args& args, const DataParallelCon
   auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
   if (!backend.ok()) return backend.error();
   LoadedModel loaded;
-  auto group = join_data_parallel_group(data_parallel);
+  auto group = join_data_parallel_group(data_parallel, *dir);
   if (!group.ok()) return group.error();
   loaded.data_parallel = std::move(*group);
   loaded.backend = std::move(*backend);

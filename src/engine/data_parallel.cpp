@@ -5,10 +5,21 @@
 #include <vector>
 
 #include "parallel/eplb.h"
+#include "weights/hf_config.h"
 
 namespace deepinfer {
+namespace {
 
-Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config) {
+bool has_moe_layers(const ModelConfig& config) {
+  for (int64_t layer = 0; config.moe && layer < config.num_hidden_layers; ++layer) {
+    if (config.moe->is_moe_layer(layer)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config, const std::string& model_dir) {
   if (config.size < 1) return Error{"data-parallel size must be >= 1, not " + std::to_string(config.size)};
   if (config.rank < 0 || config.rank >= config.size) {
     return Error{"data-parallel rank " + std::to_string(config.rank) + " is outside 0.." +
@@ -28,8 +39,16 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   if (!policy.ok() || *policy == EplbPolicy::kContiguous) {
     return Error{"eplb_policy must be peak-aware or deepseek, not '" + config.eplb_policy + "'"};
   }
-  // The file is read and checked against the group size before the rendezvous, so every rank fails
-  // the same way without one rank's exit breaking the others' connections mid-join.
+  // The model and the placement file are checked before the rendezvous, so every rank fails the
+  // same way without one rank's exit breaking the others' connections mid-join.
+  if (config.expert_parallel && config.size > 1) {
+    auto model_config = ModelConfig::load(model_dir);
+    if (!model_config.ok()) return model_config.error();
+    if (!has_moe_layers(*model_config)) {
+      return Error{model_config->architecture +
+                   " has no MoE layers: expert parallelism needs a mixture-of-experts model"};
+    }
+  }
   std::vector<ExpertPlacement> placements;
   if (config.expert_parallel && !config.expert_placement_file.empty()) {
     auto loaded = load_placements(config.expert_placement_file);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "deepinfer/llm.h"
 #include "model/expert_parallel.h"
@@ -16,7 +17,8 @@ struct DataParallelGroup {
   std::shared_ptr<const ExpertParallelism> expert_parallel;  // null unless expert_parallel and size > 1
 };
 
-// Validates the config (errors name the field), joins the group and reads the placement file.
-Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config);
+// Validates the config (errors name the field) and, with expert parallelism, that the model in
+// model_dir has MoE layers; then joins the group and reads the placement file.
+Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config, const std::string& model_dir);
 
 }  // namespace deepinfer
