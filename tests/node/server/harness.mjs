@@ -6,6 +6,24 @@ import net from 'node:net';
 
 export const MODEL = 'tiny';
 
+// node's test report keeps only "fetch failed" or the clients' "Connection error.": a failed
+// fetch (the API clients fetch too) prints its cause and the running servers' recent logs.
+const running = new Set();
+const plainFetch = globalThis.fetch;
+globalThis.fetch = async (input, init) => {
+  try {
+    return await plainFetch(input, init);
+  } catch (error) {
+    if (error?.name !== 'AbortError') {
+      const cause = error?.cause;
+      console.error(`fetch ${init?.method ?? 'GET'} ${input} failed at ${new Date().toISOString()}: ` +
+                    `${error?.message}; cause: ${cause?.code ?? ''} ${cause?.message ?? cause}`);
+      for (const server of running) console.error(`${server.url} stderr (tail):\n${server.stderr().slice(-3000)}`);
+    }
+    throw error;
+  }
+};
+
 // env: extra environment variables (e.g. DEEPINFER_FAULT, the failure-injection test hook).
 export async function startServer(extraArgs = [], model = process.env.DEEPINFER_SERVER_MODEL, env = {}) {
   const cli = process.env.DEEPINFER_CLI;
@@ -28,7 +46,7 @@ export async function startServer(extraArgs = [], model = process.env.DEEPINFER_
       reject(new Error(`server exited (${code ?? signal}) before listening: ${stderr}`));
     });
   });
-  return {
+  const server = {
     url,
     child,
     stderr: () => stderr,
@@ -41,6 +59,9 @@ export async function startServer(extraArgs = [], model = process.env.DEEPINFER_
       if (code !== 0) throw new Error(`server exited with ${code ?? signal} on SIGTERM: ${stderr}`);
     },
   };
+  running.add(server);
+  child.on('exit', () => running.delete(server));
+  return server;
 }
 
 // One raw HTTP/1.1 exchange over a fresh socket: the bytes as written, the response as read
