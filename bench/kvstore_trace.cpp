@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <list>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "cluster/request_trace.h"
 #include "kvstore/kv_store.h"
 #include "tool_flags.h"
 
@@ -34,7 +34,9 @@ constexpr int32_t kPageTokens = 128;
 constexpr int32_t kTraceBlockTokens = 512;
 constexpr size_t kPayloadBytes = 64;
 
-struct TraceRequest {
+// A trace request with prompt tokens made up from its block ids: requests sharing a leading run of
+// ids share those tokens, so the engine's own chain hash finds the same prefixes.
+struct ReplayedRequest {
   int64_t timestamp_ms = 0;
   std::vector<int32_t> tokens;
 };
@@ -46,23 +48,17 @@ uint32_t mix32(uint64_t x) {
   return static_cast<uint32_t>(x);
 }
 
-Result<std::vector<TraceRequest>> read_trace(const std::string& path, int64_t max_requests) {
-  std::ifstream in(path);
-  if (!in) return Error{"cannot open --trace " + path};
-  std::vector<TraceRequest> requests;
-  std::string line;
-  while (std::getline(in, line) && static_cast<int64_t>(requests.size()) < max_requests) {
-    const auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_discarded() || !record.contains("hash_ids") || !record.contains("input_length")) {
-      return Error{path + ": line " + std::to_string(requests.size() + 1) + " is not a trace record"};
-    }
-    TraceRequest request;
-    request.timestamp_ms = record["timestamp"].get<int64_t>();
-    const auto input_length = record["input_length"].get<int64_t>();
-    for (const auto& id : record["hash_ids"]) {
-      const auto block = id.get<int64_t>();
-      for (int32_t t = 0; t < kTraceBlockTokens && static_cast<int64_t>(request.tokens.size()) < input_length; ++t) {
-        request.tokens.push_back(static_cast<int32_t>(mix32(static_cast<uint64_t>(block) * 1000003u + t) % 150000));
+Result<std::vector<ReplayedRequest>> read_trace(const std::string& path, int64_t max_requests) {
+  auto records = read_mooncake_trace(path, max_requests);
+  if (!records.ok()) return Error{"--trace: " + records.error().message};
+  std::vector<ReplayedRequest> requests;
+  for (const TraceRequest& record : *records) {
+    ReplayedRequest request;
+    request.timestamp_ms = static_cast<int64_t>(record.timestamp_ms);
+    for (const uint64_t block : record.block_hashes) {
+      for (int32_t t = 0; t < kTraceBlockTokens && static_cast<int64_t>(request.tokens.size()) < record.input_tokens;
+           ++t) {
+        request.tokens.push_back(static_cast<int32_t>(mix32(block * 1000003u + t) % 150000));
       }
     }
     requests.push_back(std::move(request));
@@ -89,10 +85,10 @@ struct HitCount {
 };
 
 // Unbounded cache; ttl_s > 0: a page expires ttl_s after its last use.
-HitCount simulate_ideal(const std::vector<TraceRequest>& trace, int64_t ttl_s) {
+HitCount simulate_ideal(const std::vector<ReplayedRequest>& trace, int64_t ttl_s) {
   std::unordered_map<BlockHash, int64_t, BlockHashHasher> last_use_ms;
   HitCount count;
-  for (const TraceRequest& r : trace) {
+  for (const ReplayedRequest& r : trace) {
     const std::vector<BlockHash> hashes = page_hashes(r.tokens);
     size_t hits = 0;
     while (hits < hashes.size()) {
@@ -107,11 +103,11 @@ HitCount simulate_ideal(const std::vector<TraceRequest>& trace, int64_t ttl_s) {
   return count;
 }
 
-HitCount simulate_lru(const std::vector<TraceRequest>& trace, size_t capacity_pages) {
+HitCount simulate_lru(const std::vector<ReplayedRequest>& trace, size_t capacity_pages) {
   std::list<BlockHash> order;  // most recent first
   std::unordered_map<BlockHash, std::list<BlockHash>::iterator, BlockHashHasher> where;
   HitCount count;
-  for (const TraceRequest& r : trace) {
+  for (const ReplayedRequest& r : trace) {
     const std::vector<BlockHash> hashes = page_hashes(r.tokens);
     size_t hits = 0;
     while (hits < hashes.size() && where.contains(hashes[hits])) ++hits;
@@ -131,7 +127,7 @@ HitCount simulate_lru(const std::vector<TraceRequest>& trace, size_t capacity_pa
 }
 
 // The real store (host tier; the disk tier runs the same retention code) on a trace clock.
-Result<HitCount> replay_store(const std::vector<TraceRequest>& trace, int64_t capacity_pages, int64_t ttl_s) {
+Result<HitCount> replay_store(const std::vector<ReplayedRequest>& trace, int64_t capacity_pages, int64_t ttl_s) {
   int64_t now_ms = 0;
   KvStoreConfig config;
   config.host_bytes = capacity_pages * static_cast<int64_t>(page_image_bytes(kPageTokens, kPayloadBytes));
@@ -145,7 +141,7 @@ Result<HitCount> replay_store(const std::vector<TraceRequest>& trace, int64_t ca
   if (!store.ok()) return store.error();
   HitCount count;
   const std::vector<uint8_t> payload(kPayloadBytes, 0x5a);
-  for (const TraceRequest& r : trace) {
+  for (const ReplayedRequest& r : trace) {
     now_ms = r.timestamp_ms;
     const std::vector<BlockHash> hashes = page_hashes(r.tokens);
     std::vector<PageRequest> pages;
@@ -169,13 +165,13 @@ Result<void> run(int argc, char** argv) {
   auto flags = parse_tool_flags(argc, argv, {"--trace", "--requests", "--capacity-fraction", "--ttl-s"});
   if (!flags.ok()) return flags.error();
   if (!flags->count("--trace")) return Error{"--trace FILE.jsonl is required"};
-  const int64_t max_requests = flags->count("--requests") ? std::stoll(flags->at("--requests")) : INT64_MAX;
+  const int64_t max_requests = flags->count("--requests") ? std::stoll(flags->at("--requests")) : 0;
   const double fraction = flags->count("--capacity-fraction") ? std::stod(flags->at("--capacity-fraction")) : 0.1;
   const int64_t ttl_s = flags->count("--ttl-s") ? std::stoll(flags->at("--ttl-s")) : 300;
   auto trace = read_trace(flags->at("--trace"), max_requests);
   if (!trace.ok()) return trace.error();
   std::unordered_set<BlockHash, BlockHashHasher> distinct;
-  for (const TraceRequest& r : *trace) {
+  for (const ReplayedRequest& r : *trace) {
     for (const BlockHash& h : page_hashes(r.tokens)) distinct.insert(h);
   }
   const auto capacity = std::max<int64_t>(1, static_cast<int64_t>(fraction * static_cast<double>(distinct.size())));
