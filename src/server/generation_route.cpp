@@ -7,6 +7,9 @@
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <random>
 
@@ -87,14 +90,28 @@ class RunningRequest {
       }
       if (order[0] == 0) co_return Wait::kDropped;
       if (order[0] == 1) co_return Wait::kTimedOut;
-      boost::system::error_code error;
-      if (socket_error || stream_.socket().available(error) == 0 || error) co_return Wait::kDisconnected;
+      if (socket_error) co_return Wait::kDisconnected;
+      const Readable readable = peek_socket();
+      if (readable == Readable::kClosed) co_return Wait::kDisconnected;
       // The client pipelined its next request: the socket stays readable, so stop watching it.
-      watch_socket_ = false;
+      if (readable == Readable::kData) watch_socket_ = false;
     }
   }
 
  private:
+  enum class Readable { kNothing, kData, kClosed };
+
+  // Readiness is only a hint: the reactor may report an edge whose bytes an earlier read already
+  // took (under load it often does), so a wake-up with nothing to read is not a disconnect. A
+  // peek tells the three apart: bytes (a pipelined request), an orderly close, or nothing yet.
+  Readable peek_socket() {
+    char byte = 0;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return Readable::kData;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Readable::kNothing;
+    return Readable::kClosed;  // 0: the client closed; another error: the connection is gone
+  }
+
   TcpStream& stream_;
   ServerContext& context_;
   std::shared_ptr<OutputChannel> channel_;
