@@ -26,7 +26,7 @@ namespace {
 constexpr const char* kDefaultModelDir = "models/default";
 
 constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
-                       [--api-key KEY] [--max-queued-requests N] [--max-queued-tokens N]
+                       [--api-key KEY] [--ui] [--max-queued-requests N] [--max-queued-tokens N]
                        [--request-timeout S] [--max-body-bytes N] [--max-n N] [--shutdown-timeout S]
                        [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
@@ -48,6 +48,9 @@ The model directory needs tokenizer.json (and tokenizer_config.json for the chat
 Without --model it serves models/default. --port 0 picks a free port; the first line printed
 is "deepinfer serve: listening on http://HOST:PORT".
 --api-key: clients must send 'Authorization: Bearer KEY' or 'x-api-key: KEY'.
+--ui: serve the web playground at GET / (chat with streaming, sampling controls, structured output,
+live metrics; its files are compiled in). The page itself loads without the key; its API calls
+send the key typed into it. Off by default (a plain `serve` answers 404 on /).
 --max-queued-requests / --max-queued-tokens: bounds on requests waiting for the engine and on
 the tokens they may run, n x (prompt + max_tokens) each; past them requests get 429 (529 on
 /v1/messages) with Retry-After. --max-n: the most samples one request may ask for (default 128).
@@ -160,6 +163,7 @@ Result<server::ServerConfig> server_config(const Args& args) {
   if (!io_threads.ok()) return io_threads.error();
   config.num_io_threads = static_cast<int32_t>(std::clamp<int64_t>(*io_threads, 1, 64));
   config.check_invariants = args.has("--check-invariants");
+  config.ui = args.has("--ui");
   return config;
 }
 
@@ -208,7 +212,7 @@ int run_serve(int argc, char** argv) {
                                "--shutdown-timeout", "--data-parallel-routing", kSpeculativeTokensFlag,
                                kSpecVarlenFlag}))),
                           data_parallel_bool_flags(
-                              model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling"})));
+                              model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling", "--ui"})));
   if (!args.ok()) return report_error("serve", args.error());
   auto config = server_config(*args);
   if (!config.ok()) return report_error("serve", config.error());
@@ -321,6 +325,9 @@ int run_serve(int argc, char** argv) {
   std::printf("deepinfer serve: listening on http://%s:%u (model '%s', %s family)\n", config->host.c_str(),
               static_cast<unsigned>(*port), context.model.served_name.c_str(),
               std::string(chat_family_name(context.model.family)).c_str());
+  if (config->ui) {
+    std::printf("deepinfer serve: playground at http://%s:%u/\n", config->host.c_str(), static_cast<unsigned>(*port));
+  }
   std::fflush(stdout);
   http_server.run();
   // Every connection is closed; the engine thread was told to abort what runs after its step.

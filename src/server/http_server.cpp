@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "server/playground.h"
 #include "server/rank_router.h"
 
 namespace deepinfer::server {
@@ -120,9 +121,16 @@ asio::awaitable<bool> dispatch(TcpStream& stream, const HttpRequest& request, Se
     if (r.path == path) route = &r;
   }
   const double timeout_s = context.config.write_timeout_s;
+  if (route == nullptr && is_playground_path(path) && context.config.ui) {
+    HttpResponse response = serve_playground(request);
+    context.metrics->record_request("/ui", static_cast<int>(response.result_int()));
+    co_return co_await write_response(stream, std::move(response), timeout_s);
+  }
   if (route == nullptr) {
     context.metrics->record_request("other", 404);
-    const ApiError error{404, "not_found_error", "", "no route for " + std::string(path)};
+    std::string message = "no route for " + std::string(path);
+    if (is_playground_path(path)) message += "; the web playground is served with --ui";
+    const ApiError error{404, "not_found_error", "", std::move(message)};
     co_return co_await write_response(stream, make_error_response(request, ApiKind::kChatCompletions, error), timeout_s);
   }
   const ApiKind kind = route->api.value_or(ApiKind::kChatCompletions);

@@ -39,6 +39,7 @@ struct ServerConfig {
   double idle_timeout_s = 120.0;         // between requests on a kept-alive connection
   double shutdown_timeout_s = 5.0;       // SIGTERM / SIGINT to exit, whatever is stuck
   bool check_invariants = false;         // EngineCore::check_invariants whenever idle (tests)
+  bool ui = false;                       // the web playground at GET / and /ui/* (server/playground.h)
 };
 
 struct ServerContext {

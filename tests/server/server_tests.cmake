@@ -27,6 +27,11 @@ add_test(NAME server_data_parallel
          COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/data_parallel.test.mjs)
 set_tests_properties(server_data_parallel PROPERTIES LABELS server TIMEOUT 120
                      ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default")
+# The web playground (--ui) on the default model.
+add_test(NAME server_playground
+         COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/playground.test.mjs)
+set_tests_properties(server_playground PROPERTIES LABELS server TIMEOUT 120
+                     ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default")
 # Constrained tool calls on the embedded default model (a DeepSeek-V3 family checkpoint).
 add_test(NAME server_tool_calls
          COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/tool_calls.test.mjs)
