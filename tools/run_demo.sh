@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make run`: starts `deepinfer serve` on 127.0.0.1:${PORT:-8000} and prints example requests.
+# `make run`: starts `deepinfer serve --ui` on 127.0.0.1:${PORT:-8000} and prints the playground's
+# URL and example requests.
 # It serves the default model (`serve` without --model: models/default, the embedded
 # deepinfer-tiny-v3); without it, a tiny random Qwen3-shaped model with the real Qwen3
 # tokenizer, written once into the build directory (gibberish text, every API working).
@@ -19,7 +20,9 @@ if [[ ! -d "$root/models/default" ]]; then
 fi
 cd "$root"
 cat <<MSG
-deepinfer demo server on http://127.0.0.1:$port (Ctrl-C stops it). Try, from another shell:
+deepinfer demo server on http://127.0.0.1:$port (Ctrl-C stops it).
+Open the playground in a browser: http://127.0.0.1:$port/
+Or try, from another shell:
   curl http://127.0.0.1:$port/v1/models
   curl http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{"model": "$name", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "stream": true}'
@@ -28,4 +31,4 @@ deepinfer demo server on http://127.0.0.1:$port (Ctrl-C stops it). Try, from ano
 Or point the official OpenAI SDK at base_url http://127.0.0.1:$port/v1 (any api_key), and the
 Anthropic SDK at base_url http://127.0.0.1:$port. Metrics: curl http://127.0.0.1:$port/metrics
 MSG
-exec "$cli" serve "${model_flags[@]}" --port "$port"
+exec "$cli" serve "${model_flags[@]}" --port "$port" --ui
