@@ -7,13 +7,15 @@ set -euo pipefail
 # libdnnl-dev's CMake config requires OpenCL (ocl-icd-opencl-dev); curl runs the README's examples;
 # the Python module (python/) needs python3-dev and pybind11-dev, its tests python3-pytest, and
 # `pip install .` python3-setuptools, python3-pip and python3-wheel (python3-venv for a venv).
+# The playground's browser test drives Debian's chromium (headless) through npm puppeteer-core; its
+# screenshot needs a font (fonts-dejavu-core).
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev libssl-dev
   clang-14 libclang-rt-14-dev ccache
   libboost1.81-dev libhiredis-dev libxxhash-dev redis-server libgloo-dev
-  nodejs npm
+  nodejs npm chromium fonts-dejavu-core
   python3-dev pybind11-dev python3-pytest python3-setuptools python3-pip python3-wheel python3-venv
 )
 
@@ -36,7 +38,8 @@ else
   echo "deps: all Debian packages present"
 fi
 
-# npm oracles for the tests (tokenizers, chat templates, API clients): pinned by the lock file.
+# npm oracles for the tests (tokenizers, chat templates, API clients, the browser driver): pinned by
+# the lock file.
 npm_dir="$(dirname "$0")/../tests/node"
 if [[ ! -f "$npm_dir/node_modules/.package-lock.json" || "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.package-lock.json" ]]; then
   echo "deps: installing npm test oracles in tests/node"

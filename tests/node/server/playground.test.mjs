@@ -1,11 +1,21 @@
 // The web playground (`deepinfer serve --ui`, src/server/ui): its files come from the binary with
 // content types, ETags and revalidation; nothing else is reachable through its paths; without --ui
-// the paths are 404.
+// the paths are 404. Then the page itself in headless Chromium (Debian's chromium, driven by
+// puppeteer-core): the model's name, streamed replies, the stop button, structured output, tool
+// calls, reasoning apart from the answer, live metrics and the API key; a screenshot is left in
+// DEEPINFER_TEST_ARTIFACTS (CTest: the build's test-artifacts/).
 import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { rawExchange, startServer } from './harness.mjs';
+import puppeteer from 'puppeteer-core';
+import { MODEL, rawExchange, startServer, waitIdle } from './harness.mjs';
 
 const model = process.env.DEEPINFER_DEFAULT_MODEL;
+const Ajv = createRequire(import.meta.url)('ajv');
+const ajv = new Ajv({ strict: false });
 
 describe('the playground\'s files', () => {
   let server;
@@ -60,5 +70,250 @@ describe('without --ui', () => {
     } finally {
       await server.stop();
     }
+  });
+});
+
+// Debian's chromium: the binary itself (its /usr/bin launcher only adds desktop flags).
+const chromium = [process.env.CHROMIUM, '/usr/lib/chromium/chromium', '/usr/bin/chromium'].find((p) => p && existsSync(p));
+const noBrowser = chromium ? false
+  : 'chromium is not installed (Debian package chromium, which tools/install_deps.sh installs): browser tests skipped';
+
+async function launchBrowser() {
+  return puppeteer.launch({ executablePath: chromium, headless: true, args: ['--no-sandbox', '--headless=new', '--disable-gpu'] });
+}
+
+const pageErrors = [];
+
+async function openPage(browser, url) {
+  const page = await browser.newPage();
+  page.on('pageerror', (error) => pageErrors.push(error.message));
+  page.setDefaultTimeout(20000);
+  await page.setViewport({ width: 1280, height: 860 });
+  await page.goto(url);
+  await page.waitForFunction(() => document.body.dataset.state === 'idle');
+  return page;
+}
+
+// Sets an input's value as a user edit does (the page reads the fields when it sends).
+async function setField(page, id, value) {
+  await page.$eval(`#${id}`, (element, v) => {
+    if (element.type === 'checkbox') element.checked = v; else element.value = v;
+    element.dispatchEvent(new Event('change', { bubbles: true }));
+  }, value);
+}
+
+// Types a message, sends it and returns the index of its reply.
+async function send(page, text) {
+  const index = await page.$$eval('.message.assistant', (replies) => replies.length);
+  await page.type('#prompt', text);
+  await page.click('#send');
+  await page.waitForFunction((i) => document.querySelectorAll('.message.assistant').length > i, {}, index);
+  return index;
+}
+
+// Waits until the reply has ended (done, stopped or failed) and the page is idle; returns what it shows.
+async function reply(page, index) {
+  await page.waitForFunction((i) => document.querySelectorAll('.message.assistant')[i].dataset.state !== 'streaming' &&
+                                    document.body.dataset.state === 'idle', {}, index);
+  return page.evaluate((i) => {
+    const item = document.querySelectorAll('.message.assistant')[i];
+    const text = (selector) => item.querySelector(selector)?.textContent ?? '';
+    return {
+      state: item.dataset.state,
+      completionTokens: item.dataset.completionTokens,
+      content: text('.content'),
+      reasoning: item.querySelector('.reasoning').hidden ? null : text('.reasoning-text'),
+      reasoningOpen: item.querySelector('.reasoning').open,
+      toolCalls: [...item.querySelectorAll('.tool-call')].map((call) => ({
+        name: call.querySelector('.tool-name').textContent, arguments: call.querySelector('.tool-arguments').textContent })),
+      stats: text('.stats'),
+      error: text('.error'),
+    };
+  }, index);
+}
+
+describe('the playground in a browser', { skip: noBrowser }, () => {
+  let server;
+  let browser;
+  let page;
+  before(async () => {
+    [server, browser] = await Promise.all([startServer(['--ui'], model), launchBrowser()]);
+    page = await openPage(browser, server.url);
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  test('the page shows the served model, its context length and the live metrics', async () => {
+    assert.equal(await page.$eval('#model-name', (e) => e.textContent), MODEL);
+    assert.equal(await page.$eval('#context-length', (e) => e.textContent), '2,048 tokens of context');
+    await page.waitForFunction(() => /%$/.test(document.getElementById('metric-kv').textContent));
+    assert.equal(await page.$eval('#metric-running', (e) => e.textContent), '0');
+    assert.equal(await page.$eval('#api-key-row', (e) => e.hidden), true, 'no key field on a server without a key');
+  });
+
+  test('a reply streams in: its text grows over several DOM updates, then shows tokens and tokens/s', async () => {
+    await page.evaluate(() => {
+      // Every distinct text the streaming answer showed, as the DOM changed.
+      window.answerTexts = [];
+      new MutationObserver(() => {
+        const replies = document.querySelectorAll('.message.assistant');
+        const last = replies[replies.length - 1];
+        if (last?.dataset.state !== 'streaming') return;
+        const text = last.querySelector('.content').textContent;
+        if (text && text !== window.answerTexts[window.answerTexts.length - 1]) window.answerTexts.push(text);
+      }).observe(document.getElementById('messages'), { subtree: true, childList: true, characterData: true });
+    });
+    await setField(page, 'max-tokens', '48');
+    await setField(page, 'seed', '1');
+    const shown = await reply(page, await send(page, 'Write a function that sorts a list'));
+    assert.equal(shown.state, 'done', JSON.stringify(shown));
+    const texts = await page.evaluate(() => window.answerTexts);
+    assert.ok(texts.length > 1, `the answer appeared in ${texts.length} update(s): ${JSON.stringify(texts)}`);
+    for (const text of texts) assert.ok(shown.content.startsWith(text), 'each update extends the answer');
+    assert.ok(Number(shown.completionTokens) > 1 && Number(shown.completionTokens) <= 48, shown.completionTokens);
+    assert.match(shown.stats, new RegExp(`^${shown.completionTokens} tokens · [0-9.]+ tok/s · first token \\d+ ms · prompt \\d+ tokens · (stop|length)$`));
+  });
+
+  test('the stop button ends a long generation; the server goes idle and the metrics say so', async () => {
+    await page.click('#new-chat');
+    await setField(page, 'max-tokens', '1500');
+    await setField(page, 'temperature', '1');
+    await setField(page, 'seed', '2');
+    const index = await send(page, 'Write a function that sorts a list');
+    // The page's own metrics poll sees it running before it is stopped.
+    await page.waitForFunction(() => document.getElementById('metric-running').textContent === '1');
+    assert.equal(await page.$eval('#stop', (e) => e.hidden), false);
+    await page.click('#stop');
+    const shown = await reply(page, index);
+    assert.equal(shown.state, 'stopped', JSON.stringify(shown));
+    assert.match(shown.stats, /stopped$/);
+    assert.ok(shown.content.length > 0);
+    assert.equal(await page.$eval('#send', (e) => e.hidden), false);
+    await waitIdle(server.url, 5000);
+    await page.waitForFunction(() => document.getElementById('metric-running').textContent === '0');
+  });
+
+  test('a pasted JSON schema gives an answer that parses and validates', async () => {
+    const schema = {
+      type: 'object', additionalProperties: false, required: ['name', 'age', 'tags'],
+      properties: { name: { type: 'string', minLength: 1, maxLength: 12 }, age: { type: 'integer', minimum: 0, maximum: 120 },
+                    tags: { type: 'array', items: { enum: ['a', 'b', 'c'] }, maxItems: 3 } },
+    };
+    await page.click('#new-chat');
+    await setField(page, 'max-tokens', '200');
+    await setField(page, 'seed', '3');
+    await page.click('#schema-section summary');
+    await setField(page, 'schema-on', true);
+    await setField(page, 'schema', JSON.stringify(schema, null, 2));
+    const shown = await reply(page, await send(page, 'Describe a person as JSON.'));
+    await setField(page, 'schema-on', false);
+    assert.equal(shown.state, 'done', JSON.stringify(shown));
+    const answer = JSON.parse(shown.content);
+    const valid = ajv.compile(schema);
+    assert.ok(valid(answer), `${shown.content}: ${JSON.stringify(valid.errors)}`);
+    assert.match(shown.stats, /stop$/);
+  });
+
+  test('bad settings are named and nothing is sent', async () => {
+    await setField(page, 'temperature', '7');
+    const replies = await page.$$eval('.message.assistant', (r) => r.length);
+    await page.type('#prompt', 'hello');
+    await page.click('#send');
+    assert.match(await page.$eval('#settings-error', (e) => e.textContent), /Temperature must be a number in \[0, 2\]/);
+    assert.equal(await page.$$eval('.message.assistant', (r) => r.length), replies);
+    await setField(page, 'temperature', '1');
+    await page.$eval('#prompt', (e) => { e.value = ''; });
+  });
+
+  test('tool calls are shown with their streamed arguments', async () => {
+    const parameters = { type: 'object', additionalProperties: false, required: ['city', 'days'],
+                         properties: { city: { type: 'string', minLength: 1, maxLength: 8 },
+                                       days: { type: 'integer', minimum: 1, maximum: 14 } } };
+    await setField(page, 'max-tokens', '200');
+    await page.click('#tools-section summary');
+    await setField(page, 'tools', JSON.stringify([{ type: 'function', function: { name: 'get_weather', strict: true, parameters } }]));
+    await setField(page, 'tool-choice', 'required');
+    const shown = await reply(page, await send(page, 'Weather in Paris for three days?'));
+    assert.equal(shown.state, 'done', JSON.stringify(shown));
+    assert.equal(shown.toolCalls.length, 1, JSON.stringify(shown));
+    assert.equal(shown.toolCalls[0].name, 'tool call: get_weather');
+    const valid = ajv.compile(parameters);
+    assert.ok(valid(JSON.parse(shown.toolCalls[0].arguments)), shown.toolCalls[0].arguments);
+    assert.match(shown.stats, /tool_calls$/);
+
+    const artifacts = process.env.DEEPINFER_TEST_ARTIFACTS ?? os.tmpdir();
+    mkdirSync(artifacts, { recursive: true });
+    await page.screenshot({ path: path.join(artifacts, 'playground.png') });
+    await setField(page, 'tools', '');
+  });
+
+  test('reasoning is shown apart from the answer, folded once the answer begins', async () => {
+    // The default model has no reasoning format: this page gets a canned DeepSeek-style stream.
+    const canned = await openPage(browser, server.url);
+    await canned.setRequestInterception(true);
+    canned.on('request', (request) => {
+      if (!request.url().endsWith('/v1/chat/completions')) return request.continue();
+      const chunk = (delta, finish = null) => ({ choices: [{ index: 0, delta, finish_reason: finish }] });
+      const events = [chunk({ role: 'assistant', content: null, reasoning_content: '' }), chunk({ reasoning_content: 'The user ' }),
+                      chunk({ reasoning_content: 'wants a list.' }), chunk({ content: 'Here ' }), chunk({ content: 'it is.' }, 'stop'),
+                      { choices: [], usage: { prompt_tokens: 9, completion_tokens: 4, total_tokens: 13 } }];
+      const body = events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join('') + 'data: [DONE]\n\n';
+      return request.respond({ status: 200, contentType: 'text/event-stream', body });
+    });
+    const shown = await reply(canned, await send(canned, 'A list, please'));
+    await canned.close();
+    assert.equal(shown.state, 'done');
+    assert.equal(shown.reasoning, 'The user wants a list.');
+    assert.equal(shown.reasoningOpen, false);
+    assert.equal(shown.content, 'Here it is.');
+    assert.match(shown.stats, /^4 tokens · .* · prompt 9 tokens · stop$/);
+  });
+
+  test('the page raised no script errors', () => {
+    assert.deepEqual(pageErrors, []);
+  });
+});
+
+describe('the playground with --api-key', { skip: noBrowser }, () => {
+  const key = 'playground-key';
+  let server;
+  let browser;
+  before(async () => {
+    [server, browser] = await Promise.all([startServer(['--ui', '--api-key', key], model), launchBrowser()]);
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  test('the page loads without the key; its calls fail without it and succeed with it', async () => {
+    assert.equal((await fetch(`${server.url}/`)).status, 200);
+    const chat = (headers) => fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });
+    assert.equal((await chat({})).status, 401);
+
+    const page = await openPage(browser, server.url);
+    const authorizations = [];
+    page.on('request', (request) => {
+      if (request.url().endsWith('/v1/chat/completions')) authorizations.push(request.headers().authorization ?? null);
+    });
+    assert.equal(await page.$eval('#api-key-row', (e) => e.hidden), false, 'a 401 shows the key field');
+    assert.match(await page.$eval('#server-status', (e) => e.textContent), /invalid API key/);
+    await setField(page, 'max-tokens', '8');
+    const refused = await reply(page, await send(page, 'hello'));
+    assert.equal(refused.state, 'failed');
+    assert.match(refused.error, /invalid API key/);
+
+    await page.type('#api-key', key);
+    await page.keyboard.press('Tab');  // a change event: the page reloads the model with the key
+    await page.waitForFunction((name) => document.getElementById('model-name').textContent === name, {}, MODEL);
+    const answered = await reply(page, await send(page, 'hello'));
+    assert.equal(answered.state, 'done', JSON.stringify(answered));
+    assert.deepEqual(authorizations, [null, `Bearer ${key}`]);
+    assert.equal((await chat({ authorization: `Bearer ${key}` })).status, 200);
+    assert.deepEqual(pageErrors, []);
   });
 });
