@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 CLI := $(BUILD_DIR)/bin/deepinfer
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python run test test-sanitize bench clean
+.PHONY: all deps build python run test test-sanitize bench plots clean
 
 all: build
 
@@ -52,6 +52,10 @@ run: deps build
 
 bench: deps build
 	bench/run_bench.sh $(BUILD_DIR)
+
+# The charts at the top of docs/benchmarks.md (docs/bench/plots/*.svg), from the JSON in docs/bench.
+plots: deps
+	node tools/plots/render_benchmarks.mjs
 
 clean:
 	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)

@@ -38,12 +38,15 @@ else
   echo "deps: all Debian packages present"
 fi
 
-# npm oracles for the tests (tokenizers, chat templates, API clients, the browser driver): pinned by
-# the lock file.
-npm_dir="$(dirname "$0")/../tests/node"
-if [[ ! -f "$npm_dir/node_modules/.package-lock.json" || "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.package-lock.json" ]]; then
-  echo "deps: installing npm test oracles in tests/node"
-  (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error)
-else
-  echo "deps: npm test oracles present"
-fi
+# npm packages, each folder pinned by its lock file: the tests' oracles (tokenizers, chat
+# templates, API clients, the browser driver) in tests/node; Vega and Vega-Lite for the benchmark
+# charts in tools/plots.
+for npm_dir in "$(dirname "$0")/../tests/node" "$(dirname "$0")/plots"; do
+  name="$(basename "$(dirname "$npm_dir")")/$(basename "$npm_dir")"
+  if [[ ! -f "$npm_dir/node_modules/.package-lock.json" || "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.package-lock.json" ]]; then
+    echo "deps: installing the npm packages of $name"
+    (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error)
+  else
+    echo "deps: npm packages of $name present"
+  fi
+done

@@ -1,0 +1,141 @@
+// Renders the benchmark figures in docs/bench/*.json(l) as SVG charts: Vega-Lite specs compiled to
+// Vega and rendered headless (no browser, no canvas: text is measured by Vega's estimate).
+// Usage: node tools/plots/render_benchmarks.mjs [OUT_DIR] (default docs/bench/plots; `make plots`),
+// or --check: render in memory and fail, naming them, when the committed SVGs in docs/bench/plots
+// differ (the CTest `plots_current`, so a figure added to the JSON cannot leave a stale chart).
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as vega from 'vega';
+import * as vegaLite from 'vega-lite';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const benchDir = path.join(root, 'docs/bench');
+
+// One JSON object per line (.jsonl) or one object (.json).
+function records(file) {
+  const text = readFileSync(path.join(benchDir, file), 'utf8');
+  if (file.endsWith('.json')) return [JSON.parse(text)];
+  return text.split('\n').filter((line) => line.trim()).map((line, i) => {
+    try {
+      return JSON.parse(line);
+    } catch (error) {
+      throw new Error(`${file}:${i + 1}: ${error.message}`);
+    }
+  });
+}
+
+const contextLabel = (context) => (context >= 1024 ? `${context / 1024}K` : String(context));
+
+// Decode tokens/s against batch on the H200, Llama-3-8B shape: ours at two contexts, each beside
+// its copy roofline (a step can go no faster than moving the weights and the batch's KV once at the
+// measured copy rate), and llama.cpp's CUDA build on the same weights.
+function decodeVsBatch() {
+  const rows = [];
+  const ours = records('cuda_dense_2026-12-02.jsonl').filter((r) => r.kind === 'decode' && r.config === 'llama3-8b');
+  for (const r of ours) {
+    const context = contextLabel(r.context);
+    rows.push({ batch: r.batch, tok_s: r.tok_s, series: `deepinfer, ctx ${context} (2026-12-02)`, line: 'measured' });
+    const ceiling = (r.batch * r.copy_peak_tb_s * 1000) / (r.weight_gb + r.kv_gb);
+    rows.push({ batch: r.batch, tok_s: ceiling, series: `copy roofline, ctx ${context}`, line: 'ceiling' });
+  }
+  for (const r of records('llama_cpp_cuda_2026-11-30.jsonl').filter((r) => r.kind === 'decode' && r.engine === 'llama.cpp')) {
+    rows.push({ batch: r.batch, tok_s: r.tok_s, series: 'llama.cpp 80fb11a CUDA, ctx ~1K (2026-11-30)', line: 'measured' });
+  }
+  return {
+    file: 'decode_vs_batch.svg',
+    spec: lineChart(rows, {
+      title: 'Decode on one H200, Llama-3-8B shape (bf16)',
+      x: { field: 'batch', title: 'batch (sequences per step)' },
+      y: { field: 'tok_s', title: 'tokens/s' },
+      // A context's roofline in its measured line's colour.
+      colors: {
+        'deepinfer, ctx 1K (2026-12-02)': blue, 'deepinfer, ctx 8K (2026-12-02)': orange,
+        'llama.cpp 80fb11a CUDA, ctx ~1K (2026-11-30)': green,
+        'copy roofline, ctx 1K': blue, 'copy roofline, ctx 8K': orange,
+      },
+    }),
+  };
+}
+
+// Prefill tokens/s against prompt length on the H200: ours beside the GEMM ceiling (the same
+// floating-point work at the measured bf16 matmul rate) and llama.cpp at 4K.
+function prefillVsLength() {
+  const rows = [];
+  const ours = records('cuda_dense_2026-12-02.jsonl').filter((r) => r.kind === 'prefill' && r.config === 'llama3-8b');
+  for (const r of ours) {
+    rows.push({ tokens: r.tokens, tok_s: r.tok_s, series: 'deepinfer (2026-12-02)', line: 'measured' });
+    rows.push({ tokens: r.tokens, tok_s: (r.tok_s * r.matmul_peak_tflop_s) / r.tflop_s, series: 'GEMM ceiling', line: 'ceiling' });
+  }
+  for (const r of records('llama_cpp_cuda_2026-11-30.jsonl').filter((r) => r.kind === 'prefill' && r.engine === 'llama.cpp')) {
+    rows.push({ tokens: r.tokens, tok_s: r.tok_s, series: 'llama.cpp 80fb11a CUDA (2026-11-30)', line: 'measured' });
+  }
+  return {
+    file: 'prefill_vs_length.svg',
+    spec: lineChart(rows, {
+      title: 'Prefill on one H200, Llama-3-8B shape (bf16)',
+      x: { field: 'tokens', title: 'prompt tokens' },
+      y: { field: 'tok_s', title: 'tokens/s' },
+      colors: { 'deepinfer (2026-12-02)': blue, 'llama.cpp 80fb11a CUDA (2026-11-30)': green, 'GEMM ceiling': blue },
+    }),
+  };
+}
+
+const blue = '#2f6fce';
+const orange = '#e0801f';
+const green = '#2e9e44';
+
+// Log-log lines with points; colors maps each series (in legend order) to its colour; ceilings dashed.
+function lineChart(values, { title, x, y, colors }) {
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title,
+    width: 520,
+    height: 320,
+    background: 'white',
+    data: { values },
+    mark: { type: 'line', point: true },
+    encoding: {
+      x: { ...x, type: 'quantitative', scale: { type: 'log', nice: false, padding: 12 }, axis: { grid: true } },
+      y: { ...y, type: 'quantitative', scale: { type: 'log', nice: false, padding: 12 }, axis: { grid: true } },
+      color: {
+        field: 'series', type: 'nominal', title: null,
+        scale: { domain: Object.keys(colors), range: Object.values(colors) },
+        legend: { orient: 'bottom', columns: 1, labelLimit: 400 },
+      },
+      strokeDash: { field: 'line', type: 'nominal', title: null, scale: { domain: ['measured', 'ceiling'], range: [[1, 0], [6, 4]] }, legend: null },
+      tooltip: [{ field: 'series' }, { field: x.field }, { field: y.field, format: ',.0f' }],
+    },
+    config: { font: 'DejaVu Sans, sans-serif' },
+  };
+}
+
+async function render(spec) {
+  const view = new vega.View(vega.parse(vegaLite.compile(spec).spec), { renderer: 'none' });
+  const svg = await view.toSVG();
+  view.finalize();
+  return svg;
+}
+
+const charts = [decodeVsBatch(), prefillVsLength()];
+const committedDir = path.join(benchDir, 'plots');
+if (process.argv[2] === '--check') {
+  const stale = [];
+  for (const chart of charts) {
+    const committed = path.join(committedDir, chart.file);
+    if (!existsSync(committed) || readFileSync(committed, 'utf8') !== `${await render(chart.spec)}\n`) stale.push(chart.file);
+  }
+  if (stale.length) {
+    console.error(`docs/bench/plots: ${stale.join(', ')} differ from docs/bench's figures; run make plots and commit them`);
+    process.exit(1);
+  }
+  console.log(`docs/bench/plots: ${charts.length} charts current`);
+} else {
+  const outDir = path.resolve(process.argv[2] ?? committedDir);
+  mkdirSync(outDir, { recursive: true });
+  for (const chart of charts) {
+    const out = path.join(outDir, chart.file);
+    writeFileSync(out, `${await render(chart.spec)}\n`);
+    console.log(`wrote ${path.relative(process.cwd(), out)}`);
+  }
+}
