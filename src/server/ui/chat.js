@@ -12,9 +12,11 @@ export class Conversation {
   constructor(list) {
     this.list = list;
     this.turns = [];  // {role, content} of the exchanges that completed or were stopped
+    this.epoch = 0;   // counts clears: a reply stopped by "New chat" must not join the new history
   }
 
   clear() {
+    this.epoch += 1;
     this.turns = [];
     this.list.replaceChildren();
   }
@@ -36,8 +38,9 @@ export class Conversation {
   addAssistant(userText) {
     const item = element('li', 'message assistant');
     this.list.append(item);
+    const epoch = this.epoch;
     return new AssistantMessage(item, (content) => {
-      this.turns.push({ role: 'user', content: userText }, { role: 'assistant', content });
+      if (epoch === this.epoch) this.turns.push({ role: 'user', content: userText }, { role: 'assistant', content });
     });
   }
 }

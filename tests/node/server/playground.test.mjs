@@ -136,9 +136,13 @@ describe('the playground in a browser', { skip: noBrowser }, () => {
   let server;
   let browser;
   let page;
+  const requestBodies = [];  // of the page's chat requests, as sent
   before(async () => {
     [server, browser] = await Promise.all([startServer(['--ui'], model), launchBrowser()]);
     page = await openPage(browser, server.url);
+    page.on('request', (request) => {
+      if (request.url().endsWith('/v1/chat/completions')) requestBodies.push(JSON.parse(request.postData()));
+    });
   });
   after(async () => {
     await browser?.close();
@@ -253,6 +257,14 @@ describe('the playground in a browser', { skip: noBrowser }, () => {
     const valid = ajv.compile(parameters);
     assert.ok(valid(JSON.parse(shown.toolCalls[0].arguments)), shown.toolCalls[0].arguments);
     assert.match(shown.stats, /tool_calls$/);
+    // The request carried the earlier exchange (the schema's), the tool and no response_format.
+    const sent = requestBodies[requestBodies.length - 1];
+    assert.deepEqual(sent.messages.map((m) => m.role), ['user', 'assistant', 'user']);
+    assert.equal(sent.messages[1].content, (await page.$$eval('.message.assistant .content', (c) => c[0].textContent)));
+    assert.equal(sent.tool_choice, 'required');
+    assert.equal(sent.response_format, undefined);
+    assert.deepEqual({ stream: sent.stream, max_tokens: sent.max_tokens, seed: sent.seed, temperature: sent.temperature, top_p: sent.top_p },
+                     { stream: true, max_tokens: 200, seed: 3, temperature: 1, top_p: 1 });
 
     const artifacts = process.env.DEEPINFER_TEST_ARTIFACTS ?? os.tmpdir();
     mkdirSync(artifacts, { recursive: true });
