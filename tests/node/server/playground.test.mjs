@@ -190,10 +190,12 @@ describe('the playground in a browser', { skip: noBrowser }, () => {
       await page.click('#new-chat');
       await setField(page, 'seed', String(seed));
       index = await send(page, 'Write a function that sorts a list');
-      // The page's own metrics poll sees it running before it is stopped.
+      // Stopped once its first tokens arrived and the page's own metrics poll saw it running.
       const running = await page.waitForFunction((i) => {
-        if (document.getElementById('metric-running').textContent === '1') return 'running';
-        return document.querySelectorAll('.message.assistant')[i].dataset.state !== 'streaming' && 'ended';
+        const item = document.querySelectorAll('.message.assistant')[i];
+        if (item.dataset.state !== 'streaming') return 'ended';
+        return document.getElementById('metric-running').textContent === '1' &&
+               item.querySelector('.content').textContent !== '' && 'running';
       }, {}, index);
       if (await running.jsonValue() === 'running') break;
       index = undefined;
