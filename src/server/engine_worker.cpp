@@ -75,6 +75,11 @@ Admission EngineWorker::submit(Submission submission) {
   return request_id;
 }
 
+int64_t EngineWorker::queued_tokens() const {
+  std::lock_guard lock(mutex_);
+  return queued_tokens_;
+}
+
 void EngineWorker::abort(int64_t request_id) {
   {
     std::lock_guard lock(mutex_);

@@ -7,7 +7,6 @@
 // thread, so their clients hear of it even while a step is stuck.
 #pragma once
 
-#include <boost/asio/experimental/concurrent_channel.hpp>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,21 +22,10 @@
 
 #include "core/result.h"
 #include "engine/engine_core.h"
+#include "server/generation_backend.h"
 #include "server/metrics.h"
 
 namespace deepinfer::server {
-
-// One message to a request's connection: an engine output, or why the request ended without
-// finishing (its last message).
-struct EngineEvent {
-  RequestOutput output;
-  std::optional<Error> error;
-  // The HTTP status of error: 400 the engine refused the request (add_request failed; nothing of
-  // it ran), 500 a step failed while running it, 503 the server lost its device or shuts down.
-  int error_status = 400;
-};
-
-using OutputChannel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code, EngineEvent)>;
 
 struct WorkerLimits {
   // Requests admitted but not yet started (no token out) and the tokens they may run, each
@@ -55,25 +43,7 @@ struct WorkerLimits {
   bool group_rounds = false;
 };
 
-struct Submission {
-  std::vector<int32_t> prompt_token_ids;
-  SamplingParams params;
-  int32_t priority = 0;
-  std::string cache_salt;
-  std::shared_ptr<OutputChannel> channel;  // receives every output; the worker keeps it alive
-  TrafficClass kv_cache_class = TrafficClass::kDefault;
-};
-
-// Why submit turned a request away.
-struct Refusal {
-  bool overloaded = false;  // the queue is full: retry later (429 / 529); else unavailable (503)
-  std::string message;
-};
-
-// submit's answer: the request id, or the refusal.
-using Admission = std::variant<int64_t, Refusal>;
-
-class EngineWorker {
+class EngineWorker : public GenerationBackend {
  public:
   // Starts the engine thread. engine and metrics must outlive the worker.
   EngineWorker(EngineCore& engine, Metrics& metrics, const WorkerLimits& limits);
@@ -83,17 +53,17 @@ class EngineWorker {
   EngineWorker& operator=(const EngineWorker&) = delete;
 
   // Thread-safe.
-  Admission submit(Submission submission);
+  Admission submit(Submission submission) override;
   // Thread-safe. Cancels a request at any point and frees its KV blocks in the engine's next
   // iteration; its channel then gets a finished output with FinishReason::kAbort.
-  void abort(int64_t request_id);
+  void abort(int64_t request_id) override;
   // Thread-safe: why the worker refuses every request (the device was lost, it is shutting
   // down), or nullopt while it serves. /health answers 503 with it.
-  std::optional<std::string> unavailable() const;
+  std::optional<std::string> unavailable() const override;
   // Thread-safe. Refuses new requests with reason (503), sends every open request a 503 event
   // with it from this thread, and has the engine thread abort what it runs (freeing its KV and
   // queueing its pages for the KV store) and end after its current step.
-  void shutdown(const std::string& reason);
+  void shutdown(const std::string& reason) override;
   // Waits until the engine thread ended, or deadline: false when it is still inside a step (a
   // stuck one). Then the worker and its engine must not be destroyed: the process has to end
   // without them.
@@ -101,6 +71,9 @@ class EngineWorker {
   // What the engine thread is doing ("inside a step for 12.5 s", "between steps"), for the log
   // of a stuck shutdown. Thread-safe.
   std::string activity() const;
+  // Thread-safe: the tokens of the requests admitted and not yet started, n x (prompt +
+  // max_tokens) each (the queue a cluster worker reports).
+  int64_t queued_tokens() const;
 
  private:
   struct Entry {

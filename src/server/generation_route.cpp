@@ -3,17 +3,12 @@
 // While a request runs, its connection also watches the socket (a client that hangs up cancels
 // the request and frees its KV at once) and its deadline (--request-timeout).
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <sys/socket.h>
-
-#include <cerrno>
 #include <chrono>
 #include <random>
 
 #include "core/logging.h"
+#include "server/running_request.h"
 #include "server/server_context.h"
 
 namespace deepinfer::server {
@@ -47,78 +42,6 @@ std::string response_id(ApiKind kind) {
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-enum class Wait { kEvent, kTimedOut, kDisconnected, kDropped };
-
-// One running request as its connection sees it.
-class RunningRequest {
- public:
-  RunningRequest(TcpStream& stream, ServerContext& context, std::shared_ptr<OutputChannel> channel)
-      : stream_(stream), context_(context), channel_(std::move(channel)), deadline_(stream.get_executor()) {
-    deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(context.config.request_timeout_s)));
-  }
-
-  void set_id(int64_t request_id) { request_id_ = request_id; }
-  void abort() { context_.worker->abort(request_id_); }
-
-  // The next engine event, or why there is none. The waits run as one parallel group whose
-  // every result comes back, so an event that arrives in the same turn as a timeout or socket
-  // readiness is still delivered, never dropped with the losing operation.
-  asio::awaitable<Wait> next(EngineEvent& event) {
-    namespace exp = asio::experimental;
-    for (;;) {
-      if (!watch_socket_) {
-        auto [order, receive_error, received, timer_error] =
-            co_await exp::make_parallel_group(channel_->async_receive(asio::deferred),
-                                              deadline_.async_wait(asio::deferred))
-                .async_wait(exp::wait_for_one(), asio::use_awaitable);
-        if (!receive_error) {
-          event = std::move(received);
-          co_return Wait::kEvent;
-        }
-        co_return order[0] == 0 ? Wait::kDropped : Wait::kTimedOut;
-      }
-      auto [order, receive_error, received, timer_error, socket_error] =
-          co_await exp::make_parallel_group(channel_->async_receive(asio::deferred),
-                                            deadline_.async_wait(asio::deferred),
-                                            stream_.socket().async_wait(asio::socket_base::wait_read, asio::deferred))
-              .async_wait(exp::wait_for_one(), asio::use_awaitable);
-      if (!receive_error) {
-        event = std::move(received);
-        co_return Wait::kEvent;
-      }
-      if (order[0] == 0) co_return Wait::kDropped;
-      if (order[0] == 1) co_return Wait::kTimedOut;
-      if (socket_error) co_return Wait::kDisconnected;
-      const Readable readable = peek_socket();
-      if (readable == Readable::kClosed) co_return Wait::kDisconnected;
-      // The client pipelined its next request: the socket stays readable, so stop watching it.
-      if (readable == Readable::kData) watch_socket_ = false;
-    }
-  }
-
- private:
-  enum class Readable { kNothing, kData, kClosed };
-
-  // Readiness is only a hint: the reactor may report an edge whose bytes an earlier read already
-  // took (under load it often does), so a wake-up with nothing to read is not a disconnect. A
-  // peek tells the three apart: bytes (a pipelined request), an orderly close, or nothing yet.
-  Readable peek_socket() {
-    char byte = 0;
-    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) return Readable::kData;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Readable::kNothing;
-    return Readable::kClosed;  // 0: the client closed; another error: the connection is gone
-  }
-
-  TcpStream& stream_;
-  ServerContext& context_;
-  std::shared_ptr<OutputChannel> channel_;
-  asio::steady_timer deadline_;
-  int64_t request_id_ = 0;
-  bool watch_socket_ = true;
-};
 
 std::string join(const std::vector<std::string>& frames) {
   std::string out;
@@ -173,6 +96,13 @@ class GenerationHandler {
   // unsupported keyword, a timeout). The client's error, naming the field that asked for it.
   ApiError failed_error(const Error& error) const { return api_error(kind_, 400, error.message, grammar_field_); }
 
+  // An event's error in the API's shape; an overloaded cluster worker's 429 is Anthropic's 529 on
+  // /v1/messages, as the local queue's refusal is.
+  ApiError engine_error(const EngineEvent& event) const {
+    const int status = event.error_status == 429 && kind_ == ApiKind::kMessages ? 529 : event.error_status;
+    return api_error(kind_, status, event.error->message);
+  }
+
   ApiError timeout_error() const {
     return api_error(kind_, 408, "the request ran past the server's limit of " +
                                      std::to_string(context_.config.request_timeout_s) + " s (--request-timeout)");
@@ -192,7 +122,7 @@ class GenerationHandler {
         co_return co_await reply_error(timeout_error());
       }
       if (wait == Wait::kDropped) co_return co_await reply_error(api_error(kind_, 500, "the request was dropped"));
-      if (event.error) co_return co_await reply_error(api_error(kind_, event.error_status, event.error->message));
+      if (event.error) co_return co_await reply_error(engine_error(event));
       if (event.output.error) co_return co_await reply_error(failed_error(*event.output.error));
       builder.on_output(event.output);
       if (event.output.finished) break;
@@ -245,8 +175,7 @@ class GenerationHandler {
         co_return co_await end_stream(builder.stream_error(timeout_error()));
       }
       if (event.error || event.output.error) {
-        const ApiError error = event.error ? api_error(kind_, event.error_status, event.error->message)
-                                           : failed_error(*event.output.error);
+        const ApiError error = event.error ? engine_error(event) : failed_error(*event.output.error);
         if (!headers_sent) co_return co_await reply_error(error);
         // Mid-stream (a grammar that did not compile, a failed step, shutdown): the API's error
         // event ends the stream.

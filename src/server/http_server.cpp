@@ -17,6 +17,7 @@
 #include "core/logging.h"
 #include "server/playground.h"
 #include "server/rank_router.h"
+#include "server/token_api.h"
 
 namespace deepinfer::server {
 namespace {
@@ -55,6 +56,7 @@ constexpr Route kRoutes[] = {
     {"/v1/models", http::verb::get, std::nullopt, true},
     {"/tokenize", http::verb::post, std::nullopt, true},
     {"/detokenize", http::verb::post, std::nullopt, true},
+    {kTokenApiPath, http::verb::post, std::nullopt, true},  // a cluster router's requests (token_api.h)
     {"/health", http::verb::get, std::nullopt, false},
     {"/metrics", http::verb::get, std::nullopt, false},
 };
@@ -148,6 +150,7 @@ asio::awaitable<bool> dispatch(TcpStream& stream, const HttpRequest& request, Se
     const ApiError error = api_error(kind, 401, "invalid API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     co_return co_await write_response(stream, make_error_response(request, kind, error), timeout_s);
   }
+  if (route->path == kTokenApiPath) co_return co_await handle_token_generation(stream, request, context);
   if (route->api && context.router != nullptr) co_return co_await route_to_rank(stream, request, *route->api, context);
   if (route->api) co_return co_await handle_generation(stream, request, *route->api, context);
   std::optional<HttpResponse> response;

@@ -12,7 +12,7 @@
 #include <variant>
 
 #include "recipe/api.h"
-#include "server/engine_worker.h"
+#include "server/generation_backend.h"
 #include "server/metrics.h"
 #include "server/shutdown.h"
 
@@ -45,7 +45,8 @@ struct ServerConfig {
 struct ServerContext {
   ServerConfig config;
   ModelContext model;
-  EngineWorker* worker = nullptr;
+  // Runs the generation requests: the engine thread (serve) or the cluster's workers (router).
+  GenerationBackend* worker = nullptr;
   // A data-parallel server's front (rank 0): sends generation requests to the ranks; null otherwise.
   RankRouter* router = nullptr;
   Metrics* metrics = nullptr;

@@ -1,0 +1,66 @@
+// What the generation routes run requests on: the local engine thread (EngineWorker) in
+// `deepinfer serve`, or the cluster's workers over the token-level API (WorkerPool) in
+// `deepinfer router`. The routes render and tokenise the request, submit its token ids and
+// sampling parameters, and turn the events that come back into the API's response, so a router
+// answers byte for byte as a worker would.
+#pragma once
+
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/result.h"
+#include "engine/engine_core.h"
+
+namespace deepinfer::server {
+
+// One message to a request's connection: an engine output, or why the request ended without
+// finishing (its last message).
+struct EngineEvent {
+  RequestOutput output;
+  std::optional<Error> error;
+  // The HTTP status of error: 400 the engine refused the request (add_request failed; nothing of
+  // it ran), 429 the worker that was to run it is overloaded, 500 a step failed while running it,
+  // 502 the worker running it failed, 503 the server lost its device or shuts down.
+  int error_status = 400;
+};
+
+using OutputChannel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code, EngineEvent)>;
+
+struct Submission {
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams params;
+  int32_t priority = 0;
+  std::string cache_salt;
+  std::shared_ptr<OutputChannel> channel;  // receives every output; the backend keeps it alive
+  TrafficClass kv_cache_class = TrafficClass::kDefault;
+};
+
+// Why submit turned a request away.
+struct Refusal {
+  bool overloaded = false;  // the queue is full: retry later (429 / 529); else unavailable (503)
+  std::string message;
+};
+
+// submit's answer: the request id, or the refusal.
+using Admission = std::variant<int64_t, Refusal>;
+
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  // Thread-safe. Takes the request or refuses it at once; a request taken gets its outputs (or
+  // its error) on submission.channel.
+  virtual Admission submit(Submission submission) = 0;
+  // Thread-safe. Cancels a request at any point; the backend frees what it holds at once.
+  virtual void abort(int64_t request_id) = 0;
+  // Thread-safe: why every request is refused now (/health answers 503 with it), or nullopt.
+  virtual std::optional<std::string> unavailable() const = 0;
+  // Thread-safe. Refuses new requests with reason (503) and ends every open one with a 503 event.
+  virtual void shutdown(const std::string& reason) = 0;
+};
+
+}  // namespace deepinfer::server

@@ -1,0 +1,103 @@
+// The token-level API's wire format: every SamplingParams field, every RequestOutput field and
+// the event's error survive the round trip bit for bit (logprobs included); bad input is an error
+// naming the field.
+#include "server/token_api.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace deepinfer::server {
+namespace {
+
+TEST(TokenApi, SamplingParamsRoundTripEveryField) {
+  SamplingParams p;
+  p.n = 3;
+  p.temperature = 0.7;
+  p.top_p = 0.91;
+  p.top_k = 17;
+  p.min_p = 0.05;
+  p.seed = 18446744073709551615ull;
+  p.presence_penalty = 0.5;
+  p.frequency_penalty = -0.25;
+  p.repetition_penalty = 1.1;
+  p.logit_bias = {{5, -100.0f}, {9, 0.1f}};
+  p.stop = {"\n\n", "END"};
+  p.stop_token_ids = {2, 3};
+  p.include_stop_str_in_output = true;
+  p.ignore_eos = true;
+  p.max_tokens = 77;
+  p.min_tokens = 4;
+  p.logprobs = 5;
+  p.prompt_logprobs = 2;
+  p.skip_special_tokens = false;
+  p.structured_output = StructuredOutputParams{StructuredOutputParams::Kind::kChoice, "", {"yes", "no"}, false, 2};
+  Submission submission{{1, 2, 3}, p, 4, "tenant", nullptr, TrafficClass::kAgent};
+  const std::string wire = submission_to_json(submission).dump();
+  auto back = submission_from_json(nlohmann::json::parse(wire));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->prompt_token_ids, submission.prompt_token_ids);
+  EXPECT_EQ(back->priority, 4);
+  EXPECT_EQ(back->cache_salt, "tenant");
+  EXPECT_EQ(back->kv_cache_class, TrafficClass::kAgent);
+  // Serialising the parsed copy gives the same bytes: no field lost or changed.
+  EXPECT_EQ(submission_to_json(*back).dump(), wire);
+  EXPECT_EQ(*back->params.seed, *p.seed);
+  EXPECT_EQ(back->params.logit_bias, p.logit_bias);
+  EXPECT_EQ(back->params.structured_output->choices, p.structured_output->choices);
+}
+
+TEST(TokenApi, EventsRoundTripBitForBit) {
+  EngineEvent event;
+  RequestOutput& out = event.output;
+  out.request_id = 9;
+  out.num_prompt_tokens = 12;
+  out.num_cached_tokens = 8;
+  out.finished = true;
+  SampleOutput sample;
+  sample.index = 1;
+  sample.new_token_ids = {42, 43};
+  sample.new_text = "h\xc3\xa9llo \"q\"\n";
+  const double awkward = std::nextafter(-0.1, 0.0);
+  sample.new_logprobs = {TokenLogprob{42, awkward, {{42, awkward}, {7, -2.5e-300}}}, TokenLogprob{43, -0.0, {}}};
+  sample.finished = true;
+  sample.finish_reason = FinishReason::kStop;
+  sample.stop_reason = "END";
+  sample.num_draft_tokens = 3;
+  sample.num_accepted_draft_tokens = 2;
+  out.samples = {sample};
+  out.prompt_logprobs = std::vector<std::optional<TokenLogprob>>{std::nullopt, TokenLogprob{5, -1.25, {{5, -1.25}}}};
+  const std::string wire = event_to_json(event).dump();
+  auto back = event_from_json(nlohmann::json::parse(wire));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(event_to_json(*back).dump(), wire);
+  EXPECT_EQ(back->output.samples[0].new_logprobs[0].logprob, awkward);
+  EXPECT_EQ(back->output.samples[0].new_text, sample.new_text);
+  EXPECT_FALSE(back->error.has_value());
+
+  EngineEvent failed;
+  failed.error = Error{"worker lost its device"};
+  failed.error_status = 503;
+  failed.output.error = Error{"grammar did not compile"};
+  auto failed_back = event_from_json(event_to_json(failed));
+  ASSERT_TRUE(failed_back.ok());
+  EXPECT_EQ(failed_back->error->message, "worker lost its device");
+  EXPECT_EQ(failed_back->error_status, 503);
+  EXPECT_EQ(failed_back->output.error->message, "grammar did not compile");
+}
+
+TEST(TokenApi, BadInputIsAnErrorNamingTheField) {
+  auto no_prompt = submission_from_json(nlohmann::json{{"sampling", nlohmann::json::object()}});
+  ASSERT_FALSE(no_prompt.ok());
+  EXPECT_NE(no_prompt.error().message.find("prompt_token_ids"), std::string::npos) << no_prompt.error().message;
+  auto bad_type =
+      submission_from_json(nlohmann::json{{"prompt_token_ids", {1}}, {"sampling", {{"temperature", "hot"}}}});
+  ASSERT_FALSE(bad_type.ok());
+  EXPECT_NE(bad_type.error().message.find("sampling"), std::string::npos) << bad_type.error().message;
+  auto bad_reason = event_from_json(nlohmann::json{{"samples", {{{"index", 0}, {"finish_reason", 99}}}}});
+  ASSERT_FALSE(bad_reason.ok());
+  EXPECT_NE(bad_reason.error().message.find("finish_reason"), std::string::npos) << bad_reason.error().message;
+}
+
+}  // namespace
+}  // namespace deepinfer::server
