@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "data_parallel_flags.h"
+#include "server_flags.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
@@ -16,6 +17,7 @@
 #include "server/http_server.h"
 #include "server/rank_router.h"
 #include "server/shutdown.h"
+#include "server/worker_registry.h"
 #include "session.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +44,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                         [--data-parallel-host H] [--eplb-interval N] [--eplb-window N]
                         [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]
                         [--data-parallel-routing least-loaded|prefix-affinity]]
+                       [--register redis://HOST:PORT [--advertise-host H] [--role both]]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -75,6 +78,13 @@ start-up, and stops drafting when it does not pay; off verifies K drafts a reque
 F: on a GPU, the fraction of its memory the server may hold (default 0.9): the KV cache gets what
 is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
 with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs).
+--register redis://HOST:PORT: join a serving cluster as a worker (docs/cluster.md): the server keeps a
+key in that Redis with its address (--advertise-host, default --host) and load (queued tokens,
+running and waiting requests, KV usage, cached tokens), refreshed every second and expiring after
+3 s, so `deepinfer router --redis redis://HOST:PORT` sends it requests through its token-level API
+(POST /internal/v1/generate) until it stops (SIGTERM deletes the key) or goes silent. A Redis
+outage is logged and the server keeps serving. --role both (the default) runs whole requests;
+prefill and decode roles (disaggregation) are not built yet.
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
@@ -118,61 +128,16 @@ Result<ServeSetup> load(const Args& args, const std::string& model_dir, const Da
   auto tokenizer = Tokenizer::load(model_dir);
   if (!tokenizer.ok()) return tokenizer.error();
   setup.tokenizer = std::move(*tokenizer);
-  auto family = detect_chat_family(model_dir);
-  if (family.ok()) {
-    setup.family = *family;
-  } else {
-    std::fprintf(stderr, "deepinfer serve: %s; chat prompts use the qwen3 template\n", family.error().message.c_str());
-  }
+  setup.family = chat_family_or_qwen3(model_dir, "serve");
   return setup;
-}
-
-Result<int64_t> positive(const Args& args, const char* flag, int64_t fallback) {
-  auto value = args.get_int(flag, fallback);
-  if (!value.ok()) return value.error();
-  if (*value < 0) return Error{std::string(flag) + " must be >= 0, got " + std::to_string(*value)};
-  return *value;
-}
-
-Result<server::ServerConfig> server_config(const Args& args) {
-  server::ServerConfig config;
-  config.host = args.find("--host").value_or(config.host);
-  auto port = positive(args, "--port", config.port);
-  if (!port.ok()) return port.error();
-  if (*port > 65535) return Error{"--port must be in [0, 65535]"};
-  config.port = static_cast<uint16_t>(*port);
-  config.api_key = args.find("--api-key");
-  auto queued = positive(args, "--max-queued-requests", config.max_queued_requests);
-  if (!queued.ok()) return queued.error();
-  config.max_queued_requests = static_cast<int32_t>(std::min<int64_t>(*queued, INT32_MAX));
-  auto queued_tokens = positive(args, "--max-queued-tokens", config.max_queued_tokens);
-  if (!queued_tokens.ok()) return queued_tokens.error();
-  config.max_queued_tokens = *queued_tokens;
-  auto timeout = args.get_double("--request-timeout", config.request_timeout_s);
-  if (!timeout.ok()) return timeout.error();
-  if (!(*timeout > 0)) return Error{"--request-timeout must be > 0 seconds"};
-  config.request_timeout_s = *timeout;
-  auto body = positive(args, "--max-body-bytes", config.max_body_bytes);
-  if (!body.ok()) return body.error();
-  config.max_body_bytes = *body;
-  auto shutdown = args.get_double("--shutdown-timeout", config.shutdown_timeout_s);
-  if (!shutdown.ok()) return shutdown.error();
-  if (!(*shutdown > 0 && *shutdown <= 3600)) return Error{"--shutdown-timeout must be in (0, 3600] seconds"};
-  config.shutdown_timeout_s = *shutdown;
-  auto io_threads = positive(args, "--io-threads", config.num_io_threads);
-  if (!io_threads.ok()) return io_threads.error();
-  config.num_io_threads = static_cast<int32_t>(std::clamp<int64_t>(*io_threads, 1, 64));
-  config.check_invariants = args.has("--check-invariants");
-  config.ui = args.has("--ui");
-  return config;
 }
 
 Result<EngineConfig> engine_config(const Args& args) {
   EngineConfig config;
-  auto seqs = positive(args, "--max-num-seqs", 64);
-  auto batched = positive(args, "--max-num-batched-tokens", 2048);
-  auto model_len = positive(args, "--max-model-len", 0);
-  auto block = positive(args, "--block-size", config.block_size);
+  auto seqs = non_negative_flag(args, "--max-num-seqs", 64);
+  auto batched = non_negative_flag(args, "--max-num-batched-tokens", 2048);
+  auto model_len = non_negative_flag(args, "--max-model-len", 0);
+  auto block = non_negative_flag(args, "--block-size", config.block_size);
   auto memory = cache_memory_from_args(args);
   if (!memory.ok()) return memory.error();
   for (const auto* value : {&seqs, &batched, &model_len, &block}) {
@@ -199,23 +164,89 @@ Result<EngineConfig> engine_config(const Args& args) {
   return config;
 }
 
+// --register: the registry to join as a cluster worker (docs/cluster.md).
+struct Registration {
+  server::RegistryOptions registry;
+  std::string advertise_host;
+  std::string role;
+};
+
+Result<std::optional<Registration>> registration_from_args(const Args& args, const server::ServerConfig& config) {
+  const std::string role = args.find("--role").value_or("both");
+  if (role == "prefill" || role == "decode") {
+    return Error{"--role " + role +
+                 ": prefill/decode disaggregation is not built yet; a worker runs whole requests (--role both)"};
+  }
+  if (role != "both") return Error{"--role must be both (prefill and decode are not built yet), got '" + role + "'"};
+  if (!args.has("--register")) {
+    if (args.has("--advertise-host") || args.has("--role")) {
+      return Error{"--advertise-host and --role need --register redis://HOST:PORT"};
+    }
+    return std::optional<Registration>();
+  }
+  Registration registration;
+  registration.registry.url = *args.find("--register");
+  registration.role = role;
+  registration.advertise_host = args.find("--advertise-host").value_or(config.host);
+  if (registration.advertise_host == "0.0.0.0" || registration.advertise_host == "::") {
+    return Error{"--register with --host " + config.host +
+                 " needs --advertise-host: the address routers reach this worker at"};
+  }
+  return std::optional<Registration>(std::move(registration));
+}
+
+Result<std::unique_ptr<server::WorkerHeartbeat>> start_heartbeat(const Registration& registration, uint16_t port,
+                                                                 const std::string& served_name, int32_t block_size,
+                                                                 int64_t pool_tokens, server::EngineWorker& worker,
+                                                                 server::Metrics& metrics) {
+  server::WorkerRecord identity;
+  identity.host = registration.advertise_host;
+  identity.port = port;
+  identity.id = identity.host + ":" + std::to_string(port);
+  identity.role = registration.role;
+  identity.model = served_name;
+  identity.block_size = block_size;
+  auto load_now = [&worker, &metrics, pool_tokens] {
+    const server::EngineGauges gauges = metrics.engine();
+    server::WorkerLoadReport load;
+    load.queued_tokens = worker.queued_tokens();
+    load.num_waiting = gauges.num_waiting;
+    load.num_running = gauges.num_running;
+    load.kv_usage = gauges.kv_usage;
+    load.kv_tokens_used = static_cast<int64_t>(gauges.kv_usage * static_cast<double>(pool_tokens));
+    load.kv_tokens_free = pool_tokens - load.kv_tokens_used;
+    load.cached_tokens = gauges.prefix_hit_tokens;
+    return load;
+  };
+  auto heartbeat = server::WorkerHeartbeat::start(registration.registry, std::move(identity), load_now);
+  if (!heartbeat.ok()) return Error{"--register: " + heartbeat.error().message};
+  std::printf("deepinfer serve: registered as worker %s:%u in %s\n", registration.advertise_host.c_str(),
+              static_cast<unsigned>(port), registration.registry.url.c_str());
+  return std::move(*heartbeat);
+}
+
 }  // namespace
 
 int run_serve(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv,
-                          data_parallel_value_flags(model_value_flags(kv_store_value_flags(
-                              {"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests",
-                               "--max-queued-tokens", "--request-timeout", "--max-body-bytes", "--max-num-seqs",
-                               "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
-                               "--gpu-memory-utilization", "--block-size", "--io-threads", "--max-n",
-                               "--shutdown-timeout", "--data-parallel-routing", kSpeculativeTokensFlag,
-                               kSpecVarlenFlag}))),
+                          data_parallel_value_flags(model_value_flags(kv_store_value_flags(server_value_flags(
+                              {"--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
+                               "--gpu-memory-utilization", "--block-size", "--data-parallel-routing",
+                               kSpeculativeTokensFlag, kSpecVarlenFlag, "--register", "--advertise-host",
+                               "--role"})))),
                           data_parallel_bool_flags(
                               model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling", "--ui"})));
   if (!args.ok()) return report_error("serve", args.error());
-  auto config = server_config(*args);
+  auto config = server_config_from_args(*args);
   if (!config.ok()) return report_error("serve", config.error());
+  auto registration = registration_from_args(*args, *config);
+  if (!registration.ok()) return report_error("serve", registration.error());
+  if (registration->has_value()) {  // before the model loads: a wrong URL fails at once
+    if (auto reachable = server::check_registry((*registration)->registry); !reachable.ok()) {
+      return report_error("serve", Error{"--register: " + reachable.error().message});
+    }
+  }
   auto engine_cfg = engine_config(*args);
   if (!engine_cfg.ok()) return report_error("serve", engine_cfg.error());
   LocalRanks ranks;
@@ -235,12 +266,11 @@ int run_serve(int argc, char** argv) {
     config->host = data_parallel->host;
     config->port = 0;
   }
-  auto threads = positive(*args, "--threads", 0);
+  auto threads = non_negative_flag(*args, "--threads", 0);
   if (!threads.ok()) return report_error("serve", threads.error());
   if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
-  auto max_n = args->get_int("--max-n", 128);
+  auto max_n = max_n_from_args(*args);
   if (!max_n.ok()) return report_error("serve", max_n.error());
-  if (*max_n < 1 || *max_n > 65536) return report_error("serve", Error{"--max-n must be in [1, 65536]"});
 
   const std::string model_dir = args->find("--model").value_or(kDefaultModelDir);
   if (!args->has("--model") && !std::filesystem::exists(model_dir)) {
@@ -271,13 +301,7 @@ int run_serve(int argc, char** argv) {
 
   server::ServerContext context;
   context.config = *config;
-  // The directory's own name, through symlinks (models/default -> deepinfer-tiny-v3).
-  std::error_code resolve_error;
-  const auto resolved = std::filesystem::weakly_canonical(model_dir, resolve_error);
-  context.model.served_name = args->find("--served-model-name")
-                                  .value_or((resolve_error ? std::filesystem::path(model_dir) : resolved)
-                                                .lexically_normal().filename().string());
-  if (context.model.served_name.empty()) context.model.served_name = model_dir;
+  context.model.served_name = served_model_name(*args, model_dir);
   context.model.tokenizer = &*setup->tokenizer;
   context.model.family = setup->family;
   context.model.max_model_len = static_cast<int32_t>(engine_cfg->max_model_len > 0
@@ -319,9 +343,18 @@ int run_serve(int argc, char** argv) {
       context.router = &*router;
     }
   }
+  // Read before the engine thread starts: stats() belongs to it from then on.
+  const int64_t kv_pool_tokens = static_cast<int64_t>(engine->stats().num_kv_blocks) * engine->config().block_size;
   // Stopped before the server's io_context goes, so it never posts to a destroyed one.
   auto worker = std::make_unique<server::EngineWorker>(*engine, metrics, limits);
   context.worker = worker.get();
+  std::unique_ptr<server::WorkerHeartbeat> heartbeat;
+  if (registration->has_value() && data_parallel->rank == 0) {  // a data-parallel group registers its front
+    auto started = start_heartbeat(**registration, *port, context.model.served_name, engine->config().block_size,
+                                   kv_pool_tokens, *worker, metrics);
+    if (!started.ok()) return report_error("serve", started.error());
+    heartbeat = std::move(*started);
+  }
   std::printf("deepinfer serve: listening on http://%s:%u (model '%s', %s family)\n", config->host.c_str(),
               static_cast<unsigned>(*port), context.model.served_name.c_str(),
               std::string(chat_family_name(context.model.family)).c_str());
@@ -330,6 +363,7 @@ int run_serve(int argc, char** argv) {
   }
   std::fflush(stdout);
   http_server.run();
+  heartbeat.reset();  // deregisters: routers stop sending here before the engine goes
   // Every connection is closed; the engine thread was told to abort what runs after its step.
   shutdown.set_stage("waiting for the engine thread to end its step");
   if (!worker->stop(shutdown.at_fraction(0.75))) {

@@ -188,7 +188,7 @@ Result<std::unique_ptr<KvStore>> KvStore::open(const KvStoreConfig& config, std:
   }
   if (config.backend.starts_with("redis://")) {
     auto address = parse_redis_url(config.backend);
-    if (!address.ok()) return address.error();
+    if (!address.ok()) return Error{"--kv-cache-backend: " + address.error().message};
     impl->tiers.push_back(std::make_unique<RedisTier>(*address, config.retention, *impl->allocator));
   } else if (config.backend != "disk") {
     return Error{"--kv-cache-backend '" + config.backend + "': expected disk or redis://host:port"};

@@ -26,7 +26,7 @@ std::string page_key(const BlockHash& hash) { return "dikv:" + hash_hex(hash); }
 
 Result<RedisAddress> parse_redis_url(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
-  if (!url.starts_with(kScheme)) return Error{"kv-cache backend '" + std::string(url) + "': expected redis://host:port"};
+  if (!url.starts_with(kScheme)) return Error{"Redis URL '" + std::string(url) + "': expected redis://host:port"};
   std::string_view rest = url.substr(kScheme.size());
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   RedisAddress address;
@@ -36,10 +36,10 @@ Result<RedisAddress> parse_redis_url(std::string_view url) {
     const std::string_view port = rest.substr(colon + 1);
     const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), address.port);
     if (ec != std::errc() || end != port.data() + port.size() || address.port <= 0 || address.port > 65535) {
-      return Error{"kv-cache backend '" + std::string(url) + "': the port must be a number in [1, 65535]"};
+      return Error{"Redis URL '" + std::string(url) + "': the port must be a number in [1, 65535]"};
     }
   }
-  if (address.host.empty()) return Error{"kv-cache backend '" + std::string(url) + "': no host"};
+  if (address.host.empty()) return Error{"Redis URL '" + std::string(url) + "': no host"};
   return address;
 }
 

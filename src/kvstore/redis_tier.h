@@ -21,7 +21,7 @@ struct RedisAddress {
   int port = 6379;
 };
 
-// Parses "redis://host:port" (port optional).
+// Parses "redis://host:port" (port optional); the error names the URL.
 Result<RedisAddress> parse_redis_url(std::string_view url);
 
 class RedisTier final : public StoreTier {
