@@ -13,5 +13,6 @@ int run_detokenize(int argc, char** argv);
 int run_serve(int argc, char** argv);
 int run_bench_serve(int argc, char** argv);
 int run_lb_sim(int argc, char** argv);
+int run_router(int argc, char** argv);
 
 }  // namespace deepinfer::cli

@@ -26,6 +26,8 @@ commands:
              --model DIR [--tokens]
   serve      OpenAI- and Anthropic-compatible HTTP server: [--model DIR] [--host H] [--port P]
              [--served-model-name NAME] [--api-key KEY] ...
+  router     the cluster's entry point: the same APIs, each request run on a worker registered in
+             Redis (deepinfer serve --register URL): --redis redis://HOST:PORT [--policy NAME]
   bench serve  load a running server, vLLM benchmark_serving style: --url http://127.0.0.1:8000
   lb-sim     replay a request trace through simulated prefill/decode instances under each
              load-balancing policy: --trace FILE.jsonl [--prefill-instances N] [--rate-scale X]
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
     if (command == "detokenize") return run_detokenize(argc - 1, argv + 1);
     if (command == "prompt") return run_prompt(argc - 1, argv + 1);
     if (command == "lb-sim") return run_lb_sim(argc - 1, argv + 1);
+    if (command == "router") return run_router(argc - 1, argv + 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer %s: error: %s\n", command.c_str(), e.what());
     return 1;

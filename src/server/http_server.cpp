@@ -98,15 +98,9 @@ asio::awaitable<bool> route_to_rank(TcpStream& stream, const HttpRequest& reques
   }
   const ApiRequest* api = parsed ? std::get_if<ApiRequest>(&*parsed) : nullptr;
   if (api == nullptr) co_return co_await handle_generation(stream, request, kind, context, std::move(parsed));
-  RoutedRequest routed;
-  routed.tokens = static_cast<int64_t>(api->prompt_token_ids.size()) +
-                  static_cast<int64_t>(api->sampling.n) * api->sampling.max_tokens;
-  if (context.router->options().routing == RankRouting::kPrefixAffinity) {
-    BlockHashChain chain(prefix_root_hash(context.model.served_name, api->cache_salt),
-                         context.router->options().block_size);
-    chain.extend(api->prompt_token_ids);
-    for (int32_t i = 0; i < chain.num_blocks(); ++i) routed.prompt_blocks.push_back(chain.hash(i));
-  }
+  const bool affinity = context.router->options().routing == RankRouting::kPrefixAffinity;
+  const RoutedRequest routed = routed_request(api->prompt_token_ids, api->sampling, context.model.served_name,
+                                              api->cache_salt, affinity ? context.router->options().block_size : 0);
   const Outstanding outstanding{*context.router, routed.tokens, context.router->acquire(routed)};
   if (outstanding.rank == 0) {
     co_return co_await handle_generation(stream, request, kind, context, std::move(parsed));

@@ -31,6 +31,20 @@ Result<RankRouting> parse_rank_routing(std::string_view name) {
   return Error{"--data-parallel-routing must be least-loaded or prefix-affinity, got '" + std::string(name) + "'"};
 }
 
+RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const SamplingParams& sampling,
+                             std::string_view model_name, std::string_view cache_salt, int32_t block_size) {
+  RoutedRequest routed;
+  routed.prompt_tokens = static_cast<int64_t>(prompt_token_ids.size());
+  routed.tokens = routed.prompt_tokens + static_cast<int64_t>(sampling.n) * sampling.max_tokens;
+  if (block_size > 0) {
+    BlockHashChain chain(prefix_root_hash(model_name, cache_salt), block_size);
+    chain.extend(prompt_token_ids);
+    routed.prompt_blocks.reserve(static_cast<size_t>(chain.num_blocks()));
+    for (int32_t i = 0; i < chain.num_blocks(); ++i) routed.prompt_blocks.push_back(chain.hash(i));
+  }
+  return routed;
+}
+
 int32_t RankRouter::RememberedBlocks::leading_matches(const std::vector<BlockHash>& blocks) const {
   int32_t matched = 0;
   while (static_cast<size_t>(matched) < blocks.size() && where_.contains(blocks[static_cast<size_t>(matched)])) {

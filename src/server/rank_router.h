@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <list>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -47,11 +48,17 @@ struct RankRouterOptions {
   int64_t affinity_slack_tokens = 0;
 };
 
-// One generation request as the front weighs it.
+// One generation request as a front (this one, or the cluster's router) weighs it.
 struct RoutedRequest {
   int64_t tokens = 0;                    // prompt tokens + n x max_tokens
+  int64_t prompt_tokens = 0;
   std::vector<BlockHash> prompt_blocks;  // the prompt's full-block chain hashes (prefix affinity)
 };
+
+// Weighs a tokenised request and, when block_size > 0, hashes its prompt's full blocks with the
+// engines' chain hash, rooted at (model_name, cache_salt) so that tenants never share.
+RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const SamplingParams& sampling,
+                             std::string_view model_name, std::string_view cache_salt, int32_t block_size);
 
 class RankRouter {
  public:

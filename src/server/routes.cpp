@@ -9,6 +9,7 @@
 #include "recipe/chat_template.h"
 #include "recipe/prompt.h"
 #include "server/rank_router.h"
+#include "server/worker_selector.h"
 #include "server/server_context.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -154,6 +155,7 @@ std::optional<HttpResponse> handle_info_route(const HttpRequest& request, Server
   if (path == "/metrics") {
     std::string text = context.metrics->render();
     if (context.router != nullptr) context.router->render_metrics(text);
+    if (context.cluster != nullptr) context.cluster->render_metrics(text);
     return make_response(request, http::status::ok, std::move(text), "text/plain; version=0.0.4");
   }
   if (path != "/tokenize" && path != "/detokenize") return std::nullopt;

@@ -18,7 +18,8 @@
 
 namespace deepinfer::server {
 
-class RankRouter;  // server/rank_router.h
+class RankRouter;      // server/rank_router.h
+class WorkerSelector;  // server/worker_selector.h
 
 namespace http = boost::beast::http;
 using HttpRequest = http::request<http::string_body>;
@@ -49,6 +50,8 @@ struct ServerContext {
   GenerationBackend* worker = nullptr;
   // A data-parallel server's front (rank 0): sends generation requests to the ranks; null otherwise.
   RankRouter* router = nullptr;
+  // A cluster router (deepinfer router): its choice of worker, for /metrics; null otherwise.
+  WorkerSelector* cluster = nullptr;
   Metrics* metrics = nullptr;
   ShutdownDeadline* shutdown = nullptr;  // required; begun by the first SIGTERM / SIGINT
   int64_t started_unix = 0;

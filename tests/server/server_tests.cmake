@@ -39,3 +39,14 @@ add_test(NAME server_tool_calls
          COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/tool_calls.test.mjs)
 set_tests_properties(server_tool_calls PROPERTIES LABELS server TIMEOUT 120
                      ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default")
+# The serving cluster (router + two registered workers + redis-server started by the test) on the
+# default model, against one server as the oracle.
+find_program(REDIS_SERVER_EXECUTABLE redis-server PATHS /usr/bin /usr/sbin)
+if(REDIS_SERVER_EXECUTABLE)
+  add_test(NAME server_cluster
+           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/cluster.test.mjs)
+  set_tests_properties(server_cluster PROPERTIES LABELS "server;cluster" TIMEOUT 180
+                       ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default;DEEPINFER_REDIS_SERVER=${REDIS_SERVER_EXECUTABLE}")
+else()
+  message(STATUS "redis-server not found: the cluster's end-to-end test is not registered")
+endif()

@@ -26,10 +26,17 @@ globalThis.fetch = async (input, init) => {
 
 // env: extra environment variables (e.g. DEEPINFER_FAULT, the failure-injection test hook).
 export async function startServer(extraArgs = [], model = process.env.DEEPINFER_SERVER_MODEL, env = {}) {
+  if (!model) throw new Error('set DEEPINFER_CLI and DEEPINFER_SERVER_MODEL (CTest does)');
+  return startCommand(['serve', '--model', model, '--port', '0', '--served-model-name', MODEL, '--threads', '1',
+                       '--block-size', '16', '--kv-cache-bytes', String(64 << 20), '--check-invariants', ...extraArgs],
+                      env);
+}
+
+// Any deepinfer command that prints "listening on http://..." (serve, router): started, its URL
+// read, stopped with SIGTERM.
+export async function startCommand(args, env = {}) {
   const cli = process.env.DEEPINFER_CLI;
-  if (!cli || !model) throw new Error('set DEEPINFER_CLI and DEEPINFER_SERVER_MODEL (CTest does)');
-  const args = ['serve', '--model', model, '--port', '0', '--served-model-name', MODEL, '--threads', '1',
-                '--block-size', '16', '--kv-cache-bytes', String(64 << 20), '--check-invariants', ...extraArgs];
+  if (!cli) throw new Error('set DEEPINFER_CLI (CTest does)');
   const child = spawn(cli, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });

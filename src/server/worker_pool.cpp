@@ -1,0 +1,294 @@
+// WorkerPool: placing a request on a worker and relaying the worker's events to its connection.
+#include "server/worker_pool.h"
+
+#include <array>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "core/logging.h"
+#include "server/token_api.h"
+
+namespace deepinfer::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+}  // namespace
+
+struct WorkerPool::Relay {
+  int64_t id = 0;
+  std::shared_ptr<OutputChannel> channel;
+  std::string body;  // the token-level request, serialised once
+  RoutedRequest routed;
+  std::optional<beast::tcp_stream> upstream;  // touched on the connection's strand only
+  bool aborted = false;                       // likewise
+};
+
+namespace {
+
+enum class Attempt { kDone, kTryAnother };
+
+struct AttemptResult {
+  Attempt outcome = Attempt::kDone;
+  std::string failure;  // kTryAnother: why this worker did not take it
+  bool mark_failed = false;
+};
+
+std::string worker_name(const WorkerLease& lease) { return "worker " + lease.id; }
+
+// The last event of a request that could not finish.
+EngineEvent error_event(int status, std::string message) {
+  EngineEvent event;
+  event.error = Error{std::move(message)};
+  event.error_status = status;
+  return event;
+}
+
+asio::awaitable<bool> deliver(WorkerPool::Relay& relay, EngineEvent event) {
+  event.output.request_id = relay.id;
+  auto [error] = co_await relay.channel->async_send(boost::system::error_code{}, std::move(event), kTuple);
+  co_return !error;
+}
+
+// One worker's try at the request: kDone once the request ended (finished, or an error event was
+// delivered), kTryAnother when the worker never produced an event.
+asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLease& lease,
+                                       const WorkerPoolOptions& options) {
+  AttemptResult result;
+  const std::string where = worker_name(lease);
+  const auto executor = co_await asio::this_coro::executor;
+  relay.upstream.emplace(executor);
+  beast::tcp_stream& upstream = *relay.upstream;
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(lease.host, ec);
+  if (ec) {
+    result = {Attempt::kTryAnother, where + " has an address that does not parse: " + ec.message(), true};
+    co_return result;
+  }
+  upstream.expires_after(options.connect_timeout);
+  std::tie(ec) = co_await upstream.async_connect(asio::ip::tcp::endpoint(address, lease.port), kTuple);
+  if (relay.aborted) co_return result;
+  if (ec) {
+    result = {Attempt::kTryAnother, where + " cannot be reached: " + ec.message(), true};
+    co_return result;
+  }
+  http::request<http::string_body> request{http::verb::post, std::string(kTokenApiPath), 11};
+  request.set(http::field::host, lease.host + ":" + std::to_string(lease.port));
+  request.set(http::field::content_type, "application/json");
+  if (options.worker_api_key) request.set(http::field::authorization, "Bearer " + *options.worker_api_key);
+  request.keep_alive(false);
+  request.body() = relay.body;
+  request.prepare_payload();
+  upstream.expires_after(std::chrono::seconds(30));
+  std::tie(ec, std::ignore) = co_await http::async_write(upstream, request, kTuple);
+  if (relay.aborted) co_return result;
+  if (ec) {
+    result = {Attempt::kTryAnother, where + " failed while taking the request: " + ec.message(), true};
+    co_return result;
+  }
+  // The worker answers within its own request timeout; a stream may be quiet while it queues.
+  upstream.expires_never();
+  beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(boost::none);
+  std::tie(ec, std::ignore) = co_await http::async_read_header(upstream, buffer, parser, kTuple);
+  if (relay.aborted) co_return result;
+  if (ec) {
+    result = {Attempt::kTryAnother, where + " failed before answering: " + ec.message(), true};
+    co_return result;
+  }
+  const int status = static_cast<int>(parser.get().result_int());
+  std::string pending;  // body bytes not yet split into lines
+  std::array<char, 16384> chunk{};
+  bool any_event = false;
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk.data();
+    parser.get().body().size = chunk.size();
+    std::tie(ec, std::ignore) = co_await http::async_read_some(upstream, buffer, parser, kTuple);
+    if (relay.aborted) co_return result;
+    if (ec == http::error::need_buffer) ec = {};
+    pending.append(chunk.data(), chunk.size() - parser.get().body().size);
+    if (status == 200) {
+      for (size_t newline = pending.find('\n'); newline != std::string::npos; newline = pending.find('\n')) {
+        const auto json = nlohmann::json::parse(pending.substr(0, newline), nullptr, false);
+        pending.erase(0, newline + 1);
+        Result<EngineEvent> event = event_from_json(json);
+        if (!event.ok()) {
+          ec = asio::error::invalid_argument;
+          pending = "it sent a malformed event: " + event.error().message;
+          break;
+        }
+        const bool last = event->error.has_value() || event->output.finished;
+        any_event = true;
+        if (!co_await deliver(relay, std::move(*event))) co_return result;  // the client left
+        if (last) co_return result;
+      }
+    }
+    if (ec) break;
+  }
+  if (status != 200) {
+    const auto json = nlohmann::json::parse(pending, nullptr, false);
+    std::string message = json.is_object() && json.contains("error") && json["error"].is_string()
+                              ? json["error"].get<std::string>()
+                              : "HTTP " + std::to_string(status);
+    if (status == 429 || status == 503) {  // overloaded or going away: another worker may take it
+      result = {Attempt::kTryAnother, where + " refused the request: " + message, status == 503};
+      co_return result;
+    }
+    const int relayed_status = status == 400 ? 400 : 502;
+    EngineEvent refused = error_event(relayed_status, where + ": " + message);
+    co_await deliver(relay, std::move(refused));
+    co_return result;
+  }
+  const std::string why = ec ? (pending.starts_with("it sent") ? pending : ec.message())
+                             : std::string("the stream ended before the request finished");
+  if (!any_event) {
+    result = {Attempt::kTryAnother, where + " failed before its first token: " + why, true};
+    co_return result;
+  }
+  co_await deliver(relay, error_event(502, where + " failed while running the request (" + why +
+                                               "); the output so far is incomplete"));
+  result.mark_failed = true;  // done, but no new request goes there until it heartbeats again
+  co_return result;
+}
+
+void stop_relay(WorkerPool::Relay& relay) {
+  relay.aborted = true;
+  boost::system::error_code ignored;
+  if (relay.upstream) relay.upstream->socket().close(ignored);
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(WorkerSelector& selector, WorkerPoolOptions options)
+    : selector_(selector), options_(std::move(options)) {}
+
+WorkerPool::~WorkerPool() = default;
+
+Admission WorkerPool::submit(Submission submission) {
+  if (auto reason = unavailable()) return Refusal{false, *reason};
+  auto relay = std::make_shared<Relay>();
+  relay->channel = submission.channel;
+  const WorkerSelectorOptions& selection = selector_.options();
+  relay->routed = routed_request(submission.prompt_token_ids, submission.params, selection.model, submission.cache_salt,
+                                 selection.block_size);
+  relay->body = submission_to_json(submission).dump();
+  {
+    std::lock_guard lock(mutex_);
+    relay->id = next_id_++;
+    open_.emplace(relay->id, relay);
+  }
+  auto run = [this, relay]() -> asio::awaitable<void> {
+    std::vector<std::string> tried;
+    std::string last_failure;
+    const auto give_up_at =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(options_.request_timeout_s));
+    while (!relay->aborted) {
+      WorkerSelector::Selection selection = selector_.acquire(relay->routed, tried);
+      asio::steady_timer wait(co_await asio::this_coro::executor);
+      // The policy holds it (the seeds' quota pull): ask again until placed, abandoned or late.
+      while (selection.outcome == WorkerSelector::Outcome::kHeld && !relay->aborted &&
+             std::chrono::steady_clock::now() < give_up_at) {
+        wait.expires_after(std::chrono::milliseconds(5));
+        co_await wait.async_wait(kTuple);
+        selection = selector_.poll_held(selection.ticket);
+      }
+      if (selection.outcome == WorkerSelector::Outcome::kHeld) {
+        selector_.cancel_held(selection.ticket);
+        if (!relay->aborted) {
+          co_await deliver(*relay, error_event(503, "no worker had room for the request within the request timeout (" +
+                                                        selector_.policy_name() + " policy)"));
+        }
+        break;
+      }
+      if (selection.outcome == WorkerSelector::Outcome::kNoWorker) {
+        std::string message = tried.empty() ? "no live worker is registered in Redis at " + options_.registry_url
+                                            : "no worker could take the request; the last: " + last_failure;
+        co_await deliver(*relay, error_event(503, std::move(message)));
+        break;
+      }
+      const WorkerLease lease = selection.lease;
+      const AttemptResult result = co_await attempt(*relay, lease, options_);
+      selector_.release(lease);
+      if (result.mark_failed) selector_.mark_failed(lease.id);
+      if (result.outcome == Attempt::kDone) break;
+      DI_LOG(kWarn, "router: " << result.failure << "; trying another worker");
+      tried.push_back(lease.id);
+      last_failure = result.failure;
+      if (static_cast<int32_t>(tried.size()) >= options_.max_attempts) {
+        co_await deliver(*relay,
+                         error_event(503, "no worker could take the request after " + std::to_string(tried.size()) +
+                                              " tries; the last: " + last_failure));
+        break;
+      }
+    }
+    std::lock_guard lock(mutex_);
+    open_.erase(relay->id);
+  };
+  asio::co_spawn(relay->channel->get_executor(), std::move(run), [](const std::exception_ptr& failure) {
+    if (!failure) return;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      DI_LOG(kError, "router: a relay failed: " << e.what());
+    }
+  });
+  return relay->id;
+}
+
+void WorkerPool::abort(int64_t request_id) {
+  std::shared_ptr<Relay> relay;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = open_.find(request_id);
+    if (it == open_.end()) return;
+    relay = it->second;
+  }
+  // Closing the upstream connection aborts the request on the worker (its KV freed at once); the
+  // cancel frees a relay waiting for room in the channel, which its connection no longer reads.
+  asio::post(relay->channel->get_executor(), [relay] {
+    stop_relay(*relay);
+    relay->channel->cancel();
+  });
+}
+
+std::optional<std::string> WorkerPool::unavailable() const {
+  {
+    std::lock_guard lock(mutex_);
+    if (shutdown_reason_) return shutdown_reason_;
+  }
+  if (selector_.num_live() == 0) {
+    return selector_.num_registered() == 0
+               ? "no worker is registered in Redis at " + options_.registry_url +
+                     " (start workers with deepinfer serve --register " + options_.registry_url + ")"
+               : "every registered worker failed; waiting for a newer heartbeat";
+  }
+  return std::nullopt;
+}
+
+void WorkerPool::shutdown(const std::string& reason) {
+  std::vector<std::shared_ptr<Relay>> open;
+  {
+    std::lock_guard lock(mutex_);
+    shutdown_reason_ = reason;
+    for (const auto& [id, relay] : open_) open.push_back(relay);
+  }
+  for (const auto& relay : open) {
+    relay->channel->try_send(boost::system::error_code{}, error_event(503, reason));
+    asio::post(relay->channel->get_executor(), [relay] { stop_relay(*relay); });
+  }
+}
+
+}  // namespace deepinfer::server

@@ -1,0 +1,57 @@
+// The router's generation backend: runs each request on a cluster worker through the workers'
+// token-level API (token_api.h). submit() weighs the tokenised request and hashes its prompt's
+// block chain once, the WorkerSelector picks the worker, and a coroutine on the client
+// connection's strand sends the token ids and sampling parameters and feeds the worker's events
+// into the request's channel, where the public route turns them into the API's response. The
+// channel is bounded and the coroutine waits on it, so a slow client slows the read from the
+// worker (TCP back-pressure) until the worker's own buffer fills and it aborts the request.
+// A worker that cannot be reached, refuses with 429 / 503, or fails before its first event is
+// marked failed (not chosen again until a newer heartbeat) and the request goes to another one,
+// up to max_attempts workers; one that fails after events were relayed ends the request with a
+// 502 event naming it (a stream ends with the API's error event, never a hang).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "server/generation_backend.h"
+#include "server/worker_selector.h"
+
+namespace deepinfer::server {
+
+struct WorkerPoolOptions {
+  std::string registry_url;                   // named in the errors
+  std::optional<std::string> worker_api_key;  // sent to the workers' token-level API
+  int32_t max_attempts = 3;                   // workers tried before a request that reached none fails
+  std::chrono::milliseconds connect_timeout{2000};
+  double request_timeout_s = 600.0;  // how long the policy may hold a request
+};
+
+class WorkerPool : public GenerationBackend {
+ public:
+  // selector must outlive the pool.
+  WorkerPool(WorkerSelector& selector, WorkerPoolOptions options);
+  ~WorkerPool() override;
+
+  Admission submit(Submission submission) override;
+  void abort(int64_t request_id) override;
+  std::optional<std::string> unavailable() const override;
+  void shutdown(const std::string& reason) override;
+
+  struct Relay;  // worker_pool.cpp
+
+ private:
+  WorkerSelector& selector_;
+  WorkerPoolOptions options_;
+  mutable std::mutex mutex_;
+  std::map<int64_t, std::shared_ptr<Relay>> open_;
+  int64_t next_id_ = 1;
+  std::optional<std::string> shutdown_reason_;
+};
+
+}  // namespace deepinfer::server

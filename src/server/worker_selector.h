@@ -1,0 +1,121 @@
+// The router's choice of worker: the registered workers (the registry's listing, refreshed),
+// what the router itself has sent each and not seen finish, and a BalancerPolicy from cluster/
+// (the seeds' policy by default) deciding over one InstanceLoad snapshot per live worker. Every
+// worker today runs whole requests (role "both"), so the choice is the policy's prefill choice;
+// a request the policy holds (the seeds' quota pull) waits and is offered again, in arrival
+// order, whenever a worker's load drops or the listing changes.
+// A worker whose key expired is gone from the listing and never chosen again; one the router
+// could not reach is marked failed and skipped until a newer heartbeat shows it alive.
+// Thread-safe (one mutex; the policy is not).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster/balancer_policy.h"
+#include "cluster/prefix_lru.h"
+#include "server/rank_router.h"
+#include "server/worker_record.h"
+
+namespace deepinfer::server {
+
+struct WorkerSelectorOptions {
+  std::string model;                               // the served model: workers of another model are ignored
+  int32_t block_size = 128;                        // the blocks RoutedRequest::prompt_blocks were hashed in
+  int64_t remembered_blocks_per_worker = 1 << 16;  // prefix blocks remembered per worker (LRU)
+  CostModel cost_model;                            // turns queued prompt tokens into compute time (seeds' quota)
+};
+
+// A request placed on a worker: where to send it, and what to give back with release().
+struct WorkerLease {
+  std::string id;
+  std::string host;
+  uint16_t port = 0;
+  int64_t tokens = 0;
+  int64_t prompt_tokens = 0;
+  double prefill_ms = 0;
+};
+
+class WorkerSelector {
+ public:
+  WorkerSelector(std::unique_ptr<BalancerPolicy> policy, WorkerSelectorOptions options);
+
+  const WorkerSelectorOptions& options() const { return options_; }
+  std::string policy_name() const { return policy_name_; }
+
+  // The registry's current listing replaces the last one. Returns the lines worth logging (a
+  // worker joined, left, or serves another model).
+  std::vector<std::string> update(const std::vector<WorkerRecord>& records);
+  // Sending to the worker failed: skip it until a newer heartbeat.
+  void mark_failed(const std::string& id);
+  // Registered and not marked failed.
+  size_t num_live() const;
+  size_t num_registered() const;
+
+  enum class Outcome { kChosen, kHeld, kNoWorker };
+  struct Selection {
+    Outcome outcome = Outcome::kNoWorker;
+    WorkerLease lease;   // kChosen
+    int64_t ticket = 0;  // kHeld: ask poll_held with it
+  };
+  // Chooses among the live workers not in `exclude` (those that already failed this request).
+  Selection acquire(const RoutedRequest& request, const std::vector<std::string>& exclude = {});
+  // A held request: kChosen once a retry placed it, kHeld while it waits, kNoWorker when no live
+  // worker is left to wait for (the ticket is then forgotten).
+  Selection poll_held(int64_t ticket);
+  // Forgets a held request (its client left or it timed out).
+  void cancel_held(int64_t ticket);
+  // The request ended (or never reached the worker): its load leaves the worker.
+  void release(const WorkerLease& lease);
+
+  // Prometheus lines: workers registered and live, requests held, and per worker (label
+  // worker="host:port") the router's outstanding tokens and requests, requests routed, failures,
+  // and the worker's own reported queue, running requests and KV usage; the balance ratio
+  // (busiest outstanding tokens over the mean, 1 when idle).
+  void render_metrics(std::string& out) const;
+
+ private:
+  struct Worker {
+    WorkerRecord record;
+    bool failed = false;
+    int64_t failed_at_heartbeat = 0;
+    int64_t outstanding_tokens = 0;
+    int64_t outstanding_prompt_tokens = 0;
+    int32_t outstanding_requests = 0;
+    double outstanding_prefill_ms = 0;
+    int64_t routed = 0;
+    int64_t failures = 0;
+    PrefixLru remembered{0};
+  };
+  struct Held {
+    int64_t ticket = 0;
+    RoutedRequest request;
+    std::vector<std::string> exclude;
+  };
+
+  std::optional<WorkerLease> choose_locked(const RoutedRequest& request, const std::vector<std::string>& exclude,
+                                           bool is_retry, bool* no_worker);
+  void retry_held_locked();
+  double now_ms() const;
+
+  std::unique_ptr<BalancerPolicy> policy_;
+  std::string policy_name_;
+  WorkerSelectorOptions options_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Worker> workers_;  // by id: a fixed order for the policy
+  std::list<Held> held_;                   // arrival order
+  std::map<int64_t, Selection> placed_;    // held requests a retry placed, until polled
+  int64_t next_ticket_ = 1;
+  int64_t routed_total_ = 0;
+};
+
+// The first 8 bytes of each chain hash: the block keys cluster/'s policies and PrefixLru take.
+std::vector<uint64_t> block_keys(const std::vector<BlockHash>& blocks);
+
+}  // namespace deepinfer::server

@@ -1,0 +1,191 @@
+// The serving cluster on loopback: redis-server (started here on a free port), `deepinfer router`
+// and two `deepinfer serve --register` workers on the default model in batch-invariant mode.
+// Oracle: one plain `deepinfer serve` of the same model; the official openai and
+// @anthropic-ai/sdk clients through the router get its answers exactly, streamed or not. Before
+// any worker registers the router answers 503 naming the registry; a worker killed with SIGKILL
+// mid-stream ends that stream with an error (no hang) while the other keeps serving; once the
+// killed worker's key expires the router lists one worker and routes everything to it.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
+
+const model = process.env.DEEPINFER_DEFAULT_MODEL;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function freePort() {
+  const server = net.createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address();
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+async function startRedis() {
+  const port = await freePort();
+  const child = spawn(process.env.DEEPINFER_REDIS_SERVER ?? 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
+                                       'no', '--logfile', '/dev/null'], { stdio: 'ignore' });
+  for (const deadline = Date.now() + 10000; Date.now() < deadline; await sleep(20)) {
+    const socket = net.connect(port, '127.0.0.1');
+    const up = await new Promise((resolve) => {
+      socket.once('connect', () => resolve(true));
+      socket.once('error', () => resolve(false));
+    });
+    socket.destroy();
+    if (up) return { url: `redis://127.0.0.1:${port}`, child };
+  }
+  child.kill('SIGKILL');
+  throw new Error('redis-server did not start');
+}
+
+async function until(what, check, timeoutMs = 15000) {
+  for (const deadline = Date.now() + timeoutMs; ; await sleep(50)) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+  }
+}
+
+let redis;
+let oracle;
+let router;
+let workers = [];
+const workerArgs = () => ['--batch-invariant', '--register', redis.url];
+
+before(async () => {
+  redis = await startRedis();
+  router = await startCommand(['router', '--redis', redis.url, '--model', model, '--port', '0', '--served-model-name',
+                               MODEL, '--block-size', '16', '--registry-poll-ms', '100']);
+  oracle = await startServer(['--batch-invariant'], model);
+});
+after(async () => {
+  for (const worker of workers) {
+    if (worker.child.exitCode === null && worker.child.signalCode === null) await worker.stop();
+  }
+  await router.stop();
+  await oracle.stop();
+  redis.child.kill('SIGKILL');
+});
+
+const openai = (server) => new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+const anthropic = (server) => new Anthropic({ baseURL: server.url, apiKey: 'unused', maxRetries: 0 });
+const prompts = ['def fibonacci(n):', 'import os', 'class Stack:', 'for i in range(10):'];
+
+async function completions(server) {
+  return Promise.all(prompts.map((prompt, i) => openai(server).completions.create({
+    model: MODEL, prompt, max_tokens: 8, temperature: i % 2 === 0 ? 0 : 0.9, seed: i, logprobs: 2 })));
+}
+
+async function chatStream(server, content, extra = {}) {
+  const stream = await openai(server).chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content }], max_tokens: 10, temperature: 0, stream: true,
+    stream_options: { include_usage: true }, ...extra });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+    usage = chunk.usage ?? usage;
+  }
+  return { text, finish, usage };
+}
+
+async function messages(server, stream) {
+  const client = anthropic(server);
+  const request = { model: MODEL, max_tokens: 12, temperature: 0,
+                    messages: [{ role: 'user', content: 'Write a function that sorts a list' }] };
+  if (!stream) {
+    const r = await client.messages.create(request);
+    return { content: r.content, stop: r.stop_reason, usage: r.usage };
+  }
+  const events = [];
+  for await (const event of client.messages.stream(request)) {
+    if (event.type === 'message_start') event.message.id = 'id';  // ids are random per response
+    events.push(event);
+  }
+  return events;
+}
+
+describe('the serving cluster', () => {
+  test('without workers the router answers 503 naming the registry', async () => {
+    const health = await fetch(`${router.url}/health`);
+    assert.equal(health.status, 503);
+    assert.match(await health.text(), /no worker is registered in Redis at redis:\/\/127\.0\.0\.1/);
+    await assert.rejects(openai(router).completions.create({ model: MODEL, prompt: 'x', max_tokens: 2 }),
+                         (error) => error.status === 503 && /no worker is registered in Redis at redis:/.test(error.message));
+    workers = await Promise.all([startServer(workerArgs(), model), startServer(workerArgs(), model)]);
+    await until('both workers in the registry', async () =>
+      (await metrics(router.url))['deepinfer_router_workers{state="live"}'] === 2);
+    assert.equal((await fetch(`${router.url}/health`)).status, 200);
+  });
+
+  test('completions with logprobs, spread over both workers, equal one server', async () => {
+    const want = await completions(oracle);
+    const got = await completions(router);
+    for (let i = 0; i < prompts.length; ++i) {
+      assert.equal(got[i].choices[0].text, want[i].choices[0].text, prompts[i]);
+      assert.deepEqual(got[i].choices[0].logprobs, want[i].choices[0].logprobs);
+      assert.deepEqual(got[i].usage, want[i].usage);
+    }
+    const m = await metrics(router.url);
+    const routed = workers.map((w) => m[`deepinfer_worker_routed_requests_total{worker="${new URL(w.url).host}"}`]);
+    assert.ok(routed.every((n) => n >= 1), JSON.stringify(m));
+    assert.ok(m.deepinfer_router_balance_ratio >= 1, JSON.stringify(m));
+  });
+
+  test('chat completions and responses, streamed and not, equal one server', async () => {
+    const chat = async (server) => (await openai(server).chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content: 'Write a function' }], max_tokens: 10, temperature: 0 }))
+      .choices[0];
+    assert.deepEqual(await chat(router), await chat(oracle));
+    const run = (server) => Promise.all([0, 1].map((i) => chatStream(server, `Write a function number ${i}`)));
+    assert.deepEqual(await run(router), await run(oracle));
+    const respond = async (server) => {
+      const r = await openai(server).responses.create({ model: MODEL, input: 'Write a class', max_output_tokens: 10,
+                                                        temperature: 0 });
+      return { text: r.output_text, usage: r.usage, status: r.status };
+    };
+    assert.deepEqual(await respond(router), await respond(oracle));
+  });
+
+  test('anthropic messages, streamed and not, equal one server', async () => {
+    assert.deepEqual(await messages(router, false), await messages(oracle, false));
+    assert.deepEqual(await messages(router, true), await messages(oracle, true));
+  });
+
+  test('a worker killed mid-stream ends that stream with an error; the other keeps serving', async () => {
+    const stream = await openai(router).chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content: 'Write a long program' }], max_tokens: 2000,
+      ignore_eos: true, temperature: 0, stream: true });
+    const iterator = stream[Symbol.asyncIterator]();
+    assert.equal((await iterator.next()).done, false);
+    const m = await metrics(router.url);
+    const busy = workers.find((w) => m[`deepinfer_worker_outstanding_requests{worker="${new URL(w.url).host}"}`] === 1);
+    assert.ok(busy, JSON.stringify(m));
+    const survivor = workers.find((w) => w !== busy);
+    busy.child.kill('SIGKILL');
+    await once(busy.child, 'exit');
+    await assert.rejects((async () => { for (let r = await iterator.next(); !r.done; r = await iterator.next()); })(),
+                         /failed while running the request/);
+    // Requests go on, to the survivor, before and after the killed worker's key expires.
+    const survivorHost = new URL(survivor.url).host;
+    const routedBefore = (await metrics(router.url))[`deepinfer_worker_routed_requests_total{worker="${survivorHost}"}`];
+    assert.deepEqual(await chatStream(router, 'Write a function number 0'), await chatStream(oracle, 'Write a function number 0'));
+    await until('the killed worker leaves the registry', async () => {
+      const now = await metrics(router.url);
+      return now['deepinfer_router_workers{state="registered"}'] === 1 &&
+             now[`deepinfer_worker_routed_requests_total{worker="${new URL(busy.url).host}"}`] === undefined;
+    }, 10000);
+    const answers = await completions(router);
+    assert.equal(answers.length, prompts.length);
+    const after = await metrics(router.url);
+    assert.equal(after[`deepinfer_worker_routed_requests_total{worker="${survivorHost}"}`],
+                 routedBefore + 1 + prompts.length, JSON.stringify(after));
+  });
+});

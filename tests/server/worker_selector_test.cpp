@@ -1,0 +1,186 @@
+// The router's choice of worker: the registry's listing (joins, expiry, other models and roles),
+// failed workers skipped until a newer heartbeat, each policy from cluster/ over the workers'
+// loads, the seeds' policy holding requests while every worker's quota is spent and placing them
+// in arrival order as load drops, and the metrics.
+#include "server/worker_selector.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cluster/seeds_policy.h"
+
+namespace deepinfer::server {
+namespace {
+
+WorkerRecord worker(const std::string& host, uint16_t port, int64_t heartbeat = 1) {
+  WorkerRecord record;
+  record.host = host;
+  record.port = port;
+  record.id = host + ":" + std::to_string(port);
+  record.model = "tiny";
+  record.block_size = 4;
+  record.heartbeat = heartbeat;
+  return record;
+}
+
+WorkerSelector selector(const std::string& policy, double quota_ms = 500) {
+  SeedsPolicyOptions seeds;
+  seeds.quota_ms = quota_ms;
+  auto made = make_balancer_policy(policy, CostModel{}, seeds);
+  EXPECT_TRUE(made.ok());
+  WorkerSelectorOptions options;
+  options.model = "tiny";
+  options.block_size = 4;
+  return WorkerSelector(std::move(*made), options);
+}
+
+RoutedRequest request(std::vector<int32_t> prompt, int32_t max_tokens = 4) {
+  SamplingParams sampling;
+  sampling.max_tokens = max_tokens;
+  return routed_request(prompt, sampling, "tiny", "", 4);
+}
+
+TEST(WorkerSelector, RoutesOnlyToListedWorkersOfItsModelAndRole) {
+  WorkerSelector s = selector("round-robin");
+  EXPECT_EQ(s.acquire(request({1, 2, 3})).outcome, WorkerSelector::Outcome::kNoWorker);
+  WorkerRecord other_model = worker("127.0.0.1", 3);
+  other_model.model = "other";
+  WorkerRecord prefill = worker("127.0.0.1", 4);
+  prefill.role = "prefill";
+  const std::vector<std::string> log = s.update({worker("127.0.0.1", 1), other_model, prefill});
+  EXPECT_EQ(s.num_registered(), 1u);
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_NE(log[0].find("serves model 'other'"), std::string::npos) << log[0];
+  EXPECT_NE(log[1].find("not built yet"), std::string::npos) << log[1];
+  EXPECT_NE(log[2].find("127.0.0.1:1 joined"), std::string::npos) << log[2];
+  for (int i = 0; i < 3; ++i) {
+    const auto chosen = s.acquire(request({1, 2, 3}));
+    ASSERT_EQ(chosen.outcome, WorkerSelector::Outcome::kChosen);
+    EXPECT_EQ(chosen.lease.id, "127.0.0.1:1");
+    EXPECT_EQ(chosen.lease.port, 1);
+    s.release(chosen.lease);
+  }
+}
+
+TEST(WorkerSelector, AWorkerWhoseKeyExpiredIsNeverChosenAgain) {
+  WorkerSelector s = selector("round-robin");
+  s.update({worker("127.0.0.1", 1), worker("127.0.0.1", 2)});
+  const auto first = s.acquire(request({1}));
+  const auto second = s.acquire(request({1}));
+  EXPECT_NE(first.lease.id, second.lease.id);
+  // The registry no longer lists :2 (its key expired); a request still running there releases
+  // its load harmlessly.
+  const std::vector<std::string> log = s.update({worker("127.0.0.1", 1, 2)});
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("127.0.0.1:2 left the registry"), std::string::npos) << log[0];
+  s.release(second.lease);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:1");
+}
+
+TEST(WorkerSelector, AFailedWorkerIsSkippedUntilANewerHeartbeat) {
+  WorkerSelector s = selector("round-robin");
+  s.update({worker("127.0.0.1", 1, 5), worker("127.0.0.1", 2, 5)});
+  s.mark_failed("127.0.0.1:2");
+  EXPECT_EQ(s.num_live(), 1u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:1");
+  s.update({worker("127.0.0.1", 1, 6), worker("127.0.0.1", 2, 5)});  // the same old heartbeat
+  EXPECT_EQ(s.num_live(), 1u);
+  const std::vector<std::string> log = s.update({worker("127.0.0.1", 1, 7), worker("127.0.0.1", 2, 6)});
+  EXPECT_EQ(s.num_live(), 2u);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("alive again"), std::string::npos);
+  // A request that failed on :1 is retried elsewhere only: excluding every worker means none.
+  EXPECT_EQ(s.acquire(request({1}), {"127.0.0.1:1", "127.0.0.1:2"}).outcome, WorkerSelector::Outcome::kNoWorker);
+  EXPECT_EQ(s.acquire(request({1}), {"127.0.0.1:1"}).lease.id, "127.0.0.1:2");
+}
+
+TEST(WorkerSelector, LeastLoadedWeighsOutstandingTokensAndTheWorkersReports) {
+  WorkerSelector s = selector("least-loaded");
+  s.update({worker("127.0.0.1", 1), worker("127.0.0.1", 2)});
+  const auto big = s.acquire(request(std::vector<int32_t>(40, 7), 100));
+  EXPECT_EQ(big.lease.id, "127.0.0.1:1");  // a tie goes to the first
+  EXPECT_EQ(big.lease.tokens, 140);
+  EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:2");
+  EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:2");
+  s.release(big.lease);
+  EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:1");
+  // Another router's load, seen in a worker's heartbeat, counts too.
+  WorkerSelector fresh = selector("least-loaded");
+  WorkerRecord busy = worker("127.0.0.1", 1);
+  busy.load.queued_tokens = 1000;
+  fresh.update({busy, worker("127.0.0.1", 2)});
+  EXPECT_EQ(fresh.acquire(request({1})).lease.id, "127.0.0.1:2");
+}
+
+TEST(WorkerSelector, PrefixAffinityFollowsThePromptBlocksAWorkerWasSent) {
+  WorkerSelector s = selector("prefix-affinity");
+  s.update({worker("127.0.0.1", 1), worker("127.0.0.1", 2)});
+  const std::vector<int32_t> shared = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<int32_t> a = shared, b = shared;
+  a.insert(a.end(), {10, 11});
+  b.insert(b.end(), {20, 21});
+  const auto first = s.acquire(request(a));
+  s.release(first.lease);
+  // Load alone would pick the other (its queue ties, the first wins): the prefix keeps it here.
+  WorkerRecord loaded = worker(first.lease.host, first.lease.port, 2);
+  loaded.load.queued_tokens = 3;
+  s.update({loaded, worker("127.0.0.1", first.lease.port == 1 ? 2 : 1, 2)});
+  EXPECT_EQ(s.acquire(request(b)).lease.id, first.lease.id);
+  EXPECT_NE(s.acquire(request({50, 51, 52, 53, 54})).lease.id, first.lease.id);  // nothing cached: least loaded
+}
+
+TEST(WorkerSelector, TheSeedsPolicyHoldsWhileEveryQuotaIsSpentThenPlacesInArrivalOrder) {
+  // A quota of 1 ms: one request (at least the cost model's 4.2 ms step) spends a worker's quota.
+  WorkerSelector s = selector("seeds", 1.0);
+  s.update({worker("127.0.0.1", 1), worker("127.0.0.1", 2)});
+  const auto a = s.acquire(request({1, 2, 3}));
+  const auto b = s.acquire(request({1, 2, 3}));
+  ASSERT_EQ(a.outcome, WorkerSelector::Outcome::kChosen);
+  ASSERT_EQ(b.outcome, WorkerSelector::Outcome::kChosen);
+  EXPECT_NE(a.lease.id, b.lease.id);
+  const auto held1 = s.acquire(request({4, 5}));
+  const auto held2 = s.acquire(request({6, 7}));
+  ASSERT_EQ(held1.outcome, WorkerSelector::Outcome::kHeld);
+  ASSERT_EQ(held2.outcome, WorkerSelector::Outcome::kHeld);
+  EXPECT_EQ(s.poll_held(held1.ticket).outcome, WorkerSelector::Outcome::kHeld);
+  std::string text;
+  s.render_metrics(text);
+  EXPECT_NE(text.find("deepinfer_router_held_requests 2"), std::string::npos) << text;
+  s.release(a.lease);  // a's worker has quota again: the first held request takes it, not the second
+  const auto placed = s.poll_held(held1.ticket);
+  ASSERT_EQ(placed.outcome, WorkerSelector::Outcome::kChosen);
+  EXPECT_EQ(placed.lease.id, a.lease.id);
+  EXPECT_EQ(s.poll_held(held2.ticket).outcome, WorkerSelector::Outcome::kHeld);
+  // Every worker leaves: the held request learns there is nothing to wait for.
+  s.update({});
+  EXPECT_EQ(s.poll_held(held2.ticket).outcome, WorkerSelector::Outcome::kNoWorker);
+}
+
+TEST(WorkerSelector, MetricsShowPerWorkerLoadDecisionsAndTheBalanceRatio) {
+  WorkerSelector s = selector("round-robin");
+  WorkerRecord reporting = worker("127.0.0.1", 1);
+  reporting.load.num_running = 3;
+  reporting.load.kv_usage = 0.25;
+  s.update({reporting, worker("127.0.0.1", 2)});
+  const auto a = s.acquire(request({1, 2, 3}, 5));  // 8 tokens on :1
+  s.mark_failed("127.0.0.1:2");
+  std::string text;
+  s.render_metrics(text);
+  for (const char* line :
+       {"deepinfer_router_workers{state=\"registered\"} 2", "deepinfer_router_workers{state=\"live\"} 1",
+        "deepinfer_worker_outstanding_tokens{worker=\"127.0.0.1:1\"} 8",
+        "deepinfer_worker_outstanding_requests{worker=\"127.0.0.1:1\"} 1",
+        "deepinfer_worker_routed_requests_total{worker=\"127.0.0.1:1\"} 1",
+        "deepinfer_worker_failures_total{worker=\"127.0.0.1:2\"} 1",
+        "deepinfer_worker_reported_running_requests{worker=\"127.0.0.1:1\"} 3",
+        "deepinfer_worker_reported_kv_usage_ratio{worker=\"127.0.0.1:1\"} 0.25",
+        "deepinfer_router_balance_ratio 2.0"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  s.release(a.lease);
+}
+
+}  // namespace
+}  // namespace deepinfer::server
