@@ -1,0 +1,85 @@
+// The router's added latency: TTFT (request sent -> first streamed token) of the same streaming
+// chat completion sent straight to a worker and through `deepinfer router`, alternating, one at a
+// time, on loopback. Prints p50 / p90 of both and the router's added p50 (the issue's target:
+// <= 1 ms). Starts redis-server, one worker (`deepinfer serve --register`) and the router itself.
+//   node bench/router_overhead.mjs [--cli build/bin/deepinfer] [--model models/default] [--requests 200]
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
+
+const flag = (name, fallback) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : fallback;
+};
+const cli = flag('--cli', 'build/bin/deepinfer');
+const model = flag('--model', 'models/default');
+const requests = Number(flag('--requests', '200'));
+const children = [];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function freePort() {
+  const server = net.createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address();
+  server.close();
+  return port;
+}
+
+async function start(args) {
+  const child = spawn(cli, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  for (;;) {
+    const m = out.match(/listening on (http:\/\/\S+)/);
+    if (m) return m[1];
+    if (child.exitCode !== null) throw new Error(`${args[0]} exited`);
+    await sleep(20);
+  }
+}
+
+async function ttftMs(url, i) {
+  const started = process.hrtime.bigint();
+  const response = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `Write function number ${i}` }],
+                           max_tokens: 2, temperature: 0, stream: true }) });
+  const reader = response.body.getReader();
+  let text = '';
+  let first = null;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += new TextDecoder().decode(value);
+    if (first === null && text.includes('"content"')) first = process.hrtime.bigint();
+  }
+  return Number(first - started) / 1e6;
+}
+
+const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
+
+try {
+  const redisPort = await freePort();
+  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly',
+                                       'no', '--logfile', '/dev/null'], { stdio: 'ignore' });
+  children.push(redis);
+  await sleep(300);
+  const redisUrl = `redis://127.0.0.1:${redisPort}`;
+  const worker = await start(['serve', '--model', model, '--port', '0', '--served-model-name', 'm', '--register', redisUrl]);
+  const router = await start(['router', '--redis', redisUrl, '--model', model, '--port', '0', '--served-model-name', 'm']);
+  for (let i = 0; i < 10; ++i) { await ttftMs(worker, i); await ttftMs(router, i); }  // warm-up
+  const direct = [];
+  const routed = [];
+  for (let i = 0; i < requests; ++i) {
+    direct.push(await ttftMs(worker, i));
+    routed.push(await ttftMs(router, i));
+  }
+  const row = (name, xs) => `${name.padEnd(8)} TTFT p50 ${pct(xs, 0.5).toFixed(2)} ms, p90 ${pct(xs, 0.9).toFixed(2)} ms`;
+  console.log(`${requests} streamed chat completions each, alternating, one at a time (max_tokens 2)`);
+  console.log(row('direct', direct));
+  console.log(row('router', routed));
+  console.log(`router adds ${(pct(routed, 0.5) - pct(direct, 0.5)).toFixed(2)} ms at p50 ` +
+              `(median of the paired differences: ${pct(routed.map((r, i) => r - direct[i]), 0.5).toFixed(2)} ms)`);
+} finally {
+  for (const child of children.reverse()) child.kill('SIGTERM');
+}
