@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <tuple>
 
 namespace deepinfer::server {
@@ -31,6 +32,12 @@ Result<RankRouting> parse_rank_routing(std::string_view name) {
   return Error{"--data-parallel-routing must be least-loaded or prefix-affinity, got '" + std::string(name) + "'"};
 }
 
+std::vector<uint64_t> block_keys(const std::vector<BlockHash>& blocks) {
+  std::vector<uint64_t> keys(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(&keys[i], blocks[i].data(), sizeof(uint64_t));
+  return keys;
+}
+
 RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const SamplingParams& sampling,
                              std::string_view model_name, std::string_view cache_salt, int32_t block_size) {
   RoutedRequest routed;
@@ -45,34 +52,12 @@ RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const Sa
   return routed;
 }
 
-int32_t RankRouter::RememberedBlocks::leading_matches(const std::vector<BlockHash>& blocks) const {
-  int32_t matched = 0;
-  while (static_cast<size_t>(matched) < blocks.size() && where_.contains(blocks[static_cast<size_t>(matched)])) {
-    ++matched;
-  }
-  return matched;
-}
-
-void RankRouter::RememberedBlocks::remember(const std::vector<BlockHash>& blocks, int64_t capacity) {
-  // Last block first, so the prompt's first block ends most recent: a rank's cache evicts a
-  // prompt's tail before its head, as a prefix tree's leaves go first.
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-    if (auto found = where_.find(*it); found != where_.end()) {
-      recency_.splice(recency_.begin(), recency_, found->second);
-    } else {
-      recency_.push_front(*it);
-      where_.emplace(*it, recency_.begin());
-    }
-  }
-  while (static_cast<int64_t>(recency_.size()) > capacity) {
-    where_.erase(recency_.back());
-    recency_.pop_back();
-  }
-}
-
 RankRouter::RankRouter(std::vector<RankAddress> addresses, RankRouterOptions options) : options_(options) {
   ranks_.resize(addresses.size());
-  for (size_t r = 0; r < addresses.size(); ++r) ranks_[r].address = std::move(addresses[r]);
+  for (size_t r = 0; r < addresses.size(); ++r) {
+    ranks_[r].address = std::move(addresses[r]);
+    ranks_[r].blocks = PrefixLru(std::max<int64_t>(options_.remembered_blocks_per_rank, 1));
+  }
 }
 
 int32_t RankRouter::acquire(const RoutedRequest& request) {
@@ -88,12 +73,13 @@ int32_t RankRouter::acquire(const RoutedRequest& request) {
   }
   size_t chosen = least;
   const bool affinity = options_.routing == RankRouting::kPrefixAffinity && !request.prompt_blocks.empty();
+  const std::vector<uint64_t> keys = affinity ? block_keys(request.prompt_blocks) : std::vector<uint64_t>();
   if (affinity) {
     const int64_t busiest_allowed = ranks_[least].outstanding_tokens + options_.affinity_slack_tokens;
-    int32_t best_matches = ranks_[least].blocks.leading_matches(request.prompt_blocks);
+    int64_t best_matches = ranks_[least].blocks.count_leading_blocks(keys);
     for (size_t r = 0; r < ranks_.size(); ++r) {
       if (ranks_[r].outstanding_tokens > busiest_allowed) continue;
-      const int32_t matches = ranks_[r].blocks.leading_matches(request.prompt_blocks);
+      const int64_t matches = ranks_[r].blocks.count_leading_blocks(keys);
       if (matches > best_matches) {
         best_matches = matches;
         chosen = r;
@@ -105,7 +91,7 @@ int32_t RankRouter::acquire(const RoutedRequest& request) {
   ++rank.outstanding_requests;
   ++rank.routed;
   if (chosen != least) ++rank.routed_by_affinity;
-  if (affinity) rank.blocks.remember(request.prompt_blocks, options_.remembered_blocks_per_rank);
+  if (affinity) rank.blocks.use(keys);
   return static_cast<int32_t>(chosen);
 }
 

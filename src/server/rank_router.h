@@ -14,14 +14,13 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
-#include <list>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "cluster/prefix_lru.h"
 #include "core/result.h"
 #include "kvcache/prefix_hash.h"
 #include "server/server_context.h"
@@ -55,6 +54,10 @@ struct RoutedRequest {
   std::vector<BlockHash> prompt_blocks;  // the prompt's full-block chain hashes (prefix affinity)
 };
 
+// The first 8 bytes of each chain hash (already uniform): the block keys cluster/'s policies and
+// PrefixLru take.
+std::vector<uint64_t> block_keys(const std::vector<BlockHash>& blocks);
+
 // Weighs a tokenised request and, when block_size > 0, hashes its prompt's full blocks with the
 // engines' chain hash, rooted at (model_name, cache_salt) so that tenants never share.
 RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const SamplingParams& sampling,
@@ -77,24 +80,15 @@ class RankRouter {
   const RankAddress& address(int32_t rank) const { return ranks_[static_cast<size_t>(rank)].address; }
 
  private:
-  // The prompt blocks sent to one rank, most recently sent first.
-  class RememberedBlocks {
-   public:
-    // How many of blocks, from the first, are remembered.
-    int32_t leading_matches(const std::vector<BlockHash>& blocks) const;
-    void remember(const std::vector<BlockHash>& blocks, int64_t capacity);
-
-   private:
-    std::list<BlockHash> recency_;
-    std::unordered_map<BlockHash, std::list<BlockHash>::iterator, BlockHashHasher> where_;
-  };
   struct Rank {
     RankAddress address;
     int64_t outstanding_tokens = 0;
     int32_t outstanding_requests = 0;
     int64_t routed = 0;
     int64_t routed_by_affinity = 0;  // sent here for its prefix where load alone would not have
-    RememberedBlocks blocks;
+    // The prompt blocks sent here (block_keys), most recently sent first: a prompt's first block
+    // ends most recent, so a rank's cache is modelled evicting a prompt's tail before its head.
+    PrefixLru blocks{1};
   };
   RankRouterOptions options_;
   mutable std::mutex mutex_;

@@ -4,17 +4,10 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstring>
 
 #include "cluster/length_buckets.h"
 
 namespace deepinfer::server {
-
-std::vector<uint64_t> block_keys(const std::vector<BlockHash>& blocks) {
-  std::vector<uint64_t> keys(blocks.size());
-  for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(&keys[i], blocks[i].data(), sizeof(uint64_t));
-  return keys;
-}
 
 WorkerSelector::WorkerSelector(std::unique_ptr<BalancerPolicy> policy, WorkerSelectorOptions options)
     : policy_(std::move(policy)), policy_name_(policy_->name()), options_(std::move(options)) {}

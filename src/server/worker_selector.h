@@ -115,7 +115,4 @@ class WorkerSelector {
   int64_t routed_total_ = 0;
 };
 
-// The first 8 bytes of each chain hash: the block keys cluster/'s policies and PrefixLru take.
-std::vector<uint64_t> block_keys(const std::vector<BlockHash>& blocks);
-
 }  // namespace deepinfer::server
