@@ -159,7 +159,7 @@ int run_router(int argc, char** argv) {
   pool_options.worker_api_key = args->find("--worker-api-key");
   pool_options.max_attempts = static_cast<int32_t>(*max_attempts);
   pool_options.request_timeout_s = config->request_timeout_s;
-  server::WorkerPool pool(selector, pool_options);
+  server::WorkerPool pool(selector, &metrics, pool_options);
   context.worker = &pool;
   context.cluster = &selector;
 

@@ -31,8 +31,13 @@ struct WorkerPool::Relay {
   std::shared_ptr<OutputChannel> channel;
   std::string body;  // the token-level request, serialised once
   RoutedRequest routed;
-  std::optional<beast::tcp_stream> upstream;  // touched on the connection's strand only
-  bool aborted = false;                       // likewise
+  Metrics* metrics = nullptr;
+  std::chrono::steady_clock::time_point submitted;
+  // Touched on the connection's strand only:
+  std::optional<beast::tcp_stream> upstream;
+  bool aborted = false;
+  bool started = false;  // an output with tokens (or the end) arrived
+  std::chrono::steady_clock::time_point last_token;
 };
 
 namespace {
@@ -55,8 +60,34 @@ EngineEvent error_event(int status, std::string message) {
   return event;
 }
 
+double seconds_between(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// The router's own latency and token metrics, as the engine thread records them in serve (TTFT
+// here includes the hop to the worker and back).
+void record(WorkerPool::Relay& relay, const RequestOutput& output) {
+  if (relay.metrics == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  int64_t num_new_tokens = 0;
+  for (const SampleOutput& sample : output.samples) num_new_tokens += static_cast<int64_t>(sample.new_token_ids.size());
+  if (!relay.started && (num_new_tokens > 0 || output.finished)) {
+    relay.started = true;
+    relay.metrics->add_prompt_tokens(output.num_prompt_tokens);
+    if (num_new_tokens > 0) relay.metrics->observe_ttft(seconds_between(relay.submitted, now));
+  } else if (num_new_tokens > 0) {
+    relay.metrics->observe_inter_token(seconds_between(relay.last_token, now));
+  }
+  if (num_new_tokens > 0) {
+    relay.last_token = now;
+    relay.metrics->add_generation_tokens(num_new_tokens);
+  }
+  if (output.finished) relay.metrics->observe_e2e(seconds_between(relay.submitted, now));
+}
+
 asio::awaitable<bool> deliver(WorkerPool::Relay& relay, EngineEvent event) {
   event.output.request_id = relay.id;
+  if (!event.error) record(relay, event.output);
   auto [error] = co_await relay.channel->async_send(boost::system::error_code{}, std::move(event), kTuple);
   co_return !error;
 }
@@ -129,6 +160,12 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
           pending = "it sent a malformed event: " + event.error().message;
           break;
         }
+        if (!any_event && event->error && event->error_status == 503) {
+          // The worker is shutting down or lost its device before the request ran: nothing reached
+          // the client yet, so another worker may take it.
+          result = {Attempt::kTryAnother, where + " is unavailable: " + event->error->message, true};
+          co_return result;
+        }
         const bool last = event->error.has_value() || event->output.finished;
         any_event = true;
         if (!co_await deliver(relay, std::move(*event))) co_return result;  // the client left
@@ -171,8 +208,8 @@ void stop_relay(WorkerPool::Relay& relay) {
 
 }  // namespace
 
-WorkerPool::WorkerPool(WorkerSelector& selector, WorkerPoolOptions options)
-    : selector_(selector), options_(std::move(options)) {}
+WorkerPool::WorkerPool(WorkerSelector& selector, Metrics* metrics, WorkerPoolOptions options)
+    : selector_(selector), metrics_(metrics), options_(std::move(options)) {}
 
 WorkerPool::~WorkerPool() = default;
 
@@ -180,6 +217,8 @@ Admission WorkerPool::submit(Submission submission) {
   if (auto reason = unavailable()) return Refusal{false, *reason};
   auto relay = std::make_shared<Relay>();
   relay->channel = submission.channel;
+  relay->metrics = metrics_;
+  relay->submitted = std::chrono::steady_clock::now();
   const WorkerSelectorOptions& selection = selector_.options();
   relay->routed = routed_request(submission.prompt_token_ids, submission.params, selection.model, submission.cache_salt,
                                  selection.block_size);

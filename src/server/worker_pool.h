@@ -20,6 +20,7 @@
 #include <string>
 
 #include "server/generation_backend.h"
+#include "server/metrics.h"
 #include "server/worker_selector.h"
 
 namespace deepinfer::server {
@@ -34,8 +35,9 @@ struct WorkerPoolOptions {
 
 class WorkerPool : public GenerationBackend {
  public:
-  // selector must outlive the pool.
-  WorkerPool(WorkerSelector& selector, WorkerPoolOptions options);
+  // selector and metrics (may be null) must outlive the pool. metrics gets the router's TTFT,
+  // inter-token and end-to-end latencies and token counts, as the engine thread records serve's.
+  WorkerPool(WorkerSelector& selector, Metrics* metrics, WorkerPoolOptions options);
   ~WorkerPool() override;
 
   Admission submit(Submission submission) override;
@@ -47,6 +49,7 @@ class WorkerPool : public GenerationBackend {
 
  private:
   WorkerSelector& selector_;
+  Metrics* metrics_;
   WorkerPoolOptions options_;
   mutable std::mutex mutex_;
   std::map<int64_t, std::shared_ptr<Relay>> open_;

@@ -2,7 +2,8 @@
 // and two `deepinfer serve --register` workers on the default model in batch-invariant mode.
 // Oracle: one plain `deepinfer serve` of the same model; the official openai and
 // @anthropic-ai/sdk clients through the router get its answers exactly, streamed or not. Before
-// any worker registers the router answers 503 naming the registry; a worker killed with SIGKILL
+// any worker registers the router answers 503 naming the registry; a registered worker that
+// cannot be reached has its requests re-routed to the others; a worker killed with SIGKILL
 // mid-stream ends that stream with an error (no hang) while the other keeps serving; once the
 // killed worker's key expires the router lists one worker and routes everything to it.
 import assert from 'node:assert/strict';
@@ -42,6 +43,17 @@ async function startRedis() {
   }
   child.kill('SIGKILL');
   throw new Error('redis-server did not start');
+}
+
+// One Redis command over a fresh connection (RESP), for records the test plants itself.
+async function redisCommand(url, ...args) {
+  const { hostname, port } = new URL(url);
+  const socket = net.connect(Number(port), hostname);
+  await once(socket, 'connect');
+  socket.write(`*${args.length}\r\n` + args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join(''));
+  const [reply] = await once(socket, 'data');
+  socket.destroy();
+  return reply.toString();
 }
 
 async function until(what, check, timeoutMs = 15000) {
@@ -137,6 +149,31 @@ describe('the serving cluster', () => {
     const routed = workers.map((w) => m[`deepinfer_worker_routed_requests_total{worker="${new URL(w.url).host}"}`]);
     assert.ok(routed.every((n) => n >= 1), JSON.stringify(m));
     assert.ok(m.deepinfer_router_balance_ratio >= 1, JSON.stringify(m));
+    // The router's own latency histograms and token counters, as serve's.
+    assert.equal(m.deepinfer_time_to_first_token_seconds_count, prompts.length, JSON.stringify(m));
+    assert.equal(m.deepinfer_generation_tokens_total, got.reduce((n, r) => n + r.usage.completion_tokens, 0));
+  });
+
+  test('a registered worker that cannot be reached: its requests go to the others', async () => {
+    const deadPort = await freePort();  // nothing listens there
+    const record = { id: `127.0.0.1:${deadPort}`, host: '127.0.0.1', port: deadPort, role: 'both', model: MODEL,
+                     block_size: 16, heartbeat: 1,
+                     load: { queued_tokens: 0, num_waiting: 0, num_running: 0, kv_usage: 0, kv_tokens_used: 0,
+                             kv_tokens_free: 1000, cached_tokens: 0 } };
+    const key = `deepinfer:worker:${record.id}`;
+    assert.match(await redisCommand(redis.url, 'SET', key, JSON.stringify(record), 'PX', '60000'), /OK/);
+    await until('the planted worker listed', async () =>
+      (await metrics(router.url))['deepinfer_router_workers{state="live"}'] === 3);
+    // Four at once: the policy spreads them over all three, so the dead one gets at least one.
+    const want = await completions(oracle);
+    const got = await completions(router);
+    for (let i = 0; i < prompts.length; ++i) assert.equal(got[i].choices[0].text, want[i].choices[0].text);
+    const m = await metrics(router.url);
+    assert.equal(m[`deepinfer_worker_failures_total{worker="${record.id}"}`], 1, JSON.stringify(m));
+    assert.equal(m['deepinfer_router_workers{state="live"}'], 2);
+    await redisCommand(redis.url, 'DEL', key);
+    await until('the planted worker gone', async () =>
+      (await metrics(router.url))['deepinfer_router_workers{state="registered"}'] === 2);
   });
 
   test('chat completions and responses, streamed and not, equal one server', async () => {
