@@ -260,8 +260,10 @@ Admission WorkerPool::submit(Submission submission) {
       }
       const WorkerLease lease = selection.lease;
       const AttemptResult result = co_await attempt(*relay, lease, options_);
-      selector_.release(lease);
+      // Marked before its load is released: a release offers held requests again, and another
+      // connection's request may be choosing right now; neither may pick a worker that just failed.
       if (result.mark_failed) selector_.mark_failed(lease.id);
+      selector_.release(lease);
       if (result.outcome == Attempt::kDone) break;
       DI_LOG(kWarn, "router: " << result.failure << "; trying another worker");
       tried.push_back(lease.id);
