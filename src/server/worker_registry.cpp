@@ -5,6 +5,10 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "core/logging.h"
 #include "kvstore/redis_tier.h"
 
@@ -20,6 +24,56 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 constexpr timeval kTimeout{1, 0};
 
 }  // namespace
+
+// Runs tick every interval until destroyed. A failing tick is an outage: logged once with the
+// error and what the caller keeps doing meanwhile, and the first success after it once.
+class RegistryThread {
+ public:
+  RegistryThread(std::chrono::milliseconds interval, std::function<Result<void>()> tick, std::string while_out,
+                 std::string recovered)
+      : interval_(interval),
+        tick_(std::move(tick)),
+        while_out_(std::move(while_out)),
+        recovered_(std::move(recovered)),
+        thread_([this] { loop(); }) {}
+  ~RegistryThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  RegistryThread(const RegistryThread&) = delete;
+  RegistryThread& operator=(const RegistryThread&) = delete;
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, interval_, [&] { return stop_; })) {
+      lock.unlock();
+      const Result<void> result = tick_();
+      lock.lock();
+      if (!result.ok() && !outage_logged_) {
+        DI_LOG(kWarn, "registry: " << result.error().message << "; " << while_out_);
+        outage_logged_ = true;
+      } else if (result.ok() && outage_logged_) {
+        DI_LOG(kWarn, "registry: " << recovered_);
+        outage_logged_ = false;
+      }
+    }
+  }
+
+  const std::chrono::milliseconds interval_;
+  const std::function<Result<void>()> tick_;
+  const std::string while_out_;
+  const std::string recovered_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  bool outage_logged_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
 
 class RedisConnection {
  public:
@@ -99,17 +153,16 @@ Result<std::unique_ptr<WorkerHeartbeat>> WorkerHeartbeat::start(RegistryOptions 
       new WorkerHeartbeat(std::move(options), std::move(identity), std::move(load_now)));
   heartbeat->redis_ = std::move(*connection);
   if (auto first = heartbeat->beat(); !first.ok()) return first.error();
-  heartbeat->thread_ = std::thread([raw = heartbeat.get()] { raw->loop(); });
+  heartbeat->thread_ = std::make_unique<RegistryThread>(
+      heartbeat->options_.heartbeat_interval, [raw = heartbeat.get()] { return raw->beat(); },
+      "still serving, but routers drop this worker once its key expires; retrying every heartbeat",
+      "Redis at " + std::string(heartbeat->redis_->url()) + " answers again; worker " + heartbeat->record_.id +
+          " registered again");
   return heartbeat;
 }
 
 WorkerHeartbeat::~WorkerHeartbeat() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  thread_.reset();
   // Deregistering at once spares the routers a key-expiry's wait; a failure here changes nothing,
   // the key expires anyway.
   if (redis_ != nullptr) (void)redis_->command({"DEL", options_.key_prefix + record_.id});
@@ -124,25 +177,6 @@ Result<void> WorkerHeartbeat::beat() {
   return {};
 }
 
-void WorkerHeartbeat::loop() {
-  std::unique_lock lock(mutex_);
-  while (!wake_.wait_for(lock, options_.heartbeat_interval, [&] { return stop_; })) {
-    lock.unlock();
-    auto result = beat();
-    lock.lock();
-    if (!result.ok() && !outage_logged_) {
-      DI_LOG(kWarn, "registry: " << result.error().message
-                                 << "; still serving, but routers drop this worker once its key expires; retrying "
-                                    "every heartbeat");
-      outage_logged_ = true;
-    } else if (result.ok() && outage_logged_) {
-      DI_LOG(kWarn,
-             "registry: Redis at " << redis_->url() << " answers again; worker " << record_.id << " registered again");
-      outage_logged_ = false;
-    }
-  }
-}
-
 RegistryWatcher::RegistryWatcher(RegistryOptions options, ListingFn on_listing)
     : options_(std::move(options)), on_listing_(std::move(on_listing)) {}
 
@@ -154,18 +188,20 @@ Result<std::unique_ptr<RegistryWatcher>> RegistryWatcher::start(RegistryOptions 
   auto first = watcher->list();
   if (!first.ok()) return first.error();
   watcher->on_listing_(*first);
-  watcher->thread_ = std::thread([raw = watcher.get()] { raw->loop(); });
+  watcher->thread_ = std::make_unique<RegistryThread>(
+      watcher->options_.poll_interval,
+      [raw = watcher.get()]() -> Result<void> {
+        auto listing = raw->list();
+        if (!listing.ok()) return listing.error();
+        raw->on_listing_(*listing);
+        return {};
+      },
+      "routing to the workers last listed until Redis answers again",
+      "Redis at " + std::string(watcher->redis_->url()) + " answers again");
   return watcher;
 }
 
-RegistryWatcher::~RegistryWatcher() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
-}
+RegistryWatcher::~RegistryWatcher() = default;
 
 Result<std::vector<WorkerRecord>> RegistryWatcher::list() {
   std::vector<std::string> keys;
@@ -199,24 +235,6 @@ Result<std::vector<WorkerRecord>> RegistryWatcher::list() {
     records.push_back(std::move(*record));
   }
   return records;
-}
-
-void RegistryWatcher::loop() {
-  std::unique_lock lock(mutex_);
-  while (!wake_.wait_for(lock, options_.poll_interval, [&] { return stop_; })) {
-    lock.unlock();
-    auto listing = list();
-    if (listing.ok()) on_listing_(*listing);
-    lock.lock();
-    if (!listing.ok() && !outage_logged_) {
-      DI_LOG(kWarn, "registry: " << listing.error().message
-                                 << "; routing to the workers last listed until Redis answers again");
-      outage_logged_ = true;
-    } else if (listing.ok() && outage_logged_) {
-      DI_LOG(kWarn, "registry: Redis at " << redis_->url() << " answers again");
-      outage_logged_ = false;
-    }
-  }
 }
 
 }  // namespace deepinfer::server

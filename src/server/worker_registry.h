@@ -10,12 +10,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/result.h"
@@ -24,6 +21,7 @@
 namespace deepinfer::server {
 
 class RedisConnection;  // worker_registry.cpp
+class RegistryThread;   // worker_registry.cpp: the thread both sides run
 
 struct RegistryOptions {
   std::string url;  // redis://host:port
@@ -50,18 +48,13 @@ class WorkerHeartbeat {
 
  private:
   WorkerHeartbeat(RegistryOptions options, WorkerRecord identity, LoadFn load_now);
-  void loop();
   Result<void> beat();
 
   RegistryOptions options_;
   WorkerRecord record_;
   LoadFn load_now_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  bool outage_logged_ = false;
   std::unique_ptr<RedisConnection> redis_;
-  std::thread thread_;
+  std::unique_ptr<RegistryThread> thread_;  // last: stopped before the members it uses go
 };
 
 // Router side: lists the registry every poll interval and hands each listing to on_listing.
@@ -76,17 +69,12 @@ class RegistryWatcher {
 
  private:
   RegistryWatcher(RegistryOptions options, ListingFn on_listing);
-  void loop();
   Result<std::vector<WorkerRecord>> list();
 
   RegistryOptions options_;
   ListingFn on_listing_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  bool outage_logged_ = false;
   std::unique_ptr<RedisConnection> redis_;
-  std::thread thread_;
+  std::unique_ptr<RegistryThread> thread_;  // last: stopped before the members it uses go
 };
 
 }  // namespace deepinfer::server
