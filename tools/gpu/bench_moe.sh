@@ -4,7 +4,9 @@
 # the roofline fraction counts the bytes actually read per step (active experts only), so depth
 # does not change it. MODELS picks some of the three (default all). Uses the bundle tools/gpu/pack.sh
 # made. CONTEXTS and PREFILL: the decode contexts and prompt lengths (default 1024 and 4096).
-# Output: $OUT/moe_bench.jsonl.
+# TIMELINE=1 also traces a batch-1 decode step of each model kernel by kernel on the same checkpoint
+# (bench/kernel_trace.cpp, tools/gpu/kernel_timeline.py), as profile_decode.sh does for one config.
+# Output: $OUT/moe_bench.jsonl, and with TIMELINE=1 $OUT/timeline_<model>.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/deepinfer-moe-bench}
 LAYERS=${LAYERS:-8}
@@ -31,5 +33,12 @@ PY
     > /dev/null 2>> "$OUT/moe_bench.log" || { echo "$name: model generation failed"; continue; }
   timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1,64,256 --contexts "$CONTEXTS" \
     --prefill "$PREFILL" --steps 4 --engine-batches 0 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$name-${LAYERS}l\",/" | tee -a "$OUT/moe_bench.jsonl"
+  if [ "${TIMELINE:-0}" = 1 ]; then
+    CUDA_INJECTION64_PATH="$bin/libdeepinfer-kernel-trace.so" DEEPINFER_KERNEL_TRACE_OUT=/tmp/moe-trace.csv timeout 240 \
+      "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1 --contexts "${CONTEXTS%%,*}" \
+      --prefill 128 --steps 8 --no-products --engine-batches 0 > /dev/null 2>> "$OUT/moe_bench.log"
+    python3 tools/gpu/kernel_timeline.py /tmp/moe-trace.csv > "$OUT/timeline_$name.txt" 2>&1
+    rm -f /tmp/moe-trace.csv
+  fi
   rm -rf "/tmp/moe-models/$name"
 done
