@@ -237,6 +237,16 @@ class Backend {
                            float* out) = 0;
   virtual void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights,
                            int64_t num_tokens, int32_t top_k, int64_t hidden, float* out) = 0;
+  // moe_route into expert_ids and expert_weights ([num_tokens, top_k]), then moe_experts over them.
+  // A device backend may group the routed rows by expert in the router's launch. Wrapping backends
+  // (ForwardingBackend) keep this default, so they see the two calls.
+  virtual void moe_route_experts(const float* logits, const kernels::WeightView& selection_bias,
+                                 const kernels::MoeRouting& routing, const float* x, int64_t num_tokens,
+                                 int32_t* expert_ids, float* expert_weights, const kernels::MoeExperts& experts,
+                                 float* workspace, int64_t* expert_token_counts, float* out) {
+    moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights);
+    moe_experts(x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts, out);
+  }
   virtual void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                          int64_t dst_stride) = 0;
   // kernels::HeadProducts' contract. The default runs matmul per head over contiguous copies in

@@ -1,7 +1,8 @@
 // The device mixture of experts against kernels::ref: the router over DeepSeek-V2/V3, Qwen3-MoE,
 // Mixtral and GPT-OSS routings (ids exact, weights to 1e-6), grouping by expert, and the grouped
 // expert kernels (both kernels, every weight dtype, odd shapes, biases, both activations, experts
-// without tokens), the per-expert counters, and batch invariance in invariant mode.
+// without tokens), the per-expert counters, and batch invariance in invariant mode; the router
+// launch that groups its own rows against the router and the grouping apart.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -88,6 +89,109 @@ TEST_F(CudaMoe, RouterMatchesReference) {
       }
     }
   }
+}
+
+// The router's launch grouping its own rows (its last block): the same ids and weights as the
+// router alone, bit for bit, and the grouping group_by_expert makes of them; twice per shape, so a
+// launch that left its block counter set would show in the second.
+TEST_F(CudaMoe, RouteAndGroupMatchesRouteThenGroup) {
+  namespace kc = kernels::cuda;
+  using kernels::MoeGroupScore;
+  using kernels::MoeScoring;
+  const RouteCase cases[] = {
+      {"top1", 8, 1, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
+      {"gpt-oss", 32, 4, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, true, 1.0f},
+      {"v2-lite", 64, 6, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
+      {"qwen3", 128, 8, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, false, true, 1.0f},
+      {"v3", 256, 8, MoeScoring::kSigmoid, 8, 4, MoeGroupScore::kTopTwoSum, true, true, 2.5f},
+      {"sigmoid-odd", 60, 5, MoeScoring::kSigmoid, 1, 1, MoeGroupScore::kMax, true, false, 1.0f},
+  };
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  DeviceBuffer blocks_done = upload(backend(), std::vector<int32_t>{0});
+  for (const RouteCase& c : cases) {
+    kernels::MoeRouting routing;
+    routing.num_experts = c.num_experts;
+    routing.top_k = c.top_k;
+    routing.scoring = c.scoring;
+    routing.num_groups = c.num_groups;
+    routing.top_groups = c.top_groups;
+    routing.group_score = c.group_score;
+    routing.normalize = c.normalize;
+    routing.scaling = c.scaling;
+    const HostWeight bias = make_weight(random_floats(rng_, static_cast<size_t>(c.num_experts), -0.1f, 0.1f),
+                                        DType::kF32, 1, c.num_experts);
+    const kernels::WeightView device_bias = c.bias ? load(backend(), bias) : kernels::WeightView{};
+    const int64_t max_tokens = kc::moe_route_group_max_rows(c.num_experts) / c.top_k;
+    for (int64_t num_tokens : {int64_t{1}, int64_t{2}, int64_t{5}, max_tokens}) {
+      for (kc::MoeKernel kernel : {kc::MoeKernel::kRowwise, kc::MoeKernel::kTensorCore}) {
+        const std::string what = std::string(c.name) + " tokens " + std::to_string(num_tokens) +
+                                 (kernel == kc::MoeKernel::kRowwise ? " rowwise" : " tensor cores");
+        const int64_t num_rows = num_tokens * c.top_k;
+        DeviceBuffer logits =
+            upload(backend(), random_floats(rng_, static_cast<size_t>(num_tokens * c.num_experts), -4.0f, 4.0f));
+        DeviceBuffer want_ids = backend().allocate(static_cast<size_t>(num_rows) * sizeof(int32_t));
+        DeviceBuffer want_weights = backend().allocate(static_cast<size_t>(num_rows) * sizeof(float));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's uploads, on its own stream
+        kc::moe_route(logits.as<float>(), device_bias, num_tokens, routing, want_ids.as<int32_t>(),
+                      want_weights.as<float>(), stream);
+        const int64_t num_ints = kc::moe_grouping_ints(c.num_experts, num_rows);
+        DeviceBuffer ints = backend().allocate(static_cast<size_t>(num_ints) * sizeof(int32_t));
+        const kc::MoeGrouping grouping = kc::carve_moe_grouping(ints.as<int32_t>(), c.num_experts, num_rows);
+        const int32_t rows_per_tile = kc::moe_rows_per_tile(kernel);
+        for (int launch = 0; launch < 2; ++launch) {
+          std::vector<int64_t> counts(static_cast<size_t>(c.num_experts));
+          for (int32_t e = 0; e < c.num_experts; ++e) counts[static_cast<size_t>(e)] = 10 * e;
+          DeviceBuffer dcounts = upload(backend(), counts);
+          DeviceBuffer ids = backend().allocate(static_cast<size_t>(num_rows) * sizeof(int32_t));
+          DeviceBuffer weights = backend().allocate(static_cast<size_t>(num_rows) * sizeof(float));
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cudaMemsetAsync(ints.data(), 0xff, static_cast<size_t>(num_ints) * sizeof(int32_t), stream),
+                    cudaSuccess);
+          kc::moe_route_and_group(logits.as<float>(), device_bias, num_tokens, routing, ids.as<int32_t>(),
+                                  weights.as<float>(), rows_per_tile, grouping, dcounts.as<int64_t>(),
+                                  blocks_done.as<int32_t>(), stream);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
+          const std::vector<int32_t> got_ids = download<int32_t>(backend(), ids, static_cast<size_t>(num_rows));
+          ASSERT_EQ(got_ids, download<int32_t>(backend(), want_ids, static_cast<size_t>(num_rows))) << what;
+          const std::vector<float> got_weights = download<float>(backend(), weights, static_cast<size_t>(num_rows));
+          const std::vector<float> want = download<float>(backend(), want_weights, static_cast<size_t>(num_rows));
+          ASSERT_EQ(std::memcmp(got_weights.data(), want.data(), want.size() * sizeof(float)), 0) << what;
+          ASSERT_EQ(download<int32_t>(backend(), blocks_done, 1)[0], 0) << what;
+
+          const std::vector<int32_t> host_ints = download<int32_t>(backend(), ints, static_cast<size_t>(num_ints));
+          const kc::MoeGrouping host =
+              kc::carve_moe_grouping(const_cast<int32_t*>(host_ints.data()), c.num_experts, num_rows);
+          const std::vector<int64_t> got_counts =
+              download<int64_t>(backend(), dcounts, static_cast<size_t>(c.num_experts));
+          std::vector<int32_t> per_expert(static_cast<size_t>(c.num_experts), 0);
+          for (int32_t id : got_ids) ++per_expert[static_cast<size_t>(id)];
+          int32_t offset = 0;
+          int32_t tiles = 0;
+          for (int32_t e = 0; e < c.num_experts; ++e) {
+            const int32_t count = per_expert[static_cast<size_t>(e)];
+            ASSERT_EQ(host.counts[e], count) << what << ", expert " << e;
+            ASSERT_EQ(host.offsets[e], offset) << what << ", expert " << e;
+            ASSERT_EQ(host.tile_offsets[e], tiles) << what << ", expert " << e;
+            EXPECT_EQ(got_counts[static_cast<size_t>(e)], 10 * e + count) << what << ", expert " << e;
+            for (int32_t i = offset; i < offset + count; ++i) {
+              ASSERT_EQ(got_ids[static_cast<size_t>(host.rows[i])], e) << what << ", grouped row " << i;
+              ASSERT_EQ(host.position[host.rows[i]], i) << what << ", grouped row " << i;
+            }
+            const int32_t expert_tiles = (count + rows_per_tile - 1) / rows_per_tile;
+            for (int32_t t = tiles; t < tiles + expert_tiles; ++t) {
+              ASSERT_EQ(host.tile_experts[t], e) << what << ", tile " << t;
+            }
+            offset += count;
+            tiles += expert_tiles;
+          }
+          EXPECT_EQ(host.offsets[c.num_experts], num_rows) << what;
+          EXPECT_EQ(host.tile_offsets[c.num_experts], tiles) << what;
+        }
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 TEST_F(CudaMoe, GroupingIsAPermutationByExpert) {

@@ -3,7 +3,7 @@
 // always in batch-invariant mode) and cuBLAS's grouped GEMM (bf16/f16 SiLU experts from 64 rows
 // per expert; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
 // biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
-// not depend on their batch.
+// not depend on their batch; routing and experts in one call against the two calls apart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -221,6 +221,63 @@ TEST(CudaMoeExperts, MatchReference) {
           expect_close(got, b == backend.get() ? want_cublas : want, abs_tol, 1e-5, where);
           EXPECT_EQ(counts, want_counts) << where;
         }
+      }
+    }
+  }
+}
+
+// moe_route_experts (decode sizes: the router's launch groups the rows) against moe_route then
+// moe_experts on the same backend: the same ids, weights, counts and outputs, bit for bit.
+TEST(CudaMoeExperts, RouteExpertsMatchesRouteThenExperts) {
+  std::mt19937 rng(31);
+  kernels::MoeRouting routing;
+  routing.num_experts = kNumExperts;
+  routing.top_k = kTopK;
+  routing.normalize = true;
+  for (const bool batch_invariant : {false, true}) {
+    auto backend = cuda_backend(batch_invariant);
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const Layer layer(rng, dtype, 256, 136, true, kernels::ExpertActivation::kClampedSwiglu);
+      const DeviceLayer device(*backend, layer);
+      for (int64_t num_tokens : {1, 2, 5, 64, 300}) {
+        const auto rows = static_cast<size_t>(num_tokens * kTopK);
+        const size_t out_floats = static_cast<size_t>(num_tokens * 256);
+        DeviceBuffer x = upload(*backend, random_floats(rng, out_floats));
+        DeviceBuffer logits =
+            upload(*backend, random_floats(rng, static_cast<size_t>(num_tokens * kNumExperts), -3, 3));
+        const auto workspace_bytes =
+            static_cast<size_t>(kernels::moe_workspace_floats(num_tokens, device.experts)) * sizeof(float);
+        std::vector<float> outs[2];
+        std::vector<int32_t> ids[2];
+        std::vector<float> weights[2];
+        std::vector<int64_t> counts[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          DeviceBuffer dids = backend->allocate(rows * sizeof(int32_t));
+          DeviceBuffer dweights = backend->allocate(rows * sizeof(float));
+          DeviceBuffer dworkspace = backend->allocate(workspace_bytes);
+          DeviceBuffer dcounts = upload(*backend, std::vector<int64_t>(kNumExperts, 3));
+          DeviceBuffer dout = backend->allocate(out_floats * sizeof(float));
+          if (fused == 1) {
+            backend->moe_route_experts(logits.as<float>(), kernels::WeightView{}, routing, x.as<float>(), num_tokens,
+                                       dids.as<int32_t>(), dweights.as<float>(), device.experts, dworkspace.as<float>(),
+                                       dcounts.as<int64_t>(), dout.as<float>());
+          } else {
+            backend->moe_route(logits.as<float>(), kernels::WeightView{}, num_tokens, routing, dids.as<int32_t>(),
+                               dweights.as<float>());
+            backend->moe_experts(x.as<float>(), num_tokens, dids.as<int32_t>(), dweights.as<float>(), device.experts,
+                                 dworkspace.as<float>(), dcounts.as<int64_t>(), dout.as<float>());
+          }
+          outs[fused] = download<float>(*backend, dout, out_floats);
+          ids[fused] = download<int32_t>(*backend, dids, rows);
+          weights[fused] = download<float>(*backend, dweights, rows);
+          counts[fused] = download<int64_t>(*backend, dcounts, kNumExperts);
+        }
+        const std::string what = std::string(dtype_name(dtype)) + " tokens " + std::to_string(num_tokens) +
+                                 (batch_invariant ? " (invariant)" : "");
+        EXPECT_EQ(ids[1], ids[0]) << what;
+        EXPECT_EQ(std::memcmp(weights[1].data(), weights[0].data(), rows * sizeof(float)), 0) << what;
+        EXPECT_EQ(counts[1], counts[0]) << what;
+        EXPECT_EQ(std::memcmp(outs[1].data(), outs[0].data(), out_floats * sizeof(float)), 0) << what;
       }
     }
   }

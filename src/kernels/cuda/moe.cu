@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/moe_group_rows.cuh"
 #include "kernels/cuda/moe_ops.h"
 
 namespace deepinfer::kernels::cuda {
@@ -14,7 +15,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kScanThreads = 1024;  // one expert per thread
 constexpr int64_t kOneBlockRows = 8192;  // up to this many rows one block groups them all
-constexpr unsigned kFull = 0xffffffffu;
 
 __global__ void count_kernel(const int32_t* __restrict__ expert_ids, int64_t num_rows, int32_t num_experts,
                              int32_t* __restrict__ counts) {
@@ -24,47 +24,13 @@ __global__ void count_kernel(const int32_t* __restrict__ expert_ids, int64_t num
   }
 }
 
-// Inclusive scan of (x, y) over the block; every thread gets its own prefix.
-__device__ int2 block_inclusive_scan(int2 value) {
-  __shared__ int2 warp_totals[kScanThreads / 32];
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int x = __shfl_up_sync(kFull, value.x, offset);
-    const int y = __shfl_up_sync(kFull, value.y, offset);
-    if (lane >= offset) {
-      value.x += x;
-      value.y += y;
-    }
-  }
-  if (lane == 31) warp_totals[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    int2 total = lane < kScanThreads / 32 ? warp_totals[lane] : make_int2(0, 0);
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const int x = __shfl_up_sync(kFull, total.x, offset);
-      const int y = __shfl_up_sync(kFull, total.y, offset);
-      if (lane >= offset) {
-        total.x += x;
-        total.y += y;
-      }
-    }
-    warp_totals[lane] = total;
-  }
-  __syncthreads();
-  if (warp > 0) {
-    value.x += warp_totals[warp - 1].x;
-    value.y += warp_totals[warp - 1].y;
-  }
-  return value;
-}
-
 __global__ void __launch_bounds__(kScanThreads)
     scan_kernel(int32_t num_experts, int32_t rows_per_tile, MoeGrouping grouping, int64_t* expert_token_counts) {
+  __shared__ int2 warp_totals[32];
   const int32_t e = static_cast<int32_t>(threadIdx.x);
   const int32_t count = e < num_experts ? grouping.counts[e] : 0;
   const int32_t tiles = (count + rows_per_tile - 1) / rows_per_tile;
-  const int2 prefix = block_inclusive_scan(make_int2(count, tiles));
+  const int2 prefix = block_inclusive_scan(make_int2(count, tiles), warp_totals);
   if (e < num_experts) {
     grouping.offsets[e + 1] = prefix.x;
     grouping.tile_offsets[e + 1] = prefix.y;
@@ -98,41 +64,10 @@ __global__ void __launch_bounds__(kScanThreads)
                            int32_t rows_per_tile, MoeGrouping grouping, int64_t* expert_token_counts) {
   __shared__ int32_t counts_s[kScanThreads];
   __shared__ int32_t cursor_s[kScanThreads];
-  const int32_t e = static_cast<int32_t>(threadIdx.x);
-  counts_s[e] = 0;
   wait_for_previous_grid();
   allow_next_grid();
-  __syncthreads();
-  for (int32_t r = e; r < num_rows; r += kScanThreads) {
-    const int32_t id = expert_ids[r];
-    if (id >= 0 && id < num_experts) atomicAdd(&counts_s[id], 1);
-  }
-  __syncthreads();
-  const int32_t count = e < num_experts ? counts_s[e] : 0;
-  const int32_t tiles = (count + rows_per_tile - 1) / rows_per_tile;
-  const int2 prefix = block_inclusive_scan(make_int2(count, tiles));
-  if (e < num_experts) {
-    grouping.counts[e] = count;
-    grouping.offsets[e + 1] = prefix.x;
-    grouping.tile_offsets[e + 1] = prefix.y;
-    for (int32_t t = prefix.y - tiles; t < prefix.y; ++t) grouping.tile_experts[t] = e;
-    cursor_s[e] = prefix.x - count;
-    if (expert_token_counts != nullptr) expert_token_counts[e] += count;
-  }
-  if (e == 0) {
-    grouping.offsets[0] = 0;
-    grouping.tile_offsets[0] = 0;
-  }
-  __syncthreads();
-  for (int32_t r = e; r < num_rows; r += kScanThreads) {
-    const int32_t id = expert_ids[r];
-    int32_t position = -1;
-    if (id >= 0 && id < num_experts) {
-      position = atomicAdd(&cursor_s[id], 1);
-      grouping.rows[position] = r;
-    }
-    grouping.position[r] = position;
-  }
+  group_rows_in_block(expert_ids, num_rows, num_experts, rows_per_tile, grouping, expert_token_counts, counts_s,
+                      cursor_s);
 }
 
 // The token's slots (grouped row, weight) are read once into shared memory, so the loads of y for

@@ -12,7 +12,7 @@
 
 namespace deepinfer::kernels::cuda {
 
-// Router limits: one warp scores a token, each lane holding up to 8 experts; lane j keeps slot j.
+// Router limits: a block scores a token, a thread per expert.
 constexpr int32_t kMoeMaxExperts = 256;
 constexpr int32_t kMoeMaxTopK = 32;
 
@@ -44,6 +44,17 @@ MoeGrouping carve_moe_grouping(int32_t* ints, int32_t num_experts, int64_t num_r
 // no host synchronisation. Takes up to 1024 experts.
 void group_by_expert(const int32_t* expert_ids, int64_t num_rows, int32_t num_experts, int32_t rows_per_tile,
                      const MoeGrouping& grouping, int64_t* expert_token_counts, cudaStream_t stream);
+
+// The most routed rows (num_tokens * top_k) moe_route_and_group takes for num_experts experts: its
+// last block groups them all, a few rows per thread.
+int64_t moe_route_group_max_rows(int32_t num_experts);
+// moe_route, then group_by_expert of its ids in the same launch (its last block to finish groups
+// every row): one launch boundary less. blocks_done: one device int32, zero, that no launch in
+// flight beside this one uses; the launch leaves it zero.
+void moe_route_and_group(const float* logits, const WeightView& selection_bias, int64_t num_tokens,
+                         const MoeRouting& routing, int32_t* expert_ids, float* expert_weights, int32_t rows_per_tile,
+                         const MoeGrouping& grouping, int64_t* expert_token_counts, int32_t* blocks_done,
+                         cudaStream_t stream);
 
 // One expert's device weights; biases null when the experts have none.
 struct ExpertPointers {

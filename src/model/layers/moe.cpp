@@ -343,16 +343,16 @@ void MoeLayer::forward(Backend& backend, const float* x, int64_t num_tokens, flo
   float* expert_weights = logits + n * routing_.num_experts + n * k;                 // [n, top_k]
   float* workspace = expert_weights + n * k;
   const kernels::MoeExperts experts = experts_view();
-  if (n > 0) {
-    router_.forward(backend, x, n, logits);
-    backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
-  }
+  if (n > 0) router_.forward(backend, x, n, logits);
   if (group_) {
+    if (n > 0) backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
     forward_expert_parallel(backend, x, n, expert_ids, expert_weights, out);
-  } else {
-    backend.moe_experts(x, n, expert_ids, expert_weights, experts, workspace, token_counts_.as<int64_t>(), out);
   }
   if (n == 0) return;
+  if (!group_) {
+    backend.moe_route_experts(logits, selection_bias_, routing_, x, n, expert_ids, expert_weights, experts, workspace,
+                              token_counts_.as<int64_t>(), out);
+  }
   if (shared_) {
     float* shared_out = workspace + kernels::moe_workspace_floats(n, experts);  // [n, hidden]
     shared_->forward(backend, x, n, shared_out + n * hidden_, shared_out);

@@ -31,6 +31,8 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  moe_route_done_ = allocate(sizeof(int32_t));
+  DI_CUDA_CHECK(cudaMemsetAsync(moe_route_done_.data(), 0, sizeof(int32_t), stream_.for_op()));
 }
 
 CudaBackend::~CudaBackend() {

@@ -158,6 +158,11 @@ class CudaBackend final : public Backend {
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
                    const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
                    float* out) override;
+  // Decode-sized steps route and group in one launch (kernels/cuda/moe_ops.h: moe_route_and_group).
+  void moe_route_experts(const float* logits, const kernels::WeightView& selection_bias,
+                         const kernels::MoeRouting& routing, const float* x, int64_t num_tokens, int32_t* expert_ids,
+                         float* expert_weights, const kernels::MoeExperts& experts, float* workspace,
+                         int64_t* expert_token_counts, float* out) override;
   void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens,
                    int32_t top_k, int64_t hidden, float* out) override {
     kc::moe_combine(y, DType::kF32, row_of_slot, expert_weights, num_tokens, top_k, hidden, out, stream_.for_op());
@@ -229,6 +234,21 @@ class CudaBackend final : public Backend {
     DeviceBuffer device;
   };
   kc::GroupedExperts grouped_experts(const kernels::MoeExperts& experts);
+  // One MoE step's plan over its workspace: the expert table, the products' kernel (or cuBLAS's
+  // grouped GEMM), where h, y and the grouping live.
+  struct MoeStep {
+    int64_t num_rows = 0;
+    kc::GroupedExperts grouped;
+    kc::MoeKernel kernel = kc::MoeKernel::kRowwise;
+    bool on_cublas = false;
+    float* h = nullptr;
+    float* y = nullptr;
+    kc::MoeGrouping grouping;
+  };
+  MoeStep moe_step(const kernels::MoeExperts& experts, int64_t num_tokens, float* workspace);
+  // The grouped products of a grouped step, then the weighted combine into out.
+  void moe_products(const float* x, int64_t num_tokens, const float* expert_weights,
+                    const kernels::MoeExperts& experts, const MoeStep& step, float* out);
   // moe_experts' products of prefill-sized eager steps on cuBLAS's grouped GEMM: reads the
   // grouping's offsets back, gathers the rows' inputs in grouped order, gate|up, the activation
   // rounded for down, down. gate_up: [num_rows, 2 * intermediate], y: [num_rows, hidden], both
@@ -237,6 +257,9 @@ class CudaBackend final : public Backend {
                               const kc::MoeGrouping& grouping, void* gate_up, void* y);
   kc::MoeGroupedGemm moe_gemm_;
   std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
+  // moe_route_and_group's count of finished router blocks: zero between launches, which one stream
+  // runs one at a time.
+  DeviceBuffer moe_route_done_;
   // sample_rows' candidate lists, kept: at large batches they exceed the allocator's cached sizes.
   DeviceBuffer sample_workspace_;
 };

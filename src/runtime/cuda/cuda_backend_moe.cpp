@@ -1,6 +1,7 @@
 // CudaBackend's mixture of experts: the router kernel, grouping of the routed (token, slot) rows by
-// expert, one grouped launch for gate+up+activation and one for down, then the weighted combine in
-// slot order (the reference's summation order), with no host synchronisation; everything but the
+// expert (for decode-sized steps in the router's own launch), one grouped launch for
+// gate+up+activation and one for down, then the weighted combine in slot order (the reference's
+// summation order), with no host synchronisation; everything but the
 // expert pointer table (uploaded once per layer) lives in the caller's workspace. Prompt-sized
 // eager steps instead read the grouping's offsets back and run the products on cuBLAS's grouped
 // GEMM (kernels/cuda/moe_grouped_gemm.h).
@@ -87,45 +88,73 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
   return grouped;
 }
 
+CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, int64_t num_tokens, float* workspace) {
+  MoeStep step;
+  step.num_rows = num_tokens * experts.top_k;
+  step.grouped = grouped_experts(experts);
+  // Batch-invariant mode keeps one kernel for every batch, so a row's numbers never depend on it.
+  const bool tensor_cores = step.grouped.weight_dtype == DType::kBF16 || step.grouped.weight_dtype == DType::kF16;
+  step.kernel = tensor_cores && (batch_invariant_ || step.num_rows >= kTensorCoreRowsPerExpert * experts.num_experts)
+                    ? kc::MoeKernel::kTensorCore
+                    : kc::MoeKernel::kRowwise;
+  // cuBLAS's grouped GEMM: plain SiLU-gated experts with 16-byte rows (not GPT-OSS's biases and
+  // clamped SwiGLU, which keep the mma kernels).
+  step.on_cublas = tensor_cores && !batch_invariant_ && !capturing_ && step.grouped.aligned &&
+                   experts.activation == kernels::ExpertActivation::kSiluGated && !has_biases(experts) &&
+                   experts.hidden % 8 == 0 && experts.intermediate % 8 == 0 &&
+                   step.num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
+  // Workspace (kernels::moe_workspace_floats): h (or cuBLAS's 16-bit gate|up outputs, as many
+  // bytes), y, then the grouping's ints.
+  step.h = align16(workspace);                                      // [num_rows, intermediate]
+  step.y = align16(step.h + step.num_rows * experts.intermediate);  // [num_rows, hidden]
+  auto* ints = reinterpret_cast<int32_t*>(step.y + step.num_rows * experts.hidden);
+  DI_CHECK(ints + kc::moe_grouping_ints(experts.num_experts, step.num_rows) <=
+               reinterpret_cast<int32_t*>(workspace + kernels::moe_workspace_floats(num_tokens, experts)),
+           "moe_experts workspace too small");
+  step.grouping = kc::carve_moe_grouping(ints, experts.num_experts, step.num_rows);
+  return step;
+}
+
+void CudaBackend::moe_products(const float* x, int64_t num_tokens, const float* expert_weights,
+                               const kernels::MoeExperts& experts, const MoeStep& step, float* out) {
+  if (step.on_cublas) {
+    cublas_expert_products(x, experts, step.grouped.weight_dtype, step.grouping, step.h, step.y);
+  } else {
+    kc::grouped_gate_up(x, step.grouped, step.grouping, step.num_rows, step.kernel, step.h, stream_.for_op());
+    kc::grouped_down(step.h, step.grouped, step.grouping, step.num_rows, step.kernel, step.y, stream_.for_op());
+  }
+  kc::moe_combine(step.y, step.on_cublas ? step.grouped.weight_dtype : DType::kF32, step.grouping.position,
+                  expert_weights, num_tokens, experts.top_k, experts.hidden, out, stream_.for_op());
+}
+
 void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids,
                               const float* expert_weights, const kernels::MoeExperts& experts, float* workspace,
                               int64_t* expert_token_counts, float* out) {
   if (num_tokens == 0) return;
-  const int64_t num_rows = num_tokens * experts.top_k;
-  const kc::GroupedExperts grouped = grouped_experts(experts);
-  // Batch-invariant mode keeps one kernel for every batch, so a row's numbers never depend on it.
-  const bool tensor_cores = grouped.weight_dtype == DType::kBF16 || grouped.weight_dtype == DType::kF16;
-  const kc::MoeKernel kernel =
-      tensor_cores && (batch_invariant_ || num_rows >= kTensorCoreRowsPerExpert * experts.num_experts)
-          ? kc::MoeKernel::kTensorCore
-          : kc::MoeKernel::kRowwise;
-  // cuBLAS's grouped GEMM: plain SiLU-gated experts with 16-byte rows (not GPT-OSS's biases and
-  // clamped SwiGLU, which keep the mma kernels).
-  const bool on_cublas = tensor_cores && !batch_invariant_ && !capturing_ && grouped.aligned &&
-                         experts.activation == kernels::ExpertActivation::kSiluGated && !has_biases(experts) &&
-                         experts.hidden % 8 == 0 && experts.intermediate % 8 == 0 &&
-                         num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
-
-  // Workspace (kernels::moe_workspace_floats): h (or cuBLAS's 16-bit gate|up outputs, as many
-  // bytes), y, then the grouping's ints.
-  float* h = align16(workspace);                            // [num_rows, intermediate]
-  float* y = align16(h + num_rows * experts.intermediate);  // [num_rows, hidden]
-  auto* ints = reinterpret_cast<int32_t*>(y + num_rows * experts.hidden);
-  DI_CHECK(ints + kc::moe_grouping_ints(experts.num_experts, num_rows) <=
-               reinterpret_cast<int32_t*>(workspace + kernels::moe_workspace_floats(num_tokens, experts)),
-           "moe_experts workspace too small");
-  const kc::MoeGrouping grouping = kc::carve_moe_grouping(ints, experts.num_experts, num_rows);
-
-  kc::group_by_expert(expert_ids, num_rows, experts.num_experts, kc::moe_rows_per_tile(kernel), grouping,
+  const MoeStep step = moe_step(experts, num_tokens, workspace);
+  kc::group_by_expert(expert_ids, step.num_rows, experts.num_experts, kc::moe_rows_per_tile(step.kernel), step.grouping,
                       expert_token_counts, stream_.for_op());
-  if (on_cublas) {
-    cublas_expert_products(x, experts, grouped.weight_dtype, grouping, h, y);
+  moe_products(x, num_tokens, expert_weights, experts, step, out);
+}
+
+void CudaBackend::moe_route_experts(const float* logits, const kernels::WeightView& selection_bias,
+                                    const kernels::MoeRouting& routing, const float* x, int64_t num_tokens,
+                                    int32_t* expert_ids, float* expert_weights, const kernels::MoeExperts& experts,
+                                    float* workspace, int64_t* expert_token_counts, float* out) {
+  if (num_tokens == 0) return;
+  DI_CHECK(routing.num_experts == experts.num_experts,
+           "the router scores " << routing.num_experts << " experts, the layer holds " << experts.num_experts);
+  const MoeStep step = moe_step(experts, num_tokens, workspace);
+  if (step.num_rows > kc::moe_route_group_max_rows(routing.num_experts)) {
+    moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights);
+    kc::group_by_expert(expert_ids, step.num_rows, experts.num_experts, kc::moe_rows_per_tile(step.kernel),
+                        step.grouping, expert_token_counts, stream_.for_op());
   } else {
-    kc::grouped_gate_up(x, grouped, grouping, num_rows, kernel, h, stream_.for_op());
-    kc::grouped_down(h, grouped, grouping, num_rows, kernel, y, stream_.for_op());
+    kc::moe_route_and_group(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights,
+                            kc::moe_rows_per_tile(step.kernel), step.grouping, expert_token_counts,
+                            moe_route_done_.as<int32_t>(), stream_.for_op());
   }
-  kc::moe_combine(y, on_cublas ? grouped.weight_dtype : DType::kF32, grouping.position, expert_weights, num_tokens,
-                  experts.top_k, experts.hidden, out, stream_.for_op());
+  moe_products(x, num_tokens, expert_weights, experts, step, out);
 }
 
 void CudaBackend::cublas_expert_products(const float* x, const kernels::MoeExperts& experts, DType dtype,
