@@ -20,15 +20,17 @@ struct ExpertTile {
 
 // The grid covers the worst case; false for a tile past the last one (the block has no work). The
 // tile's expert is read beside the tile count (tile < the grid's worst case, so in bounds) and
-// used only once the count says it is current.
+// used only once the count says it is current. Read from L2 (__ldcg): the down kernel reads the
+// grouping before its dependent-launch wait, where this SM's L1 may hold an earlier layer's.
 __device__ __forceinline__ bool find_tile(const MoeGrouping& grouping, int32_t num_experts, int32_t tile,
                                           int32_t rows_per_tile, ExpertTile& out) {
-  const int32_t num_tiles = grouping.tile_offsets[num_experts];
-  const int32_t expert = grouping.tile_experts[tile];
+  const int32_t num_tiles = __ldcg(grouping.tile_offsets + num_experts);
+  const int32_t expert = __ldcg(grouping.tile_experts + tile);
   if (tile >= num_tiles) return false;
   out.expert = expert;
-  out.row_begin = grouping.offsets[expert] + (tile - grouping.tile_offsets[expert]) * rows_per_tile;
-  out.num_rows = min(rows_per_tile, grouping.offsets[expert + 1] - out.row_begin);
+  const int32_t offset = __ldcg(grouping.offsets + expert);
+  out.row_begin = offset + (tile - __ldcg(grouping.tile_offsets + expert)) * rows_per_tile;
+  out.num_rows = min(rows_per_tile, __ldcg(grouping.offsets + expert + 1) - out.row_begin);
   return true;
 }
 

@@ -1,10 +1,11 @@
 // Grouped expert products on CUDA cores for decode-sized batches: a block takes one tile of up to
-// kRows grouped rows of one expert and kWeightRows weight rows (gate|up: kCols gate rows and the
-// kCols up rows of the same columns; down: 2 * kCols rows); its warps split K, as the dense GEMV's
+// kRows grouped rows of one expert and kWeightRows weight rows (gate|up: the gate rows and the up
+// rows of the same columns; down: as many columns); its warps split K, as the dense GEMV's
 // do (gemv.cu), so even an expert's 768-element down rows keep every lane's loads in flight, and
 // the warps' sums are added in warp order (deterministic). BF16/F16 weights see x rounded to their
 // dtype (as the tensor-core path does); F32 weights see x as is; float32 accumulation. Launched as
-// dependent kernels: blocks are resident before the grouping they read is done. Also the dispatch of
+// dependent kernels: blocks are resident before the grouping they read is done (gate|up) or before
+// h is (down, whose first weights are then on their way to L2). Also the dispatch of
 // grouped_gate_up/down.
 #include <algorithm>
 
@@ -18,8 +19,7 @@ namespace deepinfer::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kCols = 4;          // output columns of a gate|up block; down blocks take twice as many
-constexpr int kWeightRows = 2 * kCols;
+constexpr int kCols = 4;          // output columns of a gate|up block; down blocks: weight_rows
 constexpr int kRows = 4;          // grouped rows per tile
 constexpr int kTensorRows = 64;
 
@@ -41,6 +41,8 @@ __device__ __forceinline__ Packet<W, kVec> load_packet(const W* p) {
   return out;
 }
 
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 template <int kVec>
 __device__ __forceinline__ void load_x(const float* p, float (&out)[kVec]) {
   if constexpr (kVec % 4 == 0) {
@@ -58,6 +60,14 @@ __device__ __forceinline__ void load_x(const float* p, float (&out)[kVec]) {
   }
 }
 
+// Weight rows a block streams: down blocks of one-row tiles (batch-1 steps) take twice the rows,
+// 16 loads in flight per lane in half the blocks (each block's tile lookup, reduction and barrier
+// weighed on an expert's short down rows: with the early L2 prefetch below, Qwen3-30B-A3B's down
+// went 10.9 -> 9.2 us a layer; gate|up blocks of 16 rows measured 1.4 us slower).
+__host__ __device__ constexpr int weight_rows(bool gate_up, int tile_rows) {
+  return !gate_up && tile_rows == 1 ? 4 * kCols : 2 * kCols;
+}
+
 // kGateUp: in = x (token rows), two weight matrices, the activation into out = h. Otherwise in = h
 // (grouped rows), the down matrix into out = y. n_out, k_in: the weights' [rows, cols].
 // kTileRows: the most rows a tile holds in this launch (a tile of a batch of one token holds one),
@@ -68,28 +78,48 @@ template <typename W, int kVec, bool kGateUp, int kTileRows>
 __global__ void __launch_bounds__(kWarps * 32, 4)
     rowwise_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
                    int64_t k_in, float* __restrict__ out) {
-  constexpr int kOut = kGateUp ? kCols : kWeightRows;  // output columns of the block
+  constexpr int kWeightRows = weight_rows(kGateUp, kTileRows);
+  constexpr int kOut = kGateUp ? kWeightRows / 2 : kWeightRows;  // output columns of the block
   __shared__ float partial[kWarps][kTileRows][kWeightRows];
   const int64_t col0 = blockIdx.y * int64_t{kOut};
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
-  wait_for_previous_grid();
-  allow_next_grid();
-  ExpertTile tile;  // the same for the whole block, so whole blocks leave
-  if (!find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kRows, tile)) return;
-  const ExpertPointers& p = experts.experts[tile.expert];
-  const W* cols[kWeightRows];
-#pragma unroll
-  for (int c = 0; c < kWeightRows; ++c) {
-    // Past n_out: a duplicate row, not stored. Up rows are the gate rows' columns in the up matrix.
-    const int64_t col = min(col0 + c % kOut, n_out - 1);
-    const void* matrix = kGateUp ? (c < kOut ? p.gate : p.up) : p.down;
-    cols[c] = static_cast<const W*>(matrix) + col * k_in;
-  }
   const int64_t vecs = k_in / kVec;
   const int64_t chunk = (vecs + kWarps - 1) / kWarps;
   const int64_t begin = warp * chunk;
   const int64_t end = min(begin + chunk, vecs);
+  ExpertTile tile;  // the same for the whole block, so whole blocks leave
+  const ExpertPointers* p = nullptr;
+  const W* cols[kWeightRows];
+  const auto find = [&] {
+    if (!find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kRows, tile)) return false;
+    p = &experts.experts[tile.expert];
+#pragma unroll
+    for (int c = 0; c < kWeightRows; ++c) {
+      // Past n_out: a duplicate row, not stored. Up rows are the gate rows' columns in the up matrix.
+      const int64_t col = min(col0 + c % kOut, n_out - 1);
+      const void* matrix = kGateUp ? (c < kOut ? p->gate : p->up) : p->down;
+      cols[c] = static_cast<const W*>(matrix) + col * k_in;
+    }
+    return true;
+  };
+  // The grouping finished before gate|up (the kernel before down) started, so a down block of a
+  // one- or two-token step finds its tile and has its first weights on their way to L2 (a prefetch
+  // holds no registers) before it waits for h. (With four rows' accumulators the pointers kept
+  // across the wait spill.)
+  constexpr bool kEarly = !kGateUp && kTileRows <= 2;
+  bool has_tile = true;
+  if constexpr (kEarly) {
+    has_tile = find();
+    if (has_tile && begin + lane < end) {
+#pragma unroll
+      for (int c = 0; c < kWeightRows; ++c) prefetch_l2(cols[c] + (begin + lane) * kVec);
+    }
+  }
+  wait_for_previous_grid();
+  allow_next_grid();
+  if constexpr (!kEarly) has_tile = find();
+  if (!has_tile) return;
   // More rows than kTileRows only where a token routed to one expert twice: its weights are read again.
   for (int32_t first = 0; first < tile.num_rows; first += kTileRows) {
     const int32_t num_rows = min(kTileRows, tile.num_rows - first);
@@ -136,11 +166,11 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     float sum = sum_over_warps(partial, r, c);
     if constexpr (kGateUp) {
       float up = sum_over_warps(partial, r, c + kOut);
-      if (p.gate_bias != nullptr) sum += load_as_f32(p.gate_bias, experts.bias_dtype, col);
-      if (p.up_bias != nullptr) up += load_as_f32(p.up_bias, experts.bias_dtype, col);
+      if (p->gate_bias != nullptr) sum += load_as_f32(p->gate_bias, experts.bias_dtype, col);
+      if (p->up_bias != nullptr) up += load_as_f32(p->up_bias, experts.bias_dtype, col);
       *dst = expert_activation(sum, up, experts.activation, experts.swiglu_alpha, experts.swiglu_limit);
     } else {
-      *dst = sum + (p.down_bias != nullptr ? load_as_f32(p.down_bias, experts.bias_dtype, col) : 0.0f);
+      *dst = sum + (p->down_bias != nullptr ? load_as_f32(p->down_bias, experts.bias_dtype, col) : 0.0f);
     }
   }
 }
@@ -152,22 +182,22 @@ void launch_rowwise(const float* in, const GroupedExperts& experts, const MoeGro
   const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
   const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
   const bool vector = experts.aligned && k_in % kVec == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0;
-  constexpr int kOut = kGateUp ? kCols : kWeightRows;
-  const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kRowwise, num_rows, experts.num_experts)),
-                  static_cast<unsigned>((n_out + kOut - 1) / kOut));
+  const auto tiles = static_cast<unsigned>(moe_max_tiles(MoeKernel::kRowwise, num_rows, experts.num_experts));
   // A token routes to distinct experts, so a tile holds at most one row per token.
   const int64_t num_tokens = num_rows / experts.top_k;
-  const auto run = [&](auto kernel) {
+  const auto run = [&](auto kernel, int tile_rows) {
+    const int out_columns = kGateUp ? weight_rows(true, tile_rows) / 2 : weight_rows(false, tile_rows);
+    const dim3 grid(tiles, static_cast<unsigned>((n_out + out_columns - 1) / out_columns));
     launch_dependent(kernel, grid, dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out, k_in, out);
   };
   if (!vector) {
-    run(rowwise_kernel<W, 1, kGateUp, kRows>);
+    run(rowwise_kernel<W, 1, kGateUp, kRows>, kRows);
   } else if (num_tokens == 1) {
-    run(rowwise_kernel<W, kVec, kGateUp, 1>);
+    run(rowwise_kernel<W, kVec, kGateUp, 1>, 1);
   } else if (num_tokens == 2) {
-    run(rowwise_kernel<W, kVec, kGateUp, 2>);
+    run(rowwise_kernel<W, kVec, kGateUp, 2>, 2);
   } else {
-    run(rowwise_kernel<W, kVec, kGateUp, kRows>);
+    run(rowwise_kernel<W, kVec, kGateUp, kRows>, kRows);
   }
 }
 
