@@ -13,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -36,11 +37,14 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
 constexpr const char* kUsage = R"(usage: deepinfer bench serve --url http://HOST:PORT [--concurrency 1,4,16] [--num-prompts N]
                              [--input-tokens N] [--output-tokens N] [--model NAME] [--seed S]
+                             [--json FILE] [--label TEXT]
 For each concurrency level, sends --num-prompts (default 4 x concurrency, at least 8) streaming
 /v1/completions requests, each a random token-id prompt of --input-tokens (default 128) asking
 for exactly --output-tokens (default 64; ignore_eos), keeping that many in flight. Prints one
 row per level: requests/s, output tokens/s, time to first token and inter-token latency
-(p50/p90/p99, ms), and the number of failed requests.
+(p50/p90/p99, ms), and the number of failed requests. --json FILE also writes each level as one
+line of JSON (the figures, the request shape and --label, e.g. the machine and model), the form
+docs/bench/ keeps and `make plots` charts.
 )";
 
 struct RequestResult {
@@ -50,6 +54,15 @@ struct RequestResult {
   int64_t output_tokens = 0;
   std::vector<double> itl_s;
 };
+
+struct Percentiles {
+  double p50, p90, p99;
+  nlohmann::ordered_json to_json() const { return {{"p50", p50}, {"p90", p90}, {"p99", p99}}; }
+};
+
+Percentiles percentiles(const std::vector<double>& values) {
+  return {percentile(values, 50), percentile(values, 90), percentile(values, 99)};
+}
 
 struct Target {
   std::string host;
@@ -175,7 +188,7 @@ Result<std::string> served_model(const Target& target) {
 int run_bench_serve(int argc, char** argv) {
   if (wants_help(argc, argv, kUsage)) return 0;
   auto args = Args::parse(argc, argv, {"--url", "--concurrency", "--num-prompts", "--input-tokens", "--output-tokens",
-                                       "--model", "--seed"},
+                                       "--model", "--seed", "--json", "--label"},
                           {});
   if (!args.ok()) return report_error("bench serve", args.error());
   auto url = args->get_string("--url");
@@ -204,6 +217,11 @@ int run_bench_serve(int argc, char** argv) {
     auto model = served_model(*target);
     if (!model.ok()) return report_error("bench serve", model.error());
     target->model = *model;
+  }
+  std::ofstream json_file;
+  if (const auto path = args->find("--json")) {
+    json_file.open(*path);
+    if (!json_file) return report_error("bench serve", Error{"cannot write --json " + *path});
   }
   std::mt19937 rng(static_cast<uint32_t>(*seed));
   std::printf("bench serve: %s, model '%s', %lld input tokens, %lld output tokens per request\n", url->c_str(),
@@ -236,12 +254,31 @@ int run_bench_serve(int argc, char** argv) {
       for (double s : r.itl_s) itl.push_back(s * 1e3);
       generated += r.output_tokens;
     }
+    const double requests_per_s = static_cast<double>(total - failed) / seconds;
+    const double output_tok_s = static_cast<double>(generated) / seconds;
+    const Percentiles ttft_ms = percentiles(ttft), itl_ms = percentiles(itl);
     std::printf("| %d | %lld | %lld | %.2f | %.1f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f |\n", concurrency,
-                static_cast<long long>(total), static_cast<long long>(failed),
-                static_cast<double>(total - failed) / seconds, static_cast<double>(generated) / seconds,
-                percentile(ttft, 50), percentile(ttft, 90), percentile(ttft, 99), percentile(itl, 50),
-                percentile(itl, 90), percentile(itl, 99));
+                static_cast<long long>(total), static_cast<long long>(failed), requests_per_s, output_tok_s,
+                ttft_ms.p50, ttft_ms.p90, ttft_ms.p99, itl_ms.p50, itl_ms.p90, itl_ms.p99);
     std::fflush(stdout);
+    if (json_file.is_open()) {
+      const nlohmann::ordered_json line = {{"kind", "serve"},
+                                           {"label", args->find("--label").value_or("")},
+                                           {"model", target->model},
+                                           {"concurrency", concurrency},
+                                           {"input_tokens", *input_tokens},
+                                           {"output_tokens", *output_tokens},
+                                           {"requests", total},
+                                           {"failed", failed},
+                                           {"seconds", seconds},
+                                           {"requests_per_s", requests_per_s},
+                                           {"output_tok_s", output_tok_s},
+                                           {"ttft_ms", ttft_ms.to_json()},
+                                           {"itl_ms", itl_ms.to_json()}};
+      if (!(json_file << line.dump() << '\n' << std::flush)) {
+        return report_error("bench serve", Error{"cannot write --json " + *args->find("--json")});
+      }
+    }
   }
   return 0;
 }

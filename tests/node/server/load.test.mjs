@@ -3,7 +3,12 @@
 // waiting or running, KV usage 0, and the invariants check the server runs when idle holds
 // (a failure there aborts the server, which stop() reports).
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { promisify } from 'node:util';
 import { MODEL, startServer, waitIdle } from './harness.mjs';
 
 let server;
@@ -65,4 +70,36 @@ test('64 concurrent streams, some cut early, leave the engine idle', async () =>
   });
   assert.equal(again.status, 200);
   await waitIdle(server.url);
+});
+
+// `deepinfer bench serve --json`: one line a concurrency level, whose request and token counts are
+// the ones the server's own counters saw, and whose percentiles are ordered.
+test('bench serve writes each level as JSON, matching the server\'s counters', async () => {
+  const before = await waitIdle(server.url);
+  const dir = mkdtempSync(path.join(tmpdir(), 'bench-serve-'));
+  try {
+    const file = path.join(dir, 'serve.jsonl');
+    await promisify(execFile)(process.env.DEEPINFER_CLI, [
+      'bench', 'serve', '--url', server.url, '--concurrency', '1,3', '--num-prompts', '6', '--input-tokens', '12',
+      '--output-tokens', '5', '--json', file, '--label', 'load test']);
+    const lines = readFileSync(file, 'utf8').trim().split('\n').map((line) => JSON.parse(line));
+    assert.deepEqual(lines.map((l) => l.concurrency), [1, 3]);
+    for (const l of lines) {
+      assert.equal(l.kind, 'serve');
+      assert.equal(l.label, 'load test');
+      assert.equal(l.model, MODEL);
+      assert.equal(l.requests, 6);
+      assert.equal(l.failed, 0);
+      assert.ok(Math.abs(l.output_tok_s * l.seconds - 6 * 5) < 1e-6, JSON.stringify(l));
+      assert.ok(Math.abs(l.requests_per_s * l.seconds - 6) < 1e-6, JSON.stringify(l));
+      for (const p of [l.ttft_ms, l.itl_ms]) assert.ok(p.p50 > 0 && p.p50 <= p.p90 && p.p90 <= p.p99, JSON.stringify(p));
+    }
+    const after = await waitIdle(server.url);
+    const delta = (name) => (after[name] ?? 0) - (before[name] ?? 0);
+    assert.equal(delta('deepinfer_requests_total{endpoint="/v1/completions",status="200"}'), 12);
+    assert.equal(delta('deepinfer_prompt_tokens_total'), 12 * 12);
+    assert.equal(delta('deepinfer_generation_tokens_total'), 12 * 5);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
