@@ -9,6 +9,7 @@ import shutil
 import sys
 
 import torch
+import transformers
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
