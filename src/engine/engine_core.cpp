@@ -412,7 +412,9 @@ struct EngineCore::Impl {
     p.block_size = config.block_size;
     read_prefilled_kv(model, kv, r.seq_id, r.num_prompt_tokens(), p);
     prefilled.push_back(std::move(p));
-    finish(seq, FinishReason::kPrefilled, out);
+    // The text the first token still holds back (an incomplete character, a possible stop
+    // string's start) is the COMPLETION engine's to emit, as the sequence goes on there.
+    finish(seq, FinishReason::kPrefilled, out, /*flush_text=*/false);
   }
 
   // A launched step and the scheduler's rows it runs.
@@ -877,7 +879,11 @@ std::vector<PrefilledRequest> EngineCore::take_prefilled() { return std::exchang
 Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t priority) {
   Impl& m = *impl_;
   if (m.config.mode != EngineMode::kCompletion) return Error{"only a COMPLETION engine takes prefilled requests"};
-  DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
+  if (p.kv_in_store) {
+    if (p.prompt_token_ids.empty()) return Error{"the prefilled request has an empty prompt"};
+  } else {
+    DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
+  }
   if (p.params.n != 1) return Error{"prefilled requests have n = 1"};
   if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
   if (p.params.structured_output) {
@@ -888,26 +894,47 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, "");
   group.seq_ids.push_back(seq->request.seq_id);
   Request& r = seq->request;
-  int32_t cached = 0;
-  // A split cache gets sliding-window blocks only for the window the next token attends to
-  // (what commit_computed keeps), as the PROMPT engine sent.
-  const int32_t swa_start =
-      m.kv.has_swa_tables() ? swa_window_start(m.model.config(), r.num_prompt_tokens(), m.config.block_size) : 0;
-  if (!m.kv.allocate_imported(r.seq_id, r.prompt_token_ids(), r.num_prompt_tokens(), r.cache_salt, swa_start,
-                              &cached)) {
-    m.sequences.erase(r.seq_id);
-    m.groups.erase(p.request_id);
-    return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
+  if (!p.kv_in_store) {
+    int32_t cached = 0;
+    // A split cache gets sliding-window blocks only for the window the next token attends to
+    // (what commit_computed keeps), as the PROMPT engine sent.
+    const int32_t swa_start =
+        m.kv.has_swa_tables() ? swa_window_start(m.model.config(), r.num_prompt_tokens(), m.config.block_size) : 0;
+    if (!m.kv.allocate_imported(r.seq_id, r.prompt_token_ids(), r.num_prompt_tokens(), r.cache_salt, swa_start,
+                                &cached)) {
+      m.sequences.erase(r.seq_id);
+      m.groups.erase(p.request_id);
+      return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
+    }
+    // Blocks found in this engine's prefix cache already hold this KV; write the rest.
+    write_prefilled_kv(m.model, m.kv, r.seq_id, p, cached);
+    r.num_computed_tokens = r.num_prompt_tokens();
+    r.num_cached_tokens = cached;
+    m.kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
   }
-  // Blocks found in this engine's prefix cache already hold this KV; write the rest.
-  write_prefilled_kv(m.model, m.kv, r.seq_id, p, cached);
-  r.num_computed_tokens = r.num_prompt_tokens();
-  r.num_cached_tokens = cached;
-  m.kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
   // Its grammar compiles here too; the matcher then accepts the first token (try_start).
   if (r.params.structured_output) m.prepare_grammar(r);
-  m.scheduler.add_running(&r);
-  m.append_token(*seq, p.first_token, std::nullopt, m.output_for(m.pending_outputs, r));
+  // A first token already delivered still advances the detokenizer, stop strings and grammar;
+  // only its output is dropped (unless it ended the request, which the PROMPT engine would have
+  // reported instead of handing the request over).
+  std::map<int64_t, RequestOutput> delivered;
+  RequestOutput& first = m.output_for(p.first_token_delivered ? delivered : m.pending_outputs, r);
+  m.append_token(*seq, p.first_token, std::nullopt, first);
+  if (p.first_token_delivered && first.finished) {
+    for (SampleOutput& sample : first.samples) {
+      sample.new_token_ids.clear();
+      sample.new_text.clear();
+    }
+    m.pending_outputs[p.request_id] = std::move(first);
+  }
+  if (r.is_finished()) return {};
+  if (!p.kv_in_store) {
+    m.scheduler.add_running(&r);
+  } else if (m.offload) {
+    m.offload->hold(&r);  // joins the scheduler once the store's pages of its prompt are loaded
+  } else {
+    m.scheduler.add(&r);
+  }
   return {};
 }
 

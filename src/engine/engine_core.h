@@ -102,14 +102,22 @@ struct PrefilledRequest {
   SamplingParams params;
   int32_t first_token = 0;
   int32_t block_size = 0;
-  // The prompt's KV (engine/kv_handover.h), the same whether or not either engine splits its
-  // cache. The layers without a sliding window, every block:
-  // [blocks_for_tokens(prompt), model.handover_kv_floats_per_block(KvLayers::kFull)].
-  std::vector<float> kv;
+  // The prompt's KV (engine/kv_handover.h) in the cache's element type, the same whether or not
+  // either engine splits its cache. The layers without a sliding window, every block:
+  // [blocks_for_tokens(prompt), model.handover_kv_bytes_per_block(KvLayers::kFull)] bytes.
+  std::vector<uint8_t> kv;
   // The sliding-window layers, only the blocks the next token's window reaches, from
-  // swa_first_block on: [blocks - swa_first_block, handover_kv_floats_per_block(kSliding)].
+  // swa_first_block on: [blocks - swa_first_block, handover_kv_bytes_per_block(kSliding)] bytes.
   int32_t swa_first_block = 0;
-  std::vector<float> swa_kv;
+  std::vector<uint8_t> swa_kv;
+  // kv and swa_kv are empty: the PROMPT engine persisted the prompt's full pages in a shared KV
+  // store (a cluster's prefill worker). The COMPLETION engine loads what its own store finds of
+  // them and computes the rest of the prompt and the first token again, as for a sequence
+  // preempted by recompute, then samples the second token.
+  bool kv_in_store = false;
+  // The caller already streamed first_token (a cluster's prefill worker did): the COMPLETION
+  // engine's outputs start after it.
+  bool first_token_delivered = false;
 };
 
 struct EngineStats {
@@ -160,7 +168,7 @@ class EngineCore {
 
   // PROMPT mode: requests whose prefill finished since the last call.
   std::vector<PrefilledRequest> take_prefilled();
-  // COMPLETION mode: continues a request from its prefilled KV.
+  // COMPLETION mode: continues a request from its prefilled KV (or from the store, kv_in_store).
   Result<void> add_prefilled_request(PrefilledRequest prefilled, int32_t priority = 0);
 
   EngineStats stats() const;

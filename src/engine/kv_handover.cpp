@@ -23,13 +23,13 @@ void read_prefilled_kv(const CausalLM& model, const KvCacheManager& kv, int64_t 
   const std::vector<int32_t>& table = kv.block_table(seq_id);
   const std::vector<int32_t>& swa_table = kv.has_swa_tables() ? kv.swa_block_table(seq_id) : table;
   DI_CHECK(static_cast<int32_t>(table.size()) >= num_blocks);
-  const auto full_floats = static_cast<size_t>(model.handover_kv_floats_per_block(KvLayers::kFull));
-  p.kv.resize(static_cast<size_t>(num_blocks) * full_floats);
+  const auto full_bytes = static_cast<size_t>(model.handover_kv_bytes_per_block(KvLayers::kFull));
+  p.kv.resize(static_cast<size_t>(num_blocks) * full_bytes);
   model.read_handover_kv_blocks(KvLayers::kFull, {table.begin(), table.begin() + num_blocks}, p.kv.data());
   // The blocks before the window were released (-1) or are no longer read by any later token.
   p.swa_first_block = swa_window_start(model.config(), num_tokens, block_size) / block_size;
   p.swa_kv.resize(static_cast<size_t>(num_blocks - p.swa_first_block) *
-                  static_cast<size_t>(model.handover_kv_floats_per_block(KvLayers::kSliding)));
+                  static_cast<size_t>(model.handover_kv_bytes_per_block(KvLayers::kSliding)));
   model.read_handover_kv_blocks(KvLayers::kSliding,
                                 {swa_table.begin() + p.swa_first_block, swa_table.begin() + num_blocks},
                                 p.swa_kv.data());
@@ -48,10 +48,10 @@ Result<void> check_prefilled_kv(const CausalLM& model, const PrefilledRequest& p
     return Error{"the prefilled sliding-window KV starts at block " + std::to_string(p.swa_first_block) +
                  "; this engine needs it from block " + std::to_string(needed_from)};
   }
-  const auto full_floats = static_cast<size_t>(model.handover_kv_floats_per_block(KvLayers::kFull));
-  const auto swa_floats = static_cast<size_t>(model.handover_kv_floats_per_block(KvLayers::kSliding));
-  if (p.kv.size() != static_cast<size_t>(num_blocks) * full_floats ||
-      p.swa_kv.size() != static_cast<size_t>(num_blocks - p.swa_first_block) * swa_floats) {
+  const auto full_bytes = static_cast<size_t>(model.handover_kv_bytes_per_block(KvLayers::kFull));
+  const auto swa_bytes = static_cast<size_t>(model.handover_kv_bytes_per_block(KvLayers::kSliding));
+  if (p.kv.size() != static_cast<size_t>(num_blocks) * full_bytes ||
+      p.swa_kv.size() != static_cast<size_t>(num_blocks - p.swa_first_block) * swa_bytes) {
     return Error{"prefilled KV has the wrong size for this model"};
   }
   return {};
@@ -63,11 +63,11 @@ void write_prefilled_kv(CausalLM& model, const KvCacheManager& kv, int64_t seq_i
   const int32_t num_blocks = blocks_for_tokens(static_cast<int64_t>(p.prompt_token_ids.size()), block_size);
   const int32_t first_new = num_cached_tokens / block_size;
   const std::vector<int32_t>& table = kv.block_table(seq_id);
-  const auto full_floats = static_cast<size_t>(model.handover_kv_floats_per_block(KvLayers::kFull));
+  const auto full_bytes = static_cast<size_t>(model.handover_kv_bytes_per_block(KvLayers::kFull));
   model.write_handover_kv_blocks(KvLayers::kFull, {table.begin() + first_new, table.begin() + num_blocks},
-                                 p.kv.data() + static_cast<size_t>(first_new) * full_floats);
-  const auto swa_floats = static_cast<size_t>(model.handover_kv_floats_per_block(KvLayers::kSliding));
-  if (swa_floats == 0) return;
+                                 p.kv.data() + static_cast<size_t>(first_new) * full_bytes);
+  const auto swa_bytes = static_cast<size_t>(model.handover_kv_bytes_per_block(KvLayers::kSliding));
+  if (swa_bytes == 0) return;
   // Unsplit, the sliding layers' blocks before the window would be registered unwritten.
   DI_CHECK(kv.has_swa_tables(), "a COMPLETION engine splits a sliding-window model's cache");
   const std::vector<int32_t>& swa_table = kv.swa_block_table(seq_id);
@@ -75,7 +75,7 @@ void write_prefilled_kv(CausalLM& model, const KvCacheManager& kv, int64_t seq_i
   int32_t from = std::max(first_new, p.swa_first_block);
   while (from < num_blocks && swa_table[static_cast<size_t>(from)] < 0) ++from;
   model.write_handover_kv_blocks(KvLayers::kSliding, {swa_table.begin() + from, swa_table.begin() + num_blocks},
-                                 p.swa_kv.data() + static_cast<size_t>(from - p.swa_first_block) * swa_floats);
+                                 p.swa_kv.data() + static_cast<size_t>(from - p.swa_first_block) * swa_bytes);
 }
 
 }  // namespace deepinfer

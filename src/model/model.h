@@ -107,20 +107,21 @@ class CausalLM {
   virtual void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const uint8_t* host) = 0;
   // The PROMPT -> COMPLETION handover (PrefilledRequest) moves the layers without a sliding window
   // and those with one apart (KvLayers, by the model's layers whatever either engine's cache
-  // split), the latter only for the blocks the next token's window reaches. Floats one block of
-  // those layers holds (K and V; 0 when the model has none):
-  virtual int64_t handover_kv_floats_per_block(KvLayers layers) const {
-    return layers == KvLayers::kFull ? kv_floats_per_block() : 0;
+  // split), the latter only for the blocks the next token's window reaches, in the cache's own
+  // element type (kv_cache_dtype), as the store's pages. Bytes one block of those layers holds
+  // (K and V; 0 when the model has none):
+  virtual int64_t handover_kv_bytes_per_block(KvLayers layers) const {
+    return layers == KvLayers::kFull ? full_kv_bytes_per_block() : 0;
   }
   // Moves those layers' KV of whole blocks between the cache and host memory ([block_ids.size(),
-  // handover_kv_floats_per_block(layers)] floats, each block's layers in order). The ids are of
-  // the table those layers use: swa_block_table for kSliding with a split cache, block_table
-  // otherwise; all >= 0 unless the kind has no layers.
-  virtual void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, float* host) const {
-    if (layers == KvLayers::kFull) read_kv_blocks(block_ids, host);
+  // handover_kv_bytes_per_block(layers)] bytes, each block's layers in order, K then V). The ids
+  // are of the table those layers use: swa_block_table for kSliding with a split cache,
+  // block_table otherwise; all >= 0 unless the kind has no layers.
+  virtual void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, uint8_t* host) const {
+    if (layers == KvLayers::kFull) read_full_kv_blocks(block_ids, host);
   }
-  virtual void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const float* host) {
-    if (layers == KvLayers::kFull) write_kv_blocks(block_ids, host);
+  virtual void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const uint8_t* host) {
+    if (layers == KvLayers::kFull) write_full_kv_blocks(block_ids, host);
   }
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
   // Not thread-safe: one forward at a time.

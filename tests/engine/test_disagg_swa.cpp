@@ -128,20 +128,20 @@ TEST_P(DisaggSwa, HandoverEqualsUnifiedEngine) {
   // The layers without a window for all 11 blocks; the sliding ones for the 3 blocks from
   // (41 - 8) / 4 = 8 on, the window of the next token.
   const CausalLM& model = *prompt_model.model;
-  const int64_t full_floats = model.handover_kv_floats_per_block(KvLayers::kFull);
-  const int64_t swa_floats = model.handover_kv_floats_per_block(KvLayers::kSliding);
-  EXPECT_GT(swa_floats, 0);
-  EXPECT_EQ(full_floats + swa_floats, model.kv_floats_per_block());
-  EXPECT_EQ(prefill.request.kv.size(), static_cast<size_t>(11 * full_floats));
+  const int64_t full_bytes = model.handover_kv_bytes_per_block(KvLayers::kFull);
+  const int64_t swa_bytes = model.handover_kv_bytes_per_block(KvLayers::kSliding);
+  EXPECT_GT(swa_bytes, 0);
+  EXPECT_EQ(full_bytes + swa_bytes, model.kv_bytes_per_token() * kBlock);
+  EXPECT_EQ(prefill.request.kv.size(), static_cast<size_t>(11 * full_bytes));
   EXPECT_EQ(prefill.request.swa_first_block, 8);
-  EXPECT_EQ(prefill.request.swa_kv.size(), static_cast<size_t>(3 * swa_floats));
+  EXPECT_EQ(prefill.request.swa_kv.size(), static_cast<size_t>(3 * swa_bytes));
   EngineConfig completion_config = small_engine_config(64, kBlock, 8, 1);
   completion_config.mode = EngineMode::kCompletion;
   {  // Sliding-window KV that starts after the window's first block is refused.
     EngineCore engine(*completion_model.model, nullptr, completion_config);
     PrefilledRequest short_window = prefill.request;
     short_window.swa_first_block = 9;
-    short_window.swa_kv.resize(static_cast<size_t>(2 * swa_floats));
+    short_window.swa_kv.resize(static_cast<size_t>(2 * swa_bytes));
     const Result<void> added = engine.add_prefilled_request(std::move(short_window));
     ASSERT_FALSE(added.ok());
     EXPECT_NE(added.error().message.find("from block 8"), std::string::npos) << added.error().message;
@@ -179,7 +179,7 @@ TEST_P(DisaggSwa, StoredPromptEnginesReplayAndHandOver) {
   const std::vector<StoredPage> pages = stored_pages(dir.path());
   EXPECT_EQ(pages.size(), static_cast<size_t>(kPrompt / kBlock));
   const int64_t full_bytes = full_layer_page_bytes(fixture);
-  EXPECT_LT(full_bytes, model.kv_floats_per_block() * 4);  // fewer layers than the handover's
+  EXPECT_LT(full_bytes, model.kv_bytes_per_token() * kBlock);  // fewer layers than the handover's
   for (const StoredPage& page : pages) {
     ASSERT_TRUE(page.header.has_value()) << page.path;
     EXPECT_EQ(page.header->payload_bytes, static_cast<uint64_t>(full_bytes)) << page.path;

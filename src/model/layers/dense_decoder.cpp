@@ -330,38 +330,39 @@ bool DenseDecoder::is_of(const Layer& layer, KvLayers layers) {
   return (gqa != nullptr && gqa->sliding_window() > 0) == (layers == KvLayers::kSliding);
 }
 
-int64_t DenseDecoder::handover_kv_floats_per_block(KvLayers layers) const {
-  int64_t floats = 0;
+int64_t DenseDecoder::handover_kv_bytes_per_block(KvLayers layers) const {
+  int64_t bytes = 0;
   for (const Layer& layer : layers_) {
-    if (is_of(layer, layers)) floats += kv_floats_per_block_of(layer.attention);
+    if (is_of(layer, layers)) bytes += kv_bytes_per_block_of(layer.attention);
   }
-  return floats;
+  return bytes;
 }
 
-void DenseDecoder::read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, float* host) const {
+void DenseDecoder::read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids,
+                                           uint8_t* host) const {
   for (int32_t block : block_ids) {
     for (const Layer& layer : layers_) {
       if (!is_of(layer, layers)) continue;
       DI_CHECK(block >= 0, "the handover reads a block released from the window");
-      std::visit([&](const auto& a) { a.read_kv_block(backend_, block, host); }, layer.attention);
-      host += kv_floats_per_block_of(layer.attention);
+      std::visit([&](const auto& a) { a.read_kv_block_raw(backend_, block, host); }, layer.attention);
+      host += kv_bytes_per_block_of(layer.attention);
     }
   }
 }
 
 void DenseDecoder::write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids,
-                                            const float* host) {
+                                            const uint8_t* host) {
   std::vector<HostPiece> pieces;
   size_t offset = 0;
   for (int32_t block : block_ids) {
     for (const Layer& layer : layers_) {
       if (!is_of(layer, layers)) continue;
       DI_CHECK(block >= 0, "the handover writes a block released from the window");
-      std::visit([&](const auto& a) { a.kv_block_pieces(block, offset, pieces); }, layer.attention);
-      offset += static_cast<size_t>(kv_floats_per_block_of(layer.attention)) * sizeof(float);
+      std::visit([&](const auto& a) { a.raw_kv_block_pieces(block, offset, pieces); }, layer.attention);
+      offset += static_cast<size_t>(kv_bytes_per_block_of(layer.attention));
     }
   }
-  backend_.scatter_to_device(reinterpret_cast<const uint8_t*>(host), pieces);
+  backend_.scatter_to_device(host, pieces);
 }
 
 int64_t DenseDecoder::weight_bytes_per_token() const {

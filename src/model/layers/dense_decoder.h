@@ -87,9 +87,9 @@ class DenseDecoder final : public CausalLM {
   int64_t full_kv_bytes_per_block() const override;
   void read_full_kv_blocks(const std::vector<int32_t>& block_ids, uint8_t* host) const override;
   void write_full_kv_blocks(const std::vector<int32_t>& block_ids, const uint8_t* host) override;
-  int64_t handover_kv_floats_per_block(KvLayers layers) const override;
-  void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, float* host) const override;
-  void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const float* host) override;
+  int64_t handover_kv_bytes_per_block(KvLayers layers) const override;
+  void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, uint8_t* host) const override;
+  void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const uint8_t* host) override;
   void forward(const ForwardBatch& batch, float* logits) override;
   // Samples on the backend from the logits the forward left there; the token ids and host rows
   // come back in one readback (dense_decoder_sampling.cpp).
