@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "server/http_server.h"
 #include "server/shutdown.h"
+#include "server/token_api.h"
 #include "server/worker_pool.h"
 #include "server/worker_registry.h"
 #include "server/worker_selector.h"
@@ -32,7 +33,7 @@ constexpr const char* kUsage =
                         [--served-model-name NAME] [--api-key KEY] [--worker-api-key KEY]
                         [--block-size N] [--max-model-len N] [--max-n N] [--request-timeout S]
                         [--max-body-bytes N] [--shutdown-timeout S] [--io-threads N]
-                        [--max-attempts N] [--registry-poll-ms MS]
+                        [--max-attempts N] [--registry-poll-ms MS] [--kv-transfer push|store]
                         [--cost-model FILE.json] [--quota-ms MS] [--window-ms MS] [--group-size N]
 The cluster's entry point: the same HTTP APIs as `deepinfer serve` (POST /v1/chat/completions,
 /v1/completions, /v1/responses, /v1/messages, /tokenize, /detokenize; GET /v1/models, /health,
@@ -47,7 +48,12 @@ before its first token goes to another worker (up to --max-attempts workers, def
 fails later ends with a 502 (or the API's error event on a stream). No worker: 503 naming the registry.
 --policy: the balancer from src/cluster (docs/cluster.md; default seeds: length buckets, quota pull,
 least-loaded; its quota and windows from --cost-model, --quota-ms, --window-ms, --group-size as in
-lb-sim). Workers run whole requests today: prefill/decode disaggregation is not built yet.
+lb-sim). Prefill/decode disaggregation: while workers of --role prefill and --role decode are
+registered, each request's prompt runs on a prefill worker (the policy's prefill choice) and its
+decode on a decode worker (its decode choice); the first token is relayed from the prefill worker,
+the rest from the decode worker, as one response. Otherwise --role both workers run whole requests.
+--kv-transfer: how the prompt's KV moves: push (default; the prefill worker sends it to the decode
+worker's --kv-port over TCP) or store (through the persistent KV store both workers share).
 --block-size: the workers' KV page size (default 128, serve's default): prefix-affinity remembers
 which prompt blocks each worker caches in these units. --max-model-len: the workers' context length
 (default: the model's); it bounds prompt + max_tokens and sets the default max_tokens.
@@ -78,7 +84,7 @@ int run_router(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           server_value_flags({"--redis", "--model", "--policy", "--worker-api-key", "--block-size",
                                               "--max-model-len", "--max-attempts", "--registry-poll-ms", "--cost-model",
-                                              "--quota-ms", "--window-ms", "--group-size"}),
+                                              "--quota-ms", "--window-ms", "--group-size", "--kv-transfer"}),
                           {});
   if (!args.ok()) return report_error("router", args.error());
   auto config = server_config_from_args(*args);
@@ -154,7 +160,10 @@ int run_router(int argc, char** argv) {
   selector_options.block_size = static_cast<int32_t>(*block_size);
   selector_options.cost_model = cost_model;
   server::WorkerSelector selector(std::move(*policy), selector_options);
+  auto kv_transfer = server::parse_kv_transfer_mode(args->find("--kv-transfer").value_or("push"));
+  if (!kv_transfer.ok()) return report_error("router", Error{"--kv-transfer: " + kv_transfer.error().message});
   server::WorkerPoolOptions pool_options;
+  pool_options.kv_transfer = *kv_transfer;
   pool_options.registry_url = registry.url;
   pool_options.worker_api_key = args->find("--worker-api-key");
   pool_options.max_attempts = static_cast<int32_t>(*max_attempts);

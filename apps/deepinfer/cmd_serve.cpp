@@ -14,7 +14,10 @@
 #include "engine/engine_core.h"
 #include "recipe/chat_template.h"
 #include "server/engine_worker.h"
+#include "kvstore/model_identity.h"
 #include "server/http_server.h"
+#include "server/kv_transport.h"
+#include "server/prefilled_inbox.h"
 #include "server/rank_router.h"
 #include "server/shutdown.h"
 #include "server/worker_registry.h"
@@ -44,7 +47,8 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                         [--data-parallel-host H] [--eplb-interval N] [--eplb-window N]
                         [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]
                         [--data-parallel-routing least-loaded|prefix-affinity]]
-                       [--register redis://HOST:PORT [--advertise-host H] [--role both]]
+                       [--register redis://HOST:PORT [--advertise-host H] [--role both|prefill|decode]
+                        [--kv-port N]]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -83,8 +87,13 @@ key in that Redis with its address (--advertise-host, default --host) and load (
 running and waiting requests, KV usage, cached tokens), refreshed every second and expiring after
 3 s, so `deepinfer router --redis redis://HOST:PORT` sends it requests through its token-level API
 (POST /internal/v1/generate) until it stops (SIGTERM deletes the key) or goes silent. A Redis
-outage is logged and the server keeps serving. --role both (the default) runs whole requests;
-prefill and decode roles (disaggregation) are not built yet.
+outage is logged and the server keeps serving. --role both (the default) runs whole requests.
+Prefill/decode disaggregation (docs/cluster.md): --role prefill computes a prompt's KV and first
+token and hands the KV on as the router says, pushed to the decode worker or written to the
+persistent KV store (the store mode needs --kv-cache-dir on a directory every worker shares, or
+--kv-cache-backend redis://); --role decode continues from it and takes pushed KV on --kv-port N
+(default 0: any free port; routers learn it from the registry). Both roles serve the same model
+directory, --block-size and KV dtype; a role's worker answers only the router.
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
@@ -169,15 +178,18 @@ struct Registration {
   server::RegistryOptions registry;
   std::string advertise_host;
   std::string role;
+  uint16_t kv_port = 0;  // decode: the KV receiver's port (0: any free one)
 };
 
 Result<std::optional<Registration>> registration_from_args(const Args& args, const server::ServerConfig& config) {
   const std::string role = args.find("--role").value_or("both");
-  if (role == "prefill" || role == "decode") {
-    return Error{"--role " + role +
-                 ": prefill/decode disaggregation is not built yet; a worker runs whole requests (--role both)"};
+  if (role != "both" && role != "prefill" && role != "decode") {
+    return Error{"--role must be both, prefill or decode, got '" + role + "'"};
   }
-  if (role != "both") return Error{"--role must be both (prefill and decode are not built yet), got '" + role + "'"};
+  if (args.has("--kv-port") && role != "decode") return Error{"--kv-port is for --role decode"};
+  auto kv_port = non_negative_flag(args, "--kv-port", 0);
+  if (!kv_port.ok()) return kv_port.error();
+  if (*kv_port > 65535) return Error{"--kv-port must be a port number (0-65535)"};
   if (!args.has("--register")) {
     if (args.has("--advertise-host") || args.has("--role")) {
       return Error{"--advertise-host and --role need --register redis://HOST:PORT"};
@@ -187,6 +199,7 @@ Result<std::optional<Registration>> registration_from_args(const Args& args, con
   Registration registration;
   registration.registry.url = *args.find("--register");
   registration.role = role;
+  registration.kv_port = static_cast<uint16_t>(*kv_port);
   registration.advertise_host = args.find("--advertise-host").value_or(config.host);
   if (registration.advertise_host == "0.0.0.0" || registration.advertise_host == "::") {
     return Error{"--register with --host " + config.host +
@@ -196,12 +209,14 @@ Result<std::optional<Registration>> registration_from_args(const Args& args, con
 }
 
 Result<std::unique_ptr<server::WorkerHeartbeat>> start_heartbeat(const Registration& registration, uint16_t port,
-                                                                 const std::string& served_name, int32_t block_size,
-                                                                 int64_t pool_tokens, server::EngineWorker& worker,
+                                                                 uint16_t kv_port, const std::string& served_name,
+                                                                 int32_t block_size, int64_t pool_tokens,
+                                                                 server::EngineWorker& worker,
                                                                  server::Metrics& metrics) {
   server::WorkerRecord identity;
   identity.host = registration.advertise_host;
   identity.port = port;
+  identity.kv_port = kv_port;
   identity.id = identity.host + ":" + std::to_string(port);
   identity.role = registration.role;
   identity.model = served_name;
@@ -234,7 +249,7 @@ int run_serve(int argc, char** argv) {
                               {"--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
                                "--gpu-memory-utilization", "--block-size", "--data-parallel-routing",
                                kSpeculativeTokensFlag, kSpecVarlenFlag, "--register", "--advertise-host",
-                               "--role"})))),
+                               "--role", "--kv-port"})))),
                           data_parallel_bool_flags(
                               model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling", "--ui"})));
   if (!args.ok()) return report_error("serve", args.error());
@@ -258,6 +273,12 @@ int run_serve(int argc, char** argv) {
   if (args->has("--data-parallel-routing") && data_parallel->size < 2) {
     return report_error("serve", Error{"--data-parallel-routing needs --data-parallel-size of 2 or more"});
   }
+  const std::string role = registration->has_value() ? (*registration)->role : "both";
+  if (role != "both" && data_parallel->size > 1) {
+    return report_error("serve", Error{"--role " + role + " runs one engine; drop --data-parallel-size"});
+  }
+  if (role == "prefill") engine_cfg->mode = EngineMode::kPrompt;
+  if (role == "decode") engine_cfg->mode = EngineMode::kCompletion;
   if (expert_parallel) {
     // Rounds of the group are counted per step on the engine thread: steps run one at a time.
     engine_cfg->async_scheduling = false;
@@ -343,6 +364,38 @@ int run_serve(int argc, char** argv) {
       context.router = &*router;
     }
   }
+  // A disaggregated role's KV: what both ends check (model identity, dtype, block and page sizes).
+  std::unique_ptr<server::KvTransport> kv_transport;
+  std::unique_ptr<server::PrefilledInbox> prefilled_inbox;
+  std::unique_ptr<server::TcpKvReceiver> kv_receiver;
+  context.has_kv_store = engine_cfg->kv_store.enabled();
+  if (role != "both") {
+    server::KvLayout layout;
+    if (engine_cfg->kv_store.model_identity.empty()) {
+      auto identity = fingerprint_model_dir(model_dir, model_hash_cache_path(""));
+      if (!identity.ok()) return report_error("serve", identity.error());
+      layout.model_identity = *identity;
+    } else {
+      layout.model_identity = engine_cfg->kv_store.model_identity;
+    }
+    layout.kv_dtype = setup->model->kv_cache_dtype();
+    layout.block_size = engine->config().block_size;
+    layout.full_bytes_per_block = setup->model->handover_kv_bytes_per_block(KvLayers::kFull);
+    layout.swa_bytes_per_block = setup->model->handover_kv_bytes_per_block(KvLayers::kSliding);
+    if (role == "prefill") {
+      kv_transport = std::make_unique<server::TcpKvTransport>(std::move(layout), std::chrono::seconds(30));
+      context.kv_transport = kv_transport.get();
+      context.flush_kv_store = [&engine] { engine->flush_kv_store(); };
+    } else {
+      // Pushed KV that no request claims within a minute is dropped (the router gave up on it).
+      prefilled_inbox = std::make_unique<server::PrefilledInbox>(std::chrono::seconds(60));
+      auto receiver =
+          server::TcpKvReceiver::start(config->host, (*registration)->kv_port, std::move(layout), *prefilled_inbox);
+      if (!receiver.ok()) return report_error("serve", receiver.error());
+      kv_receiver = std::move(*receiver);
+      context.prefilled_inbox = prefilled_inbox.get();
+    }
+  }
   // Read before the engine thread starts: stats() belongs to it from then on.
   const int64_t kv_pool_tokens = static_cast<int64_t>(engine->stats().num_kv_blocks) * engine->config().block_size;
   // Stopped before the server's io_context goes, so it never posts to a destroyed one.
@@ -350,14 +403,20 @@ int run_serve(int argc, char** argv) {
   context.worker = worker.get();
   std::unique_ptr<server::WorkerHeartbeat> heartbeat;
   if (registration->has_value() && data_parallel->rank == 0) {  // a data-parallel group registers its front
-    auto started = start_heartbeat(**registration, *port, context.model.served_name, engine->config().block_size,
-                                   kv_pool_tokens, *worker, metrics);
+    const uint16_t kv_port = kv_receiver ? kv_receiver->port() : 0;
+    auto started = start_heartbeat(**registration, *port, kv_port, context.model.served_name,
+                                   engine->config().block_size, kv_pool_tokens, *worker, metrics);
     if (!started.ok()) return report_error("serve", started.error());
     heartbeat = std::move(*started);
   }
   std::printf("deepinfer serve: listening on http://%s:%u (model '%s', %s family)\n", config->host.c_str(),
               static_cast<unsigned>(*port), context.model.served_name.c_str(),
               std::string(chat_family_name(context.model.family)).c_str());
+  if (role != "both") {
+    std::printf("deepinfer serve: role %s", role.c_str());
+    if (kv_receiver) std::printf(", KV pushes on %s:%u", config->host.c_str(), static_cast<unsigned>(kv_receiver->port()));
+    std::printf("\n");
+  }
   if (config->ui) {
     std::printf("deepinfer serve: playground at http://%s:%u/\n", config->host.c_str(), static_cast<unsigned>(*port));
   }

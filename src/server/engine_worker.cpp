@@ -148,8 +148,16 @@ void EngineWorker::admit(Pending pending) {
     status = 503;
   } else {
     try {
-      added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
-                                  std::move(s.cache_salt), s.kv_cache_class);
+      if (s.prefilled) {
+        s.prefilled->request_id = pending.request_id;
+        added = engine_.add_prefilled_request(std::move(*s.prefilled), s.priority);
+      } else if (engine_.config().mode == EngineMode::kPrompt && !s.kv_handoff) {
+        added = Error{"this worker only prefills for a cluster router (serve --role prefill); send requests to the "
+                      "router"};
+      } else {
+        added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
+                                    std::move(s.cache_salt), s.kv_cache_class);
+      }
     } catch (const std::exception& e) {
       // A failed check while validating one request refuses that request, not the server.
       added = Error{e.what()};
@@ -208,7 +216,7 @@ bool EngineWorker::join_group_round() {
   }
 }
 
-void EngineWorker::deliver(const RequestOutput& output) {
+void EngineWorker::deliver(const RequestOutput& output, std::shared_ptr<const PrefilledRequest> prefilled) {
   auto it = entries_.find(output.request_id);
   if (it == entries_.end()) return;
   Entry& entry = it->second;
@@ -231,7 +239,9 @@ void EngineWorker::deliver(const RequestOutput& output) {
     fail(output.request_id, 500, "the engine failed while running this request: " + output.failure->message);
     return;
   }
-  if (!entry.dropped && !entry.channel->try_send(boost::system::error_code{}, EngineEvent{output, std::nullopt})) {
+  EngineEvent event{output, std::nullopt};
+  event.prefilled = std::move(prefilled);
+  if (!entry.dropped && !entry.channel->try_send(boost::system::error_code{}, std::move(event))) {
     // The client stopped reading and its buffer is full: free the engine for the others.
     entry.dropped = true;
     engine_.abort_request(output.request_id);
@@ -252,7 +262,15 @@ void EngineWorker::run_engine(const std::vector<int64_t>& aborts) {
     step_began_ns_ = now_ns();
     const std::vector<RequestOutput> outputs = engine_.step();
     step_began_ns_ = 0;
-    for (const RequestOutput& output : outputs) deliver(output);
+    std::map<int64_t, std::shared_ptr<const PrefilledRequest>> prefilled;
+    for (PrefilledRequest& p : engine_.take_prefilled()) {
+      const int64_t request_id = p.request_id;
+      prefilled.emplace(request_id, std::make_shared<const PrefilledRequest>(std::move(p)));
+    }
+    for (const RequestOutput& output : outputs) {
+      auto handed = prefilled.find(output.request_id);
+      deliver(output, handed == prefilled.end() ? nullptr : handed->second);
+    }
   } catch (const std::exception& e) {
     step_began_ns_ = 0;
     if (loses_device(e)) {

@@ -95,7 +95,8 @@ class EngineWorker : public GenerationBackend {
   void admit(Pending pending);
   // Aborts, then one step; a failure the engine did not pin on requests fails them all.
   void run_engine(const std::vector<int64_t>& aborts);
-  void deliver(const RequestOutput& output);
+  // prefilled: a PROMPT engine's handover of this request (its prefill is done), sent along.
+  void deliver(const RequestOutput& output, std::shared_ptr<const PrefilledRequest> prefilled);
   // Sends the request's last event, an error, and forgets it.
   void fail(int64_t request_id, int status, const std::string& message);
   void fail_all(int status, const std::string& message);

@@ -27,9 +27,35 @@ struct EngineEvent {
   // it ran), 429 the worker that was to run it is overloaded, 500 a step failed while running it,
   // 502 the worker running it failed, 503 the server lost its device or shuts down.
   int error_status = 400;
+  // A PROMPT engine's request whose prefill is done (the event that carries its first token,
+  // finish reason kPrefilled): what the decode side continues from (a prefill worker's token API
+  // sends it on). Not on the wire.
+  std::shared_ptr<const PrefilledRequest> prefilled{};
+  // A prefill worker's last event for such a request: its KV reached the decode worker (or the
+  // shared store), and the seed its first token was drawn with, which the decode side goes on with.
+  std::optional<uint64_t> handed_over_seed{};
 };
 
 using OutputChannel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code, EngineEvent)>;
+
+// How a prefilled request's KV reaches the decode worker (docs/cluster.md): pushed to it
+// (kv_transport.h), or through the persistent KV store's shared tier.
+enum class KvTransferMode : uint8_t { kPush, kStore };
+
+// A prefill worker's request: where its KV goes once the prefill is done.
+struct KvHandoff {
+  KvTransferMode mode = KvTransferMode::kPush;
+  std::string transfer_id;  // kPush: the name the decode worker keeps it under
+  std::string host;         // kPush: the decode worker's KV receiver
+  uint16_t port = 0;
+};
+
+// A decode worker's request: the prefill ran elsewhere; its first token, and where its KV is.
+struct PrefilledSource {
+  KvTransferMode mode = KvTransferMode::kPush;
+  std::string transfer_id;  // kPush: the entry of the worker's PrefilledInbox
+  int32_t first_token = 0;
+};
 
 struct Submission {
   std::vector<int32_t> prompt_token_ids;
@@ -38,6 +64,12 @@ struct Submission {
   std::string cache_salt;
   std::shared_ptr<OutputChannel> channel;  // receives every output; the backend keeps it alive
   TrafficClass kv_cache_class = TrafficClass::kDefault;
+  std::optional<KvHandoff> kv_handoff{};  // a prefill worker's request
+  std::optional<PrefilledSource> continues{};  // a decode worker's request
+  // A decode worker's request, resolved from `continues` by the token API (its KV pushed, or to
+  // be loaded from the store): the backend continues it instead of running the prompt. Not on
+  // the wire.
+  std::shared_ptr<PrefilledRequest> prefilled{};
 };
 
 // Why submit turned a request away.

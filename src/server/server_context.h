@@ -7,6 +7,7 @@
 #include <boost/beast/http.hpp>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <variant>
@@ -20,6 +21,8 @@ namespace deepinfer::server {
 
 class RankRouter;      // server/rank_router.h
 class WorkerSelector;  // server/worker_selector.h
+class KvTransport;     // server/kv_transport.h
+class PrefilledInbox;  // server/prefilled_inbox.h
 
 namespace http = boost::beast::http;
 using HttpRequest = http::request<http::string_body>;
@@ -53,6 +56,13 @@ struct ServerContext {
   // A cluster router (deepinfer router): its choice of worker, for /metrics; null otherwise.
   WorkerSelector* cluster = nullptr;
   Metrics* metrics = nullptr;
+  // A disaggregated cluster worker (serve --role prefill|decode, docs/cluster.md). Prefill: sends
+  // a prefilled request's KV to its decode worker (push mode), and waits until the persistent
+  // store has written every queued page (store mode). Decode: the pushed KV waiting for its request.
+  KvTransport* kv_transport = nullptr;
+  std::function<void()> flush_kv_store;
+  PrefilledInbox* prefilled_inbox = nullptr;
+  bool has_kv_store = false;  // the engine has a persistent KV store (--kv-cache-dir / -backend)
   ShutdownDeadline* shutdown = nullptr;  // required; begun by the first SIGTERM / SIGINT
   int64_t started_unix = 0;
   // Connections inside a request (read, its response not yet written): the shutdown lets them

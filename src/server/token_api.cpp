@@ -2,11 +2,17 @@
 #include "server/token_api.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
+#include <future>
 
 #include "core/logging.h"
+#include "core/thread_pool.h"
+#include "server/kv_transport.h"
+#include "server/prefilled_inbox.h"
 #include "server/running_request.h"
 
 namespace deepinfer::server {
@@ -128,11 +134,31 @@ Result<SamplingParams> sampling_params_from_wire(const Json& json) {
 }
 
 Json submission_to_json(const Submission& submission) {
-  return Json{{"prompt_token_ids", submission.prompt_token_ids},
-              {"sampling", sampling_params_to_json(submission.params)},
-              {"priority", submission.priority},
-              {"cache_salt", submission.cache_salt},
-              {"kv_cache_class", static_cast<int>(submission.kv_cache_class)}};
+  Json json{{"prompt_token_ids", submission.prompt_token_ids},
+            {"sampling", sampling_params_to_json(submission.params)},
+            {"priority", submission.priority},
+            {"cache_salt", submission.cache_salt},
+            {"kv_cache_class", static_cast<int>(submission.kv_cache_class)}};
+  if (const std::optional<KvHandoff>& handoff = submission.kv_handoff) {
+    json["kv_handoff"] = Json{{"mode", kv_transfer_mode_name(handoff->mode)},
+                              {"transfer_id", handoff->transfer_id},
+                              {"host", handoff->host},
+                              {"port", handoff->port}};
+  }
+  if (const std::optional<PrefilledSource>& source = submission.continues) {
+    json["prefilled"] = Json{{"mode", kv_transfer_mode_name(source->mode)},
+                             {"transfer_id", source->transfer_id},
+                             {"first_token", source->first_token}};
+  }
+  return json;
+}
+
+std::string_view kv_transfer_mode_name(KvTransferMode mode) { return mode == KvTransferMode::kPush ? "push" : "store"; }
+
+Result<KvTransferMode> parse_kv_transfer_mode(std::string_view name) {
+  if (name == "push") return KvTransferMode::kPush;
+  if (name == "store") return KvTransferMode::kStore;
+  return Error{"the KV transfer mode must be push or store, got '" + std::string(name) + "'"};
 }
 
 Result<Submission> submission_from_json(const Json& json) {
@@ -150,6 +176,29 @@ Result<Submission> submission_from_json(const Json& json) {
     return true;
   });
   if (!fields.ok()) return fields.error();
+  auto modes = parse_wire<bool>("request", [&] {
+    if (auto it = json.find("kv_handoff"); it != json.end()) {
+      KvHandoff handoff;
+      Result<KvTransferMode> mode = parse_kv_transfer_mode(it->at("mode").get<std::string>());
+      if (!mode.ok()) throw nlohmann::json::other_error::create(501, "kv_handoff." + mode.error().message, &*it);
+      handoff.mode = *mode;
+      read(*it, "transfer_id", handoff.transfer_id);
+      read(*it, "host", handoff.host);
+      read(*it, "port", handoff.port);
+      submission.kv_handoff = std::move(handoff);
+    }
+    if (auto it = json.find("prefilled"); it != json.end()) {
+      PrefilledSource source;
+      Result<KvTransferMode> mode = parse_kv_transfer_mode(it->at("mode").get<std::string>());
+      if (!mode.ok()) throw nlohmann::json::other_error::create(501, "prefilled." + mode.error().message, &*it);
+      source.mode = *mode;
+      read(*it, "transfer_id", source.transfer_id);
+      source.first_token = it->at("first_token").get<int32_t>();
+      submission.continues = std::move(source);
+    }
+    return true;
+  });
+  if (!modes.ok()) return modes.error();
   auto it = json.find("sampling");
   if (it == json.end() || !it->is_object()) return Error{"bad request: 'sampling' must be an object"};
   auto params = sampling_params_from_wire(*it);
@@ -191,6 +240,7 @@ Json event_to_json(const EngineEvent& event) {
     json["error"] = event.error->message;
     json["status"] = event.error_status;
   }
+  if (event.handed_over_seed) json["handed_over_seed"] = *event.handed_over_seed;
   return json;
 }
 
@@ -234,9 +284,94 @@ Result<EngineEvent> event_from_json(const Json& json) {
       event.error = Error{it->get<std::string>()};
       event.error_status = json.at("status").get<int>();
     }
+    read_optional(json, "handed_over_seed", event.handed_over_seed);
     return event;
   });
 }
+
+namespace {
+
+// Why this worker cannot take a disaggregated request, or nullopt.
+std::optional<std::string> refuse_role(const Submission& submission, const ServerContext& context) {
+  if (submission.kv_handoff) {
+    if (context.kv_transport == nullptr) return "this worker does not prefill for decode workers (serve --role prefill)";
+    if (submission.kv_handoff->mode == KvTransferMode::kStore && !context.has_kv_store) {
+      return "this prefill worker has no persistent KV store for the store transfer mode: start it with "
+             "--kv-cache-dir on a shared directory or --kv-cache-backend redis://HOST:PORT";
+    }
+  }
+  if (submission.continues) {
+    if (context.prefilled_inbox == nullptr) return "this worker does not decode prefilled requests (serve --role decode)";
+    if (submission.continues->mode == KvTransferMode::kStore && !context.has_kv_store) {
+      return "this decode worker has no persistent KV store for the store transfer mode: start it with the prefill "
+             "workers' --kv-cache-dir or --kv-cache-backend";
+    }
+  }
+  return std::nullopt;
+}
+
+// A decode worker's request: the prefilled request it continues, its KV pushed here or to be
+// loaded from the store.
+Result<std::shared_ptr<PrefilledRequest>> resolve_prefilled(const Submission& submission, ServerContext& context) {
+  const PrefilledSource& source = *submission.continues;
+  auto prefilled = std::make_shared<PrefilledRequest>();
+  if (source.mode == KvTransferMode::kPush) {
+    std::optional<PrefilledRequest> pushed = context.prefilled_inbox->take(source.transfer_id);
+    if (!pushed) {
+      return Error{"no KV was pushed to this worker under transfer id '" + source.transfer_id +
+                   "' (never sent, or expired)"};
+    }
+    if (pushed->prompt_token_ids != submission.prompt_token_ids || pushed->first_token != source.first_token) {
+      return Error{"the KV pushed under transfer id '" + source.transfer_id + "' is of another prompt"};
+    }
+    *prefilled = std::move(*pushed);
+  } else {
+    prefilled->prompt_token_ids = submission.prompt_token_ids;
+    prefilled->params = submission.params;
+    prefilled->first_token = source.first_token;
+    prefilled->kv_in_store = true;
+  }
+  prefilled->first_token_delivered = true;  // the router relayed it from the prefill worker
+  return prefilled;
+}
+
+// Waits, off the connection's thread, until the store has written every queued page.
+asio::awaitable<void> flush_store(ServerContext& context) {
+  if (context.model.pool == nullptr) {
+    context.flush_kv_store();
+    co_return;
+  }
+  std::future<void> flushed = context.model.pool->submit(context.flush_kv_store);
+  asio::steady_timer poll(co_await asio::this_coro::executor);
+  while (flushed.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    poll.expires_after(std::chrono::milliseconds(1));
+    co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  flushed.get();
+}
+
+// A prefill worker's request whose prefill is done: its KV to where handoff says. The event that
+// follows the first token's: the seed it was drawn with, or why the KV did not get there (502).
+asio::awaitable<EngineEvent> hand_over(const KvHandoff& handoff, const PrefilledRequest& prefilled,
+                                       ServerContext& context) {
+  EngineEvent event;
+  Result<void> sent;
+  if (handoff.mode == KvTransferMode::kPush) {
+    const KvPeer to{handoff.host, handoff.port};
+    sent = co_await context.kv_transport->push(to, handoff.transfer_id, prefilled);
+  } else {
+    co_await flush_store(context);
+  }
+  if (sent.ok()) {
+    event.handed_over_seed = prefilled.params.seed.value_or(0);
+  } else {
+    event.error = Error{"the prefill is done but its KV did not reach the decode worker: " + sent.error().message};
+    event.error_status = 502;
+  }
+  co_return event;
+}
+
+}  // namespace
 
 asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpRequest& request, ServerContext& context) {
   const std::string endpoint(kTokenApiPath);
@@ -254,6 +389,21 @@ asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpReque
     HttpResponse response = plain(http::status::bad_request, submission.error().message);
     co_return co_await write_response(stream, std::move(response), timeout_s);
   }
+  if (std::optional<std::string> refusal = refuse_role(*submission, context)) {
+    context.metrics->record_request(endpoint, 400);
+    HttpResponse response = plain(http::status::bad_request, *refusal);
+    co_return co_await write_response(stream, std::move(response), timeout_s);
+  }
+  if (submission->continues) {
+    Result<std::shared_ptr<PrefilledRequest>> prefilled = resolve_prefilled(*submission, context);
+    if (!prefilled.ok()) {
+      context.metrics->record_request(endpoint, 410);
+      HttpResponse response = plain(http::status::gone, prefilled.error().message);
+      co_return co_await write_response(stream, std::move(response), timeout_s);
+    }
+    submission->prefilled = std::move(*prefilled);
+  }
+  const std::optional<KvHandoff> handoff = submission->kv_handoff;
   auto channel =
       std::make_shared<OutputChannel>(stream.get_executor(), static_cast<size_t>(context.config.stream_buffer_outputs));
   submission->channel = channel;
@@ -300,7 +450,17 @@ asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpReque
       last = true;
     }
     last = last || event.error.has_value() || event.output.finished;
-    const std::string line = event_to_json(event).dump() + "\n";
+    const std::shared_ptr<const PrefilledRequest> prefilled = std::move(event.prefilled);
+    std::string line = event_to_json(event).dump() + "\n";
+    if (prefilled && handoff) {
+      // The first token goes out before the KV moves, so the router relays it at once.
+      stream.expires_after(write_timeout);
+      auto [first_error, first_written] =
+          co_await asio::async_write(stream, http::make_chunk(asio::buffer(line)), asio::as_tuple(asio::use_awaitable));
+      if (first_error) co_return false;
+      const EngineEvent handed = co_await hand_over(*handoff, *prefilled, context);
+      line = event_to_json(handed).dump() + "\n";
+    }
     stream.expires_after(write_timeout);
     auto [write_error, written] =
         co_await asio::async_write(stream, http::make_chunk(asio::buffer(line)), asio::as_tuple(asio::use_awaitable));

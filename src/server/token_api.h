@@ -24,7 +24,11 @@ nlohmann::json sampling_params_to_json(const SamplingParams& params);
 // Every field is optional (the default when absent); a wrong type is an error naming the field.
 Result<SamplingParams> sampling_params_from_wire(const nlohmann::json& json);
 
-// Submission without its channel.
+std::string_view kv_transfer_mode_name(KvTransferMode mode);
+// "push" or "store"; anything else is an error naming both.
+Result<KvTransferMode> parse_kv_transfer_mode(std::string_view name);
+
+// Submission without its channel (and without its resolved `prefilled`).
 nlohmann::json submission_to_json(const Submission& submission);
 Result<Submission> submission_from_json(const nlohmann::json& json);
 

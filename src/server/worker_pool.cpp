@@ -2,6 +2,7 @@
 #include "server/worker_pool.h"
 
 #include <array>
+#include <random>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -26,10 +27,20 @@ namespace {
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 }  // namespace
 
+// What a disaggregated request's prefill stage hands its decode stage.
+struct WorkerPool::Handover {
+  bool done = false;  // the prefill worker reported its KV delivered
+  int32_t first_token = 0;
+  uint64_t seed = 0;
+  int32_t num_cached_tokens = 0;  // the prefill's prefix-cache hit: what the client is told
+};
+
 struct WorkerPool::Relay {
   int64_t id = 0;
   std::shared_ptr<OutputChannel> channel;
-  std::string body;  // the token-level request, serialised once
+  Submission submission;  // without its channel: a disaggregated request's two requests derive from it
+  std::string body;       // the token-level request of a whole one, serialised once
+  std::string transfer_id;  // a disaggregated request's pushed KV, on its decode worker
   RoutedRequest routed;
   Metrics* metrics = nullptr;
   std::chrono::steady_clock::time_point submitted;
@@ -43,6 +54,25 @@ struct WorkerPool::Relay {
 namespace {
 
 enum class Attempt { kDone, kTryAnother };
+
+// Which part of a request a worker runs: all of it (role both), or its prefill or decode.
+enum class Stage { kWhole, kPrefill, kDecode };
+
+using Handover = WorkerPool::Handover;
+
+// The prefill worker's event with the first token ends its request (kPrefilled); to the client it
+// is the first token of a request that goes on.
+bool take_first_token(RequestOutput& output, Handover& handover) {
+  if (output.samples.size() != 1 || output.samples[0].finish_reason != FinishReason::kPrefilled) return false;
+  SampleOutput& sample = output.samples[0];
+  if (sample.new_token_ids.size() != 1) return false;
+  handover.first_token = sample.new_token_ids[0];
+  handover.num_cached_tokens = output.num_cached_tokens;
+  sample.finished = false;
+  sample.finish_reason = FinishReason::kNone;
+  output.finished = false;
+  return true;
+}
 
 struct AttemptResult {
   Attempt outcome = Attempt::kDone;
@@ -95,7 +125,8 @@ asio::awaitable<bool> deliver(WorkerPool::Relay& relay, EngineEvent event) {
 // One worker's try at the request: kDone once the request ended (finished, or an error event was
 // delivered), kTryAnother when the worker never produced an event.
 asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLease& lease,
-                                       const WorkerPoolOptions& options) {
+                                       const WorkerPoolOptions& options, const std::string& body, Stage stage,
+                                       Handover& handover) {
   AttemptResult result;
   const std::string where = worker_name(lease);
   const auto executor = co_await asio::this_coro::executor;
@@ -119,7 +150,7 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
   request.set(http::field::content_type, "application/json");
   if (options.worker_api_key) request.set(http::field::authorization, "Bearer " + *options.worker_api_key);
   request.keep_alive(false);
-  request.body() = relay.body;
+  request.body() = body;
   request.prepare_payload();
   upstream.expires_after(std::chrono::seconds(30));
   std::tie(ec, std::ignore) = co_await http::async_write(upstream, request, kTuple);
@@ -166,6 +197,13 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
           result = {Attempt::kTryAnother, where + " is unavailable: " + event->error->message, true};
           co_return result;
         }
+        if (stage == Stage::kPrefill && event->handed_over_seed) {
+          handover.seed = *event->handed_over_seed;
+          handover.done = true;
+          co_return result;
+        }
+        if (stage == Stage::kPrefill && !event->error) take_first_token(event->output, handover);
+        if (stage == Stage::kDecode) event->output.num_cached_tokens = handover.num_cached_tokens;
         const bool last = event->error.has_value() || event->output.finished;
         any_event = true;
         if (!co_await deliver(relay, std::move(*event))) co_return result;  // the client left
@@ -209,7 +247,41 @@ void stop_relay(WorkerPool::Relay& relay) {
 }  // namespace
 
 WorkerPool::WorkerPool(WorkerSelector& selector, Metrics* metrics, WorkerPoolOptions options)
-    : selector_(selector), metrics_(metrics), options_(std::move(options)) {}
+    : selector_(selector), metrics_(metrics), options_(std::move(options)) {
+  // Transfer ids name a pushed KV on the decode worker: unique across routers and restarts.
+  std::random_device random;
+  transfer_id_prefix_ = std::to_string(random()) + "-" + std::to_string(random()) + "-";
+}
+
+std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& decode) const {
+  Submission prefill = relay.submission;
+  KvHandoff handoff;
+  handoff.mode = options_.kv_transfer;
+  if (handoff.mode == KvTransferMode::kPush) {
+    handoff.transfer_id = relay.transfer_id;
+    handoff.host = decode.host;
+    handoff.port = decode.kv_port;
+  }
+  prefill.kv_handoff = std::move(handoff);
+  return submission_to_json(prefill).dump();
+}
+
+asio::awaitable<void> WorkerPool::run_decode(Relay& relay, const WorkerLease& decode, Handover& handover) {
+  Submission continuation = relay.submission;
+  continuation.params.seed = handover.seed;  // the first token's, so the draws go on from it
+  PrefilledSource source;
+  source.mode = options_.kv_transfer;
+  source.transfer_id = relay.transfer_id;
+  source.first_token = handover.first_token;
+  continuation.continues = std::move(source);
+  const std::string body = submission_to_json(continuation).dump();
+  const AttemptResult result = co_await attempt(relay, decode, options_, body, Stage::kDecode, handover);
+  if (result.mark_failed) selector_.mark_failed(decode.id);
+  if (result.outcome == Attempt::kTryAnother && !relay.aborted) {
+    // The first token is out and the KV sits on that worker: no other one can take over.
+    co_await deliver(relay, error_event(502, result.failure + "; the output so far is incomplete"));
+  }
+}
 
 WorkerPool::~WorkerPool() = default;
 
@@ -223,11 +295,14 @@ Admission WorkerPool::submit(Submission submission) {
   relay->routed = routed_request(submission.prompt_token_ids, submission.params, selection.model, submission.cache_salt,
                                  selection.block_size);
   relay->body = submission_to_json(submission).dump();
+  relay->submission = std::move(submission);
+  relay->submission.channel.reset();
   {
     std::lock_guard lock(mutex_);
     relay->id = next_id_++;
     open_.emplace(relay->id, relay);
   }
+  relay->transfer_id = transfer_id_prefix_ + std::to_string(relay->id);
   auto run = [this, relay]() -> asio::awaitable<void> {
     std::vector<std::string> tried;
     std::string last_failure;
@@ -259,11 +334,30 @@ Admission WorkerPool::submit(Submission submission) {
         break;
       }
       const WorkerLease lease = selection.lease;
-      const AttemptResult result = co_await attempt(*relay, lease, options_);
+      Handover handover;
+      std::optional<WorkerLease> decode;
+      const std::string* body = &relay->body;
+      std::string prefill_body;
+      Stage stage = Stage::kWhole;
+      if (lease.role == "prefill") {
+        decode = selector_.acquire_decode(relay->routed);
+        if (!decode) {
+          selector_.release(lease);
+          co_await deliver(*relay, error_event(503, "no live decode worker is registered in Redis at " +
+                                                        options_.registry_url + " for the prefill worker " + lease.id));
+          break;
+        }
+        stage = Stage::kPrefill;
+        prefill_body = prefill_request_body(*relay, *decode);
+        body = &prefill_body;
+      }
+      const AttemptResult result = co_await attempt(*relay, lease, options_, *body, stage, handover);
       // Marked before its load is released: a release offers held requests again, and another
       // connection's request may be choosing right now; neither may pick a worker that just failed.
       if (result.mark_failed) selector_.mark_failed(lease.id);
       selector_.release(lease);
+      if (decode && handover.done && !relay->aborted) co_await run_decode(*relay, *decode, handover);
+      if (decode) selector_.release(*decode);
       if (result.outcome == Attempt::kDone) break;
       DI_LOG(kWarn, "router: " << result.failure << "; trying another worker");
       tried.push_back(lease.id);

@@ -5,6 +5,10 @@
 // into the request's channel, where the public route turns them into the API's response. The
 // channel is bounded and the coroutine waits on it, so a slow client slows the read from the
 // worker (TCP back-pressure) until the worker's own buffer fills and it aborts the request.
+// A disaggregated request (the cluster has prefill and decode workers) runs its prefill on a
+// prefill worker, whose first token is relayed at once, then, once that worker reports its KV
+// delivered (pushed to the decode worker, or written to the shared store), its decode on the
+// decode worker chosen with it; both relays feed the one channel.
 // A worker that cannot be reached, refuses with 429 / 503, or fails before its first event is
 // marked failed (not chosen again until a newer heartbeat) and the request goes to another one,
 // up to max_attempts workers; one that fails after events were relayed ends the request with a
@@ -19,6 +23,8 @@
 #include <optional>
 #include <string>
 
+#include <boost/asio/awaitable.hpp>
+
 #include "server/generation_backend.h"
 #include "server/metrics.h"
 #include "server/worker_selector.h"
@@ -30,6 +36,8 @@ struct WorkerPoolOptions {
   std::optional<std::string> worker_api_key;  // sent to the workers' token-level API
   int32_t max_attempts = 3;                   // workers tried before a request that reached none fails
   std::chrono::milliseconds connect_timeout{2000};
+  // How a disaggregated request's KV goes from its prefill worker to its decode worker.
+  KvTransferMode kv_transfer = KvTransferMode::kPush;
   double request_timeout_s = 600.0;  // how long the policy may hold a request
 };
 
@@ -45,9 +53,16 @@ class WorkerPool : public GenerationBackend {
   std::optional<std::string> unavailable() const override;
   void shutdown(const std::string& reason) override;
 
-  struct Relay;  // worker_pool.cpp
+  struct Relay;     // worker_pool.cpp
+  struct Handover;  // worker_pool.cpp
 
  private:
+  // A disaggregated request's body for its prefill worker: where its KV goes.
+  std::string prefill_request_body(Relay& relay, const WorkerLease& decode) const;
+  // Its decode stage, once the prefill worker handed the KV over: relays the decode worker's
+  // events; a failure there ends the request with a 502 event (no other worker has its KV).
+  boost::asio::awaitable<void> run_decode(Relay& relay, const WorkerLease& decode, Handover& handover);
+
   WorkerSelector& selector_;
   Metrics* metrics_;
   WorkerPoolOptions options_;
@@ -55,6 +70,7 @@ class WorkerPool : public GenerationBackend {
   std::map<int64_t, std::shared_ptr<Relay>> open_;
   int64_t next_id_ = 1;
   std::optional<std::string> shutdown_reason_;
+  std::string transfer_id_prefix_;
 };
 
 }  // namespace deepinfer::server

@@ -13,6 +13,7 @@ Json worker_record_to_json(const WorkerRecord& r) {
               {"role", r.role},
               {"model", r.model},
               {"block_size", r.block_size},
+              {"kv_port", r.kv_port},
               {"heartbeat", r.heartbeat},
               {"load",
                {{"queued_tokens", l.queued_tokens},
@@ -33,6 +34,7 @@ Result<WorkerRecord> worker_record_from_json(const Json& json) {
     r.role = json.at("role").get<std::string>();
     r.model = json.at("model").get<std::string>();
     r.block_size = json.at("block_size").get<int32_t>();
+    if (auto it = json.find("kv_port"); it != json.end()) r.kv_port = it->get<uint16_t>();
     r.heartbeat = json.at("heartbeat").get<int64_t>();
     const Json& l = json.at("load");
     r.load.queued_tokens = l.at("queued_tokens").get<int64_t>();

@@ -25,8 +25,9 @@ struct WorkerRecord {
   std::string id;  // "host:port", unique in a cluster
   std::string host;
   uint16_t port = 0;
-  // "both" (prefill and decode); "prefill" / "decode" are for disaggregation, not built yet.
+  // "both" (whole requests), or "prefill" / "decode" (disaggregated: docs/cluster.md).
   std::string role = "both";
+  uint16_t kv_port = 0;    // a decode worker's KV receiver (kv_transport.h); 0: none
   std::string model;       // the served model name; a router routes only to its own model's
   int32_t block_size = 0;  // tokens per KV page
   int64_t heartbeat = 0;   // counts up with every heartbeat: a newer one proves the worker alive

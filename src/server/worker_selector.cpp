@@ -29,9 +29,10 @@ std::vector<std::string> WorkerSelector::update(const std::vector<WorkerRecord>&
       }
       continue;
     }
-    if (record.role != "both") {
-      log.push_back("worker " + record.id + " has role '" + record.role +
-                    "': prefill/decode disaggregation is not built yet, not routed to");
+    if (record.role != "both" && record.role != "prefill" && record.role != "decode") {
+      if (!workers_.contains(record.id)) {
+        log.push_back("worker " + record.id + " has an unknown role '" + record.role + "': not routed to");
+      }
       continue;
     }
     listed[record.id] = &record;
@@ -81,12 +82,66 @@ size_t WorkerSelector::num_registered() const {
   return workers_.size();
 }
 
+bool WorkerSelector::disaggregated_locked() const {
+  bool prefill = false, decode = false;
+  for (const auto& [id, worker] : workers_) {
+    if (worker.failed) continue;
+    prefill = prefill || worker.record.role == "prefill";
+    decode = decode || worker.record.role == "decode";
+  }
+  return prefill && decode;
+}
+
+InstanceLoad WorkerSelector::load_of(const Worker& w, std::span<const uint64_t> reusable) const {
+  InstanceLoad load;
+  const WorkerLoadReport& report = w.record.load;
+  // What this router sent and has not seen finish is exact and immediate; the worker's report is
+  // up to a heartbeat old but also counts other routers' requests: the larger of the two.
+  load.queued_prefill_tokens = std::max(w.outstanding_tokens, report.queued_tokens);
+  load.queued_prefill_ms =
+      std::max(w.outstanding_prefill_ms,
+               report.queued_tokens > 0 ? options_.cost_model.prefill_ms(report.queued_tokens, 0) : 0.0);
+  load.num_running_requests =
+      static_cast<int32_t>(std::max<int64_t>(w.outstanding_requests, report.num_running + report.num_waiting));
+  load.kv_tokens_used = report.kv_tokens_used;
+  load.kv_tokens_free = report.kv_tokens_free;
+  if (policy_->reads_cached_prefix()) {
+    load.cached_prefix_tokens = w.remembered.count_leading_blocks(reusable) * options_.block_size;
+  }
+  return load;
+}
+
+WorkerLease WorkerSelector::lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached) {
+  WorkerLease lease;
+  lease.id = chosen.record.id;
+  lease.host = chosen.record.host;
+  lease.port = chosen.record.port;
+  lease.role = chosen.record.role;
+  lease.kv_port = chosen.record.kv_port;
+  lease.tokens = request.tokens;
+  lease.prompt_tokens = request.prompt_tokens;
+  // A decode worker computes no prompt (store mode: only what the store lacks).
+  lease.prefill_ms =
+      chosen.record.role == "decode" ? 0.0 : options_.cost_model.prefill_ms(request.prompt_tokens - cached, cached);
+  chosen.outstanding_tokens += lease.tokens;
+  chosen.outstanding_prompt_tokens += lease.prompt_tokens;
+  chosen.outstanding_prefill_ms += lease.prefill_ms;
+  ++chosen.outstanding_requests;
+  ++chosen.routed;
+  return lease;
+}
+
 std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& request,
                                                          const std::vector<std::string>& exclude, bool is_retry,
                                                          bool* no_worker) {
+  // With live prefill and decode workers a request is disaggregated: the policy's prefill choice
+  // picks among the prefill workers here, its decode choice a decode worker in acquire_decode.
+  const std::string role = disaggregated_locked() ? "prefill" : "both";
   std::vector<Worker*> candidates;
   for (auto& [id, worker] : workers_) {
-    if (worker.failed || std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
+    if (worker.failed || worker.record.role != role || std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
+      continue;
+    }
     candidates.push_back(&worker);
   }
   *no_worker = candidates.empty();
@@ -96,24 +151,8 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
   const int64_t reusable_blocks =
       std::min<int64_t>(static_cast<int64_t>(keys.size()), (request.prompt_tokens - 1) / options_.block_size);
   const std::span<const uint64_t> reusable(keys.data(), static_cast<size_t>(std::max<int64_t>(reusable_blocks, 0)));
-  std::vector<InstanceLoad> loads(candidates.size());
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const Worker& w = *candidates[i];
-    const WorkerLoadReport& report = w.record.load;
-    // What this router sent and has not seen finish is exact and immediate; the worker's report is
-    // up to a heartbeat old but also counts other routers' requests: the larger of the two.
-    loads[i].queued_prefill_tokens = std::max(w.outstanding_tokens, report.queued_tokens);
-    loads[i].queued_prefill_ms =
-        std::max(w.outstanding_prefill_ms,
-                 report.queued_tokens > 0 ? options_.cost_model.prefill_ms(report.queued_tokens, 0) : 0.0);
-    loads[i].num_running_requests =
-        static_cast<int32_t>(std::max<int64_t>(w.outstanding_requests, report.num_running + report.num_waiting));
-    loads[i].kv_tokens_used = report.kv_tokens_used;
-    loads[i].kv_tokens_free = report.kv_tokens_free;
-    if (policy_->reads_cached_prefix()) {
-      loads[i].cached_prefix_tokens = w.remembered.count_leading_blocks(reusable) * options_.block_size;
-    }
-  }
+  std::vector<InstanceLoad> loads;
+  for (const Worker* worker : candidates) loads.push_back(load_of(*worker, reusable));
   RoutingRequest routing;
   routing.now_ms = now_ms();
   routing.input_tokens = request.prompt_tokens;
@@ -122,26 +161,37 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
   routing.is_retry = is_retry;
   const std::optional<size_t> choice = policy_->choose_prefill(routing, loads);
   if (!choice) return std::nullopt;
-  Worker& chosen = *candidates[std::min(*choice, candidates.size() - 1)];
-  const int64_t cached =
-      policy_->reads_cached_prefix() ? loads[std::min(*choice, candidates.size() - 1)].cached_prefix_tokens : 0;
-  WorkerLease lease;
-  lease.id = chosen.record.id;
-  lease.host = chosen.record.host;
-  lease.port = chosen.record.port;
-  lease.tokens = request.tokens;
-  lease.prompt_tokens = request.prompt_tokens;
-  lease.prefill_ms = options_.cost_model.prefill_ms(request.prompt_tokens - cached, cached);
-  chosen.outstanding_tokens += lease.tokens;
-  chosen.outstanding_prompt_tokens += lease.prompt_tokens;
-  chosen.outstanding_prefill_ms += lease.prefill_ms;
-  ++chosen.outstanding_requests;
-  ++chosen.routed;
+  const size_t index = std::min(*choice, candidates.size() - 1);
+  Worker& chosen = *candidates[index];
+  const int64_t cached = policy_->reads_cached_prefix() ? loads[index].cached_prefix_tokens : 0;
+  WorkerLease lease = lease_on_locked(chosen, request, cached);
   ++routed_total_;
   // Full blocks the worker's cache keeps once the prompt ran.
   const size_t full_blocks = std::min(keys.size(), static_cast<size_t>(request.prompt_tokens / options_.block_size));
   chosen.remembered.use(std::span<const uint64_t>(keys.data(), full_blocks));
   return lease;
+}
+
+std::optional<WorkerLease> WorkerSelector::acquire_decode(const RoutedRequest& request,
+                                                          const std::vector<std::string>& exclude) {
+  std::lock_guard lock(mutex_);
+  std::vector<Worker*> candidates;
+  for (auto& [id, worker] : workers_) {
+    if (worker.failed || worker.record.role != "decode" ||
+        std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
+      continue;
+    }
+    candidates.push_back(&worker);
+  }
+  if (candidates.empty()) return std::nullopt;
+  std::vector<InstanceLoad> loads;
+  for (const Worker* worker : candidates) loads.push_back(load_of(*worker, {}));
+  RoutingRequest routing;
+  routing.now_ms = now_ms();
+  routing.input_tokens = request.prompt_tokens;
+  routing.output_tokens_estimate = request.tokens - request.prompt_tokens;
+  const size_t choice = std::min(policy_->choose_decode(routing, loads), candidates.size() - 1);
+  return lease_on_locked(*candidates[choice], request, 0);
 }
 
 WorkerSelector::Selection WorkerSelector::acquire(const RoutedRequest& request,

@@ -1,8 +1,10 @@
 // The router's choice of worker: the registered workers (the registry's listing, refreshed),
 // what the router itself has sent each and not seen finish, and a BalancerPolicy from cluster/
-// (the seeds' policy by default) deciding over one InstanceLoad snapshot per live worker. Every
-// worker today runs whole requests (role "both"), so the choice is the policy's prefill choice;
-// a request the policy holds (the seeds' quota pull) waits and is offered again, in arrival
+// (the seeds' policy by default) deciding over one InstanceLoad snapshot per live worker. While
+// live prefill and decode workers are registered, a request is disaggregated: the policy's
+// prefill choice picks its prefill worker and its decode choice its decode worker
+// (acquire_decode); otherwise the prefill choice picks among the role "both" workers, which run
+// whole requests. A request the policy holds (the seeds' quota pull) waits and is offered again, in arrival
 // order, whenever a worker's load drops or the listing changes.
 // A worker whose key expired is gone from the listing and never chosen again; one the router
 // could not reach is marked failed and skipped until a newer heartbeat shows it alive.
@@ -15,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,8 @@ struct WorkerLease {
   std::string id;
   std::string host;
   uint16_t port = 0;
+  std::string role;      // "both", "prefill" (then a decode lease goes with it) or "decode"
+  uint16_t kv_port = 0;  // a decode worker's KV receiver
   int64_t tokens = 0;
   int64_t prompt_tokens = 0;
   double prefill_ms = 0;
@@ -64,8 +69,12 @@ class WorkerSelector {
     WorkerLease lease;   // kChosen
     int64_t ticket = 0;  // kHeld: ask poll_held with it
   };
-  // Chooses among the live workers not in `exclude` (those that already failed this request).
+  // Chooses among the live workers not in `exclude` (those that already failed this request): a
+  // prefill worker while the cluster is disaggregated, else a role "both" one.
   Selection acquire(const RoutedRequest& request, const std::vector<std::string>& exclude = {});
+  // A disaggregated request's decode worker (the policy's decode choice, never held), or nullopt
+  // when no live decode worker outside `exclude` is left. Its lease is released like the other.
+  std::optional<WorkerLease> acquire_decode(const RoutedRequest& request, const std::vector<std::string>& exclude = {});
   // A held request: kChosen once a retry placed it, kHeld while it waits, kNoWorker when no live
   // worker is left to wait for (the ticket is then forgotten).
   Selection poll_held(int64_t ticket);
@@ -99,6 +108,11 @@ class WorkerSelector {
     std::vector<std::string> exclude;
   };
 
+  // Live prefill and live decode workers are registered.
+  bool disaggregated_locked() const;
+  InstanceLoad load_of(const Worker& worker, std::span<const uint64_t> reusable_blocks) const;
+  // Counts the request on the worker.
+  WorkerLease lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached_tokens);
   std::optional<WorkerLease> choose_locked(const RoutedRequest& request, const std::vector<std::string>& exclude,
                                            bool is_retry, bool* no_worker);
   void retry_held_locked();
