@@ -185,7 +185,7 @@ Result<void> PrefilledKvAssembler::accept_header(std::span<const uint8_t> body) 
     const auto dtype = json.at("kv_dtype").get<std::string>();
     if (dtype != dtype_name(expected_.kv_dtype)) {
       return Error{"the KV is " + dtype + " and this worker's cache is " + std::string(dtype_name(expected_.kv_dtype)) +
-                   ": run both workers with the same --kv-cache-dtype"};
+                   ": run both workers on the same --device"};
     }
     const auto block_size = json.at("block_size").get<int32_t>();
     if (block_size != expected_.block_size) {
