@@ -33,6 +33,7 @@ struct WorkerPool::Handover {
   int32_t first_token = 0;
   uint64_t seed = 0;
   int32_t num_cached_tokens = 0;  // the prefill's prefix-cache hit: what the client is told
+  bool kv_lost = false;           // the prefill worker could not hand the KV to the decode worker
 };
 
 struct WorkerPool::Relay {
@@ -203,6 +204,8 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
           co_return result;
         }
         if (stage == Stage::kPrefill && !event->error) take_first_token(event->output, handover);
+        // The prefill worker's one 502: its KV did not reach the decode worker.
+        if (stage == Stage::kPrefill && event->error && event->error_status == 502) handover.kv_lost = true;
         if (stage == Stage::kDecode) event->output.num_cached_tokens = handover.num_cached_tokens;
         const bool last = event->error.has_value() || event->output.finished;
         any_event = true;
@@ -266,7 +269,7 @@ std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& de
   return submission_to_json(prefill).dump();
 }
 
-asio::awaitable<void> WorkerPool::run_decode(Relay& relay, const WorkerLease& decode, Handover& handover) {
+asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, Handover& handover) {
   Submission continuation = relay.submission;
   continuation.params.seed = handover.seed;  // the first token's, so the draws go on from it
   PrefilledSource source;
@@ -275,11 +278,24 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, const WorkerLease& de
   source.first_token = handover.first_token;
   continuation.continues = std::move(source);
   const std::string body = submission_to_json(continuation).dump();
-  const AttemptResult result = co_await attempt(relay, decode, options_, body, Stage::kDecode, handover);
-  if (result.mark_failed) selector_.mark_failed(decode.id);
-  if (result.outcome == Attempt::kTryAnother && !relay.aborted) {
-    // The first token is out and the KV sits on that worker: no other one can take over.
-    co_await deliver(relay, error_event(502, result.failure + "; the output so far is incomplete"));
+  std::vector<std::string> tried;
+  for (;;) {
+    const AttemptResult result = co_await attempt(relay, decode, options_, body, Stage::kDecode, handover);
+    if (result.mark_failed) selector_.mark_failed(decode.id);
+    selector_.release(decode);
+    if (result.outcome == Attempt::kDone || relay.aborted) co_return;
+    // Pushed KV sits on that worker alone; the store's pages any decode worker can load.
+    tried.push_back(decode.id);
+    std::optional<WorkerLease> next;
+    if (options_.kv_transfer == KvTransferMode::kStore && static_cast<int32_t>(tried.size()) < options_.max_attempts) {
+      next = selector_.acquire_decode(relay.routed, tried);
+    }
+    if (!next) {
+      co_await deliver(relay, error_event(502, result.failure + "; the output so far is incomplete"));
+      co_return;
+    }
+    DI_LOG(kWarn, "router: " << result.failure << "; trying another decode worker");
+    decode = std::move(*next);
   }
 }
 
@@ -356,8 +372,13 @@ Admission WorkerPool::submit(Submission submission) {
       // connection's request may be choosing right now; neither may pick a worker that just failed.
       if (result.mark_failed) selector_.mark_failed(lease.id);
       selector_.release(lease);
-      if (decode && handover.done && !relay->aborted) co_await run_decode(*relay, *decode, handover);
-      if (decode) selector_.release(*decode);
+      if (decode && handover.done && !relay->aborted) {
+        co_await run_decode(*relay, *decode, handover);  // releases the decode lease
+      } else if (decode) {
+        // The prefill worker could not hand the KV to it: no new request goes there until it heartbeats.
+        if (handover.kv_lost) selector_.mark_failed(decode->id);
+        selector_.release(*decode);
+      }
       if (result.outcome == Attempt::kDone) break;
       DI_LOG(kWarn, "router: " << result.failure << "; trying another worker");
       tried.push_back(lease.id);

@@ -60,8 +60,10 @@ class WorkerPool : public GenerationBackend {
   // A disaggregated request's body for its prefill worker: where its KV goes.
   std::string prefill_request_body(Relay& relay, const WorkerLease& decode) const;
   // Its decode stage, once the prefill worker handed the KV over: relays the decode worker's
-  // events; a failure there ends the request with a 502 event (no other worker has its KV).
-  boost::asio::awaitable<void> run_decode(Relay& relay, const WorkerLease& decode, Handover& handover);
+  // events and releases its lease. A decode worker that fails before its first event is replaced
+  // in store mode (any decode worker loads the store's pages); otherwise, or after events, the
+  // request ends with a 502 event.
+  boost::asio::awaitable<void> run_decode(Relay& relay, WorkerLease decode, Handover& handover);
 
   WorkerSelector& selector_;
   Metrics* metrics_;

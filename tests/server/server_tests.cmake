@@ -47,6 +47,12 @@ if(REDIS_SERVER_EXECUTABLE)
            COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/cluster.test.mjs)
   set_tests_properties(server_cluster PROPERTIES LABELS "server;cluster" TIMEOUT 180
                        ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default;DEEPINFER_REDIS_SERVER=${REDIS_SERVER_EXECUTABLE}")
+  # Prefill/decode disaggregation: two routers (KV pushed, KV through the shared store) over two
+  # prefill and two decode workers.
+  add_test(NAME server_cluster_pd
+           COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/cluster_pd.test.mjs)
+  set_tests_properties(server_cluster_pd PROPERTIES LABELS "server;cluster" TIMEOUT 180
+                       ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default;DEEPINFER_REDIS_SERVER=${REDIS_SERVER_EXECUTABLE}")
 else()
   message(STATUS "redis-server not found: the cluster's end-to-end test is not registered")
 endif()

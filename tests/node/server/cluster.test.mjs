@@ -7,43 +7,16 @@
 // mid-stream ends that stream with an error (no hang) while the other keeps serving; once the
 // killed worker's key expires the router lists one worker and routes everything to it.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import { freePort, startRedis } from './cluster_harness.mjs';
 import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
 const model = process.env.DEEPINFER_DEFAULT_MODEL;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function freePort() {
-  const server = net.createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address();
-  server.close();
-  await once(server, 'close');
-  return port;
-}
-
-async function startRedis() {
-  const port = await freePort();
-  const child = spawn(process.env.DEEPINFER_REDIS_SERVER ?? 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
-                                       'no', '--logfile', '/dev/null'], { stdio: 'ignore' });
-  for (const deadline = Date.now() + 10000; Date.now() < deadline; await sleep(20)) {
-    const socket = net.connect(port, '127.0.0.1');
-    const up = await new Promise((resolve) => {
-      socket.once('connect', () => resolve(true));
-      socket.once('error', () => resolve(false));
-    });
-    socket.destroy();
-    if (up) return { url: `redis://127.0.0.1:${port}`, child };
-  }
-  child.kill('SIGKILL');
-  throw new Error('redis-server did not start');
-}
 
 // One Redis command over a fresh connection (RESP), for records the test plants itself.
 async function redisCommand(url, ...args) {
