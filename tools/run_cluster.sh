@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # A serving cluster on loopback: redis-server (the worker registry), `deepinfer router` on
-# 127.0.0.1:${PORT:-8000} and N workers (`deepinfer serve --register`, default 2) on the embedded
-# default model; prints the router's URL and stops everything on Ctrl-C (docs/cluster.md).
-#   tools/run_cluster.sh [--workers N] [--policy seeds|round-robin|least-loaded|prefix-affinity]
+# 127.0.0.1:${PORT:-8000} and its workers (`deepinfer serve --register`) on the embedded default
+# model; prints the router's URL and stops everything on Ctrl-C (docs/cluster.md). By default one
+# prefill and one decode worker (prefill/decode disaggregation, the KV pushed over TCP); --workers N
+# starts N workers of role both instead, which run whole requests.
+#   tools/run_cluster.sh [--prefill N] [--decode M] [--kv-transfer push|store] | [--workers N]
+#                        [--policy seeds|round-robin|least-loaded|prefix-affinity]
 #                        [--cli build/bin/deepinfer] [--model DIR] [-- extra flags for every worker]
-# Workers run whole requests (prefill and decode): prefill/decode disaggregation is not built yet.
+# --kv-transfer store: the KV goes through the persistent KV store, on a directory every worker shares.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cli="$root/build/bin/deepinfer"
 model="$root/models/default"
-workers=2
+workers=0
+prefill=1
+decode=1
+kv_transfer=push
 policy=seeds
 port="${PORT:-8000}"
 worker_flags=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
+    --prefill) prefill="$2"; shift 2 ;;
+    --decode) decode="$2"; shift 2 ;;
+    --kv-transfer) kv_transfer="$2"; shift 2 ;;
     --policy) policy="$2"; shift 2 ;;
     --cli) cli="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
@@ -23,7 +32,18 @@ while [[ $# -gt 0 ]]; do
     *) echo "run_cluster.sh: unknown flag '$1' (see the comment at the top of the script)" >&2; exit 2 ;;
   esac
 done
-[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "run_cluster.sh: --workers must be a positive number" >&2; exit 2; }
+for count in "$workers" "$prefill" "$decode"; do
+  [[ "$count" =~ ^[0-9]+$ ]] || { echo "run_cluster.sh: --workers, --prefill and --decode take a number" >&2; exit 2; }
+done
+[[ "$kv_transfer" == push || "$kv_transfer" == store ]] || { echo "run_cluster.sh: --kv-transfer is push or store" >&2; exit 2; }
+# role:count of the workers to start
+if ((workers > 0)); then
+  roles=(); for ((w = 0; w < workers; w++)); do roles+=(both); done
+else
+  ((prefill > 0 && decode > 0)) || { echo "run_cluster.sh: --prefill and --decode must be >= 1" >&2; exit 2; }
+  roles=(); for ((w = 0; w < prefill; w++)); do roles+=(prefill); done
+  for ((w = 0; w < decode; w++)); do roles+=(decode); done
+fi
 [[ -x "$cli" ]] || { echo "run_cluster.sh: $cli not found; run 'make build' first" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "run_cluster.sh: redis-server not found; run 'make deps'" >&2; exit 1; }
 
@@ -62,17 +82,21 @@ for _ in $(seq 1 100); do
 done
 # Redis stops last: it is first in pids, which stop() walks backwards.
 pids=("$redis_pid")
-for ((w = 0; w < workers; w++)); do
-  "$cli" serve --model "$model" --port 0 --register "$redis_url" "${worker_flags[@]}" >"$logs/worker$w.log" 2>&1 &
+store_flags=()
+[[ "$kv_transfer" == store ]] && store_flags=(--kv-cache-dir "$logs/kv-store")
+for ((w = 0; w < ${#roles[@]}; w++)); do
+  "$cli" serve --model "$model" --port 0 --register "$redis_url" --role "${roles[$w]}" "${store_flags[@]}" \
+    "${worker_flags[@]}" >"$logs/worker$w-${roles[$w]}.log" 2>&1 &
   pids+=($!)
 done
-for ((w = 0; w < workers; w++)); do wait_listening "${pids[$((w + 1))]}" "$logs/worker$w.log"; done
-"$cli" router --redis "$redis_url" --model "$model" --port "$port" --policy "$policy" >"$logs/router.log" 2>&1 &
+for ((w = 0; w < ${#roles[@]}; w++)); do wait_listening "${pids[$((w + 1))]}" "$logs/worker$w-${roles[$w]}.log"; done
+"$cli" router --redis "$redis_url" --model "$model" --port "$port" --policy "$policy" --kv-transfer "$kv_transfer" \
+  >"$logs/router.log" 2>&1 &
 pids+=($!)
 wait_listening "$!" "$logs/router.log"
 name="$(basename "$(readlink -f "$model")")"
 cat <<MSG
-deepinfer cluster: router on http://127.0.0.1:$port ($workers workers, policy $policy, registry $redis_url)
+deepinfer cluster: router on http://127.0.0.1:$port (workers: ${roles[*]}; KV transfer $kv_transfer; policy $policy; registry $redis_url)
 Logs: $logs. Ctrl-C stops everything. Try, from another shell:
   curl http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{"model": "$name", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "stream": true}'
