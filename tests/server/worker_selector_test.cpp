@@ -47,21 +47,55 @@ TEST(WorkerSelector, RoutesOnlyToListedWorkersOfItsModelAndRole) {
   EXPECT_EQ(s.acquire(request({1, 2, 3})).outcome, WorkerSelector::Outcome::kNoWorker);
   WorkerRecord other_model = worker("127.0.0.1", 3);
   other_model.model = "other";
-  WorkerRecord prefill = worker("127.0.0.1", 4);
+  WorkerRecord unknown_role = worker("127.0.0.1", 4);
+  unknown_role.role = "encoder";
+  WorkerRecord prefill = worker("127.0.0.1", 5);
   prefill.role = "prefill";
-  const std::vector<std::string> log = s.update({worker("127.0.0.1", 1), other_model, prefill});
-  EXPECT_EQ(s.num_registered(), 1u);
-  ASSERT_EQ(log.size(), 3u);
+  const std::vector<std::string> log = s.update({worker("127.0.0.1", 1), other_model, unknown_role, prefill});
+  EXPECT_EQ(s.num_registered(), 2u);
+  ASSERT_EQ(log.size(), 4u);
   EXPECT_NE(log[0].find("serves model 'other'"), std::string::npos) << log[0];
-  EXPECT_NE(log[1].find("not built yet"), std::string::npos) << log[1];
+  EXPECT_NE(log[1].find("unknown role 'encoder'"), std::string::npos) << log[1];
   EXPECT_NE(log[2].find("127.0.0.1:1 joined"), std::string::npos) << log[2];
+  // A prefill worker without a decode worker: requests run whole on the role-both worker.
   for (int i = 0; i < 3; ++i) {
     const auto chosen = s.acquire(request({1, 2, 3}));
     ASSERT_EQ(chosen.outcome, WorkerSelector::Outcome::kChosen);
     EXPECT_EQ(chosen.lease.id, "127.0.0.1:1");
     EXPECT_EQ(chosen.lease.port, 1);
+    EXPECT_EQ(chosen.lease.role, "both");
     s.release(chosen.lease);
   }
+}
+
+TEST(WorkerSelector, DisaggregatesWhileLivePrefillAndDecodeWorkersAreListed) {
+  WorkerSelector s = selector("least-loaded");
+  WorkerRecord prefill = worker("127.0.0.1", 2);
+  prefill.role = "prefill";
+  std::vector<WorkerRecord> decodes;
+  for (uint16_t port : {3, 4}) {
+    decodes.push_back(worker("127.0.0.1", port));
+    decodes.back().role = "decode";
+    decodes.back().kv_port = static_cast<uint16_t>(port + 100);
+  }
+  decodes[0].load.num_running = 5;  // the decode choice: the fewest running requests
+  s.update({worker("127.0.0.1", 1), prefill, decodes[0], decodes[1]});
+  const auto chosen = s.acquire(request({1, 2, 3}));
+  ASSERT_EQ(chosen.outcome, WorkerSelector::Outcome::kChosen);
+  EXPECT_EQ(chosen.lease.id, "127.0.0.1:2");
+  EXPECT_EQ(chosen.lease.role, "prefill");
+  const std::optional<WorkerLease> decode = s.acquire_decode(request({1, 2, 3}));
+  ASSERT_TRUE(decode.has_value());
+  EXPECT_EQ(decode->id, "127.0.0.1:4");
+  EXPECT_EQ(decode->kv_port, 104);
+  EXPECT_EQ(decode->prefill_ms, 0.0);
+  EXPECT_EQ(s.acquire_decode(request({1}), {"127.0.0.1:3", "127.0.0.1:4"}), std::nullopt);
+  s.release(chosen.lease);
+  s.release(*decode);
+  // Every decode worker failed: requests run whole again.
+  s.mark_failed("127.0.0.1:3");
+  s.mark_failed("127.0.0.1:4");
+  EXPECT_EQ(s.acquire(request({1, 2, 3})).lease.id, "127.0.0.1:1");
 }
 
 TEST(WorkerSelector, AWorkerWhoseKeyExpiredIsNeverChosenAgain) {
