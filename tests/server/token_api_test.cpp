@@ -47,6 +47,43 @@ TEST(TokenApi, SamplingParamsRoundTripEveryField) {
   EXPECT_EQ(back->params.structured_output->choices, p.structured_output->choices);
 }
 
+TEST(TokenApi, DisaggregatedFieldsRoundTrip) {
+  Submission prefill;
+  prefill.prompt_token_ids = {1, 2};
+  prefill.kv_handoff = KvHandoff{KvTransferMode::kPush, "abc-7", "10.0.0.3", 9100};
+  auto prefill_back = submission_from_json(submission_to_json(prefill));
+  ASSERT_TRUE(prefill_back.ok()) << prefill_back.error().message;
+  ASSERT_TRUE(prefill_back->kv_handoff.has_value());
+  EXPECT_EQ(prefill_back->kv_handoff->mode, KvTransferMode::kPush);
+  EXPECT_EQ(prefill_back->kv_handoff->transfer_id, "abc-7");
+  EXPECT_EQ(prefill_back->kv_handoff->host, "10.0.0.3");
+  EXPECT_EQ(prefill_back->kv_handoff->port, 9100);
+  EXPECT_FALSE(prefill_back->continues.has_value());
+
+  Submission decode;
+  decode.prompt_token_ids = {1, 2};
+  decode.continues = PrefilledSource{KvTransferMode::kStore, "", 77};
+  auto decode_back = submission_from_json(submission_to_json(decode));
+  ASSERT_TRUE(decode_back.ok()) << decode_back.error().message;
+  ASSERT_TRUE(decode_back->continues.has_value());
+  EXPECT_EQ(decode_back->continues->mode, KvTransferMode::kStore);
+  EXPECT_EQ(decode_back->continues->first_token, 77);
+  EXPECT_FALSE(decode_back->kv_handoff.has_value());
+
+  EngineEvent handed_over;
+  handed_over.handed_over_seed = 18446744073709551615ull;
+  auto event_back = event_from_json(event_to_json(handed_over));
+  ASSERT_TRUE(event_back.ok());
+  EXPECT_EQ(event_back->handed_over_seed, std::optional<uint64_t>(18446744073709551615ull));
+
+  nlohmann::json bad_mode = submission_to_json(decode);
+  bad_mode["prefilled"]["mode"] = "carrier-pigeon";
+  auto refused = submission_from_json(bad_mode);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("push or store, got 'carrier-pigeon'"), std::string::npos)
+      << refused.error().message;
+}
+
 TEST(TokenApi, EventsRoundTripBitForBit) {
   EngineEvent event;
   RequestOutput& out = event.output;

@@ -1,0 +1,114 @@
+// Prefill/decode disaggregation against one server, on loopback: TTFT (request sent -> first
+// streamed token) and end-to-end time of the same greedy streaming chat completions sent, in turn,
+// one at a time, to a single `deepinfer serve`, to a router over one role-both worker, and to
+// routers over one prefill + one decode worker with the KV pushed over TCP and through the shared
+// store; and whether each answer equals the single server's. Starts a redis-server per cluster,
+// the workers and the routers; every process in batch-invariant mode (identical outputs) on one
+// thread.
+//   node bench/pd_ttft.mjs [--cli build/bin/deepinfer] [--model models/default] [--requests 50]
+//                          [--max-tokens 16]
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort } from '../tests/node/server/cluster_harness.mjs';
+
+const flag = (name, fallback) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : fallback;
+};
+const cli = flag('--cli', 'build/bin/deepinfer');
+const model = flag('--model', 'models/default');
+const requests = Number(flag('--requests', '50'));
+const maxTokens = Number(flag('--max-tokens', '16'));
+const children = [];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function start(args) {
+  const child = spawn(cli, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  for (;;) {
+    const m = out.match(/listening on (http:\/\/\S+)/);
+    if (m) return m[1];
+    if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited`);
+    await sleep(20);
+  }
+}
+
+async function redis() {
+  const port = await freePort();
+  children.push(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+                                       '--logfile', '/dev/null'], { stdio: 'ignore' }));
+  await sleep(300);
+  return `redis://127.0.0.1:${port}`;
+}
+
+// A prompt of about 60 tokens, different from the first token on (no prefix-cache hits).
+const prompt = (i) => `Request ${i}: write a Python function that parses a CSV file with a header row, converts ` +
+                      'every numeric column to floats, skips empty lines, and returns a list of dictionaries; ' +
+                      'then explain the edge cases it handles.';
+
+async function run(url, i) {
+  const started = process.hrtime.bigint();
+  const response = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: prompt(i) }], max_tokens: maxTokens,
+                           temperature: 0, stream: true }) });
+  const reader = response.body.getReader();
+  let body = '';
+  let first = null;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    body += new TextDecoder().decode(value);
+    if (first === null && body.includes('"content"')) first = process.hrtime.bigint();
+  }
+  const text = body.split('\n').filter((l) => l.startsWith('data: {'))
+    .map((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.content ?? '').join('');
+  return { ttftMs: Number(first - started) / 1e6, e2eMs: Number(process.hrtime.bigint() - started) / 1e6, text };
+}
+
+const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
+
+const store = fs.mkdtempSync(path.join(os.tmpdir(), 'deepinfer-pd-bench-'));
+try {
+  const common = ['--model', model, '--port', '0', '--served-model-name', 'm', '--batch-invariant', '--block-size', '16',
+                  '--threads', '1'];
+  const routerArgs = (url) => ['router', '--redis', url, '--model', model, '--port', '0', '--served-model-name', 'm',
+                               '--block-size', '16', '--registry-poll-ms', '100'];
+  // Each target a cluster of its own, so no worker sees a prompt twice (no prefix-cache hits).
+  const targets = { single: await start(['serve', ...common]) };
+  const wholeRedis = await redis();
+  await start(['serve', ...common, '--register', wholeRedis]);
+  targets['router, role both'] = await start(routerArgs(wholeRedis));
+  for (const mode of ['push', 'store']) {
+    const url = await redis();
+    for (const role of ['prefill', 'decode']) {
+      await start(['serve', ...common, '--register', url, '--role', role, '--kv-cache-dir', path.join(store, mode)]);
+    }
+    targets[`P/D, ${mode}`] = await start([...routerArgs(url), '--kv-transfer', mode]);
+  }
+  await sleep(1500);  // the routers list the workers
+  const names = Object.keys(targets);
+  for (let i = 0; i < 5; ++i) for (const name of names) await run(targets[name], -1 - i);  // warm-up
+  const results = Object.fromEntries(names.map((n) => [n, []]));
+  for (let i = 0; i < requests; ++i) {
+    for (const name of names) results[name].push(await run(targets[name], i));
+  }
+  console.log(`${requests} streamed greedy chat completions per target, in turn, one at a time ` +
+              `(about 60 prompt tokens, max_tokens ${maxTokens})`);
+  console.log('| target | TTFT p50 ms | TTFT p90 ms | end-to-end p50 ms | outputs equal to single |');
+  console.log('| --- | ---: | ---: | ---: | ---: |');
+  for (const name of names) {
+    const r = results[name];
+    const same = r.filter((x, i) => x.text === results.single[i].text).length;
+    console.log(`| ${name} | ${pct(r.map((x) => x.ttftMs), 0.5).toFixed(2)} | ${pct(r.map((x) => x.ttftMs), 0.9).toFixed(2)} | ` +
+                `${pct(r.map((x) => x.e2eMs), 0.5).toFixed(2)} | ${same}/${r.length} |`);
+  }
+} finally {
+  for (const child of children.reverse()) child.kill('SIGTERM');
+  await sleep(500);
+  fs.rmSync(store, { recursive: true, force: true });
+}
