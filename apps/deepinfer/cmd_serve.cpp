@@ -12,9 +12,9 @@
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
+#include "kvstore/model_identity.h"
 #include "recipe/chat_template.h"
 #include "server/engine_worker.h"
-#include "kvstore/model_identity.h"
 #include "server/http_server.h"
 #include "server/kv_transport.h"
 #include "server/prefilled_inbox.h"
@@ -414,7 +414,9 @@ int run_serve(int argc, char** argv) {
               std::string(chat_family_name(context.model.family)).c_str());
   if (role != "both") {
     std::printf("deepinfer serve: role %s", role.c_str());
-    if (kv_receiver) std::printf(", KV pushes on %s:%u", config->host.c_str(), static_cast<unsigned>(kv_receiver->port()));
+    if (kv_receiver) {
+      std::printf(", KV pushes on %s:%u", config->host.c_str(), static_cast<unsigned>(kv_receiver->port()));
+    }
     std::printf("\n");
   }
   if (config->ui) {

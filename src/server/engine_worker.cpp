@@ -152,8 +152,9 @@ void EngineWorker::admit(Pending pending) {
         s.prefilled->request_id = pending.request_id;
         added = engine_.add_prefilled_request(std::move(*s.prefilled), s.priority);
       } else if (engine_.config().mode == EngineMode::kPrompt && !s.kv_handoff) {
-        added = Error{"this worker only prefills for a cluster router (serve --role prefill); send requests to the "
-                      "router"};
+        added = Error{
+            "this worker only prefills for a cluster router (serve --role prefill); send requests to the "
+            "router"};
       } else {
         added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
                                     std::move(s.cache_salt), s.kv_cache_class);

@@ -64,7 +64,7 @@ struct Submission {
   std::string cache_salt;
   std::shared_ptr<OutputChannel> channel;  // receives every output; the backend keeps it alive
   TrafficClass kv_cache_class = TrafficClass::kDefault;
-  std::optional<KvHandoff> kv_handoff{};  // a prefill worker's request
+  std::optional<KvHandoff> kv_handoff{};       // a prefill worker's request
   std::optional<PrefilledSource> continues{};  // a decode worker's request
   // A decode worker's request, resolved from `continues` by the token API (its KV pushed, or to
   // be loaded from the store): the backend continues it instead of running the prompt. Not on

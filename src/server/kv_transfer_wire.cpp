@@ -63,8 +63,8 @@ std::vector<uint8_t> encode_kv_frame(KvFrameType type, std::span<const uint8_t> 
 
 std::vector<std::vector<uint8_t>> encode_prefilled_transfer(const std::string& transfer_id, const KvLayout& layout,
                                                             const PrefilledRequest& request) {
-  const int32_t num_full_blocks = blocks_for_tokens(static_cast<int64_t>(request.prompt_token_ids.size()),
-                                                    layout.block_size);
+  const int32_t num_full_blocks =
+      blocks_for_tokens(static_cast<int64_t>(request.prompt_token_ids.size()), layout.block_size);
   const int32_t num_swa_blocks = layout.swa_bytes_per_block > 0 ? num_full_blocks - request.swa_first_block : 0;
   Json header{{"transfer_id", transfer_id},
               {"model_identity", layout.model_identity},
@@ -103,7 +103,8 @@ Result<KvFrameHeader> parse_kv_frame_header(std::span<const uint8_t> bytes, uint
     return Error{"truncated KV frame: " + std::to_string(bytes.size()) + " of its " +
                  std::to_string(kKvFrameHeaderBytes) + " header bytes arrived"};
   }
-  if (get<uint32_t>(bytes, 0) != kMagic) return Error{"not a KV transfer frame (bad magic): is the peer a deepinfer worker's KV port?"};
+  if (get<uint32_t>(bytes, 0) != kMagic)
+    return Error{"not a KV transfer frame (bad magic): is the peer a deepinfer worker's KV port?"};
   if (const auto version = get<uint16_t>(bytes, 4); version != kVersion) {
     return Error{"KV frame version " + std::to_string(version) + ", this worker speaks " + std::to_string(kVersion) +
                  ": run the same deepinfer release on prefill and decode workers"};
@@ -125,8 +126,8 @@ Result<KvFrameHeader> parse_kv_frame_header(std::span<const uint8_t> bytes, uint
 
 Result<void> check_kv_frame_body(const KvFrameHeader& header, std::span<const uint8_t> body) {
   if (body.size() != header.body_bytes) {
-    return Error{"truncated KV frame: " + std::to_string(body.size()) + " of its " +
-                 std::to_string(header.body_bytes) + " body bytes arrived"};
+    return Error{"truncated KV frame: " + std::to_string(body.size()) + " of its " + std::to_string(header.body_bytes) +
+                 " body bytes arrived"};
   }
   if (XXH3_64bits(body.data(), body.size()) != header.body_checksum) {
     return Error{"a KV frame's checksum does not match its body (corrupted in transit)"};
@@ -144,7 +145,8 @@ Result<void> parse_kv_reply(std::span<const uint8_t> body) {
 
 uint64_t PrefilledKvAssembler::max_next_body_bytes() const {
   if (!has_header_) return kMaxKvJsonBodyBytes;
-  return kPagePrefixBytes + static_cast<uint64_t>(std::max(expected_.full_bytes_per_block, expected_.swa_bytes_per_block));
+  return kPagePrefixBytes +
+         static_cast<uint64_t>(std::max(expected_.full_bytes_per_block, expected_.swa_bytes_per_block));
 }
 
 Result<void> PrefilledKvAssembler::accept(const KvFrameHeader& header, std::span<const uint8_t> body) {
@@ -179,8 +181,9 @@ Result<void> PrefilledKvAssembler::accept_header(std::span<const uint8_t> body) 
     transfer_id_ = json.at("transfer_id").get<std::string>();
     const auto identity = json.at("model_identity").get<std::string>();
     if (identity != expected_.model_identity) {
-      return Error{"the KV comes from another model (its identity differs from this worker's): prefill and decode "
-                   "workers must serve the same model directory"};
+      return Error{
+          "the KV comes from another model (its identity differs from this worker's): prefill and decode "
+          "workers must serve the same model directory"};
     }
     const auto dtype = json.at("kv_dtype").get<std::string>();
     if (dtype != dtype_name(expected_.kv_dtype)) {
@@ -218,8 +221,8 @@ Result<void> PrefilledKvAssembler::accept_header(std::span<const uint8_t> body) 
   const int32_t want_swa = expected_.swa_bytes_per_block > 0 ? want_blocks - request_.swa_first_block : 0;
   if (num_full_blocks_ != want_blocks || request_.swa_first_block < 0 || num_swa_blocks_ != want_swa) {
     return Error{"the KV header frame announces " + std::to_string(num_full_blocks_) + " + " +
-                 std::to_string(num_swa_blocks_) + " pages for a " +
-                 std::to_string(request_.prompt_token_ids.size()) + "-token prompt (wrong sizes)"};
+                 std::to_string(num_swa_blocks_) + " pages for a " + std::to_string(request_.prompt_token_ids.size()) +
+                 "-token prompt (wrong sizes)"};
   }
   request_.kv.resize(static_cast<size_t>(num_full_blocks_) * static_cast<size_t>(expected_.full_bytes_per_block));
   request_.swa_kv.resize(static_cast<size_t>(num_swa_blocks_) * static_cast<size_t>(expected_.swa_bytes_per_block));

@@ -71,8 +71,8 @@ Result<std::unique_ptr<TcpKvReceiver>> TcpKvReceiver::start(const std::string& h
   if (!ec) receiver->acceptor_.bind(endpoint, ec);
   if (!ec) receiver->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    return Error{"--kv-port: cannot listen on " + host + ":" + std::to_string(port) + " for KV pushes: " +
-                 ec.message()};
+    return Error{"--kv-port: cannot listen on " + host + ":" + std::to_string(port) +
+                 " for KV pushes: " + ec.message()};
   }
   receiver->port_ = receiver->acceptor_.local_endpoint().port();
   asio::co_spawn(receiver->io_, receiver->accept_loop(), asio::detached);

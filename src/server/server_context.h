@@ -62,7 +62,7 @@ struct ServerContext {
   KvTransport* kv_transport = nullptr;
   std::function<void()> flush_kv_store;
   PrefilledInbox* prefilled_inbox = nullptr;
-  bool has_kv_store = false;  // the engine has a persistent KV store (--kv-cache-dir / -backend)
+  bool has_kv_store = false;             // the engine has a persistent KV store (--kv-cache-dir / -backend)
   ShutdownDeadline* shutdown = nullptr;  // required; begun by the first SIGTERM / SIGINT
   int64_t started_unix = 0;
   // Connections inside a request (read, its response not yet written): the shutdown lets them

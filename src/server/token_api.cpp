@@ -294,14 +294,16 @@ namespace {
 // Why this worker cannot take a disaggregated request, or nullopt.
 std::optional<std::string> refuse_role(const Submission& submission, const ServerContext& context) {
   if (submission.kv_handoff) {
-    if (context.kv_transport == nullptr) return "this worker does not prefill for decode workers (serve --role prefill)";
+    if (context.kv_transport == nullptr)
+      return "this worker does not prefill for decode workers (serve --role prefill)";
     if (submission.kv_handoff->mode == KvTransferMode::kStore && !context.has_kv_store) {
       return "this prefill worker has no persistent KV store for the store transfer mode: start it with "
              "--kv-cache-dir on a shared directory or --kv-cache-backend redis://HOST:PORT";
     }
   }
   if (submission.continues) {
-    if (context.prefilled_inbox == nullptr) return "this worker does not decode prefilled requests (serve --role decode)";
+    if (context.prefilled_inbox == nullptr)
+      return "this worker does not decode prefilled requests (serve --role decode)";
     if (submission.continues->mode == KvTransferMode::kStore && !context.has_kv_store) {
       return "this decode worker has no persistent KV store for the store transfer mode: start it with the prefill "
              "workers' --kv-cache-dir or --kv-cache-backend";

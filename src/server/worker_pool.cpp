@@ -2,7 +2,6 @@
 #include "server/worker_pool.h"
 
 #include <array>
-#include <random>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,6 +12,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <random>
 
 #include "core/logging.h"
 #include "server/token_api.h"
@@ -39,8 +39,8 @@ struct WorkerPool::Handover {
 struct WorkerPool::Relay {
   int64_t id = 0;
   std::shared_ptr<OutputChannel> channel;
-  Submission submission;  // without its channel: a disaggregated request's two requests derive from it
-  std::string body;       // the token-level request of a whole one, serialised once
+  Submission submission;    // without its channel: a disaggregated request's two requests derive from it
+  std::string body;         // the token-level request of a whole one, serialised once
   std::string transfer_id;  // a disaggregated request's pushed KV, on its decode worker
   RoutedRequest routed;
   Metrics* metrics = nullptr;

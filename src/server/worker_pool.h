@@ -15,6 +15,7 @@
 // 502 event naming it (a stream ends with the API's error event, never a hang).
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -22,8 +23,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-
-#include <boost/asio/awaitable.hpp>
 
 #include "server/generation_backend.h"
 #include "server/metrics.h"

@@ -100,7 +100,8 @@ TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
   EXPECT_NE(decode_error(bytes, other_block).find("same --block-size"), std::string::npos);
   KvLayout other_dtype = layout();
   other_dtype.kv_dtype = DType::kF32;
-  EXPECT_NE(decode_error(bytes, other_dtype).find("BF16 and this worker's cache is F32"), std::string::npos) << decode_error(bytes, other_dtype);
+  EXPECT_NE(decode_error(bytes, other_dtype).find("BF16 and this worker's cache is F32"), std::string::npos)
+      << decode_error(bytes, other_dtype);
   KvLayout other_pages = layout();
   other_pages.full_bytes_per_block = 32;
   EXPECT_NE(decode_error(bytes, other_pages).find("bytes per block"), std::string::npos);
@@ -113,8 +114,8 @@ TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
   EXPECT_NE(decode_error(joined(frames), layout()).find("wrong sizes"), std::string::npos)
       << decode_error(joined(frames), layout());
   // Not a KV stream at all.
-  const std::vector<uint8_t> http = {'P', 'O', 'S', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '1',
-                                     '\r', '\n', '\r', '\n', 0, 0, 0, 0, 0};
+  const std::vector<uint8_t> http = {'P', 'O', 'S', 'T',  ' ',  '/',  ' ',  'H', 'T', 'T', 'P', '/',
+                                     '1', '.', '1', '\r', '\n', '\r', '\n', 0,   0,   0,   0,   0};
   EXPECT_NE(decode_error(http, layout()).find("bad magic"), std::string::npos);
 }
 
