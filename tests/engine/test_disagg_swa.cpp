@@ -198,6 +198,39 @@ TEST_P(DisaggSwa, StoredPromptEnginesReplayAndHandOver) {
   EXPECT_EQ(stored_pages(dir.path()).size(), pages.size());  // the hits stored nothing new
 }
 
+// A cluster's store transfer mode: the PROMPT engine's pages go to the store and nothing else is
+// handed over but the first token; a COMPLETION engine on the same store loads the 40-token
+// prefix (the sliding layers rebuilt by the replay), computes the last token and the first
+// output again, and, the first token already delivered, reports only the tokens after it: the
+// unified engine's continuation (tokens; the replay's logprobs may differ in the last bits, as in
+// StoredPromptEnginesReplayAndHandOver).
+TEST_P(DisaggSwa, CompletionFromTheStoreContinuesAfterTheDeliveredToken) {
+  const std::string fixture = GetParam();
+  const SampleRun want = unified_run(fixture);
+  TestModel prompt_model = load_test_model(fixture, true);
+  TestModel completion_model = load_test_model(fixture, true);
+  TempDir dir;
+  Prefill prefill = run_prompt_engine(*prompt_model.model, engine_config(EngineMode::kPrompt, fixture, dir.path()));
+  PrefilledRequest from_store = std::move(prefill.request);
+  from_store.kv.clear();
+  from_store.swa_kv.clear();
+  from_store.kv_in_store = true;
+  from_store.first_token_delivered = true;
+  EngineCore engine(*completion_model.model, nullptr,
+                    engine_config(EngineMode::kCompletion, fixture, dir.path(), kSwaReplayExact));
+  ASSERT_TRUE(engine.add_prefilled_request(std::move(from_store)).ok());
+  OutputCollector collector;
+  run_engine(engine, collector);
+  EXPECT_EQ(engine.stats().kv_usage, 0.0);
+  EXPECT_EQ(collector.runs().at(0).num_cached_tokens, kPrompt - 1);
+  const SampleRun& rest = collector.runs().at(0).samples.at(0);
+  std::vector<int32_t> tokens = prefill.first.token_ids;
+  tokens.insert(tokens.end(), rest.token_ids.begin(), rest.token_ids.end());
+  EXPECT_EQ(tokens, want.token_ids);
+  EXPECT_EQ(rest.logprobs.size(), static_cast<size_t>(kMaxTokens - 1));
+  EXPECT_EQ(rest.finish_reason, FinishReason::kLength);
+}
+
 // One COMPLETION engine takes the 41-token prompt, then a second prompt sharing its first 20
 // tokens. The first request's blocks that had left the window were never sent, so the second
 // must not find them in the prefix cache: its continuation equals the unified engine's. The
