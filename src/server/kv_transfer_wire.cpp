@@ -61,36 +61,42 @@ std::vector<uint8_t> encode_kv_frame(KvFrameType type, std::span<const uint8_t> 
   return frame;
 }
 
-std::vector<std::vector<uint8_t>> encode_prefilled_transfer(const std::string& transfer_id, const KvLayout& layout,
-                                                            const PrefilledRequest& request) {
-  const int32_t num_full_blocks =
-      blocks_for_tokens(static_cast<int64_t>(request.prompt_token_ids.size()), layout.block_size);
-  const int32_t num_swa_blocks = layout.swa_bytes_per_block > 0 ? num_full_blocks - request.swa_first_block : 0;
-  Json header{{"transfer_id", transfer_id},
-              {"model_identity", layout.model_identity},
-              {"kv_dtype", std::string(dtype_name(layout.kv_dtype))},
-              {"block_size", layout.block_size},
-              {"full_bytes_per_block", layout.full_bytes_per_block},
-              {"swa_bytes_per_block", layout.swa_bytes_per_block},
-              {"prompt_token_ids", request.prompt_token_ids},
-              {"sampling", sampling_params_to_json(request.params)},
-              {"first_token", request.first_token},
-              {"swa_first_block", request.swa_first_block},
-              {"num_full_blocks", num_full_blocks},
-              {"num_swa_blocks", num_swa_blocks}};
-  std::vector<std::vector<uint8_t>> frames;
-  frames.push_back(encode_kv_frame(KvFrameType::kHeader, as_bytes(header.dump())));
-  const auto full_bytes = static_cast<size_t>(layout.full_bytes_per_block);
-  for (int32_t i = 0; i < num_full_blocks && full_bytes > 0; ++i) {
-    frames.push_back(page_frame(0, i, std::span(request.kv).subspan(static_cast<size_t>(i) * full_bytes, full_bytes)));
+PrefilledKvFrames::PrefilledKvFrames(std::string transfer_id, const KvLayout& layout, const PrefilledRequest& request)
+    : transfer_id_(std::move(transfer_id)), layout_(layout), request_(request) {
+  num_full_blocks_ =
+      static_cast<size_t>(blocks_for_tokens(static_cast<int64_t>(request.prompt_token_ids.size()), layout.block_size));
+  num_full_pages_ = layout.full_bytes_per_block > 0 ? num_full_blocks_ : 0;
+  num_swa_pages_ = layout.swa_bytes_per_block > 0 ? num_full_blocks_ - static_cast<size_t>(request.swa_first_block) : 0;
+}
+
+std::vector<uint8_t> PrefilledKvFrames::frame(size_t index) const {
+  if (index == 0) {
+    const Json header{{"transfer_id", transfer_id_},
+                      {"model_identity", layout_.model_identity},
+                      {"kv_dtype", std::string(dtype_name(layout_.kv_dtype))},
+                      {"block_size", layout_.block_size},
+                      {"full_bytes_per_block", layout_.full_bytes_per_block},
+                      {"swa_bytes_per_block", layout_.swa_bytes_per_block},
+                      {"prompt_token_ids", request_.prompt_token_ids},
+                      {"sampling", sampling_params_to_json(request_.params)},
+                      {"first_token", request_.first_token},
+                      {"swa_first_block", request_.swa_first_block},
+                      {"num_full_blocks", num_full_blocks_},
+                      {"num_swa_blocks", num_swa_pages_}};
+    return encode_kv_frame(KvFrameType::kHeader, as_bytes(header.dump()));
   }
-  const auto swa_bytes = static_cast<size_t>(layout.swa_bytes_per_block);
-  for (int32_t i = 0; i < num_swa_blocks; ++i) {
-    frames.push_back(page_frame(1, request.swa_first_block + i,
-                                std::span(request.swa_kv).subspan(static_cast<size_t>(i) * swa_bytes, swa_bytes)));
+  size_t page = index - 1;
+  if (page < num_full_pages_) {
+    const auto bytes = static_cast<size_t>(layout_.full_bytes_per_block);
+    return page_frame(0, static_cast<int32_t>(page), std::span(request_.kv).subspan(page * bytes, bytes));
   }
-  frames.push_back(encode_kv_frame(KvFrameType::kEnd, {}));
-  return frames;
+  page -= num_full_pages_;
+  if (page < num_swa_pages_) {
+    const auto bytes = static_cast<size_t>(layout_.swa_bytes_per_block);
+    return page_frame(1, request_.swa_first_block + static_cast<int32_t>(page),
+                      std::span(request_.swa_kv).subspan(page * bytes, bytes));
+  }
+  return encode_kv_frame(KvFrameType::kEnd, {});
 }
 
 std::vector<uint8_t> encode_kv_reply(const std::optional<std::string>& error) {

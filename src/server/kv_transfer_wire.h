@@ -40,11 +40,24 @@ inline constexpr size_t kKvFrameHeaderBytes = 24;
 inline constexpr uint64_t kMaxKvJsonBodyBytes = uint64_t{64} << 20;
 
 std::vector<uint8_t> encode_kv_frame(KvFrameType type, std::span<const uint8_t> body);
-// The frames of one transfer, in order: header, pages (full layers' blocks, then the sliding
-// layers' from swa_first_block on), end. Each page frame's body: [layers u8 (0 full, 1 sliding)]
-// [3 zero bytes][block index u32][the block's bytes].
-std::vector<std::vector<uint8_t>> encode_prefilled_transfer(const std::string& transfer_id, const KvLayout& layout,
-                                                            const PrefilledRequest& request);
+// The frames of one transfer, in order: header, pages (the full layers' blocks, then the sliding
+// layers' from swa_first_block on), end; each encoded when asked for, so a sender holds one
+// page's copy at a time, not the prompt's. A page frame's body: [layers u8 (0 full, 1 sliding)]
+// [3 zero bytes][block index u32][the block's bytes]. layout and request must outlive it.
+class PrefilledKvFrames {
+ public:
+  PrefilledKvFrames(std::string transfer_id, const KvLayout& layout, const PrefilledRequest& request);
+  size_t size() const { return 1 + num_full_pages_ + num_swa_pages_ + 1; }
+  std::vector<uint8_t> frame(size_t index) const;
+
+ private:
+  std::string transfer_id_;
+  const KvLayout& layout_;
+  const PrefilledRequest& request_;
+  size_t num_full_blocks_ = 0;
+  size_t num_full_pages_ = 0;  // num_full_blocks_, or 0 when the full layers hold no bytes
+  size_t num_swa_pages_ = 0;
+};
 // The reply: nullopt accepted, else why not.
 std::vector<uint8_t> encode_kv_reply(const std::optional<std::string>& error);
 

@@ -34,9 +34,10 @@ asio::awaitable<Result<void>> TcpKvTransport::push(const KvPeer& to, const std::
   stream.expires_after(timeout_);
   std::tie(ec) = co_await stream.async_connect(asio::ip::tcp::endpoint(address, to.port), kTuple);
   if (ec) co_return Error{where + " cannot be reached: " + ec.message()};
-  // One frame per page, each written when the one before it was taken.
-  const std::vector<std::vector<uint8_t>> frames = encode_prefilled_transfer(transfer_id, layout_, request);
-  for (const std::vector<uint8_t>& frame : frames) {
+  // One frame per page, each encoded and written when the one before it was taken.
+  const PrefilledKvFrames frames(transfer_id, layout_, request);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const std::vector<uint8_t> frame = frames.frame(i);
     stream.expires_after(timeout_);
     std::tie(ec, std::ignore) = co_await asio::async_write(stream, asio::buffer(frame), kTuple);
     if (ec) co_return Error{where + " failed while taking the KV: " + ec.message()};

@@ -291,7 +291,8 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
       next = selector_.acquire_decode(relay.routed, tried);
     }
     if (!next) {
-      co_await deliver(relay, error_event(502, result.failure + "; the output so far is incomplete"));
+      co_await deliver(relay, error_event(502, "the decode stage failed after the first token: " + result.failure +
+                                                   "; the output so far is incomplete"));
       co_return;
     }
     DI_LOG(kWarn, "router: " << result.failure << "; trying another decode worker");

@@ -39,6 +39,14 @@ PrefilledRequest request() {
   return p;
 }
 
+std::vector<std::vector<uint8_t>> encode_transfer(const std::string& transfer_id, const KvLayout& layout,
+                                                  const PrefilledRequest& request) {
+  const PrefilledKvFrames frames(transfer_id, layout, request);
+  std::vector<std::vector<uint8_t>> encoded;
+  for (size_t i = 0; i < frames.size(); ++i) encoded.push_back(frames.frame(i));
+  return encoded;
+}
+
 std::vector<uint8_t> joined(const std::vector<std::vector<uint8_t>>& frames) {
   std::vector<uint8_t> bytes;
   for (const auto& frame : frames) bytes.insert(bytes.end(), frame.begin(), frame.end());
@@ -51,7 +59,7 @@ std::string decode_error(const std::vector<uint8_t>& bytes, const KvLayout& expe
 }
 
 TEST(KvTransfer, FramesRoundTripEveryByte) {
-  const std::vector<std::vector<uint8_t>> frames = encode_prefilled_transfer("t-1", layout(), request());
+  const std::vector<std::vector<uint8_t>> frames = encode_transfer("t-1", layout(), request());
   ASSERT_EQ(frames.size(), 1u + 3u + 2u + 1u);  // header, full pages, sliding pages, end
   std::string transfer_id;
   Result<PrefilledRequest> decoded = decode_prefilled_transfer(joined(frames), layout(), &transfer_id);
@@ -69,7 +77,7 @@ TEST(KvTransfer, FramesRoundTripEveryByte) {
 }
 
 TEST(KvTransfer, TruncatedTransfersAreRefused) {
-  const std::vector<uint8_t> bytes = joined(encode_prefilled_transfer("t", layout(), request()));
+  const std::vector<uint8_t> bytes = joined(encode_transfer("t", layout(), request()));
   // Cut inside the last page's body, inside a frame header, and before the end frame.
   for (const size_t cut : {bytes.size() - kKvFrameHeaderBytes - 3, bytes.size() - kKvFrameHeaderBytes + 5,
                            bytes.size() - kKvFrameHeaderBytes}) {
@@ -78,20 +86,20 @@ TEST(KvTransfer, TruncatedTransfersAreRefused) {
         << cut << ": " << decode_error(truncated, layout());
   }
   // An end frame with pages missing.
-  std::vector<std::vector<uint8_t>> frames = encode_prefilled_transfer("t", layout(), request());
+  std::vector<std::vector<uint8_t>> frames = encode_transfer("t", layout(), request());
   frames.erase(frames.begin() + 2);
   EXPECT_NE(decode_error(joined(frames), layout()).find("1 of its 5 pages missing"), std::string::npos)
       << decode_error(joined(frames), layout());
 }
 
 TEST(KvTransfer, CorruptedBytesFailTheChecksum) {
-  std::vector<uint8_t> bytes = joined(encode_prefilled_transfer("t", layout(), request()));
+  std::vector<uint8_t> bytes = joined(encode_transfer("t", layout(), request()));
   bytes[bytes.size() - kKvFrameHeaderBytes - 10] ^= 1;  // inside the last page
   EXPECT_NE(decode_error(bytes, layout()).find("checksum"), std::string::npos) << decode_error(bytes, layout());
 }
 
 TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
-  const std::vector<uint8_t> bytes = joined(encode_prefilled_transfer("t", layout(), request()));
+  const std::vector<uint8_t> bytes = joined(encode_transfer("t", layout(), request()));
   KvLayout other_model = layout();
   other_model.model_identity = "model.safetensors=fff;";
   EXPECT_NE(decode_error(bytes, other_model).find("another model"), std::string::npos);
@@ -109,8 +117,8 @@ TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
   PrefilledRequest short_page = request();
   KvLayout lying = layout();
   lying.full_bytes_per_block = 20;
-  std::vector<std::vector<uint8_t>> frames = encode_prefilled_transfer("t", lying, short_page);
-  frames[0] = encode_prefilled_transfer("t", layout(), request())[0];  // the header claims 24 bytes a page
+  std::vector<std::vector<uint8_t>> frames = encode_transfer("t", lying, short_page);
+  frames[0] = encode_transfer("t", layout(), request())[0];  // the header claims 24 bytes a page
   EXPECT_NE(decode_error(joined(frames), layout()).find("wrong sizes"), std::string::npos)
       << decode_error(joined(frames), layout());
   // Not a KV stream at all.
