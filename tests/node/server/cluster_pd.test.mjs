@@ -26,7 +26,9 @@ let oracle;
 const routers = {};  // by KV transfer mode
 let prefills = [];
 let decodes = [];
-const workerArgs = (role) => ['--batch-invariant', '--register', redis.url, '--role', role, '--kv-cache-dir', storeDir];
+// --kv-cache-load always: a store hit is loaded whatever the cost guard's timing on a busy machine.
+const workerArgs = (role) => ['--batch-invariant', '--register', redis.url, '--role', role, '--kv-cache-dir', storeDir,
+                              '--kv-cache-load', 'always'];
 
 async function until(what, check, timeoutMs = 15000) {
   for (const deadline = Date.now() + timeoutMs; !(await check()); await sleep(50)) {
