@@ -105,6 +105,8 @@ int run_router(int argc, char** argv) {
     return report_error("router", Error{"--block-size must be in [1, 65536]"});
   auto max_model_len = non_negative_flag(*args, "--max-model-len", 0);
   if (!max_model_len.ok()) return report_error("router", max_model_len.error());
+  auto kv_transfer = server::parse_kv_transfer_mode(args->find("--kv-transfer").value_or("push"));
+  if (!kv_transfer.ok()) return report_error("router", Error{"--kv-transfer: " + kv_transfer.error().message});
   auto max_attempts = non_negative_flag(*args, "--max-attempts", 3);
   if (!max_attempts.ok()) return report_error("router", max_attempts.error());
   if (*max_attempts < 1 || *max_attempts > 64)
@@ -160,8 +162,6 @@ int run_router(int argc, char** argv) {
   selector_options.block_size = static_cast<int32_t>(*block_size);
   selector_options.cost_model = cost_model;
   server::WorkerSelector selector(std::move(*policy), selector_options);
-  auto kv_transfer = server::parse_kv_transfer_mode(args->find("--kv-transfer").value_or("push"));
-  if (!kv_transfer.ok()) return report_error("router", Error{"--kv-transfer: " + kv_transfer.error().message});
   server::WorkerPoolOptions pool_options;
   pool_options.kv_transfer = *kv_transfer;
   pool_options.registry_url = registry.url;
