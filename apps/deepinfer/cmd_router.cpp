@@ -33,7 +33,7 @@ constexpr const char* kUsage =
                         [--served-model-name NAME] [--api-key KEY] [--worker-api-key KEY]
                         [--block-size N] [--max-model-len N] [--max-n N] [--request-timeout S]
                         [--max-body-bytes N] [--shutdown-timeout S] [--io-threads N]
-                        [--max-attempts N] [--registry-poll-ms MS] [--kv-transfer push|store]
+                        [--max-attempts N] [--registry-poll-ms MS] [--kv-transfer push|store] [--ui]
                         [--cost-model FILE.json] [--quota-ms MS] [--window-ms MS] [--group-size N]
 The cluster's entry point: the same HTTP APIs as `deepinfer serve` (POST /v1/chat/completions,
 /v1/completions, /v1/responses, /v1/messages, /tokenize, /detokenize; GET /v1/models, /health,
@@ -58,6 +58,8 @@ worker's --kv-port over TCP) or store (through the persistent KV store both work
 which prompt blocks each worker caches in these units. --max-model-len: the workers' context length
 (default: the model's); it bounds prompt + max_tokens and sets the default max_tokens.
 --worker-api-key: the key the workers were started with (--api-key on serve), if any.
+--ui: the web playground at GET / as on `deepinfer serve --ui`; its live figures are the workers'
+last reports (requests running and waiting summed, KV use averaged, cached over prompt tokens).
 The first line printed is "deepinfer router: listening on http://HOST:PORT".
 )";
 
@@ -85,7 +87,7 @@ int run_router(int argc, char** argv) {
                           server_value_flags({"--redis", "--model", "--policy", "--worker-api-key", "--block-size",
                                               "--max-model-len", "--max-attempts", "--registry-poll-ms", "--cost-model",
                                               "--quota-ms", "--window-ms", "--group-size", "--kv-transfer"}),
-                          {});
+                          {"--ui"});
   if (!args.ok()) return report_error("router", args.error());
   auto config = server_config_from_args(*args);
   if (!config.ok()) return report_error("router", config.error());
@@ -182,6 +184,9 @@ int run_router(int argc, char** argv) {
   std::printf("deepinfer router: listening on http://%s:%u (model '%s', policy %s, registry %s, %zu workers)\n",
               config->host.c_str(), static_cast<unsigned>(*port), context.model.served_name.c_str(),
               selector.policy_name().c_str(), registry.url.c_str(), selector.num_registered());
+  if (config->ui) {
+    std::printf("deepinfer router: playground at http://%s:%u/\n", config->host.c_str(), static_cast<unsigned>(*port));
+  }
   std::fflush(stdout);
   http_server.run();
   watcher->reset();

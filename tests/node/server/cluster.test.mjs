@@ -13,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { freePort, startRedis } from './cluster_harness.mjs';
+import { parsePrometheus, summarize } from '../../../src/server/ui/metrics.js';
 import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
 const model = process.env.DEEPINFER_DEFAULT_MODEL;
@@ -48,7 +49,7 @@ const workerArgs = () => ['--batch-invariant', '--register', redis.url];
 before(async () => {
   redis = await startRedis();
   router = await startCommand(['router', '--redis', redis.url, '--model', model, '--port', '0', '--served-model-name',
-                               MODEL, '--block-size', '16', '--registry-poll-ms', '100']);
+                               MODEL, '--block-size', '16', '--registry-poll-ms', '100', '--ui']);
   oracle = await startServer(['--batch-invariant'], model);
 });
 after(async () => {
@@ -175,6 +176,21 @@ describe('the serving cluster', () => {
       return { text: r.output_text, usage: r.usage, status: r.status };
     };
     assert.deepEqual(await respond(router), await respond(oracle));
+  });
+
+  test('the router serves the playground, whose live figures are the workers\' reports', async () => {
+    const page = await fetch(`${router.url}/`);
+    assert.equal(page.status, 200);
+    assert.match(await page.text(), /<title>deepinfer playground<\/title>/);
+    const text = await (await fetch(`${router.url}/metrics`)).text();
+    const samples = parsePrometheus(text);
+    const figures = summarize(samples);
+    const reported = (family) => Object.entries(samples).filter(([key]) => key.startsWith(`deepinfer_worker_reported_${family}{`));
+    assert.equal(reported('running_requests').length, 2, text);
+    assert.equal(figures.running, reported('running_requests').reduce((sum, [, v]) => sum + v, 0));
+    assert.ok(figures.waiting >= 0 && figures.kvUsage >= 0 && figures.kvUsage <= 1, JSON.stringify(figures));
+    assert.ok(samples.deepinfer_prompt_tokens_total > 0, 'the router counts the prompt tokens it sent');
+    assert.ok(figures.prefixHitRate >= 0 && figures.prefixHitRate <= 1, JSON.stringify(figures));
   });
 
   test('anthropic messages, streamed and not, equal one server', async () => {
