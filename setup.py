@@ -3,9 +3,9 @@ deepinfer_python_core) and the package gets a copy of the embedded default model
 
     pip install --no-build-isolation .      # needs cmake, ninja and the Debian packages of tools/install_deps.sh
 
-The CMake build goes to build-pip/ (a full build of the engine: tens of minutes on 2 cores, faster
-with ccache); DEEPINFER_BUILD_DIR=DIR reuses an existing CMake build directory instead (e.g. the
-one `make python` made).
+The CMake build goes to build-pip/ (a full build of the engine: tens of minutes on 2 cores, minutes
+when ccache has build/'s objects); DEEPINFER_BUILD_DIR=DIR reuses an existing CMake build directory
+instead (e.g. the one `make python` made).
 """
 
 import glob
@@ -35,7 +35,10 @@ class CMakeBuild(build_ext):
         if build_dir:
             build_dir = os.path.abspath(build_dir)
         else:
-            build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+            # build-pip itself (setuptools' own lib./temp. folders sit beside CMake's files): one level
+            # below the checkout, as build/ is, so its relative paths match build/'s where
+            # CCACHE_BASEDIR is set and ccache reuses build/'s objects.
+            build_dir = os.path.join(ROOT, "build-pip")
             subprocess.check_call(
                 [
                     "cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
