@@ -16,6 +16,7 @@ size_t dtype_size_bytes(DType dtype) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kF8E4M3: return 1;
+    case DType::kU8: return 1;
   }
   DI_CHECK(false, "unknown dtype");
 }
@@ -28,6 +29,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kU8: return "U8";
   }
   DI_CHECK(false, "unknown dtype");
 }
@@ -40,6 +42,7 @@ std::optional<DType> find_dtype(std::string_view name) {
   if (name == "I32" || name == "int32") return DType::kI32;
   if (name == "I64" || name == "int64") return DType::kI64;
   if (name == "F8_E4M3" || name == "float8_e4m3fn") return DType::kF8E4M3;
+  if (name == "U8" || name == "uint8") return DType::kU8;
   return std::nullopt;
 }
 

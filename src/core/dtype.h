@@ -10,8 +10,9 @@
 
 namespace deepinfer {
 
-// kF8E4M3: float8 e4m3fn (DeepSeek-V3's block-scaled weights), dequantised at load.
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF8E4M3 };
+// kF8E4M3: float8 e4m3fn (DeepSeek-V3's block-scaled weights), dequantised at load. kU8: raw
+// bytes (MXFP4 blocks and e8m0 scales, weights/mxfp4.h), never an operand of a kernel.
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF8E4M3, kU8 };
 
 size_t dtype_size_bytes(DType dtype);
 std::string_view dtype_name(DType dtype);

@@ -21,7 +21,7 @@ using nlohmann::json;
 constexpr uint64_t kLengthBytes = 8;
 // The safetensors format caps the header at 100 MB; a bigger length means "not safetensors".
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr const char* kSupportedDTypes = "F32, BF16, F16, I32, I64, F8_E4M3";
+constexpr const char* kSupportedDTypes = "F32, BF16, F16, I32, I64, F8_E4M3, U8";
 
 // Only the safetensors spellings: find_dtype() also takes transformers names ("float32").
 std::optional<DType> find_safetensors_dtype(const std::string& name) {
@@ -31,6 +31,7 @@ std::optional<DType> find_safetensors_dtype(const std::string& name) {
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
   if (name == "F8_E4M3") return DType::kF8E4M3;
+  if (name == "U8") return DType::kU8;
   return std::nullopt;
 }
 
@@ -245,6 +246,10 @@ Result<TensorView> WeightStore::get(const std::string& name, const std::vector<i
   if (it->second.shape != expected_shape) {
     return Error{name + " in " + it->second.file + " has shape " + shape_to_string(it->second.shape) + ", expected " +
                  shape_to_string(expected_shape)};
+  }
+  if (it->second.dtype == DType::kU8) {
+    return Error{name + " in " + it->second.file + " is U8 (raw bytes, such as MXFP4 blocks); a weight here must be " +
+                 "F32, BF16, F16 or F8_E4M3"};
   }
   return it->second;
 }

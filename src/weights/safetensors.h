@@ -40,8 +40,9 @@ class WeightStore {
   static Result<WeightStore> open_file(const std::string& path);
 
   std::optional<TensorView> find(const std::string& name) const;
-  // The tensor with this exact shape; errors: "model.layers.0.mlp.up_proj.weight is missing
-  // from <dir>" or "... in <file> has shape [a, b], expected [c, d]".
+  // The weight with this exact shape; errors: "model.layers.0.mlp.up_proj.weight is missing
+  // from <dir>", "... in <file> has shape [a, b], expected [c, d]", or a U8 tensor (raw bytes,
+  // e.g. MXFP4 blocks: read those with find()) where a numeric weight belongs.
   Result<TensorView> get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
   std::vector<std::string> names() const;
   uint64_t total_bytes() const;

@@ -3,7 +3,8 @@
 // bias, softmax over the top-k router logits, experts with biases and the clamped SwiGLU
 // ((up + 1) * gate * sigmoid(1.702 gate) with gate <= limit, |up| <= limit; gate and up
 // interleaved in gate_up_proj). Experts load unquantised (bf16 / f32, as transformers saves
-// them); the MXFP4 experts of the published checkpoints are refused with a clear error.
+// them) or from the published checkpoints' MXFP4 (`*_blocks` / `*_scales`, quant_method "mxfp4"),
+// dequantised to bf16 at load, which holds those values exactly.
 #include "model/archs/archs.h"
 #include "model/layers/dense_decoder.h"
 
@@ -16,13 +17,6 @@ constexpr double kDefaultSwigluLimit = 7.0;  // GptOssConfig's default
 
 Result<std::unique_ptr<CausalLM>> build_gpt_oss(const ModelSource& source) {
   const ModelConfig& config = source.config;
-  const auto quantization = config.raw.find("quantization_config");
-  if (quantization != config.raw.end() && quantization->is_object() &&
-      quantization->value("quant_method", std::string()) == "mxfp4") {
-    return Error{"config.json: quantization_config.quant_method is \"mxfp4\"; deepinfer loads GPT-OSS experts "
-                 "in bf16 or f32 only (dequantise the checkpoint first, e.g. load it in transformers with "
-                 "Mxfp4Config(dequantize=True) and save it)"};
-  }
   if (!config.moe) return Error{"config.json: " + config.architecture + " needs num_local_experts"};
   const auto limit = config.raw.find("swiglu_limit");
   if (limit != config.raw.end() && !limit->is_null() && !(limit->is_number() && limit->get<double>() > 0.0)) {

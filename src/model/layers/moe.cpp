@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "model/expert_parallel.h"
+#include "weights/mxfp4.h"
 
 namespace deepinfer {
 namespace {
@@ -43,6 +44,32 @@ Result<std::vector<float>> read_expert_f32(const ModelSource& source, const std:
   const size_t offset = static_cast<size_t>(index) * per_expert * dtype_size_bytes(tensor->dtype);
   convert_to_f32(static_cast<const char*>(tensor->data) + offset, tensor->dtype, per_expert, values.data());
   return values;
+}
+
+// [rows, cols] row-major -> [cols, rows].
+std::vector<float> transposed(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  std::vector<float> out(values.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = values[static_cast<size_t>(r * cols + c)];
+  }
+  return out;
+}
+
+// Expert `index` of an MXFP4 tensor pair (`name`_blocks, `name`_scales) as float32 [rows, cols].
+Result<std::vector<float>> read_mxfp4_expert(const ModelSource& source, const std::string& name, int64_t num_experts,
+                                             int64_t rows, int64_t cols, int64_t index) {
+  const std::optional<TensorView> blocks = source.weights->find(name + "_blocks");
+  const std::optional<TensorView> scales = source.weights->find(name + "_scales");
+  if (!blocks || !scales) {
+    return Error{name + "_blocks and " + name + "_scales (MXFP4) are missing from " + source.weights->source()};
+  }
+  const std::vector<int64_t> expected = {num_experts, rows, cols / 32, 16};
+  if (cols % 32 != 0 || blocks->shape != expected) {
+    return Error{"tensor " + blocks->name + " in " + blocks->file + " has shape " + shape_to_string(blocks->shape) +
+                 "; expected MXFP4 blocks " + shape_to_string(expected) + " (" + std::to_string(cols) +
+                 " inputs a row in groups of 32)"};
+  }
+  return dequantize_mxfp4(*blocks, *scales, index);
 }
 
 // The experts of `leaving` that are not in `staying` go: their views back to the backend (a device
@@ -191,40 +218,47 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
   const int64_t hidden = hidden_;
   const int32_t e = expert.expert_id;
   const std::string base = prefix_ + ".experts.";
-  // Expert e's rows of each tensor: gate_up [hidden, 2 * inter], its bias [2 * inter], down
-  // [inter, hidden], its bias [hidden].
-  auto gu = read_expert_f32(source, base + "gate_up_proj", {num_experts, hidden, 2 * inter}, e);
-  if (!gu.ok()) return gu.error();
   auto gu_bias = read_expert_f32(source, base + "gate_up_proj_bias", {num_experts, 2 * inter}, e);
   if (!gu_bias.ok()) return gu_bias.error();
-  auto d = read_expert_f32(source, base + "down_proj", {num_experts, inter, hidden}, e);
-  if (!d.ok()) return d.error();
   auto down_b = read_expert_f32(source, base + "down_proj_bias", {num_experts, hidden}, e);
   if (!down_b.ok()) return down_b.error();
-  // A BF16 checkpoint's values round-trip exactly, so the transposed copies keep its dtype.
-  const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
-  const DType dtype = stored && stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  // [in, out] with gate/up interleaved on out -> separate [out, in] matrices, as Linear stores them.
+  // gate|up as [2 * inter, hidden] rows (gate and up interleaved) and down as [hidden, inter].
+  std::vector<float> gate_up_rows, down_rows;
+  DType dtype = DType::kF32;
+  if (source.weights->find(base + "gate_up_proj_blocks")) {
+    auto rows = read_mxfp4_expert(source, base + "gate_up_proj", num_experts, 2 * inter, hidden, e);
+    if (!rows.ok()) return rows.error();
+    gate_up_rows = std::move(*rows);
+    rows = read_mxfp4_expert(source, base + "down_proj", num_experts, hidden, inter, e);
+    if (!rows.ok()) return rows.error();
+    down_rows = std::move(*rows);
+    dtype = DType::kBF16;  // e2m1 values times powers of two are exact in bf16
+  } else {
+    // Unquantised checkpoints store both as [in, out].
+    auto gu = read_expert_f32(source, base + "gate_up_proj", {num_experts, hidden, 2 * inter}, e);
+    if (!gu.ok()) return gu.error();
+    auto d = read_expert_f32(source, base + "down_proj", {num_experts, inter, hidden}, e);
+    if (!d.ok()) return d.error();
+    gate_up_rows = transposed(*gu, hidden, 2 * inter);
+    down_rows = transposed(*d, inter, hidden);
+    // A BF16 checkpoint's values round-trip exactly, so the transposed copies keep its dtype.
+    const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
+    dtype = stored && stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  }
+  // Gate/up interleaved -> separate [inter, hidden] matrices, as Linear stores them.
   std::vector<float> gate(static_cast<size_t>(inter * hidden)), up(gate.size());
   std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
-  std::vector<float> down_t(static_cast<size_t>(hidden * inter));
   for (int64_t i = 0; i < inter; ++i) {
-    for (int64_t h = 0; h < hidden; ++h) {
-      gate[static_cast<size_t>(i * hidden + h)] = (*gu)[static_cast<size_t>(h * 2 * inter + 2 * i)];
-      up[static_cast<size_t>(i * hidden + h)] = (*gu)[static_cast<size_t>(h * 2 * inter + 2 * i + 1)];
-    }
+    const auto gate_row = gate_up_rows.begin() + 2 * i * hidden;
+    std::copy(gate_row, gate_row + hidden, gate.begin() + i * hidden);
+    std::copy(gate_row + hidden, gate_row + 2 * hidden, up.begin() + i * hidden);
     gate_b[static_cast<size_t>(i)] = (*gu_bias)[static_cast<size_t>(2 * i)];
     up_b[static_cast<size_t>(i)] = (*gu_bias)[static_cast<size_t>(2 * i + 1)];
-  }
-  for (int64_t h = 0; h < hidden; ++h) {
-    for (int64_t i = 0; i < inter; ++i) {
-      down_t[static_cast<size_t>(h * inter + i)] = (*d)[static_cast<size_t>(i * hidden + h)];
-    }
   }
   const std::string name = base + std::to_string(e);
   auto g = load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype);
   auto u = load_host_tensor(source, name + ".up", inter, hidden, up, dtype);
-  auto dn = load_host_tensor(source, name + ".down", hidden, inter, down_t, dtype);
+  auto dn = load_host_tensor(source, name + ".down", hidden, inter, down_rows, dtype);
   auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
   auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
   auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, *down_b, dtype);
