@@ -81,31 +81,117 @@ function prefillVsLength() {
   };
 }
 
+// The HTTP server under load (deepinfer bench serve --json, streaming /v1/completions): time to
+// first token and inter-token latency percentiles against concurrency. The run charted is the
+// CPU one of the development VM (tools/gpu/bench_serve.sh makes the H200's; none is in docs/bench
+// yet); its label names the machine and model.
+function serveLatency() {
+  const file = 'serve_cpu_2026-12-03.jsonl';
+  const rows = [];
+  for (const r of records(file).filter((r) => r.kind === 'serve')) {
+    for (const [figure, panel] of [['ttft_ms', 'time to first token (ms)'], ['itl_ms', 'inter-token latency (ms)']]) {
+      for (const p of ['p50', 'p90', 'p99']) rows.push({ concurrency: r.concurrency, ms: r[figure][p], series: p, line: 'measured', panel });
+    }
+  }
+  const shape = records(file)[0];
+  return {
+    file: 'serve_latency_vs_concurrency.svg',
+    spec: lineChart(rows, {
+      title: [`deepinfer serve under load: ${shape.input_tokens} tokens in, ${shape.output_tokens} out, streamed`, shape.label.replace(/, commit .*/, '')],
+      x: { field: 'concurrency', title: 'requests in flight', axis: { values: [...new Set(rows.map((r) => r.concurrency))] } },
+      y: { field: 'ms', title: 'ms' },
+      colors: { p50: blue, p90: green, p99: orange },
+      column: { field: 'panel', title: null, sort: ['time to first token (ms)', 'inter-token latency (ms)'] },
+      independentY: true,
+      format: ',.1f',
+    }),
+  };
+}
+
+// The load-balancing simulator (deepinfer lb-sim) on the two Mooncake traces at 8, 64 and 512
+// prefill instances (half as many decode ones), the arrival rate scaled with the instances so each
+// sees the same load: one point per policy and size, for the given figure of its results.
+function lbSimRows(figure, scale = 1) {
+  const runs = records('lb_sim_2026-12-03.jsonl').filter((r) => r.config.shared_store);
+  const rows = [];
+  for (const run of runs) {
+    // The scaling runs are each (trace, size)'s lowest rate; higher ones are the over-capacity runs.
+    const lowest = Math.min(...runs.filter((r) => r.trace === run.trace && r.config.prefill_instances === run.config.prefill_instances)
+      .map((r) => r.config.rate_scale));
+    if (run.config.rate_scale !== lowest) continue;
+    const trace = run.trace.replace('_trace.jsonl', '');
+    for (const result of run.results) {
+      rows.push({ instances: run.config.prefill_instances, value: result[figure] * scale, series: result.policy, line: 'measured',
+                  trace: `${trace} trace` });
+    }
+  }
+  return rows;
+}
+
+const policyColors = () => ({ seeds: blue, 'least-loaded': green, 'prefix-affinity': purple, 'round-robin': orange });
+
+function lbSimTtft() {
+  return {
+    file: 'lb_sim_ttft_p99.svg',
+    spec: lineChart(lbSimRows('ttft_p99_ms', 1e-3), {
+      title: 'Simulated cluster: TTFT p99 by policy (deepinfer lb-sim, 2026-12-03)',
+      x: { field: 'instances', title: 'prefill instances', axis: { values: [8, 64, 512] } },
+      y: { field: 'value', title: 'TTFT p99 (s)' },
+      colors: policyColors(),
+      column: { field: 'trace', title: null },
+      format: ',.1f',
+    }),
+  };
+}
+
+function lbSimBalance() {
+  return {
+    file: 'lb_sim_balanced_fraction.svg',
+    spec: lineChart(lbSimRows('balanced_fraction'), {
+      title: 'Simulated cluster: fraction of perfectly balanced prefill throughput',
+      x: { field: 'instances', title: 'prefill instances', axis: { values: [8, 64, 512] } },
+      y: { field: 'value', title: 'balanced fraction' },
+      yScale: { type: 'linear', domain: [0.6, 1] },
+      colors: policyColors(),
+      column: { field: 'trace', title: null },
+      format: '.3f',
+    }),
+  };
+}
+
 const blue = '#2f6fce';
 const orange = '#e0801f';
 const green = '#2e9e44';
+const purple = '#8a4fbf';
 
-// Log-log lines with points; colors maps each series (in legend order) to its colour; ceilings dashed.
-function lineChart(values, { title, x, y, colors }) {
+// Lines with points, log-scaled x and y unless yScale says otherwise; colors maps each series (in
+// legend order) to its colour; ceilings dashed; column, when given, draws one panel per value of
+// that field side by side (independentY: each panel its own y scale); format is the tooltip's
+// number format.
+function lineChart(values, { title, x, y, colors, yScale = { type: 'log' }, column, format = ',.0f', independentY = false }) {
+  const width = column ? 300 : 520;
+  const encoding = {
+    x: { ...x, type: 'quantitative', scale: { type: 'log', nice: false, padding: 12 }, axis: { grid: true, ...x.axis } },
+    y: { ...y, type: 'quantitative', scale: { nice: false, padding: 12, ...yScale }, axis: { grid: true } },
+    color: {
+      field: 'series', type: 'nominal', title: null,
+      scale: { domain: Object.keys(colors), range: Object.values(colors) },
+      legend: { orient: 'bottom', columns: 1, labelLimit: 400 },
+    },
+    strokeDash: { field: 'line', type: 'nominal', title: null, scale: { domain: ['measured', 'ceiling'], range: [[1, 0], [6, 4]] }, legend: null },
+    tooltip: [{ field: 'series' }, { field: x.field }, { field: y.field, format }],
+  };
+  const layout = column
+    ? { facet: { column: { type: 'nominal', ...column } },
+        spec: { width, height: 300, mark: { type: 'line', point: true }, encoding },
+        ...(independentY ? { resolve: { scale: { y: 'independent' } } } : {}) }
+    : { width, height: 320, mark: { type: 'line', point: true }, encoding };
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title,
-    width: 520,
-    height: 320,
     background: 'white',
     data: { values },
-    mark: { type: 'line', point: true },
-    encoding: {
-      x: { ...x, type: 'quantitative', scale: { type: 'log', nice: false, padding: 12 }, axis: { grid: true } },
-      y: { ...y, type: 'quantitative', scale: { type: 'log', nice: false, padding: 12 }, axis: { grid: true } },
-      color: {
-        field: 'series', type: 'nominal', title: null,
-        scale: { domain: Object.keys(colors), range: Object.values(colors) },
-        legend: { orient: 'bottom', columns: 1, labelLimit: 400 },
-      },
-      strokeDash: { field: 'line', type: 'nominal', title: null, scale: { domain: ['measured', 'ceiling'], range: [[1, 0], [6, 4]] }, legend: null },
-      tooltip: [{ field: 'series' }, { field: x.field }, { field: y.field, format: ',.0f' }],
-    },
+    ...layout,
     config: { font: 'DejaVu Sans, sans-serif' },
   };
 }
@@ -117,7 +203,7 @@ async function render(spec) {
   return svg;
 }
 
-const charts = [decodeVsBatch(), prefillVsLength()];
+const charts = [decodeVsBatch(), prefillVsLength(), serveLatency(), lbSimTtft(), lbSimBalance()];
 const committedDir = path.join(benchDir, 'plots');
 if (process.argv[2] === '--check') {
   const stale = [];
