@@ -2,7 +2,8 @@
 # tools/gpu/bench_serve.sh: the HTTP server under load on the H200: `deepinfer serve --device cuda` on
 # a random Llama-3-8B-shaped bf16 checkpoint (bench/configs/llama3-8b.json) with the real Llama 3
 # tokenizer, then `deepinfer bench serve` (streaming /v1/completions, vLLM benchmark_serving style)
-# at CONCURRENCY levels. Uses the bundle tools/gpu/pack.sh made and the tokenizer archive it packs
+# at CONCURRENCY levels. Uses the bundle `tools/gpu/pack.sh --serve-only` made (the full one and the
+# tokenizer do not fit the device's upload beside the tree) and the tokenizer archive it packs
 # (build-cuda/llama3-tokenizer.tar.xz). Output: $OUT/serve_bench.jsonl (one line a level) and the logs.
 # INPUT / OUTPUT: tokens per request (default 1024 / 128); PROMPTS: requests per level (default 4 x
 # the concurrency, at least 8).

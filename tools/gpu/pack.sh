@@ -3,13 +3,18 @@
 # libraries they need beyond glibc/libstdc++ into build-cuda/gpu-bundle.tar.xz, for a GPU machine
 # that lacks the host libraries (oneDNN, ICU, PCRE2, simdjson, ...). Carry that file to the GPU
 # machine; tools/gpu/check.sh uses it when it cannot build there.
-# Usage: tools/gpu/pack.sh [--check-only]. --check-only packs only what check.sh and
+# Usage: tools/gpu/pack.sh [--check-only | --serve-only]. --check-only packs only what check.sh and
 # profile_decode.sh run (no GGUF converter or KV-store benchmark): a smaller archive, for when the
-# tree and the full one pass the device's upload limit together.
+# tree and the full one pass the device's upload limit together. --serve-only packs the server and
+# the model maker alone, for tools/gpu/bench_serve.sh (carried with build-cuda/llama3-tokenizer.tar.xz).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TARGETS=(test_cuda deepinfer deepinfer-make-random-model deepinfer-kernel-trace)
-[ "${1:-}" = --check-only ] || TARGETS+=(deepinfer-hf-to-gguf deepinfer-bench-kvstore-bandwidth)
+case "${1:-}" in
+  --serve-only) TARGETS=(deepinfer deepinfer-make-random-model) ;;
+  --check-only) TARGETS=(test_cuda deepinfer deepinfer-make-random-model deepinfer-kernel-trace) ;;
+  *) TARGETS=(test_cuda deepinfer deepinfer-make-random-model deepinfer-kernel-trace deepinfer-hf-to-gguf
+              deepinfer-bench-kvstore-bandwidth) ;;
+esac
 # Machine code for the H200 alone (90a-real): the PTX that 90a would embed beside it is never
 # compiled there and weighed ~1 MB of the archive.
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null
