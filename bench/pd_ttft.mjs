@@ -7,11 +7,10 @@
 // thread.
 //   node bench/pd_ttft.mjs [--cli build/bin/deepinfer] [--model models/default] [--requests 50]
 //                          [--max-tokens 16]
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort } from '../tests/node/server/cluster_harness.mjs';
+import { startListening, startRedisServer } from './cluster_processes.mjs';
 
 const flag = (name, fallback) => {
   const i = process.argv.indexOf(name);
@@ -24,26 +23,8 @@ const maxTokens = Number(flag('--max-tokens', '16'));
 const children = [];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function start(args) {
-  const child = spawn(cli, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  let out = '';
-  child.stdout.on('data', (d) => { out += d; });
-  for (;;) {
-    const m = out.match(/listening on (http:\/\/\S+)/);
-    if (m) return m[1];
-    if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited`);
-    await sleep(20);
-  }
-}
-
-async function redis() {
-  const port = await freePort();
-  children.push(spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-                                       '--logfile', '/dev/null'], { stdio: 'ignore' }));
-  await sleep(300);
-  return `redis://127.0.0.1:${port}`;
-}
+const start = (args) => startListening(cli, args, children);
+const redis = () => startRedisServer(children);
 
 // A prompt of about 60 tokens, different from the first token on (no prefix-cache hits).
 const prompt = (i) => `Request ${i}: write a Python function that parses a CSV file with a header row, converts ` +

@@ -3,9 +3,7 @@
 // time, on loopback. Prints p50 / p90 of both and the router's added p50 (the issue's target:
 // <= 1 ms). Starts redis-server, one worker (`deepinfer serve --register`) and the router itself.
 //   node bench/router_overhead.mjs [--cli build/bin/deepinfer] [--model models/default] [--requests 200]
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import net from 'node:net';
+import { startListening, startRedisServer } from './cluster_processes.mjs';
 
 const flag = (name, fallback) => {
   const i = process.argv.indexOf(name);
@@ -15,28 +13,8 @@ const cli = flag('--cli', 'build/bin/deepinfer');
 const model = flag('--model', 'models/default');
 const requests = Number(flag('--requests', '200'));
 const children = [];
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function freePort() {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address();
-  server.close();
-  return port;
-}
-
-async function start(args) {
-  const child = spawn(cli, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  let out = '';
-  child.stdout.on('data', (d) => { out += d; });
-  for (;;) {
-    const m = out.match(/listening on (http:\/\/\S+)/);
-    if (m) return m[1];
-    if (child.exitCode !== null) throw new Error(`${args[0]} exited`);
-    await sleep(20);
-  }
-}
+const start = (args) => startListening(cli, args, children);
 
 async function ttftMs(url, i) {
   const started = process.hrtime.bigint();
@@ -59,12 +37,7 @@ async function ttftMs(url, i) {
 const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
 
 try {
-  const redisPort = await freePort();
-  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly',
-                                       'no', '--logfile', '/dev/null'], { stdio: 'ignore' });
-  children.push(redis);
-  await sleep(300);
-  const redisUrl = `redis://127.0.0.1:${redisPort}`;
+  const redisUrl = await startRedisServer(children);
   const worker = await start(['serve', '--model', model, '--port', '0', '--served-model-name', 'm', '--register', redisUrl]);
   const router = await start(['router', '--redis', redisUrl, '--model', model, '--port', '0', '--served-model-name', 'm']);
   for (let i = 0; i < 10; ++i) { await ttftMs(worker, i); await ttftMs(router, i); }  // warm-up

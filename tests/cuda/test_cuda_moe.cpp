@@ -36,6 +36,19 @@ struct RouteCase {
   kernels::MoeGroupScore group_score;
   bool bias, normalize;
   float scaling;
+
+  kernels::MoeRouting routing() const {
+    kernels::MoeRouting r;
+    r.num_experts = num_experts;
+    r.top_k = top_k;
+    r.scoring = scoring;
+    r.num_groups = num_groups;
+    r.top_groups = top_groups;
+    r.group_score = group_score;
+    r.normalize = normalize;
+    r.scaling = scaling;
+    return r;
+  }
 };
 
 TEST_F(CudaMoe, RouterMatchesReference) {
@@ -54,15 +67,7 @@ TEST_F(CudaMoe, RouterMatchesReference) {
       {"all-experts", 20, 20, MoeScoring::kSigmoid, 4, 4, MoeGroupScore::kMax, false, true, 1.0f},
   };
   for (const RouteCase& c : cases) {
-    kernels::MoeRouting routing;
-    routing.num_experts = c.num_experts;
-    routing.top_k = c.top_k;
-    routing.scoring = c.scoring;
-    routing.num_groups = c.num_groups;
-    routing.top_groups = c.top_groups;
-    routing.group_score = c.group_score;
-    routing.normalize = c.normalize;
-    routing.scaling = c.scaling;
+    const kernels::MoeRouting routing = c.routing();
     const HostWeight bias = make_weight(random_floats(rng_, static_cast<size_t>(c.num_experts), -0.1f, 0.1f),
                                         DType::kF32, 1, c.num_experts);
     const kernels::WeightView device_bias = c.bias ? load(backend(), bias) : kernels::WeightView{};
@@ -110,15 +115,7 @@ TEST_F(CudaMoe, RouteAndGroupMatchesRouteThenGroup) {
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   DeviceBuffer blocks_done = upload(backend(), std::vector<int32_t>{0});
   for (const RouteCase& c : cases) {
-    kernels::MoeRouting routing;
-    routing.num_experts = c.num_experts;
-    routing.top_k = c.top_k;
-    routing.scoring = c.scoring;
-    routing.num_groups = c.num_groups;
-    routing.top_groups = c.top_groups;
-    routing.group_score = c.group_score;
-    routing.normalize = c.normalize;
-    routing.scaling = c.scaling;
+    const kernels::MoeRouting routing = c.routing();
     const HostWeight bias = make_weight(random_floats(rng_, static_cast<size_t>(c.num_experts), -0.1f, 0.1f),
                                         DType::kF32, 1, c.num_experts);
     const kernels::WeightView device_bias = c.bias ? load(backend(), bias) : kernels::WeightView{};

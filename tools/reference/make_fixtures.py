@@ -199,6 +199,19 @@ def write_expected(path, expected):
         f.write(text)
 
 
+def record_expected(model, outdir, name, fmt, tokens, prompt):
+    """Writes outdir/expected.json (the scored sequence and the greedy continuation of the model as
+    reloaded from outdir) and checks model.safetensors stays under 1 MiB; returns (greedy section,
+    cached-vs-full logits difference, model.safetensors bytes)."""
+    greedy, cache_diff = greedy_section(model, prompt)
+    expected = {"name": name, "architecture": type(model).__name__, "config_format": fmt,
+                "score": score_section(model, tokens), "greedy": greedy}
+    write_expected(os.path.join(outdir, "expected.json"), expected)
+    size = os.path.getsize(os.path.join(outdir, "model.safetensors"))
+    assert size < 1 << 20, f"{name}: model.safetensors is {size} bytes"
+    return greedy, cache_diff, size
+
+
 def tensor_names(path):
     from safetensors import safe_open
     with safe_open(path, "pt") as f:
@@ -271,12 +284,7 @@ def main():
             first, rule, late = check_sliding_window(loaded, cfg_cls, overrides, tokens)
             note = f"window first changes pos {first} ({rule}), last-pos diff {late:.3g}"
 
-        greedy, cache_diff = greedy_section(loaded, prompt)
-        expected = {"name": name, "architecture": type(loaded).__name__, "config_format": fmt,
-                    "score": score_section(loaded, tokens), "greedy": greedy}
-        write_expected(os.path.join(outdir, "expected.json"), expected)
-        size = os.path.getsize(os.path.join(outdir, "model.safetensors"))
-        assert size < 1 << 20, f"{name}: model.safetensors is {size} bytes"
+        greedy, cache_diff, size = record_expected(loaded, outdir, name, fmt, tokens, prompt)
         summary.append((name, size, min(greedy["margins"]), cache_diff, reload_diff, extra, note))
         print(f"{name}: loaded rope_parameters {loaded.config.rope_parameters}")
         print(f"{name}: tensors {tensor_names(os.path.join(outdir, 'model.safetensors'))}")

@@ -98,12 +98,7 @@ def main():
     reference = swa.build(cfg_name, model_name, overrides, seed)
     unquantised = float((mf.logits_of(loaded, tokens) - mf.logits_of(reference, tokens)).abs().max())
     print(f"{NAME}: MXFP4 moves the logits by {unquantised:.3g} from the unquantised model")
-    greedy, cache_diff = mf.greedy_section(loaded, prompt)
-    expected = {"name": NAME, "architecture": type(loaded).__name__, "config_format": "new",
-                "score": mf.score_section(loaded, tokens), "greedy": greedy}
-    mf.write_expected(os.path.join(outdir, "expected.json"), expected)
-    size = os.path.getsize(weights_path)
-    assert size < 1 << 20, f"{NAME}: model.safetensors is {size} bytes"
+    greedy, cache_diff, size = mf.record_expected(loaded, outdir, NAME, "new", tokens, prompt)
     print(f"{NAME}: {size} bytes, min greedy margin {min(greedy['margins']):.4g}, cache diff {cache_diff:.3g}")
 
 

@@ -240,12 +240,7 @@ def main():
             note = f"WARNING: checks failed: {type(e).__name__}: {e}"
         print(f"{name}: {note}")
 
-        greedy, cache_diff = mf.greedy_section(loaded, prompt)
-        expected = {"name": name, "architecture": type(loaded).__name__, "config_format": "new",
-                    "score": mf.score_section(loaded, tokens), "greedy": greedy}
-        mf.write_expected(os.path.join(outdir, "expected.json"), expected)
-        size = os.path.getsize(weights)
-        assert size < 1 << 20, f"{name}: model.safetensors is {size} bytes"
+        greedy, cache_diff, size = mf.record_expected(loaded, outdir, name, "new", tokens, prompt)
         summary.append((name, size, min(greedy["margins"]), cache_diff, reload_diff, note))
         if name == "gemma3":
             old_note = make_old_copy(outdir, os.path.join(args.out, "gemma3_old"), loaded, tokens)

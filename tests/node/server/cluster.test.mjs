@@ -10,9 +10,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import Anthropic from '@anthropic-ai/sdk';
-import OpenAI from 'openai';
-import { freePort, startRedis } from './cluster_harness.mjs';
+import { anthropic, chatStream, freePort, openai, startRedis } from './cluster_harness.mjs';
 import { parsePrometheus, summarize } from '../../../src/server/ui/metrics.js';
 import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
@@ -61,28 +59,11 @@ after(async () => {
   redis.child.kill('SIGKILL');
 });
 
-const openai = (server) => new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-const anthropic = (server) => new Anthropic({ baseURL: server.url, apiKey: 'unused', maxRetries: 0 });
 const prompts = ['def fibonacci(n):', 'import os', 'class Stack:', 'for i in range(10):'];
 
 async function completions(server) {
   return Promise.all(prompts.map((prompt, i) => openai(server).completions.create({
     model: MODEL, prompt, max_tokens: 8, temperature: i % 2 === 0 ? 0 : 0.9, seed: i, logprobs: 2 })));
-}
-
-async function chatStream(server, content, extra = {}) {
-  const stream = await openai(server).chat.completions.create({
-    model: MODEL, messages: [{ role: 'user', content }], max_tokens: 10, temperature: 0, stream: true,
-    stream_options: { include_usage: true }, ...extra });
-  let text = '';
-  let finish = null;
-  let usage = null;
-  for await (const chunk of stream) {
-    text += chunk.choices[0]?.delta?.content ?? '';
-    finish = chunk.choices[0]?.finish_reason ?? finish;
-    usage = chunk.usage ?? usage;
-  }
-  return { text, finish, usage };
 }
 
 async function messages(server, stream) {

@@ -1,7 +1,11 @@
-// What the cluster tests share: a free loopback port, and a redis-server of their own on one.
+// What the cluster tests share: a free loopback port, a redis-server of their own on one, the
+// official clients pointed at a server, and a streamed greedy chat read to its end.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { MODEL } from './harness.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -32,3 +36,23 @@ export async function startRedis() {
   throw new Error('redis-server did not start');
 }
 
+
+export const openai = (server) => new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+export const anthropic = (server) => new Anthropic({ baseURL: server.url, apiKey: 'unused', maxRetries: 0 });
+
+// A greedy streamed chat completion (12 tokens unless extra says otherwise): its text, finish
+// reason and usage.
+export async function chatStream(server, content, extra = {}) {
+  const stream = await openai(server).chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content }], max_tokens: 12, temperature: 0, stream: true,
+    stream_options: { include_usage: true }, ...extra });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+    usage = chunk.usage ?? usage;
+  }
+  return { text, finish, usage };
+}

@@ -12,9 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import Anthropic from '@anthropic-ai/sdk';
-import OpenAI from 'openai';
-import { startRedis } from './cluster_harness.mjs';
+import { anthropic, chatStream, openai, startRedis } from './cluster_harness.mjs';
 import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
 const model = process.env.DEEPINFER_DEFAULT_MODEL;
@@ -59,8 +57,6 @@ after(async () => {
   fs.rmSync(storeDir, { recursive: true, force: true });
 });
 
-const openai = (server) => new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-const anthropic = (server) => new Anthropic({ baseURL: server.url, apiKey: 'unused', maxRetries: 0 });
 // Long enough for two full 16-token KV pages, so the store has something to give.
 const longPrompt = 'Write a Python function that merges two sorted lists into one sorted list, explain each step, ' +
                    'and then write three unit tests for it using pytest with descriptive names.';
@@ -69,21 +65,6 @@ async function chat(server, content, extra = {}) {
   const r = await openai(server).chat.completions.create({
     model: MODEL, messages: [{ role: 'user', content }], max_tokens: 12, temperature: 0, ...extra });
   return { text: r.choices[0].message.content, finish: r.choices[0].finish_reason, usage: r.usage };
-}
-
-async function chatStream(server, content, extra = {}) {
-  const stream = await openai(server).chat.completions.create({
-    model: MODEL, messages: [{ role: 'user', content }], max_tokens: 12, temperature: 0, stream: true,
-    stream_options: { include_usage: true }, ...extra });
-  let text = '';
-  let finish = null;
-  let usage = null;
-  for await (const chunk of stream) {
-    text += chunk.choices[0]?.delta?.content ?? '';
-    finish = chunk.choices[0]?.finish_reason ?? finish;
-    usage = chunk.usage ?? usage;
-  }
-  return { text, finish, usage };
 }
 
 async function messages(server, stream) {
