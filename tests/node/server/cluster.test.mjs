@@ -8,13 +8,17 @@
 // killed worker's key expires the router lists one worker and routes everything to it.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { anthropic, chatStream, freePort, openai, startRedis } from './cluster_harness.mjs';
-import { parsePrometheus, summarize } from '../../../src/server/ui/metrics.js';
 import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
 const model = process.env.DEEPINFER_DEFAULT_MODEL;
+// The playground's metrics module, as the page runs it: a browser ES module with no package.json
+// beside it, which node 18 would load as CommonJS from its path, so it is imported as source.
+const { parsePrometheus, summarize } = await import(`data:text/javascript,${encodeURIComponent(
+  readFileSync(new URL('../../../src/server/ui/metrics.js', import.meta.url), 'utf8'))}`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // One Redis command over a fresh connection (RESP), for records the test plants itself.
