@@ -10,7 +10,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startListening, startRedisServer } from './cluster_processes.mjs';
+import { pct, startListening, startRedisServer, timedChat } from './cluster_bench.mjs';
 
 const flag = (name, fallback) => {
   const i = process.argv.indexOf(name);
@@ -31,27 +31,7 @@ const prompt = (i) => `Request ${i}: write a Python function that parses a CSV f
                       'every numeric column to floats, skips empty lines, and returns a list of dictionaries; ' +
                       'then explain the edge cases it handles.';
 
-async function run(url, i) {
-  const started = process.hrtime.bigint();
-  const response = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: prompt(i) }], max_tokens: maxTokens,
-                           temperature: 0, stream: true }) });
-  const reader = response.body.getReader();
-  let body = '';
-  let first = null;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    body += new TextDecoder().decode(value);
-    if (first === null && body.includes('"content"')) first = process.hrtime.bigint();
-  }
-  const text = body.split('\n').filter((l) => l.startsWith('data: {'))
-    .map((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.content ?? '').join('');
-  return { ttftMs: Number(first - started) / 1e6, e2eMs: Number(process.hrtime.bigint() - started) / 1e6, text };
-}
-
-const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
+const run = (url, i) => timedChat(url, prompt(i), maxTokens);
 
 const store = fs.mkdtempSync(path.join(os.tmpdir(), 'deepinfer-pd-bench-'));
 try {

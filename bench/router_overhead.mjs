@@ -3,7 +3,7 @@
 // time, on loopback. Prints p50 / p90 of both and the router's added p50 (the issue's target:
 // <= 1 ms). Starts redis-server, one worker (`deepinfer serve --register`) and the router itself.
 //   node bench/router_overhead.mjs [--cli build/bin/deepinfer] [--model models/default] [--requests 200]
-import { startListening, startRedisServer } from './cluster_processes.mjs';
+import { pct, startListening, startRedisServer, timedChat } from './cluster_bench.mjs';
 
 const flag = (name, fallback) => {
   const i = process.argv.indexOf(name);
@@ -16,25 +16,7 @@ const children = [];
 
 const start = (args) => startListening(cli, args, children);
 
-async function ttftMs(url, i) {
-  const started = process.hrtime.bigint();
-  const response = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `Write function number ${i}` }],
-                           max_tokens: 2, temperature: 0, stream: true }) });
-  const reader = response.body.getReader();
-  let text = '';
-  let first = null;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += new TextDecoder().decode(value);
-    if (first === null && text.includes('"content"')) first = process.hrtime.bigint();
-  }
-  return Number(first - started) / 1e6;
-}
-
-const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
+const ttftMs = async (url, i) => (await timedChat(url, `Write function number ${i}`, 2)).ttftMs;
 
 try {
   const redisUrl = await startRedisServer(children);
