@@ -17,6 +17,7 @@ size_t dtype_size_bytes(DType dtype) {
     case DType::kI64: return 8;
     case DType::kF8E4M3: return 1;
     case DType::kU8: return 1;
+    case DType::kMxfp4: DI_CHECK(false, "MXFP4 packs two values a byte: count its bytes with kernels::weight_bytes");
   }
   DI_CHECK(false, "unknown dtype");
 }
@@ -30,6 +31,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kI64: return "I64";
     case DType::kF8E4M3: return "F8_E4M3";
     case DType::kU8: return "U8";
+    case DType::kMxfp4: return "MXFP4";
   }
   DI_CHECK(false, "unknown dtype");
 }
@@ -65,6 +67,16 @@ float f8e4m3_to_f32(uint8_t bits) {
   if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
   return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
+float e2m1_to_f32(uint8_t code) {
+  static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float magnitude = kMagnitudes[code & 0x7u];
+  return (code & 0x8u) ? -magnitude : magnitude;
+}
+
+float e8m0_to_f32(uint8_t bits) {
+  return bits == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, int{bits} - 127);
 }
 
 uint16_t f32_to_f16(float value) {

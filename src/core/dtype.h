@@ -10,10 +10,14 @@
 
 namespace deepinfer {
 
-// kF8E4M3: float8 e4m3fn (DeepSeek-V3's block-scaled weights), dequantised at load. kU8: raw
-// bytes (MXFP4 blocks and e8m0 scales, weights/mxfp4.h), never an operand of a kernel.
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF8E4M3, kU8 };
+// kF8E4M3: float8 e4m3fn (DeepSeek-V3's block-scaled weights; a kernel operand only with its
+// block scales, kernels::WeightView::scales). kU8: raw bytes (MXFP4 blocks and e8m0 scales in a
+// checkpoint, weights/mxfp4.h). kMxfp4: a loaded MXFP4 weight, e2m1 codes two to a byte with
+// their e8m0 scales beside them (kernels::WeightView::scales); no checkpoint dtype has this name,
+// and it has no whole-byte element size (kernels::weight_bytes counts its bytes).
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF8E4M3, kU8, kMxfp4 };
 
+// Bytes of one element; fails for kMxfp4 (half a byte).
 size_t dtype_size_bytes(DType dtype);
 std::string_view dtype_name(DType dtype);
 // Parses safetensors / transformers spellings: "F32", "BF16", "float32", "bfloat16", "torch.float16", ...
@@ -32,6 +36,10 @@ inline uint16_t f32_to_bf16(float value) {
 float f16_to_f32(uint16_t bits);
 // float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN.
 float f8e4m3_to_f32(uint8_t bits);
+// MXFP4's parts (the OCP Microscaling format): the value of an e2m1 code (bit 3 the sign, then
+// two exponent bits and one mantissa bit), and of an e8m0 scale, 2^(bits - 127) (255 is NaN).
+float e2m1_to_f32(uint8_t code);
+float e8m0_to_f32(uint8_t bits);
 uint16_t f32_to_f16(float value);
 
 // Converts count elements of src (dtype) to float32.

@@ -2,7 +2,8 @@
 // Every op exists twice with the same signature: kernels::ref (plain scalar code, never
 // optimised; the oracle for every other implementation) and kernels::cpu (vectorised,
 // multithreaded with OpenMP). Kernels see pointers, shapes and dtypes, never engine types.
-// Activations are float32 row-major; weights are F32, BF16 or F16 as stored on disk.
+// Activations are float32 row-major; weights are F32, BF16 or F16 as stored on disk, or FP8 / MXFP4
+// with block scales (WeightView) where the backend keeps them packed.
 #pragma once
 
 #include <cstdint>
@@ -11,14 +12,38 @@
 
 namespace deepinfer::kernels {
 
+// Values per e8m0 scale of an MXFP4 row (the OCP MX block).
+inline constexpr int64_t kMxfp4Block = 32;
+
 // A weight as stored in the checkpoint: row-major [rows, cols]; for a vector rows == 1.
 // For linear layers rows = output features, cols = input features (PyTorch's layout).
+// Block-quantised weights (only matmul reads them, on backends that keep them packed) carry their
+// scales, one per scale_block_rows x scale_block_cols block. kF8E4M3 (the checkpoint's
+// weight_block_size): data e4m3 [rows, cols], scales float32 [ceil(rows / scale_block_rows),
+// ceil(cols / scale_block_cols)], value = e4m3 * its block's scale. kMxfp4 (blocks of 1 x
+// kMxfp4Block, cols a multiple of it): data [rows, cols / 2] bytes, element 2j the low nibble of
+// byte j and 2j + 1 the high one, each an e2m1 code; scales e8m0 bytes [rows, cols / kMxfp4Block],
+// value = e2m1 * 2^(scale - 127).
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  const void* scales = nullptr;  // kF8E4M3 and kMxfp4 only
+  int32_t scale_block_rows = 0;
+  int32_t scale_block_cols = 0;
 };
+
+// Bytes w holds: its values and, when block-quantised, its scales.
+inline int64_t weight_bytes(const WeightView& w) {
+  if (w.dtype == DType::kMxfp4) return w.rows * w.cols / 2 + w.rows * (w.cols / kMxfp4Block);
+  int64_t bytes = w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+  if (w.dtype == DType::kF8E4M3) {
+    bytes += (w.rows + w.scale_block_rows - 1) / w.scale_block_rows *
+             ((w.cols + w.scale_block_cols - 1) / w.scale_block_cols) * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
+}
 
 enum class RopeLayout : uint8_t {
   kRotateHalf,   // pairs (i, i + rotary_dim/2): Llama/Qwen/Mistral in transformers

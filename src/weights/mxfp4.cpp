@@ -1,19 +1,12 @@
 // MXFP4 dequantisation.
 #include "weights/mxfp4.h"
 
-#include <array>
-#include <cmath>
-
 namespace deepinfer {
+namespace {
+constexpr int64_t kGroupBytes = 16;
+}  // namespace
 
-float e2m1_to_f32(uint8_t code) {
-  static constexpr std::array<float, 8> kMagnitudes = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float magnitude = kMagnitudes[code & 0x7u];
-  return (code & 0x8u) ? -magnitude : magnitude;
-}
-
-Result<std::vector<float>> dequantize_mxfp4(const TensorView& blocks, const TensorView& scales, int64_t index) {
-  constexpr int64_t kGroupBytes = 16;
+Result<void> check_mxfp4(const TensorView& blocks, const TensorView& scales) {
   if (blocks.dtype != DType::kU8 || blocks.shape.size() != 4 || blocks.shape[3] != kGroupBytes) {
     return Error{"tensor " + blocks.name + " in " + blocks.file + ": expected MXFP4 blocks, U8 [n, rows, groups, 16], got " +
                  std::string(dtype_name(blocks.dtype)) + " " + shape_to_string(blocks.shape)};
@@ -24,6 +17,11 @@ Result<std::vector<float>> dequantize_mxfp4(const TensorView& blocks, const Tens
                  " " + shape_to_string(scales.shape) + "; expected U8 " + shape_to_string(scale_shape) +
                  " (one e8m0 scale per 32 values of " + blocks.name + ")"};
   }
+  return {};
+}
+
+Result<std::vector<float>> dequantize_mxfp4(const TensorView& blocks, const TensorView& scales, int64_t index) {
+  if (auto checked = check_mxfp4(blocks, scales); !checked.ok()) return checked.error();
   if (index < 0 || index >= blocks.shape[0]) {
     return Error{"tensor " + blocks.name + ": matrix " + std::to_string(index) + " of " +
                  std::to_string(blocks.shape[0])};
@@ -34,8 +32,7 @@ Result<std::vector<float>> dequantize_mxfp4(const TensorView& blocks, const Tens
   const auto* scale_bytes = static_cast<const uint8_t*>(scales.data) + index * rows * groups;
   std::vector<float> out(static_cast<size_t>(rows * groups * 2 * kGroupBytes));
   for (int64_t g = 0; g < rows * groups; ++g) {
-    // e8m0: 2^(byte - 127); 255 is NaN in the format.
-    const float scale = scale_bytes[g] == 255 ? std::nanf("") : std::ldexp(1.0f, int{scale_bytes[g]} - 127);
+    const float scale = e8m0_to_f32(scale_bytes[g]);
     float* dst = out.data() + g * 2 * kGroupBytes;
     for (int64_t j = 0; j < kGroupBytes; ++j) {
       const uint8_t byte = block_bytes[g * kGroupBytes + j];

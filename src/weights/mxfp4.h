@@ -1,6 +1,7 @@
 // MXFP4 weights (GPT-OSS checkpoints, the OCP Microscaling format): e2m1 values two to a byte in
 // `<name>_blocks` uint8 [..., rows, cols / 32, 16] with one e8m0 power-of-two scale per 32 values
-// in `<name>_scales` uint8 [..., rows, cols / 32]; dequantisation at load.
+// in `<name>_scales` uint8 [..., rows, cols / 32]; their checks, and dequantisation at load for
+// backends that do not read them packed.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,9 @@
 
 namespace deepinfer {
 
-// The value of an e2m1 code (bit 3 the sign, then two exponent bits and one mantissa bit).
-float e2m1_to_f32(uint8_t code);
+// Checks that blocks is U8 [n, rows, groups, 16] and scales U8 [n, rows, groups]; errors name the
+// tensors and the shapes expected.
+Result<void> check_mxfp4(const TensorView& blocks, const TensorView& scales);
 
 // Matrix `index` of the leading dimension of blocks [n, rows, groups, 16] and scales [n, rows,
 // groups] (both U8), as float32 [rows, groups * 32]: element 2j of a group is the low nibble of

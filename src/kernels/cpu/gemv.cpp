@@ -1,4 +1,5 @@
-// GEMV kernels for F32/BF16/F16 weights with fp32 accumulation: AVX-512, AVX2 and portable.
+// GEMV kernels for F32/BF16/F16 weights with fp32 accumulation: AVX-512, AVX2 and portable
+// (block-quantised weights' tiles are in gemv_packed.cpp; the chunking here serves both).
 // A tile is kTileCols weight rows times up to kTileRows activation rows, all accumulated in
 // registers while the weight rows stream through once.
 #include "kernels/cpu/gemv.h"
@@ -11,40 +12,18 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/gemv_tile.h"
 #include "kernels/cpu/simd.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
 
-constexpr int kTileCols = 4;  // weight rows streamed together: enough independent FMA chains
-constexpr int kTileRows = 4;  // activation rows per pass; a 4-row weight tile stays in L1/L2 between passes
 // Below this many weight bytes the OpenMP fork/join costs more than the work.
 constexpr int64_t kParallelMinBytes = 256 * 1024;
 // Work is cut into chunks of about 1 / kChunksPerThread of a thread's share, never smaller than
 // kMinChunkBytes of weights: the unit a thread that is done takes over from a slower one.
 constexpr int64_t kChunksPerThread = 8;
 constexpr int64_t kMinChunkBytes = 64 * 1024;
-
-struct TileArgs {
-  const float* x;     // [rows, k_in], first activation row of the tile
-  const char* w;      // first weight row of the tile
-  int64_t row_bytes;  // bytes between weight rows
-  int64_t k_in;
-  float* y;       // y[0, 0] of the tile
-  int64_t n_out;  // floats between y rows
-};
-using TileFn = void (*)(const TileArgs&);
-
-// A tile's kCols weight rows are one contiguous block and the next tile follows it. Read as
-// kCols interleaved streams the hardware prefetchers fall short of bandwidth (worst with short
-// rows), so each step also pulls the next tile's bytes into L2 at the rate this tile consumes
-// its own: `offset` is this tile's progress in bytes per row. Past the weight's end the
-// prefetches are harmless (they never fault).
-template <int kCols>
-inline void prefetch_next_tile(const TileArgs& a, int64_t offset) {
-  const char* next = a.w + kCols * a.row_bytes + offset * kCols;
-  for (int l = 0; l < kCols; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T1);
-}
 
 // ---------------------------------------------------------------- AVX-512: 16 lanes
 template <DType kDType>
@@ -129,12 +108,6 @@ DI_TARGET_AVX2 inline __m256 load_w8_tail(const char* row, int64_t k, int64_t co
   return load_w8<kDType>(padded, 0);
 }
 
-DI_TARGET_AVX2 inline float reduce_add_avx2(__m256 v) {
-  const __m128 quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
-}
-
 template <DType kDType, int kRows, int kCols>
 DI_TARGET_AVX2 void tile_avx2(const TileArgs& a) {
   __m256 acc[kRows][kCols];
@@ -180,26 +153,7 @@ inline float load_w1(const char* row, int64_t k) {
 
 template <DType kDType, int kRows, int kCols>
 void tile_portable(const TileArgs& a) {
-  constexpr int kLanes = 8;
-  float acc[kRows][kCols][kLanes] = {};
-  for (int64_t k0 = 0; k0 < a.k_in; k0 += kLanes) {
-    const int lanes = static_cast<int>(std::min<int64_t>(kLanes, a.k_in - k0));
-    float wv[kCols][kLanes] = {};
-    for (int c = 0; c < kCols; ++c)
-      for (int l = 0; l < lanes; ++l) wv[c][l] = load_w1<kDType>(a.w + c * a.row_bytes, k0 + l);
-    for (int r = 0; r < kRows; ++r) {
-      float xv[kLanes] = {};
-      for (int l = 0; l < lanes; ++l) xv[l] = a.x[r * a.k_in + k0 + l];
-      for (int c = 0; c < kCols; ++c)
-        for (int l = 0; l < kLanes; ++l) acc[r][c][l] += wv[c][l] * xv[l];
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    for (int c = 0; c < kCols; ++c) {
-      const float* v = acc[r][c];
-      a.y[r * a.n_out + c] = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-    }
-  }
+  tile_portable_with<kRows, kCols>(a, [&a](int c, int64_t k) { return load_w1<kDType>(a.w + c * a.row_bytes, k); });
 }
 
 // ---------------------------------------------------------------- dispatch
@@ -216,30 +170,18 @@ struct PortableTile {
   static void run(const TileArgs& a) { tile_portable<kDType, kRows, kCols>(a); }
 };
 
-// kTiles[rows - 1][0]: one weight row; kTiles[rows - 1][1]: kTileCols weight rows.
-template <DType kDType, template <DType, int, int> class Kernel>
-struct TileTable {
-  static constexpr TileFn kTiles[kTileRows][2] = {
-      {&Kernel<kDType, 1, 1>::run, &Kernel<kDType, 1, kTileCols>::run},
-      {&Kernel<kDType, 2, 1>::run, &Kernel<kDType, 2, kTileCols>::run},
-      {&Kernel<kDType, 3, 1>::run, &Kernel<kDType, 3, kTileCols>::run},
-      {&Kernel<kDType, 4, 1>::run, &Kernel<kDType, 4, kTileCols>::run},
-  };
-};
-
-using TileSet = const TileFn (*)[2];
-
 template <template <DType, int, int> class Kernel>
 TileSet tiles_for(DType dtype) {
   switch (dtype) {
     case DType::kF32: return TileTable<DType::kF32, Kernel>::kTiles;
     case DType::kBF16: return TileTable<DType::kBF16, Kernel>::kTiles;
     case DType::kF16: return TileTable<DType::kF16, Kernel>::kTiles;
-    default: DI_CHECK(false, "matmul weights must be F32, BF16 or F16, not " << dtype_name(dtype));
+    default: DI_CHECK(false, "matmul weights must be F32, BF16, F16, F8_E4M3 or MXFP4, not " << dtype_name(dtype));
   }
 }
 
 TileSet pick_tiles(Isa isa, DType dtype) {
+  if (dtype == DType::kF8E4M3 || dtype == DType::kMxfp4) return packed_tiles(isa, dtype);
   switch (isa) {
     case Isa::kAvx512: return tiles_for<Avx512Tile>(dtype);
     case Isa::kAvx2: return tiles_for<Avx2Tile>(dtype);
@@ -252,21 +194,23 @@ TileSet pick_tiles(Isa isa, DType dtype) {
 // reused from cache for every group of kTileRows activation rows.
 void gemv_range(TileSet tiles, const float* x, const WeightView& w, int64_t num_rows, int64_t n_begin, int64_t n_end,
                 float* y) {
-  const int64_t row_bytes = w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+  const int64_t row_bytes = weight_row_bytes(w);
+  const int64_t scale_cols = w.scales ? (w.cols + w.scale_block_cols - 1) / w.scale_block_cols : 0;
   for (int64_t n = n_begin; n < n_end;) {
     const bool full = n + kTileCols <= n_end;
     for (int64_t m = 0; m < num_rows; m += kTileRows) {
       const int64_t rows = std::min<int64_t>(kTileRows, num_rows - m);
       const TileArgs args{x + m * w.cols,     static_cast<const char*>(w.data) + n * row_bytes,
                           row_bytes,          w.cols,
-                          y + m * w.rows + n, w.rows};
+                          y + m * w.rows + n, w.rows,
+                          w.scales,           n,
+                          scale_cols,         w.scale_block_rows,
+                          w.scale_block_cols};
       tiles[rows - 1][full ? 1 : 0](args);
     }
     n += full ? kTileCols : 1;
   }
 }
-
-int64_t weight_bytes(const WeightView& w) { return w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype)); }
 
 // The group's outputs cut into chunks of whole tiles, numbered output by output.
 struct ChunkPlan {
@@ -285,7 +229,7 @@ ChunkPlan plan_chunks(const GemvOutput* outputs, int num_outputs, int64_t total_
   plan.first_chunk[0] = 0;
   for (int i = 0; i < num_outputs; ++i) {
     const WeightView& w = outputs[i].w;
-    const int64_t row_bytes = w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+    const int64_t row_bytes = weight_row_bytes(w);
     const int64_t tile_bytes = std::max<int64_t>(1, kTileCols * row_bytes);
     const int64_t num_tiles = (w.rows + kTileCols - 1) / kTileCols;
     const int64_t chunk_tiles = std::clamp<int64_t>(chunk_bytes / tile_bytes, 1, std::max<int64_t>(num_tiles, 1));
@@ -324,7 +268,16 @@ void gemv_group(const float* x, const GemvOutput* outputs, int num_outputs, int6
   int64_t total_bytes = 0;
   for (int i = 0; i < num_outputs; ++i) {
     DI_CHECK(outputs[i].w.cols == outputs[0].w.cols, "gemv_group weights must share their input width");
-    total_bytes += weight_bytes(outputs[i].w);
+    const WeightView& w = outputs[i].w;
+    DI_CHECK((w.dtype != DType::kF8E4M3 && w.dtype != DType::kMxfp4) || w.scales != nullptr,
+             "a " << dtype_name(w.dtype) << " weight needs its block scales");
+    DI_CHECK(w.dtype != DType::kMxfp4 || (w.cols % kMxfp4Block == 0 && w.scale_block_rows == 1 &&
+                                          w.scale_block_cols == kMxfp4Block),
+             "MXFP4 rows hold whole blocks of " << kMxfp4Block << " values, one scale each");
+    DI_CHECK(w.dtype != DType::kF8E4M3 || (w.scale_block_rows > 0 && w.scale_block_cols > 0 &&
+                                           w.scale_block_cols % kFp8BlockColsQuantum == 0),
+             "FP8 scale blocks must be a multiple of " << kFp8BlockColsQuantum << " columns wide");
+    total_bytes += weight_bytes(w);
   }
   const int64_t num_threads = total_bytes >= kParallelMinBytes ? omp_get_max_threads() : 1;
   const ChunkPlan plan = plan_chunks(outputs, num_outputs, total_bytes, num_threads);

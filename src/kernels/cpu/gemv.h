@@ -10,7 +10,8 @@
 namespace deepinfer::kernels::cpu {
 
 // y[m, n] = sum_k x[m, k] * w[n, k] for every m < num_rows, n < w.rows; no bias.
-// x: [num_rows, w.cols] f32; w: [N, K] F32/BF16/F16; y: [num_rows, N] f32.
+// x: [num_rows, w.cols] f32; w: [N, K] F32/BF16/F16, or F8_E4M3/MXFP4 with block scales (ops.h's
+// WeightView), dequantised in registers as each tile streams through; y: [num_rows, N] f32.
 // The output rows are handed to the OpenMP threads in chunks, first come first served, and every
 // weight byte is read from memory once for all activation rows. Each y[m, n] is one fp32
 // reduction whose order depends only on K and the ISA: never on num_rows, the thread count or
@@ -23,6 +24,9 @@ struct GemvOutput {
   float* y;
 };
 constexpr int kMaxGroupOutputs = 4;
+// FP8 weights' scale blocks are a multiple of this many columns wide (DeepSeek-V3: 128), so the
+// dequantising tiles step through whole blocks in the F32 tiles' lane order (gemv_packed.cpp).
+constexpr int64_t kFp8BlockColsQuantum = 16;
 
 // gemv for 1 to kMaxGroupOutputs weights of the same width that read the same x (a layer's
 // q/k/v or gate/up) in one parallel region; each y bit for bit as gemv alone would give.
@@ -30,6 +34,8 @@ void gemv_group(const float* x, const GemvOutput* outputs, int num_outputs, int6
 
 // The largest num_rows for which kernels::cpu::matmul takes gemv rather than oneDNN (matmul.cpp).
 int64_t gemv_max_rows(DType dtype);
+// Whether kernels::cpu::matmul takes weights of dtype: F32, BF16, F16, F8_E4M3, MXFP4 (matmul.cpp).
+bool is_matmul_dtype(DType dtype);
 
 // One product of matmul_group: y [num_rows, w.rows] = x w^T (+ bias; bias.data may be null).
 struct MatmulTarget {

@@ -17,12 +17,21 @@ namespace deepinfer::kernels::cpu {
 // from 48; F16 weights (no f16 GEMM on this CPU: slab conversion, then f32 GEMM) tie only at 512
 // rows (108 vs 106 ms; GEMV 48 vs 92 ms at 256). Ties go to the GEMV: it keeps activations in
 // fp32 (oneDNN's bf16 path rounds them) and its rows are independent of the batch (gemv.h).
+// Block-quantised weights take the limit of the dtype they would otherwise be dequantised to at load
+// (FP8: F32, MXFP4: BF16), so both loadings run the same kernel at every row count.
 int64_t gemv_max_rows(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return 16;
-    case DType::kF32: return 32;
+    case DType::kBF16:
+    case DType::kMxfp4: return 16;
+    case DType::kF32:
+    case DType::kF8E4M3: return 32;
     default: return 256;
   }
+}
+
+bool is_matmul_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF8E4M3 ||
+         dtype == DType::kMxfp4;
 }
 
 namespace {
@@ -43,8 +52,8 @@ void add_bias(const WeightView& bias, int64_t num_rows, int64_t n_out, float* y)
 }  // namespace
 
 void matmul(const float* x, const WeightView& w, const WeightView& bias, int64_t num_rows, float* y) {
-  DI_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.dtype == DType::kF16,
-           "matmul weights must be F32, BF16 or F16, not " << dtype_name(w.dtype));
+  DI_CHECK(is_matmul_dtype(w.dtype),
+           "matmul weights must be F32, BF16, F16, F8_E4M3 or MXFP4, not " << dtype_name(w.dtype));
   if (num_rows <= gemv_max_rows(w.dtype)) {
     gemv(x, w, num_rows, y, best_isa());
   } else {
@@ -58,7 +67,7 @@ bool can_matmul_group(const MatmulTarget* targets, int num_targets, int64_t num_
   for (int i = 0; i < num_targets; ++i) {
     const WeightView& w = targets[i].w;
     if (w.cols != targets[0].w.cols || num_rows > gemv_max_rows(w.dtype)) return false;
-    if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kF16) return false;
+    if (!is_matmul_dtype(w.dtype)) return false;
   }
   return true;
 }

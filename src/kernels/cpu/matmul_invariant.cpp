@@ -26,8 +26,8 @@ int64_t block_rows(int64_t k_in) {
 }  // namespace
 
 void matmul_invariant(const float* x, const WeightView& w, const WeightView& bias, int64_t num_rows, float* y) {
-  DI_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.dtype == DType::kF16,
-           "matmul weights must be F32, BF16 or F16, not " << dtype_name(w.dtype));
+  DI_CHECK(is_matmul_dtype(w.dtype),
+           "matmul weights must be F32, BF16, F16, F8_E4M3 or MXFP4, not " << dtype_name(w.dtype));
   const Isa isa = best_isa();
   const int64_t rows_per_block = block_rows(w.cols);
   // gemv computes each y[m, n] as one reduction over K whatever the block's size or where the

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/ref/dequantize.h"
 
 namespace deepinfer::kernels::cpu {
 namespace {
@@ -172,19 +173,27 @@ bool bf16_matmul_supported() {
   return supported;
 }
 
-// No f16 GEMM on CPUs without AVX512-FP16: convert a slab of weight rows to f32, multiply it into
-// its columns of y, next slab. The conversion is O(N K) against the GEMM's O(M N K).
+// No f16 GEMM on CPUs without AVX512-FP16, and none for block-quantised FP8 / MXFP4: convert a slab
+// of weight rows to f32, multiply it into its columns of y, next slab. The conversion is O(N K)
+// against the GEMM's O(M N K), and a packed weight is never whole in memory as floats.
 void slab_matmul(const float* x, const WeightView& w, int64_t num_rows, float* y) {
   const int64_t n_out = w.rows;
   const int64_t k_in = w.cols;
   const int64_t slab_rows = std::clamp<int64_t>(kSlabFloats / std::max<int64_t>(k_in, 1) / 16 * 16, 16, 1024);
   float* slab = grow(thread_scratch().weights, static_cast<size_t>(std::min(slab_rows, n_out) * k_in));
+  const bool packed = w.dtype == DType::kF8E4M3 || w.dtype == DType::kMxfp4;
   const auto* base = static_cast<const char*>(w.data);
-  const int64_t row_bytes = k_in * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+  const int64_t row_bytes = packed ? 0 : k_in * static_cast<int64_t>(dtype_size_bytes(w.dtype));
   for (int64_t n0 = 0; n0 < n_out; n0 += slab_rows) {
     const int64_t rows = std::min(slab_rows, n_out - n0);
 #pragma omp parallel for schedule(static) if (rows * k_in >= 65536)
-    for (int64_t r = 0; r < rows; ++r) convert_row_to_f32(base + (n0 + r) * row_bytes, w.dtype, k_in, slab + r * k_in);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (packed) {
+        ref::dequantize_weight_row(w, n0 + r, slab + r * k_in);
+      } else {
+        convert_row_to_f32(base + (n0 + r) * row_bytes, w.dtype, k_in, slab + r * k_in);
+      }
+    }
     run_matmul(x, slab, false, num_rows, rows, k_in, y + n0, n_out);
   }
 }
@@ -207,8 +216,10 @@ void onednn_matmul(const float* x, const WeightView& w, int64_t num_rows, float*
     case DType::kBF16:
       if (bf16_matmul_supported()) return run_matmul(x, w.data, true, num_rows, w.rows, w.cols, y, w.rows);
       return slab_matmul(rounded_to_bf16(x, num_rows * w.cols), w, num_rows, y);
-    case DType::kF16: return slab_matmul(x, w, num_rows, y);
-    default: DI_CHECK(false, "matmul weights must be F32, BF16 or F16, not " << dtype_name(w.dtype));
+    case DType::kF16:
+    case DType::kF8E4M3:
+    case DType::kMxfp4: return slab_matmul(x, w, num_rows, y);
+    default: DI_CHECK(false, "matmul weights must be F32, BF16, F16, F8_E4M3 or MXFP4, not " << dtype_name(w.dtype));
   }
 }
 
