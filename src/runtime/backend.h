@@ -140,6 +140,18 @@ class Backend {
   // Makes a checkpoint tensor usable by the ops. Host backends return a view into the mapped file
   // (no copy), so the WeightStore must outlive every view. Errors name the tensor and dtype.
   virtual Result<kernels::WeightView> load_weight(const TensorView& tensor) = 0;
+  // Whether matmul (and moe_experts) read weights of this block-quantised dtype (kF8E4M3, kMxfp4;
+  // kernels::WeightView has the layouts) as stored, dequantising inside the kernels: the loader
+  // then keeps them packed (load_packed_weight) instead of dequantising them at load. Host
+  // backends do unless BackendOptions::packed_weights is off; CUDA does not yet (issue 27).
+  virtual bool reads_packed_weights(DType /*dtype*/) const { return false; }
+  // Makes a packed weight (kernels::WeightView's block-quantised layout, its data and scales in
+  // host memory that outlives the view) usable by the ops; only where reads_packed_weights. Host
+  // backends use it in place.
+  virtual Result<kernels::WeightView> load_packed_weight(const kernels::WeightView& packed) {
+    return Error{"the " + std::string(name()) + " backend does not read packed " +
+                 std::string(dtype_name(packed.dtype)) + " weights; dequantise them at load"};
+  }
   // Gives back a weight load_weight made, once nothing will read it again (an expert that EPLB moved
   // to another rank): a device backend frees its copy after the work enqueued so far; host views
   // read the mapped file and need nothing.
@@ -311,6 +323,10 @@ struct BackendOptions {
   // (Backend::fuses_norm_products); false keeps the unfused op sequence (--no-fused-decode, to
   // measure one against the other). Host backends ignore it.
   bool fused_decode = true;
+  // Host backends keep FP8 and MXFP4 weights packed and dequantise inside matmul
+  // (Backend::reads_packed_weights); false dequantises them at load instead (twice or four times
+  // the memory; to compare the two). Device backends ignore it: they dequantise at load.
+  bool packed_weights = true;
 };
 
 // "cpu": the optimised host kernels; "ref": the scalar reference kernels (slow; for tests).

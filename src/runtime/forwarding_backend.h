@@ -48,6 +48,10 @@ class ForwardingBackend : public Backend {
     inner_->scatter_to_device(src, pieces);
   }
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override { return inner_->load_weight(tensor); }
+  bool reads_packed_weights(DType dtype) const override { return inner_->reads_packed_weights(dtype); }
+  Result<kernels::WeightView> load_packed_weight(const kernels::WeightView& packed) override {
+    return inner_->load_packed_weight(packed);
+  }
   void release_weight(const kernels::WeightView& weight) override { inner_->release_weight(weight); }
   Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& parts) override {
     return inner_->load_stacked_weight(parts);

@@ -20,6 +20,34 @@ Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::st
   return source.backend->load_weight(source.arena->add(name, shape, *values));
 }
 
+Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::string& name,
+                                        const std::vector<int64_t>& shape, Packing packing) {
+  auto tensor = source.weights->get(name, shape);
+  if (!tensor.ok()) return tensor.error();
+  const Fp8Config block = source.config.fp8.value_or(Fp8Config{});
+  // The CPU tiles step through whole scale blocks 16 columns at a time; other block widths (none
+  // published) are dequantised at load.
+  const bool packed = tensor->dtype == DType::kF8E4M3 && shape.size() == 2 && packing == Packing::kWhereSupported &&
+                      source.backend->reads_packed_weights(DType::kF8E4M3) && block.block_cols % 16 == 0;
+  if (!packed) return load_tensor(source, name, shape);
+  const std::optional<TensorView> scale_inv = source.weights->find(name + "_scale_inv");
+  if (!scale_inv) return Error{"tensor " + name + " is F8_E4M3 but " + name + "_scale_inv is missing"};
+  if (auto checked = check_fp8_scales(*tensor, *scale_inv, block.block_rows, block.block_cols); !checked.ok()) {
+    return checked.error();
+  }
+  std::vector<float> scales(static_cast<size_t>(scale_inv->numel()));
+  convert_to_f32(scale_inv->data, scale_inv->dtype, scales.size(), scales.data());
+  kernels::WeightView view;
+  view.data = tensor->data;
+  view.dtype = DType::kF8E4M3;
+  view.rows = shape[0];
+  view.cols = shape[1];
+  view.scales = source.arena->add(scale_inv->name, scale_inv->shape, scales).data;
+  view.scale_block_rows = static_cast<int32_t>(block.block_rows);
+  view.scale_block_cols = static_cast<int32_t>(block.block_cols);
+  return source.backend->load_packed_weight(view);
+}
+
 TensorView WeightArena::add(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& data,
                             DType dtype) {
   DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "the weight arena stores F32 or BF16");
@@ -38,6 +66,25 @@ TensorView WeightArena::add(const std::string& name, const std::vector<int64_t>&
   view.size_bytes = bytes.size();
   view.file = "(computed at load)";
   return view;
+}
+
+TensorView WeightArena::add_bytes(const std::string& name, const std::vector<int64_t>& shape, DType dtype,
+                                  std::vector<uint8_t> bytes) {
+  std::vector<uint8_t>& stored = buffers_.emplace_back(std::move(bytes));
+  TensorView view;
+  view.name = name;
+  view.dtype = dtype;
+  view.shape = shape;
+  view.data = stored.data();
+  view.size_bytes = stored.size();
+  view.file = "(computed at load)";
+  return view;
+}
+
+int64_t WeightArena::size_bytes() const {
+  int64_t bytes = 0;
+  for (const std::vector<uint8_t>& buffer : buffers_) bytes += static_cast<int64_t>(buffer.size());
+  return bytes;
 }
 
 Result<std::vector<float>> read_tensor_f32(const ModelSource& source, const std::string& name,
@@ -64,11 +111,11 @@ Result<kernels::WeightView> load_host_tensor(const ModelSource& source, const st
 }
 
 Result<Linear> Linear::load(const ModelSource& source, const std::string& prefix, int64_t out_features,
-                            int64_t in_features, bool has_bias) {
+                            int64_t in_features, bool has_bias, Packing packing) {
   Linear linear;
   linear.in_features = in_features;
   linear.out_features = out_features;
-  auto weight = load_tensor(source, prefix + ".weight", {out_features, in_features});
+  auto weight = load_matrix(source, prefix + ".weight", {out_features, in_features}, packing);
   if (!weight.ok()) return weight.error();
   linear.weight = *weight;
   if (has_bias) {
@@ -80,7 +127,7 @@ Result<Linear> Linear::load(const ModelSource& source, const std::string& prefix
 }
 
 int64_t Linear::weight_bytes() const {
-  int64_t bytes = weight.rows * weight.cols * static_cast<int64_t>(dtype_size_bytes(weight.dtype));
+  int64_t bytes = kernels::weight_bytes(weight);
   if (bias.data != nullptr) bytes += bias.cols * static_cast<int64_t>(dtype_size_bytes(bias.dtype));
   return bytes;
 }

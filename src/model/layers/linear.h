@@ -19,15 +19,31 @@ class WeightArena {
   // from a BF16 tensor) and returns a view of it named `name`.
   TensorView add(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& data,
                  DType dtype = DType::kF32);
+  // Stores bytes (packed weight values or scales, as they are) and returns a view of them named
+  // `name`, typed dtype (the caller's description of the bytes).
+  TensorView add_bytes(const std::string& name, const std::vector<int64_t>& shape, DType dtype,
+                       std::vector<uint8_t> bytes);
+  // Bytes held (tests: what load-time copies cost).
+  int64_t size_bytes() const;
   bool empty() const { return buffers_.empty(); }
 
  private:
   std::deque<std::vector<uint8_t>> buffers_;  // a deque: earlier buffers never move
 };
 
-// The tensor `name` with exactly `shape`, made usable by the source's backend.
+// How a block-quantised checkpoint matrix (FP8 with weight_block_size scales) is loaded: kept packed
+// where the backend's matmul reads it so (Backend::reads_packed_weights), or dequantised to float32
+// at load whatever the backend (a weight other ops read too, such as MLA's kv_b_proj, whose per-head
+// slices head_matmul takes).
+enum class Packing : uint8_t { kWhereSupported, kDequantise };
+
+// The tensor `name` with exactly `shape`, made usable by the source's backend; FP8 dequantised.
 Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::string& name,
                                         const std::vector<int64_t>& shape);
+// The matrix `name` [rows, cols] as a matmul operand: as load_tensor, but an FP8 one stays packed
+// (its e4m3 bytes read in place, its scales as float32 in the arena) per `packing`.
+Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::string& name,
+                                        const std::vector<int64_t>& shape, Packing packing = Packing::kWhereSupported);
 // The tensor `name` with exactly `shape` (any rank), converted to float32 on the host.
 Result<std::vector<float>> read_tensor_f32(const ModelSource& source, const std::string& name,
                                            const std::vector<int64_t>& shape);
@@ -43,13 +59,14 @@ struct Linear {
   int64_t in_features = 0;
   int64_t out_features = 0;
 
-  // Loads prefix + ".weight" (and prefix + ".bias" when has_bias).
+  // Loads prefix + ".weight" (load_matrix, per packing) and prefix + ".bias" when has_bias.
   static Result<Linear> load(const ModelSource& source, const std::string& prefix, int64_t out_features,
-                             int64_t in_features, bool has_bias);
+                             int64_t in_features, bool has_bias, Packing packing = Packing::kWhereSupported);
   // x: [num_rows, in_features] -> y: [num_rows, out_features]
   void forward(Backend& backend, const float* x, int64_t num_rows, float* y) const {
     backend.matmul(x, weight, bias, num_rows, y);
   }
+  // Bytes of the weight as held (packed FP8: values and scales) and of the bias.
   int64_t weight_bytes() const;
 };
 

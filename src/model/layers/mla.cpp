@@ -64,7 +64,8 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
   if (!kv_a.ok()) return kv_a.error();
   auto kv_norm = RmsNorm::load(source, prefix + ".kv_a_layernorm.weight", lora, config.rms_norm_eps);
   if (!kv_norm.ok()) return kv_norm.error();
-  auto kv_b = Linear::load(source, prefix + ".kv_b_proj", heads * (nope + v_dim), lora, false);
+  // Dequantised whatever the backend: head_matmul reads per-head slices of its rows (w_uv_ below).
+  auto kv_b = Linear::load(source, prefix + ".kv_b_proj", heads * (nope + v_dim), lora, false, Packing::kDequantise);
   if (!kv_b.ok()) return kv_b.error();
   auto o = Linear::load(source, prefix + ".o_proj", hidden, heads * v_dim, options.attention_bias);
   if (!o.ok()) return o.error();

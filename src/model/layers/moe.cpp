@@ -55,9 +55,14 @@ std::vector<float> transposed(const std::vector<float>& values, int64_t rows, in
   return out;
 }
 
-// Expert `index` of an MXFP4 tensor pair (`name`_blocks, `name`_scales) as float32 [rows, cols].
-Result<std::vector<float>> read_mxfp4_expert(const ModelSource& source, const std::string& name, int64_t num_experts,
-                                             int64_t rows, int64_t cols, int64_t index) {
+// An MXFP4 tensor pair of num_experts [rows, cols] matrices: `name`_blocks and `name`_scales.
+struct Mxfp4Tensors {
+  TensorView blocks;  // U8 [num_experts, rows, cols / 32, 16]
+  TensorView scales;  // U8 [num_experts, rows, cols / 32]
+};
+
+Result<Mxfp4Tensors> find_mxfp4(const ModelSource& source, const std::string& name, int64_t num_experts, int64_t rows,
+                                int64_t cols) {
   const std::optional<TensorView> blocks = source.weights->find(name + "_blocks");
   const std::optional<TensorView> scales = source.weights->find(name + "_scales");
   if (!blocks || !scales) {
@@ -69,7 +74,51 @@ Result<std::vector<float>> read_mxfp4_expert(const ModelSource& source, const st
                  "; expected MXFP4 blocks " + shape_to_string(expected) + " (" + std::to_string(cols) +
                  " inputs a row in groups of 32)"};
   }
-  return dequantize_mxfp4(*blocks, *scales, index);
+  if (auto checked = check_mxfp4(*blocks, *scales); !checked.ok()) return checked.error();
+  return Mxfp4Tensors{*blocks, *scales};
+}
+
+// Expert `index` of an MXFP4 tensor pair as float32 [rows, cols].
+Result<std::vector<float>> read_mxfp4_expert(const ModelSource& source, const std::string& name, int64_t num_experts,
+                                             int64_t rows, int64_t cols, int64_t index) {
+  auto tensors = find_mxfp4(source, name, num_experts, rows, cols);
+  if (!tensors.ok()) return tensors.error();
+  return dequantize_mxfp4(tensors->blocks, tensors->scales, index);
+}
+
+// Rows [first_row, first_row + row_step * num_rows) of expert `index`, every row_step-th, as one
+// packed MXFP4 weight [num_rows, cols]: a view into the mapped file when the rows are contiguous,
+// else their bytes copied (still packed) into the arena.
+Result<kernels::WeightView> load_mxfp4_rows(const ModelSource& source, const Mxfp4Tensors& tensors, int64_t index,
+                                            int64_t first_row, int64_t row_step, int64_t num_rows) {
+  const int64_t rows = tensors.blocks.shape[1];
+  const int64_t cols = tensors.blocks.shape[2] * 32;
+  const int64_t row_bytes = cols / 2;
+  const int64_t scale_row_bytes = cols / kernels::kMxfp4Block;
+  const auto* blocks = static_cast<const uint8_t*>(tensors.blocks.data) + (index * rows + first_row) * row_bytes;
+  const auto* scales = static_cast<const uint8_t*>(tensors.scales.data) + (index * rows + first_row) * scale_row_bytes;
+  kernels::WeightView view;
+  view.dtype = DType::kMxfp4;
+  view.rows = num_rows;
+  view.cols = cols;
+  view.scale_block_rows = 1;
+  view.scale_block_cols = static_cast<int32_t>(kernels::kMxfp4Block);
+  if (row_step == 1) {
+    view.data = blocks;
+    view.scales = scales;
+    return source.backend->load_packed_weight(view);
+  }
+  std::vector<uint8_t> row_blocks(static_cast<size_t>(num_rows * row_bytes));
+  std::vector<uint8_t> row_scales(static_cast<size_t>(num_rows * scale_row_bytes));
+  for (int64_t r = 0; r < num_rows; ++r) {
+    std::copy_n(blocks + r * row_step * row_bytes, row_bytes, row_blocks.begin() + r * row_bytes);
+    std::copy_n(scales + r * row_step * scale_row_bytes, scale_row_bytes, row_scales.begin() + r * scale_row_bytes);
+  }
+  const std::string name = tensors.blocks.name + "[" + std::to_string(index) + "]";
+  view.data = source.arena->add_bytes(name, {num_rows, row_bytes}, DType::kU8, std::move(row_blocks)).data;
+  view.scales = source.arena->add_bytes(name + ".scales", {num_rows, scale_row_bytes}, DType::kU8,
+                                        std::move(row_scales)).data;
+  return source.backend->load_packed_weight(view);
 }
 
 // The experts of `leaving` that are not in `staying` go: their views back to the backend (a device
@@ -180,11 +229,11 @@ Result<LoadedExpert> MoeLayer::load_expert(const ModelSource& source, int32_t ex
 
 Result<void> MoeLayer::load_per_expert(const ModelSource& source, LoadedExpert& expert) const {
   const int32_t e = expert.expert_id;
-  auto gate = load_tensor(source, expert_name(prefix_, e, gate_name_), {intermediate_, hidden_});
+  auto gate = load_matrix(source, expert_name(prefix_, e, gate_name_), {intermediate_, hidden_});
   if (!gate.ok()) return gate.error();
-  auto up = load_tensor(source, expert_name(prefix_, e, up_name_), {intermediate_, hidden_});
+  auto up = load_matrix(source, expert_name(prefix_, e, up_name_), {intermediate_, hidden_});
   if (!up.ok()) return up.error();
-  auto down = load_tensor(source, expert_name(prefix_, e, down_name_), {hidden_, intermediate_});
+  auto down = load_matrix(source, expert_name(prefix_, e, down_name_), {hidden_, intermediate_});
   if (!down.ok()) return down.error();
   expert.gate = *gate;
   expert.up = *up;
@@ -222,10 +271,14 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
   if (!gu_bias.ok()) return gu_bias.error();
   auto down_b = read_expert_f32(source, base + "down_proj_bias", {num_experts, hidden}, e);
   if (!down_b.ok()) return down_b.error();
+  const bool mxfp4 = source.weights->find(base + "gate_up_proj_blocks").has_value();
+  if (mxfp4 && source.backend->reads_packed_weights(DType::kMxfp4)) {
+    return load_packed_gpt_oss_expert(source, expert, *gu_bias, *down_b);
+  }
   // gate|up as [2 * inter, hidden] rows (gate and up interleaved) and down as [hidden, inter].
   std::vector<float> gate_up_rows, down_rows;
   DType dtype = DType::kF32;
-  if (source.weights->find(base + "gate_up_proj_blocks")) {
+  if (mxfp4) {
     auto rows = read_mxfp4_expert(source, base + "gate_up_proj", num_experts, 2 * inter, hidden, e);
     if (!rows.ok()) return rows.error();
     gate_up_rows = std::move(*rows);
@@ -262,6 +315,44 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
   auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
   auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
   auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, *down_b, dtype);
+  for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
+    if (!view->ok()) return view->error();
+  }
+  expert.gate = *g;
+  expert.up = *u;
+  expert.down = *dn;
+  expert.gate_bias = *gb;
+  expert.up_bias = *ub;
+  expert.down_bias = *db;
+  return {};
+}
+
+Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert,
+                                                  const std::vector<float>& gate_up_bias,
+                                                  const std::vector<float>& down_bias) const {
+  const int64_t num_experts = routing_.num_experts;
+  const int64_t inter = intermediate_;
+  const int64_t hidden = hidden_;
+  const int32_t e = expert.expert_id;
+  const std::string base = prefix_ + ".experts.";
+  auto gate_up = find_mxfp4(source, base + "gate_up_proj", num_experts, 2 * inter, hidden);
+  if (!gate_up.ok()) return gate_up.error();
+  auto down = find_mxfp4(source, base + "down_proj", num_experts, hidden, inter);
+  if (!down.ok()) return down.error();
+  // Gate and up rows alternate in gate_up_proj: each is every other row, copied apart (packed).
+  auto g = load_mxfp4_rows(source, *gate_up, e, 0, 2, inter);
+  auto u = load_mxfp4_rows(source, *gate_up, e, 1, 2, inter);
+  auto dn = load_mxfp4_rows(source, *down, e, 0, 1, hidden);
+  std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
+  for (int64_t i = 0; i < inter; ++i) {
+    gate_b[static_cast<size_t>(i)] = gate_up_bias[static_cast<size_t>(2 * i)];
+    up_b[static_cast<size_t>(i)] = gate_up_bias[static_cast<size_t>(2 * i + 1)];
+  }
+  const std::string name = base + std::to_string(e);
+  // The biases in bf16, as the dequantising path stores them.
+  auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, DType::kBF16);
+  auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, DType::kBF16);
+  auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_bias, DType::kBF16);
   for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
     if (!view->ok()) return view->error();
   }
@@ -356,8 +447,7 @@ int64_t MoeLayer::expert_bytes() const {
   for (size_t e = 0; e < gate_.size(); ++e) {
     for (const auto* views : {&gate_, &up_, &down_, &gate_bias_, &up_bias_, &down_bias_}) {
       if (views->empty()) continue;
-      const kernels::WeightView& w = (*views)[e];
-      bytes += w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
+      bytes += kernels::weight_bytes((*views)[e]);
     }
   }
   return bytes / static_cast<int64_t>(gate_.size());

@@ -121,6 +121,10 @@ class MoeLayer {
   Result<void> load_per_expert(const ModelSource& source, LoadedExpert& expert) const;
   Result<void> load_fused_expert(const ModelSource& source, LoadedExpert& expert) const;
   Result<void> load_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert) const;
+  // GPT-OSS's MXFP4 experts kept packed (Backend::reads_packed_weights); the biases as read.
+  Result<void> load_packed_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert,
+                                          const std::vector<float>& gate_up_bias,
+                                          const std::vector<float>& down_bias) const;
   // The experts of this rank's slots under placement, reusing those in held (one load per expert).
   Result<StagedPlacement> load_slots(const ModelSource& source, const ExpertPlacement& placement,
                                      const std::vector<std::shared_ptr<const LoadedExpert>>& held) const;

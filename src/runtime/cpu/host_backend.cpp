@@ -105,6 +105,7 @@ std::string matmul_group_op_name(std::initializer_list<MatmulOutput> outputs, in
 
 class HostBackendBase : public Backend {
  public:
+  explicit HostBackendBase(bool packed_weights) : packed_weights_(packed_weights) {}
   DeviceBuffer allocate(size_t size_bytes) override {
     if (size_bytes >= kMmapThresholdBytes) {
       void* p = ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -137,11 +138,22 @@ class HostBackendBase : public Backend {
     view.cols = tensor.shape.back();
     return view;
   }
+  bool reads_packed_weights(DType dtype) const override {
+    return packed_weights_ && (dtype == DType::kF8E4M3 || dtype == DType::kMxfp4);
+  }
+  Result<kernels::WeightView> load_packed_weight(const kernels::WeightView& packed) override {
+    if (!reads_packed_weights(packed.dtype) || packed.scales == nullptr) return Backend::load_packed_weight(packed);
+    return packed;
+  }
+
+ private:
+  bool packed_weights_;
 };
 
 class CpuBackend final : public HostBackendBase {
  public:
-  explicit CpuBackend(const BackendOptions& options) : batch_invariant_(options.batch_invariant) {}
+  explicit CpuBackend(const BackendOptions& options)
+      : HostBackendBase(options.packed_weights), batch_invariant_(options.batch_invariant) {}
   std::string_view name() const override { return "cpu"; }
   DEEPINFER_FORWARD_OPS(cpu)
   // The other CPU ops are batch invariant as they are; the default matmul is not (GEMV for a
@@ -149,7 +161,7 @@ class CpuBackend final : public HostBackendBase {
   void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
               float* y) override {
     OpTimer timer([&] { return matmul_op_name(w, num_rows); },
-                  w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype)));
+                  kernels::weight_bytes(w));
     if (batch_invariant_) {
       kernels::cpu::matmul_invariant(x, w, bias, num_rows, y);
     } else {
@@ -170,7 +182,7 @@ class CpuBackend final : public HostBackendBase {
     }
     int64_t bytes = 0;
     for (const MatmulOutput& o : outputs) {
-      bytes += o.weight.rows * o.weight.cols * static_cast<int64_t>(dtype_size_bytes(o.weight.dtype));
+      bytes += kernels::weight_bytes(o.weight);
     }
     OpTimer timer([&] { return matmul_group_op_name(outputs, num_rows); }, bytes);
     kernels::cpu::matmul_group(x, num_rows, targets, num_targets);
@@ -206,6 +218,7 @@ class CpuBackend final : public HostBackendBase {
 // Scalar loops, one row at a time: batch invariant whatever the options.
 class RefBackend final : public HostBackendBase {
  public:
+  explicit RefBackend(const BackendOptions& options) : HostBackendBase(options.packed_weights) {}
   std::string_view name() const override { return "ref"; }
   DEEPINFER_FORWARD_OPS(ref)
   void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
@@ -235,7 +248,7 @@ class RefBackend final : public HostBackendBase {
 
 Result<std::unique_ptr<Backend>> make_named_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
-  if (name == "ref") return std::unique_ptr<Backend>(std::make_unique<RefBackend>());
+  if (name == "ref") return std::unique_ptr<Backend>(std::make_unique<RefBackend>(options));
 #ifdef DEEPINFER_HAS_CUDA
   if (name == "cuda") return make_cuda_backend(options);
   return Error{"unknown device '" + name + "'; this build supports: cpu, ref, cuda"};
