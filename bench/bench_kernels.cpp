@@ -2,6 +2,8 @@
 //   read_bandwidth           multithreaded streaming read (the memory roofline), GB/s
 //   gemv/...                 decode GEMV: weight GB/s and its ratio (bw_ratio) to the better of the
 //                            first read_bandwidth and one measured just before it (read_GB/s)
+//   gemv_packed/...          the GEMV over FP8 / MXFP4 weights, dequantised in registers: GB/s of
+//                            packed bytes and bf16_equiv_GB/s (the same weight's bf16 bytes per second)
 //   rows/...                 GEMV vs oneDNN as the row count grows (picks matmul's switch point)
 //   gemm/...                 oneDNN prefill GEMM, GFLOP/s
 //   attention/...            paged attention, decode (KV GB/s) and prefill (GFLOP/s)
@@ -168,6 +170,73 @@ void bm_attention(benchmark::State& state, int32_t seq_len, int32_t num_new) {
   }
 }
 
+// `copies` block-quantised weights of [n, k] (FP8 in 128 x 128 blocks, or MXFP4), random codes
+// (FP8 avoiding the NaN code) and scales near 1, in one allocation each for values and scales.
+struct PackedWeightSet {
+  std::vector<uint8_t> values;
+  std::vector<float> fp8_scales;
+  std::vector<uint8_t> mx_scales;
+  DType dtype;
+  int64_t n;
+  int64_t k;
+  int copies;
+
+  PackedWeightSet(DType dtype_in, int64_t n_in, int64_t k_in, int copies_in)
+      : dtype(dtype_in), n(n_in), k(k_in), copies(copies_in) {
+    values.resize(static_cast<size_t>(value_bytes_each()) * static_cast<size_t>(copies));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < values.size(); ++i) {
+      const auto code = static_cast<uint8_t>((pseudo_random(i) + 1.0f) * 128.0f);
+      values[i] = dtype == DType::kF8E4M3 && (code & 0x7f) == 0x7f ? 0 : code;
+    }
+    if (dtype == DType::kF8E4M3) {
+      fp8_scales.assign(static_cast<size_t>(scales_each()) * static_cast<size_t>(copies), 1.0f / 64);
+    } else {
+      mx_scales.assign(static_cast<size_t>(scales_each()) * static_cast<size_t>(copies), 124);
+    }
+  }
+  int64_t value_bytes_each() const { return dtype == DType::kF8E4M3 ? n * k : n * k / 2; }
+  int64_t scales_each() const { return dtype == DType::kF8E4M3 ? (n + 127) / 128 * ((k + 127) / 128) : n * k / 32; }
+  WeightView view(int i) const {
+    WeightView w{values.data() + static_cast<size_t>(i) * static_cast<size_t>(value_bytes_each()), dtype, n, k};
+    if (dtype == DType::kF8E4M3) {
+      w.scales = fp8_scales.data() + static_cast<size_t>(i) * static_cast<size_t>(scales_each());
+      w.scale_block_rows = 128;
+      w.scale_block_cols = 128;
+    } else {
+      w.scales = mx_scales.data() + static_cast<size_t>(i) * static_cast<size_t>(scales_each());
+      w.scale_block_rows = 1;
+      w.scale_block_cols = static_cast<int32_t>(kMxfp4Block);
+    }
+    return w;
+  }
+};
+
+// The packed GEMV on a decode shape: GB/s of the bytes it reads (values and scales), and
+// bf16_equiv_GB/s, the bf16 bytes of the same weight per second (compare with gemv/bf16 on the
+// shape: their ratio is the decode speed-up the smaller weight buys).
+void bm_gemv_packed(benchmark::State& state, DType dtype, int64_t n, int64_t k, int64_t rows) {
+  const PackedWeightSet probe(dtype, n, k, 1);
+  const PackedWeightSet weights(dtype, n, k, cold_copies(static_cast<size_t>(weight_bytes(probe.view(0)))));
+  std::vector<float> x(static_cast<size_t>(rows * k), 0.5f);
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  const cpu::Isa isa = cpu::best_isa();
+  const double read_gbps = std::max(g_read_gbps, measure_read_bandwidth_gbps(kBandwidthBytes / 2, 3));
+  int i = 0;
+  for (auto _ : state) {
+    cpu::gemv(x.data(), weights.view(i), rows, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % weights.copies;
+  }
+  const auto iterations = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(weight_bytes(weights.view(0))) * iterations;
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["bf16_equiv_GB/s"] =
+      benchmark::Counter(static_cast<double>(2 * n * k) * iterations / 1e9, benchmark::Counter::kIsRate);
+  state.counters["read_GB/s"] = read_gbps;
+  state.counters["bw_ratio"] = benchmark::Counter(bytes / 1e9 / read_gbps, benchmark::Counter::kIsRate);
+}
+
 void register_benchmarks() {
   benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)
       ->Iterations(1)
@@ -187,6 +256,20 @@ void register_benchmarks() {
         const std::string name = "gemv/" + dtype_label(dtype) + "/N=" + std::to_string(s.n) +
                                  "/K=" + std::to_string(s.k) + "/rows=" + std::to_string(rows);
         benchmark::RegisterBenchmark(name.c_str(), bm_gemv, dtype, s.n, s.k, rows)
+            ->MinTime(0.5)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  // Packed FP8 / MXFP4 weights on the shapes of gemv/bf16 (a DeepSeek-V3 / GPT-OSS expert is of this size).
+  for (DType dtype : {DType::kF8E4M3, DType::kMxfp4}) {
+    for (Shape s : {Shape{4096, 4096}, Shape{14336, 4096}}) {
+      for (int64_t rows : {1, 4}) {
+        const std::string name = std::string("gemv_packed/") + (dtype == DType::kF8E4M3 ? "fp8" : "mxfp4") +
+                                 "/N=" + std::to_string(s.n) + "/K=" + std::to_string(s.k) +
+                                 "/rows=" + std::to_string(rows);
+        benchmark::RegisterBenchmark(name.c_str(), bm_gemv_packed, dtype, s.n, s.k, rows)
             ->MinTime(0.5)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
