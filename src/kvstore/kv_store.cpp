@@ -8,10 +8,13 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "core/logging.h"
+#include "kvcache/prefix_hash.h"
 #include "kvstore/disk_tier.h"
 #include "kvstore/host_tier.h"
 #include "kvstore/redis_tier.h"
@@ -36,10 +39,10 @@ struct KvStore::Impl {
   std::vector<TierCost> costs;
 
   std::mutex mutex;
-  std::condition_variable wake_writer, writer_idle, wake_loader;
+  std::condition_variable wake_writer, page_written, wake_loader;
   std::deque<PageWrite> writes;
   int64_t queued_bytes = 0;
-  bool writer_busy = false;
+  std::optional<BlockHash> writing;  // the page the writer has taken off the queue and not finished
   std::deque<std::packaged_task<std::vector<LoadedPage>()>> loads;
   std::condition_variable wake_verifier;
   std::deque<std::packaged_task<bool()>> body_checks;
@@ -82,12 +85,12 @@ struct KvStore::Impl {
       PageWrite w = std::move(writes.front());
       writes.pop_front();
       queued_bytes -= static_cast<int64_t>(w.bytes());
-      writer_busy = true;
+      writing = w.hash;
       lock.unlock();
       write_page(w);
       lock.lock();
-      writer_busy = false;
-      if (writes.empty()) writer_idle.notify_all();
+      writing.reset();
+      page_written.notify_all();
     }
   }
 
@@ -283,7 +286,17 @@ bool KvStore::contains_local(const BlockHash& hash) {
 
 void KvStore::flush() {
   std::unique_lock lock(impl_->mutex);
-  impl_->writer_idle.wait(lock, [&] { return impl_->writes.empty() && !impl_->writer_busy; });
+  impl_->page_written.wait(lock, [&] { return impl_->writes.empty() && !impl_->writing; });
+}
+
+void KvStore::wait_written(std::span<const BlockHash> hashes) {
+  const std::unordered_set<BlockHash, BlockHashHasher> waited(hashes.begin(), hashes.end());
+  std::unique_lock lock(impl_->mutex);
+  impl_->page_written.wait(lock, [&] {
+    if (impl_->writing && waited.contains(*impl_->writing)) return false;
+    return std::none_of(impl_->writes.begin(), impl_->writes.end(),
+                        [&](const PageWrite& write) { return waited.contains(write.hash); });
+  });
 }
 
 void KvStore::expire() {

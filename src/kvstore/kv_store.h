@@ -125,6 +125,10 @@ class KvStore {
   bool contains_local(const BlockHash& hash);
   // Blocks until every queued write is done (tests, shutdown, benchmarks).
   void flush();
+  // Blocks until no page of `hashes` is queued or being written: each is in the tiers (or was
+  // dropped), whatever else the queue holds. Pages queued after the call that have one of these
+  // hashes are waited for too.
+  void wait_written(std::span<const BlockHash> hashes);
   // Drops TTL-expired pages now (the writer also does it every few seconds).
   void expire();
 
