@@ -385,7 +385,7 @@ int run_serve(int argc, char** argv) {
     if (role == "prefill") {
       kv_transport = std::make_unique<server::TcpKvTransport>(std::move(layout), std::chrono::seconds(30));
       context.kv_transport = kv_transport.get();
-      context.flush_kv_store = [&engine] { engine->flush_kv_store(); };
+      context.wait_kv_written = [&engine](std::span<const BlockHash> hashes) { engine->wait_kv_written(hashes); };
     } else {
       // Pushed KV that no request claims within a minute is dropped (the router gave up on it).
       prefilled_inbox = std::make_unique<server::PrefilledInbox>(std::chrono::seconds(60));

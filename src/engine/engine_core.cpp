@@ -247,7 +247,9 @@ struct EngineCore::Impl {
 
   // flush_text: emit the text still held back; false when a stop string ended the sample (the
   // text after it is never emitted).
-  void finish(Sequence& seq, FinishReason reason, RequestOutput& out, bool flush_text = true) {
+  // queued_pages: set to the hashes of the pages persist queued for the store.
+  void finish(Sequence& seq, FinishReason reason, RequestOutput& out, bool flush_text = true,
+              std::vector<BlockHash>* queued_pages = nullptr) {
     Request& r = seq.request;
     if (structured) structured->remove(r.seq_id);  // cancels a compile nothing else waits for
     awaiting_grammar.erase(r.seq_id);
@@ -268,7 +270,10 @@ struct EngineCore::Impl {
     sample.finish_reason = reason;
     if (offload) {
       offload->release(&r);
-      if (kv.has(r.seq_id)) offload->persist(r, kv.block_table(r.seq_id));
+      if (kv.has(r.seq_id)) {
+        std::vector<BlockHash> queued = offload->persist(r, kv.block_table(r.seq_id));
+        if (queued_pages != nullptr) *queued_pages = std::move(queued);
+      }
     }
     scheduler.remove(&r);
     Group& group = groups.at(r.request_id);
@@ -410,11 +415,15 @@ struct EngineCore::Impl {
     p.params.seed = r.seed;
     p.first_token = r.output_token_ids().front();
     p.block_size = config.block_size;
-    read_prefilled_kv(model, kv, r.seq_id, r.num_prompt_tokens(), p);
-    prefilled.push_back(std::move(p));
+    if (r.kv_through_store) {
+      p.kv_not_carried = true;
+    } else {
+      read_prefilled_kv(model, kv, r.seq_id, r.num_prompt_tokens(), p);
+    }
     // The text the first token still holds back (an incomplete character, a possible stop
     // string's start) is the COMPLETION engine's to emit, as the sequence goes on there.
-    finish(seq, FinishReason::kPrefilled, out, /*flush_text=*/false);
+    finish(seq, FinishReason::kPrefilled, out, /*flush_text=*/false, &p.queued_page_hashes);
+    prefilled.push_back(std::move(p));
   }
 
   // A launched step and the scheduler's rows it runs.
@@ -782,7 +791,8 @@ int64_t EngineCore::num_group_rounds() const { return impl_->model.num_group_rou
 const EngineConfig& EngineCore::config() const { return impl_->config; }
 
 Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> prompt, const SamplingParams& params,
-                                     int32_t priority, std::string cache_salt, TrafficClass kv_cache_class) {
+                                     int32_t priority, std::string cache_salt, TrafficClass kv_cache_class,
+                                     PrefillHandover handover) {
   Impl& m = *impl_;
   const int64_t vocab = m.model.config().vocab_size;
   if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
@@ -816,7 +826,11 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
     return Error{"stop strings need the model's tokenizer (tokenizer.json); use stop_token_ids instead"};
   }
   if (m.config.mode == EngineMode::kPrompt && params.n > 1) return Error{"a PROMPT engine takes n = 1 requests"};
-  if (m.config.mode == EngineMode::kCompletion) return Error{"a COMPLETION engine takes prefilled requests only"};
+  if (handover == PrefillHandover::kThroughStore && !m.offload) {
+    return Error{
+        "a prefill handed over through the store needs a persistent KV store (--kv-cache-dir or "
+        "--kv-cache-backend)"};
+  }
   if (m.groups.count(request_id) != 0) return Error{"request id " + std::to_string(request_id) + " is already in use"};
   if (params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
@@ -828,6 +842,7 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   for (int32_t i = 0; i < params.n; ++i) {
     Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
     seq->request.kv_cache_class = kv_cache_class;
+    seq->request.kv_through_store = handover == PrefillHandover::kThroughStore;
     group.seq_ids.push_back(seq->request.seq_id);
     if (params.structured_output) m.prepare_grammar(seq->request);  // compiles while the prompt runs
     if (i == 0 && m.offload) {
@@ -878,8 +893,11 @@ std::vector<PrefilledRequest> EngineCore::take_prefilled() { return std::exchang
 
 Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t priority) {
   Impl& m = *impl_;
-  if (m.config.mode != EngineMode::kCompletion) return Error{"only a COMPLETION engine takes prefilled requests"};
-  if (p.kv_in_store) {
+  if (m.config.mode == EngineMode::kPrompt) return Error{"a PROMPT engine takes no prefilled requests"};
+  if (m.config.mode == EngineMode::kNormal && !p.kv_not_carried) {
+    return Error{"only a COMPLETION engine takes a prefilled request's KV; a NORMAL engine takes one without it"};
+  }
+  if (p.kv_not_carried) {
     if (p.prompt_token_ids.empty()) return Error{"the prefilled request has an empty prompt"};
   } else {
     DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
@@ -894,7 +912,7 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, "");
   group.seq_ids.push_back(seq->request.seq_id);
   Request& r = seq->request;
-  if (!p.kv_in_store) {
+  if (!p.kv_not_carried) {
     int32_t cached = 0;
     // A split cache gets sliding-window blocks only for the window the next token attends to
     // (what commit_computed keeps), as the PROMPT engine sent.
@@ -928,7 +946,7 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
     m.pending_outputs[p.request_id] = std::move(first);
   }
   if (r.is_finished()) return {};
-  if (!p.kv_in_store) {
+  if (!p.kv_not_carried) {
     m.scheduler.add_running(&r);
   } else if (m.offload) {
     m.offload->hold(&r);  // joins the scheduler once the store's pages of its prompt are loaded
@@ -961,6 +979,10 @@ void EngineCore::check_invariants() const { impl_->kv.check_invariants(); }
 
 void EngineCore::flush_kv_store() {
   if (impl_->offload) impl_->offload->store().flush();
+}
+
+void EngineCore::wait_kv_written(std::span<const BlockHash> hashes) {
+  if (impl_->offload) impl_->offload->store().wait_written(hashes);
 }
 
 }  // namespace deepinfer

@@ -2,7 +2,8 @@
 // pass over all of them (prefill chunks and decodes mixed), samples the sequences whose last
 // token ran, and turns tokens into text (streaming detokenizer, stop strings). Engine modes:
 // NORMAL; PROMPT (prefill only: a request ends after its first token and its KV is handed back
-// as a PrefilledRequest); COMPLETION (decode only: takes PrefilledRequests).
+// as a PrefilledRequest); COMPLETION (decode: takes PrefilledRequests, and runs a whole request
+// given to it, prefill included, as NORMAL does: a cluster's n > 1 requests).
 // Not thread-safe: one thread drives it.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,12 @@ struct RequestOutput {
   std::optional<Error> failure;
 };
 
+// PROMPT mode: how a request's KV leaves the engine once its prefill is done.
+enum class PrefillHandover : uint8_t {
+  kCopyKv,        // copied into the PrefilledRequest (PrefilledRequest::kv), e.g. for a push
+  kThroughStore,  // only as the persistent store's pages: none copied (needs a persistent store)
+};
+
 // A request whose prompt a PROMPT engine ran: its first token and its KV blocks' contents.
 struct PrefilledRequest {
   int64_t request_id = 0;
@@ -110,14 +118,19 @@ struct PrefilledRequest {
   // swa_first_block on: [blocks - swa_first_block, handover_kv_bytes_per_block(kSliding)] bytes.
   int32_t swa_first_block = 0;
   std::vector<uint8_t> swa_kv;
-  // kv and swa_kv are empty: the PROMPT engine persisted the prompt's full pages in a shared KV
-  // store (a cluster's prefill worker). The COMPLETION engine loads what its own store finds of
-  // them and computes the rest of the prompt and the first token again, as for a sequence
-  // preempted by recompute, then samples the second token.
-  bool kv_in_store = false;
+  // kv and swa_kv are empty: the KV did not come with the request. Either the PROMPT engine
+  // persisted the prompt's full pages in a shared KV store (a cluster's prefill worker, store
+  // mode), or they never reached this engine (a push that failed, or a decode worker that died
+  // before it ran the request). The engine loads what its prefix cache and store find of the
+  // prompt and computes the rest and the first token again, as for a sequence preempted by
+  // recompute, then samples the second token. A NORMAL engine takes these too.
+  bool kv_not_carried = false;
   // The caller already streamed first_token (a cluster's prefill worker did): the COMPLETION
   // engine's outputs start after it.
   bool first_token_delivered = false;
+  // PrefillHandover::kThroughStore: the prompt's pages the PROMPT engine queued for its persistent
+  // store (KvStore::wait_written; EngineCore::wait_kv_written), kv_not_carried set.
+  std::vector<BlockHash> queued_page_hashes;
 };
 
 struct EngineStats {
@@ -146,7 +159,8 @@ class EngineCore {
   // or the KV pool, invalid sampling parameters, a duplicate request id.
   Result<void> add_request(int64_t request_id, std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
                            int32_t priority = 0, std::string cache_salt = "",
-                           TrafficClass kv_cache_class = TrafficClass::kDefault);
+                           TrafficClass kv_cache_class = TrafficClass::kDefault,
+                           PrefillHandover handover = PrefillHandover::kCopyKv);
   // Cancels at any point; frees everything; the next step() reports it finished (kAbort).
   void abort_request(int64_t request_id);
   // One scheduling step and its forward pass. An exception from the forward pass ends every
@@ -165,10 +179,14 @@ class EngineCore {
   // Thread-safe: may run while another thread is inside step(), so shutdown can save what was
   // queued even when a step is stuck.
   void flush_kv_store();
+  // Thread-safe (the store only): blocks until none of these pages is queued for the persistent
+  // store or being written (a PrefilledRequest's queued_page_hashes). Returns at once without one.
+  void wait_kv_written(std::span<const BlockHash> hashes);
 
   // PROMPT mode: requests whose prefill finished since the last call.
   std::vector<PrefilledRequest> take_prefilled();
-  // COMPLETION mode: continues a request from its prefilled KV (or from the store, kv_in_store).
+  // Continues a request from its prefilled KV (COMPLETION mode), or one whose KV is not carried
+  // (kv_not_carried: COMPLETION or NORMAL mode).
   Result<void> add_prefilled_request(PrefilledRequest prefilled, int32_t priority = 0);
 
   EngineStats stats() const;

@@ -269,8 +269,9 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
   kv_.free(import_seq_id);
 }
 
-void KvOffload::persist(const Request& request, const std::vector<int32_t>& block_table) {
-  if (request.params.prompt_logprobs) return;
+std::vector<BlockHash> KvOffload::persist(const Request& request, const std::vector<int32_t>& block_table) {
+  std::vector<BlockHash> queued;
+  if (request.params.prompt_logprobs) return queued;
   const std::span<const int32_t> tokens = request.all_tokens();
   const int32_t num_pages = std::min(request.num_computed_tokens / block_size_, static_cast<int32_t>(block_table.size()));
   const std::vector<BlockHash> hashes = page_hashes(tokens, num_pages, request.cache_salt);
@@ -287,8 +288,10 @@ void KvOffload::persist(const Request& request, const std::vector<int32_t>& bloc
     // Straight into the image (a pinned slab on CUDA: the device writes it by DMA, no staging).
     write.staged = store_->stage_page(block_size_, payload_bytes_);
     model_.read_full_kv_blocks({block_id}, page_payload_region(*write.staged, block_size_).data());
-    if (!store_->enqueue_write(std::move(write))) return;  // queue full: later pages would drop too
+    if (!store_->enqueue_write(std::move(write))) return queued;  // queue full: later pages would drop too
+    queued.push_back(hash);
   }
+  return queued;
 }
 
 }  // namespace deepinfer

@@ -48,8 +48,9 @@ class KvOffload {
   // without wait only chains whose checks are done are, so a running batch never waits on them.
   std::vector<Request*> take_ready(bool wait);
   bool has_held() const { return !held_.empty(); }
-  // Queues the sequence's computed full pages that the store lacks (never blocks).
-  void persist(const Request& request, const std::vector<int32_t>& block_table);
+  // Queues the sequence's computed full pages that the store lacks (never blocks). Returns the
+  // hashes of the pages it queued (KvStore::wait_written waits for them).
+  std::vector<BlockHash> persist(const Request& request, const std::vector<int32_t>& block_table);
 
   KvStoreStats stats() const;
   // What importing pages added to the prefix cache's own counters (the engine subtracts it).

@@ -37,6 +37,9 @@ struct Request {
   int64_t arrival = 0;      // arrival order
   std::string cache_salt;   // tenant isolation of the prefix cache (set by the server only)
   TrafficClass kv_cache_class = TrafficClass::kDefault;  // TTL of its pages in the persistent store
+  // PROMPT mode: its KV reaches the decode side through the persistent store, so the handover
+  // copies none out (engine_core.h, PrefillHandover::kThroughStore).
+  bool kv_through_store = false;
 
   RequestStatus status = RequestStatus::kWaiting;
   // Its structured-output grammar is still compiling: the scheduler runs its prompt but not the

@@ -156,8 +156,12 @@ void EngineWorker::admit(Pending pending) {
             "this worker only prefills for a cluster router (serve --role prefill); send requests to the "
             "router"};
       } else {
+        // The store mode's KV leaves as the store's pages: none is copied out for a push.
+        const PrefillHandover handover = s.kv_handoff && s.kv_handoff->mode == KvTransferMode::kStore
+                                             ? PrefillHandover::kThroughStore
+                                             : PrefillHandover::kCopyKv;
         added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
-                                    std::move(s.cache_salt), s.kv_cache_class);
+                                    std::move(s.cache_salt), s.kv_cache_class, handover);
       }
     } catch (const std::exception& e) {
       // A failed check while validating one request refuses that request, not the server.

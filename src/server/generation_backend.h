@@ -31,9 +31,10 @@ struct EngineEvent {
   // finish reason kPrefilled): what the decode side continues from (a prefill worker's token API
   // sends it on). Not on the wire.
   std::shared_ptr<const PrefilledRequest> prefilled{};
-  // A prefill worker's last event for such a request: its KV reached the decode worker (or the
-  // shared store), and the seed its first token was drawn with, which the decode side goes on with.
-  std::optional<uint64_t> handed_over_seed{};
+  // A prefill worker's last event for such a request: the seed its first token was drawn with,
+  // which the decode side goes on with. Without an error its KV reached the decode worker (or the
+  // shared store); with a 502 error it did not, and another decode worker computes the prompt again.
+  std::optional<uint64_t> first_token_seed{};
 };
 
 using OutputChannel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code, EngineEvent)>;
@@ -55,6 +56,10 @@ struct PrefilledSource {
   KvTransferMode mode = KvTransferMode::kPush;
   std::string transfer_id;  // kPush: the entry of the worker's PrefilledInbox
   int32_t first_token = 0;
+  // The prompt's KV never reached a decode worker (the push failed, or the decode worker it went
+  // to failed before running the request): this worker computes the prompt again, whatever the
+  // mode. A role "both" worker takes such a request too.
+  bool kv_lost = false;
 };
 
 struct Submission {

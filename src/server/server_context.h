@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 
+#include "kvcache/prefix_hash.h"
 #include "recipe/api.h"
 #include "server/generation_backend.h"
 #include "server/metrics.h"
@@ -58,9 +60,10 @@ struct ServerContext {
   Metrics* metrics = nullptr;
   // A disaggregated cluster worker (serve --role prefill|decode, docs/cluster.md). Prefill: sends
   // a prefilled request's KV to its decode worker (push mode), and waits until the persistent
-  // store has written every queued page (store mode). Decode: the pushed KV waiting for its request.
+  // store has written the prompt's queued pages (store mode; blocking, thread-safe). Decode: the
+  // pushed KV waiting for its request.
   KvTransport* kv_transport = nullptr;
-  std::function<void()> flush_kv_store;
+  std::function<void(std::span<const BlockHash>)> wait_kv_written;
   PrefilledInbox* prefilled_inbox = nullptr;
   bool has_kv_store = false;             // the engine has a persistent KV store (--kv-cache-dir / -backend)
   ShutdownDeadline* shutdown = nullptr;  // required; begun by the first SIGTERM / SIGINT

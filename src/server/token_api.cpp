@@ -148,7 +148,8 @@ Json submission_to_json(const Submission& submission) {
   if (const std::optional<PrefilledSource>& source = submission.continues) {
     json["prefilled"] = Json{{"mode", kv_transfer_mode_name(source->mode)},
                              {"transfer_id", source->transfer_id},
-                             {"first_token", source->first_token}};
+                             {"first_token", source->first_token},
+                             {"kv_lost", source->kv_lost}};
   }
   return json;
 }
@@ -194,6 +195,7 @@ Result<Submission> submission_from_json(const Json& json) {
       source.mode = *mode;
       read(*it, "transfer_id", source.transfer_id);
       source.first_token = it->at("first_token").get<int32_t>();
+      read(*it, "kv_lost", source.kv_lost);
       submission.continues = std::move(source);
     }
     return true;
@@ -240,7 +242,7 @@ Json event_to_json(const EngineEvent& event) {
     json["error"] = event.error->message;
     json["status"] = event.error_status;
   }
-  if (event.handed_over_seed) json["handed_over_seed"] = *event.handed_over_seed;
+  if (event.first_token_seed) json["first_token_seed"] = *event.first_token_seed;
   return json;
 }
 
@@ -284,7 +286,7 @@ Result<EngineEvent> event_from_json(const Json& json) {
       event.error = Error{it->get<std::string>()};
       event.error_status = json.at("status").get<int>();
     }
-    read_optional(json, "handed_over_seed", event.handed_over_seed);
+    read_optional(json, "first_token_seed", event.first_token_seed);
     return event;
   });
 }
@@ -301,7 +303,7 @@ std::optional<std::string> refuse_role(const Submission& submission, const Serve
              "--kv-cache-dir on a shared directory or --kv-cache-backend redis://HOST:PORT";
     }
   }
-  if (submission.continues) {
+  if (submission.continues && !submission.continues->kv_lost) {
     if (context.prefilled_inbox == nullptr)
       return "this worker does not decode prefilled requests (serve --role decode)";
     if (submission.continues->mode == KvTransferMode::kStore && !context.has_kv_store) {
@@ -312,12 +314,12 @@ std::optional<std::string> refuse_role(const Submission& submission, const Serve
   return std::nullopt;
 }
 
-// A decode worker's request: the prefilled request it continues, its KV pushed here or to be
-// loaded from the store.
+// A decode worker's request: the prefilled request it continues, its KV pushed here, or to be
+// loaded from the store or computed again (kv_lost).
 Result<std::shared_ptr<PrefilledRequest>> resolve_prefilled(const Submission& submission, ServerContext& context) {
   const PrefilledSource& source = *submission.continues;
   auto prefilled = std::make_shared<PrefilledRequest>();
-  if (source.mode == KvTransferMode::kPush) {
+  if (source.mode == KvTransferMode::kPush && !source.kv_lost) {
     std::optional<PrefilledRequest> pushed = context.prefilled_inbox->take(source.transfer_id);
     if (!pushed) {
       return Error{"no KV was pushed to this worker under transfer id '" + source.transfer_id +
@@ -331,29 +333,30 @@ Result<std::shared_ptr<PrefilledRequest>> resolve_prefilled(const Submission& su
     prefilled->prompt_token_ids = submission.prompt_token_ids;
     prefilled->params = submission.params;
     prefilled->first_token = source.first_token;
-    prefilled->kv_in_store = true;
+    prefilled->kv_not_carried = true;
   }
   prefilled->first_token_delivered = true;  // the router relayed it from the prefill worker
   return prefilled;
 }
 
-// Waits, off the connection's thread, until the store has written every queued page.
-asio::awaitable<void> flush_store(ServerContext& context) {
+// Waits, off the connection's thread, until the store has written the prompt's queued pages.
+asio::awaitable<void> wait_pages_written(ServerContext& context, const std::vector<BlockHash>& hashes) {
+  if (hashes.empty()) co_return;
   if (context.model.pool == nullptr) {
-    context.flush_kv_store();
+    context.wait_kv_written(hashes);
     co_return;
   }
-  std::future<void> flushed = context.model.pool->submit(context.flush_kv_store);
+  std::future<void> written = context.model.pool->submit([&context, &hashes] { context.wait_kv_written(hashes); });
   asio::steady_timer poll(co_await asio::this_coro::executor);
-  while (flushed.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+  while (written.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
     poll.expires_after(std::chrono::milliseconds(1));
     co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
   }
-  flushed.get();
+  written.get();
 }
 
 // A prefill worker's request whose prefill is done: its KV to where handoff says. The event that
-// follows the first token's: the seed it was drawn with, or why the KV did not get there (502).
+// follows the first token's: the seed it was drawn with, and why the KV did not get there (502).
 asio::awaitable<EngineEvent> hand_over(const KvHandoff& handoff, const PrefilledRequest& prefilled,
                                        ServerContext& context) {
   EngineEvent event;
@@ -362,11 +365,10 @@ asio::awaitable<EngineEvent> hand_over(const KvHandoff& handoff, const Prefilled
     const KvPeer to{handoff.host, handoff.port};
     sent = co_await context.kv_transport->push(to, handoff.transfer_id, prefilled);
   } else {
-    co_await flush_store(context);
+    co_await wait_pages_written(context, prefilled.queued_page_hashes);
   }
-  if (sent.ok()) {
-    event.handed_over_seed = prefilled.params.seed.value_or(0);
-  } else {
+  event.first_token_seed = prefilled.params.seed.value_or(0);
+  if (!sent.ok()) {
     event.error = Error{"the prefill is done but its KV did not reach the decode worker: " + sent.error().message};
     event.error_status = 502;
   }

@@ -33,7 +33,9 @@ struct WorkerPool::Handover {
   int32_t first_token = 0;
   uint64_t seed = 0;
   int32_t num_cached_tokens = 0;  // the prefill's prefix-cache hit: what the client is told
-  bool kv_lost = false;           // the prefill worker could not hand the KV to the decode worker
+  // The prefill worker could not hand the KV to the decode worker (why): the first token is out,
+  // and another decode worker computes the prompt again.
+  std::optional<std::string> kv_lost;
 };
 
 struct WorkerPool::Relay {
@@ -198,14 +200,16 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
           result = {Attempt::kTryAnother, where + " is unavailable: " + event->error->message, true};
           co_return result;
         }
-        if (stage == Stage::kPrefill && event->handed_over_seed) {
-          handover.seed = *event->handed_over_seed;
-          handover.done = true;
+        if (stage == Stage::kPrefill && event->first_token_seed) {
+          handover.seed = *event->first_token_seed;
+          if (event->error) {
+            handover.kv_lost = where + ": " + event->error->message;
+          } else {
+            handover.done = true;
+          }
           co_return result;
         }
         if (stage == Stage::kPrefill && !event->error) take_first_token(event->output, handover);
-        // The prefill worker's one 502: its KV did not reach the decode worker.
-        if (stage == Stage::kPrefill && event->error && event->error_status == 502) handover.kv_lost = true;
         if (stage == Stage::kDecode) event->output.num_cached_tokens = handover.num_cached_tokens;
         const bool last = event->error.has_value() || event->output.finished;
         any_event = true;
@@ -220,7 +224,9 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
     std::string message = json.is_object() && json.contains("error") && json["error"].is_string()
                               ? json["error"].get<std::string>()
                               : "HTTP " + std::to_string(status);
-    if (status == 429 || status == 503) {  // overloaded or going away: another worker may take it
+    // Overloaded or going away, or (410) a decode worker without the KV pushed for it: nothing
+    // reached the client from it, so another worker may take it.
+    if (status == 429 || status == 503 || (stage == Stage::kDecode && status == 410)) {
       result = {Attempt::kTryAnother, where + " refused the request: " + message, status == 503};
       co_return result;
     }
@@ -276,27 +282,45 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
   source.mode = options_.kv_transfer;
   source.transfer_id = relay.transfer_id;
   source.first_token = handover.first_token;
+  source.kv_lost = handover.kv_lost.has_value();
   continuation.continues = std::move(source);
-  const std::string body = submission_to_json(continuation).dump();
   std::vector<std::string> tried;
-  for (;;) {
-    const AttemptResult result = co_await attempt(relay, decode, options_, body, Stage::kDecode, handover);
-    if (result.mark_failed) selector_.mark_failed(decode.id);
+  std::string failure;
+  std::optional<WorkerLease> next;
+  if (handover.kv_lost) {
+    // No new request goes to a decode worker the KV could not reach until it heartbeats again.
+    failure = *handover.kv_lost;
+    selector_.mark_failed(decode.id);
     selector_.release(decode);
-    if (result.outcome == Attempt::kDone || relay.aborted) co_return;
-    // Pushed KV sits on that worker alone; the store's pages any decode worker can load.
     tried.push_back(decode.id);
-    std::optional<WorkerLease> next;
-    if (options_.kv_transfer == KvTransferMode::kStore && static_cast<int32_t>(tried.size()) < options_.max_attempts) {
-      next = selector_.acquire_decode(relay.routed, tried);
+  } else {
+    next = std::move(decode);
+  }
+  for (;;) {
+    if (!next && !relay.aborted && static_cast<int32_t>(tried.size()) < options_.max_attempts) {
+      // Pushed KV sits on the worker it went to alone: another one computes the prompt again. The
+      // store's pages any decode worker can load.
+      if (options_.kv_transfer == KvTransferMode::kPush) continuation.continues->kv_lost = true;
+      next = selector_.acquire_decode(relay.routed, tried, continuation.continues->kv_lost);
+      if (next) DI_LOG(kWarn, "router: " << failure << "; continuing on " << worker_name(*next));
+    }
+    if (relay.aborted) {
+      if (next) selector_.release(*next);
+      co_return;
     }
     if (!next) {
-      co_await deliver(relay, error_event(502, "the decode stage failed after the first token: " + result.failure +
+      co_await deliver(relay, error_event(502, "the decode stage failed after the first token: " + failure +
                                                    "; the output so far is incomplete"));
       co_return;
     }
-    DI_LOG(kWarn, "router: " << result.failure << "; trying another decode worker");
-    decode = std::move(*next);
+    const std::string body = submission_to_json(continuation).dump();
+    const AttemptResult result = co_await attempt(relay, *next, options_, body, Stage::kDecode, handover);
+    if (result.mark_failed) selector_.mark_failed(next->id);
+    selector_.release(*next);
+    if (result.outcome == Attempt::kDone || relay.aborted) co_return;
+    tried.push_back(next->id);
+    failure = result.failure;
+    next.reset();
   }
 }
 
@@ -373,11 +397,9 @@ Admission WorkerPool::submit(Submission submission) {
       // connection's request may be choosing right now; neither may pick a worker that just failed.
       if (result.mark_failed) selector_.mark_failed(lease.id);
       selector_.release(lease);
-      if (decode && handover.done && !relay->aborted) {
+      if (decode && (handover.done || handover.kv_lost) && !relay->aborted) {
         co_await run_decode(*relay, *decode, handover);  // releases the decode lease
       } else if (decode) {
-        // The prefill worker could not hand the KV to it: no new request goes there until it heartbeats.
-        if (handover.kv_lost) selector_.mark_failed(decode->id);
         selector_.release(*decode);
       }
       if (result.outcome == Attempt::kDone) break;

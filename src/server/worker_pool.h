@@ -8,7 +8,10 @@
 // A disaggregated request (the cluster has prefill and decode workers) runs its prefill on a
 // prefill worker, whose first token is relayed at once, then, once that worker reports its KV
 // delivered (pushed to the decode worker, or written to the shared store), its decode on the
-// decode worker chosen with it; both relays feed the one channel.
+// decode worker chosen with it; both relays feed the one channel. When the KV did not get there
+// (the push failed) or the decode worker fails before its first event, another decode worker (or,
+// with none left, a role "both" one) continues the request, computing the prompt again unless the
+// shared store holds it. A request with n > 1 runs whole on a decode or role "both" worker.
 // A worker that cannot be reached, refuses with 429 / 503, or fails before its first event is
 // marked failed (not chosen again until a newer heartbeat) and the request goes to another one,
 // up to max_attempts workers; one that fails after events were relayed ends the request with a
@@ -58,10 +61,11 @@ class WorkerPool : public GenerationBackend {
  private:
   // A disaggregated request's body for its prefill worker: where its KV goes.
   std::string prefill_request_body(Relay& relay, const WorkerLease& decode) const;
-  // Its decode stage, once the prefill worker handed the KV over: relays the decode worker's
-  // events and releases its lease. A decode worker that fails before its first event is replaced
-  // in store mode (any decode worker loads the store's pages); otherwise, or after events, the
-  // request ends with a 502 event.
+  // Its decode stage, once the prefill worker is done with the KV (handed over, or lost): relays
+  // the decode worker's events and releases its lease. When the KV did not reach `decode`, or
+  // `decode` fails before its first event, another decode worker continues (store mode: loading
+  // the store's pages; push mode: computing the prompt again), up to max_attempts workers; after
+  // events, or with none left, the request ends with a 502 event.
   boost::asio::awaitable<void> run_decode(Relay& relay, WorkerLease decode, Handover& handover);
 
   WorkerSelector& selector_;

@@ -111,7 +111,8 @@ InstanceLoad WorkerSelector::load_of(const Worker& w, std::span<const uint64_t> 
   return load;
 }
 
-WorkerLease WorkerSelector::lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached) {
+WorkerLease WorkerSelector::lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached,
+                                            bool computes_prompt) {
   WorkerLease lease;
   lease.id = chosen.record.id;
   lease.host = chosen.record.host;
@@ -120,9 +121,8 @@ WorkerLease WorkerSelector::lease_on_locked(Worker& chosen, const RoutedRequest&
   lease.kv_port = chosen.record.kv_port;
   lease.tokens = request.tokens;
   lease.prompt_tokens = request.prompt_tokens;
-  // A decode worker computes no prompt (store mode: only what the store lacks).
-  lease.prefill_ms =
-      chosen.record.role == "decode" ? 0.0 : options_.cost_model.prefill_ms(request.prompt_tokens - cached, cached);
+  // A decode worker continuing a prefill computes no prompt (store mode: only what the store lacks).
+  lease.prefill_ms = computes_prompt ? options_.cost_model.prefill_ms(request.prompt_tokens - cached, cached) : 0.0;
   chosen.outstanding_tokens += lease.tokens;
   chosen.outstanding_prompt_tokens += lease.prompt_tokens;
   chosen.outstanding_prefill_ms += lease.prefill_ms;
@@ -135,11 +135,18 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
                                                          const std::vector<std::string>& exclude, bool is_retry,
                                                          bool* no_worker) {
   // With live prefill and decode workers a request is disaggregated: the policy's prefill choice
-  // picks among the prefill workers here, its decode choice a decode worker in acquire_decode.
-  const std::string role = disaggregated_locked() ? "prefill" : "both";
+  // picks among the prefill workers here, its decode choice a decode worker in acquire_decode. A
+  // PROMPT engine takes one sample, so n > 1 runs whole, on a decode or role "both" worker.
+  const bool disaggregated = disaggregated_locked();
+  const bool runs_whole_on_decode = disaggregated && request.num_samples > 1;
+  const auto eligible = [&](const std::string& role) {
+    if (runs_whole_on_decode) return role == "decode" || role == "both";
+    return role == (disaggregated ? "prefill" : "both");
+  };
   std::vector<Worker*> candidates;
   for (auto& [id, worker] : workers_) {
-    if (worker.failed || worker.record.role != role || std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
+    if (worker.failed || !eligible(worker.record.role) ||
+        std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
       continue;
     }
     candidates.push_back(&worker);
@@ -164,7 +171,7 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
   const size_t index = std::min(*choice, candidates.size() - 1);
   Worker& chosen = *candidates[index];
   const int64_t cached = policy_->reads_cached_prefix() ? loads[index].cached_prefix_tokens : 0;
-  WorkerLease lease = lease_on_locked(chosen, request, cached);
+  WorkerLease lease = lease_on_locked(chosen, request, cached, /*computes_prompt=*/true);
   ++routed_total_;
   // Full blocks the worker's cache keeps once the prompt ran.
   const size_t full_blocks = std::min(keys.size(), static_cast<size_t>(request.prompt_tokens / options_.block_size));
@@ -173,16 +180,21 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
 }
 
 std::optional<WorkerLease> WorkerSelector::acquire_decode(const RoutedRequest& request,
-                                                          const std::vector<std::string>& exclude) {
+                                                          const std::vector<std::string>& exclude,
+                                                          bool recomputes_prompt) {
   std::lock_guard lock(mutex_);
   std::vector<Worker*> candidates;
-  for (auto& [id, worker] : workers_) {
-    if (worker.failed || worker.record.role != "decode" ||
-        std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
-      continue;
+  const auto gather = [&](const std::string& role) {
+    for (auto& [id, worker] : workers_) {
+      if (worker.failed || worker.record.role != role ||
+          std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
+        continue;
+      }
+      candidates.push_back(&worker);
     }
-    candidates.push_back(&worker);
-  }
+  };
+  gather("decode");
+  if (candidates.empty() && recomputes_prompt) gather("both");
   if (candidates.empty()) return std::nullopt;
   std::vector<InstanceLoad> loads;
   for (const Worker* worker : candidates) loads.push_back(load_of(*worker, {}));
@@ -191,7 +203,7 @@ std::optional<WorkerLease> WorkerSelector::acquire_decode(const RoutedRequest& r
   routing.input_tokens = request.prompt_tokens;
   routing.output_tokens_estimate = request.tokens - request.prompt_tokens;
   const size_t choice = std::min(policy_->choose_decode(routing, loads), candidates.size() - 1);
-  return lease_on_locked(*candidates[choice], request, 0);
+  return lease_on_locked(*candidates[choice], request, 0, recomputes_prompt);
 }
 
 WorkerSelector::Selection WorkerSelector::acquire(const RoutedRequest& request,

@@ -4,8 +4,10 @@
 // live prefill and decode workers are registered, a request is disaggregated: the policy's
 // prefill choice picks its prefill worker and its decode choice its decode worker
 // (acquire_decode); otherwise the prefill choice picks among the role "both" workers, which run
-// whole requests. A request the policy holds (the seeds' quota pull) waits and is offered again, in arrival
-// order, whenever a worker's load drops or the listing changes.
+// whole requests. A request with n > 1 is not disaggregated: the prefill choice places it whole on
+// a decode or role "both" worker, which prefills it itself. A request the policy holds (the
+// seeds' quota pull) waits and is offered again, in arrival order, whenever a worker's load drops
+// or the listing changes.
 // A worker whose key expired is gone from the listing and never chosen again; one the router
 // could not reach is marked failed and skipped until a newer heartbeat shows it alive.
 // Thread-safe (one mutex; the policy is not).
@@ -70,11 +72,16 @@ class WorkerSelector {
     int64_t ticket = 0;  // kHeld: ask poll_held with it
   };
   // Chooses among the live workers not in `exclude` (those that already failed this request): a
-  // prefill worker while the cluster is disaggregated, else a role "both" one.
+  // prefill worker while the cluster is disaggregated (for n > 1 a decode or role "both" one, which
+  // runs it whole), else a role "both" one.
   Selection acquire(const RoutedRequest& request, const std::vector<std::string>& exclude = {});
   // A disaggregated request's decode worker (the policy's decode choice, never held), or nullopt
   // when no live decode worker outside `exclude` is left. Its lease is released like the other.
-  std::optional<WorkerLease> acquire_decode(const RoutedRequest& request, const std::vector<std::string>& exclude = {});
+  // recomputes_prompt: the prompt's KV did not reach a decode worker, so the one chosen computes
+  // the prompt again (its compute counts on it), and a role "both" worker may take it when no
+  // decode worker is left.
+  std::optional<WorkerLease> acquire_decode(const RoutedRequest& request, const std::vector<std::string>& exclude = {},
+                                            bool recomputes_prompt = false);
   // A held request: kChosen once a retry placed it, kHeld while it waits, kNoWorker when no live
   // worker is left to wait for (the ticket is then forgotten).
   Selection poll_held(int64_t ticket);
@@ -111,8 +118,10 @@ class WorkerSelector {
   // Live prefill and live decode workers are registered.
   bool disaggregated_locked() const;
   InstanceLoad load_of(const Worker& worker, std::span<const uint64_t> reusable_blocks) const;
-  // Counts the request on the worker.
-  WorkerLease lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached_tokens);
+  // Counts the request on the worker; computes_prompt: its prompt runs there (not a decode of KV
+  // that a prefill worker computed).
+  WorkerLease lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached_tokens,
+                              bool computes_prompt);
   std::optional<WorkerLease> choose_locked(const RoutedRequest& request, const std::vector<std::string>& exclude,
                                            bool is_retry, bool* no_worker);
   void retry_held_locked();

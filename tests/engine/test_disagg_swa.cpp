@@ -214,7 +214,7 @@ TEST_P(DisaggSwa, CompletionFromTheStoreContinuesAfterTheDeliveredToken) {
   PrefilledRequest from_store = std::move(prefill.request);
   from_store.kv.clear();
   from_store.swa_kv.clear();
-  from_store.kv_in_store = true;
+  from_store.kv_not_carried = true;
   from_store.first_token_delivered = true;
   EngineCore engine(*completion_model.model, nullptr,
                     engine_config(EngineMode::kCompletion, fixture, dir.path(), kSwaReplayExact));

@@ -185,6 +185,76 @@ TEST_F(EngineFeatures, PromptThenCompletionEqualsNormal) {
   }
 }
 
+// A prefilled request whose KV never arrived (kv_not_carried: a cluster's push failed) continues
+// on a COMPLETION or a NORMAL engine, which computes the prompt and the delivered first token
+// again and emits only what follows it: together with the PROMPT engine's first token, the NORMAL
+// engine's result.
+TEST_F(EngineFeatures, ContinuationWithoutKvEqualsNormal) {
+  std::mt19937 rng(43);
+  std::vector<RequestSpec> requests;
+  for (int32_t i = 0; i < 4; ++i) {
+    requests.push_back({random_tokens(rng, 12 + 11 * i, vocab()), params(i % 2 == 1, 10, 70 + i)});
+  }
+  const EngineConfig config = small_engine_config(64, kBlockSize);
+  const auto normal = run_together(model(), config, requests);
+  EngineConfig prompt_config = config;
+  prompt_config.mode = EngineMode::kPrompt;
+  EngineCore prompt_engine(model(), nullptr, prompt_config);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(prompt_engine.add_request(static_cast<int64_t>(i), requests[i].prompt, requests[i].params).ok());
+  }
+  OutputCollector prefill;
+  run_engine(prompt_engine, prefill);
+  const std::vector<PrefilledRequest> prefilled = prompt_engine.take_prefilled();
+  ASSERT_EQ(prefilled.size(), requests.size());
+  for (EngineMode mode : {EngineMode::kCompletion, EngineMode::kNormal}) {
+    EngineConfig continuing_config = config;
+    continuing_config.mode = mode;
+    EngineCore continuing(model(), nullptr, continuing_config);
+    for (PrefilledRequest p : prefilled) {
+      p.kv.clear();
+      p.swa_kv.clear();
+      p.kv_not_carried = true;
+      p.first_token_delivered = true;
+      ASSERT_TRUE(continuing.add_prefilled_request(std::move(p)).ok());
+    }
+    OutputCollector rest;
+    run_engine(continuing, rest);
+    EXPECT_EQ(continuing.stats().kv_usage, 0.0);
+    for (const auto& [id, want] : normal) {
+      const SampleRun& first = prefill.runs().at(id).samples.at(0);
+      const SampleRun& after_first = rest.runs().at(id).samples.at(0);
+      std::vector<int32_t> token_ids = first.token_ids;
+      token_ids.insert(token_ids.end(), after_first.token_ids.begin(), after_first.token_ids.end());
+      EXPECT_EQ(token_ids, want.samples.at(0).token_ids) << id;
+      std::vector<double> logprobs = first.logprobs;
+      logprobs.insert(logprobs.end(), after_first.logprobs.begin(), after_first.logprobs.end());
+      EXPECT_TRUE(same_bits(logprobs, want.samples.at(0).logprobs)) << id;
+      EXPECT_EQ(after_first.finish_reason, FinishReason::kLength) << id;
+    }
+  }
+}
+
+// A COMPLETION engine given a whole request (a cluster's n > 1 request on a decode worker)
+// prefills it itself: each sample equals its reference run.
+TEST_F(EngineFeatures, CompletionEngineRunsWholeRequests) {
+  std::mt19937 rng(45);
+  RequestSpec spec{random_tokens(rng, 30, vocab()), params(true, 8, 91)};
+  SamplingParams with_n = spec.params;
+  with_n.n = 2;
+  EngineConfig completion_config = small_engine_config(64, kBlockSize);
+  completion_config.mode = EngineMode::kCompletion;
+  EngineCore engine(model(), nullptr, completion_config);
+  ASSERT_TRUE(engine.add_request(0, spec.prompt, with_n).ok());
+  OutputCollector collector;
+  run_engine(engine, collector);
+  const RequestRun& run = collector.runs().at(0);
+  ASSERT_EQ(run.samples.size(), 2u);
+  for (const auto& [index, sample] : run.samples) {
+    expect_equals_reference(spec, sample, index, "sample " + std::to_string(index));
+  }
+}
+
 // n = 4 on a 40-token prompt: after the prefill step the samples share its 2 full blocks and
 // each holds a copy of the partial third (6 blocks, not 12). Each sample equals a reference
 // run of the request with that sample index.

@@ -317,11 +317,9 @@ TEST_F(EngineRequests, ModeAndBudgetErrors) {
   run_engine(engine, collector);
   EXPECT_EQ(collector.runs().at(1).samples.at(0).token_ids.size(), 4u);
 
-  EngineConfig completion_config = small_engine_config(8);
-  completion_config.mode = EngineMode::kCompletion;
-  EngineCore completion_engine(model(), nullptr, completion_config);
-  EXPECT_NE(completion_engine.add_request(0, {1, 2}, SamplingParams{}).error().message.find("prefilled"),
-            std::string::npos);
+  PrefilledRequest prefilled;
+  prefilled.prompt_token_ids = {1, 2};
+  EXPECT_NE(prompt_engine.add_prefilled_request(prefilled).error().message.find("PROMPT"), std::string::npos);
 }
 
 // The offline API checks every prompt before running any, and names the bad one.

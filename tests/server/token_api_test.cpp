@@ -68,13 +68,24 @@ TEST(TokenApi, DisaggregatedFieldsRoundTrip) {
   ASSERT_TRUE(decode_back->continues.has_value());
   EXPECT_EQ(decode_back->continues->mode, KvTransferMode::kStore);
   EXPECT_EQ(decode_back->continues->first_token, 77);
+  EXPECT_FALSE(decode_back->continues->kv_lost);
   EXPECT_FALSE(decode_back->kv_handoff.has_value());
+  decode.continues->kv_lost = true;
+  auto recompute_back = submission_from_json(submission_to_json(decode));
+  ASSERT_TRUE(recompute_back.ok()) << recompute_back.error().message;
+  EXPECT_TRUE(recompute_back->continues->kv_lost);
 
   EngineEvent handed_over;
-  handed_over.handed_over_seed = 18446744073709551615ull;
+  handed_over.first_token_seed = 18446744073709551615ull;
   auto event_back = event_from_json(event_to_json(handed_over));
   ASSERT_TRUE(event_back.ok());
-  EXPECT_EQ(event_back->handed_over_seed, std::optional<uint64_t>(18446744073709551615ull));
+  EXPECT_EQ(event_back->first_token_seed, std::optional<uint64_t>(18446744073709551615ull));
+  handed_over.error = Error{"the KV did not get there"};
+  handed_over.error_status = 502;
+  auto lost_back = event_from_json(event_to_json(handed_over));
+  ASSERT_TRUE(lost_back.ok());
+  EXPECT_EQ(lost_back->first_token_seed, std::optional<uint64_t>(18446744073709551615ull));
+  EXPECT_EQ(lost_back->error_status, 502);
 
   nlohmann::json bad_mode = submission_to_json(decode);
   bad_mode["prefilled"]["mode"] = "carrier-pigeon";

@@ -90,8 +90,28 @@ TEST(WorkerSelector, DisaggregatesWhileLivePrefillAndDecodeWorkersAreListed) {
   EXPECT_EQ(decode->kv_port, 104);
   EXPECT_EQ(decode->prefill_ms, 0.0);
   EXPECT_EQ(s.acquire_decode(request({1}), {"127.0.0.1:3", "127.0.0.1:4"}), std::nullopt);
+  // A continuation whose KV was lost computes its prompt again: a role-both worker may take it
+  // when no decode worker is left, and its prompt's compute counts there.
+  const std::optional<WorkerLease> recompute =
+      s.acquire_decode(request({1}), {"127.0.0.1:3", "127.0.0.1:4"}, /*recomputes_prompt=*/true);
+  ASSERT_TRUE(recompute.has_value());
+  EXPECT_EQ(recompute->id, "127.0.0.1:1");
+  EXPECT_GT(recompute->prefill_ms, 0.0);
+  s.release(*recompute);
+  EXPECT_EQ(s.acquire_decode(request({1}), {"127.0.0.1:3"}, /*recomputes_prompt=*/true)->id, "127.0.0.1:4");
   s.release(chosen.lease);
   s.release(*decode);
+  // n > 1 is not disaggregated: it runs whole on a decode or role-both worker, never a prefill one.
+  SamplingParams two_samples;
+  two_samples.n = 2;
+  two_samples.max_tokens = 4;
+  for (int i = 0; i < 4; ++i) {
+    const auto whole = s.acquire(routed_request(std::vector<int32_t>{1, 2, 3}, two_samples, "tiny", "", 4));
+    ASSERT_EQ(whole.outcome, WorkerSelector::Outcome::kChosen);
+    EXPECT_NE(whole.lease.role, "prefill") << whole.lease.id;
+    EXPECT_GT(whole.lease.prefill_ms, 0.0);
+    s.release(whole.lease);
+  }
   // Every decode worker failed: requests run whole again.
   s.mark_failed("127.0.0.1:3");
   s.mark_failed("127.0.0.1:4");
