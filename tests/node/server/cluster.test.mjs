@@ -9,9 +9,8 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { anthropic, chatStream, freePort, openai, startRedis } from './cluster_harness.mjs';
+import { anthropic, chatStream, freePort, openai, redisCommand, startRedis } from './cluster_harness.mjs';
 import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
 const model = process.env.DEEPINFER_DEFAULT_MODEL;
@@ -20,17 +19,6 @@ const model = process.env.DEEPINFER_DEFAULT_MODEL;
 const { parsePrometheus, summarize } = await import(`data:text/javascript,${encodeURIComponent(
   readFileSync(new URL('../../../src/server/ui/metrics.js', import.meta.url), 'utf8'))}`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// One Redis command over a fresh connection (RESP), for records the test plants itself.
-async function redisCommand(url, ...args) {
-  const { hostname, port } = new URL(url);
-  const socket = net.connect(Number(port), hostname);
-  await once(socket, 'connect');
-  socket.write(`*${args.length}\r\n` + args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join(''));
-  const [reply] = await once(socket, 'data');
-  socket.destroy();
-  return reply.toString();
-}
 
 async function until(what, check, timeoutMs = 15000) {
   for (const deadline = Date.now() + timeoutMs; ; await sleep(50)) {

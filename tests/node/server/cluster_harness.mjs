@@ -1,5 +1,5 @@
-// What the cluster tests share: a free loopback port, a redis-server of their own on one, the
-// official clients pointed at a server, and a streamed greedy chat read to its end.
+// What the cluster tests share: a free loopback port, a redis-server of their own on one, one Redis
+// command, the official clients pointed at a server, and a streamed greedy chat read to its end.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
@@ -36,6 +36,17 @@ export async function startRedis() {
   throw new Error('redis-server did not start');
 }
 
+
+// One Redis command over a fresh connection (RESP), for records a test reads or plants itself.
+export async function redisCommand(url, ...args) {
+  const { hostname, port } = new URL(url);
+  const socket = net.connect(Number(port), hostname);
+  await once(socket, 'connect');
+  socket.write(`*${args.length}\r\n` + args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join(''));
+  const [reply] = await once(socket, 'data');
+  socket.destroy();
+  return reply.toString();
+}
 
 export const openai = (server) => new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
 export const anthropic = (server) => new Anthropic({ baseURL: server.url, apiKey: 'unused', maxRetries: 0 });

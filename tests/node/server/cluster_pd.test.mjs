@@ -5,14 +5,22 @@
 // @anthropic-ai/sdk clients through either router get its answers exactly, streamed or not, usage
 // included. Prefill workers restarted with an empty device cache still hit the prompt through the
 // shared store (cached_tokens > 0). A decode worker killed with SIGKILL mid-stream ends that stream
-// with an error event (no hang) while the other decode worker keeps serving.
+// with an error event (no hang) while the other decode worker keeps serving. A third router (push,
+// round-robin, so that each decode worker is chosen in turn) meets decode workers planted in the
+// registry: one whose KV port nobody listens on (the push fails after the first token) and one
+// whose token API nobody listens on (it fails before its first event); another decode worker
+// computes the prompt again and the answer is still the single server's. Requests with n = 2 run
+// whole on a decode worker and equal the single server's samples. A second small cluster (its own
+// redis-server as registry and as the KV store's Redis tier, `--kv-cache-backend redis://`) runs the
+// store mode through Redis: the decode worker loads the prompt's pages from it, and a restarted
+// prefill worker hits them there.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { anthropic, chatStream, openai, startRedis } from './cluster_harness.mjs';
+import { anthropic, chatStream, freePort, openai, redisCommand, startRedis } from './cluster_harness.mjs';
 import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
 const model = process.env.DEEPINFER_DEFAULT_MODEL;
@@ -22,6 +30,7 @@ let redis;
 let storeDir;
 let oracle;
 const routers = {};  // by KV transfer mode
+let roundRobin;  // push mode, decode workers in turn: the failover tests'
 let prefills = [];
 let decodes = [];
 // --kv-cache-load always: a store hit is loaded whatever the cost guard's timing on a busy machine.
@@ -41,17 +50,20 @@ before(async () => {
   storeDir = fs.mkdtempSync(path.join(os.tmpdir(), 'deepinfer-pd-'));
   const routerArgs = ['router', '--redis', redis.url, '--model', model, '--port', '0', '--served-model-name', MODEL,
                       '--block-size', '16', '--registry-poll-ms', '100', '--kv-transfer'];
-  [routers.push, routers.store, oracle, ...prefills] = await Promise.all([
-    startCommand([...routerArgs, 'push']), startCommand([...routerArgs, 'store']), startServer(['--batch-invariant'], model),
+  [routers.push, routers.store, roundRobin, oracle, ...prefills] = await Promise.all([
+    startCommand([...routerArgs, 'push']), startCommand([...routerArgs, 'store']),
+    startCommand([...routerArgs, 'push', '--policy', 'round-robin']), startServer(['--batch-invariant'], model),
     startServer(workerArgs('prefill'), model), startServer(workerArgs('prefill'), model)]);
   decodes = await Promise.all([startServer(workerArgs('decode'), model), startServer(workerArgs('decode'), model)]);
-  for (const router of Object.values(routers)) await until('four workers listed', async () => (await live(router)) === 4);
+  for (const router of [...Object.values(routers), roundRobin]) {
+    await until('four workers listed', async () => (await live(router)) === 4);
+  }
 });
 after(async () => {
   for (const worker of [...prefills, ...decodes]) {
     if (worker.child.exitCode === null && worker.child.signalCode === null) await worker.stop();
   }
-  for (const router of Object.values(routers)) await router.stop();
+  for (const router of [...Object.values(routers), roundRobin]) await router.stop();
   await oracle.stop();
   redis.child.kill('SIGKILL');
   fs.rmSync(storeDir, { recursive: true, force: true });
@@ -64,6 +76,7 @@ const longPrompt = 'Write a Python function that merges two sorted lists into on
 async function chat(server, content, extra = {}) {
   const r = await openai(server).chat.completions.create({
     model: MODEL, messages: [{ role: 'user', content }], max_tokens: 12, temperature: 0, ...extra });
+  if (r.choices.length > 1) return { choices: r.choices, usage: r.usage };
   return { text: r.choices[0].message.content, finish: r.choices[0].finish_reason, usage: r.usage };
 }
 
@@ -120,6 +133,97 @@ describe('prefill/decode disaggregation', () => {
       const got = await chat(router, longPrompt);
       assert.ok(got.usage.prompt_tokens_details.cached_tokens >= 32, JSON.stringify(got.usage));
       assert.deepEqual(withoutCached(got), withoutCached(want));
+    }
+  });
+
+  // Plants a decode worker's record (a heartbeat that never advances: once marked failed it stays
+  // so), runs check, and removes it again.
+  async function withPlantedDecodeWorker(ports, check) {
+    const record = { id: `127.0.0.1:${ports.port}`, host: '127.0.0.1', port: ports.port, role: 'decode',
+                     kv_port: ports.kvPort, model: MODEL, block_size: 16, heartbeat: 1,
+                     load: { queued_tokens: 0, num_waiting: 0, num_running: 0, kv_usage: 0, kv_tokens_used: 0,
+                             kv_tokens_free: 100000, cached_tokens: 0 } };
+    const key = `deepinfer:worker:${record.id}`;
+    assert.match(await redisCommand(redis.url, 'SET', key, JSON.stringify(record), 'PX', '60000'), /OK/);
+    try {
+      await until('the planted worker listed', async () => (await live(roundRobin)) === 5);
+      await check(record.id);
+    } finally {
+      await redisCommand(redis.url, 'DEL', key);
+    }
+    for (const router of [...Object.values(routers), roundRobin]) {
+      await until('the planted worker gone', async () =>
+        (await metrics(router.url))['deepinfer_router_workers{state="registered"}'] === 4);
+    }
+  }
+
+  // Three requests in a row meet each of the three decode workers once (round-robin); the one at
+  // the planted worker goes on on a real one. Every answer equals the single server's.
+  async function expectFailoverTo(plantedId) {
+    for (const prompt of ['Write a function number 0', 'Write a function number 1', longPrompt]) {
+      assert.deepEqual(withoutCached(await chat(roundRobin, prompt)), withoutCached(await chat(oracle, prompt)), prompt);
+    }
+    assert.deepEqual(withoutCached(await chatStream(roundRobin, longPrompt)),
+                     withoutCached(await chatStream(oracle, longPrompt)));
+    const m = await metrics(roundRobin.url);
+    assert.equal(m[`deepinfer_worker_routed_requests_total{worker="${plantedId}"}`], 1, JSON.stringify(m));
+    assert.equal(m[`deepinfer_worker_failures_total{worker="${plantedId}"}`], 1, JSON.stringify(m));
+  }
+
+  test('push: a decode worker whose KV port is unreachable: another computes the prompt, same answer', async () => {
+    await withPlantedDecodeWorker({ port: await freePort(), kvPort: await freePort() }, expectFailoverTo);
+  });
+
+  test('push: a decode worker gone before its first event: another computes the prompt, same answer', async () => {
+    // Its KV port is a live decode worker's, so the push succeeds; its token API is not there.
+    const reply = await redisCommand(redis.url, 'GET', `deepinfer:worker:${new URL(decodes[0].url).host}`);
+    const { kv_port: kvPort } = JSON.parse(reply.slice(reply.indexOf('\r\n') + 2).trim());
+    assert.ok(kvPort > 0, reply);
+    await withPlantedDecodeWorker({ port: await freePort(), kvPort }, expectFailoverTo);
+  });
+
+  test('n = 2 runs whole on a decode worker and equals one server', async () => {
+    const sampled = { n: 2, temperature: 0.8, seed: 11 };
+    const complete = (server) => openai(server).completions.create({
+      model: MODEL, prompt: 'def fibonacci(n):', max_tokens: 8, logprobs: 1, ...sampled });
+    for (const router of Object.values(routers)) {
+      const [got, want] = await Promise.all([chat(router, 'Write a function number 2', sampled),
+                                             chat(oracle, 'Write a function number 2', sampled)]);
+      assert.deepEqual(withoutCached(got), withoutCached(want));
+      const [gotText, wantText] = await Promise.all([complete(router), complete(oracle)]);
+      assert.deepEqual(gotText.choices, wantText.choices);
+      assert.deepEqual(gotText.usage, wantText.usage);
+    }
+  });
+
+  test('store mode through the Redis tier: the decode worker loads the pages; a new prefill worker hits them',
+       async () => {
+    const tierRedis = await startRedis();
+    const tierArgs = (role) => ['--batch-invariant', '--register', tierRedis.url, '--role', role,
+                                '--kv-cache-backend', tierRedis.url, '--kv-cache-load', 'always'];
+    const started = [];
+    const start = async (promise) => { const server = await promise; started.push(server); return server; };
+    try {
+      const [router, prefill, decode] = await Promise.all([
+        start(startCommand(['router', '--redis', tierRedis.url, '--model', model, '--port', '0', '--served-model-name',
+                            MODEL, '--block-size', '16', '--registry-poll-ms', '100', '--kv-transfer', 'store'])),
+        start(startServer(tierArgs('prefill'), model)), start(startServer(tierArgs('decode'), model))]);
+      await until('two workers listed', async () => (await live(router)) === 2);
+      const want = await chat(oracle, longPrompt);
+      assert.deepEqual(withoutCached(await chat(router, longPrompt)), withoutCached(want));
+      const loaded = (await metrics(decode.url))['deepinfer_kv_store_pages_loaded_total'];
+      assert.ok(loaded >= 2, `the decode worker loaded ${loaded} pages from the Redis tier`);
+      await prefill.stop();
+      await start(startServer(tierArgs('prefill'), model));
+      await until('the new prefill worker listed', async () => (await live(router)) === 2);
+      const got = await chat(router, longPrompt);
+      assert.ok(got.usage.prompt_tokens_details.cached_tokens >= 32, JSON.stringify(got.usage));
+      assert.deepEqual(withoutCached(got), withoutCached(want));
+    } finally {
+      for (const server of started) {
+        if (server.child.exitCode === null && server.child.signalCode === null) await server.stop();
+      }
+      tierRedis.child.kill('SIGKILL');
     }
   });
 
