@@ -1,7 +1,7 @@
 // deepinfer-make-random-model: writes a Hugging Face checkpoint (config.json + model.safetensors)
 // shaped like a Llama / Mistral / Qwen2 / Qwen3 model, or a MoE one (DeepSeek-V2/V3, Qwen3-MoE,
 // Mixtral, GPT-OSS), with random weights, for benchmarks.
-// Usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16] [--seed N]
+// Usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8] [--seed N]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,16 +21,18 @@
 #include "dense_layout.h"
 #include "moe_layout.h"
 #include "tool_flags.h"
+#include "weights/fp8.h"
 #include "weights/safetensors.h"
 
 namespace deepinfer::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16] [--seed N]\n"
+    "usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8] [--seed N]\n"
     "Writes DIR/config.json and DIR/model.safetensors with every tensor of the config's architecture\n"
     "(Llama, Mistral, Qwen2, Qwen3; DeepSeek-V2/V3, Qwen3-MoE, Mixtral, GPT-OSS): weights ~ normal(0, 0.02),\n"
-    "norm weights ~ 1 + normal(0, 0.02).\n";
+    "norm weights ~ 1 + normal(0, 0.02). fp8: the projections in e4m3 with a float32 weight_scale_inv per\n"
+    "128 x 128 block (DeepSeek-V3's published format), everything else bf16.\n";
 
 constexpr float kWeightStd = 0.02f;  // transformers' default initializer_range
 // The unit of parallel work. Each chunk draws from its own stream seeded by (seed, tensor, chunk),
@@ -113,12 +115,68 @@ Result<DType> parse_dtype(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
   if (name == "f16") return DType::kF16;
   if (name == "f32") return DType::kF32;
-  return Error{"--dtype must be bf16, f16 or f32, got '" + name + "'"};
+  if (name == "fp8") return DType::kF8E4M3;
+  return Error{"--dtype must be bf16, f16, f32 or fp8, got '" + name + "'"};
+}
+
+// DeepSeek-V3's FP8 checkpoints quantise the projections; embeddings, the output head, norms, biases
+// and routers stay 16-bit.
+constexpr int64_t kFp8Block = 128;
+bool is_fp8_projection(const DenseTensor& spec) {
+  const auto ends_with = [&](std::string_view suffix) { return spec.hf_name.ends_with(suffix); };
+  return spec.role == TensorRole::kMatrix && spec.shape.size() == 2 &&
+         (ends_with("_proj.weight") || ends_with("_proj_with_mqa.weight")) &&
+         spec.hf_name.find("embed") == std::string::npos;
+}
+
+// Replaces every float32 tensor of views (the FP8 projections) by its e4m3 codes and appends its
+// weight_scale_inv, on all cores.
+void quantize_projections(std::vector<TensorView>& views, std::vector<std::unique_ptr<uint8_t[]>>& buffers) {
+  std::vector<size_t> projections;
+  for (size_t t = 0; t < views.size(); ++t) {
+    if (views[t].dtype == DType::kF32) projections.push_back(t);
+  }
+  const auto scale_shape = [&](size_t t) {
+    return std::vector<int64_t>{(views[t].shape[0] + kFp8Block - 1) / kFp8Block,
+                                (views[t].shape[1] + kFp8Block - 1) / kFp8Block};
+  };
+  std::vector<std::unique_ptr<uint8_t[]>> codes(projections.size()), scales(projections.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < projections.size(); i = next++) {
+      const TensorView& view = views[projections[i]];
+      const std::vector<int64_t> shape = scale_shape(projections[i]);
+      codes[i].reset(new uint8_t[static_cast<size_t>(view.numel())]);
+      scales[i].reset(new uint8_t[static_cast<size_t>(shape[0] * shape[1]) * sizeof(float)]);
+      quantize_fp8_blocks(static_cast<const float*>(view.data), view.shape[0], view.shape[1], kFp8Block, kFp8Block,
+                          codes[i].get(), reinterpret_cast<float*>(scales[i].get()));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) threads.emplace_back(worker);
+  for (std::thread& thread : threads) thread.join();
+  for (size_t i = 0; i < projections.size(); ++i) {
+    TensorView& view = views[projections[i]];
+    buffers[projections[i]] = std::move(codes[i]);
+    view.dtype = DType::kF8E4M3;
+    view.data = buffers[projections[i]].get();
+    view.size_bytes = static_cast<size_t>(view.numel());
+    TensorView scale_view;
+    scale_view.name = view.name + "_scale_inv";
+    scale_view.dtype = DType::kF32;
+    scale_view.shape = scale_shape(projections[i]);
+    scale_view.size_bytes = static_cast<size_t>(scale_view.numel()) * sizeof(float);
+    buffers.push_back(std::move(scales[i]));
+    scale_view.data = buffers.back().get();
+    views.push_back(std::move(scale_view));
+  }
 }
 
 const char* torch_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return "bfloat16";
+    case DType::kBF16:
+    case DType::kF8E4M3:
+      return "bfloat16";
     case DType::kF16: return "float16";
     default: return "float32";
   }
@@ -128,6 +186,12 @@ Result<void> write_config(const ModelConfig& config, DType dtype, const std::str
   nlohmann::json raw = config.raw;
   raw["torch_dtype"] = torch_dtype_name(dtype);
   if (raw.contains("dtype")) raw["dtype"] = torch_dtype_name(dtype);
+  if (dtype == DType::kF8E4M3) {
+    raw["quantization_config"] = {{"quant_method", "fp8"},
+                                  {"fmt", "e4m3"},
+                                  {"activation_scheme", "dynamic"},
+                                  {"weight_block_size", {kFp8Block, kFp8Block}}};
+  }
   std::ofstream out(path, std::ios::trunc);
   out << raw.dump(2) << "\n";
   out.close();
@@ -165,15 +229,17 @@ Result<void> run(int argc, char** argv) {
   for (const DenseTensor& spec : layout->tensors) {
     TensorView view;
     view.name = spec.hf_name;
-    view.dtype = *dtype;
+    // FP8 projections are drawn in float32, then quantised below.
+    view.dtype = *dtype != DType::kF8E4M3 ? *dtype : is_fp8_projection(spec) ? DType::kF32 : DType::kBF16;
     view.shape = spec.shape;
-    view.size_bytes = static_cast<size_t>(view.numel()) * dtype_size_bytes(*dtype);
+    view.size_bytes = static_cast<size_t>(view.numel()) * dtype_size_bytes(view.dtype);
     buffers.emplace_back(new uint8_t[view.size_bytes]);
     view.data = buffers.back().get();
-    total_bytes += view.size_bytes;
     views.push_back(std::move(view));
   }
   fill_all(layout->tensors, views, seed);
+  if (*dtype == DType::kF8E4M3) quantize_projections(views, buffers);
+  for (const TensorView& view : views) total_bytes += view.size_bytes;
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

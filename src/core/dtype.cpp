@@ -69,6 +69,20 @@ float f8e4m3_to_f32(uint8_t bits) {
   return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
 
+uint8_t f32_to_f8e4m3(float value) {
+  const auto sign = static_cast<uint8_t>(std::signbit(value) ? 0x80u : 0u);
+  if (std::isnan(value)) return sign | 0x7fu;
+  const float magnitude = std::fabs(value);
+  if (magnitude >= 448.0f) return sign | 0x7eu;
+  // Subnormals step by 2^-9; a quotient of 8 rounds up into the first normal code, 0x08.
+  if (magnitude < 0x1p-6f) return sign | static_cast<uint8_t>(std::nearbyint(magnitude * 512.0f));
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
+  // Eight mantissa steps per binade; a quotient of 16 carries into the next exponent.
+  const auto steps = static_cast<int>(std::nearbyint(std::ldexp(magnitude, 4 - exponent)));
+  return sign | static_cast<uint8_t>(((exponent + 6) << 3) + steps - 8);
+}
+
 float e2m1_to_f32(uint8_t code) {
   static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   const float magnitude = kMagnitudes[code & 0x7u];

@@ -1,6 +1,9 @@
 // FP8 e4m3 block dequantisation.
 #include "weights/fp8.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace deepinfer {
 
 Result<void> check_fp8_scales(const TensorView& weight, const TensorView& scale_inv, int64_t block_rows,
@@ -40,6 +43,26 @@ Result<std::vector<float>> dequantize_fp8(const TensorView& weight, const Tensor
     }
   }
   return out;
+}
+
+void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols,
+                         uint8_t* codes, float* scale_inv) {
+  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      const int64_t r_end = std::min(rows, r0 + block_rows);
+      const int64_t c_end = std::min(cols, c0 + block_cols);
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r_end; ++r) {
+        for (int64_t c = c0; c < c_end; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
+      }
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      scale_inv[(r0 / block_rows) * scale_cols + c0 / block_cols] = scale;
+      for (int64_t r = r0; r < r_end; ++r) {
+        for (int64_t c = c0; c < c_end; ++c) codes[r * cols + c] = f32_to_f8e4m3(w[r * cols + c] / scale);
+      }
+    }
+  }
 }
 
 }  // namespace deepinfer

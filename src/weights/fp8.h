@@ -20,4 +20,10 @@ Result<void> check_fp8_scales(const TensorView& weight, const TensorView& scale_
 Result<std::vector<float>> dequantize_fp8(const TensorView& weight, const TensorView& scale_inv, int64_t block_rows,
                                           int64_t block_cols);
 
+// The inverse, as DeepSeek-V3's checkpoints were made: w (float32 [rows, cols]) as e4m3 codes
+// (codes: [rows, cols]) with one factor per block_rows x block_cols block (scale_inv:
+// [ceil(rows / block_rows), ceil(cols / block_cols)]) that maps the block's largest magnitude to 448.
+void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols,
+                         uint8_t* codes, float* scale_inv);
+
 }  // namespace deepinfer

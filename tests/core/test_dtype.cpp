@@ -45,6 +45,27 @@ TEST(DType, Bf16RoundsToNearestEven) {
   }
 }
 
+TEST(DType, F8E4M3RoundsToNearestEvenAndSaturates) {
+  for (uint32_t bits = 0; bits <= 0xffu; ++bits) {
+    const float value = f8e4m3_to_f32(static_cast<uint8_t>(bits));
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(f8e4m3_to_f32(f32_to_f8e4m3(value))));
+      continue;
+    }
+    EXPECT_EQ(f32_to_f8e4m3(value), bits) << "bits " << bits;
+  }
+  // Values PyTorch's float8_e4m3fn gives.
+  EXPECT_EQ(f8e4m3_to_f32(f32_to_f8e4m3(0.1f)), 0.1015625f);
+  EXPECT_EQ(f8e4m3_to_f32(f32_to_f8e4m3(-3.3f)), -3.25f);
+  EXPECT_EQ(f32_to_f8e4m3(1.0f + 1.0f / 16), 0x38);  // halfway between 1 and 1.125: even mantissa
+  EXPECT_EQ(f32_to_f8e4m3(1.0f + 3.0f / 16), 0x3a);
+  EXPECT_EQ(f32_to_f8e4m3(std::ldexp(1.0f, -10)), 0x00);  // half the smallest subnormal: even
+  EXPECT_EQ(f32_to_f8e4m3(std::ldexp(3.0f, -10)), 0x02);
+  EXPECT_EQ(f32_to_f8e4m3(0.0157f), 0x08);  // subnormal range rounding up into the first normal
+  EXPECT_EQ(f32_to_f8e4m3(1e6f), 0x7e);     // saturates at 448
+  EXPECT_EQ(f32_to_f8e4m3(-460.0f), 0xfe);
+}
+
 TEST(DType, ParsesBothSpellings) {
   EXPECT_EQ(find_dtype("BF16"), DType::kBF16);
   EXPECT_EQ(find_dtype("torch.bfloat16"), DType::kBF16);
