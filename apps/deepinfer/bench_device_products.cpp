@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench_device.h"
@@ -172,7 +174,27 @@ void bench_decode_products(Backend& backend, const ModelConfig& c, const DeviceP
                                             {"gate_proj", c.intermediate_size, hidden},
                                             {"down_proj", hidden, c.intermediate_size},
                                             {"lm_head", c.vocab_size, hidden}};
+  // FP8 checkpoints' projections as the backend keeps them (zero codes, unit 128 x 128 block scales).
+  const bool fp8 = c.fp8.has_value() && backend.reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul);
   for (const ProductShape& shape : shapes) {
+    if (fp8 && std::string_view(shape.name) != "lm_head") {
+      const std::vector<uint8_t> codes(static_cast<size_t>(shape.out_features * shape.in_features), 0);
+      const std::vector<float> scales(
+          static_cast<size_t>((shape.out_features + 127) / 128 * ((shape.in_features + 127) / 128)), 1.0f);
+      auto weight = backend.load_packed_weight(
+          kernels::WeightView{codes.data(), DType::kF8E4M3, shape.out_features, shape.in_features, scales.data(),
+                              static_cast<int32_t>(c.fp8->block_rows), static_cast<int32_t>(c.fp8->block_cols)});
+      if (!weight.ok()) throw UserError(weight.error());
+      DeviceBuffer x = backend.allocate(static_cast<size_t>(kMaxRows * shape.in_features) * sizeof(float));
+      DeviceBuffer y = backend.allocate(static_cast<size_t>(kMaxRows * shape.out_features) * sizeof(float));
+      const std::string name = std::string(shape.name) + "_fp8";
+      for (int64_t rows : kRowCounts) {
+        const double seconds = seconds_per_call(
+            backend, [&] { backend.matmul(x.as<float>(), *weight, kernels::WeightView{}, rows, y.as<float>()); }, y);
+        print_product(name.c_str(), shape.out_features, shape.in_features, rows, seconds,
+                      static_cast<double>(kernels::weight_bytes(*weight)), peaks, backend.can_capture());
+      }
+    }
     std::vector<uint16_t> host;
     auto weight = backend.load_weight(zero_bf16_tensor(shape.name, shape.out_features, shape.in_features, host));
     if (!weight.ok()) throw UserError(weight.error());

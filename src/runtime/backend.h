@@ -109,6 +109,9 @@ class PendingCopies {
   virtual void wait() = 0;
 };
 
+// Which ops read a weight: Backend::reads_packed_weights answers per use.
+enum class WeightUse : uint8_t { kMatmul, kExperts };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -140,11 +143,11 @@ class Backend {
   // Makes a checkpoint tensor usable by the ops. Host backends return a view into the mapped file
   // (no copy), so the WeightStore must outlive every view. Errors name the tensor and dtype.
   virtual Result<kernels::WeightView> load_weight(const TensorView& tensor) = 0;
-  // Whether matmul (and moe_experts) read weights of this block-quantised dtype (kF8E4M3, kMxfp4;
-  // kernels::WeightView has the layouts) as stored, dequantising inside the kernels: the loader
-  // then keeps them packed (load_packed_weight) instead of dequantising them at load. Host
-  // backends do unless BackendOptions::packed_weights is off; CUDA does not yet (issue 27).
-  virtual bool reads_packed_weights(DType /*dtype*/) const { return false; }
+  // Whether matmul (use kMatmul) or moe_experts (kExperts) read weights of this block-quantised
+  // dtype (kF8E4M3, kMxfp4; kernels::WeightView has the layouts) as stored, dequantising inside the
+  // kernels: the loader then keeps them packed (load_packed_weight) instead of dequantising them at
+  // load. Host backends do unless BackendOptions::packed_weights is off; CUDA reads FP8 in matmul.
+  virtual bool reads_packed_weights(DType /*dtype*/, WeightUse /*use*/) const { return false; }
   // Makes a packed weight (kernels::WeightView's block-quantised layout, its data and scales in
   // host memory that outlives the view) usable by the ops; only where reads_packed_weights. Host
   // backends use it in place.

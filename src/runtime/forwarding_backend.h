@@ -48,7 +48,9 @@ class ForwardingBackend : public Backend {
     inner_->scatter_to_device(src, pieces);
   }
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override { return inner_->load_weight(tensor); }
-  bool reads_packed_weights(DType dtype) const override { return inner_->reads_packed_weights(dtype); }
+  bool reads_packed_weights(DType dtype, WeightUse use) const override {
+    return inner_->reads_packed_weights(dtype, use);
+  }
   Result<kernels::WeightView> load_packed_weight(const kernels::WeightView& packed) override {
     return inner_->load_packed_weight(packed);
   }

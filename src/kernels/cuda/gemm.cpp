@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/gemv_fp8.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -56,24 +57,25 @@ LtGemm::LtGemm(bool batch_invariant) : batch_invariant_(batch_invariant) {
 
 LtGemm::~LtGemm() {
   plans_.clear();
-  if (cast_ != nullptr) cudaFree(cast_);
-  for (void* p : retired_casts_) cudaFree(p);
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-void* LtGemm::cast_buffer(size_t bytes) {
-  if (bytes > cast_bytes_) {
-    // The old buffer stays allocated until the destructor: captured graphs replay products that
-    // read it. Doubling bounds what is kept to the size of the newest buffer.
-    if (cast_ != nullptr) retired_casts_.push_back(cast_);
-    cast_ = nullptr;
-    const size_t wanted = std::max(bytes, 2 * cast_bytes_);
+GrowingBuffer::~GrowingBuffer() {
+  if (block_ != nullptr) cudaFree(block_);
+  for (void* p : retired_) cudaFree(p);
+}
+
+void* GrowingBuffer::get(size_t bytes) {
+  if (bytes > bytes_) {
+    if (block_ != nullptr) retired_.push_back(block_);
+    block_ = nullptr;
+    const size_t wanted = std::max(bytes, 2 * bytes_);
     const size_t rounded = (wanted + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
-    DI_CUDA_CHECK(cudaMalloc(&cast_, rounded));
-    cast_bytes_ = rounded;
+    DI_CUDA_CHECK(cudaMalloc(&block_, rounded));
+    bytes_ = rounded;
   }
-  return cast_;
+  return block_;
 }
 
 const LtGemm::Plan& LtGemm::plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y) {
@@ -159,7 +161,7 @@ void* LtGemm::stage(const float* source, int64_t count, DType dtype, const OpStr
 
 void* LtGemm::input_buffer(int64_t count, DType dtype) {
   staged_ = Staged{};
-  return cast_buffer(static_cast<size_t>(count) * dtype_size_bytes(dtype));
+  return cast_.get(static_cast<size_t>(count) * dtype_size_bytes(dtype));
 }
 
 void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream) {
@@ -168,6 +170,10 @@ void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float
   // y is about to change: a staged copy of memory it overlaps goes stale.
   const float* staged_end = staged_.source + staged_.count;
   if (staged_.source != nullptr && y < staged_end && staged_.source < y + num_rows * w.rows) staged_ = Staged{};
+  if (w.dtype == DType::kF8E4M3) {
+    matmul_fp8(x, w, num_rows, y, stream);
+    return;
+  }
   // Decode-sized batches: a bandwidth-bound kernel beats cuBLASLt's small-M tiles and skips the
   // cast. Not in invariant mode, where one algorithm serves every M.
   if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
@@ -180,9 +186,26 @@ void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float
         staged_.generation != stream.generation()) {
       cast_from_f32(x, num_rows * k, w.dtype, stage(x, num_rows * k, w.dtype, stream), stream.for_products());
     }
-    b = cast_;
+    b = cast_.get(0);
   }
   matmul_cast(b, w, num_rows, y, stream.for_products());
+}
+
+void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream) {
+  if (!batch_invariant_ && num_rows <= kFp8GemvMaxRows && fp8_layout_supported(w) &&
+      reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    void* workspace = input_buffer(static_cast<int64_t>(fp8_gemv_workspace_bytes(num_rows, w.cols)), DType::kU8);
+    fp8_gemv(x, w, num_rows, workspace, y, stream.for_products());
+    return;
+  }
+  // Prompt-sized products are compute-bound: one pass writing the weight as bf16 costs a few
+  // percent of them.
+  WeightView dense = w;
+  dense.dtype = DType::kBF16;
+  dense.scales = nullptr;
+  dense.data = dequantized_.get(static_cast<size_t>(w.rows * w.cols) * sizeof(uint16_t));
+  dequantize_fp8_to_bf16(w, const_cast<void*>(dense.data), stream.for_products());
+  matmul(x, dense, num_rows, y, stream);
 }
 
 void LtGemm::matmul_cast(const void* b, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {

@@ -39,6 +39,22 @@ class OpStream {
   uint64_t generation_ = 0;
 };
 
+// A device buffer that only grows: an outgrown block stays allocated until the destructor, since
+// captured graphs replay products that read it; doubling bounds what is kept to the newest size.
+class GrowingBuffer {
+ public:
+  GrowingBuffer() = default;
+  ~GrowingBuffer();
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
+  void* get(size_t bytes);
+
+ private:
+  void* block_ = nullptr;
+  size_t bytes_ = 0;
+  std::vector<void*> retired_;
+};
+
 class LtGemm {
  public:
   // batch_invariant: one algorithm per (N, K, dtype), without split-K, for every M and pointer
@@ -49,7 +65,8 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // Enqueues the product on stream. x, y: device float32; w: device weight (F32, BF16 or F16).
+  // Enqueues the product on stream. x, y: device float32; w: device weight (F32, BF16 or F16, or
+  // block-scaled F8E4M3: gemv_fp8.h's kernel at decode sizes, else dequantised to bf16 first).
   // Not thread-safe (one stream, shared buffers).
   void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
   // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
@@ -68,7 +85,7 @@ class LtGemm {
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int>;  // m, n, k, dtype, align x, align y
 
   const Plan& plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y);
-  void* cast_buffer(size_t bytes);
+  void matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
 
   // What the cast buffer holds: source[0, count) rounded to dtype, as of the stream's generation;
   // source null when nothing.
@@ -83,9 +100,8 @@ class LtGemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  void* cast_ = nullptr;
-  size_t cast_bytes_ = 0;
-  std::vector<void*> retired_casts_;  // earlier cast buffers, kept for graphs that use them
+  GrowingBuffer cast_;
+  GrowingBuffer dequantized_;  // an FP8 weight as bf16, for the products past fp8_gemv's rows
   Staged staged_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<std::tuple<int64_t, int64_t, int>, cublasLtMatmulAlgo_t> pinned_;  // (n, k, dtype) in invariant mode

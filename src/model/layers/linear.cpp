@@ -27,8 +27,9 @@ Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::st
   const Fp8Config block = source.config.fp8.value_or(Fp8Config{});
   // The CPU tiles step through whole scale blocks 16 columns at a time; other block widths (none
   // published) are dequantised at load.
-  const bool packed = tensor->dtype == DType::kF8E4M3 && shape.size() == 2 && packing == Packing::kWhereSupported &&
-                      source.backend->reads_packed_weights(DType::kF8E4M3) && block.block_cols % 16 == 0;
+  const WeightUse use = packing == Packing::kExpertWhereSupported ? WeightUse::kExperts : WeightUse::kMatmul;
+  const bool packed = tensor->dtype == DType::kF8E4M3 && shape.size() == 2 && packing != Packing::kDequantise &&
+                      source.backend->reads_packed_weights(DType::kF8E4M3, use) && block.block_cols % 16 == 0;
   if (!packed) return load_tensor(source, name, shape);
   const std::optional<TensorView> scale_inv = source.weights->find(name + "_scale_inv");
   if (!scale_inv) return Error{"tensor " + name + " is F8_E4M3 but " + name + "_scale_inv is missing"};

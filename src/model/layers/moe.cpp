@@ -229,11 +229,14 @@ Result<LoadedExpert> MoeLayer::load_expert(const ModelSource& source, int32_t ex
 
 Result<void> MoeLayer::load_per_expert(const ModelSource& source, LoadedExpert& expert) const {
   const int32_t e = expert.expert_id;
-  auto gate = load_matrix(source, expert_name(prefix_, e, gate_name_), {intermediate_, hidden_});
+  auto gate = load_matrix(source, expert_name(prefix_, e, gate_name_), {intermediate_, hidden_},
+                          Packing::kExpertWhereSupported);
   if (!gate.ok()) return gate.error();
-  auto up = load_matrix(source, expert_name(prefix_, e, up_name_), {intermediate_, hidden_});
+  auto up =
+      load_matrix(source, expert_name(prefix_, e, up_name_), {intermediate_, hidden_}, Packing::kExpertWhereSupported);
   if (!up.ok()) return up.error();
-  auto down = load_matrix(source, expert_name(prefix_, e, down_name_), {hidden_, intermediate_});
+  auto down = load_matrix(source, expert_name(prefix_, e, down_name_), {hidden_, intermediate_},
+                          Packing::kExpertWhereSupported);
   if (!down.ok()) return down.error();
   expert.gate = *gate;
   expert.up = *up;
@@ -272,7 +275,7 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
   auto down_b = read_expert_f32(source, base + "down_proj_bias", {num_experts, hidden}, e);
   if (!down_b.ok()) return down_b.error();
   const bool mxfp4 = source.weights->find(base + "gate_up_proj_blocks").has_value();
-  if (mxfp4 && source.backend->reads_packed_weights(DType::kMxfp4)) {
+  if (mxfp4 && source.backend->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts)) {
     return load_packed_gpt_oss_expert(source, expert, *gu_bias, *down_b);
   }
   // gate|up as [2 * inter, hidden] rows (gate and up interleaved) and down as [hidden, inter].

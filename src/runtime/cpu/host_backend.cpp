@@ -138,11 +138,12 @@ class HostBackendBase : public Backend {
     view.cols = tensor.shape.back();
     return view;
   }
-  bool reads_packed_weights(DType dtype) const override {
+  bool reads_packed_weights(DType dtype, WeightUse /*use*/) const override {
     return packed_weights_ && (dtype == DType::kF8E4M3 || dtype == DType::kMxfp4);
   }
   Result<kernels::WeightView> load_packed_weight(const kernels::WeightView& packed) override {
-    if (!reads_packed_weights(packed.dtype) || packed.scales == nullptr) return Backend::load_packed_weight(packed);
+    if (!reads_packed_weights(packed.dtype, WeightUse::kMatmul) || packed.scales == nullptr)
+      return Backend::load_packed_weight(packed);
     return packed;
   }
 

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "kernels/cuda/attention_prefill.h"
+#include "kernels/cuda/gemv_fp8.h"
+#include "kernels/ref/dequantize.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 
 namespace deepinfer {
@@ -20,6 +22,7 @@ constexpr int64_t kExpandedMlaTokensPerSeq = 32;
 
 CudaBackend::CudaBackend(const BackendOptions& options)
     : batch_invariant_(options.batch_invariant),
+      packed_weights_(options.packed_weights),
       graphs_(options.graphs),
       fused_decode_(options.fused_decode),
       gemm_(options.batch_invariant) {
@@ -64,14 +67,47 @@ Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
   return view;
 }
 
+Result<kernels::WeightView> CudaBackend::load_packed_weight(const kernels::WeightView& packed) {
+  if (!reads_packed_weights(packed.dtype, WeightUse::kMatmul) || packed.scales == nullptr) {
+    return Backend::load_packed_weight(packed);
+  }
+  kernels::WeightView host = packed;
+  host.data = nullptr;  // fp8_layout_supported checks the device copy's alignment, not the file's
+  if (!kc::fp8_layout_supported(host)) {
+    std::vector<float> values(static_cast<size_t>(packed.rows * packed.cols));
+    for (int64_t r = 0; r < packed.rows; ++r) kernels::ref::dequantize_weight_row(packed, r, &values[r * packed.cols]);
+    TensorView tensor;
+    tensor.name = "(an FP8 weight dequantised at load)";
+    tensor.dtype = DType::kF32;
+    tensor.shape = {packed.rows, packed.cols};
+    tensor.data = values.data();
+    tensor.size_bytes = values.size() * sizeof(float);
+    return load_weight(tensor);
+  }
+  const auto upload_copy = [&](const void* src, size_t bytes) {
+    void* device = allocator_.allocate(bytes);
+    weights_.push_back(device);
+    upload(device, src, bytes);
+    return device;
+  };
+  kernels::WeightView view = packed;
+  view.data = upload_copy(packed.data, static_cast<size_t>(packed.rows * packed.cols));
+  const int64_t scale_count = (packed.rows + packed.scale_block_rows - 1) / packed.scale_block_rows *
+                              ((packed.cols + packed.scale_block_cols - 1) / packed.scale_block_cols);
+  view.scales = upload_copy(packed.scales, static_cast<size_t>(scale_count) * sizeof(float));
+  return view;
+}
+
 void CudaBackend::release_weight(const kernels::WeightView& weight) {
-  const auto it = std::find(weights_.begin(), weights_.end(), weight.data);
-  if (it == weights_.end()) return;  // not a copy of ours (a view into host memory)
-  // Work already enqueued may still read it, and the allocator may hand the block out again.
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream_.for_op()));
-  allocator_.deallocate(*it);
-  *it = weights_.back();
-  weights_.pop_back();
+  for (const void* part : {weight.data, weight.scales}) {
+    const auto it = std::find(weights_.begin(), weights_.end(), part);
+    if (it == weights_.end()) continue;  // not a copy of ours (a view into host memory)
+    // Work already enqueued may still read it, and the allocator may hand the block out again.
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_.for_op()));
+    allocator_.deallocate(*it);
+    *it = weights_.back();
+    weights_.pop_back();
+  }
 }
 
 void CudaBackend::paged_attention(const float* q, const void* k_cache, const void* v_cache,

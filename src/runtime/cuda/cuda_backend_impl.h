@@ -66,6 +66,15 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<HostSlabPool> make_pinned_pool(size_t region_bytes, size_t slab_bytes) override;
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override;
+  // FP8 block-scaled matrices stay FP8 for matmul (kernels/cuda/gemv_fp8.h), not in the
+  // batch-invariant mode (whose products are cuBLASLt's at every M) nor with
+  // BackendOptions::packed_weights off; experts are dequantised at load for now.
+  bool reads_packed_weights(DType dtype, WeightUse use) const override {
+    return packed_weights_ && !batch_invariant_ && dtype == DType::kF8E4M3 && use == WeightUse::kMatmul;
+  }
+  // A layout the FP8 kernels do not take (scale blocks other than 128 columns by a multiple of 16
+  // rows) is dequantised to float32 here, as the loader would have.
+  Result<kernels::WeightView> load_packed_weight(const kernels::WeightView& packed) override;
   void release_weight(const kernels::WeightView& weight) override;
   // 16-bit parts are stacked (cuda_mlp.cpp); float32 models keep separate products.
   Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& parts) override;
@@ -204,6 +213,7 @@ class CudaBackend final : public Backend {
                          const kernels::AttentionFrontEnd* front);
 
   bool batch_invariant_;
+  bool packed_weights_;
   bool graphs_;
   bool fused_decode_;
   bool capturing_ = false;
