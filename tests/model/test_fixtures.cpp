@@ -119,7 +119,7 @@ TEST(Fixtures, RequiredArchitecturesArePresent) {
   const auto names = testing::fixture_names();
   for (const char* required :
        {"llama", "llama3_tied", "qwen2", "qwen3", "mistral_swa", "gpt_oss", "gemma3", "gemma3_old", "deepseek_v2",
-        "deepseek_v3", "deepseek_v3_fp8", "qwen3_moe", "mixtral"}) {
+        "deepseek_v3", "deepseek_v3_fp8", "gpt_oss_mxfp4", "qwen3_moe", "mixtral"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), required), names.end()) << required;
   }
 }
