@@ -127,6 +127,7 @@ describe('prefill/decode disaggregation', () => {
     const want = await chat(oracle, longPrompt);
     await chat(routers.store, longPrompt);  // its pages are in the store (written before the hand-over)
     await Promise.all(prefills.map((worker) => worker.stop()));
+    for (const router of Object.values(routers)) await until('the stopped prefill workers gone', async () => (await live(router)) === 2);
     prefills = await Promise.all([startServer(workerArgs('prefill'), model), startServer(workerArgs('prefill'), model)]);
     for (const router of Object.values(routers)) await until('the new prefill workers listed', async () => (await live(router)) === 4);
     for (const router of Object.values(routers)) {
@@ -214,6 +215,8 @@ describe('prefill/decode disaggregation', () => {
       const loaded = (await metrics(decode.url))['deepinfer_kv_store_pages_loaded_total'];
       assert.ok(loaded >= 2, `the decode worker loaded ${loaded} pages from the Redis tier`);
       await prefill.stop();
+      // Gone from the listing first: a listing from before its key was deleted also counts two.
+      await until('the stopped prefill worker gone', async () => (await live(router)) === 1);
       await start(startServer(tierArgs('prefill'), model));
       await until('the new prefill worker listed', async () => (await live(router)) === 2);
       const got = await chat(router, longPrompt);
