@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "cluster/balancer_policy.h"
@@ -54,9 +55,12 @@ decode on a decode worker (its decode choice); the first token is relayed from t
 the rest from the decode worker, as one response. Otherwise --role both workers run whole requests.
 --kv-transfer: how the prompt's KV moves: push (default; the prefill worker sends it to the decode
 worker's --kv-port over TCP) or store (through the persistent KV store both workers share).
---block-size: the workers' KV page size (default 128, serve's default): prefix-affinity remembers
-which prompt blocks each worker caches in these units. --max-model-len: the workers' context length
-(default: the model's); it bounds prompt + max_tokens and sets the default max_tokens.
+--block-size, --max-model-len: the workers' KV page size and context length. By default both come
+from the workers' registry records (the first worker routed to sets them, later ones must agree);
+given, every worker must have them. A worker that differs is not routed to (logged, and counted as
+refused in /metrics); at start-up such workers are an error. The page size is the unit in which
+prompt blocks are hashed; the context length bounds prompt + max_tokens and sets the default
+max_tokens (before any worker is listed: the model's own).
 --worker-api-key: the key the workers were started with (--api-key on serve), if any.
 --ui: the web playground at GET / as on `deepinfer serve --ui`; its live figures are the workers'
 last reports (requests running and waiting summed, KV use averaged, cached over prompt tokens).
@@ -101,12 +105,22 @@ int run_router(int argc, char** argv) {
   if (*poll_ms < 10 || *poll_ms > 60000)
     return report_error("router", Error{"--registry-poll-ms must be in [10, 60000]"});
   registry.poll_interval = std::chrono::milliseconds(*poll_ms);
-  auto block_size = non_negative_flag(*args, "--block-size", 128);
-  if (!block_size.ok()) return report_error("router", block_size.error());
-  if (*block_size < 1 || *block_size > 65536)
-    return report_error("router", Error{"--block-size must be in [1, 65536]"});
-  auto max_model_len = non_negative_flag(*args, "--max-model-len", 0);
-  if (!max_model_len.ok()) return report_error("router", max_model_len.error());
+  // Given, they are checked against every worker; not given, taken from the workers' records.
+  server::WorkerShape pinned;
+  if (args->has("--block-size")) {
+    auto block_size = non_negative_flag(*args, "--block-size", 0);
+    if (!block_size.ok()) return report_error("router", block_size.error());
+    if (*block_size < 1 || *block_size > 65536)
+      return report_error("router", Error{"--block-size must be in [1, 65536]"});
+    pinned.block_size = static_cast<int32_t>(*block_size);
+  }
+  if (args->has("--max-model-len")) {
+    auto max_model_len = non_negative_flag(*args, "--max-model-len", 0);
+    if (!max_model_len.ok()) return report_error("router", max_model_len.error());
+    if (*max_model_len < 1 || *max_model_len > std::numeric_limits<int32_t>::max())
+      return report_error("router", Error{"--max-model-len must be positive"});
+    pinned.max_model_len = static_cast<int32_t>(*max_model_len);
+  }
   auto kv_transfer = server::parse_kv_transfer_mode(args->find("--kv-transfer").value_or("push"));
   if (!kv_transfer.ok()) return report_error("router", Error{"--kv-transfer: " + kv_transfer.error().message});
   auto max_attempts = non_negative_flag(*args, "--max-attempts", 3);
@@ -149,8 +163,9 @@ int run_router(int argc, char** argv) {
   context.model.served_name = served_model_name(*args, model_dir);
   context.model.tokenizer = &*tokenizer;
   context.model.family = chat_family_or_qwen3(model_dir, "router");
+  // Until a worker is listed (and no request can be routed) the flag or the model's own length.
   context.model.max_model_len =
-      static_cast<int32_t>(*max_model_len > 0 ? *max_model_len : model_config->max_position_embeddings);
+      pinned.max_model_len.value_or(static_cast<int32_t>(model_config->max_position_embeddings));
   context.model.vocab_size = static_cast<int32_t>(model_config->vocab_size);
   context.model.pool = &encode_pool;
   context.model.max_n = *max_n;
@@ -161,7 +176,7 @@ int run_router(int argc, char** argv) {
 
   server::WorkerSelectorOptions selector_options;
   selector_options.model = context.model.served_name;
-  selector_options.block_size = static_cast<int32_t>(*block_size);
+  selector_options.pinned = pinned;
   selector_options.cost_model = cost_model;
   server::WorkerSelector selector(std::move(*policy), selector_options);
   server::WorkerPoolOptions pool_options;
@@ -181,6 +196,13 @@ int run_router(int argc, char** argv) {
     for (const std::string& line : selector.update(listed)) DI_LOG(kWarn, "router: " << line);
   });
   if (!watcher.ok()) return report_error("router", Error{"--redis: " + watcher.error().message});
+  // Workers listed at start-up that disagree with the flags or with each other stop the router: a
+  // cluster set up that way is a mistake to fix now. One that joins later is refused and logged.
+  if (const std::vector<std::string> refused = selector.refused(); !refused.empty()) {
+    std::string message = "the registered workers do not share one --block-size and --max-model-len:";
+    for (const std::string& line : refused) message += "\n  worker " + line;
+    return report_error("router", Error{message});
+  }
   std::printf("deepinfer router: listening on http://%s:%u (model '%s', policy %s, registry %s, %zu workers)\n",
               config->host.c_str(), static_cast<unsigned>(*port), context.model.served_name.c_str(),
               selector.policy_name().c_str(), registry.url.c_str(), selector.num_registered());

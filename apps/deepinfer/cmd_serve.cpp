@@ -210,7 +210,8 @@ Result<std::optional<Registration>> registration_from_args(const Args& args, con
 
 Result<std::unique_ptr<server::WorkerHeartbeat>> start_heartbeat(const Registration& registration, uint16_t port,
                                                                  uint16_t kv_port, const std::string& served_name,
-                                                                 int32_t block_size, int64_t pool_tokens,
+                                                                 int32_t block_size, int32_t max_model_len,
+                                                                 int64_t pool_tokens,
                                                                  server::EngineWorker& worker,
                                                                  server::Metrics& metrics) {
   server::WorkerRecord identity;
@@ -221,6 +222,7 @@ Result<std::unique_ptr<server::WorkerHeartbeat>> start_heartbeat(const Registrat
   identity.role = registration.role;
   identity.model = served_name;
   identity.block_size = block_size;
+  identity.max_model_len = max_model_len;
   auto load_now = [&worker, &metrics, pool_tokens] {
     const server::EngineGauges gauges = metrics.engine();
     server::WorkerLoadReport load;
@@ -405,7 +407,8 @@ int run_serve(int argc, char** argv) {
   if (registration->has_value() && data_parallel->rank == 0) {  // a data-parallel group registers its front
     const uint16_t kv_port = kv_receiver ? kv_receiver->port() : 0;
     auto started = start_heartbeat(**registration, *port, kv_port, context.model.served_name,
-                                   engine->config().block_size, kv_pool_tokens, *worker, metrics);
+                                   engine->config().block_size, context.model.max_model_len, kv_pool_tokens,
+                                   *worker, metrics);
     if (!started.ok()) return report_error("serve", started.error());
     heartbeat = std::move(*started);
   }

@@ -229,7 +229,9 @@ std::variant<ApiRequest, ApiError> parse_generation_request(const HttpRequest& r
                                                             const ServerContext& context) {
   auto body = parse_json_body(kind, request.body());
   if (ApiError* error = std::get_if<ApiError>(&body)) return std::move(*error);
-  return parse_api_request(kind, std::get<Json>(body), context.model);
+  ModelContext model = context.model;
+  model.max_model_len = served_max_model_len(context);
+  return parse_api_request(kind, std::get<Json>(body), model);
 }
 
 asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,

@@ -29,13 +29,22 @@ HttpResponse bad_request(const HttpRequest& request, std::string message, std::s
                              api_error(ApiKind::kChatCompletions, 400, std::move(message), std::move(param)));
 }
 
+}  // namespace
+
+int32_t served_max_model_len(const ServerContext& context) {
+  const std::optional<int32_t> workers = context.cluster ? context.cluster->max_model_len() : std::nullopt;
+  return workers.value_or(context.model.max_model_len);
+}
+
+namespace {
+
 HttpResponse models(const HttpRequest& request, const ServerContext& context) {
   const Json model = {{"id", context.model.served_name},
                       {"object", "model"},
                       {"created", context.started_unix},
                       {"owned_by", "deepinfer"},
                       {"root", context.model.served_name},
-                      {"max_model_len", context.model.max_model_len}};
+                      {"max_model_len", served_max_model_len(context)}};
   return json_response(request, Json{{"object", "list"}, {"data", Json::array({model})}});
 }
 
@@ -71,7 +80,7 @@ HttpResponse tokenize(const HttpRequest& request, const ServerContext& context, 
     for (int32_t id : ids) token_strs.push_back(tokenizer->id_to_token(id).value_or(""));
   }
   return json_response(request, Json{{"count", ids.size()},
-                                     {"max_model_len", context.model.max_model_len},
+                                     {"max_model_len", served_max_model_len(context)},
                                      {"tokens", ids},
                                      {"token_strs", token_strs}});
 }

@@ -73,6 +73,10 @@ struct ServerContext {
   std::atomic<int32_t> num_busy_connections{0};
 };
 
+// The context length requests are bounded by: a cluster router's is its workers' once one is
+// known (WorkerSelector::max_model_len), otherwise the model's own.
+int32_t served_max_model_len(const ServerContext& context);
+
 // Reads a request body as JSON: invalid UTF-8 names the byte offset, malformed JSON the line and
 // column, a non-object body says so.
 std::variant<nlohmann::ordered_json, ApiError> parse_json_body(ApiKind kind, const std::string& body);

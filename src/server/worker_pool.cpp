@@ -332,9 +332,8 @@ Admission WorkerPool::submit(Submission submission) {
   relay->channel = submission.channel;
   relay->metrics = metrics_;
   relay->submitted = std::chrono::steady_clock::now();
-  const WorkerSelectorOptions& selection = selector_.options();
-  relay->routed = routed_request(submission.prompt_token_ids, submission.params, selection.model, submission.cache_salt,
-                                 selection.block_size);
+  relay->routed = routed_request(submission.prompt_token_ids, submission.params, selector_.options().model,
+                                 submission.cache_salt, selector_.block_size());
   relay->body = submission_to_json(submission).dump();
   relay->submission = std::move(submission);
   relay->submission.channel.reset();

@@ -7,22 +7,24 @@ using Json = nlohmann::json;
 
 Json worker_record_to_json(const WorkerRecord& r) {
   const WorkerLoadReport& l = r.load;
-  return Json{{"id", r.id},
-              {"host", r.host},
-              {"port", r.port},
-              {"role", r.role},
-              {"model", r.model},
-              {"block_size", r.block_size},
-              {"kv_port", r.kv_port},
-              {"heartbeat", r.heartbeat},
-              {"load",
-               {{"queued_tokens", l.queued_tokens},
-                {"num_waiting", l.num_waiting},
-                {"num_running", l.num_running},
-                {"kv_usage", l.kv_usage},
-                {"kv_tokens_used", l.kv_tokens_used},
-                {"kv_tokens_free", l.kv_tokens_free},
-                {"cached_tokens", l.cached_tokens}}}};
+  Json json{{"id", r.id},
+            {"host", r.host},
+            {"port", r.port},
+            {"role", r.role},
+            {"model", r.model},
+            {"block_size", r.block_size},
+            {"max_model_len", r.max_model_len},
+            {"kv_port", r.kv_port},
+            {"heartbeat", r.heartbeat},
+            {"load",
+             {{"queued_tokens", l.queued_tokens},
+              {"num_waiting", l.num_waiting},
+              {"num_running", l.num_running},
+              {"kv_usage", l.kv_usage},
+              {"kv_tokens_used", l.kv_tokens_used},
+              {"kv_tokens_free", l.kv_tokens_free},
+              {"cached_tokens", l.cached_tokens}}}};
+  return json;
 }
 
 Result<WorkerRecord> worker_record_from_json(const Json& json) {
@@ -34,6 +36,7 @@ Result<WorkerRecord> worker_record_from_json(const Json& json) {
     r.role = json.at("role").get<std::string>();
     r.model = json.at("model").get<std::string>();
     r.block_size = json.at("block_size").get<int32_t>();
+    r.max_model_len = json.at("max_model_len").get<int32_t>();
     if (auto it = json.find("kv_port"); it != json.end()) r.kv_port = it->get<uint16_t>();
     r.heartbeat = json.at("heartbeat").get<int64_t>();
     const Json& l = json.at("load");

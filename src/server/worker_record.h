@@ -27,10 +27,11 @@ struct WorkerRecord {
   uint16_t port = 0;
   // "both" (whole requests), or "prefill" / "decode" (disaggregated: docs/cluster.md).
   std::string role = "both";
-  uint16_t kv_port = 0;    // a decode worker's KV receiver (kv_transport.h); 0: none
-  std::string model;       // the served model name; a router routes only to its own model's
-  int32_t block_size = 0;  // tokens per KV page
-  int64_t heartbeat = 0;   // counts up with every heartbeat: a newer one proves the worker alive
+  uint16_t kv_port = 0;       // a decode worker's KV receiver (kv_transport.h); 0: none
+  std::string model;          // the served model name; a router routes only to its own model's
+  int32_t block_size = 0;     // tokens per KV page
+  int32_t max_model_len = 0;  // context length: prompt + output tokens one request may hold
+  int64_t heartbeat = 0;      // counts up with every heartbeat: a newer one proves the worker alive
   WorkerLoadReport load;
 };
 

@@ -17,6 +17,19 @@ double WorkerSelector::now_ms() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+std::optional<std::string> WorkerSelector::shape_mismatch(const WorkerShape& shape, const WorkerRecord& record) const {
+  const auto differs = [&](const char* flag, const std::optional<int32_t>& want, const std::optional<int32_t>& pinned,
+                           int32_t has) -> std::optional<std::string> {
+    if (!want || *want == has) return std::nullopt;
+    const std::string whose = pinned ? "the router's " + std::string(flag) + " is "
+                                     : "the workers already routed to have " + std::string(flag) + " ";
+    return "has " + std::string(flag) + " " + std::to_string(has) + " but " + whose + std::to_string(*want) +
+           ": not routed to (start every worker and the router with the same " + flag + ")";
+  };
+  if (auto why = differs("--block-size", shape.block_size, options_.pinned.block_size, record.block_size)) return why;
+  return differs("--max-model-len", shape.max_model_len, options_.pinned.max_model_len, record.max_model_len);
+}
+
 std::vector<std::string> WorkerSelector::update(const std::vector<WorkerRecord>& records) {
   std::vector<std::string> log;
   std::lock_guard lock(mutex_);
@@ -37,12 +50,43 @@ std::vector<std::string> WorkerSelector::update(const std::vector<WorkerRecord>&
     }
     listed[record.id] = &record;
   }
+  // The shape: pinned by the router's flags, else kept from the workers routed to while any of them
+  // is listed, else taken from the first new one. Those routed to before are checked first, so a
+  // newcomer never displaces them.
+  const bool keeps_shape =
+      std::any_of(listed.begin(), listed.end(), [&](const auto& entry) { return workers_.contains(entry.first); });
+  WorkerShape shape = options_.pinned;
+  if (keeps_shape) {
+    if (!shape.block_size) shape.block_size = shape_.block_size;
+    if (!shape.max_model_len) shape.max_model_len = shape_.max_model_len;
+  }
+  std::map<std::string, std::string> refused;
+  for (const bool routed_before : {true, false}) {
+    for (const auto& [id, record] : listed) {
+      if (workers_.contains(id) != routed_before) continue;
+      if (std::optional<std::string> why = shape_mismatch(shape, *record)) {
+        refused[id] = std::move(*why);
+        continue;
+      }
+      if (!shape.block_size) shape.block_size = record->block_size;
+      if (!shape.max_model_len) shape.max_model_len = record->max_model_len;
+    }
+  }
+  for (const auto& [id, why] : refused) {
+    listed.erase(id);
+    auto before = refused_.find(id);
+    if (before == refused_.end() || before->second != why) log.push_back("worker " + id + " " + why);
+  }
+  refused_ = std::move(refused);
+  shape_ = shape;
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (listed.contains(it->first)) {
       ++it;
       continue;
     }
-    log.push_back("worker " + it->first + " left the registry (its key expired or it deregistered)");
+    if (!refused_.contains(it->first)) {
+      log.push_back("worker " + it->first + " left the registry (its key expired or it deregistered)");
+    }
     it = workers_.erase(it);
   }
   for (const auto& [id, record] : listed) {
@@ -60,6 +104,25 @@ std::vector<std::string> WorkerSelector::update(const std::vector<WorkerRecord>&
   }
   retry_held_locked();
   return log;
+}
+
+std::vector<std::string> WorkerSelector::refused() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> lines;
+  for (const auto& [id, why] : refused_) lines.push_back(id + " " + why);
+  return lines;
+}
+
+int32_t WorkerSelector::block_size() const {
+  std::lock_guard lock(mutex_);
+  return block_size_locked();
+}
+
+int32_t WorkerSelector::block_size_locked() const { return shape_.block_size.value_or(EngineConfig{}.block_size); }
+
+std::optional<int32_t> WorkerSelector::max_model_len() const {
+  std::lock_guard lock(mutex_);
+  return shape_.max_model_len;
 }
 
 void WorkerSelector::mark_failed(const std::string& id) {
@@ -106,7 +169,7 @@ InstanceLoad WorkerSelector::load_of(const Worker& w, std::span<const uint64_t> 
   load.kv_tokens_used = report.kv_tokens_used;
   load.kv_tokens_free = report.kv_tokens_free;
   if (policy_->reads_cached_prefix()) {
-    load.cached_prefix_tokens = w.remembered.count_leading_blocks(reusable) * options_.block_size;
+    load.cached_prefix_tokens = w.remembered.count_leading_blocks(reusable) * block_size_locked();
   }
   return load;
 }
@@ -156,7 +219,7 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
   const std::vector<uint64_t> keys = block_keys(request.prompt_blocks);
   // The last token is always computed, so a prompt's cached run stops one token short of it.
   const int64_t reusable_blocks =
-      std::min<int64_t>(static_cast<int64_t>(keys.size()), (request.prompt_tokens - 1) / options_.block_size);
+      std::min<int64_t>(static_cast<int64_t>(keys.size()), (request.prompt_tokens - 1) / block_size_locked());
   const std::span<const uint64_t> reusable(keys.data(), static_cast<size_t>(std::max<int64_t>(reusable_blocks, 0)));
   std::vector<InstanceLoad> loads;
   for (const Worker* worker : candidates) loads.push_back(load_of(*worker, reusable));
@@ -174,7 +237,7 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
   WorkerLease lease = lease_on_locked(chosen, request, cached, /*computes_prompt=*/true);
   ++routed_total_;
   // Full blocks the worker's cache keeps once the prompt ran.
-  const size_t full_blocks = std::min(keys.size(), static_cast<size_t>(request.prompt_tokens / options_.block_size));
+  const size_t full_blocks = std::min(keys.size(), static_cast<size_t>(request.prompt_tokens / block_size_locked()));
   chosen.remembered.use(std::span<const uint64_t>(keys.data(), full_blocks));
   return lease;
 }
@@ -298,10 +361,11 @@ void WorkerSelector::render_metrics(std::string& out) const {
   for (const auto& [id, worker] : workers_) live += worker.failed ? 0 : 1;
   out +=
       "# HELP deepinfer_router_workers Workers in the registry serving this model, and of those the live ones "
-      "(not marked failed since their last heartbeat).\n# TYPE deepinfer_router_workers gauge\n"
+      "(not marked failed since their last heartbeat), and those refused for another block size or context "
+      "length.\n# TYPE deepinfer_router_workers gauge\n"
       "deepinfer_router_workers{state=\"registered\"} " +
       std::to_string(workers_.size()) + "\n" + "deepinfer_router_workers{state=\"live\"} " + std::to_string(live) +
-      "\n";
+      "\n" + "deepinfer_router_workers{state=\"refused\"} " + std::to_string(refused_.size()) + "\n";
   out +=
       "# HELP deepinfer_router_held_requests Requests the policy holds until a worker has room (the seeds' quota "
       "pull).\n# TYPE deepinfer_router_held_requests gauge\ndeepinfer_router_held_requests " +

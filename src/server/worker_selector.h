@@ -30,9 +30,19 @@
 
 namespace deepinfer::server {
 
+// What every worker of a cluster shares with the others and with the router: the KV page size (the
+// router hashes prompt blocks in it, prefix affinity counts whole pages, a push needs it equal on
+// both ends) and the context length (the router bounds prompt + max_tokens by it).
+struct WorkerShape {
+  std::optional<int32_t> block_size;
+  std::optional<int32_t> max_model_len;
+};
+
 struct WorkerSelectorOptions {
-  std::string model;                               // the served model: workers of another model are ignored
-  int32_t block_size = 128;                        // the blocks RoutedRequest::prompt_blocks were hashed in
+  std::string model;  // the served model: workers of another model are ignored
+  // The router's --block-size / --max-model-len when given: a worker that differs is refused.
+  // Unset fields are taken from the first worker routed to, and later workers must agree with it.
+  WorkerShape pinned;
   int64_t remembered_blocks_per_worker = 1 << 16;  // prefix blocks remembered per worker (LRU)
   CostModel cost_model;                            // turns queued prompt tokens into compute time (seeds' quota)
 };
@@ -55,10 +65,18 @@ class WorkerSelector {
 
   const WorkerSelectorOptions& options() const { return options_; }
   std::string policy_name() const { return policy_name_; }
+  // The workers' KV page size (serve's default before any is known: no request is routed then).
+  int32_t block_size() const;
+  // The workers' context length: pinned, or that of the workers routed to; nullopt before any.
+  std::optional<int32_t> max_model_len() const;
 
   // The registry's current listing replaces the last one. Returns the lines worth logging (a
-  // worker joined, left, or serves another model).
+  // worker joined, left, serves another model, or disagrees with the shape and is refused).
+  // The shape's unpinned fields come from the workers already routed to; once none of them is
+  // listed, from the first (by id) of the new ones.
   std::vector<std::string> update(const std::vector<WorkerRecord>& records);
+  // The listed workers refused for their block size or context length: "id: why" each.
+  std::vector<std::string> refused() const;
   // Sending to the worker failed: skip it until a newer heartbeat.
   void mark_failed(const std::string& id);
   // Registered and not marked failed.
@@ -117,6 +135,9 @@ class WorkerSelector {
 
   // Live prefill and live decode workers are registered.
   bool disaggregated_locked() const;
+  int32_t block_size_locked() const;
+  // Why the record cannot join workers of `shape`, or nullopt.
+  std::optional<std::string> shape_mismatch(const WorkerShape& shape, const WorkerRecord& record) const;
   InstanceLoad load_of(const Worker& worker, std::span<const uint64_t> reusable_blocks) const;
   // Counts the request on the worker; computes_prompt: its prompt runs there (not a decode of KV
   // that a prefill worker computed).
@@ -131,9 +152,11 @@ class WorkerSelector {
   std::string policy_name_;
   WorkerSelectorOptions options_;
   mutable std::mutex mutex_;
-  std::map<std::string, Worker> workers_;  // by id: a fixed order for the policy
-  std::list<Held> held_;                   // arrival order
-  std::map<int64_t, Selection> placed_;    // held requests a retry placed, until polled
+  std::map<std::string, Worker> workers_;       // by id: a fixed order for the policy
+  std::map<std::string, std::string> refused_;  // listed workers of another shape, with why
+  WorkerShape shape_;                           // pinned, or taken from the workers routed to
+  std::list<Held> held_;                        // arrival order
+  std::map<int64_t, Selection> placed_;         // held requests a retry placed, until polled
   int64_t next_ticket_ = 1;
   int64_t routed_total_ = 0;
 };

@@ -24,6 +24,7 @@ WorkerRecord identity(uint16_t port) {
   record.id = "127.0.0.1:" + std::to_string(port);
   record.model = "tiny";
   record.block_size = 16;
+  record.max_model_len = 4096;
   return record;
 }
 
@@ -59,6 +60,7 @@ TEST(WorkerRecord, RoundTripsAndNamesAMissingField) {
   r.port = 8001;
   r.model = "tiny";
   r.block_size = 16;
+  r.max_model_len = 4096;
   r.heartbeat = 42;
   r.load = {10, 1, 2, 0.5, 100, 100, 64};
   const nlohmann::json json = worker_record_to_json(r);

@@ -1,11 +1,13 @@
 // The router's choice of worker: the registry's listing (joins, expiry, other models and roles),
 // failed workers skipped until a newer heartbeat, each policy from cluster/ over the workers'
 // loads, the seeds' policy holding requests while every worker's quota is spent and placing them
-// in arrival order as load drops, and the metrics.
+// in arrival order as load drops, the block size and context length taken from the workers (or
+// pinned by the router's flags) with workers that disagree refused, and the metrics.
 #include "server/worker_selector.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -21,18 +23,19 @@ WorkerRecord worker(const std::string& host, uint16_t port, int64_t heartbeat = 
   record.id = host + ":" + std::to_string(port);
   record.model = "tiny";
   record.block_size = 4;
+  record.max_model_len = 64;
   record.heartbeat = heartbeat;
   return record;
 }
 
-WorkerSelector selector(const std::string& policy, double quota_ms = 500) {
+WorkerSelector selector(const std::string& policy, double quota_ms = 500, WorkerShape pinned = {}) {
   SeedsPolicyOptions seeds;
   seeds.quota_ms = quota_ms;
   auto made = make_balancer_policy(policy, CostModel{}, seeds);
   EXPECT_TRUE(made.ok());
   WorkerSelectorOptions options;
   options.model = "tiny";
-  options.block_size = 4;
+  options.pinned = pinned;
   return WorkerSelector(std::move(*made), options);
 }
 
@@ -116,6 +119,66 @@ TEST(WorkerSelector, DisaggregatesWhileLivePrefillAndDecodeWorkersAreListed) {
   s.mark_failed("127.0.0.1:3");
   s.mark_failed("127.0.0.1:4");
   EXPECT_EQ(s.acquire(request({1, 2, 3})).lease.id, "127.0.0.1:1");
+}
+
+TEST(WorkerSelector, TakesTheBlockSizeAndContextLengthFromTheWorkersAndRefusesOthers) {
+  WorkerSelector s = selector("round-robin");
+  EXPECT_EQ(s.block_size(), EngineConfig{}.block_size);  // nothing known yet
+  EXPECT_EQ(s.max_model_len(), std::nullopt);
+  WorkerRecord longer = worker("127.0.0.1", 2);
+  longer.max_model_len = 128;
+  WorkerRecord other_pages = worker("127.0.0.1", 3);
+  other_pages.block_size = 8;
+  // :1 comes first by id and sets the shape; the others differ from it.
+  std::vector<std::string> log = s.update({worker("127.0.0.1", 1), longer, other_pages});
+  EXPECT_EQ(s.block_size(), 4);
+  EXPECT_EQ(s.max_model_len(), 64);
+  EXPECT_EQ(s.num_registered(), 1u);
+  const std::vector<std::string> refused = s.refused();
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_NE(refused[0].find("127.0.0.1:2 has --max-model-len 128 but the workers already routed to have "
+                            "--max-model-len 64"),
+            std::string::npos)
+      << refused[0];
+  EXPECT_NE(refused[1].find("127.0.0.1:3 has --block-size 8"), std::string::npos) << refused[1];
+  const auto refusals = [](const std::vector<std::string>& lines) {
+    return std::count_if(lines.begin(), lines.end(),
+                         [](const std::string& l) { return l.find("not routed to") != l.npos; });
+  };
+  EXPECT_EQ(refusals(log), 2);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:1");
+  // The next listing repeats nothing about the refused workers; a worker routed to keeps the shape
+  // even when a newcomer sorts before it.
+  WorkerRecord newcomer = worker("127.0.0.0", 9);
+  newcomer.max_model_len = 32;
+  log = s.update({newcomer, worker("127.0.0.1", 1, 2), longer, other_pages});
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("127.0.0.0:9 has --max-model-len 32"), std::string::npos) << log[0];
+  EXPECT_EQ(s.max_model_len(), 64);
+  std::string text;
+  s.render_metrics(text);
+  EXPECT_NE(text.find("deepinfer_router_workers{state=\"refused\"} 3"), std::string::npos) << text;
+  // Once every worker of the old shape is gone, the next one sets it again.
+  log = s.update({longer});
+  EXPECT_EQ(s.max_model_len(), 128);
+  EXPECT_EQ(s.num_registered(), 1u);
+  EXPECT_TRUE(s.refused().empty());
+}
+
+TEST(WorkerSelector, ThePinnedShapeRefusesEveryWorkerThatDiffers) {
+  WorkerShape pinned;
+  pinned.max_model_len = 128;
+  WorkerSelector s = selector("round-robin", 500, pinned);
+  WorkerRecord matching = worker("127.0.0.1", 2);
+  matching.max_model_len = 128;
+  s.update({worker("127.0.0.1", 1), matching});
+  EXPECT_EQ(s.num_registered(), 1u);
+  EXPECT_EQ(s.block_size(), 4);  // not pinned: the worker's
+  ASSERT_EQ(s.refused().size(), 1u);
+  EXPECT_NE(s.refused()[0].find("127.0.0.1:1 has --max-model-len 64 but the router's --max-model-len is 128"),
+            std::string::npos)
+      << s.refused()[0];
+  EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:2");
 }
 
 TEST(WorkerSelector, AWorkerWhoseKeyExpiredIsNeverChosenAgain) {

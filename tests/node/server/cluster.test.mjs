@@ -5,7 +5,9 @@
 // any worker registers the router answers 503 naming the registry; a registered worker that
 // cannot be reached has its requests re-routed to the others; a worker killed with SIGKILL
 // mid-stream ends that stream with an error (no hang) while the other keeps serving; once the
-// killed worker's key expires the router lists one worker and routes everything to it.
+// killed worker's key expires the router lists one worker and routes everything to it. The router
+// takes its context length and block size from the workers' records, refuses a worker that
+// differs, and does not start when its own flag contradicts the registered workers.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
@@ -34,13 +36,16 @@ let redis;
 let oracle;
 let router;
 let workers = [];
-const workerArgs = () => ['--batch-invariant', '--register', redis.url];
+// No --block-size or --max-model-len: the router takes both from the workers' records.
+const routerArgs = (...extra) => ['router', '--redis', redis.url, '--model', model, '--port', '0',
+                                  '--served-model-name', MODEL, '--registry-poll-ms', '100', '--ui', ...extra];
+// A context length of the workers' own (not the model's 2048), which the router takes from them.
+const workerArgs = () => ['--batch-invariant', '--max-model-len', '1024', '--register', redis.url];
 
 before(async () => {
   redis = await startRedis();
-  router = await startCommand(['router', '--redis', redis.url, '--model', model, '--port', '0', '--served-model-name',
-                               MODEL, '--block-size', '16', '--registry-poll-ms', '100', '--ui']);
-  oracle = await startServer(['--batch-invariant'], model);
+  router = await startCommand(routerArgs());
+  oracle = await startServer(['--batch-invariant', '--max-model-len', '1024'], model);
 });
 after(async () => {
   for (const worker of workers) {
@@ -107,7 +112,7 @@ describe('the serving cluster', () => {
   test('a registered worker that cannot be reached: its requests go to the others', async () => {
     const deadPort = await freePort();  // nothing listens there
     const record = { id: `127.0.0.1:${deadPort}`, host: '127.0.0.1', port: deadPort, role: 'both', model: MODEL,
-                     block_size: 16, heartbeat: 1,
+                     block_size: 16, max_model_len: 1024, heartbeat: 1,
                      load: { queued_tokens: 0, num_waiting: 0, num_running: 0, kv_usage: 0, kv_tokens_used: 0,
                              kv_tokens_free: 1000, cached_tokens: 0 } };
     const key = `deepinfer:worker:${record.id}`;
@@ -134,6 +139,35 @@ describe('the serving cluster', () => {
     }
     await until('the planted worker gone', async () =>
       (await metrics(router.url))['deepinfer_router_workers{state="registered"}'] === 2);
+  });
+
+  test('the context length and block size come from the workers; a worker that differs is refused', async () => {
+    const models = await (await fetch(`${router.url}/v1/models`)).json();
+    assert.equal(models.data[0].max_model_len, 1024);
+    await assert.rejects(openai(router).completions.create({ model: MODEL, prompt: 'def f():', max_tokens: 1100 }),
+                         (error) => error.status === 400 && /maximum context length is 1024/.test(error.message));
+    const port = await freePort();
+    const record = { id: `127.0.0.1:${port}`, host: '127.0.0.1', port, role: 'both', model: MODEL, block_size: 16,
+                     max_model_len: 2048, heartbeat: 1,
+                     load: { queued_tokens: 0, num_waiting: 0, num_running: 0, kv_usage: 0, kv_tokens_used: 0,
+                             kv_tokens_free: 1000, cached_tokens: 0 } };
+    const key = `deepinfer:worker:${record.id}`;
+    assert.match(await redisCommand(redis.url, 'SET', key, JSON.stringify(record), 'PX', '60000'), /OK/);
+    try {
+      await until('the worker of another context length refused', async () =>
+        (await metrics(router.url))['deepinfer_router_workers{state="refused"}'] === 1);
+      assert.equal((await metrics(router.url))['deepinfer_router_workers{state="registered"}'], 2);
+      assert.match(router.stderr(), new RegExp(`worker ${record.id} has --max-model-len 2048 but the workers ` +
+                                               'already routed to have --max-model-len 1024'));
+      // A router whose flag contradicts the registered workers does not start; it names them.
+      await assert.rejects(startCommand(routerArgs('--max-model-len', '2048')),
+                           /do not share one --block-size and --max-model-len[\s\S]*has --max-model-len 1024 but the router's --max-model-len is 2048/);
+      await assert.rejects(startCommand(routerArgs('--block-size', '32')), /has --block-size 16 but the router's --block-size is 32/);
+    } finally {
+      await redisCommand(redis.url, 'DEL', key);
+    }
+    await until('the refused worker gone', async () =>
+      (await metrics(router.url))['deepinfer_router_workers{state="refused"}'] === 0);
   });
 
   test('chat completions and responses, streamed and not, equal one server', async () => {
@@ -173,7 +207,7 @@ describe('the serving cluster', () => {
 
   test('a worker killed mid-stream ends that stream with an error; the other keeps serving', async () => {
     const stream = await openai(router).chat.completions.create({
-      model: MODEL, messages: [{ role: 'user', content: 'Write a long program' }], max_tokens: 2000,
+      model: MODEL, messages: [{ role: 'user', content: 'Write a long program' }], max_tokens: 1000,
       ignore_eos: true, temperature: 0, stream: true });
     const iterator = stream[Symbol.asyncIterator]();
     assert.equal((await iterator.next()).done, false);

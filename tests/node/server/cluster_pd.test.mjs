@@ -141,7 +141,8 @@ describe('prefill/decode disaggregation', () => {
   // so), runs check, and removes it again.
   async function withPlantedDecodeWorker(ports, check) {
     const record = { id: `127.0.0.1:${ports.port}`, host: '127.0.0.1', port: ports.port, role: 'decode',
-                     kv_port: ports.kvPort, model: MODEL, block_size: 16, heartbeat: 1,
+                     kv_port: ports.kvPort, model: MODEL, block_size: 16, max_model_len: 2048,
+                     heartbeat: 1,
                      load: { queued_tokens: 0, num_waiting: 0, num_running: 0, kv_usage: 0, kv_tokens_used: 0,
                              kv_tokens_free: 100000, cached_tokens: 0 } };
     const key = `deepinfer:worker:${record.id}`;
