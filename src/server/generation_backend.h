@@ -31,9 +31,11 @@ struct EngineEvent {
   // finish reason kPrefilled): what the decode side continues from (a prefill worker's token API
   // sends it on). Not on the wire.
   std::shared_ptr<const PrefilledRequest> prefilled{};
-  // A prefill worker's last event for such a request: the seed its first token was drawn with,
-  // which the decode side goes on with. Without an error its KV reached the decode worker (or the
-  // shared store); with a 502 error it did not, and another decode worker computes the prompt again.
+  // The seed a prefill worker's first token was drawn with, which the decode side goes on with: on
+  // the event with the first token (so the router knows it even if the worker fails next), and on
+  // the worker's last event for the request, which says whether the KV got there. Without an error
+  // it reached the decode worker (or the shared store); with a 502 error it did not, and another
+  // decode worker computes the prompt again.
   std::optional<uint64_t> first_token_seed{};
 };
 

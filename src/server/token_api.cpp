@@ -455,6 +455,9 @@ asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpReque
     }
     last = last || event.error.has_value() || event.output.finished;
     const std::shared_ptr<const PrefilledRequest> prefilled = std::move(event.prefilled);
+    // The first token's line names its seed too: should this worker fail before its last line, the
+    // router still continues the request elsewhere with the same draws.
+    if (prefilled && handoff) event.first_token_seed = prefilled->params.seed.value_or(0);
     std::string line = event_to_json(event).dump() + "\n";
     if (prefilled && handoff) {
       // The first token goes out before the KV moves, so the router relays it at once.

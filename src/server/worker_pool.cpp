@@ -30,12 +30,16 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 // What a disaggregated request's prefill stage hands its decode stage.
 struct WorkerPool::Handover {
   bool done = false;  // the prefill worker reported its KV delivered
+  bool first_token_relayed = false;
   int32_t first_token = 0;
-  uint64_t seed = 0;
+  std::optional<uint64_t> seed;   // the first token's, from the prefill worker
   int32_t num_cached_tokens = 0;  // the prefill's prefix-cache hit: what the client is told
-  // The prefill worker could not hand the KV to the decode worker (why): the first token is out,
-  // and another decode worker computes the prompt again.
+  // The KV did not reach the decode worker (why): the first token is out, and a decode worker
+  // computes the prompt again.
   std::optional<std::string> kv_lost;
+  // kv_lost because the prefill worker failed after its first token, not because the decode
+  // worker refused the push: that decode worker may still continue the request.
+  bool prefill_failed = false;
 };
 
 struct WorkerPool::Relay {
@@ -200,7 +204,10 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
           result = {Attempt::kTryAnother, where + " is unavailable: " + event->error->message, true};
           co_return result;
         }
-        if (stage == Stage::kPrefill && event->first_token_seed) {
+        if (stage == Stage::kPrefill && !event->error && take_first_token(event->output, handover)) {
+          handover.first_token_relayed = true;
+          handover.seed = event->first_token_seed;
+        } else if (stage == Stage::kPrefill && event->first_token_seed) {
           handover.seed = *event->first_token_seed;
           if (event->error) {
             handover.kv_lost = where + ": " + event->error->message;
@@ -209,7 +216,6 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
           }
           co_return result;
         }
-        if (stage == Stage::kPrefill && !event->error) take_first_token(event->output, handover);
         if (stage == Stage::kDecode) event->output.num_cached_tokens = handover.num_cached_tokens;
         const bool last = event->error.has_value() || event->output.finished;
         any_event = true;
@@ -241,9 +247,19 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
     result = {Attempt::kTryAnother, where + " failed before its first token: " + why, true};
     co_return result;
   }
-  co_await deliver(relay, error_event(502, where + " failed while running the request (" + why +
-                                               "); the output so far is incomplete"));
   result.mark_failed = true;  // done, but no new request goes there until it heartbeats again
+  if (stage == Stage::kPrefill && handover.first_token_relayed && handover.seed) {
+    // Only the first token is out, and its seed is known: a decode worker computes the prompt again
+    // and goes on from it, as for a failed push.
+    handover.kv_lost = where + " failed after the first token (" + why + ")";
+    handover.prefill_failed = true;
+    co_return result;
+  }
+  std::string lost = "the output so far is incomplete";
+  if (stage == Stage::kPrefill && handover.first_token_relayed) {
+    lost = "the seed its first token was drawn with was lost with it, so no other worker can continue the request";
+  }
+  co_await deliver(relay, error_event(502, where + " failed while running the request (" + why + "); " + lost));
   co_return result;
 }
 
@@ -287,13 +303,17 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
   std::vector<std::string> tried;
   std::string failure;
   std::optional<WorkerLease> next;
-  if (handover.kv_lost) {
+  if (handover.kv_lost && !handover.prefill_failed) {
     // No new request goes to a decode worker the KV could not reach until it heartbeats again.
     failure = *handover.kv_lost;
     selector_.mark_failed(decode.id);
     selector_.release(decode);
     tried.push_back(decode.id);
   } else {
+    // The prefill worker failed: the decode worker chosen with it is fine and computes the prompt.
+    if (handover.prefill_failed) {
+      DI_LOG(kWarn, "router: " << *handover.kv_lost << "; continuing on " << worker_name(decode));
+    }
     next = std::move(decode);
   }
   for (;;) {
@@ -309,8 +329,9 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
       co_return;
     }
     if (!next) {
-      co_await deliver(relay, error_event(502, "the decode stage failed after the first token: " + failure +
-                                                   "; the output so far is incomplete"));
+      std::string message = "the decode stage failed after the first token: " + failure;
+      if (handover.prefill_failed) message += "; before that " + *handover.kv_lost + ", losing the prompt's KV";
+      co_await deliver(relay, error_event(502, message + "; the output so far is incomplete"));
       co_return;
     }
     const std::string body = submission_to_json(continuation).dump();

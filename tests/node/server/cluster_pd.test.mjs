@@ -13,10 +13,14 @@
 // whole on a decode worker and equal the single server's samples. A second small cluster (its own
 // redis-server as registry and as the KV store's Redis tier, `--kv-cache-backend redis://`) runs the
 // store mode through Redis: the decode worker loads the prompt's pages from it, and a restarted
-// prefill worker hits them there.
+// prefill worker hits them there. A third router (push, round-robin) meets prefill workers planted
+// in the registry that relay a real prefill worker's first token and then cut the connection: a
+// decode worker computes the prompt again and the answer is the single server's, greedy and seeded;
+// without the first token's seed the error says it was lost.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -137,12 +141,11 @@ describe('prefill/decode disaggregation', () => {
     }
   });
 
-  // Plants a decode worker's record (a heartbeat that never advances: once marked failed it stays
-  // so), runs check, and removes it again.
-  async function withPlantedDecodeWorker(ports, check) {
-    const record = { id: `127.0.0.1:${ports.port}`, host: '127.0.0.1', port: ports.port, role: 'decode',
-                     kv_port: ports.kvPort, model: MODEL, block_size: 16, max_model_len: 2048,
-                     heartbeat: 1,
+  // Plants a worker's record (a heartbeat that never advances: once marked failed it stays so), runs
+  // check, and removes it again.
+  async function withPlantedWorker({ role, port, kvPort = 0 }, check) {
+    const record = { id: `127.0.0.1:${port}`, host: '127.0.0.1', port, role,
+                     kv_port: kvPort, model: MODEL, block_size: 16, max_model_len: 2048, heartbeat: 1,
                      load: { queued_tokens: 0, num_waiting: 0, num_running: 0, kv_usage: 0, kv_tokens_used: 0,
                              kv_tokens_free: 100000, cached_tokens: 0 } };
     const key = `deepinfer:worker:${record.id}`;
@@ -173,7 +176,7 @@ describe('prefill/decode disaggregation', () => {
   }
 
   test('push: a decode worker whose KV port is unreachable: another computes the prompt, same answer', async () => {
-    await withPlantedDecodeWorker({ port: await freePort(), kvPort: await freePort() }, expectFailoverTo);
+    await withPlantedWorker({ role: 'decode', port: await freePort(), kvPort: await freePort() }, expectFailoverTo);
   });
 
   test('push: a decode worker gone before its first event: another computes the prompt, same answer', async () => {
@@ -181,7 +184,77 @@ describe('prefill/decode disaggregation', () => {
     const reply = await redisCommand(redis.url, 'GET', `deepinfer:worker:${new URL(decodes[0].url).host}`);
     const { kv_port: kvPort } = JSON.parse(reply.slice(reply.indexOf('\r\n') + 2).trim());
     assert.ok(kvPort > 0, reply);
-    await withPlantedDecodeWorker({ port: await freePort(), kvPort }, expectFailoverTo);
+    await withPlantedWorker({ role: 'decode', port: await freePort(), kvPort }, expectFailoverTo);
+  });
+
+  // A prefill worker that dies after its first token: it hands the router's request to a real
+  // prefill worker, relays the first line of the answer (the first token, with its seed unless
+  // dropSeed), then cuts the connection as a killed process would.
+  async function withDyingPrefillWorker({ dropSeed = false } = {}, check) {
+    const target = new URL(prefills[0].url);
+    const server = http.createServer((req, res) => {
+      const body = [];
+      req.on('data', (chunk) => body.push(chunk));
+      req.on('end', () => {
+        const upstream = http.request({ host: target.hostname, port: target.port, path: req.url, method: req.method,
+                                        headers: req.headers }, (answer) => {
+          res.writeHead(answer.statusCode, answer.headers);
+          let pending = '';
+          answer.on('data', (chunk) => {
+            pending += chunk;
+            const newline = pending.indexOf('\n');
+            if (newline < 0 || res.writableEnded) return;
+            const first = JSON.parse(pending.slice(0, newline));
+            assert.ok(first.first_token_seed !== undefined, 'the first token names its seed');
+            if (dropSeed) delete first.first_token_seed;
+            res.end(JSON.stringify(first) + '\n');  // not the chunked stream's end: the socket goes first
+            res.socket.destroy();
+          });
+        });
+        upstream.end(Buffer.concat(body));
+      });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      await withPlantedWorker({ role: 'prefill', port: server.address().port }, check);
+    } finally {
+      server.close();
+    }
+  }
+
+  // Three requests in a row meet each of the three prefill workers once (round-robin).
+  const everyPrefillOnce = ['Write a function number 0', 'Write a function number 1', longPrompt];
+
+  test('push: a prefill worker that fails after its first token: a decode worker computes the prompt, same answer',
+       async () => {
+    await withDyingPrefillWorker({}, async (plantedId) => {
+      for (const prompt of everyPrefillOnce) {
+        assert.deepEqual(withoutCached(await chat(roundRobin, prompt)), withoutCached(await chat(oracle, prompt)), prompt);
+      }
+      const m = await metrics(roundRobin.url);
+      assert.equal(m[`deepinfer_worker_routed_requests_total{worker="${plantedId}"}`], 1, JSON.stringify(m));
+      assert.equal(m[`deepinfer_worker_failures_total{worker="${plantedId}"}`], 1, JSON.stringify(m));
+    });
+    await withDyingPrefillWorker({}, async () => {  // seeded sampling, streamed
+      const seeded = { temperature: 0.8, seed: 7 };
+      for (const prompt of everyPrefillOnce) {
+        assert.deepEqual(withoutCached(await chatStream(roundRobin, prompt, seeded)),
+                         withoutCached(await chatStream(oracle, prompt, seeded)), prompt);
+      }
+    });
+  });
+
+  test('push: a prefill worker that fails after a first token without its seed: the error says the seed was lost',
+       async () => {
+    await withDyingPrefillWorker({ dropSeed: true }, async () => {
+      const outcomes = [];
+      for (const prompt of everyPrefillOnce) {
+        outcomes.push(await chatStream(roundRobin, prompt).then(() => 'ok', (error) => error.message));
+      }
+      assert.equal(outcomes.filter((o) => o === 'ok').length, 2, JSON.stringify(outcomes));
+      assert.match(outcomes.find((o) => o !== 'ok'), /the seed its first token was drawn with was lost/);
+    });
   });
 
   test('n = 2 runs whole on a decode worker and equals one server', async () => {
