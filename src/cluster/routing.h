@@ -31,6 +31,10 @@ struct InstanceLoad {
   // Leading tokens of *this* request that its own prefix cache holds. Filled only for policies
   // whose reads_cached_prefix() is true (the lookup costs one probe per block per instance).
   int64_t cached_prefix_tokens = 0;
+  // The DP group it runs in (one multi-engine worker: its ranks step together and share a node),
+  // numbered by the router; a group's instances come consecutively. -1: not known, and the policy
+  // groups such instances by its own group size (the simulator's instances).
+  int64_t dp_group = -1;
 };
 
 }  // namespace deepinfer

@@ -12,6 +12,15 @@ double SeedsPolicy::estimated_prefill_ms(const RoutingRequest& request) const {
   return cost_model_.prefill_ms(request.input_tokens - cached, cached) + cost_model_.store_load_ms(cached);
 }
 
+size_t SeedsPolicy::end_of_group(std::span<const InstanceLoad> instances, size_t start, size_t last) const {
+  // Instances that name their DP group are grouped by it; the others in runs of group_size.
+  const int64_t group = instances[start].dp_group;
+  const size_t limit = group < 0 ? std::min(start + static_cast<size_t>(std::max(options_.group_size, 1)), last) : last;
+  size_t end = start + 1;
+  while (end < limit && instances[end].dp_group == group) ++end;
+  return end;
+}
+
 std::optional<size_t> SeedsPolicy::choose_prefill(const RoutingRequest& request,
                                                   std::span<const InstanceLoad> instances) {
   const int bucket = LengthBuckets::bucket_of(request.input_tokens);
@@ -21,23 +30,26 @@ std::optional<size_t> SeedsPolicy::choose_prefill(const RoutingRequest& request,
   const auto [first, last] = buckets_.instances_for(bucket, instances.size());
 
   // (2) The group with the most compute quota left pulls the request; none with any: hold it.
-  const auto group_size = static_cast<size_t>(std::max(options_.group_size, 1));
   size_t best_group = first;
+  size_t best_group_end = first;
   double best_quota_ms = 0;
-  for (size_t group = first; group < last; group += group_size) {
+  for (size_t group = first; group < last;) {
+    const size_t group_end = end_of_group(instances, group, last);
     double quota_ms = 0;
-    for (size_t i = group; i < std::min(group + group_size, last); ++i) {
+    for (size_t i = group; i < group_end; ++i) {
       quota_ms += std::max(0.0, options_.quota_ms - instances[i].queued_prefill_ms);
     }
     if (quota_ms > best_quota_ms) {
       best_quota_ms = quota_ms;
       best_group = group;
+      best_group_end = group_end;
     }
+    group = group_end;
   }
   if (best_quota_ms <= 0) return std::nullopt;
   // (3) Inside it, the DP process with the least queued compute.
   size_t best = best_group;
-  for (size_t i = best_group + 1; i < std::min(best_group + group_size, last); ++i) {
+  for (size_t i = best_group + 1; i < best_group_end; ++i) {
     if (instances[i].queued_prefill_ms < instances[best].queued_prefill_ms) best = i;
   }
   return best;

@@ -18,7 +18,9 @@ struct SeedsPolicyOptions {
   // Compute each DP process may have queued: a group's remaining quota is the sum over its
   // processes of what they lack of it, and a group with none left pulls nothing.
   double quota_ms = 500;
-  int32_t group_size = 8;  // DP processes of one group (a node of 8 GPUs)
+  // DP processes of one group (a node of 8 GPUs), for instances that do not name their group
+  // (InstanceLoad::dp_group).
+  int32_t group_size = 8;
 };
 
 class SeedsPolicy : public BalancerPolicy {
@@ -34,6 +36,8 @@ class SeedsPolicy : public BalancerPolicy {
   const LengthBuckets& buckets() const { return buckets_; }
 
  private:
+  // One past the last instance (below `last`) of the DP group that starts at `start`.
+  size_t end_of_group(std::span<const InstanceLoad> instances, size_t start, size_t last) const;
   // Estimated compute of the prompt, taking the shared store's prefix as loaded, not computed.
   double estimated_prefill_ms(const RoutingRequest& request) const;
 

@@ -1,5 +1,6 @@
 // The seeds' policy on hand-built snapshots: length buckets and their demand-following split,
-// quota pull between DP groups, least-loaded inside a group, and the decode rule. Expectations
+// quota pull between DP groups (of a fixed size, or as the instances name them), least-loaded
+// inside a group, and the decode rule. Expectations
 // follow from the rules (cluster/seeds_policy.h, cluster/length_buckets.h), worked out by hand.
 #include <gtest/gtest.h>
 
@@ -104,6 +105,18 @@ TEST(SeedsPolicy, TheGroupWithTheMostQuotaLeftPullsTheRequestNotTheIdlestInstanc
   // (a flat least-loaded choice would have been instance 0).
   const auto loads = queued_ms({0, 400, 300, 300, 200, 200, 160, 200});
   EXPECT_EQ(policy.choose_prefill(request_at(0, 1000), loads), 6u);
+}
+
+TEST(SeedsPolicy, InstancesThatNameTheirDpGroupAreGroupedByItNotByTheGroupSize) {
+  SeedsPolicy policy(one_ms_a_token(), SeedsPolicyOptions{.window_ms = 1000, .quota_ms = 1000, .group_size = 2});
+  // By the group size: [0, 2) has 1000 + 1000 ms of quota left, [2, 4) 900 + 900; the first pulls
+  // and its first idle instance takes it.
+  auto loads = queued_ms({0, 0, 100, 100});
+  EXPECT_EQ(policy.choose_prefill(request_at(0, 1000), loads), 0u);
+  // Named groups {0} (1000 ms left) and {1, 2, 3} (1000 + 900 + 900): the second pulls, and inside
+  // it the least queued, instance 1, takes it.
+  for (size_t i = 0; i < loads.size(); ++i) loads[i].dp_group = i == 0 ? 0 : 1;
+  EXPECT_EQ(policy.choose_prefill(request_at(1, 1000), loads), 1u);
 }
 
 TEST(SeedsPolicy, InsideTheGroupTheLeastQueuedComputeWinsAndTheLowestIndexOnATie) {
