@@ -93,7 +93,10 @@ token and hands the KV on as the router says, pushed to the decode worker or wri
 persistent KV store (the store mode needs --kv-cache-dir on a directory every worker shares, or
 --kv-cache-backend redis://); --role decode continues from it and takes pushed KV on --kv-port N
 (default 0: any free port; routers learn it from the registry). Both roles serve the same model
-directory, --block-size and KV dtype; a role's worker answers only the router.
+directory, --block-size and KV dtype; a role's worker answers only the router. With
+--data-parallel-size N a role's ranks each register as a worker of their own (rank 0 at
+--advertise-host with --kv-port, the others at --data-parallel-host with any free KV port), named
+as one DP group, which the router's policy treats as one (the seeds' quota pull between groups).
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
@@ -208,21 +211,33 @@ Result<std::optional<Registration>> registration_from_args(const Args& args, con
   return std::optional<Registration>(std::move(registration));
 }
 
+// What a worker's record says of it besides its address and load.
+struct WorkerIdentity {
+  uint16_t kv_port = 0;
+  std::string served_name;
+  int32_t block_size = 0;
+  int32_t max_model_len = 0;
+  std::string dp_group;  // a disaggregated role's rank: its group (empty: one engine, or a front)
+  int32_t dp_rank = 0;
+};
+
 Result<std::unique_ptr<server::WorkerHeartbeat>> start_heartbeat(const Registration& registration, uint16_t port,
-                                                                 uint16_t kv_port, const std::string& served_name,
-                                                                 int32_t block_size, int32_t max_model_len,
-                                                                 int64_t pool_tokens,
-                                                                 server::EngineWorker& worker,
+                                                                 const WorkerIdentity& worker_identity,
+                                                                 int64_t pool_tokens, server::EngineWorker& worker,
                                                                  server::Metrics& metrics) {
   server::WorkerRecord identity;
   identity.host = registration.advertise_host;
   identity.port = port;
-  identity.kv_port = kv_port;
+  identity.kv_port = worker_identity.kv_port;
   identity.id = identity.host + ":" + std::to_string(port);
   identity.role = registration.role;
-  identity.model = served_name;
-  identity.block_size = block_size;
-  identity.max_model_len = max_model_len;
+  identity.model = worker_identity.served_name;
+  identity.block_size = worker_identity.block_size;
+  identity.max_model_len = worker_identity.max_model_len;
+  if (!worker_identity.dp_group.empty()) {
+    identity.dp_group = worker_identity.dp_group;
+    identity.dp_rank = worker_identity.dp_rank;
+  }
   auto load_now = [&worker, &metrics, pool_tokens] {
     const server::EngineGauges gauges = metrics.engine();
     server::WorkerLoadReport load;
@@ -276,9 +291,6 @@ int run_serve(int argc, char** argv) {
     return report_error("serve", Error{"--data-parallel-routing needs --data-parallel-size of 2 or more"});
   }
   const std::string role = registration->has_value() ? (*registration)->role : "both";
-  if (role != "both" && data_parallel->size > 1) {
-    return report_error("serve", Error{"--role " + role + " runs one engine; drop --data-parallel-size"});
-  }
   if (role == "prefill") engine_cfg->mode = EngineMode::kPrompt;
   if (role == "decode") engine_cfg->mode = EngineMode::kCompletion;
   if (expert_parallel) {
@@ -288,6 +300,12 @@ int run_serve(int argc, char** argv) {
   if (data_parallel->rank != 0) {  // the front is rank 0's; this rank's API is for the front
     config->host = data_parallel->host;
     config->port = 0;
+    if (registration->has_value() && role != "both") {
+      // A disaggregated role's ranks register one by one, where the router reaches them; their KV
+      // receivers take any free port (rank 0 has --kv-port).
+      (*registration)->advertise_host = data_parallel->host;
+      (*registration)->kv_port = 0;
+    }
   }
   auto threads = non_negative_flag(*args, "--threads", 0);
   if (!threads.ok()) return report_error("serve", threads.error());
@@ -343,6 +361,7 @@ int run_serve(int argc, char** argv) {
   if (!port.ok()) return report_error("serve", port.error());
   // Every rank's address reaches rank 0's front before any engine thread starts the group's rounds.
   std::optional<server::RankRouter> router;
+  std::string dp_group_name;  // rank 0's address: what a disaggregated role's ranks register under
   if (setup->data_parallel.group) {
     const std::string own = config->host + " " + std::to_string(*port);
     std::vector<std::string> addresses;
@@ -356,6 +375,7 @@ int run_serve(int argc, char** argv) {
       const size_t space = address.find(' ');
       ranks_at.push_back({address.substr(0, space), static_cast<uint16_t>(std::stoi(address.substr(space + 1)))});
     }
+    dp_group_name = ranks_at[0].host + ":" + std::to_string(ranks_at[0].port);
     if (data_parallel->rank == 0) {
       server::RankRouterOptions options;
       options.routing = *routing;
@@ -404,11 +424,17 @@ int run_serve(int argc, char** argv) {
   auto worker = std::make_unique<server::EngineWorker>(*engine, metrics, limits);
   context.worker = worker.get();
   std::unique_ptr<server::WorkerHeartbeat> heartbeat;
-  if (registration->has_value() && data_parallel->rank == 0) {  // a data-parallel group registers its front
-    const uint16_t kv_port = kv_receiver ? kv_receiver->port() : 0;
-    auto started = start_heartbeat(**registration, *port, kv_port, context.model.served_name,
-                                   engine->config().block_size, context.model.max_model_len, kv_pool_tokens,
-                                   *worker, metrics);
+  // A role "both" group registers its front, which spreads requests over its ranks; a
+  // disaggregated role's ranks each register, one DP group to the router's policy.
+  if (registration->has_value() && (data_parallel->rank == 0 || role != "both")) {
+    WorkerIdentity identity;
+    identity.kv_port = kv_receiver ? kv_receiver->port() : 0;
+    identity.served_name = context.model.served_name;
+    identity.block_size = engine->config().block_size;
+    identity.max_model_len = context.model.max_model_len;
+    if (role != "both") identity.dp_group = dp_group_name;
+    identity.dp_rank = data_parallel->rank;
+    auto started = start_heartbeat(**registration, *port, identity, kv_pool_tokens, *worker, metrics);
     if (!started.ok()) return report_error("serve", started.error());
     heartbeat = std::move(*started);
   }

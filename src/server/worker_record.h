@@ -31,7 +31,12 @@ struct WorkerRecord {
   std::string model;          // the served model name; a router routes only to its own model's
   int32_t block_size = 0;     // tokens per KV page
   int32_t max_model_len = 0;  // context length: prompt + output tokens one request may hold
-  int64_t heartbeat = 0;      // counts up with every heartbeat: a newer one proves the worker alive
+  // One rank of a multi-engine worker (serve --data-parallel-size N with --role prefill|decode):
+  // each rank registers on its own; dp_group names the group (its rank 0's address), dp_rank is
+  // the rank. Empty for a single engine, and for a role "both" group, which registers its front.
+  std::string dp_group;
+  int32_t dp_rank = 0;
+  int64_t heartbeat = 0;  // counts up with every heartbeat: a newer one proves the worker alive
   WorkerLoadReport load;
 };
 

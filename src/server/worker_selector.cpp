@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <tuple>
 
 #include "cluster/length_buckets.h"
 
@@ -174,6 +175,28 @@ InstanceLoad WorkerSelector::load_of(const Worker& w, std::span<const uint64_t> 
   return load;
 }
 
+std::vector<InstanceLoad> WorkerSelector::loads_in_policy_order(std::vector<Worker*>& candidates,
+                                                                std::span<const uint64_t> reusable) const {
+  // The policy groups consecutive instances: single engines first (by id), then each multi-engine
+  // worker's ranks together in rank order, numbered as one DP group.
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Worker* a, const Worker* b) {
+    const WorkerRecord& x = a->record;
+    const WorkerRecord& y = b->record;
+    return std::forward_as_tuple(!x.dp_group.empty(), x.dp_group, x.dp_rank) <
+           std::forward_as_tuple(!y.dp_group.empty(), y.dp_group, y.dp_rank);
+  });
+  std::vector<InstanceLoad> loads;
+  int64_t group = -1;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    loads.push_back(load_of(*candidates[i], reusable));
+    const std::string& name = candidates[i]->record.dp_group;
+    if (name.empty()) continue;
+    if (group < 0 || name != candidates[i - 1]->record.dp_group) ++group;
+    loads.back().dp_group = group;
+  }
+  return loads;
+}
+
 WorkerLease WorkerSelector::lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached,
                                             bool computes_prompt) {
   WorkerLease lease;
@@ -221,8 +244,7 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
   const int64_t reusable_blocks =
       std::min<int64_t>(static_cast<int64_t>(keys.size()), (request.prompt_tokens - 1) / block_size_locked());
   const std::span<const uint64_t> reusable(keys.data(), static_cast<size_t>(std::max<int64_t>(reusable_blocks, 0)));
-  std::vector<InstanceLoad> loads;
-  for (const Worker* worker : candidates) loads.push_back(load_of(*worker, reusable));
+  const std::vector<InstanceLoad> loads = loads_in_policy_order(candidates, reusable);
   RoutingRequest routing;
   routing.now_ms = now_ms();
   routing.input_tokens = request.prompt_tokens;
@@ -259,8 +281,7 @@ std::optional<WorkerLease> WorkerSelector::acquire_decode(const RoutedRequest& r
   gather("decode");
   if (candidates.empty() && recomputes_prompt) gather("both");
   if (candidates.empty()) return std::nullopt;
-  std::vector<InstanceLoad> loads;
-  for (const Worker* worker : candidates) loads.push_back(load_of(*worker, {}));
+  const std::vector<InstanceLoad> loads = loads_in_policy_order(candidates, {});
   RoutingRequest routing;
   routing.now_ms = now_ms();
   routing.input_tokens = request.prompt_tokens;

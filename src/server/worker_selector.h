@@ -8,6 +8,8 @@
 // a decode or role "both" worker, which prefills it itself. A request the policy holds (the
 // seeds' quota pull) waits and is offered again, in arrival order, whenever a worker's load drops
 // or the listing changes.
+// The ranks of a multi-engine worker (WorkerRecord::dp_group) are one DP group to the policy (the
+// seeds' quota pull between groups, least-loaded inside one).
 // A worker whose key expired is gone from the listing and never chosen again; one the router
 // could not reach is marked failed and skipped until a newer heartbeat shows it alive.
 // Thread-safe (one mutex; the policy is not).
@@ -139,6 +141,10 @@ class WorkerSelector {
   // Why the record cannot join workers of `shape`, or nullopt.
   std::optional<std::string> shape_mismatch(const WorkerShape& shape, const WorkerRecord& record) const;
   InstanceLoad load_of(const Worker& worker, std::span<const uint64_t> reusable_blocks) const;
+  // Sorts the candidates into the order the policy sees them (a multi-engine worker's ranks
+  // consecutive) and returns their loads in it, each rank with its DP group's number.
+  std::vector<InstanceLoad> loads_in_policy_order(std::vector<Worker*>& candidates,
+                                                  std::span<const uint64_t> reusable_blocks) const;
   // Counts the request on the worker; computes_prompt: its prompt runs there (not a decode of KV
   // that a prefill worker computed).
   WorkerLease lease_on_locked(Worker& chosen, const RoutedRequest& request, int64_t cached_tokens,

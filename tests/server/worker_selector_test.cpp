@@ -181,6 +181,33 @@ TEST(WorkerSelector, ThePinnedShapeRefusesEveryWorkerThatDiffers) {
   EXPECT_EQ(s.acquire(request({1})).lease.id, "127.0.0.1:2");
 }
 
+WorkerRecord rank_of(const std::string& group, int32_t rank, uint16_t port) {
+  WorkerRecord record = worker("127.0.0.1", port);
+  record.dp_group = group;
+  record.dp_rank = rank;
+  return record;
+}
+
+TEST(WorkerSelector, AMultiEngineWorkersRanksComeInRankOrderAfterTheSingleEngines) {
+  WorkerSelector s = selector("round-robin");
+  s.update({rank_of("127.0.0.1:5", 0, 5), rank_of("127.0.0.1:5", 1, 2), worker("127.0.0.1", 3)});
+  std::vector<std::string> order;
+  for (int i = 0; i < 3; ++i) order.push_back(s.acquire(request({1})).lease.id);
+  EXPECT_EQ(order, (std::vector<std::string>{"127.0.0.1:3", "127.0.0.1:5", "127.0.0.1:2"}));
+}
+
+TEST(WorkerSelector, TheSeedsPolicyPullsIntoAMultiEngineWorkerAsOneDpGroup) {
+  WorkerSelector s = selector("seeds");
+  // Each rank has ~115 ms queued of a 500 ms quota: the group has ~770 ms left, the idle single
+  // engine 500. As one group of --group-size 8 the idle engine would take it; as the workers' own
+  // groups the two ranks pull it, and the first of them (rank 0, :4) takes the tie.
+  WorkerRecord rank0 = rank_of("127.0.0.1:4", 0, 4);
+  WorkerRecord rank1 = rank_of("127.0.0.1:4", 1, 2);
+  rank0.load.queued_tokens = rank1.load.queued_tokens = 4000;
+  s.update({rank0, rank1, worker("127.0.0.1", 1)});
+  EXPECT_EQ(s.acquire(request({1, 2, 3})).lease.id, "127.0.0.1:4");
+}
+
 TEST(WorkerSelector, AWorkerWhoseKeyExpiredIsNeverChosenAgain) {
   WorkerSelector s = selector("round-robin");
   s.update({worker("127.0.0.1", 1), worker("127.0.0.1", 2)});

@@ -16,7 +16,9 @@
 // prefill worker hits them there. A third router (push, round-robin) meets prefill workers planted
 // in the registry that relay a real prefill worker's first token and then cut the connection: a
 // decode worker computes the prompt again and the answer is the single server's, greedy and seeded;
-// without the first token's seed the error says it was lost.
+// without the first token's seed the error says it was lost. A cluster of prefill and decode
+// workers of two engines each registers every rank as its own worker, the ranks of one worker
+// named as one DP group, and answers as the single server.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import fs from 'node:fs';
@@ -301,6 +303,50 @@ describe('prefill/decode disaggregation', () => {
         if (server.child.exitCode === null && server.child.signalCode === null) await server.stop();
       }
       tierRedis.child.kill('SIGKILL');
+    }
+  });
+
+  test('prefill and decode workers of two engines each: every rank a worker of one DP group, same answers',
+       async () => {
+    const dpRedis = await startRedis();
+    const dpArgs = (role) => ['--batch-invariant', '--register', dpRedis.url, '--role', role,
+                              '--data-parallel-size', '2'];
+    const started = [];
+    const start = async (promise) => { const server = await promise; started.push(server); return server; };
+    try {
+      const [router] = await Promise.all([
+        start(startCommand(['router', '--redis', dpRedis.url, '--model', model, '--port', '0', '--served-model-name',
+                            MODEL, '--registry-poll-ms', '100', '--policy', 'round-robin'])),
+        start(startServer(dpArgs('prefill'), model)), start(startServer(dpArgs('decode'), model))]);
+      await until('four ranks listed', async () => (await live(router)) === 4);
+      const reply = await redisCommand(dpRedis.url, 'KEYS', 'deepinfer:worker:*');
+      const ids = [...reply.matchAll(/deepinfer:worker:(\S+)/g)].map((m) => m[1]);
+      assert.equal(ids.length, 4, reply);
+      const records = [];
+      for (const id of ids) {
+        const value = await redisCommand(dpRedis.url, 'GET', `deepinfer:worker:${id}`);
+        records.push(JSON.parse(value.slice(value.indexOf('\r\n') + 2).trim()));
+      }
+      for (const role of ['prefill', 'decode']) {
+        const ranks = records.filter((r) => r.role === role);
+        assert.deepEqual(ranks.map((r) => r.dp_rank).sort(), [0, 1], JSON.stringify(ranks));
+        assert.equal(new Set(ranks.map((r) => r.dp_group)).size, 1, JSON.stringify(ranks));
+        if (role === 'decode') assert.ok(ranks.every((r) => r.kv_port > 0), JSON.stringify(ranks));
+      }
+      for (const prompt of ['Write a function number 0', 'Write a function number 1', longPrompt,
+                            'Write a function number 2']) {
+        assert.deepEqual(withoutCached(await chat(router, prompt)), withoutCached(await chat(oracle, prompt)), prompt);
+      }
+      const m = await metrics(router.url);
+      for (const id of ids) {
+        assert.equal(m[`deepinfer_worker_routed_requests_total{worker="${id}"}`], 2, JSON.stringify(m));
+        assert.equal(m[`deepinfer_worker_failures_total{worker="${id}"}`], 0, JSON.stringify(m));
+      }
+    } finally {
+      for (const server of started) {
+        if (server.child.exitCode === null && server.child.signalCode === null) await server.stop();
+      }
+      dpRedis.child.kill('SIGKILL');
     }
   });
 
