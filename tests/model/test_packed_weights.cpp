@@ -83,7 +83,8 @@ TEST(PackedWeights, Fp8ProjectionsHoldHalfOfBf16) {
   EXPECT_GE(moe.expert_bytes(), expert_bf16_bytes * 0.5);
 }
 
-// A GPT-OSS MoE layer with MXFP4 experts, written here (no MXFP4 fixture exists without torch).
+// A GPT-OSS MoE layer with MXFP4 experts and float32 biases, written here (the whole-model check is the
+// gpt_oss_mxfp4 fixture's).
 class Mxfp4Checkpoint {
  public:
   static constexpr int64_t kHidden = 64, kInter = 32, kExperts = 4;
@@ -190,12 +191,12 @@ TEST(PackedWeights, Mxfp4ExpertsEqualTheDequantisedLoadAtAQuarterOfTheBytes) {
   const std::vector<float> got = run_layer(a, *packed, x);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "output " << i;
-  // bf16: 2 bytes a value; MXFP4: half a byte plus a one-byte scale per 32 (0.2656 of bf16). The
-  // biases are bf16 both ways.
-  const int64_t bias_bytes = 2 * (2 * Mxfp4Checkpoint::kInter + hidden);
+  // Dequantised with float32 biases: 4 bytes a value; MXFP4: half a byte plus a one-byte scale per 32.
+  // The biases are float32 both ways.
+  const int64_t bias_bytes = 4 * (2 * Mxfp4Checkpoint::kInter + hidden);
   const double ratio =
       static_cast<double>(a.expert_bytes() - bias_bytes) / static_cast<double>(b.expert_bytes() - bias_bytes);
-  EXPECT_NEAR(ratio, (0.5 + 1.0 / 32) / 2, 1e-9);
+  EXPECT_NEAR(ratio, (0.5 + 1.0 / 32) / 4, 1e-9);
 }
 
 }  // namespace

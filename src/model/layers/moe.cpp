@@ -136,6 +136,14 @@ void release_experts(Backend& backend, std::vector<std::shared_ptr<const LoadedE
   }
 }
 
+// What MXFP4 experts (and their biases) become when dequantised: bf16, where e2m1 values times powers
+// of two are exact, unless the checkpoint stores its biases in float32 (the fixtures), whose biases
+// and products then stay float32's.
+DType mxfp4_expert_dtype(const ModelSource& source, const std::string& experts) {
+  const std::optional<TensorView> bias = source.weights->find(experts + "gate_up_proj_bias");
+  return bias && bias->dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+}
+
 }  // namespace
 
 MoeOptions moe_options_from_config(const MoeConfig& config) {
@@ -288,7 +296,7 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
     rows = read_mxfp4_expert(source, base + "down_proj", num_experts, hidden, inter, e);
     if (!rows.ok()) return rows.error();
     down_rows = std::move(*rows);
-    dtype = DType::kBF16;  // e2m1 values times powers of two are exact in bf16
+    dtype = mxfp4_expert_dtype(source, base);
   } else {
     // Unquantised checkpoints store both as [in, out].
     auto gu = read_expert_f32(source, base + "gate_up_proj", {num_experts, hidden, 2 * inter}, e);
@@ -352,10 +360,11 @@ Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, Loa
     up_b[static_cast<size_t>(i)] = gate_up_bias[static_cast<size_t>(2 * i + 1)];
   }
   const std::string name = base + std::to_string(e);
-  // The biases in bf16, as the dequantising path stores them.
-  auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, DType::kBF16);
-  auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, DType::kBF16);
-  auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_bias, DType::kBF16);
+  // The biases in the dtype the dequantising path stores them in.
+  const DType bias_dtype = mxfp4_expert_dtype(source, base);
+  auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, bias_dtype);
+  auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, bias_dtype);
+  auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_bias, bias_dtype);
   for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
     if (!view->ok()) return view->error();
   }
