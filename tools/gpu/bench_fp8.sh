@@ -28,22 +28,8 @@ for round in 1 2; do
   for dtype in fp8 bf16; do
     timeout 150 "$BIN/deepinfer" bench --device cuda --model "$MODELS/$dtype" --batches 1,8,32,64,256 \
       --contexts 1024 --prefill 4096 --steps 8 --engine-batches 0 2>> "$OUT/fp8.log" |
-      sed "s/^{/{\"config\":\"llama3-8b-$dtype\",\"round\":$round,/" >> "$OUT/fp8_bench.jsonl"
+      sed "s/^{/{\"config\":\"llama3-8b-$dtype-r$round\",/" >> "$OUT/fp8_bench.jsonl"
   done
 done
 rm -rf "$MODELS"
-python3 - "$OUT/fp8_bench.jsonl" <<'PY' | tee -a "$SUMMARY"
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-for r in rows:
-    k = r["kind"]
-    tag = f'{r["config"]} r{r["round"]}'
-    if k == "peaks":
-        print(f'{tag}: copy {r["copy_tb_s"]:.2f} TB/s, read {r["read_tb_s"]:.2f} TB/s, bf16 GEMM {r["bf16_matmul_tflop_s"]:.0f} TFLOP/s, weights {r["weight_gb_per_step"]:.2f} GB')
-    elif k == "decode":
-        print(f'{tag} decode b={r["batch"]:>3}: {r["tok_s"]:>9.1f} tok/s step {r["step_ms"]:.3f} ms {r["achieved_tb_s"]:.2f} TB/s = {100*r["bandwidth_fraction"]:.1f}% of copy, {100*r["read_fraction"]:.1f}% of read')
-    elif k == "decode_product":
-        print(f'{tag} product {r["name"]:>9} {r["n"]}x{r["k"]} M={r["rows"]}: {r["us"]:.1f} us {r["tb_s"]:.2f} TB/s = {100*r["copy_fraction"]:.1f}% of copy')
-    elif k == "prefill":
-        print(f'{tag} prefill {r["tokens"]}: {r["tok_s"]:.0f} tok/s {r["tflop_s"]:.0f} TFLOP/s = {100*r["matmul_fraction"]:.1f}% of GEMM')
-PY
+python3 tools/gpu/summarize_bench.py "$OUT/fp8_bench.jsonl" | tee -a "$SUMMARY"

@@ -94,29 +94,7 @@ if [ "$BENCH" = 1 ]; then
     fi
     rm -rf "$MODELS"
   done
-  python3 - "$OUT/bench.jsonl" <<'PY' | tee -a "$SUMMARY"
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        r = json.loads(line)
-    except ValueError:
-        continue
-    k = r["kind"]
-    if k == "peaks":
-        print(f'{r["config"]}: copy {r["copy_tb_s"]:.2f} TB/s, read-only stream {r["read_tb_s"]:.2f} TB/s, bf16 GEMM {r["bf16_matmul_tflop_s"]:.0f} TFLOP/s, weights {r["weight_gb_per_step"]:.2f} GB')
-    elif k == "decode":
-        print(f'{r["config"]} decode b={r["batch"]:>3} ctx={r["context"]:>5}: {r["tok_s"]:>9.1f} tok/s  step {r["step_ms"]:.2f} ms  {r["achieved_tb_s"]:.2f} TB/s = {100*r["bandwidth_fraction"]:.1f}% of copy, {100*r["read_fraction"]:.1f}% of read{"  (shared KV pages)" if r["shared_kv"] else ""}{"  [graphs]" if r.get("cuda_graphs") else "  [eager]"}  [{r.get("sampler", "no")} sampling]')
-    elif k == "decode_attention":
-        print(f'{r["config"]} decode attention b={r["batch"]} ctx={r["context"]}: {r["us"]:.1f} us, {r["effective_tb_s"]:.2f} TB/s effective')
-    elif k == "prefill_attention":
-        print(f'{r["config"]} prefill attention alone {r["tokens"]}: {r["ms"]:.2f} ms per layer ({r.get("all_layers_ms", float("nan")):.0f} ms all layers), {r["tflop_s"]:.0f} TFLOP/s = {100*r["matmul_fraction"]:.1f}% of GEMM')
-    elif k == "decode_product":
-        print(f'{r["config"]} product {r["name"]:>9} {r["n"]}x{r["k"]} M={r["rows"]}: {r["us"]:.1f} us, {r["tb_s"]:.2f} TB/s = {100*r["copy_fraction"]:.1f}% of copy, {100*r["read_fraction"]:.1f}% of read')
-    elif k == "sampling":
-        print(f'{r["config"]} sampling b={r["batch"]:>3} vocab={r["vocab"]} {r["filters"]}: {r["us"]:.1f} us')
-    elif k == "prefill":
-        print(f'{r["config"]} prefill {r["tokens"]}: {r["tok_s"]:.0f} tok/s, {r["tflop_s"]:.0f} TFLOP/s = {100*r["matmul_fraction"]:.1f}% of GEMM (attention {100*r["attention_flop_share"]:.0f}% of FLOPs)')
-PY
+  python3 tools/gpu/summarize_bench.py "$OUT/bench.jsonl" | tee -a "$SUMMARY"
 fi
 note "total: $(elapsed) s"
 exit $TEST_RC
