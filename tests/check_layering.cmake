@@ -5,6 +5,7 @@ set(rank_kernels 1)
 set(rank_weights 1)
 set(rank_tokenizer 1)
 set(rank_kvcache 1)
+set(rank_image 1)  # image decoding and the vision processors' preprocessing: core only
 set(rank_runtime 2)
 set(rank_grammar 2)
 set(rank_parallel 1)

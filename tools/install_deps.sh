@@ -8,12 +8,15 @@ set -euo pipefail
 # the Python module (python/) needs python3-dev and pybind11-dev, its tests python3-pytest, and
 # `pip install .` python3-setuptools, python3-pip and python3-wheel (python3-venv for a venv).
 # The playground's browser test drives Debian's chromium (headless) through npm puppeteer-core; its
-# screenshot needs a font (fonts-dejavu-core).
+# screenshot needs a font (fonts-dejavu-core). The image decoders link libjpeg-turbo, libpng, libwebp and
+# giflib; Pillow and numpy (python3-pil, python3-numpy) generate their oracle fixtures
+# (tools/reference/make_image_fixtures.py).
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev libsimdjson-dev libicu-dev libssl-dev
   clang-14 libclang-rt-14-dev ccache
+  libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev python3-pil python3-numpy
   libboost1.81-dev libhiredis-dev libxxhash-dev redis-server libgloo-dev
   nodejs npm chromium fonts-dejavu-core
   python3-dev pybind11-dev python3-pytest python3-setuptools python3-pip python3-wheel python3-venv
