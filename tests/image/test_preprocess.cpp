@@ -1,0 +1,73 @@
+// Qwen2-VL and Gemma 3 preprocessing against numpy reimplementations of transformers' processors
+// run on Pillow's resized pixels (tools/reference/make_image_fixtures.py). The resize is exact
+// (test_resize.cpp), so the values differ only by float32 rounding: within 1e-6.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "image/preprocess.h"
+#include "image_fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr float kTolerance = 1e-6f;
+
+// Every stride-th value of actual against the fixture's sample of it.
+void expect_sampled_values_near(const std::vector<float>& actual, const nlohmann::json& entry) {
+  const std::vector<float> expected = test::read_f32_fixture(entry["values"]);
+  const size_t stride = entry["stride"];
+  ASSERT_EQ(actual.size(), entry["num_values"].get<size_t>());
+  ASSERT_EQ(expected.size(), (actual.size() + stride - 1) / stride);
+  size_t num_far = 0;
+  float max_error = 0.0f;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const float error = std::abs(actual[i * stride] - expected[i]);
+    max_error = std::max(max_error, error);
+    num_far += error > kTolerance;
+  }
+  EXPECT_EQ(num_far, 0u) << "max error " << max_error;
+}
+
+TEST(ImagePreprocess, Qwen2VlEqualsTransformers) {
+  ASSERT_FALSE(test::image_manifest()["qwen2_vl"].empty());
+  for (const auto& entry : test::image_manifest()["qwen2_vl"]) {
+    SCOPED_TRACE(entry["values"].get<std::string>());
+    Qwen2VlProcessorConfig config;
+    config.max_pixels = entry["max_pixels"];
+    Result<Qwen2VlPixels> pixels = try_preprocess_qwen2_vl(test::decode_fixture(entry["source"]), config);
+    ASSERT_TRUE(pixels.ok()) << pixels.error().message;
+    EXPECT_EQ(pixels->resized_height, entry["resized"][0].get<int32_t>());
+    EXPECT_EQ(pixels->resized_width, entry["resized"][1].get<int32_t>());
+    EXPECT_EQ(pixels->grid_thw[0], entry["grid_thw"][0].get<int64_t>());
+    EXPECT_EQ(pixels->grid_thw[1], entry["grid_thw"][1].get<int64_t>());
+    EXPECT_EQ(pixels->grid_thw[2], entry["grid_thw"][2].get<int64_t>());
+    EXPECT_EQ(pixels->num_patches, entry["shape"][0].get<int64_t>());
+    EXPECT_EQ(pixels->patch_dim, entry["shape"][1].get<int64_t>());
+    expect_sampled_values_near(pixels->pixel_values, entry);
+  }
+}
+
+TEST(ImagePreprocess, Gemma3EqualsTransformers) {
+  ASSERT_FALSE(test::image_manifest()["gemma3"].empty());
+  for (const auto& entry : test::image_manifest()["gemma3"]) {
+    SCOPED_TRACE(entry["values"].get<std::string>());
+    expect_sampled_values_near(preprocess_gemma3(test::decode_fixture(entry["source"])), entry);
+  }
+}
+
+TEST(ImagePreprocess, SmartResizeFollowsTransformers) {
+  // Rounded to multiples of 28 (Python rounds half to even: 42 / 28 = 1.5 -> 2, 70 / 28 = 2.5 -> 2).
+  EXPECT_EQ(*try_qwen2_vl_smart_resize(42, 70, 28, 56 * 56, 14 * 14 * 4 * 1280), (std::pair{56, 56}));
+  // Brought under max_pixels with the aspect ratio kept.
+  EXPECT_EQ(*try_qwen2_vl_smart_resize(2000, 3000, 28, 56 * 56, 14 * 14 * 4 * 1280), (std::pair{812, 1204}));
+  // Raised over min_pixels.
+  EXPECT_EQ(*try_qwen2_vl_smart_resize(20, 30, 28, 56 * 56, 14 * 14 * 4 * 1280), (std::pair{56, 84}));
+  EXPECT_EQ(try_qwen2_vl_smart_resize(9, 30, 28, 56 * 56, 1003520).error().message,
+            "image is 30x9; Qwen2-VL needs at least 10 pixels on each side");
+  EXPECT_EQ(try_qwen2_vl_smart_resize(10, 2010, 28, 56 * 56, 1003520).error().message,
+            "image is 2010x10; Qwen2-VL needs an aspect ratio of at most 200");
+}
+
+}  // namespace
+}  // namespace deepinfer
