@@ -44,3 +44,4 @@ foreach(fuzzer fuzz_api_chat_completions fuzz_api_completions fuzz_api_responses
 endforeach()
 deepinfer_add_fuzz_test(fuzz_safetensors weights safetensors.dict)
 deepinfer_add_fuzz_test(fuzz_hf_config weights hf_config.dict)
+deepinfer_add_fuzz_test(fuzz_image_decode image)
