@@ -23,6 +23,18 @@ struct JpegErrors {
   char message[JMSG_LENGTH_MAX];
 };
 
+// A progressive file can hold thousands of tiny scans, each a pass over the whole image: a few KB
+// that take minutes to decode. Real encoders write about ten; libjpeg-turbo advises a cap.
+constexpr int kMaxJpegScans = 1000;
+
+void on_progress(j_common_ptr cinfo) {
+  const auto* decompress = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (decompress->input_scan_number <= kMaxJpegScans) return;
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  std::snprintf(errors->message, sizeof(errors->message), "more than %d scans", kMaxJpegScans);
+  std::longjmp(errors->jump, 1);
+}
+
 [[noreturn]] void on_error_exit(j_common_ptr cinfo) {
   auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
   errors->base.format_message(cinfo, errors->message);
@@ -77,6 +89,9 @@ Result<RgbImage> decode_jpeg(std::span<const uint8_t> data, int64_t max_pixels) 
   const auto destroy = [](jpeg_decompress_struct* c) { jpeg_destroy_decompress(c); };
   const std::unique_ptr<jpeg_decompress_struct, decltype(destroy)> guard(&cinfo, destroy);
   jpeg_mem_src(&cinfo, data.data(), static_cast<unsigned long>(data.size()));
+  jpeg_progress_mgr progress{};
+  progress.progress_monitor = on_progress;
+  cinfo.progress = &progress;
 
   const auto failure = [&]() -> Error {
     if (errors.truncated) return truncated_image_error(ImageFormat::kJpeg);
