@@ -36,6 +36,7 @@ constexpr const char* kUsage =
                         [--max-body-bytes N] [--shutdown-timeout S] [--io-threads N]
                         [--max-attempts N] [--registry-poll-ms MS] [--kv-transfer push|store] [--ui]
                         [--cost-model FILE.json] [--quota-ms MS] [--window-ms MS] [--group-size N]
+                        [--max-image-pixels N] [--allow-image-urls]
 The cluster's entry point: the same HTTP APIs as `deepinfer serve` (POST /v1/chat/completions,
 /v1/completions, /v1/responses, /v1/messages, /tokenize, /detokenize; GET /v1/models, /health,
 /metrics). Each request is rendered and tokenised once here (the router loads the model
@@ -91,7 +92,7 @@ int run_router(int argc, char** argv) {
                           server_value_flags({"--redis", "--model", "--policy", "--worker-api-key", "--block-size",
                                               "--max-model-len", "--max-attempts", "--registry-poll-ms", "--cost-model",
                                               "--quota-ms", "--window-ms", "--group-size", "--kv-transfer"}),
-                          {"--ui"});
+                          {"--ui", "--allow-image-urls"});
   if (!args.ok()) return report_error("router", args.error());
   auto config = server_config_from_args(*args);
   if (!config.ok()) return report_error("router", config.error());
@@ -129,6 +130,8 @@ int run_router(int argc, char** argv) {
     return report_error("router", Error{"--max-attempts must be in [1, 64]"});
   auto max_n = max_n_from_args(*args);
   if (!max_n.ok()) return report_error("router", max_n.error());
+  auto images = image_input_from_args(*args);
+  if (!images.ok()) return report_error("router", images.error());
   auto seeds = seeds_options_from_args(*args);
   if (!seeds.ok()) return report_error("router", seeds.error());
   CostModel cost_model;
@@ -169,6 +172,7 @@ int run_router(int argc, char** argv) {
   context.model.vocab_size = static_cast<int32_t>(model_config->vocab_size);
   context.model.pool = &encode_pool;
   context.model.max_n = *max_n;
+  context.model.images = *images;
   context.metrics = &metrics;
   context.shutdown = &shutdown;
   context.started_unix =

@@ -33,7 +33,7 @@ constexpr const char* kDefaultModelDir = "models/default";
 constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
                        [--api-key KEY] [--ui] [--max-queued-requests N] [--max-queued-tokens N]
                        [--request-timeout S] [--max-body-bytes N] [--max-n N] [--shutdown-timeout S]
-                       [--max-num-seqs N]
+                       [--max-image-pixels N] [--allow-image-urls] [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
                        [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--[no-]async-scheduling] [--check-invariants]
@@ -62,6 +62,10 @@ send the key typed into it. Off by default (a plain `serve` answers 404 on /).
 the tokens they may run, n x (prompt + max_tokens) each; past them requests get 429 (529 on
 /v1/messages) with Retry-After. --max-n: the most samples one request may ask for (default 128).
 --request-timeout: seconds a request may run (default 600). --max-body-bytes: default 8 MiB.
+--max-image-pixels: the most pixels an image part may declare in its header (default 33554432);
+larger ones get 400 before they are decoded. Image parts are decoded and checked, but no served
+model accepts images yet (docs/images.md). http(s) image URLs are refused; --allow-image-urls
+turns the refusal into "fetching is not implemented" (fetching is not built yet).
 --shutdown-timeout: on SIGTERM / SIGINT the server stops accepting, ends every open request with
 an error (503, or an error event on a stream), writes the KV store's queued pages and exits;
 past this many seconds (default 5) it exits anyway, logging what was stuck. A second signal
@@ -268,7 +272,8 @@ int run_serve(int argc, char** argv) {
                                kSpeculativeTokensFlag, kSpecVarlenFlag, "--register", "--advertise-host",
                                "--role", "--kv-port"})))),
                           data_parallel_bool_flags(
-                              model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling", "--ui"})));
+                              model_bool_flags({"--check-invariants", "--async-scheduling", "--no-async-scheduling", "--ui",
+                                            "--allow-image-urls"})));
   if (!args.ok()) return report_error("serve", args.error());
   auto config = server_config_from_args(*args);
   if (!config.ok()) return report_error("serve", config.error());
@@ -312,6 +317,8 @@ int run_serve(int argc, char** argv) {
   if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
   auto max_n = max_n_from_args(*args);
   if (!max_n.ok()) return report_error("serve", max_n.error());
+  auto images = image_input_from_args(*args);
+  if (!images.ok()) return report_error("serve", images.error());
 
   const std::string model_dir = args->find("--model").value_or(kDefaultModelDir);
   if (!args->has("--model") && !std::filesystem::exists(model_dir)) {
@@ -351,6 +358,7 @@ int run_serve(int argc, char** argv) {
   context.model.vocab_size = static_cast<int32_t>(setup->model->config().vocab_size);
   context.model.pool = &encode_pool;
   context.model.max_n = static_cast<int32_t>(*max_n);
+  context.model.images = *images;
   context.metrics = &metrics;
   context.shutdown = &shutdown;
   context.started_unix =

@@ -17,7 +17,7 @@ Result<int64_t> non_negative_flag(const Args& args, const char* flag, int64_t fa
 
 std::set<std::string> server_value_flags(std::set<std::string> extra) {
   extra.insert({"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests", "--max-queued-tokens",
-                "--request-timeout", "--max-body-bytes", "--io-threads", "--max-n", "--shutdown-timeout"});
+                "--request-timeout", "--max-body-bytes", "--io-threads", "--max-n", "--shutdown-timeout", "--max-image-pixels"});
   return extra;
 }
 
@@ -59,6 +59,16 @@ Result<int32_t> max_n_from_args(const Args& args) {
   if (!max_n.ok()) return max_n.error();
   if (*max_n < 1 || *max_n > 65536) return Error{"--max-n must be in [1, 65536]"};
   return static_cast<int32_t>(*max_n);
+}
+
+Result<ImageInputOptions> image_input_from_args(const Args& args) {
+  ImageInputOptions options;
+  auto max_pixels = args.get_int("--max-image-pixels", options.max_pixels);
+  if (!max_pixels.ok()) return max_pixels.error();
+  if (*max_pixels < 1) return Error{"--max-image-pixels must be >= 1, got " + std::to_string(*max_pixels)};
+  options.max_pixels = *max_pixels;
+  options.allow_urls = args.has("--allow-image-urls");
+  return options;
 }
 
 std::string served_model_name(const Args& args, const std::string& model_dir) {

@@ -7,6 +7,7 @@
 
 #include "args.h"
 #include "core/result.h"
+#include "recipe/api.h"
 #include "recipe/chat_template.h"
 #include "server/server_context.h"
 
@@ -16,11 +17,14 @@ namespace deepinfer::cli {
 Result<int64_t> non_negative_flag(const Args& args, const char* flag, int64_t fallback);
 // extra plus --host, --port, --served-model-name, --api-key, --max-queued-requests,
 // --max-queued-tokens, --request-timeout, --max-body-bytes, --io-threads, --max-n,
-// --shutdown-timeout.
+// --shutdown-timeout, --max-image-pixels.
 std::set<std::string> server_value_flags(std::set<std::string> extra);
 Result<server::ServerConfig> server_config_from_args(const Args& args);
 // --max-n, in [1, 65536] (default 128).
 Result<int32_t> max_n_from_args(const Args& args);
+// --max-image-pixels (>= 1; default kDefaultMaxImagePixels) and --allow-image-urls (a bool flag the
+// caller lists).
+Result<ImageInputOptions> image_input_from_args(const Args& args);
 // --served-model-name, else the model directory's own name through symlinks
 // (models/default -> deepinfer-tiny-v3).
 std::string served_model_name(const Args& args, const std::string& model_dir);

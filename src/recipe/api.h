@@ -13,6 +13,7 @@
 
 #include "deepinfer/sampling_params.h"
 #include "engine/engine_core.h"
+#include "image/image.h"
 #include "recipe/chat_template.h"
 
 namespace deepinfer {
@@ -44,6 +45,12 @@ ApiError model_not_found_error(ApiKind kind, const std::string& requested, const
 // {"type":"error","error":{"type","message"}}. Serialized, ready to send.
 std::string error_body(ApiKind kind, const ApiError& error);
 
+// How image parts of chat requests are read (docs/images.md).
+struct ImageInputOptions {
+  int64_t max_pixels = kDefaultMaxImagePixels;  // serve --max-image-pixels
+  bool allow_urls = false;                       // serve --allow-image-urls (fetching is not implemented)
+};
+
 // What the recipe needs to know about the served model. tokenizer, max_model_len and vocab_size
 // (the model's, which bounds prompt token ids) are required. Pointers are borrowed and must
 // outlive every call that takes the context; pool may be null (prompt encoding then runs inline).
@@ -56,6 +63,7 @@ struct ModelContext {
   ThreadPool* pool = nullptr;
   int32_t default_max_tokens = 0;  // 0: whatever context is left after the prompt
   int32_t max_n = 128;             // the most samples (n) one request may ask for
+  ImageInputOptions images;
 };
 
 // How the generated text is split (see output_parser.h): set by the request conversion from the

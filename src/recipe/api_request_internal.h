@@ -70,6 +70,12 @@ std::optional<ApiError> collect_structured_warnings(ApiRequest& request);
 std::optional<ApiError> constrain_tool_calls(ApiRequest& request, const std::vector<Json>& tools, bool required,
                                              const ModelContext& model);
 
+// The image parts of a chat request's messages (Chat image_url, Responses input_image, Messages
+// image): each is decoded, so a bad one is a 400 naming its part (bad base64, truncated, wrong
+// type, over max_pixels, ...); a URL is refused unless fetched (never, today); a good image is a
+// 400 too while no served model has a vision encoder. Run before the text-only content parsers.
+std::optional<ApiError> check_image_parts(ApiKind kind, const Json& body, const ModelContext& model);
+
 ParseResult parse_chat_completions(const Json& body, const ModelContext& model);
 ParseResult parse_completions(const Json& body, const ModelContext& model);
 ParseResult parse_responses(const Json& body, const ModelContext& model);

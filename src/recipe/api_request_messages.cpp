@@ -167,6 +167,7 @@ ParseResult parse_messages(const Json& body, const ModelContext& model) {
   ApiRequest request;
   request.kind = ApiKind::kMessages;
   if (auto e = parse_common(body, request)) return *e;
+  if (auto e = check_image_parts(request.kind, body, model)) return *e;
   const Json* max_tokens = find_field(body, "max_tokens");
   if (max_tokens == nullptr) return bad_request("max_tokens", "max_tokens: Field required");
   if (!max_tokens->is_number_integer()) return wrong_type("max_tokens", "an integer", *max_tokens);

@@ -150,6 +150,7 @@ ParseResult parse_responses(const Json& body, const ModelContext& model) {
   ApiRequest request;
   request.kind = ApiKind::kResponses;
   if (auto e = parse_common(body, request)) return *e;
+  if (auto e = check_image_parts(request.kind, body, model)) return *e;
   if (find_field(body, "previous_response_id") != nullptr) {
     return bad_request("previous_response_id",
                        "previous_response_id: this server stores no responses; send the whole conversation in input");

@@ -52,7 +52,7 @@ ModelContext model_context(const Json& body) {
     family = find_chat_family(model->get_ref<const std::string&>()).value_or(ChatFamily::kQwen3);
   }
   const Tokenizer& t = load_tokenizer(tokenizer_name(family));
-  return ModelContext{"tiny", &t, family, kMaxModelLen, t.vocab_size(), nullptr, 0};
+  return ModelContext{"tiny", &t, family, kMaxModelLen, t.vocab_size(), nullptr, 0, 128, {}};
 }
 
 void check_request(const ApiRequest& request, const ModelContext& model) {

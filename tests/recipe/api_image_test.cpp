@@ -1,0 +1,156 @@
+// Image parts in the three chat APIs: each is decoded at parse time, so a bad image is a 400 naming
+// its part and the problem; URLs are refused (with or without --allow-image-urls); a good image is
+// refused by the text-only model, naming the part.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "api_test_model.h"
+#include "recipe/api.h"
+
+namespace deepinfer::test {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string encode_base64(const std::vector<uint8_t>& bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const uint32_t chunk = (uint32_t{bytes[i]} << 16) | (i + 1 < bytes.size() ? uint32_t{bytes[i + 1]} << 8 : 0) |
+                           (i + 2 < bytes.size() ? uint32_t{bytes[i + 2]} : 0);
+    out += kAlphabet[(chunk >> 18) & 63];
+    out += kAlphabet[(chunk >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[chunk & 63] : '=';
+  }
+  return out;
+}
+
+std::vector<uint8_t> image_bytes(const std::string& name) {
+  std::ifstream in(std::string(DEEPINFER_TEST_DATA_DIR) + "/image/" + name, std::ios::binary);
+  EXPECT_TRUE(in.good()) << name;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+const std::string& png_base64() {
+  static const std::string encoded = encode_base64(image_bytes("rgb_37x53.png"));
+  return encoded;
+}
+
+const std::string& truncated_png_base64() {
+  static const std::string encoded = [] {
+    std::vector<uint8_t> bytes = image_bytes("rgb_37x53.png");
+    bytes.resize(bytes.size() / 2);
+    return encode_base64(bytes);
+  }();
+  return encoded;
+}
+
+Json chat_body(const std::string& url) {
+  return Json{
+      {"model", "tiny"},
+      {"messages",
+       {{{"role", "system"}, {"content", "Be brief."}},
+        {{"role", "user"},
+         {"content",
+          {{{"type", "text"}, {"text", "What is this?"}}, {{"type", "image_url"}, {"image_url", {{"url", url}}}}}}}}}};
+}
+
+Json responses_body(const std::string& url) {
+  return Json{
+      {"model", "tiny"},
+      {"input",
+       {{{"role", "user"},
+         {"content", {{{"type", "input_image"}, {"image_url", url}}, {{"type", "input_text"}, {"text", "Hi"}}}}}}}};
+}
+
+Json messages_body(const Json& source) {
+  Json image_block = {{"type", "image"}, {"source", source}};
+  Json messages =
+      Json::array({Json{{"role", "user"}, {"content", "Hello"}}, Json{{"role", "assistant"}, {"content", "Hi"}},
+                   Json{{"role", "user"}, {"content", Json::array({image_block})}}});
+  return Json{{"model", "tiny"}, {"max_tokens", 8}, {"messages", messages}};
+}
+
+Json base64_source(const std::string& media_type, const std::string& data) {
+  return Json{{"type", "base64"}, {"media_type", media_type}, {"data", data}};
+}
+
+ApiError parse_error(ApiKind kind, const Json& body, const ModelContext& model = qwen3()) {
+  auto result = parse_api_request(kind, body, model);
+  if (auto* e = std::get_if<ApiError>(&result)) return *e;
+  ADD_FAILURE() << "accepted: " << body.dump().substr(0, 200);
+  return {};
+}
+
+void expect_error(ApiKind kind, const Json& body, const std::string& param, const std::string& message,
+                  const ModelContext& model = qwen3()) {
+  const ApiError e = parse_error(kind, body, model);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, param);
+  EXPECT_EQ(e.message, message);
+}
+
+TEST(ApiImages, GoodImagesAreDecodedThenRefusedByTheTextModel) {
+  const std::string refusal = ": model tiny does not accept images (it has no vision encoder)";
+  expect_error(ApiKind::kChatCompletions, chat_body("data:image/png;base64," + png_base64()), "messages[1].content[1]",
+               "messages[1].content[1]" + refusal);
+  expect_error(ApiKind::kResponses, responses_body("data:image/png;base64," + png_base64()), "input[0].content[0]",
+               "input[0].content[0]" + refusal);
+  expect_error(ApiKind::kMessages, messages_body(base64_source("image/png", png_base64())), "messages[2].content[0]",
+               "messages[2].content[0]" + refusal);
+}
+
+TEST(ApiImages, BadImagesNameThePartAndTheProblem) {
+  expect_error(ApiKind::kChatCompletions, chat_body("data:image/png;base64," + truncated_png_base64()),
+               "messages[1].content[1]", "messages[1].content[1]: image data is truncated PNG (the file ends early)");
+  expect_error(ApiKind::kResponses, responses_body("data:image/jpeg;base64," + png_base64()), "input[0].content[0]",
+               "input[0].content[0]: image data is PNG but its declared media type is image/jpeg");
+  expect_error(ApiKind::kMessages, messages_body(base64_source("image/gif", png_base64())), "messages[2].content[0]",
+               "messages[2].content[0]: image data is PNG but its declared media type is image/gif");
+  expect_error(ApiKind::kMessages, messages_body(base64_source("image/png", "")), "messages[2].content[0]",
+               "messages[2].content[0]: image data is empty");
+  expect_error(ApiKind::kChatCompletions, chat_body("data:image/png;base64,aGVsbG8gd29ybGQh"), "messages[1].content[1]",
+               "messages[1].content[1]: image data is not a JPEG, PNG, WebP or GIF file (it begins with bytes 68 65 6c "
+               "6c 6f 20 77 6f)");
+  expect_error(ApiKind::kChatCompletions, chat_body("data:image/png;base64,abc"), "messages[1].content[1]",
+               "messages[1].content[1]: base64 data is 3 characters long, not a multiple of 4 (cut short, or missing "
+               "its '=' padding?)");
+  expect_error(ApiKind::kChatCompletions, chat_body("data:image/png,rawbytes"), "messages[1].content[1]",
+               "messages[1].content[1]: image data: URLs must be base64 encoded (data:image/png;base64,...)");
+  expect_error(ApiKind::kChatCompletions, chat_body("file:///etc/passwd"), "messages[1].content[1]",
+               "messages[1].content[1]: expected a data: URL (data:image/png;base64,...) or an http(s) URL");
+  expect_error(ApiKind::kMessages, messages_body(Json{{"type", "base64"}, {"data", png_base64()}}),
+               "messages[2].content[0].source.media_type",
+               "messages[2].content[0].source.media_type: expected a string");
+}
+
+TEST(ApiImages, PixelLimitIsTheServers) {
+  ModelContext model = qwen3();
+  model.images.max_pixels = 1000;  // the PNG is 37 x 53 = 1961 pixels
+  expect_error(ApiKind::kChatCompletions, chat_body("data:image/png;base64," + png_base64()), "messages[1].content[1]",
+               "messages[1].content[1]: PNG image is 37x53 = 1961 pixels, over the limit of 1000 pixels "
+               "(--max-image-pixels)",
+               model);
+}
+
+TEST(ApiImages, UrlsAreNeverFetched) {
+  expect_error(ApiKind::kChatCompletions, chat_body("https://example.com/cat.png"), "messages[1].content[1]",
+               "messages[1].content[1]: image URLs are not fetched unless the server is started with "
+               "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
+  expect_error(ApiKind::kMessages, messages_body(Json{{"type", "url"}, {"url", "http://example.com/cat.png"}}),
+               "messages[2].content[0]",
+               "messages[2].content[0]: image URLs are not fetched unless the server is started with "
+               "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
+  ModelContext model = qwen3();
+  model.images.allow_urls = true;
+  expect_error(ApiKind::kResponses, responses_body("https://example.com/cat.png"), "input[0].content[0]",
+               "input[0].content[0]: fetching image URLs is not implemented (--allow-image-urls is set); send the "
+               "image inline as a data: URL (data:image/png;base64,...)",
+               model);
+}
+
+}  // namespace
+}  // namespace deepinfer::test
