@@ -99,12 +99,20 @@ __global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restric
   }
 }
 
+// Four consecutive values per thread: 16-byte loads, 8-byte stores (a value per thread took 0.17 ms
+// of a DeepSeek-V2-Lite MoE layer at 4K tokens).
 template <typename T>
-__global__ void gather_grouped_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
-                                           int64_t count, int32_t top_k, int64_t hidden, T* __restrict__ out) {
+__global__ void gather_grouped_rows_kernel(const float4* __restrict__ x, const int32_t* __restrict__ rows,
+                                           int64_t num_rows, int32_t top_k, int64_t pieces, T* __restrict__ out) {
+  struct alignas(4 * sizeof(T)) Four {
+    T values[4];
+  };
+  auto* out_pieces = reinterpret_cast<Four*>(out);
+  const int64_t count = num_rows * pieces;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / hidden;
-    out[i] = from_float<T>(x[rows[row] / top_k * hidden + (i - row * hidden)]);
+    const int64_t row = i / pieces;
+    const float4 v = x[rows[row] / top_k * pieces + (i - row * pieces)];
+    out_pieces[i] = Four{{from_float<T>(v.x), from_float<T>(v.y), from_float<T>(v.z), from_float<T>(v.w)}};
   }
 }
 
@@ -112,15 +120,19 @@ __global__ void gather_grouped_rows_kernel(const float* __restrict__ x, const in
 
 void gather_grouped_rows(const float* x, const int32_t* rows, int64_t num_rows, int32_t top_k, int64_t hidden,
                          DType dtype, void* out, cudaStream_t stream) {
-  const int64_t count = num_rows * hidden;
-  if (count == 0) return;
+  if (num_rows * hidden == 0) return;
   DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "gather_grouped_rows rounds to bf16 or f16");
+  DI_CHECK(hidden % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0,
+           "gather_grouped_rows reads rows of a multiple of 4 floats from 16-byte aligned memory");
+  const int64_t pieces = hidden / 4;
+  const unsigned blocks = grid_for(num_rows * pieces, kThreads);
+  const auto* x4 = reinterpret_cast<const float4*>(x);
   if (dtype == DType::kBF16) {
-    gather_grouped_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(
-        x, rows, count, top_k, hidden, static_cast<__nv_bfloat16*>(out));
+    gather_grouped_rows_kernel<<<blocks, kThreads, 0, stream>>>(x4, rows, num_rows, top_k, pieces,
+                                                                static_cast<__nv_bfloat16*>(out));
   } else {
-    gather_grouped_rows_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(x, rows, count, top_k, hidden,
-                                                                                   static_cast<__half*>(out));
+    gather_grouped_rows_kernel<<<blocks, kThreads, 0, stream>>>(x4, rows, num_rows, top_k, pieces,
+                                                                static_cast<__half*>(out));
   }
   DI_CUDA_CHECK_LAUNCH("gather_grouped_rows_kernel");
 }
