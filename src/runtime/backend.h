@@ -189,6 +189,15 @@ class Backend {
   virtual std::unique_ptr<CapturedGraph> end_capture() { return nullptr; }
   virtual void replay(const CapturedGraph& /*graph*/) {}
 
+  // Side work (a device backend's second stream; captured as a fork and a join). The ops enqueued
+  // between begin_side_work and end_side_work start after every op enqueued before them and may
+  // run beside the ops enqueued after end_side_work, until join_side_work, after which every op
+  // waits for them. Side work must not read what the work beside it writes, nor write what it
+  // reads, nor take op workspace. It does not nest. Host backends run every op in order.
+  virtual void begin_side_work() {}
+  virtual void end_side_work() {}
+  virtual void join_side_work() {}
+
   // The ops of kernels/ops.h, with the same contracts.
   virtual void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens,
                          float* out) = 0;

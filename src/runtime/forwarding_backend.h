@@ -69,6 +69,18 @@ class ForwardingBackend : public Backend {
     on_call("replay");
     inner_->replay(graph);
   }
+  void begin_side_work() override {
+    on_call("begin_side_work");
+    inner_->begin_side_work();
+  }
+  void end_side_work() override {
+    on_call("end_side_work");
+    inner_->end_side_work();
+  }
+  void join_side_work() override {
+    on_call("join_side_work");
+    inner_->join_side_work();
+  }
 
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens,
                  float* out) override {

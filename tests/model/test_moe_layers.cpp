@@ -1,15 +1,21 @@
 // The MoE and MLA layers on tiny random checkpoints written here: MLA's weight-absorbed attention
 // over the latent cache against a plain expanded-K/V computation (prefill, then decode steps over
 // the cache, with and without q_lora); the MoE layer's three weight layouts against each other;
-// FP8 e4m3 decoding and block dequantisation against hand-computed values; the layer switching
+// FP8 e4m3 decoding and block dequantisation against hand-computed values; the shared experts
+// enqueued as the backend's side work beside the routed ones; the layer switching
 // to a new expert placement between forwards under expert parallelism (EPLB).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <unistd.h>
 
@@ -17,7 +23,9 @@
 #include "model/expert_parallel.h"
 #include "model/layers/attention.h"
 #include "model/layers/mla.h"
+#include "model/layers/mlp.h"
 #include "model/layers/moe.h"
+#include "runtime/forwarding_backend.h"
 #include "weights/fp8.h"
 
 namespace deepinfer {
@@ -353,6 +361,77 @@ TEST(MoeLayer, PerExpertFusedAndGptOssLayoutsAgree) {
   options.layout = ExpertLayout::kGptOss;
   const std::vector<float> oss = run_moe(c, options, x);
   for (size_t i = 0; i < oss.size(); ++i) ASSERT_NEAR(oss[i], clamped[i], 1e-6f + 1e-6f * std::fabs(clamped[i]));
+}
+
+// Records the ops a layer enqueues; optionally fails the routed experts.
+class RecordingBackend final : public ForwardingBackend {
+ public:
+  explicit RecordingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
+  std::vector<std::string> calls;
+  bool fail_experts = false;
+
+  void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
+                   const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
+                   float* out) override {
+    if (fail_experts) throw std::runtime_error("experts failed");
+    ForwardingBackend::moe_experts(x, num_tokens, expert_ids, expert_weights, experts, workspace, expert_token_counts,
+                                   out);
+  }
+
+ private:
+  void on_call(std::string_view op) override { calls.emplace_back(op); }
+};
+
+// The shared experts go to the side work before the routed experts are enqueued, are joined
+// before their sum is added, and the output is the routed output plus the shared MLP's, bit for
+// bit; a failure in the routed experts still joins the side work.
+TEST(MoeLayer, SharedExpertsRunAsSideWorkBesideTheRoutedOnes) {
+  const int64_t experts = 4, top_k = 2, inter = 6, shared_inter = 10, n = 3;
+  ThreeLayouts layouts = three_layouts(experts, inter);
+  TinyCheckpoint& checkpoint = layouts.per_expert;
+  const std::string p = "model.layers.0.mlp.shared_experts.";
+  checkpoint.add(p + "gate_proj.weight", {shared_inter, kHidden});
+  checkpoint.add(p + "up_proj.weight", {shared_inter, kHidden});
+  checkpoint.add(p + "down_proj.weight", {kHidden, shared_inter});
+  RecordingBackend backend(make_backend("cpu").value());
+  const ModelSource source = checkpoint.source(moe_config(experts, top_k, inter), backend);
+  MoeOptions routed_only = moe_options_from_config(*source.config.moe);
+  MoeOptions options = routed_only;
+  options.shared_intermediate_size = shared_inter;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * kHidden));
+  for (float& value : x) value = dist(rng);
+
+  MoeLayer layer = MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value();
+  std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));
+  std::vector<float> out(x.size());
+  backend.calls.clear();
+  layer.forward(backend, x.data(), n, scratch.data(), out.data());
+  const std::vector<std::string>& calls = backend.calls;
+  const auto at = [&](const std::string& op) {
+    return static_cast<size_t>(std::find(calls.begin(), calls.end(), op) - calls.begin());
+  };
+  ASSERT_LT(at("join_side_work"), calls.size());
+  EXPECT_LT(at("matmul"), at("begin_side_work")) << "the router's logits come first";
+  EXPECT_LT(at("begin_side_work") + 1, at("end_side_work")) << "the shared MLP is the side work";
+  EXPECT_LT(at("end_side_work"), at("moe_route"));
+  EXPECT_LT(at("moe_experts"), at("join_side_work"));
+  EXPECT_EQ(calls.back(), "add") << "the shared output is added after the join";
+
+  const std::vector<float> routed = run_moe(source, routed_only, x);
+  GatedMlp shared = GatedMlp::load(source, "model.layers.0.mlp.shared_experts", kHidden, shared_inter, false).value();
+  std::vector<float> shared_out(x.size());
+  std::vector<float> shared_scratch(static_cast<size_t>(2 * n * shared_inter));
+  shared.forward(backend, x.data(), n, shared_scratch.data(), shared_out.data());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], routed[i] + shared_out[i]) << i;
+
+  backend.fail_experts = true;
+  backend.calls.clear();
+  EXPECT_THROW(layer.forward(backend, x.data(), n, scratch.data(), out.data()), std::runtime_error);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "begin_side_work"), 1);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "end_side_work"), 1);
+  EXPECT_EQ(calls.back(), "join_side_work") << "a failed routed step leaves no side work open";
 }
 
 TEST(Fp8, DecodesE4m3AndDequantisesPerBlock) {

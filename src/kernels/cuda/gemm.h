@@ -31,6 +31,12 @@ class OpStream {
     return stream_;
   }
   void begin_write() { ++generation_; }
+  // Enqueues go to stream from now on (a backend's side stream, and back). Counted as a write: a
+  // cast copy made on the other stream is made again on this one.
+  void switch_to(cudaStream_t stream) {
+    begin_write();
+    stream_ = stream;
+  }
   cudaStream_t for_products() const { return stream_; }
   uint64_t generation() const { return generation_; }
 

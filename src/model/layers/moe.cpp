@@ -480,18 +480,35 @@ void MoeLayer::forward(Backend& backend, const float* x, int64_t num_tokens, flo
   float* workspace = expert_weights + n * k;
   const kernels::MoeExperts experts = experts_view();
   if (n > 0) router_.forward(backend, x, n, logits);
-  if (group_) {
-    if (n > 0) backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
-    forward_expert_parallel(backend, x, n, expert_ids, expert_weights, out);
+  // The shared experts run beside the routing and the routed experts (a device backend's side
+  // stream): at decode sizes both are a few small launches that leave most of the device idle.
+  const bool beside = shared_ && n > 0;
+  float* shared_out = beside ? workspace + kernels::moe_workspace_floats(n, experts) : nullptr;  // [n, hidden]
+  if (beside) {
+    backend.begin_side_work();
+    try {
+      shared_->forward(backend, x, n, shared_out + n * hidden_, shared_out);
+    } catch (...) {
+      backend.end_side_work();
+      backend.join_side_work();
+      throw;
+    }
+    backend.end_side_work();
   }
-  if (n == 0) return;
-  if (!group_) {
-    backend.moe_route_experts(logits, selection_bias_, routing_, x, n, expert_ids, expert_weights, experts, workspace,
-                              token_counts_.as<int64_t>(), out);
+  try {
+    if (group_) {
+      if (n > 0) backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
+      forward_expert_parallel(backend, x, n, expert_ids, expert_weights, out);
+    } else if (n > 0) {
+      backend.moe_route_experts(logits, selection_bias_, routing_, x, n, expert_ids, expert_weights, experts, workspace,
+                                token_counts_.as<int64_t>(), out);
+    }
+  } catch (...) {
+    if (beside) backend.join_side_work();
+    throw;
   }
-  if (shared_) {
-    float* shared_out = workspace + kernels::moe_workspace_floats(n, experts);  // [n, hidden]
-    shared_->forward(backend, x, n, shared_out + n * hidden_, shared_out);
+  if (beside) {
+    backend.join_side_work();
     backend.add(out, shared_out, n * hidden_, out);
   }
 }

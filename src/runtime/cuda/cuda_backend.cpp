@@ -29,6 +29,10 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   cudaStream_t stream = nullptr;
   DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   stream_ = kc::OpStream(stream);
+  main_stream_ = stream;
+  DI_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  DI_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+  DI_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   staging_ = std::make_unique<PinnedStaging>(stream_.for_op());
   readbacks_ = std::make_unique<PinnedReadbacks>(stream_.for_op());
   int device = 0;
@@ -42,8 +46,12 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_.for_op());
   staging_.reset();
   readbacks_.reset();
+  cudaStreamSynchronize(side_stream_);
   for (void* p : weights_) allocator_.deallocate(p);
-  cudaStreamDestroy(stream_.for_op());
+  cudaEventDestroy(fork_event_);
+  cudaEventDestroy(join_event_);
+  cudaStreamDestroy(side_stream_);
+  cudaStreamDestroy(main_stream_);
 }
 
 Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {

@@ -85,6 +85,9 @@ class CudaBackend final : public Backend {
   void begin_capture() override;
   std::unique_ptr<CapturedGraph> end_capture() override;
   void replay(const CapturedGraph& graph) override;
+  void begin_side_work() override;
+  void end_side_work() override;
+  void join_side_work() override;
   std::optional<DevicePeaks> measure_peaks() override;  // cuda_peaks.cpp
   // 16-bit models keep K/V in bf16 (half the bytes a decode step reads); float32 models and the
   // batch-invariant mode keep float32, whose attention is exact to the float32 fixtures.
@@ -211,6 +214,14 @@ class CudaBackend final : public Backend {
   void planned_attention(const float* q, const void* k_cache, const void* v_cache, const kernels::PagedBatch& batch,
                          const kernels::AttentionParams& params, const kc::AttentionPlan& plan, float* out,
                          const kernels::AttentionFrontEnd* front);
+
+  // The side work's stream and its fork and join events (Backend::begin_side_work).
+  cudaStream_t main_stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr;
+  cudaEvent_t join_event_ = nullptr;
+  bool on_side_ = false;
+  bool side_unjoined_ = false;
 
   bool batch_invariant_;
   bool packed_weights_;
