@@ -37,7 +37,9 @@ decode at each batch x context, the decode attention kernel, and prefill at each
 line each, beside the GPU's copy bandwidth and bf16 GEMM rate measured in the same run; decode
 lines say whether the steps replayed CUDA graphs ("cuda_graphs"; --no-cuda-graphs: op by op) and
 where each step drew its tokens (temperature 0.8, top_k 50, top_p 0.95; "sampler": device, or host
-with --host-sampling: every logits row copied back and sampled on the host);
+with --host-sampling: every logits row copied back and sampled on the host) and, with the device
+sampler, the same steps pipelined (each enqueued before the one ahead of it is waited for, as the
+engine's --async-scheduling loop runs them: "pipelined_tok_s" and its bandwidth fractions);
 decode_product lines time each linear-layer shape alone at 1-8 rows (--no-products skips them).
 --no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
 kernels (the unfused sequence, to measure the fusion against). Last, engine_loop lines: at each
