@@ -139,8 +139,8 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
   const double step_s = seconds_since(start) / steps;
   const bool graphs = model.num_graph_replays() - replays_before == steps;
   // The same steps with each one enqueued before the one ahead of it is waited for, as the
-  // engine's pipelined loop (--async-scheduling) runs them: the host's launch hides behind the
-  // device. Not with host sampling, whose draws need the logits first.
+  // engine's pipelined loop (--async-scheduling, the CUDA default) runs them: the host's launch
+  // hides behind the device. Not with host sampling, whose draws need the logits first.
   double pipelined_step_s = 0.0;
   if (!host_sampling) {
     std::vector<int32_t> drawn_ahead(static_cast<size_t>(batch));
