@@ -44,6 +44,8 @@ elif [ -f build-cuda/gpu-bundle.tar.xz ]; then
   # The test binary looks for tests/data at the path it was built with.
   DATA_DIR=$(cat /tmp/deepinfer-bundle/source_dir)
   if [ ! -e "$DATA_DIR" ]; then mkdir -p "$(dirname "$DATA_DIR")" && ln -s "$PWD" "$DATA_DIR"; fi
+  # The bundle's commit, not this copy's git metadata, which may be older than the carried tree.
+  if [ -f /tmp/deepinfer-bundle/source_commit ]; then note "bundle built from $(cat /tmp/deepinfer-bundle/source_commit)"; fi
 else
   note "build: FAILED and no bundle (tail of build.log):"
   tail -30 "$OUT/build.log" | tee -a "$SUMMARY"

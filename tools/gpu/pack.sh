@@ -36,6 +36,8 @@ done | sort -u |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 strip "$STAGE"/bin/*
 echo "$PWD" > "$STAGE/source_dir"
+# The commit the binaries were built from: the GPU machine's copy of the tree may carry stale git metadata.
+git describe --always --dirty > "$STAGE/source_commit"
 # The x86 branch filter before LZMA2, and one dictionary over the whole tar (the binaries share
 # most of their code): the archive and the tree must pass the device's 64 MiB upload limit together.
 XZ_OPT="--x86 --lzma2=preset=9e,dict=128MiB -T1" tar -cJf build-cuda/gpu-bundle.tar.xz -C "$STAGE" .
