@@ -44,10 +44,15 @@ struct PngHeader {
   png_uint_32 height = 0;
   size_t row_bytes = 0;
   int channels = 0;
+  // 16-bit grey without alpha stays 16-bit: Pillow opens it as 32-bit integers ("I") and its
+  // convert("RGB") clips each value to 255, where every other 16-bit kind keeps the high byte.
+  // transformers and vLLM see Pillow's pixels, so the model does too.
+  bool clipped_grey16 = false;
 };
 
-// Reads the header and sets the transformations to 8-bit grey / grey+alpha / RGB / RGBA (no
-// compositing: tRNS becomes an alpha channel that the caller drops, as Pillow's convert("RGB")).
+// Reads the header and sets the transformations to 8-bit grey / grey+alpha / RGB / RGBA, or 16-bit
+// grey (no compositing: tRNS becomes an alpha channel that the caller drops, as Pillow's
+// convert("RGB")).
 bool read_png_header(png_structp png, png_infop png_info, PngHeader* header) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_read_info(png, png_info);
@@ -55,7 +60,8 @@ bool read_png_header(png_structp png, png_infop png_info, PngHeader* header) {
   header->height = png_get_image_height(png, png_info);
   const int color_type = png_get_color_type(png, png_info);
   const int bit_depth = png_get_bit_depth(png, png_info);
-  if (bit_depth == 16) png_set_strip_16(png);
+  header->clipped_grey16 = bit_depth == 16 && color_type == PNG_COLOR_TYPE_GRAY;
+  if (bit_depth == 16 && !header->clipped_grey16) png_set_strip_16(png);
   if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
   png_set_interlace_handling(png);
@@ -95,10 +101,11 @@ Result<RgbImage> decode_png(std::span<const uint8_t> data, int64_t max_pixels) {
   if (!read_png_header(png, png_info, &header)) return failure();
   DI_TRY(check_image_size(ImageFormat::kPng, header.width, header.height, max_pixels));
   const int channels = header.channels;
-  if (channels < 1 || channels > 4 || header.row_bytes != size_t{header.width} * channels) {
+  const size_t sample_bytes = header.clipped_grey16 ? 2 : 1;
+  if (channels < 1 || channels > 4 || header.row_bytes != size_t{header.width} * channels * sample_bytes) {
     return corrupt_image_error(ImageFormat::kPng, "unexpected row layout after conversion to 8 bits");
   }
-  std::vector<uint8_t> decoded(header.row_bytes * header.height);  // [height, width, channels] uint8
+  std::vector<uint8_t> decoded(header.row_bytes * header.height);  // [height, width, channels] samples
   std::vector<png_bytep> rows(header.height);
   for (png_uint_32 y = 0; y < header.height; ++y) rows[y] = decoded.data() + y * header.row_bytes;
   if (!read_png_rows(png, rows.data())) return failure();
@@ -108,8 +115,13 @@ Result<RgbImage> decode_png(std::span<const uint8_t> data, int64_t max_pixels) {
   // Grey (1-2 channels) is replicated, alpha (channel 2 or 4) dropped.
   const bool grey = channels <= 2;
   for (size_t i = 0; i < static_cast<size_t>(image.num_pixels()); ++i) {
-    const uint8_t* in = decoded.data() + i * channels;
     uint8_t* out = image.pixels.data() + i * 3;
+    if (header.clipped_grey16) {
+      const uint8_t* in = decoded.data() + i * 2;  // big-endian
+      out[0] = out[1] = out[2] = static_cast<uint8_t>(std::min(256 * in[0] + in[1], 255));
+      continue;
+    }
+    const uint8_t* in = decoded.data() + i * channels;
     out[0] = in[0];
     out[1] = grey ? in[0] : in[1];
     out[2] = grey ? in[0] : in[2];

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # Builds tests/data/image/: small synthetic images written by Pillow (PNG RGB/RGBA/grey/palette,
-# progressive and grey JPEG, lossless and lossy WebP, an interlaced palette GIF), the pixels Pillow
+# progressive and grey JPEG, lossless and lossy WebP, an interlaced palette GIF) or byte by byte
+# (Adam7-interlaced and 16-bit PNGs, which Pillow does not write), the pixels Pillow
 # decodes from them (Image.open(...).convert("RGB")), Pillow's BICUBIC and BILINEAR resizes of them,
 # the Qwen2-VL and Gemma 3 preprocessing done in numpy as transformers' Qwen2VLImageProcessor and
 # Gemma3ImageProcessor do it (on Pillow's resized uint8), and headers that declare huge images.
@@ -163,6 +164,39 @@ for name, data in bombs.items():
     with open(os.path.join(OUT, name), "wb") as f:
         f.write(data)
     manifest["bombs"].append(name)
+
+
+# PNG kinds Pillow does not write, written here byte by byte (filter 0 on every row), decoded by
+# Pillow as the oracle: Adam7-interlaced 8-bit RGB, and 16-bit RGB and grey (Pillow keeps a 16-bit RGB
+# sample's high byte and clips 16-bit grey to 255). From pixels made above, so the earlier fixtures
+# keep their random draws.
+ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def write_png(file_name, samples, bit_depth, colour_type, interlaced=False):
+    """samples: [height, width, channels] unsigned ints of bit_depth bits."""
+    height, width = samples.shape[:2]
+    dtype = ">u2" if bit_depth == 16 else "u1"
+    passes = ADAM7 if interlaced else ((0, 0, 1, 1),)
+    raw = b""
+    for x0, y0, dx, dy in passes:
+        sub = samples[y0::dy, x0::dx]
+        if sub.size == 0:
+            continue
+        for row in sub:
+            raw += b"\0" + row.astype(dtype).tobytes()
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, colour_type, 0, 0, 1 if interlaced else 0)
+    with open(os.path.join(OUT, file_name), "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + png_chunk(b"IDAT", zlib.compress(raw, 9))
+                + png_chunk(b"IEND", b""))
+    return add_decode(file_name)
+
+
+write_png("interlaced_rgb_37x53.png", rgb, 8, 2, interlaced=True)
+low_bytes = (np.arange(rgb.size).reshape(rgb.shape) * 37 % 256).astype(np.uint16)
+wide = rgb.astype(np.uint16) * 256 + low_bytes
+write_png("rgb16_37x53.png", wide, 16, 2)
+write_png("gray16_interlaced_37x53.png", wide[:, :, 1], 16, 0, interlaced=True)
 
 with open(os.path.join(OUT, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)
