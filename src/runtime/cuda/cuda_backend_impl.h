@@ -220,8 +220,9 @@ class CudaBackend final : public Backend {
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr;
   cudaEvent_t join_event_ = nullptr;
-  bool on_side_ = false;
   bool side_unjoined_ = false;
+  // Between begin_side_work and end_side_work: the op stream is the side stream.
+  bool on_side() const { return stream_.for_products() == side_stream_; }
 
   bool batch_invariant_;
   bool packed_weights_;

@@ -41,7 +41,7 @@ void CudaBackend::begin_capture() {
 std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
   DI_CHECK(capturing_, "end_capture without begin_capture");
   // A capture ends joined even when a failed op left side work open.
-  if (on_side_) end_side_work();
+  if (on_side()) end_side_work();
   join_side_work();
   capturing_ = false;
   std::vector<std::shared_ptr<void>> blocks = std::move(capture_blocks_);
@@ -71,17 +71,15 @@ void CudaBackend::replay(const CapturedGraph& graph) {
 }
 
 void CudaBackend::begin_side_work() {
-  DI_CHECK(!on_side_, "side work does not nest");
+  DI_CHECK(!on_side(), "side work does not nest");
   join_side_work();
   DI_CUDA_CHECK(cudaEventRecord(fork_event_, main_stream_));
   DI_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
   stream_.switch_to(side_stream_);
-  on_side_ = true;
 }
 
 void CudaBackend::end_side_work() {
-  DI_CHECK(on_side_, "end_side_work without begin_side_work");
-  on_side_ = false;
+  DI_CHECK(on_side(), "end_side_work without begin_side_work");
   stream_.switch_to(main_stream_);
   side_unjoined_ = true;
   DI_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
@@ -95,7 +93,7 @@ void CudaBackend::join_side_work() {
 
 void* CudaBackend::take_workspace(size_t size_bytes) {
   // Workspace is reused in stream order on the main stream; side work would race with it.
-  DI_CHECK(!on_side_, "side work may not take op workspace");
+  DI_CHECK(!on_side(), "side work may not take op workspace");
   if (!capturing_) return allocator_.allocate(size_bytes);
   if (!capture_workspace_ || capture_workspace_bytes_ < size_bytes) {
     capture_workspace_ = std::shared_ptr<void>(allocator_.allocate(size_bytes), [this](void* p) { allocator_.deallocate(p); });
