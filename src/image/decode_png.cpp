@@ -103,7 +103,7 @@ Result<RgbImage> decode_png(std::span<const uint8_t> data, int64_t max_pixels) {
   const int channels = header.channels;
   const size_t sample_bytes = header.clipped_grey16 ? 2 : 1;
   if (channels < 1 || channels > 4 || header.row_bytes != size_t{header.width} * channels * sample_bytes) {
-    return corrupt_image_error(ImageFormat::kPng, "unexpected row layout after conversion to 8 bits");
+    return corrupt_image_error(ImageFormat::kPng, "unexpected row layout after libpng's conversions");
   }
   std::vector<uint8_t> decoded(header.row_bytes * header.height);  // [height, width, channels] samples
   std::vector<png_bytep> rows(header.height);
