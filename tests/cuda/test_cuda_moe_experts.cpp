@@ -1,7 +1,8 @@
 // The device grouped experts against a reference built from kernels::ref: the CUDA-core kernel
 // (decode-sized batches, F32 weights), the tensor-core one (bf16/f16 from 4 rows per expert, and
-// always in batch-invariant mode) and cuBLAS's grouped GEMM (bf16/f16 SiLU experts from 64 rows
-// per expert; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
+// always in batch-invariant mode) and the grouped GEMMs of prompt-sized steps (SiLU experts from 64
+// rows per expert: bf16 on the wgmma kernel, f16 on cuBLAS; the batch-invariant twin keeps the
+// tensor-core kernel), odd and aligned shapes,
 // biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
 // not depend on their batch; routing and experts in one call against the two calls apart.
 #include <gtest/gtest.h>
@@ -164,6 +165,7 @@ struct Shape {
   int64_t hidden, inter;
   bool bias;
   kernels::ExpertActivation activation;
+  bool prompt_only = false;  // one 600-token step, 16-bit weights
 };
 
 TEST(CudaMoeExperts, MatchReference) {
@@ -177,21 +179,25 @@ TEST(CudaMoeExperts, MatchReference) {
                           {64, 48, true, ExpertActivation::kSiluGated},
                           {256, 136, true, ExpertActivation::kClampedSwiglu},
                           {512, 384, false, ExpertActivation::kSiluGated},
-                          // 300 tokens = 75 rows per expert: cuBLAS's grouped GEMM (16-bit weights)
-                          {256, 128, false, ExpertActivation::kSiluGated}};
+                          // 300 tokens = 75 rows per expert: a grouped GEMM (16-bit weights)
+                          {256, 128, false, ExpertActivation::kSiluGated},
+                          // 200 rows per expert: two row tiles of the wgmma kernel, three column
+                          // tiles of down, k slices past its 4-stage ring, k % 64 != 0
+                          {520, 200, false, ExpertActivation::kSiluGated, true}};
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const Shape& s : shapes) {
+      if (s.prompt_only && dtype == DType::kF32) continue;
       const Layer layer(rng, dtype, s.hidden, s.inter, s.bias, s.activation);
       const DeviceLayer on_backend(*backend, layer);
       const DeviceLayer on_invariant(*invariant, layer);
-      for (int64_t num_tokens : {1, 5, 64, 300}) {
-        if (s.hidden * s.inter > 100000 && num_tokens > 64) continue;  // keeps the host oracle fast
+      for (int64_t num_tokens : s.prompt_only ? std::vector<int64_t>{600} : std::vector<int64_t>{1, 5, 64, 300}) {
+        if (!s.prompt_only && s.hidden * s.inter > 100000 && num_tokens > 64) continue;  // keeps the oracle fast
         const auto x = random_floats(rng, static_cast<size_t>(num_tokens * s.hidden));
         std::vector<int32_t> ids;
         std::vector<float> weights;
         random_routing(rng, num_tokens, ids, weights);
-        // The default backend runs prompt-sized steps of 16-bit SiLU experts without biases on
-        // cuBLAS's grouped GEMM (from 64 rows per expert), which rounds its outputs too.
+        // The default backend runs prompt-sized steps of 16-bit SiLU experts without biases on a
+        // grouped GEMM (from 64 rows per expert), which rounds its outputs too.
         const bool on_cublas = dtype != DType::kF32 && !s.bias && s.activation == ExpertActivation::kSiluGated &&
                                s.hidden % 8 == 0 && s.inter % 8 == 0 && num_tokens * kTopK >= 64 * kNumExperts;
         double max_h = 0.0;

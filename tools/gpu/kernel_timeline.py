@@ -7,8 +7,9 @@ the median replay by span is printed kernel by kernel, then summed per kernel na
 step would lose without it); "us", its duration, which with dependent launches includes time spent
 waiting for the previous kernel; "gap us", start minus the latest earlier end (negative: overlap).
 After each graph's table: the device's idle time between consecutive replays (issue 21's
-step-to-step measure).
-Usage: kernel_timeline.py TRACE.csv [--min-kernels 50]
+step-to-step measure). With --eager, also the kernels launched outside graphs (prompt steps),
+summed per kernel name.
+Usage: kernel_timeline.py TRACE.csv [--min-kernels 50] [--eager]
 """
 import csv
 import re
@@ -30,6 +31,9 @@ def main():
         i = args.index("--min-kernels")
         min_kernels = int(args[i + 1])
         del args[i:i + 2]
+    eager = "--eager" in args
+    if eager:
+        args.remove("--eager")
     rows = []
     with open(args[0], newline="") as f:
         for r in csv.DictReader(f):
@@ -75,6 +79,20 @@ def main():
             print(f"{count:6d} {path:9.1f} {path / count:7.2f} {duration / count:8.2f}  {label}")
         print_idle_between_replays(rows, [kernels[s][0] for s in starts], graph_id)
         print()
+    if eager:
+        print_eager_totals(rows)
+
+
+def print_eager_totals(rows):
+    """Kernels and copies outside graphs, summed per name, longest total first."""
+    totals = defaultdict(lambda: [0, 0.0])
+    for start, end, graph_id, _, name in rows:
+        if graph_id == 0:
+            totals[short_name(name)][0] += 1
+            totals[short_name(name)][1] += (end - start) / 1e3
+    print(f"== outside graphs: {'count':>6} {'total us':>10} {'each us':>9}  kernel")
+    for name, (count, total) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:40]:
+        print(f"{count:6d} {total:10.1f} {total / count:9.2f}  {name}")
 
 
 def print_idle_between_replays(rows, replay_starts, graph_id):

@@ -1,5 +1,8 @@
 #include "kernels/cuda/moe_grouped_gemm.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -9,15 +12,18 @@ namespace {
 // Two problems per expert (gate and up) for up to 1024 experts, group_by_expert's limit.
 constexpr int kMaxProblems = 2048;
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// A slot holds the larger upload: a weight map and a product per problem (wgmma), or three pointers
+// (cuBLAS).
+constexpr size_t kSlotBytes = kMaxProblems * (sizeof(CUtensorMap) + sizeof(WgmmaProduct));
+static_assert(kMaxProblems * sizeof(CUtensorMap) % alignof(WgmmaProduct) == 0, "products follow the maps aligned");
 
 }  // namespace
 
 MoeGroupedGemm::MoeGroupedGemm() {
   DI_CUBLAS_CHECK(cublasCreate(&handle_));
   DI_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-  const size_t bytes = size_t{kSlots} * 3 * kMaxProblems * sizeof(void*);
-  DI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_pointers_), bytes));
-  DI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_pointers_), bytes));
+  DI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_slots_), kSlots * kSlotBytes));
+  DI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_slots_), kSlots * kSlotBytes));
   for (cudaEvent_t& event : uploaded_) DI_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 }
 
@@ -25,8 +31,8 @@ MoeGroupedGemm::~MoeGroupedGemm() {
   for (cudaEvent_t event : uploaded_) {
     if (event != nullptr) cudaEventDestroy(event);
   }
-  if (device_pointers_ != nullptr) cudaFree(device_pointers_);
-  if (host_pointers_ != nullptr) cudaFreeHost(host_pointers_);
+  if (device_slots_ != nullptr) cudaFree(device_slots_);
+  if (host_slots_ != nullptr) cudaFreeHost(host_slots_);
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
@@ -53,56 +59,94 @@ void MoeGroupedGemm::per_expert(const std::vector<ExpertPointers>& experts, cons
   for (size_t e = 0; e < experts.size(); ++e) {
     const int rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
-    const char* rows_x = static_cast<const char*>(x) + static_cast<size_t>(offsets[e] * k) * element;
     char* rows_y = static_cast<char*>(y) + static_cast<size_t>(offsets[e] * y_width) * element;
     for (const auto& [weight, column] : weights) {
-      problems.push_back({experts[e].*weight, rows_x, rows_y + static_cast<size_t>(column) * element, rows,
-                          static_cast<int>(n), static_cast<int>(k), static_cast<int>(k), static_cast<int>(y_width)});
+      problems.push_back({experts[e].*weight, offsets[e], rows_y + static_cast<size_t>(column) * element, rows,
+                          static_cast<int>(n), static_cast<int>(y_width)});
     }
   }
-  run(problems, dtype, stream);
-}
-
-void MoeGroupedGemm::run(const std::vector<Problem>& problems, DType dtype, cudaStream_t stream) {
   if (problems.empty()) return;
   DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "grouped expert GEMM on " << dtype_name(dtype) << " weights");
+  DI_CHECK(problems.size() <= kMaxProblems, problems.size() << " grouped GEMM problems; at most " << kMaxProblems);
+  if (on_wgmma(problems, dtype, x, k)) {
+    run_wgmma(problems, x, offsets.back(), k, stream);
+  } else {
+    run_cublas(problems, dtype, x, k, stream);
+  }
+}
+
+bool MoeGroupedGemm::on_wgmma(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k) const {
+  if (dtype != DType::kBF16 || !grouped_gemm_wgmma_supported() || !wgmma_operand_fits(x, k)) return false;
+  return std::all_of(problems.begin(), problems.end(), [k](const Problem& p) {
+    return wgmma_operand_fits(p.w, k) && p.n % 8 == 0 && p.ld_y % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
+  });
+}
+
+char* MoeGroupedGemm::begin_upload() {
+  DI_CUDA_CHECK(cudaEventSynchronize(uploaded_[slot_]));
+  return host_slots_ + slot_ * kSlotBytes;
+}
+
+char* MoeGroupedGemm::upload(size_t bytes, cudaStream_t stream) {
+  char* device = device_slots_ + slot_ * kSlotBytes;
+  DI_CUDA_CHECK(cudaMemcpyAsync(device, host_slots_ + slot_ * kSlotBytes, bytes, cudaMemcpyHostToDevice, stream));
+  DI_CUDA_CHECK(cudaEventRecord(uploaded_[slot_], stream));
+  slot_ = (slot_ + 1) % kSlots;
+  return device;
+}
+
+void MoeGroupedGemm::run_wgmma(const std::vector<Problem>& problems, const void* x, int64_t x_rows, int64_t k,
+                               cudaStream_t stream) {
+  const auto count = static_cast<int32_t>(problems.size());
+  char* host = begin_upload();
+  auto* maps = reinterpret_cast<CUtensorMap*>(host);
+  auto* products = reinterpret_cast<WgmmaProduct*>(host + count * sizeof(CUtensorMap));
+  int32_t tiles = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    const Problem& p = problems[static_cast<size_t>(i)];
+    auto [at, added] = weight_maps_.try_emplace({p.w, p.n, k});
+    if (added) at->second = wgmma_operand_map(p.w, p.n, k, kWgmmaTileCols);
+    std::memcpy(&maps[i], &at->second, sizeof(CUtensorMap));
+    products[i] = {tiles, static_cast<int32_t>(p.row0), p.rows, p.n, p.y, p.ld_y};
+    tiles += wgmma_product_tiles(p.rows, p.n);
+  }
+  const CUtensorMap x_map = wgmma_operand_map(x, x_rows, k, kWgmmaTileRows);
+  char* device = upload(count * (sizeof(CUtensorMap) + sizeof(WgmmaProduct)), stream);
+  launch_grouped_gemm_wgmma(x_map, reinterpret_cast<const CUtensorMap*>(device),
+                            reinterpret_cast<const WgmmaProduct*>(device + count * sizeof(CUtensorMap)), count, tiles,
+                            k, stream);
+}
+
+void MoeGroupedGemm::run_cublas(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k,
+                                cudaStream_t stream) {
   const auto count = static_cast<int>(problems.size());
-  DI_CHECK(count <= kMaxProblems, count << " grouped GEMM problems; at most " << kMaxProblems);
-  const int slot = next_slot_;
-  next_slot_ = (next_slot_ + 1) % kSlots;
-  DI_CUDA_CHECK(cudaEventSynchronize(uploaded_[slot]));
-  void** host = host_pointers_ + slot * 3 * kMaxProblems;
-  void** device = device_pointers_ + slot * 3 * kMaxProblems;
+  const size_t element = dtype_size_bytes(dtype);
+  auto** host = reinterpret_cast<void**>(begin_upload());
   // Column-major view of each problem: y^T [n, rows] = w (a [k, n] column-major matrix, transposed)
   // times x^T [k, rows].
   std::vector<cublasOperation_t> trans_w(problems.size(), CUBLAS_OP_T), trans_x(problems.size(), CUBLAS_OP_N);
-  std::vector<int> m(problems.size()), n(problems.size()), k(problems.size()), ld_w(problems.size()),
-      ld_x(problems.size()), ld_y(problems.size()), group_size(problems.size(), 1);
+  std::vector<int> m(problems.size()), n(problems.size()), ks(problems.size(), static_cast<int>(k)),
+      ld_y(problems.size()), group_size(problems.size(), 1);
   for (int i = 0; i < count; ++i) {
     const Problem& p = problems[static_cast<size_t>(i)];
     host[i] = const_cast<void*>(p.w);
-    host[count + i] = const_cast<void*>(p.x);
+    host[count + i] = const_cast<char*>(static_cast<const char*>(x) + static_cast<size_t>(p.row0 * k) * element);
     host[2 * count + i] = p.y;
     m[static_cast<size_t>(i)] = p.n;
     n[static_cast<size_t>(i)] = p.rows;
-    k[static_cast<size_t>(i)] = p.k;
-    ld_w[static_cast<size_t>(i)] = p.k;
-    ld_x[static_cast<size_t>(i)] = p.ld_x;
     ld_y[static_cast<size_t>(i)] = p.ld_y;
   }
-  DI_CUDA_CHECK(cudaMemcpyAsync(device, host, size_t{3} * static_cast<size_t>(count) * sizeof(void*),
-                                cudaMemcpyHostToDevice, stream));
-  DI_CUDA_CHECK(cudaEventRecord(uploaded_[slot], stream));
+  auto** device = reinterpret_cast<void**>(upload(size_t{3} * static_cast<size_t>(count) * sizeof(void*), stream));
   const std::vector<float> alpha(problems.size(), 1.0f), beta(problems.size(), 0.0f);
   const cudaDataType_t type = dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   // cublasSetStream drops a user workspace, so it is set again after it.
   DI_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   DI_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes));
+  // ld of w and of x: both are k wide.
   DI_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
-      handle_, trans_w.data(), trans_x.data(), m.data(), n.data(), k.data(), alpha.data(),
-      const_cast<const void* const*>(device), type, ld_w.data(), const_cast<const void* const*>(device + count), type,
-      ld_x.data(), beta.data(), device + 2 * count, type, ld_y.data(), count, group_size.data(),
-      CUBLAS_COMPUTE_32F));
+      handle_, trans_w.data(), trans_x.data(), m.data(), n.data(), ks.data(), alpha.data(),
+      const_cast<const void* const*>(device), type, ks.data(), const_cast<const void* const*>(device + count), type,
+      ks.data(), beta.data(), device + 2 * count, type, ld_y.data(), count, group_size.data(), CUBLAS_COMPUTE_32F));
 }
 
 }  // namespace deepinfer::kernels::cuda
