@@ -1,8 +1,8 @@
 // The device grouped experts against a reference built from kernels::ref: the CUDA-core kernel
 // (decode-sized batches, F32 weights), the tensor-core one (bf16/f16 from 4 rows per expert, and
-// always in batch-invariant mode) and the grouped GEMMs of prompt-sized steps (SiLU experts from 64
-// rows per expert: bf16 on the wgmma kernel, f16 on cuBLAS; the batch-invariant twin keeps the
-// tensor-core kernel), odd and aligned shapes,
+// always in batch-invariant mode) and the grouped GEMMs of prompt-sized steps (from 64 rows per
+// expert: bf16 on the wgmma kernel with biases and both activations, f16 SiLU experts without
+// biases on cuBLAS; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
 // biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
 // not depend on their batch; routing and experts in one call against the two calls apart.
 #include <gtest/gtest.h>
@@ -85,8 +85,8 @@ struct DeviceLayer {
 };
 
 // ref::moe_experts with the device's roundings: x and the activations rounded to the weight dtype
-// before each product; with rounded_outputs (cuBLAS's grouped GEMM, whose outputs take the weight
-// dtype) also gate, up and each expert's down output. max_h, max_y: the largest |activation| and
+// before each product; with rounded_outputs (the grouped GEMMs, whose outputs take the weight
+// dtype) also gate, up and each expert's down output, biases added first. max_h, max_y: the largest |activation| and
 // |down output|, for the tolerance.
 std::vector<float> oracle(const std::vector<float>& x, int64_t num_tokens, const std::vector<int32_t>& ids,
                           const std::vector<float>& weights, const kernels::MoeExperts& experts, DType dtype,
@@ -181,9 +181,11 @@ TEST(CudaMoeExperts, MatchReference) {
                           {512, 384, false, ExpertActivation::kSiluGated},
                           // 300 tokens = 75 rows per expert: a grouped GEMM (16-bit weights)
                           {256, 128, false, ExpertActivation::kSiluGated},
-                          // 200 rows per expert: two row tiles of the wgmma kernel, three column
-                          // tiles of down, k slices past its 4-stage ring, k % 64 != 0
-                          {520, 200, false, ExpertActivation::kSiluGated, true}};
+                          // 200 rows per expert: two row tiles of the wgmma kernel (the second
+                          // ragged), two column tiles of gate|up and three of down, k slices past
+                          // its 4-stage ring, k % 64 != 0
+                          {520, 200, false, ExpertActivation::kSiluGated, true},
+                          {520, 200, true, ExpertActivation::kClampedSwiglu, true}};
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const Shape& s : shapes) {
       if (s.prompt_only && dtype == DType::kF32) continue;
@@ -196,24 +198,25 @@ TEST(CudaMoeExperts, MatchReference) {
         std::vector<int32_t> ids;
         std::vector<float> weights;
         random_routing(rng, num_tokens, ids, weights);
-        // The default backend runs prompt-sized steps of 16-bit SiLU experts without biases on a
-        // grouped GEMM (from 64 rows per expert), which rounds its outputs too.
-        const bool on_cublas = dtype != DType::kF32 && !s.bias && s.activation == ExpertActivation::kSiluGated &&
-                               s.hidden % 8 == 0 && s.inter % 8 == 0 && num_tokens * kTopK >= 64 * kNumExperts;
+        // The default backend runs prompt-sized steps (from 64 rows per expert) of bf16 experts, and
+        // of f16 SiLU experts without biases, on grouped GEMMs, which round their outputs too.
+        const bool on_grouped_gemm =
+            (dtype == DType::kBF16 || (dtype == DType::kF16 && !s.bias && s.activation == ExpertActivation::kSiluGated)) &&
+            s.hidden % 8 == 0 && s.inter % 8 == 0 && num_tokens * kTopK >= 64 * kNumExperts;
         double max_h = 0.0;
         double max_y = 0.0;
         const std::vector<float> want =
             oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, false, max_h, max_y);
-        const std::vector<float> want_cublas =
-            on_cublas ? oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, true, max_h, max_y) : want;
+        const std::vector<float> want_grouped =
+            on_grouped_gemm ? oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, true, max_h, max_y) : want;
         // Float32 accumulation over both products; for 16-bit weights a value whose float32
         // value straddles a rounding boundary may round the other way: an activation (one ulp of
-        // the dtype, times a down weight of at most 1/sqrt(inter), in a few terms), and on cuBLAS
-        // a gate, up or down output (one ulp of it, in a few slots).
+        // the dtype, times a down weight of at most 1/sqrt(inter), in a few terms), and on the grouped
+        // GEMMs a gate, up or down output (one ulp of it, in a few slots).
         const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : dtype == DType::kF16 ? 1.0 / 2048 : 0.0;
         const double abs_tol = 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
                                4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter)) +
-                               (on_cublas ? 4 * ulp * max_y : 0.0);
+                               (on_grouped_gemm ? 4 * ulp * max_y : 0.0);
         std::vector<int64_t> want_counts(kNumExperts, 7);
         for (int32_t id : ids) ++want_counts[static_cast<size_t>(id)];
         const std::string what = std::string(dtype_name(dtype)) + " " + std::to_string(s.hidden) + "x" +
@@ -224,7 +227,7 @@ TEST(CudaMoeExperts, MatchReference) {
           std::vector<int64_t> counts;
           const std::vector<float> got = run(*b, device.experts, x, num_tokens, ids, weights, &counts);
           const std::string where = what + (b == invariant.get() ? " (invariant)" : "");
-          expect_close(got, b == backend.get() ? want_cublas : want, abs_tol, 1e-5, where);
+          expect_close(got, b == backend.get() ? want_grouped : want, abs_tol, 1e-5, where);
           EXPECT_EQ(counts, want_counts) << where;
         }
       }

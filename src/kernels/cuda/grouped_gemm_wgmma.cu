@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/moe_grouped.cuh"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -55,19 +56,24 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
-    grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const CUtensorMap* weight_maps,
-                              const WgmmaProduct* products, int32_t num_products, int32_t k) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) char shared_raw[];
-  const uint32_t raw = shared_address(shared_raw);
-  const uint32_t base = (raw + 1023) & ~1023u;
-  const uint32_t full = base + kBarrierOffset;  // stage s's bytes have landed
-  const uint32_t empty = full + kStages * 8;    // every consumer warp is done with stage s
-  const int tid = static_cast<int>(threadIdx.x);
+// Bias column col of the epilogue's dtype (0 without one).
+__device__ __forceinline__ float bias_at(const void* bias, DType dtype, int32_t col) {
+  if (bias == nullptr) return 0.0f;
+  if (dtype == DType::kBF16) return to_float(static_cast<const __nv_bfloat16*>(bias)[col]);
+  if (dtype == DType::kF16) return to_float(static_cast<const __half*>(bias)[col]);
+  return static_cast<const float*>(bias)[col];
+}
 
-  // The product owning this block's tile: the last whose first tile is at or before it.
-  const auto tile = static_cast<int32_t>(blockIdx.x);
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+// A tile: its product and where it starts (rows of the product, columns of y).
+struct Tile {
+  int32_t product, m0, n0;
+};
+
+__device__ __forceinline__ Tile find_tile(const WgmmaProduct* products, int32_t num_products, int32_t tile,
+                                          int32_t cols) {
+  // The product owning it: the last whose first tile is at or before it.
   int32_t lo = 0, hi = num_products - 1;
   while (lo < hi) {
     const int32_t mid = (lo + hi + 1) / 2;
@@ -77,10 +83,64 @@ __global__ void __launch_bounds__(kThreads, 1)
       hi = mid - 1;
     }
   }
-  const WgmmaProduct p = products[lo];
-  const int32_t row_tiles = (p.rows + kWgmmaTileRows - 1) / kWgmmaTileRows;
-  const int32_t m0 = (tile - p.tile_begin) % row_tiles * kWgmmaTileRows;  // rows innermost: one weight
-  const int32_t n0 = (tile - p.tile_begin) / row_tiles * kWgmmaTileCols;  // tile serves them from L2
+  const int32_t row_tiles = (products[lo].rows + kWgmmaTileRows - 1) / kWgmmaTileRows;
+  const int32_t local = tile - products[lo].tile_begin;
+  // Rows innermost: the tiles sharing a weight tile run together and read it from L2.
+  return {lo, local % row_tiles * kWgmmaTileRows, local / row_tiles * cols};
+}
+
+// Stores a consumer warpgroup's rows of the tile: d as wgmma_m64n256k16 leaves it.
+__device__ __forceinline__ void store_tile(const float (&d)[128], const WgmmaProduct& p, const Tile& tile, int group,
+                                           const WgmmaEpilogue& e) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int t = lane % 4;
+  const int32_t row = tile.m0 + group * 64 + static_cast<int>(threadIdx.x / 32 % 4) * 16 + lane / 4;
+  auto* y = static_cast<__nv_bfloat16*>(p.y);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int32_t r = row + 8 * half;
+    if (r >= p.rows) continue;
+    __nv_bfloat16* y_row = y + r * p.ld_y;
+    if (e.gated) {
+      // Column c of gate sits in accumulator column c, of up in 128 + c.
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int32_t col = tile.n0 + 8 * j + 2 * t;
+        if (col >= p.n) continue;
+        float out[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float g = round_bf16(d[4 * j + 2 * half + c] + bias_at(p.bias[0], e.bias_dtype, col + c));
+          const float u = round_bf16(d[4 * (j + 16) + 2 * half + c] + bias_at(p.bias[1], e.bias_dtype, col + c));
+          out[c] = expert_activation(g, u, e.activation, e.swiglu_alpha, e.swiglu_limit);
+        }
+        *reinterpret_cast<uint32_t*>(y_row + col) = pack_bf16(out[0], out[1]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int32_t col = tile.n0 + 8 * j + 2 * t;
+        if (col >= p.n) continue;
+        *reinterpret_cast<uint32_t*>(y_row + col) =
+            pack_bf16(d[4 * j + 2 * half] + bias_at(p.bias[0], e.bias_dtype, col),
+                      d[4 * j + 2 * half + 1] + bias_at(p.bias[0], e.bias_dtype, col + 1));
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const CUtensorMap* weight_maps,
+                              const WgmmaProduct* products, int32_t num_products, int32_t total_tiles, int32_t k,
+                              WgmmaEpilogue epilogue) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) char shared_raw[];
+  const uint32_t raw = shared_address(shared_raw);
+  const uint32_t base = (raw + 1023) & ~1023u;
+  const uint32_t full = base + kBarrierOffset;  // stage s's bytes have landed
+  const uint32_t empty = full + kStages * 8;    // every consumer warp is done with stage s
+  const int tid = static_cast<int>(threadIdx.x);
+  const int32_t cols = epilogue.gated ? kWgmmaTileCols / 2 : kWgmmaTileCols;
   const int32_t slices = (k + kSliceK - 1) / kSliceK;
 
   if (tid == 0) {
@@ -92,63 +152,68 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
+  // Producer and consumers walk the same tiles and slices, so one count of slices (ring) names
+  // each slice's stage and the phase of its barriers for both.
   const int group = tid / 128;
   if (group == kConsumerGroups) {
-    if (tid == kConsumerGroups * 128) {
-      const CUtensorMap* w_map = weight_maps + lo;
-      // The weight's map was written by a copy before the launch: order it before the TMA's reads.
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(w_map) : "memory");
-      for (int32_t s = 0; s < slices; ++s) {
-        const int stage = s % kStages;
-        barrier_wait(empty + 8 * stage, ((s / kStages) & 1) ^ 1);
+    if (tid != kConsumerGroups * 128) return;
+    uint32_t ring = 0;
+    for (int32_t index = blockIdx.x; index < total_tiles; index += gridDim.x) {
+      const Tile tile = find_tile(products, num_products, index, cols);
+      const int32_t x_row = products[tile.product].row0 + tile.m0;
+      const CUtensorMap* maps = weight_maps + 2 * tile.product;
+      // The weights' maps were written by a copy before the launch: order them before the TMA's reads.
+      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(maps) : "memory");
+      if (epilogue.gated) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(maps + 1) : "memory");
+      for (int32_t s = 0; s < slices; ++s, ++ring) {
+        const uint32_t stage = ring % kStages;
+        barrier_wait(empty + 8 * stage, ((ring / kStages) & 1) ^ 1);
         const uint32_t dst = base + stage * kStageBytes;
         barrier_expect_bytes(full + 8 * stage, kStageBytes);
-        tma_load(dst, &x_map, s * kSliceK, p.row0 + m0, full + 8 * stage);
-        tma_load(dst + kXBytes, w_map, s * kSliceK, n0, full + 8 * stage);
+        tma_load(dst, &x_map, s * kSliceK, x_row, full + 8 * stage);
+        if (epilogue.gated) {
+          tma_load(dst + kXBytes, maps, s * kSliceK, tile.n0, full + 8 * stage);
+          tma_load(dst + kXBytes + kWBytes / 2, maps + 1, s * kSliceK, tile.n0, full + 8 * stage);
+        } else {
+          tma_load(dst + kXBytes, maps, s * kSliceK, tile.n0, full + 8 * stage);
+        }
       }
     }
     return;
   }
 
-  float d[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
   const int lane = tid % 32;
-  for (int32_t s = 0; s < slices; ++s) {
-    const int stage = s % kStages;
-    barrier_wait(full + 8 * stage, (s / kStages) & 1);
-    const uint32_t x_tile = base + stage * kStageBytes + group * 64 * 128;
-    const uint64_t x_desc = wgmma_descriptor(x_tile, 16);
-    const uint64_t w_desc = wgmma_descriptor(base + stage * kStageBytes + kXBytes, 16);
-    wgmma_pin(d);
-    wgmma_fence();
+  uint32_t ring = 0;
+  float d[128];
+  for (int32_t index = blockIdx.x; index < total_tiles; index += gridDim.x) {
+    const Tile tile = find_tile(products, num_products, index, cols);
+    const WgmmaProduct& p = products[tile.product];
+    // A warpgroup whose 64 rows are all past the product's end (a ragged last tile) only frees stages.
+    const bool active = tile.m0 + group * 64 < p.rows;
+    for (int32_t s = 0; s < slices; ++s, ++ring) {
+      const uint32_t stage = ring % kStages;
+      barrier_wait(full + 8 * stage, (ring / kStages) & 1);
+      if (active) {
+        const uint64_t x_desc = wgmma_descriptor(base + stage * kStageBytes + group * 64 * 128, 16);
+        const uint64_t w_desc = wgmma_descriptor(base + stage * kStageBytes + kXBytes, 16);
+        wgmma_pin(d);
+        wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kSliceK / 16; ++kk) wgmma_m64n256k16<0>(d, x_desc + 2 * kk, w_desc + 2 * kk, 1);
-    wgmma_commit();
-    // The products of the slice before are done: its stage may be refilled.
-    wgmma_wait<1>();
-    wgmma_pin(d);
-    if (s > 0 && lane == 0) barrier_arrive(empty + 8 * ((s - 1) % kStages));
-  }
-  wgmma_wait<0>();
-  wgmma_pin(d);
-
-  const int g = lane / 4;
-  const int t = lane % 4;
-  const int32_t row = m0 + group * 64 + (tid / 32 % 4) * 16 + g;
-  auto* y = static_cast<__nv_bfloat16*>(p.y);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int32_t r = row + 8 * half;
-    if (r >= p.rows) continue;
-    __nv_bfloat16* y_row = y + r * p.ld_y;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int32_t col = n0 + 8 * j + 2 * t;
-      if (col < p.n) {
-        *reinterpret_cast<uint32_t*>(y_row + col) = pack_bf16(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+        for (int kk = 0; kk < kSliceK / 16; ++kk) {
+          // The tile's first product overwrites the accumulators: no instruction but wgmma writes them.
+          wgmma_m64n256k16<0>(d, x_desc + 2 * kk, w_desc + 2 * kk, s > 0 || kk > 0);
+        }
+        wgmma_commit();
+        // The products of the slice before are done: its stage may be refilled.
+        wgmma_wait<1>();
+        wgmma_pin(d);
       }
+      if (s > 0 && lane == 0) barrier_arrive(empty + 8 * ((ring - 1) % kStages));
     }
+    wgmma_wait<0>();
+    wgmma_pin(d);
+    if (lane == 0) barrier_arrive(empty + 8 * ((ring - 1) % kStages));
+    if (active) store_tile(d, p, tile, group, epilogue);
   }
 #else
   __trap();
@@ -203,21 +268,29 @@ CUtensorMap wgmma_operand_map(const void* data, int64_t rows, int64_t k, int box
   return map;
 }
 
-int32_t wgmma_product_tiles(int32_t rows, int32_t n) {
-  return ((rows + kWgmmaTileRows - 1) / kWgmmaTileRows) * ((n + kWgmmaTileCols - 1) / kWgmmaTileCols);
+int wgmma_weight_box_rows(bool gated) { return gated ? kWgmmaTileCols / 2 : kWgmmaTileCols; }
+
+int32_t wgmma_product_tiles(int32_t rows, int32_t n, bool gated) {
+  const int32_t cols = wgmma_weight_box_rows(gated);
+  return ((rows + kWgmmaTileRows - 1) / kWgmmaTileRows) * ((n + cols - 1) / cols);
 }
 
 void launch_grouped_gemm_wgmma(const CUtensorMap& x_map, const CUtensorMap* weight_maps, const WgmmaProduct* products,
-                               int32_t num_products, int32_t total_tiles, int64_t k, cudaStream_t stream) {
+                               int32_t num_products, int32_t total_tiles, int64_t k, const WgmmaEpilogue& epilogue,
+                               cudaStream_t stream) {
   if (total_tiles == 0) return;
-  static const bool configured = [] {
-    DI_CUDA_CHECK(
-        cudaFuncSetAttribute(grouped_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-    return true;
+  static const int multiprocessors = [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kSharedBytes));
+    int device = 0;
+    int count = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&device));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
   }();
-  (void)configured;
-  grouped_gemm_wgmma_kernel<<<static_cast<unsigned>(total_tiles), kThreads, kSharedBytes, stream>>>(
-      x_map, weight_maps, products, num_products, static_cast<int32_t>(k));
+  const int blocks = total_tiles < multiprocessors ? total_tiles : multiprocessors;
+  grouped_gemm_wgmma_kernel<<<static_cast<unsigned>(blocks), kThreads, kSharedBytes, stream>>>(
+      x_map, weight_maps, products, num_products, total_tiles, static_cast<int32_t>(k), epilogue);
   DI_CUDA_CHECK_LAUNCH("grouped_gemm_wgmma_kernel");
 }
 

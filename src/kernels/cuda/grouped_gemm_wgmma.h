@@ -1,10 +1,14 @@
 // A grouped bf16 GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a) fed by the tensor memory
-// accelerator (TMA): MoE prefill's expert products, one product per (expert, projection) with rows,
-// all in one launch. A block computes a 128 x 256 tile of one product: a producer warp loads 64-wide
-// k slices of the rows' inputs and of the weight into a 4-stage ring of shared memory (mbarriers
-// count the bytes landed and the stages freed), two consumer warpgroups each multiply 64 rows into
-// float32 accumulators and store the tile rounded to bf16. Inputs are one [rows, k] matrix (the
-// grouped rows in expert order), each product a run of its rows; weights are [n, k] row-major.
+// accelerator (TMA): MoE prefill's expert products, one product per expert with rows, all in one
+// launch. Persistent blocks (one per multiprocessor) walk the tiles; in each, a producer thread
+// loads 64-wide k slices of the rows' inputs and of the weights into a 4-stage ring of shared memory
+// (mbarriers count the bytes landed and the stages freed, across tiles, so the next tile's loads run
+// under this one's epilogue), two consumer warpgroups each multiply 64 rows into float32
+// accumulators and store the tile rounded to bf16, biases added first. Gated products stack 128
+// rows of gate and the same 128 of up in one 256-wide tile, so the epilogue holds both halves of
+// each output and writes act(gate) * up (gate and up rounded to bf16 first, as a bf16 GEMM's outputs
+// would be) instead of gate|up. Inputs are one [rows, k] matrix (the grouped rows in expert order),
+// each product a run of its rows; weights are [n, k] row-major.
 #pragma once
 
 #include <cuda.h>
@@ -12,9 +16,12 @@
 
 #include <cstdint>
 
+#include "kernels/ops.h"
+
 namespace deepinfer::kernels::cuda {
 
-// y[i, 0:n] = x[row0 + i, 0:k] @ w^T for i < rows, on the device; w_map describes w.
+// y[i, 0:n] = x[row0 + i, 0:k] @ w^T (+ bias) for i < rows, on the device. Gated: w is gate and up,
+// y[i, c] = act(x @ gate^T + gate_bias, x @ up^T + up_bias)[c].
 struct WgmmaProduct {
   int32_t tile_begin;  // the product's first tile in the launch (tiles in product order)
   int32_t row0;
@@ -22,9 +29,21 @@ struct WgmmaProduct {
   int32_t n;
   void* y;  // bf16, rows ld_y elements apart
   int64_t ld_y;
+  const void* bias[2];  // [n] each, or null: gate's and up's (gated), or the product's
 };
 
-// Rows and columns of a block's tile.
+// What the tiles' epilogue does beside storing: biases of bias_dtype, and for gated products the
+// activation.
+struct WgmmaEpilogue {
+  bool gated = false;
+  DType bias_dtype = DType::kF32;
+  ExpertActivation activation = ExpertActivation::kSiluGated;
+  float swiglu_alpha = 0.0f;
+  float swiglu_limit = 0.0f;
+};
+
+// Rows of a block's tile; weight rows of a tile: kWgmmaTileCols of one weight, or half of it from
+// gate and half from up.
 constexpr int kWgmmaTileRows = 128;
 constexpr int kWgmmaTileCols = 256;
 
@@ -35,13 +54,17 @@ bool wgmma_operand_fits(const void* data, int64_t k);
 // The TMA description of a [rows, k] bf16 matrix (row-major) in the tiles' boxes: 64 k by
 // box_rows rows, 128-byte swizzle. Requires wgmma_operand_fits.
 CUtensorMap wgmma_operand_map(const void* data, int64_t rows, int64_t k, int box_rows);
+// Weight rows of one weight's box: kWgmmaTileCols, or half for gated products.
+int wgmma_weight_box_rows(bool gated);
 // Tiles of one product.
-int32_t wgmma_product_tiles(int32_t rows, int32_t n);
+int32_t wgmma_product_tiles(int32_t rows, int32_t n, bool gated);
 
-// Runs every product: x_map describes x ([*, k], box kWgmmaTileRows rows), weight_maps[p] product
-// p's weight (box kWgmmaTileCols rows); weight_maps and products are device arrays, total_tiles the
-// tiles of all products. Requires grouped_gemm_wgmma_supported().
+// Runs every product: x_map describes x ([*, k], box kWgmmaTileRows rows), weight_maps[2p] product
+// p's weight (gated: gate, and up at 2p + 1; boxes of wgmma_weight_box_rows); weight_maps and
+// products are device arrays, total_tiles the tiles of all products. Requires
+// grouped_gemm_wgmma_supported().
 void launch_grouped_gemm_wgmma(const CUtensorMap& x_map, const CUtensorMap* weight_maps, const WgmmaProduct* products,
-                               int32_t num_products, int32_t total_tiles, int64_t k, cudaStream_t stream);
+                               int32_t num_products, int32_t total_tiles, int64_t k, const WgmmaEpilogue& epilogue,
+                               cudaStream_t stream);
 
 }  // namespace deepinfer::kernels::cuda

@@ -1,6 +1,6 @@
 // Mixture-of-experts bookkeeping on the device: grouping routed rows by expert (atomic counts, a
 // one-block scan for run and tile offsets, atomic placement; all in one block for small batches),
-// the rows' inputs gathered in grouped order for cuBLAS's grouped products, the weighted combine
+// the rows' inputs gathered in grouped order for the grouped-GEMM products, the weighted combine
 // in slot order, and strided row copies.
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"

@@ -9,13 +9,15 @@
 namespace deepinfer::kernels::cuda {
 namespace {
 
-// Two problems per expert (gate and up) for up to 1024 experts, group_by_expert's limit.
+// Two problems per expert (gate and up, on cuBLAS) for up to 1024 experts, group_by_expert's limit.
 constexpr int kMaxProblems = 2048;
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-// A slot holds the larger upload: a weight map and a product per problem (wgmma), or three pointers
-// (cuBLAS).
-constexpr size_t kSlotBytes = kMaxProblems * (sizeof(CUtensorMap) + sizeof(WgmmaProduct));
-static_assert(kMaxProblems * sizeof(CUtensorMap) % alignof(WgmmaProduct) == 0, "products follow the maps aligned");
+// A slot holds the larger upload: two weight maps and a product per expert (wgmma), or three
+// pointers per problem (cuBLAS).
+constexpr size_t kMaxProducts = kMaxProblems / 2;
+constexpr size_t kSlotBytes = kMaxProducts * (2 * sizeof(CUtensorMap) + sizeof(WgmmaProduct));
+static_assert(kSlotBytes >= 3 * kMaxProblems * sizeof(void*), "a slot holds cuBLAS's pointers");
+static_assert(sizeof(CUtensorMap) % alignof(WgmmaProduct) == 0, "products follow the maps aligned");
 
 }  // namespace
 
@@ -37,49 +39,71 @@ MoeGroupedGemm::~MoeGroupedGemm() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
 
+bool MoeGroupedGemm::on_wgmma(DType dtype, int64_t hidden, int64_t intermediate, bool aligned) {
+  return dtype == DType::kBF16 && aligned && hidden % 8 == 0 && intermediate % 8 == 0 && grouped_gemm_wgmma_supported();
+}
+
+void MoeGroupedGemm::gate_up_activated(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
+                                       int64_t hidden, int64_t intermediate, const WgmmaEpilogue& epilogue,
+                                       const void* x, void* h, cudaStream_t stream) {
+  std::vector<Problem> problems = per_expert(experts, offsets, {{&ExpertPointers::gate, 0}}, intermediate, h,
+                                             intermediate, sizeof(uint16_t));
+  for (Problem& p : problems) {
+    const ExpertPointers& e = experts[static_cast<size_t>(p.expert)];
+    p.w[1] = e.up;
+    p.bias[0] = e.gate_bias;
+    p.bias[1] = e.up_bias;
+  }
+  WgmmaEpilogue gated = epilogue;
+  gated.gated = true;
+  run_wgmma(problems, gated, x, offsets.back(), hidden, stream);
+}
+
 void MoeGroupedGemm::gate_up(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
                              int64_t hidden, int64_t intermediate, DType dtype, const void* x, void* gate_up,
                              cudaStream_t stream) {
-  per_expert(experts, offsets, {{&ExpertPointers::gate, 0}, {&ExpertPointers::up, intermediate}}, intermediate, hidden,
-             dtype, x, gate_up, 2 * intermediate, stream);
+  const std::vector<Problem> problems =
+      per_expert(experts, offsets, {{&ExpertPointers::gate, 0}, {&ExpertPointers::up, intermediate}}, intermediate,
+                 gate_up, 2 * intermediate, dtype_size_bytes(dtype));
+  run_cublas(problems, dtype, x, hidden, stream);
 }
 
 void MoeGroupedGemm::down(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
-                          int64_t hidden, int64_t intermediate, DType dtype, const void* h, void* y,
+                          int64_t hidden, int64_t intermediate, DType dtype, DType bias_dtype, const void* h, void* y,
                           cudaStream_t stream) {
-  per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, intermediate, dtype, h, y, hidden, stream);
+  std::vector<Problem> problems =
+      per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden, dtype_size_bytes(dtype));
+  bool aligned = true;
+  for (Problem& p : problems) {
+    p.bias[0] = experts[static_cast<size_t>(p.expert)].down_bias;
+    aligned = aligned && wgmma_operand_fits(p.w[0], intermediate);
+  }
+  if (on_wgmma(dtype, hidden, intermediate, aligned)) {
+    WgmmaEpilogue epilogue;
+    epilogue.bias_dtype = bias_dtype;
+    run_wgmma(problems, epilogue, h, offsets.back(), intermediate, stream);
+  } else {
+    run_cublas(problems, dtype, h, intermediate, stream);
+  }
 }
 
-void MoeGroupedGemm::per_expert(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
-                                std::initializer_list<std::pair<const void* ExpertPointers::*, int64_t>> weights,
-                                int64_t n, int64_t k, DType dtype, const void* x, void* y, int64_t y_width,
-                                cudaStream_t stream) {
-  const size_t element = dtype_size_bytes(dtype);
+std::vector<MoeGroupedGemm::Problem> MoeGroupedGemm::per_expert(
+    const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
+    std::initializer_list<std::pair<const void* ExpertPointers::*, int64_t>> weights, int64_t n, void* y,
+    int64_t y_width, size_t element) {
   std::vector<Problem> problems;
   for (size_t e = 0; e < experts.size(); ++e) {
     const int rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
     char* rows_y = static_cast<char*>(y) + static_cast<size_t>(offsets[e] * y_width) * element;
     for (const auto& [weight, column] : weights) {
-      problems.push_back({experts[e].*weight, offsets[e], rows_y + static_cast<size_t>(column) * element, rows,
+      problems.push_back({{experts[e].*weight, nullptr}, {nullptr, nullptr}, offsets[e],
+                          rows_y + static_cast<size_t>(column) * element, static_cast<int>(e), rows,
                           static_cast<int>(n), static_cast<int>(y_width)});
     }
   }
-  if (problems.empty()) return;
-  DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "grouped expert GEMM on " << dtype_name(dtype) << " weights");
   DI_CHECK(problems.size() <= kMaxProblems, problems.size() << " grouped GEMM problems; at most " << kMaxProblems);
-  if (on_wgmma(problems, dtype, x, k)) {
-    run_wgmma(problems, x, offsets.back(), k, stream);
-  } else {
-    run_cublas(problems, dtype, x, k, stream);
-  }
-}
-
-bool MoeGroupedGemm::on_wgmma(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k) const {
-  if (dtype != DType::kBF16 || !grouped_gemm_wgmma_supported() || !wgmma_operand_fits(x, k)) return false;
-  return std::all_of(problems.begin(), problems.end(), [k](const Problem& p) {
-    return wgmma_operand_fits(p.w, k) && p.n % 8 == 0 && p.ld_y % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
-  });
+  return problems;
 }
 
 char* MoeGroupedGemm::begin_upload() {
@@ -95,30 +119,39 @@ char* MoeGroupedGemm::upload(size_t bytes, cudaStream_t stream) {
   return device;
 }
 
-void MoeGroupedGemm::run_wgmma(const std::vector<Problem>& problems, const void* x, int64_t x_rows, int64_t k,
-                               cudaStream_t stream) {
+void MoeGroupedGemm::run_wgmma(const std::vector<Problem>& problems, const WgmmaEpilogue& epilogue, const void* x,
+                               int64_t x_rows, int64_t k, cudaStream_t stream) {
+  if (problems.empty()) return;
   const auto count = static_cast<int32_t>(problems.size());
+  DI_CHECK(static_cast<size_t>(count) <= kMaxProducts, count << " grouped wgmma products; at most " << kMaxProducts);
+  const int box_rows = wgmma_weight_box_rows(epilogue.gated);
   char* host = begin_upload();
   auto* maps = reinterpret_cast<CUtensorMap*>(host);
-  auto* products = reinterpret_cast<WgmmaProduct*>(host + count * sizeof(CUtensorMap));
+  auto* products = reinterpret_cast<WgmmaProduct*>(host + 2 * count * sizeof(CUtensorMap));
   int32_t tiles = 0;
   for (int32_t i = 0; i < count; ++i) {
     const Problem& p = problems[static_cast<size_t>(i)];
-    auto [at, added] = weight_maps_.try_emplace({p.w, p.n, k});
-    if (added) at->second = wgmma_operand_map(p.w, p.n, k, kWgmmaTileCols);
-    std::memcpy(&maps[i], &at->second, sizeof(CUtensorMap));
-    products[i] = {tiles, static_cast<int32_t>(p.row0), p.rows, p.n, p.y, p.ld_y};
-    tiles += wgmma_product_tiles(p.rows, p.n);
+    for (int w = 0; w < (epilogue.gated ? 2 : 1); ++w) {
+      auto [at, added] = weight_maps_.try_emplace({p.w[w], p.n, k, box_rows});
+      if (added) at->second = wgmma_operand_map(p.w[w], p.n, k, box_rows);
+      std::memcpy(&maps[2 * i + w], &at->second, sizeof(CUtensorMap));
+    }
+    products[i] = {tiles, static_cast<int32_t>(p.row0), p.rows, p.n, p.y, p.ld_y, {p.bias[0], p.bias[1]}};
+    tiles += wgmma_product_tiles(p.rows, p.n, epilogue.gated);
   }
   const CUtensorMap x_map = wgmma_operand_map(x, x_rows, k, kWgmmaTileRows);
-  char* device = upload(count * (sizeof(CUtensorMap) + sizeof(WgmmaProduct)), stream);
+  char* device = upload(count * (2 * sizeof(CUtensorMap) + sizeof(WgmmaProduct)), stream);
   launch_grouped_gemm_wgmma(x_map, reinterpret_cast<const CUtensorMap*>(device),
-                            reinterpret_cast<const WgmmaProduct*>(device + count * sizeof(CUtensorMap)), count, tiles,
-                            k, stream);
+                            reinterpret_cast<const WgmmaProduct*>(device + 2 * count * sizeof(CUtensorMap)), count,
+                            tiles, k, epilogue, stream);
 }
 
 void MoeGroupedGemm::run_cublas(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k,
                                 cudaStream_t stream) {
+  if (problems.empty()) return;
+  DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "grouped expert GEMM on " << dtype_name(dtype) << " weights");
+  DI_CHECK(std::none_of(problems.begin(), problems.end(), [](const Problem& p) { return p.bias[0] != nullptr; }),
+           "cuBLAS's grouped GEMM adds no biases: experts with biases need bf16 weights on a Hopper GPU");
   const auto count = static_cast<int>(problems.size());
   const size_t element = dtype_size_bytes(dtype);
   auto** host = reinterpret_cast<void**>(begin_upload());
@@ -129,7 +162,7 @@ void MoeGroupedGemm::run_cublas(const std::vector<Problem>& problems, DType dtyp
       ld_y(problems.size()), group_size(problems.size(), 1);
   for (int i = 0; i < count; ++i) {
     const Problem& p = problems[static_cast<size_t>(i)];
-    host[i] = const_cast<void*>(p.w);
+    host[i] = const_cast<void*>(p.w[0]);
     host[count + i] = const_cast<char*>(static_cast<const char*>(x) + static_cast<size_t>(p.row0 * k) * element);
     host[2 * count + i] = p.y;
     m[static_cast<size_t>(i)] = p.n;

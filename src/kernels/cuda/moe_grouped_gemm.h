@@ -30,30 +30,44 @@ class MoeGroupedGemm {
   MoeGroupedGemm(const MoeGroupedGemm&) = delete;
   MoeGroupedGemm& operator=(const MoeGroupedGemm&) = delete;
 
+  // Whether experts of this dtype and these sizes run on the wgmma kernel (bf16 on a Hopper GPU,
+  // widths multiples of 8, 16-byte aligned weights): then gate_up_activated applies, and biases.
+  static bool on_wgmma(DType dtype, int64_t hidden, int64_t intermediate, bool aligned);
+
   // For the grouped rows i of expert e (offsets[e] <= i < offsets[e + 1]; offsets has
-  // experts.size() + 1 entries): gate_up[i, 0:I] = x[i] @ gate_e^T and gate_up[i, I:2I] =
+  // experts.size() + 1 entries) on the wgmma kernel: h[i] = act(x[i] @ gate_e^T + gate_bias_e,
+  // x[i] @ up_e^T + up_bias_e) with gate and up rounded to bf16, then h; epilogue says the bias dtype
+  // and the activation. x: [offsets.back(), hidden], h: [rows, intermediate], bf16.
+  void gate_up_activated(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
+                         int64_t hidden, int64_t intermediate, const WgmmaEpilogue& epilogue, const void* x, void* h,
+                         cudaStream_t stream);
+  // On cuBLAS (experts without biases): gate_up[i, 0:I] = x[i] @ gate_e^T and gate_up[i, I:2I] =
   // x[i] @ up_e^T. x: [offsets.back(), hidden] and gate_up: [rows, 2 * I] in dtype (kBF16 or kF16).
   void gate_up(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
                int64_t intermediate, DType dtype, const void* x, void* gate_up, cudaStream_t stream);
-  // y[i] = h[i] @ down_e^T for the same rows. h: [rows, intermediate] and y: [rows, hidden] in dtype.
+  // y[i] = h[i] @ down_e^T (+ down_bias_e, of bias_dtype: wgmma only) for the same rows. h:
+  // [rows, intermediate] and y: [rows, hidden] in dtype.
   void down(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
-            int64_t intermediate, DType dtype, const void* h, void* y, cudaStream_t stream);
+            int64_t intermediate, DType dtype, DType bias_dtype, const void* h, void* y, cudaStream_t stream);
 
  private:
-  // y = x[row0 : row0 + rows] @ w^T of one expert: w [n, k] row-major, x rows k wide, y rows ld_y apart.
+  // y = x[row0 : row0 + rows] @ w^T (+ bias) of one expert: w [n, k] row-major, x rows k wide, y
+  // rows ld_y apart. Gated (wgmma): w and bias are gate's and up's, y the activation.
   struct Problem {
-    const void* w;
+    const void* w[2];
+    const void* bias[2];
     int64_t row0;
     void* y;
-    int rows, n, ld_y;
+    int expert, rows, n, ld_y;
   };
-  // One problem per expert with rows and per listed weight of it: y[i, column + j] = x[i] @ w^T
-  // for the expert's rows i, w being [n, k]; x rows are k wide, y rows y_width.
-  void per_expert(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
-                  std::initializer_list<std::pair<const void* ExpertPointers::*, int64_t>> weights, int64_t n,
-                  int64_t k, DType dtype, const void* x, void* y, int64_t y_width, cudaStream_t stream);
-  bool on_wgmma(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k) const;
-  void run_wgmma(const std::vector<Problem>& problems, const void* x, int64_t x_rows, int64_t k, cudaStream_t stream);
+  // y[i, column + j] of the expert's rows i for each listed weight of each expert with rows (one
+  // problem each); y rows are y_width elements of element bytes.
+  static std::vector<Problem> per_expert(const std::vector<ExpertPointers>& experts,
+                                         const std::vector<int32_t>& offsets,
+                                         std::initializer_list<std::pair<const void* ExpertPointers::*, int64_t>> weights,
+                                         int64_t n, void* y, int64_t y_width, size_t element);
+  void run_wgmma(const std::vector<Problem>& problems, const WgmmaEpilogue& epilogue, const void* x, int64_t x_rows,
+                 int64_t k, cudaStream_t stream);
   void run_cublas(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k, cudaStream_t stream);
   // The host half of the next upload slot, free to rewrite once its last upload has run.
   char* begin_upload();
@@ -69,8 +83,8 @@ class MoeGroupedGemm {
   char* device_slots_ = nullptr;  // [kSlots][kSlotBytes]
   cudaEvent_t uploaded_[kSlots] = {};
   int slot_ = 0;
-  // TMA descriptions of the expert weights, by (weight, n, k): weights outlive the steps.
-  std::map<std::tuple<const void*, int64_t, int64_t>, CUtensorMap> weight_maps_;
+  // TMA descriptions of the expert weights, by (weight, rows, k, box rows): weights outlive the steps.
+  std::map<std::tuple<const void*, int64_t, int64_t, int>, CUtensorMap> weight_maps_;
 };
 
 }  // namespace deepinfer::kernels::cuda

@@ -256,13 +256,14 @@ class CudaBackend final : public Backend {
     DeviceBuffer device;
   };
   kc::GroupedExperts grouped_experts(const kernels::MoeExperts& experts);
-  // One MoE step's plan over its workspace: the expert table, the products' kernel (or cuBLAS's
-  // grouped GEMM), where h, y and the grouping live.
+  // One MoE step's plan over its workspace: the expert table, the products' kernel (or grouped
+  // GEMMs), where h, y and the grouping live.
   struct MoeStep {
     int64_t num_rows = 0;
     kc::GroupedExperts grouped;
     kc::MoeKernel kernel = kc::MoeKernel::kRowwise;
-    bool on_cublas = false;
+    bool on_grouped_gemm = false;
+    bool on_wgmma = false;  // the grouped GEMMs' kernel, where they run
     float* h = nullptr;
     float* y = nullptr;
     kc::MoeGrouping grouping;
@@ -271,12 +272,11 @@ class CudaBackend final : public Backend {
   // The grouped products of a grouped step, then the weighted combine into out.
   void moe_products(const float* x, int64_t num_tokens, const float* expert_weights,
                     const kernels::MoeExperts& experts, const MoeStep& step, float* out);
-  // moe_experts' products of prefill-sized eager steps on cuBLAS's grouped GEMM: reads the
-  // grouping's offsets back, gathers the rows' inputs in grouped order, gate|up, the activation
-  // rounded for down, down. gate_up: [num_rows, 2 * intermediate], y: [num_rows, hidden], both
-  // in dtype (the weights').
-  void cublas_expert_products(const float* x, const kernels::MoeExperts& experts, DType dtype,
-                              const kc::MoeGrouping& grouping, void* gate_up, void* y);
+  // moe_experts' products of prefill-sized eager steps as grouped GEMMs: reads the grouping's
+  // offsets back, gathers the rows' inputs in grouped order, then on the wgmma kernel the activated
+  // gate|up into step.h and down into step.y; on cuBLAS gate|up into step.h, the activation rounded
+  // for down, down. h and y hold the weights' 16-bit dtype.
+  void grouped_gemm_expert_products(const float* x, const kernels::MoeExperts& experts, const MoeStep& step);
   kc::MoeGroupedGemm moe_gemm_;
   std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
   // moe_route_and_group's count of finished router blocks: zero between launches, which one stream

@@ -3,8 +3,9 @@
 // gate+up+activation and one for down, then the weighted combine in slot order (the reference's
 // summation order), with no host synchronisation; everything but the
 // expert pointer table (uploaded once per layer) lives in the caller's workspace. Prompt-sized
-// eager steps instead read the grouping's offsets back and run the products on cuBLAS's grouped
-// GEMM (kernels/cuda/moe_grouped_gemm.h).
+// eager steps instead read the grouping's offsets back and run the products as grouped GEMMs
+// (kernels/cuda/moe_grouped_gemm.h: bf16 on the wgmma kernel, the activation in gate|up's epilogue;
+// f16 on cuBLAS).
 #include <algorithm>
 #include <vector>
 
@@ -18,8 +19,8 @@ namespace {
 // Average routed rows per expert from which a step takes the tensor cores: below it each active
 // expert holds a handful of rows and the step is bound by reading the weights.
 constexpr int64_t kTensorCoreRowsPerExpert = 4;
-// ... and from which an eager step (no graph capture) runs them on cuBLAS's grouped GEMM, at the
-// price of reading the grouping's offsets back (a prompt chunk: 384 rows per expert for
+// ... and from which an eager step (no graph capture) runs them as grouped GEMMs, at the price of
+// reading the grouping's offsets back (a prompt chunk: 384 rows per expert for
 // DeepSeek-V2-Lite's 4K prompt).
 constexpr int64_t kGroupedGemmRowsPerExpert = 64;
 
@@ -97,14 +98,17 @@ CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, i
   step.kernel = tensor_cores && (batch_invariant_ || step.num_rows >= kTensorCoreRowsPerExpert * experts.num_experts)
                     ? kc::MoeKernel::kTensorCore
                     : kc::MoeKernel::kRowwise;
-  // cuBLAS's grouped GEMM: plain SiLU-gated experts with 16-byte rows (not GPT-OSS's biases and
-  // clamped SwiGLU, which keep the mma kernels).
-  step.on_cublas = tensor_cores && !batch_invariant_ && !capturing_ && step.grouped.aligned &&
-                   experts.activation == kernels::ExpertActivation::kSiluGated && !has_biases(experts) &&
-                   experts.hidden % 8 == 0 && experts.intermediate % 8 == 0 &&
-                   step.num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
-  // Workspace (kernels::moe_workspace_floats): h (or cuBLAS's 16-bit gate|up outputs, as many
-  // bytes), y, then the grouping's ints.
+  // Grouped GEMMs: bf16 experts on the wgmma kernel (biases and both activations), other 16-bit
+  // plain SiLU-gated experts on cuBLAS's (GPT-OSS's biases and clamped SwiGLU in f16 keep the mma
+  // kernels).
+  step.on_wgmma = kc::MoeGroupedGemm::on_wgmma(step.grouped.weight_dtype, experts.hidden, experts.intermediate,
+                                               step.grouped.aligned);
+  const bool cublas_fits = step.grouped.aligned && experts.activation == kernels::ExpertActivation::kSiluGated &&
+                           !has_biases(experts) && experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
+  step.on_grouped_gemm = tensor_cores && !batch_invariant_ && !capturing_ && (step.on_wgmma || cublas_fits) &&
+                         step.num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
+  // Workspace (kernels::moe_workspace_floats): h (or the grouped GEMMs' 16-bit h or gate|up, in
+  // fewer bytes), y, then the grouping's ints.
   step.h = align16(workspace);                                      // [num_rows, intermediate]
   step.y = align16(step.h + step.num_rows * experts.intermediate);  // [num_rows, hidden]
   auto* ints = reinterpret_cast<int32_t*>(step.y + step.num_rows * experts.hidden);
@@ -117,13 +121,13 @@ CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, i
 
 void CudaBackend::moe_products(const float* x, int64_t num_tokens, const float* expert_weights,
                                const kernels::MoeExperts& experts, const MoeStep& step, float* out) {
-  if (step.on_cublas) {
-    cublas_expert_products(x, experts, step.grouped.weight_dtype, step.grouping, step.h, step.y);
+  if (step.on_grouped_gemm) {
+    grouped_gemm_expert_products(x, experts, step);
   } else {
     kc::grouped_gate_up(x, step.grouped, step.grouping, step.num_rows, step.kernel, step.h, stream_.for_op());
     kc::grouped_down(step.h, step.grouped, step.grouping, step.num_rows, step.kernel, step.y, stream_.for_op());
   }
-  kc::moe_combine(step.y, step.on_cublas ? step.grouped.weight_dtype : DType::kF32, step.grouping.position,
+  kc::moe_combine(step.y, step.on_grouped_gemm ? step.grouped.weight_dtype : DType::kF32, step.grouping.position,
                   expert_weights, num_tokens, experts.top_k, experts.hidden, out, stream_.for_op());
 }
 
@@ -157,21 +161,34 @@ void CudaBackend::moe_route_experts(const float* logits, const kernels::WeightVi
   moe_products(x, num_tokens, expert_weights, experts, step, out);
 }
 
-void CudaBackend::cublas_expert_products(const float* x, const kernels::MoeExperts& experts, DType dtype,
-                                         const kc::MoeGrouping& grouping, void* gate_up, void* y) {
+void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::MoeExperts& experts,
+                                               const MoeStep& step) {
   std::vector<int32_t> offsets(static_cast<size_t>(experts.num_experts) + 1);
-  copy_to_host(offsets.data(), grouping.offsets, offsets.size() * sizeof(int32_t));  // waits for the grouping
+  copy_to_host(offsets.data(), step.grouping.offsets, offsets.size() * sizeof(int32_t));  // waits for the grouping
   const int64_t rows = offsets.back();
   const std::vector<kc::ExpertPointers>& pointers = expert_tables_.at(experts.gate).host;
   const int64_t hidden = experts.hidden;
   const int64_t inter = experts.intermediate;
-  // One rounded buffer: the rows' inputs, then (once gate|up has read them) the activations.
+  const DType dtype = step.grouped.weight_dtype;
+  // One rounded buffer: the rows' inputs, then (on cuBLAS, once gate|up has read them) the activations.
   void* rounded = take_workspace(static_cast<size_t>(rows * std::max(hidden, inter)) * dtype_size_bytes(dtype));
   try {
-    kc::gather_grouped_rows(x, grouping.rows, rows, experts.top_k, hidden, dtype, rounded, stream_.for_op());
-    moe_gemm_.gate_up(pointers, offsets, hidden, inter, dtype, rounded, gate_up, stream_.for_op());
-    kc::glu_rounded(gate_up, dtype, rows, inter, false, dtype, rounded, stream_.for_op());
-    moe_gemm_.down(pointers, offsets, hidden, inter, dtype, rounded, y, stream_.for_op());
+    kc::gather_grouped_rows(x, step.grouping.rows, rows, experts.top_k, hidden, dtype, rounded, stream_.for_op());
+    if (step.on_wgmma) {
+      kc::WgmmaEpilogue activation;
+      activation.bias_dtype = step.grouped.bias_dtype;
+      activation.activation = experts.activation;
+      activation.swiglu_alpha = experts.swiglu_alpha;
+      activation.swiglu_limit = experts.swiglu_limit;
+      moe_gemm_.gate_up_activated(pointers, offsets, hidden, inter, activation, rounded, step.h, stream_.for_op());
+      moe_gemm_.down(pointers, offsets, hidden, inter, dtype, step.grouped.bias_dtype, step.h, step.y,
+                     stream_.for_op());
+    } else {
+      moe_gemm_.gate_up(pointers, offsets, hidden, inter, dtype, rounded, step.h, stream_.for_op());
+      kc::glu_rounded(step.h, dtype, rows, inter, false, dtype, rounded, stream_.for_op());
+      moe_gemm_.down(pointers, offsets, hidden, inter, dtype, step.grouped.bias_dtype, rounded, step.y,
+                     stream_.for_op());
+    }
   } catch (...) {
     give_back_workspace(rounded);
     throw;
