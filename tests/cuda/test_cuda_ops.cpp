@@ -1,13 +1,16 @@
 // Every CUDA op except attention against kernels::ref over many shapes: element-wise ops,
 // embedding, norms, rope, KV writes, matmul (F32 / BF16 / F16 weights, bias), MoE, copy_rows,
-// gather_rows; and host copies of every size through the kernel and the DMA paths.
+// gather_rows; the bf16 cast of GEMM inputs; and host copies of every size through the kernel and the
+// DMA paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 
 namespace deepinfer::testing {
@@ -353,6 +356,27 @@ TEST_F(CudaOps, MoeMatchesReference) {
                           dworkspace.as<float>(), dcounts.as<int64_t>(), dout.as<float>());
     expect_close(download<float>(backend(), dout, want.size()), want, 1e-4, 1e-5, "moe_experts");
     EXPECT_EQ(download<int64_t>(backend(), dcounts, num_experts), want_counts);
+  }
+}
+
+// The cast that stages float32 GEMM inputs as bf16, bit for bit against the host's round-to-nearest-
+// even: four values a thread where both buffers are aligned (with a tail), one a thread otherwise.
+TEST_F(CudaOps, CastToBf16MatchesHostRounding) {
+  for (int64_t count : {1, 3, 4, 1001, 65539}) {
+    for (int64_t offset : {0, 1}) {
+      const auto x = random_floats(rng_, static_cast<size_t>(count), -100.0f, 100.0f);
+      std::vector<float> padded(static_cast<size_t>(offset), 0.0f);
+      padded.insert(padded.end(), x.begin(), x.end());
+      DeviceBuffer dx = upload(backend(), padded);
+      DeviceBuffer dout = backend().allocate(static_cast<size_t>(count + offset) * sizeof(uint16_t));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's uploads, on its own stream
+      kernels::cuda::cast_from_f32(dx.as<float>() + offset, count, DType::kBF16, dout.as<uint16_t>() + offset, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<uint16_t> got = download<uint16_t>(backend(), dout, static_cast<size_t>(count + offset));
+      const HostWeight want = make_weight(x, DType::kBF16, 1, count);
+      ASSERT_EQ(std::memcmp(got.data() + offset, want.bytes.data(), want.bytes.size()), 0)
+          << "count " << count << " offset " << offset;
+    }
   }
 }
 

@@ -99,39 +99,77 @@ __global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restric
   }
 }
 
-// Four consecutive values per thread: 16-byte loads, 8-byte stores (a value per thread took 0.17 ms
-// of a DeepSeek-V2-Lite MoE layer at 4K tokens).
+// A 16-bit y eight values at a time: 16-byte loads of each slot's row, two float4 stores; the same
+// sums in the same order as combine_kernel.
 template <typename T>
-__global__ void gather_grouped_rows_kernel(const float4* __restrict__ x, const int32_t* __restrict__ rows,
-                                           int64_t num_rows, int32_t top_k, int64_t pieces, T* __restrict__ out) {
+__global__ void combine_vector_kernel(const T* __restrict__ y, const int32_t* __restrict__ position,
+                                      const float* __restrict__ expert_weights, int32_t top_k, int64_t hidden,
+                                      float* __restrict__ out) {
+  __shared__ int32_t row_s[kMoeMaxTopK];
+  __shared__ float weight_s[kMoeMaxTopK];
+  const int64_t token = blockIdx.x;
+  wait_for_previous_grid();
+  allow_next_grid();
+  if (threadIdx.x < static_cast<unsigned>(top_k)) {
+    const int64_t slot = token * top_k + threadIdx.x;
+    row_s[threadIdx.x] = position != nullptr ? position[slot] : static_cast<int32_t>(slot);
+    weight_s[threadIdx.x] = expert_weights[token * top_k + threadIdx.x];
+  }
+  __syncthreads();
+  for (int64_t i = 8 * (blockIdx.y * int64_t{blockDim.x} + threadIdx.x); i < hidden;
+       i += 8 * int64_t{gridDim.y} * blockDim.x) {
+    float total[8] = {};
+    for (int32_t j = 0; j < top_k; ++j) {
+      const int32_t row = row_s[j];
+      if (row < 0) continue;
+      const uint4 packed = *reinterpret_cast<const uint4*>(y + row * hidden + i);
+      const T* values = reinterpret_cast<const T*>(&packed);
+#pragma unroll
+      for (int v = 0; v < 8; ++v) total[v] += weight_s[j] * to_float(values[v]);
+    }
+    auto* dst = reinterpret_cast<float4*>(out + token * hidden + i);
+    dst[0] = make_float4(total[0], total[1], total[2], total[3]);
+    dst[1] = make_float4(total[4], total[5], total[6], total[7]);
+  }
+}
+
+// A thread per (token, 4 values): reads them once (16-byte loads), rounds them, and writes them to
+// each of the token's grouped rows (8-byte stores); a thread per grouped row read x top_k times.
+template <typename T>
+__global__ void gather_grouped_rows_kernel(const float4* __restrict__ x, const int32_t* __restrict__ position,
+                                           int64_t num_tokens, int32_t top_k, int64_t pieces, T* __restrict__ out) {
   struct alignas(4 * sizeof(T)) Four {
     T values[4];
   };
   auto* out_pieces = reinterpret_cast<Four*>(out);
-  const int64_t count = num_rows * pieces;
+  const int64_t count = num_tokens * pieces;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / pieces;
-    const float4 v = x[rows[row] / top_k * pieces + (i - row * pieces)];
-    out_pieces[i] = Four{{from_float<T>(v.x), from_float<T>(v.y), from_float<T>(v.z), from_float<T>(v.w)}};
+    const int64_t token = i / pieces;
+    const float4 v = x[i];
+    const Four rounded{{from_float<T>(v.x), from_float<T>(v.y), from_float<T>(v.z), from_float<T>(v.w)}};
+    for (int32_t j = 0; j < top_k; ++j) {
+      const int32_t row = position[token * top_k + j];
+      if (row >= 0) out_pieces[row * pieces + (i - token * pieces)] = rounded;
+    }
   }
 }
 
 }  // namespace
 
-void gather_grouped_rows(const float* x, const int32_t* rows, int64_t num_rows, int32_t top_k, int64_t hidden,
+void gather_grouped_rows(const float* x, const int32_t* position, int64_t num_tokens, int32_t top_k, int64_t hidden,
                          DType dtype, void* out, cudaStream_t stream) {
-  if (num_rows * hidden == 0) return;
+  if (num_tokens * hidden == 0) return;
   DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "gather_grouped_rows rounds to bf16 or f16");
   DI_CHECK(hidden % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0,
            "gather_grouped_rows reads rows of a multiple of 4 floats from 16-byte aligned memory");
   const int64_t pieces = hidden / 4;
-  const unsigned blocks = grid_for(num_rows * pieces, kThreads);
+  const unsigned blocks = grid_for(num_tokens * pieces, kThreads);
   const auto* x4 = reinterpret_cast<const float4*>(x);
   if (dtype == DType::kBF16) {
-    gather_grouped_rows_kernel<<<blocks, kThreads, 0, stream>>>(x4, rows, num_rows, top_k, pieces,
+    gather_grouped_rows_kernel<<<blocks, kThreads, 0, stream>>>(x4, position, num_tokens, top_k, pieces,
                                                                 static_cast<__nv_bfloat16*>(out));
   } else {
-    gather_grouped_rows_kernel<<<blocks, kThreads, 0, stream>>>(x4, rows, num_rows, top_k, pieces,
+    gather_grouped_rows_kernel<<<blocks, kThreads, 0, stream>>>(x4, position, num_tokens, top_k, pieces,
                                                                 static_cast<__half*>(out));
   }
   DI_CUDA_CHECK_LAUNCH("gather_grouped_rows_kernel");
@@ -179,6 +217,20 @@ void moe_combine(const void* y, DType y_dtype, const int32_t* position, const fl
   DI_CHECK(top_k >= 1 && top_k <= kMoeMaxTopK, "moe_combine takes 1.." << kMoeMaxTopK << " slots per token");
   const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>((hidden + kThreads - 1) / kThreads));
   const dim3 block(kThreads);
+  const bool vector = y_dtype != DType::kF32 && hidden % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const dim3 vector_grid(static_cast<unsigned>(num_tokens),
+                         static_cast<unsigned>((hidden / 8 + kThreads - 1) / kThreads));
+  if (vector && y_dtype == DType::kBF16) {
+    launch_dependent(combine_vector_kernel<__nv_bfloat16>, vector_grid, block, 0, stream,
+                     static_cast<const __nv_bfloat16*>(y), position, expert_weights, top_k, hidden, out);
+    return;
+  }
+  if (vector && y_dtype == DType::kF16) {
+    launch_dependent(combine_vector_kernel<__half>, vector_grid, block, 0, stream, static_cast<const __half*>(y),
+                     position, expert_weights, top_k, hidden, out);
+    return;
+  }
   switch (y_dtype) {
     case DType::kF32:
       launch_dependent(combine_kernel<float>, grid, block, 0, stream, static_cast<const float*>(y), position,

@@ -99,10 +99,11 @@ void grouped_gate_up(const float* x, const GroupedExperts& experts, const MoeGro
 // y[i, :] = down_e(h[i]) + down_bias_e. h: [num_rows, intermediate]; y: [num_rows, hidden].
 void grouped_down(const float* h, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                   MoeKernel kernel, float* y, cudaStream_t stream);
-// out[i, :] = x[rows[i] / top_k, :] rounded to dtype (kBF16 or kF16) for grouped rows i < num_rows:
-// the input of the grouped-GEMM expert products (moe_grouped_gemm.h), in the grouping's order.
-// hidden a multiple of 4, x 16-byte and out 8-byte aligned.
-void gather_grouped_rows(const float* x, const int32_t* rows, int64_t num_rows, int32_t top_k, int64_t hidden,
+// out[position[t * top_k + j], :] = x[t, :] rounded to dtype (kBF16 or kF16) for every token t
+// and slot j (position -1: none): the input of the grouped-GEMM expert products
+// (moe_grouped_gemm.h), in the grouping's order. hidden a multiple of 4, x 16-byte and out 8-byte
+// aligned.
+void gather_grouped_rows(const float* x, const int32_t* position, int64_t num_tokens, int32_t top_k, int64_t hidden,
                          DType dtype, void* out, cudaStream_t stream);
 // out[t, :] = sum over slots j in order of expert_weights[t, j] * y[position[t * top_k + j], :]
 // (y[t * top_k + j] when position is null).

@@ -173,7 +173,8 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
   // One rounded buffer: the rows' inputs, then (on cuBLAS, once gate|up has read them) the activations.
   void* rounded = take_workspace(static_cast<size_t>(rows * std::max(hidden, inter)) * dtype_size_bytes(dtype));
   try {
-    kc::gather_grouped_rows(x, step.grouping.rows, rows, experts.top_k, hidden, dtype, rounded, stream_.for_op());
+    kc::gather_grouped_rows(x, step.grouping.position, step.num_rows / experts.top_k, experts.top_k, hidden, dtype,
+                            rounded, stream_.for_op());
     if (step.on_wgmma) {
       kc::WgmmaEpilogue activation;
       activation.bias_dtype = step.grouped.bias_dtype;
