@@ -73,11 +73,13 @@ __global__ void __launch_bounds__(kScanThreads)
 // The token's slots (grouped row, weight) are read once into shared memory, so the loads of y for
 // all slots of an element are independent (at batch 1 a chain of dependent loads per slot was
 // most of this kernel's time); the sum still runs in slot order. A token's row is split over
-// gridDim.y blocks, so one token's combine does not run on one SM.
-template <typename T>
+// gridDim.y blocks, so one token's combine does not run on one SM. kValues consecutive values a
+// thread: 8 for a 16-bit y with 16-byte rows (16-byte loads, two float4 stores), else 1.
+template <typename T, int kValues>
 __global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restrict__ position,
                                const float* __restrict__ expert_weights, int32_t top_k, int64_t hidden,
                                float* __restrict__ out) {
+  static_assert(kValues == 1 || kValues * sizeof(T) == 16, "one value or 16 bytes a thread");
   __shared__ int32_t row_s[kMoeMaxTopK];
   __shared__ float weight_s[kMoeMaxTopK];
   const int64_t token = blockIdx.x;
@@ -89,47 +91,28 @@ __global__ void combine_kernel(const T* __restrict__ y, const int32_t* __restric
     weight_s[threadIdx.x] = expert_weights[token * top_k + threadIdx.x];
   }
   __syncthreads();
-  for (int64_t i = blockIdx.y * int64_t{blockDim.x} + threadIdx.x; i < hidden; i += int64_t{gridDim.y} * blockDim.x) {
-    float total = 0.0f;
-    for (int32_t j = 0; j < top_k; ++j) {
-      const int32_t row = row_s[j];
-      if (row >= 0) total += weight_s[j] * to_float(y[row * hidden + i]);
-    }
-    out[token * hidden + i] = total;
-  }
-}
-
-// A 16-bit y eight values at a time: 16-byte loads of each slot's row, two float4 stores; the same
-// sums in the same order as combine_kernel.
-template <typename T>
-__global__ void combine_vector_kernel(const T* __restrict__ y, const int32_t* __restrict__ position,
-                                      const float* __restrict__ expert_weights, int32_t top_k, int64_t hidden,
-                                      float* __restrict__ out) {
-  __shared__ int32_t row_s[kMoeMaxTopK];
-  __shared__ float weight_s[kMoeMaxTopK];
-  const int64_t token = blockIdx.x;
-  wait_for_previous_grid();
-  allow_next_grid();
-  if (threadIdx.x < static_cast<unsigned>(top_k)) {
-    const int64_t slot = token * top_k + threadIdx.x;
-    row_s[threadIdx.x] = position != nullptr ? position[slot] : static_cast<int32_t>(slot);
-    weight_s[threadIdx.x] = expert_weights[token * top_k + threadIdx.x];
-  }
-  __syncthreads();
-  for (int64_t i = 8 * (blockIdx.y * int64_t{blockDim.x} + threadIdx.x); i < hidden;
-       i += 8 * int64_t{gridDim.y} * blockDim.x) {
-    float total[8] = {};
+  for (int64_t i = kValues * (blockIdx.y * int64_t{blockDim.x} + threadIdx.x); i < hidden;
+       i += kValues * int64_t{gridDim.y} * blockDim.x) {
+    float total[kValues] = {};
     for (int32_t j = 0; j < top_k; ++j) {
       const int32_t row = row_s[j];
       if (row < 0) continue;
-      const uint4 packed = *reinterpret_cast<const uint4*>(y + row * hidden + i);
-      const T* values = reinterpret_cast<const T*>(&packed);
+      T values[kValues];
+      if constexpr (kValues == 1) {
+        values[0] = y[row * hidden + i];
+      } else {
+        *reinterpret_cast<uint4*>(values) = *reinterpret_cast<const uint4*>(y + row * hidden + i);
+      }
 #pragma unroll
-      for (int v = 0; v < 8; ++v) total[v] += weight_s[j] * to_float(values[v]);
+      for (int v = 0; v < kValues; ++v) total[v] += weight_s[j] * to_float(values[v]);
     }
-    auto* dst = reinterpret_cast<float4*>(out + token * hidden + i);
-    dst[0] = make_float4(total[0], total[1], total[2], total[3]);
-    dst[1] = make_float4(total[4], total[5], total[6], total[7]);
+    if constexpr (kValues == 1) {
+      out[token * hidden + i] = total[0];
+    } else {
+      auto* dst = reinterpret_cast<float4*>(out + token * hidden + i);
+      dst[0] = make_float4(total[0], total[1], total[2], total[3]);
+      dst[1] = make_float4(total[4], total[5], total[6], total[7]);
+    }
   }
 }
 
@@ -221,28 +204,19 @@ void moe_combine(const void* y, DType y_dtype, const int32_t* position, const fl
                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const dim3 vector_grid(static_cast<unsigned>(num_tokens),
                          static_cast<unsigned>((hidden / 8 + kThreads - 1) / kThreads));
-  if (vector && y_dtype == DType::kBF16) {
-    launch_dependent(combine_vector_kernel<__nv_bfloat16>, vector_grid, block, 0, stream,
-                     static_cast<const __nv_bfloat16*>(y), position, expert_weights, top_k, hidden, out);
-    return;
-  }
-  if (vector && y_dtype == DType::kF16) {
-    launch_dependent(combine_vector_kernel<__half>, vector_grid, block, 0, stream, static_cast<const __half*>(y),
-                     position, expert_weights, top_k, hidden, out);
-    return;
-  }
   switch (y_dtype) {
     case DType::kF32:
-      launch_dependent(combine_kernel<float>, grid, block, 0, stream, static_cast<const float*>(y), position,
+      launch_dependent(combine_kernel<float, 1>, grid, block, 0, stream, static_cast<const float*>(y), position,
                        expert_weights, top_k, hidden, out);
       break;
     case DType::kBF16:
-      launch_dependent(combine_kernel<__nv_bfloat16>, grid, block, 0, stream, static_cast<const __nv_bfloat16*>(y),
-                       position, expert_weights, top_k, hidden, out);
+      launch_dependent(vector ? combine_kernel<__nv_bfloat16, 8> : combine_kernel<__nv_bfloat16, 1>,
+                       vector ? vector_grid : grid, block, 0, stream, static_cast<const __nv_bfloat16*>(y), position,
+                       expert_weights, top_k, hidden, out);
       break;
     case DType::kF16:
-      launch_dependent(combine_kernel<__half>, grid, block, 0, stream, static_cast<const __half*>(y), position,
-                       expert_weights, top_k, hidden, out);
+      launch_dependent(vector ? combine_kernel<__half, 8> : combine_kernel<__half, 1>, vector ? vector_grid : grid,
+                       block, 0, stream, static_cast<const __half*>(y), position, expert_weights, top_k, hidden, out);
       break;
     default: DI_CHECK(false, "moe_combine: y of " << dtype_name(y_dtype));
   }
