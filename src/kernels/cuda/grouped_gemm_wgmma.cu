@@ -3,10 +3,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/moe_grouped.cuh"
+#include "kernels/cuda/shared_carveout.h"
 #include "kernels/cuda/wgmma_util.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -279,16 +282,13 @@ void launch_grouped_gemm_wgmma(const CUtensorMap& x_map, const CUtensorMap* weig
                                int32_t num_products, int32_t total_tiles, int64_t k, const WgmmaEpilogue& epilogue,
                                cudaStream_t stream) {
   if (total_tiles == 0) return;
-  static const int multiprocessors = [] {
+  static const bool configured = [] {
     DI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        kSharedBytes));
-    int device = 0;
-    int count = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&device));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
+    return true;
   }();
-  const int blocks = total_tiles < multiprocessors ? total_tiles : multiprocessors;
+  (void)configured;
+  const int32_t blocks = std::min(total_tiles, multiprocessor_count());  // persistent: one a multiprocessor
   grouped_gemm_wgmma_kernel<<<static_cast<unsigned>(blocks), kThreads, kSharedBytes, stream>>>(
       x_map, weight_maps, products, num_products, total_tiles, static_cast<int32_t>(k), epilogue);
   DI_CUDA_CHECK_LAUNCH("grouped_gemm_wgmma_kernel");
