@@ -69,22 +69,21 @@ void MoeGroupedGemm::gate_up(const std::vector<ExpertPointers>& experts, const s
 }
 
 void MoeGroupedGemm::down(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
-                          int64_t hidden, int64_t intermediate, DType dtype, DType bias_dtype, const void* h, void* y,
+                          int64_t hidden, int64_t intermediate, DType dtype, const void* h, void* y,
                           cudaStream_t stream) {
+  run_cublas(per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden, dtype_size_bytes(dtype)),
+             dtype, h, intermediate, stream);
+}
+
+void MoeGroupedGemm::down_biased(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
+                                 int64_t hidden, int64_t intermediate, DType bias_dtype, const void* h, void* y,
+                                 cudaStream_t stream) {
   std::vector<Problem> problems =
-      per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden, dtype_size_bytes(dtype));
-  bool aligned = true;
-  for (Problem& p : problems) {
-    p.bias[0] = experts[static_cast<size_t>(p.expert)].down_bias;
-    aligned = aligned && wgmma_operand_fits(p.w[0], intermediate);
-  }
-  if (on_wgmma(dtype, hidden, intermediate, aligned)) {
-    WgmmaEpilogue epilogue;
-    epilogue.bias_dtype = bias_dtype;
-    run_wgmma(problems, epilogue, h, offsets.back(), intermediate, stream);
-  } else {
-    run_cublas(problems, dtype, h, intermediate, stream);
-  }
+      per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden, sizeof(uint16_t));
+  for (Problem& p : problems) p.bias[0] = experts[static_cast<size_t>(p.expert)].down_bias;
+  WgmmaEpilogue epilogue;
+  epilogue.bias_dtype = bias_dtype;
+  run_wgmma(problems, epilogue, h, offsets.back(), intermediate, stream);
 }
 
 std::vector<MoeGroupedGemm::Problem> MoeGroupedGemm::per_expert(

@@ -31,7 +31,7 @@ class MoeGroupedGemm {
   MoeGroupedGemm& operator=(const MoeGroupedGemm&) = delete;
 
   // Whether experts of this dtype and these sizes run on the wgmma kernel (bf16 on a Hopper GPU,
-  // widths multiples of 8, 16-byte aligned weights): then gate_up_activated applies, and biases.
+  // widths multiples of 8, 16-byte aligned weights): then gate_up_activated and down_biased apply.
   static bool on_wgmma(DType dtype, int64_t hidden, int64_t intermediate, bool aligned);
 
   // For the grouped rows i of expert e (offsets[e] <= i < offsets[e + 1]; offsets has
@@ -45,10 +45,14 @@ class MoeGroupedGemm {
   // x[i] @ up_e^T. x: [offsets.back(), hidden] and gate_up: [rows, 2 * I] in dtype (kBF16 or kF16).
   void gate_up(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
                int64_t intermediate, DType dtype, const void* x, void* gate_up, cudaStream_t stream);
-  // y[i] = h[i] @ down_e^T (+ down_bias_e, of bias_dtype: wgmma only) for the same rows. h:
-  // [rows, intermediate] and y: [rows, hidden] in dtype.
+  // On cuBLAS: y[i] = h[i] @ down_e^T for the same rows. h: [rows, intermediate] and y: [rows,
+  // hidden] in dtype.
   void down(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
-            int64_t intermediate, DType dtype, DType bias_dtype, const void* h, void* y, cudaStream_t stream);
+            int64_t intermediate, DType dtype, const void* h, void* y, cudaStream_t stream);
+  // On the wgmma kernel: y[i] = h[i] @ down_e^T + down_bias_e (biases of bias_dtype, where the
+  // expert has one), bf16.
+  void down_biased(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
+                   int64_t intermediate, DType bias_dtype, const void* h, void* y, cudaStream_t stream);
 
  private:
   // y = x[row0 : row0 + rows] @ w^T (+ bias) of one expert: w [n, k] row-major, x rows k wide, y

@@ -182,13 +182,12 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
       activation.swiglu_alpha = experts.swiglu_alpha;
       activation.swiglu_limit = experts.swiglu_limit;
       moe_gemm_.gate_up_activated(pointers, offsets, hidden, inter, activation, rounded, step.h, stream_.for_op());
-      moe_gemm_.down(pointers, offsets, hidden, inter, dtype, step.grouped.bias_dtype, step.h, step.y,
-                     stream_.for_op());
+      moe_gemm_.down_biased(pointers, offsets, hidden, inter, step.grouped.bias_dtype, step.h, step.y,
+                            stream_.for_op());
     } else {
       moe_gemm_.gate_up(pointers, offsets, hidden, inter, dtype, rounded, step.h, stream_.for_op());
       kc::glu_rounded(step.h, dtype, rows, inter, false, dtype, rounded, stream_.for_op());
-      moe_gemm_.down(pointers, offsets, hidden, inter, dtype, step.grouped.bias_dtype, rounded, step.y,
-                     stream_.for_op());
+      moe_gemm_.down(pointers, offsets, hidden, inter, dtype, rounded, step.y, stream_.for_op());
     }
   } catch (...) {
     give_back_workspace(rounded);
