@@ -27,6 +27,10 @@ constexpr int kBarrierOffset = kStages * kStageBytes;
 constexpr int kSharedBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + the base's alignment
 static_assert(kWgmmaTileRows == 64 * kConsumerGroups, "a consumer warpgroup takes 64 rows");
 
+// Output columns of a tile: a weight box's rows (gated: gate's half of the tile, whose outputs are
+// the activations).
+__host__ __device__ constexpr int tile_columns(bool gated) { return gated ? kWgmmaTileCols / 2 : kWgmmaTileCols; }
+
 __device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -143,7 +147,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full = base + kBarrierOffset;  // stage s's bytes have landed
   const uint32_t empty = full + kStages * 8;    // every consumer warp is done with stage s
   const int tid = static_cast<int>(threadIdx.x);
-  const int32_t cols = epilogue.gated ? kWgmmaTileCols / 2 : kWgmmaTileCols;
+  const int weights = epilogue.gated ? 2 : 1;  // gate and up, half the tile's weight rows each
+  const int32_t cols = tile_columns(epilogue.gated);
   const int32_t slices = (k + kSliceK - 1) / kSliceK;
 
   if (tid == 0) {
@@ -166,19 +171,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int32_t x_row = products[tile.product].row0 + tile.m0;
       const CUtensorMap* maps = weight_maps + 2 * tile.product;
       // The weights' maps were written by a copy before the launch: order them before the TMA's reads.
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(maps) : "memory");
-      if (epilogue.gated) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(maps + 1) : "memory");
+      for (int w = 0; w < weights; ++w) {
+        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(maps + w) : "memory");
+      }
       for (int32_t s = 0; s < slices; ++s, ++ring) {
         const uint32_t stage = ring % kStages;
         barrier_wait(empty + 8 * stage, ((ring / kStages) & 1) ^ 1);
         const uint32_t dst = base + stage * kStageBytes;
         barrier_expect_bytes(full + 8 * stage, kStageBytes);
         tma_load(dst, &x_map, s * kSliceK, x_row, full + 8 * stage);
-        if (epilogue.gated) {
-          tma_load(dst + kXBytes, maps, s * kSliceK, tile.n0, full + 8 * stage);
-          tma_load(dst + kXBytes + kWBytes / 2, maps + 1, s * kSliceK, tile.n0, full + 8 * stage);
-        } else {
-          tma_load(dst + kXBytes, maps, s * kSliceK, tile.n0, full + 8 * stage);
+        for (int w = 0; w < weights; ++w) {
+          tma_load(dst + kXBytes + w * (kWBytes / weights), maps + w, s * kSliceK, tile.n0, full + 8 * stage);
         }
       }
     }
@@ -271,10 +274,10 @@ CUtensorMap wgmma_operand_map(const void* data, int64_t rows, int64_t k, int box
   return map;
 }
 
-int wgmma_weight_box_rows(bool gated) { return gated ? kWgmmaTileCols / 2 : kWgmmaTileCols; }
+int wgmma_weight_box_rows(bool gated) { return tile_columns(gated); }
 
 int32_t wgmma_product_tiles(int32_t rows, int32_t n, bool gated) {
-  const int32_t cols = wgmma_weight_box_rows(gated);
+  const int32_t cols = tile_columns(gated);
   return ((rows + kWgmmaTileRows - 1) / kWgmmaTileRows) * ((n + cols - 1) / cols);
 }
 
