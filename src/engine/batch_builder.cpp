@@ -57,6 +57,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     const auto first_row = static_cast<int32_t>(batch.token_ids.size());
     // A verifying decode as one-token sequences: each row a sequence ending at its own position.
     const bool split = drafts_as_sequences && s.num_drafts > 0 && s.num_new_tokens == s.num_drafts + 1;
+    if (split) batch.rows_share_sequences = true;
     for (int32_t pos = rows.first_position; pos < end; ++pos) {
       const int32_t block = table[static_cast<size_t>(pos / block_size)];
       DI_CHECK(block >= 0, "position " << pos << " of sequence " << request.seq_id << " has no block");

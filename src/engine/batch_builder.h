@@ -31,7 +31,7 @@ struct BuiltBatch {
 
 // Logit rows: a sequence's prompt-logprob rows (when params.prompt_logprobs is set) and then its
 // sampling row and draft rows, in scheduled order.
-// drafts_as_sequences (CausalLM::kv_written_before_attention): a decode's golden and draft rows
+// drafts_as_sequences (CausalLM::rows_may_share_sequences): a decode's golden and draft rows
 // go in as one-token sequences over its table, so a verify step is decode-shaped.
 BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache,
                                bool drafts_as_sequences = false);

@@ -545,7 +545,7 @@ struct EngineCore::Impl {
       return std::nullopt;
     }
     try {
-      BuiltBatch built = build_forward_batch(scheduled, kv, speculator && model.kv_written_before_attention());
+      BuiltBatch built = build_forward_batch(scheduled, kv, speculator && model.rows_may_share_sequences());
       if (!pending_draws.empty()) {
         // A pending token is its sequence's last, so it can only be the last of its rows.
         std::vector<int32_t>& token_from_draw = built.batch.token_from_draw;

@@ -17,9 +17,9 @@
 namespace deepinfer {
 namespace {
 
-// The rows of one forward_draft call as a ForwardBatch, built sequence by sequence. Split (the
-// model writes KV before attending, CausalLM::kv_written_before_attention): each row is a
-// one-token sequence and every row's draft is taken, so the call is decode-shaped.
+// The rows of one forward_draft call as a ForwardBatch, built sequence by sequence. Split
+// (CausalLM::rows_may_share_sequences): each row is a one-token sequence and every row's draft is
+// taken, so the call is decode-shaped.
 struct DraftBatch {
   explicit DraftBatch(bool split_rows) : split(split_rows) {}
   bool split;
@@ -46,6 +46,7 @@ struct DraftBatch {
       }
     }
     if (!split) end_sequence(table, end);
+    if (split && end - first > 1) batch.rows_share_sequences = true;
     if (!drafts) return;
     drafting.push_back(&r);
     token_row_of.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
@@ -169,7 +170,7 @@ Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeCon
     : model_(model),
       kv_(kv),
       config_(config),
-      kv_written_first_(model.kv_written_before_attention()),
+      rows_split_(model.rows_may_share_sequences()),
       max_model_len_(max_model_len) {
   DI_CHECK(config.num_tokens > 0 && (model.num_draft_modules() > 0 || config.draft_source));
   const auto k = static_cast<size_t>(config.num_tokens);
@@ -186,7 +187,7 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
   const int32_t block_size = kv_.block_size();
   // A verify step's rows per sequence: 1 + K, or one-token sequences when the model splits them.
   const int32_t chain = std::min(config_.num_tokens + 1, block_size);
-  const bool split = model_.kv_written_before_attention();
+  const bool split = model_.rows_may_share_sequences();
   const int32_t q = split ? 1 : chain;
   const bool graphable = split && model_.backend().can_capture();
   const auto context = static_cast<int32_t>(
@@ -364,7 +365,7 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
       catch_up_rows += std::min(r.num_computed_tokens, rows.first_position + rows.num_new_tokens) - rows.first_position;
     }
   }
-  const bool graphable = model_.kv_written_before_attention() && model_.backend().can_capture();
+  const bool graphable = model_.rows_may_share_sequences() && model_.backend().can_capture();
   const bool split = graphable && catch_up_rows <= DecodeGraphs::kMaxBatch;
   DraftBatch catch_up(split);
   int32_t first_row = 0;

@@ -131,8 +131,8 @@ class Speculator {
   // and without drafting at that many (each arm tried until measured, the loser again now and then).
   bool drafting_measured_better(int64_t sequences);
   // The table a step's time goes to: verify steps of one-token sequences are decode steps.
-  MeasuredTimes& verify_times() { return kv_written_first_ ? measured_decode_ : measured_verify_; }
-  const MeasuredTimes& verify_times() const { return kv_written_first_ ? measured_decode_ : measured_verify_; }
+  MeasuredTimes& verify_times() { return rows_split_ ? measured_decode_ : measured_verify_; }
+  const MeasuredTimes& verify_times() const { return rows_split_ ? measured_decode_ : measured_verify_; }
   // Drafts verified at position k (0-based), prior included, and the acceptance there given the
   // earlier drafts were accepted (an even prior while few were verified).
   int64_t proposed_at(size_t k) const;
@@ -142,7 +142,7 @@ class Speculator {
   KvCacheManager& kv_;
   SpeculativeConfig config_;
   MeasuredTimes measured_decode_, measured_verify_, measured_draft_;
-  bool kv_written_first_;  // CausalLM::kv_written_before_attention
+  bool rows_split_;  // CausalLM::rows_may_share_sequences
   // Per power-of-two bucket of decoding sequences, the tokens per second of its last steps
   // (drafting included) without [0] and with [1] drafting; their median is what counts, so a step
   // that allocated or captured a graph does not.

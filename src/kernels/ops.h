@@ -65,6 +65,10 @@ struct PagedBatch {
   // Host-side sizes for device launches (grid shapes, workspaces); host kernels ignore them.
   int32_t num_tokens = 0;     // query_start[num_seqs]
   int32_t max_query_len = 0;  // the most new tokens of any sequence
+  // Some sequences are consecutive rows of one cached sequence, split into one-token sequences
+  // over the same table (a speculative verify step): every row's KV must be in the cache before
+  // any row attends, so a backend may not write a row's KV inside its own attention.
+  bool rows_share_sequences = false;
 };
 
 struct AttentionParams {

@@ -31,7 +31,7 @@ const kernels::SampleParams* DecodeGraphs::run(Backend& backend, const ForwardBa
                                                StepExtras extras,
                                                const std::function<void(const DeviceBatch&)>& enqueue_step) {
   const PaddedShape shape = shape_for(batch);
-  Graph& entry = graphs_[{shape.num_seqs, shape.width, !batch.swa_block_table.empty()}];
+  Graph& entry = graphs_[{shape.num_seqs, shape.width, !batch.swa_block_table.empty(), batch.rows_share_sequences}];
   extras.shape = &shape;
   extras.replayed = true;
   const DeviceBatch device = entry.inputs.upload(backend, batch, block_size, extras);

@@ -51,8 +51,9 @@ class DecodeGraphs {
     std::tuple<const void*, const void*, const int32_t*> captured_over;
     std::unique_ptr<CapturedGraph> graph;
   };
-  // (padded sequences, padded width, split cache tables)
-  std::map<std::tuple<int32_t, int32_t, bool>, Graph> graphs_;
+  // (padded sequences, padded width, split cache tables, rows sharing sequences: their attention
+  // is launched differently)
+  std::map<std::tuple<int32_t, int32_t, bool, bool>, Graph> graphs_;
   int64_t num_replays_ = 0;
 };
 

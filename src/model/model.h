@@ -44,6 +44,9 @@ struct ForwardBatch {
   // block tables are kept on the device between steps and only the rows that changed are sent
   // (StepInputs).
   std::vector<int64_t> seq_ids;
+  // Consecutive rows of some cached sequence go in as one-token sequences over its table
+  // (CausalLM::rows_may_share_sequences; kernels::PagedBatch::rows_share_sequences).
+  bool rows_share_sequences = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }
@@ -141,11 +144,11 @@ class CausalLM {
   // hidden states (a first draft), or a row of the last forward_draft's module outputs (a deeper
   // draft, chained from the one before it). Both stay valid until the next forward or forward_draft.
   enum class DraftInput : uint8_t { kMainHidden, kDraftOutput };
-  // Whether every attention layer, the draft module's too, writes a whole step's KV before any of
-  // its rows attends (MLA does; a fused decode front end does not): consecutive rows of one
-  // sequence may then run as one-token sequences over the same table, each seeing the rows before
-  // it, so a speculative verify step or draft call is decode-shaped and replays a decode graph.
-  virtual bool kv_written_before_attention() const { return false; }
+  // Whether consecutive rows of one sequence may run as one-token sequences over the same table,
+  // each seeing the rows before it (ForwardBatch::rows_share_sequences: every attention layer, the
+  // draft module's too, then writes the whole step's KV before any row attends), so a speculative
+  // verify step or draft call is decode-shaped and replays a decode graph.
+  virtual bool rows_may_share_sequences() const { return false; }
   // What forward_draft returns for each of batch.logit_rows, in host memory; any may be null.
   struct DraftOutputs {
     float* logits = nullptr;      // [logit rows, vocab]: the logits of the token at p + 2

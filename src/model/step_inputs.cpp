@@ -141,6 +141,7 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   device.paged.block_size = block_size;
   device.paged.num_tokens = num_tokens;
   device.paged.max_query_len = num_dummies > 0 ? 1 : 0;
+  device.paged.rows_share_sequences = batch.rows_share_sequences;
   for (int32_t s = 0; s < real_seqs; ++s) {
     const auto s_index = static_cast<size_t>(s);
     device.paged.max_query_len =

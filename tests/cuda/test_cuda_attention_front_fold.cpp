@@ -2,10 +2,13 @@
 // on CUDA) against the two launches it replaces (the front-end kernel, then paged attention): the
 // same output and the same cache bits, over head sizes, GQA groups, qk-norm, partial and interleaved
 // rotary, page sizes, windows, sinks, skipped cache writes, one sequence to many (the lean twin and
-// the wide grid), and the batch-invariant mode (which keeps the two launches).
+// the wide grid), and the batch-invariant mode and rows sharing one sequence (which keep the two
+// launches).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -24,6 +27,9 @@ struct FoldCase {
   bool qk_norm = false;
   kernels::RopeLayout layout = kernels::RopeLayout::kRotateHalf;
   int32_t skipped_seq = -1;  // this sequence's token has slot -1 (a graph's padding row)
+  // The sequences are consecutive rows of one sequence over its table (a speculative verify step
+  // split into one-token sequences, kernels::PagedBatch::rows_share_sequences).
+  bool one_sequence = false;
 };
 
 // The step's inputs on the host: one [q | k | v] row per token, its position and slot.
@@ -39,6 +45,13 @@ FoldInputs make_inputs(const FoldCase& c, std::mt19937& rng) {
   const AttentionCase& a = c.attention;
   FoldInputs in;
   in.batch = make_batch(a, rng);
+  if (c.one_sequence) {
+    const auto width = static_cast<ptrdiff_t>(in.batch.max_blocks_per_seq);
+    std::vector<int32_t>& table = in.batch.block_table;
+    for (size_t s = 0; s + 1 < a.seqs.size(); ++s) {
+      std::copy(table.end() - width, table.end(), table.begin() + static_cast<ptrdiff_t>(s) * width);
+    }
+  }
   const int64_t row = int64_t{a.num_heads + 2 * a.num_kv_heads} * a.head_dim;
   in.qkv = random_floats(rng, static_cast<size_t>(in.batch.num_tokens * row), -2.0f, 2.0f);
   for (size_t s = 0; s < a.seqs.size(); ++s) {
@@ -66,7 +79,8 @@ struct FoldResult {
 FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool fold) {
   const AttentionCase& a = c.attention;
   const HostBatch& b = in.batch;
-  const DeviceTables tables = upload_tables(backend, a, b);
+  DeviceTables tables = upload_tables(backend, a, b);
+  tables.batch.rows_share_sequences = c.one_sequence;
   // The new tokens' cache rows start as NaN: a read before the write would show.
   std::vector<uint16_t> k_bits = to_bf16_bits(b.k_cache);
   std::vector<uint16_t> v_bits = to_bf16_bits(b.v_cache);
@@ -130,7 +144,8 @@ FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool f
 std::string describe(const FoldCase& c) {
   return describe(c.attention) + " rotary " + std::to_string(c.rotary_dim) + (c.qk_norm ? " qk-norm" : "") +
          (c.layout == kernels::RopeLayout::kInterleaved ? " interleaved" : "") +
-         (c.skipped_seq >= 0 ? " skipped seq " + std::to_string(c.skipped_seq) : "");
+         (c.skipped_seq >= 0 ? " skipped seq " + std::to_string(c.skipped_seq) : "") +
+         (c.one_sequence ? " one sequence" : "");
 }
 
 void expect_same_bits(Backend& backend, const FoldCase& c, std::mt19937& rng, bool folds) {
@@ -202,6 +217,22 @@ TEST(CudaAttentionFrontFold, InvariantModeKeepsTheTwoLaunches) {
   c.attention.bf16_cache = true;
   c.qk_norm = true;
   expect_same_bits(*backend, c, rng, false);
+}
+
+// A verify step's rows of one sequence as one-token sequences: each row reads the rows before it,
+// which other blocks of a folded launch would write unordered, so the front end runs first.
+TEST(CudaAttentionFrontFold, RowsOfOneSequenceKeepTheTwoLaunches) {
+  auto backend = cuda_backend();
+  std::mt19937 rng(71);
+  for (int32_t block_size : {16, 5}) {
+    for (int32_t first : {1, 300}) {
+      FoldCase c;
+      c.attention = gqa_case(decode_seqs({first, first + 1, first + 2, first + 3}), block_size, 4, 128, 0, false);
+      c.attention.bf16_cache = true;
+      c.one_sequence = true;
+      expect_same_bits(*backend, c, rng, false);
+    }
+  }
 }
 
 }  // namespace

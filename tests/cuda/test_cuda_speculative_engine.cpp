@@ -1,8 +1,11 @@
 // The engine's speculative decoding on CUDA (batch-invariant kernels): output with drafts equal to
-// without, at K = 1 and 3, varlen and fixed, under preemption (speculative_engine_cases.h).
+// without, at K = 1 and 3, varlen and fixed, under preemption (speculative_engine_cases.h); and
+// replayed drafts on GQA layers with the default kernels, whose verify steps replay decode graphs
+// with the attention front end apart from the fused decode kernel.
 #include <gtest/gtest.h>
 
 #include "../engine/speculative_engine_cases.h"
+#include "bf16_model.h"
 #include "cuda_test_util.h"
 
 namespace deepinfer::testing {
@@ -11,6 +14,12 @@ namespace {
 TEST(CudaSpeculativeEngine, OutputWithDraftsIsOutputWithoutThem) {
   CudaModel loaded = load_on_cuda(speculative_model_dir(), /*batch_invariant=*/true);
   expect_speculation_keeps_output(*loaded.model);
+}
+
+TEST(CudaSpeculativeEngine, ReplayedDraftsOnGqaLayersReplayDecodeGraphs) {
+  CudaModel loaded = load_on_cuda(write_bf16_copy(fixture_dir("llama"), "llama"));
+  // 3 requests of 24 tokens verify 4 rows a step: 7 or 8 steps each if every step replayed.
+  EXPECT_GE(expect_replayed_drafts_keep_output(*loaded.model), 4);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,52 @@ inline void expect_speculation_keeps_output(CausalLM& model) {
       }
     }
   }
+}
+
+// Replayed drafts (a plain run's outputs, every other one corrupted) on a model without a draft
+// module: the output stays plain decoding's, and exactly the uncorrupted drafts are kept. Returns
+// the graph replays of the speculative run (its verify steps' when they are decode-shaped).
+inline int64_t expect_replayed_drafts_keep_output(CausalLM& model) {
+  std::vector<RequestSpec> requests;
+  for (int i = 0; i < 3; ++i) {
+    RequestSpec spec;
+    spec.prompt = {5 + i, 17, 42, 7, 99, 3};
+    spec.params.max_tokens = 24;
+    spec.params.ignore_eos = true;
+    spec.params.temperature = 0.0;
+    requests.push_back(spec);
+  }
+  const EngineConfig plain = small_engine_config(64);
+  const std::map<int64_t, RequestRun> want = run_together(model, plain, requests);
+  EngineConfig config = plain;
+  config.speculative = speculative_config(3, false);
+  int64_t offered = 0;
+  int64_t corrupted = 0;
+  const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+  config.speculative.draft_source = [&](const Request& r, int32_t max_drafts, std::vector<int32_t>& drafts,
+                                        std::vector<float>& confidences) {
+    const std::vector<int32_t>& reference = want.at(r.request_id).samples.at(0).token_ids;
+    for (int32_t j = 0; j < max_drafts; ++j) {
+      const auto generated = static_cast<size_t>(r.num_output_tokens() + j);
+      const bool corrupt = (r.num_tokens() + j) % 2 == 0;
+      drafts.push_back(corrupt ? (reference[generated] + 1) % vocab : reference[generated]);
+      confidences.push_back(0.5f);
+      ++offered;
+      if (corrupt && j == 0) ++corrupted;
+    }
+  };
+  EngineStats stats;
+  const int64_t replays_before = model.num_graph_replays();
+  const std::map<int64_t, RequestRun> got = run_together(model, config, requests, &stats);
+  const int64_t replays = model.num_graph_replays() - replays_before;
+  expect_identical(got, want, "replayed drafts");
+  EXPECT_TRUE(stats.speculative.has_value());
+  if (!stats.speculative.has_value()) return replays;
+  EXPECT_GT(offered, 0);
+  // A first draft is kept exactly when it was not corrupted.
+  EXPECT_EQ(stats.speculative->proposed_per_position[0] - stats.speculative->accepted_per_position[0], corrupted);
+  EXPECT_EQ(stats.speculative->draft_calls, 0);
+  return replays;
 }
 
 }  // namespace deepinfer::testing

@@ -57,6 +57,7 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
   device.paged.max_blocks_per_seq = batch.max_blocks_per_seq;
   device.paged.block_size = block_size;
   device.paged.num_tokens = static_cast<int32_t>(batch.num_tokens());
+  device.paged.rows_share_sequences = batch.rows_share_sequences;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     const auto s_index = static_cast<size_t>(s);
     device.paged.max_query_len =

@@ -406,12 +406,6 @@ int64_t DenseDecoder::routed_weight_bytes_per_step() const {
   return bytes;
 }
 
-bool DenseDecoder::kv_written_before_attention() const {
-  const auto mla = [](const DecoderLayer& layer) { return std::holds_alternative<MlaLayer>(layer.attention); };
-  return std::all_of(layers_.begin(), layers_.end(), mla) &&
-         std::all_of(mtp_layers_.begin(), mtp_layers_.end(), [&](const MtpLayerWeights& m) { return mla(m.block); });
-}
-
 void DenseDecoder::clear_graphs() {
   if (graphs_) graphs_->clear();
   if (draft_graphs_) draft_graphs_->clear();

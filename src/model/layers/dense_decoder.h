@@ -112,7 +112,9 @@ class DenseDecoder final : public CausalLM {
   int64_t routed_weight_bytes_per_step() const override;
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_layers_; }
   int32_t num_draft_modules() const override { return static_cast<int32_t>(mtp_layers_.size()); }
-  bool kv_written_before_attention() const override;
+  // MLA layers write a step's KV before attending; GQA layers do when the batch's rows share
+  // sequences (the fused decode front end, which writes a row's KV inside its attention, steps aside).
+  bool rows_may_share_sequences() const override { return true; }
   void forward_draft(const ForwardBatch& batch, const std::vector<int32_t>& hidden_rows, DraftInput input,
                      const DraftOutputs& outputs) override;
   bool run_idle_step() override;

@@ -146,8 +146,10 @@ void CudaBackend::paged_attention(const float* q, const void* k_cache, const voi
 void CudaBackend::attention_with_front_end(const kernels::AttentionFrontEnd& f, const kernels::PagedBatch& batch,
                                            const kernels::AttentionParams& params, float* out) {
   const bool decode_only = batch.num_seqs > 0 && batch.max_query_len == 1 && f.num_tokens == batch.num_tokens;
-  if (fused_decode_ && !batch_invariant_ && decode_only && f.head_dim == params.head_dim &&
-      f.cache_dtype == params.cache_dtype) {
+  // The fused kernel writes each row's KV inside that row's attention, unordered against the rows
+  // of the same sequence that read it.
+  if (fused_decode_ && !batch_invariant_ && decode_only && !batch.rows_share_sequences &&
+      f.head_dim == params.head_dim && f.cache_dtype == params.cache_dtype) {
     const kc::AttentionPlan plan = kc::plan_paged_attention(batch, params, 0, num_sms_);
     if (plan.balanced_splits) {
       planned_attention(nullptr, f.k_cache, f.v_cache, batch, params, plan, out, &f);
