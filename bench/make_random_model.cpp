@@ -2,6 +2,7 @@
 // shaped like a Llama / Mistral / Qwen2 / Qwen3 model, or a MoE one (DeepSeek-V2/V3, Qwen3-MoE,
 // Mixtral, GPT-OSS), with random weights, for benchmarks.
 // Usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8] [--seed N]
+//        [--router-skew SHARE]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "core/mapped_file.h"
 #include "dense_layout.h"
 #include "moe_layout.h"
+#include "router_skew.h"
 #include "tool_flags.h"
 #include "weights/fp8.h"
 #include "weights/safetensors.h"
@@ -29,10 +32,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8] [--seed N]\n"
+    "                                   [--router-skew SHARE]\n"
     "Writes DIR/config.json and DIR/model.safetensors with every tensor of the config's architecture\n"
     "(Llama, Mistral, Qwen2, Qwen3; DeepSeek-V2/V3, Qwen3-MoE, Mixtral, GPT-OSS): weights ~ normal(0, 0.02),\n"
     "norm weights ~ 1 + normal(0, 0.02). fp8: the projections in e4m3 with a float32 weight_scale_inv per\n"
-    "128 x 128 block (DeepSeek-V3's published format), everything else bf16.\n";
+    "128 x 128 block (DeepSeek-V3's published format), everything else bf16.\n"
+    "--router-skew SHARE (MoE, e.g. 0.5): router biases drawn so that the busiest tenth of each layer's\n"
+    "experts takes SHARE of the routed tokens (GPT-OSS's router bias; other families need\n"
+    "\"topk_method\": \"noaux_tc\" in the config, whose e_score_correction_bias steers the choice).\n";
 
 constexpr float kWeightStd = 0.02f;  // transformers' default initializer_range
 // The unit of parallel work. Each chunk draws from its own stream seeded by (seed, tensor, chunk),
@@ -200,7 +207,7 @@ Result<void> write_config(const ModelConfig& config, DType dtype, const std::str
 }
 
 Result<void> run(int argc, char** argv) {
-  auto flags = parse_tool_flags(argc, argv, {"--config", "--out", "--dtype", "--seed"});
+  auto flags = parse_tool_flags(argc, argv, {"--config", "--out", "--dtype", "--seed", "--router-skew"});
   if (!flags.ok()) return flags.error();
   if (!flags->count("--config") || !flags->count("--out")) return Error{"--config and --out are required"};
   const std::string out_dir = flags->at("--out");
@@ -212,6 +219,14 @@ Result<void> run(int argc, char** argv) {
     char* end = nullptr;
     seed = std::strtoull(text.c_str(), &end, 10);
     if (text.empty() || *end != '\0') return Error{"--seed must be a non-negative integer, got '" + text + "'"};
+  }
+
+  std::optional<double> router_skew;
+  if (flags->count("--router-skew")) {
+    const std::string& text = flags->at("--router-skew");
+    char* end = nullptr;
+    router_skew = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0') return Error{"--router-skew must be a number, got '" + text + "'"};
   }
 
   const std::string config_path = flags->at("--config");
@@ -238,6 +253,12 @@ Result<void> run(int argc, char** argv) {
     views.push_back(std::move(view));
   }
   fill_all(layout->tensors, views, seed);
+  if (router_skew) {
+    auto skew = skew_routers(*config, views, *router_skew, seed);
+    if (!skew.ok()) return Error{config_path + ": " + skew.error().message};
+    std::printf("router skew: %lld layers, bias standard deviations %.4g-%.4g for a busiest tenth's share of %.3f\n",
+                static_cast<long long>(skew->num_layers), skew->min_scale, skew->max_scale, *router_skew);
+  }
   if (*dtype == DType::kF8E4M3) quantize_projections(views, buffers);
   for (const TensorView& view : views) total_bytes += view.size_bytes;
 

@@ -48,6 +48,40 @@ foreach(family llama mistral qwen2 qwen3)
   endif()
 endforeach()
 
+# --router-skew on a tiny Qwen3-MoE (40 experts, top 4): refused without a selection bias; with
+# topk_method noaux_tc the prompt's tokens, routed by the engine (deepinfer bench's CPU line), put
+# about the asked half on each layer's busiest tenth of the experts, against near even without.
+set(moe_config "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"vocab_size\": 300,
+  \"hidden_size\": 64, \"intermediate_size\": 96, \"moe_intermediate_size\": 32, \"num_hidden_layers\": 2,
+  \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, \"num_experts\": 40,
+  \"num_experts_per_tok\": 4, \"norm_topk_prob\": true, \"max_position_embeddings\": 1024, \"rms_norm_eps\": 1e-6,
+  \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"eos_token_id\": 2, \"torch_dtype\": \"float32\"")
+file(WRITE ${WORK_DIR}/moe_even.json "${moe_config}}")
+file(WRITE ${WORK_DIR}/moe_skew.json "${moe_config}, \"topk_method\": \"noaux_tc\", \"n_group\": 1, \"topk_group\": 1}")
+execute_process(COMMAND ${TOOLS_DIR}/deepinfer-make-random-model --config ${WORK_DIR}/moe_even.json
+                        --out ${WORK_DIR}/moe_refused --router-skew 0.5
+                RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "topk_method")
+  message(FATAL_ERROR "--router-skew without a selection bias should be refused naming topk_method, got exit ${rc}: ${err}")
+endif()
+foreach(variant even skew)
+  set(skew_flags)
+  if(variant STREQUAL "skew")
+    set(skew_flags --router-skew 0.5)
+  endif()
+  run_ok(${TOOLS_DIR}/deepinfer-make-random-model --config ${WORK_DIR}/moe_${variant}.json --out ${WORK_DIR}/moe_${variant}
+         --seed 5 ${skew_flags})
+  run_ok(${TOOLS_DIR}/deepinfer bench --model ${WORK_DIR}/moe_${variant} --prompt-tokens 1024 --decode-tokens 1 --repeats 1)
+  if(NOT run_output MATCHES "\"busiest_tenth_expert_share\":([0-9.]+)")
+    message(FATAL_ERROR "moe_${variant}: no busiest_tenth_expert_share in deepinfer bench's line:\n${run_output}")
+  endif()
+  set(share_${variant} ${CMAKE_MATCH_1})
+endforeach()
+if(share_even GREATER 0.25 OR share_skew LESS 0.4 OR share_skew GREATER 0.6)
+  message(FATAL_ERROR "busiest tenth's share: ${share_even} without the skew (want < 0.25), ${share_skew} with "
+                      "--router-skew 0.5 (want 0.4-0.6)")
+endif()
+
 file(WRITE ${WORK_DIR}/gpt2.json "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\",
   \"vocab_size\": 300, \"hidden_size\": 48, \"intermediate_size\": 80, \"num_hidden_layers\": 2,
   \"num_attention_heads\": 4, \"max_position_embeddings\": 128}")

@@ -3,6 +3,7 @@
 // effective bandwidth, each beside the device ceilings measured in the same run.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "args.h"
@@ -10,6 +11,11 @@
 #include "session.h"
 
 namespace deepinfer::cli {
+
+// How a prompt's tokens spread over the experts (deepinfer-make-random-model --router-skew skews
+// it on purpose; docs/benchmarks.md, "MoE routing skew"), as JSON fields
+// (",\"busiest_tenth_expert_share\":...,\"busiest_expert_over_mean\":..."); "" for a dense model.
+std::string expert_spread_fields(const ExpertTokenCounts& counts);
 
 // Flags (besides the model flags): --batches LIST (default 1,8,64,256), --contexts LIST
 // (1024,8192), --prefill LIST (4096), --steps N (decode steps timed per point, default 8).

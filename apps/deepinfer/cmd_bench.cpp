@@ -118,12 +118,15 @@ int run_bench(int argc, char** argv) {
   OpProfile& op_profile = OpProfile::global();
   op_profile.reset();
   double profiled_decode_s = 0.0;
+  ExpertTokenCounts prompt_routing;
   for (int64_t r = 0; r < *repeats; ++r) {
     generator.reset();
+    model.reset_expert_token_counts();
     const auto prefill_start = std::chrono::steady_clock::now();
     auto logits = generator.append(prompt, false);
     best_prefill_s = std::min(best_prefill_s, seconds_since(prefill_start));
     if (!logits.ok()) return report_error("bench", logits.error());
+    prompt_routing = model.expert_token_counts();
     if (profile) op_profile.set_enabled(true);
     const auto decode_start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < *decode_tokens; ++i) {
@@ -150,10 +153,11 @@ int run_bench(int argc, char** argv) {
   std::printf(
       "{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prefill_tokens\":%lld,\"prefill_tok_s\":%.2f,"
       "\"decode_tokens\":%lld,\"decode_tok_s\":%.3f,\"weight_bytes_per_token\":%.0f,\"decode_gb_s\":%.3f,"
-      "\"memory_read_gb_s\":%.3f,\"decode_bandwidth_ratio\":%.4f}\n",
+      "\"memory_read_gb_s\":%.3f,\"decode_bandwidth_ratio\":%.4f%s}\n",
       model.config().architecture.c_str(), std::string(model.backend().name()).c_str(), omp_get_max_threads(),
       static_cast<long long>(*prompt_tokens), prefill_tok_s, static_cast<long long>(*decode_tokens), decode_tok_s,
-      bytes_per_token, decode_gb_s, memory_gb_s, decode_gb_s / memory_gb_s);
+      bytes_per_token, decode_gb_s, memory_gb_s, decode_gb_s / memory_gb_s,
+      expert_spread_fields(prompt_routing).c_str());
   return 0;
 }
 

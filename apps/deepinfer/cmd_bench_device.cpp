@@ -41,6 +41,7 @@ void bench_prefill(CausalLM& model, const DevicePeaks& peaks, int32_t tokens, in
   double best_s = 1e30;
   for (int32_t r = 0; r < repeats; ++r) {
     generator.reset();
+    model.reset_expert_token_counts();
     const auto start = std::chrono::steady_clock::now();
     auto logits = generator.append(prompt, false);
     best_s = std::min(best_s, seconds_since(start));
@@ -51,10 +52,12 @@ void bench_prefill(CausalLM& model, const DevicePeaks& peaks, int32_t tokens, in
       2.0 * n * decoder_matmul_params(c) + 2.0 * static_cast<double>(c.hidden_size * c.vocab_size);
   const double attention_flops = prompt_attention_flops(c, n);
   const double flop_s = (linear_flops + attention_flops) / best_s;
-  std::printf("{\"kind\":\"prefill\",\"tokens\":%d,\"tok_s\":%.1f,\"seconds\":%.4f,\"tflop_s\":%.1f,"
-              "\"attention_flop_share\":%.3f,\"matmul_peak_tflop_s\":%.1f,\"matmul_fraction\":%.3f}\n",
-              tokens, n / best_s, best_s, flop_s / 1e12, attention_flops / (linear_flops + attention_flops),
-              peaks.bf16_matmul_flop_per_s / 1e12, flop_s / peaks.bf16_matmul_flop_per_s);
+  std::printf(
+      "{\"kind\":\"prefill\",\"tokens\":%d,\"tok_s\":%.1f,\"seconds\":%.4f,\"tflop_s\":%.1f,"
+      "\"attention_flop_share\":%.3f,\"matmul_peak_tflop_s\":%.1f,\"matmul_fraction\":%.3f",
+      tokens, n / best_s, best_s, flop_s / 1e12, attention_flops / (linear_flops + attention_flops),
+      peaks.bf16_matmul_flop_per_s / 1e12, flop_s / peaks.bf16_matmul_flop_per_s);
+  std::printf("%s}\n", expert_spread_fields(model.expert_token_counts()).c_str());
   std::fflush(stdout);
 }
 
@@ -325,6 +328,14 @@ void bench_prefill_attention(Backend& backend, const ModelConfig& c, const Devic
 }
 
 }  // namespace
+
+std::string expert_spread_fields(const ExpertTokenCounts& counts) {
+  if (counts.counts.empty()) return "";
+  char fields[128];
+  std::snprintf(fields, sizeof(fields), ",\"busiest_tenth_expert_share\":%.3f,\"busiest_expert_over_mean\":%.2f",
+                counts.busiest_share(0.1), counts.busiest_over_mean());
+  return fields;
+}
 
 int run_device_bench(const Args& args, LoadedModel& loaded) {
   CausalLM& model = *loaded.model;

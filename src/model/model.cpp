@@ -1,5 +1,11 @@
-// load_model: config.json -> registry -> architecture builder.
+// load_model: config.json -> registry -> architecture builder; ExpertTokenCounts' summaries.
 #include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <numeric>
 
 #include "core/check.h"
 
@@ -31,6 +37,32 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
 }
 
 std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
+
+double ExpertTokenCounts::busiest_share(double fraction) const {
+  int64_t busiest = 0;
+  int64_t total = 0;
+  for (std::vector<int64_t> layer : counts) {
+    const auto top = static_cast<size_t>(std::ceil(fraction * static_cast<double>(layer.size())));
+    std::sort(layer.begin(), layer.end(), std::greater<>());
+    busiest =
+        std::accumulate(layer.begin(), layer.begin() + static_cast<ptrdiff_t>(std::min(top, layer.size())), busiest);
+    total = std::accumulate(layer.begin(), layer.end(), total);
+  }
+  return total > 0 ? static_cast<double>(busiest) / static_cast<double>(total) : 0.0;
+}
+
+double ExpertTokenCounts::busiest_over_mean() const {
+  double sum = 0.0;
+  int32_t layers = 0;
+  for (const std::vector<int64_t>& layer : counts) {
+    const int64_t total = std::accumulate(layer.begin(), layer.end(), int64_t{0});
+    if (total == 0) continue;
+    sum += static_cast<double>(*std::max_element(layer.begin(), layer.end())) * static_cast<double>(layer.size()) /
+           static_cast<double>(total);
+    ++layers;
+  }
+  return layers > 0 ? sum / layers : 0.0;
+}
 
 ForwardBatch contiguous_sequence_batch(const std::vector<int32_t>& tokens, int32_t first_position,
                                        int32_t num_blocks) {

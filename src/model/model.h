@@ -58,6 +58,19 @@ struct ForwardBatch {
 ForwardBatch contiguous_sequence_batch(const std::vector<int32_t>& tokens, int32_t first_position,
                                        int32_t num_blocks);
 
+// Tokens routed to each expert since load or the last reset_expert_token_counts:
+// [num_moe_layers][num_experts], the layer index of each row in layer_ids (empty for dense models).
+struct ExpertTokenCounts {
+  std::vector<int64_t> layer_ids;
+  std::vector<std::vector<int64_t>> counts;
+  // Over every layer, the share of the routed tokens that went to that layer's busiest
+  // ceil(fraction x num_experts) experts (0 when nothing was routed).
+  double busiest_share(double fraction) const;
+  // Each layer's busiest expert's count over its mean count, averaged over the layers that routed
+  // anything (1: even; the step time of an expert-parallel layer follows its busiest rank).
+  double busiest_over_mean() const;
+};
+
 struct KvCacheShape {
   int32_t num_blocks = 0;
   int32_t block_size = 0;
@@ -180,6 +193,8 @@ class CausalLM {
   // counters back (waits for the device). Benchmarks' roofline fractions.
   virtual int64_t routed_weight_bytes_per_step() const { return weight_bytes_per_token(); }
   virtual void reset_expert_token_counts() {}
+  // Reads the counters back (waits for the device).
+  virtual ExpertTokenCounts expert_token_counts() const { return {}; }
   // Expert parallelism (model/expert_parallel.h): joins one forward of the group without tokens of
   // this rank's own (its experts still serve the other ranks' tokens). Returns false, having run
   // nothing, when no rank had a forward in this round. A model outside a group returns false.

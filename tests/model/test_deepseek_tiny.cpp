@@ -47,7 +47,7 @@ TEST(DeepinferTinyV3, KeepsMtpLayerAndCountsRoutedTokens) {
   Generator generator(*loaded.model, 16, 64);
   ASSERT_TRUE(generator.append(tokens, false).ok());
   ASSERT_TRUE(generator.append({5}, false).ok());
-  const DenseDecoder::ExpertCounts counts = decoder->expert_token_counts();
+  const ExpertTokenCounts counts = decoder->expert_token_counts();
   // first_k_dense_replace 1 of 3 layers: layers 1 and 2 route every token to top-2 experts.
   ASSERT_EQ(counts.layer_ids, (std::vector<int64_t>{1, 2}));
   for (const auto& layer : counts.counts) {

@@ -377,8 +377,8 @@ int64_t DenseDecoder::weight_bytes_per_token() const {
   return bytes;
 }
 
-DenseDecoder::ExpertCounts DenseDecoder::expert_token_counts() const {
-  ExpertCounts counts;
+ExpertTokenCounts DenseDecoder::expert_token_counts() const {
+  ExpertTokenCounts counts;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (const auto* moe = std::get_if<MoeLayer>(&layers_[i].ffn)) {
       counts.layer_ids.push_back(static_cast<int64_t>(i));

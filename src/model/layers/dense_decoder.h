@@ -101,13 +101,7 @@ class DenseDecoder final : public CausalLM {
     return (graphs_ ? graphs_->num_replays() : 0) + (draft_graphs_ ? draft_graphs_->num_replays() : 0);
   }
 
-  // Tokens routed to each expert since load or the last reset: [num_moe_layers][num_experts]
-  // with the layer index of each row in layer_ids (empty for dense models).
-  struct ExpertCounts {
-    std::vector<int64_t> layer_ids;
-    std::vector<std::vector<int64_t>> counts;
-  };
-  ExpertCounts expert_token_counts() const;
+  ExpertTokenCounts expert_token_counts() const override;
   void reset_expert_token_counts() override;
   int64_t routed_weight_bytes_per_step() const override;
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_layers_; }
