@@ -150,11 +150,15 @@ TEST(SpeculativeEngine, VerifyRowsGoInAsOneTokenSequences) {
   EXPECT_FALSE(build_forward_batch(scheduled, kv, true).batch.rows_share_sequences);
 }
 
-// Replayed drafts on a model without a draft module (GQA layers: verify rows as one-token
-// sequences on the CPU backend's separate front end).
+// Replayed drafts on models without a draft module: GQA layers (qwen3's with q/k norms in the front
+// end, qwen3_moe's with experts), verify rows as one-token sequences on the CPU backend's separate
+// front end.
 TEST(SpeculativeEngine, ReplayedDraftsOnAModelWithoutADraftModule) {
-  testing::TestModel loaded = testing::load_test_model("llama", true);
-  EXPECT_EQ(testing::expect_replayed_drafts_keep_output(*loaded.model), 0);
+  for (const char* fixture : {"llama", "qwen3", "qwen3_moe"}) {
+    SCOPED_TRACE(fixture);
+    testing::TestModel loaded = testing::load_test_model(fixture, true);
+    EXPECT_EQ(testing::expect_replayed_drafts_keep_output(*loaded.model), 0);
+  }
 }
 
 // Measured step times replace the profile's at their buckets and scale the rest by the mean ratio;
