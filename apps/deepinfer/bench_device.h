@@ -26,6 +26,12 @@ int run_device_bench(const Args& args, LoadedModel& loaded);
 // line each (bench_device_products.cpp). Keeps its weights on the backend until it is destroyed.
 void bench_decode_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks);
 
+// A MoE model's routed experts alone (bf16, SiLU-gated, zero weights: the bytes set the time):
+// Backend::moe_experts over expert ids already on the device at 1, 8, 64 and 256 tokens, each
+// token on its own top_k experts in turn, as a captured graph where the backend captures; one
+// expert_products line each, the TB/s of the expert weights read. Nothing for a dense model.
+void bench_expert_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks);
+
 // Backend::sample_rows alone on batch random rows of c's vocabulary, for a few filter sets: one
 // sampling line each (bench_device_sampling.cpp).
 void bench_sampling(Backend& backend, const ModelConfig& c, int32_t batch);

@@ -5,6 +5,7 @@
 // Where the backend folds a layer's norms and residual adds into its decode products
 // (Backend::fuses_norm_products), qkv / qkv_norm, o_proj_add and gated_mlp_norm_add lines time the
 // stacked q|k|v product without and with its input norm, and the fused o and feed-forward forms.
+// expert_products lines time a MoE layer's routed experts alone (issue 20's "expert products").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -163,6 +164,68 @@ void bench_fused_products(Backend& backend, const ModelConfig& c, const DevicePe
 }
 
 }  // namespace
+
+void bench_expert_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
+  if (!c.moe) return;
+  const int64_t hidden = c.hidden_size;
+  const int64_t inter = c.moe->moe_intermediate_size;
+  const auto num_experts = static_cast<int32_t>(c.moe->num_experts);
+  const auto top_k = static_cast<int32_t>(c.moe->num_experts_per_tok);
+  std::vector<uint16_t> zeros;
+  const TensorView gate_tensor = zero_bf16_tensor("experts.gate_proj", inter, hidden, zeros);
+  TensorView down_tensor = gate_tensor;
+  down_tensor.name = "experts.down_proj";
+  down_tensor.shape = {hidden, inter};
+  std::vector<kernels::WeightView> gate, up, down;
+  for (int32_t e = 0; e < num_experts; ++e) {
+    for (auto [views, tensor] : {std::pair{&gate, &gate_tensor}, {&up, &gate_tensor}, {&down, &down_tensor}}) {
+      auto weight = backend.load_weight(*tensor);
+      if (!weight.ok()) throw UserError(weight.error());
+      views->push_back(*weight);
+    }
+  }
+  kernels::MoeExperts experts;
+  experts.num_experts = num_experts;
+  experts.top_k = top_k;
+  experts.hidden = hidden;
+  experts.intermediate = inter;
+  experts.gate = gate.data();
+  experts.up = up.data();
+  experts.down = down.data();
+  constexpr int64_t kMaxTokens = 256;
+  // Token t on experts t * top_k, ..., t * top_k + top_k - 1 (mod the count): every expert as busy
+  // as the others, as many read as the batch reaches.
+  std::vector<int32_t> ids(static_cast<size_t>(kMaxTokens * top_k));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % static_cast<size_t>(num_experts));
+  const std::vector<float> weights(ids.size(), 1.0f / static_cast<float>(top_k));
+  DeviceBuffer ids_device = backend.allocate(ids.size() * sizeof(int32_t));
+  DeviceBuffer weights_device = backend.allocate(weights.size() * sizeof(float));
+  backend.copy_to_device(ids_device.data(), ids.data(), ids.size() * sizeof(int32_t));
+  backend.copy_to_device(weights_device.data(), weights.data(), weights.size() * sizeof(float));
+  DeviceBuffer x = backend.allocate(static_cast<size_t>(kMaxTokens * hidden) * sizeof(float));
+  DeviceBuffer out = backend.allocate(static_cast<size_t>(kMaxTokens * hidden) * sizeof(float));
+  DeviceBuffer workspace =
+      backend.allocate(static_cast<size_t>(kernels::moe_workspace_floats(kMaxTokens, experts)) * sizeof(float));
+  for (int64_t tokens : {int64_t{1}, int64_t{8}, int64_t{64}, kMaxTokens}) {
+    const double seconds = seconds_per_call(
+        backend,
+        [&] {
+          backend.moe_experts(x.as<float>(), tokens, ids_device.as<int32_t>(), weights_device.as<float>(), experts,
+                              workspace.as<float>(), nullptr, out.as<float>());
+        },
+        out);
+    const int64_t read = std::min<int64_t>(num_experts, tokens * top_k);
+    const double bytes = static_cast<double>(read) * 3.0 * static_cast<double>(inter * hidden) * sizeof(uint16_t);
+    std::printf(
+        "{\"kind\":\"expert_products\",\"tokens\":%lld,\"top_k\":%d,\"experts_read\":%lld,\"hidden\":%lld,"
+        "\"intermediate\":%lld,\"us\":%.2f,\"tb_s\":%.3f,\"copy_fraction\":%.3f,\"read_fraction\":%.3f,"
+        "\"graph\":%s}\n",
+        static_cast<long long>(tokens), top_k, static_cast<long long>(read), static_cast<long long>(hidden),
+        static_cast<long long>(inter), seconds * 1e6, bytes / seconds / 1e12, bytes / seconds / peaks.copy_bytes_per_s,
+        bytes / seconds / peaks.read_bytes_per_s, backend.can_capture() ? "true" : "false");
+    std::fflush(stdout);
+  }
+}
 
 void bench_decode_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
   const int64_t hidden = c.hidden_size;

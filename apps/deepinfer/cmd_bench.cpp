@@ -40,7 +40,8 @@ where each step drew its tokens (temperature 0.8, top_k 50, top_p 0.95; "sampler
 with --host-sampling: every logits row copied back and sampled on the host) and, with the device
 sampler, the same steps pipelined (each enqueued before the one ahead of it is waited for, as the
 engine's --async-scheduling loop runs them: "pipelined_tok_s" and its bandwidth fractions);
-decode_product lines time each linear-layer shape alone at 1-8 rows (--no-products skips them).
+decode_product lines time each linear-layer shape alone at 1-8 rows, and for a MoE model
+expert_products lines its routed experts alone at 1-256 tokens (--no-products skips both).
 --no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
 kernels (the unfused sequence, to measure the fusion against). Last, engine_loop lines: at each
 --engine-batches size (default 1,64,256; 0 skips) that many requests of 32 random prompt tokens

@@ -382,7 +382,10 @@ int run_device_bench(const Args& args, LoadedModel& loaded) {
     }
     for (int32_t tokens : prefill) bench_prefill_attention(backend, c, *peaks, model.kv_cache_dtype(), tokens);
     for (int32_t tokens : prefill) bench_prefill(model, *peaks, tokens, tokens > 8192 ? 1 : 2);
-    if (!args.has("--no-products")) bench_decode_products(backend, c, *peaks);
+    if (!args.has("--no-products")) {
+      bench_decode_products(backend, c, *peaks);
+      bench_expert_products(backend, c, *peaks);
+    }
     for (int32_t batch : batches) bench_sampling(backend, c, batch);
     // With the model's tokenizer, the same loops with one grammar-constrained request as well.
     std::optional<Tokenizer> tokenizer;
