@@ -34,4 +34,10 @@ struct DenseLayout {
 // layers, final norm, output head). Errors name the architecture when it is not one of the four.
 Result<DenseLayout> dense_layout(const ModelConfig& config);
 
+// llama.cpp's name of a transformers tensor of these families and of Qwen3-MoE
+// (model.layers.3.self_attn.q_proj.weight -> blk.3.attn_q.weight; every expert's
+// model.layers.3.mlp.experts.7.gate_proj.weight -> blk.3.ffn_gate_exps.weight, the experts stacked
+// in order), or "" for a name llama.cpp's graphs of these families do not have.
+std::string gguf_tensor_name(const std::string& hf_name);
+
 }  // namespace deepinfer::bench

@@ -83,11 +83,18 @@ void GgufWriter::add_i32_array(const std::string& key, const std::vector<int32_t
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
                             const void* data, size_t size_bytes) {
+  add_tensor(name, type, shape, {{data, size_bytes}});
+}
+
+void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
+                            std::vector<Piece> pieces) {
   uint64_t numel = 1;
   for (int64_t dim : shape) numel *= static_cast<uint64_t>(dim);
+  size_t size_bytes = 0;
+  for (const Piece& piece : pieces) size_bytes += piece.size_bytes;
   DI_CHECK(numel * element_size_bytes(type) == size_bytes, name << ": " << size_bytes << " bytes for " << numel
                                                                  << " elements");
-  tensors_.push_back({name, type, shape, data, size_bytes});
+  tensors_.push_back({name, type, shape, std::move(pieces), size_bytes});
 }
 
 Result<void> GgufWriter::write(const std::string& path) const {
@@ -114,7 +121,9 @@ Result<void> GgufWriter::write(const std::string& path) const {
   bool ok = std::fwrite(header.data(), 1, header.size(), file.get()) == header.size();
   for (const Tensor& t : tensors_) {
     if (!ok) break;
-    ok = std::fwrite(t.data, 1, t.size_bytes, file.get()) == t.size_bytes;
+    for (const Piece& piece : t.pieces) {
+      ok = ok && std::fwrite(piece.data, 1, piece.size_bytes, file.get()) == piece.size_bytes;
+    }
     const size_t pad = align_up(t.size_bytes) - t.size_bytes;
     ok = ok && std::fwrite(padding, 1, pad, file.get()) == pad;
   }

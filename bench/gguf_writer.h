@@ -28,6 +28,12 @@ class GgufWriter {
   // numel * element size (checked).
   void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape, const void* data,
                   size_t size_bytes);
+  // A tensor whose bytes are several sources' in order (a MoE layer's experts stacked along shape[0]).
+  struct Piece {
+    const void* data;
+    size_t size_bytes;
+  };
+  void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape, std::vector<Piece> pieces);
 
   size_t num_tensors() const { return tensors_.size(); }
   // Writes the whole file; errors name the path and the system's reason.
@@ -38,7 +44,7 @@ class GgufWriter {
     std::string name;
     GgmlType type;
     std::vector<int64_t> shape;
-    const void* data;
+    std::vector<Piece> pieces;
     size_t size_bytes;
   };
 

@@ -1,15 +1,18 @@
-// deepinfer-hf-to-gguf: converts a Hugging Face Llama / Mistral / Qwen2 / Qwen3 checkpoint to a
-// GGUF file llama.cpp loads (same weights and dtype, synthetic vocabulary), for `make bench`.
+// deepinfer-hf-to-gguf: converts a Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE
+// checkpoint to a GGUF file llama.cpp loads (same weights and dtype, synthetic vocabulary), for
+// `make bench` and the GPU comparisons.
 // Usage: deepinfer-hf-to-gguf --model DIR --out FILE.gguf
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "dense_layout.h"
 #include "gguf_writer.h"
+#include "moe_layout.h"
 #include "tool_flags.h"
 #include "weights/safetensors.h"
 
@@ -18,9 +21,10 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: deepinfer-hf-to-gguf --model DIR --out FILE.gguf\n"
-    "Converts a Llama, Mistral, Qwen2 or Qwen3 checkpoint to GGUF for llama.cpp. Matrices keep their\n"
-    "dtype (bf16, f16, f32); norms and biases become f32 as llama.cpp expects. The vocabulary is\n"
-    "synthetic (byte-level tokens then placeholders): enough to benchmark, not to tokenize text.\n";
+    "Converts a Llama, Mistral, Qwen2, Qwen3 or Qwen3-MoE checkpoint to GGUF for llama.cpp. Matrices\n"
+    "keep their dtype (bf16, f16, f32; a MoE layer's experts stacked into one tensor per projection);\n"
+    "norms and biases become f32 as llama.cpp expects. The vocabulary is synthetic (byte-level tokens\n"
+    "then placeholders): enough to benchmark, not to tokenize text.\n";
 
 // llama_ftype values (llama.h) for the file's dominant type.
 constexpr uint32_t kFileTypeAllF32 = 0;
@@ -95,6 +99,19 @@ Result<void> add_hparams(const ModelConfig& config, const DenseLayout& layout, G
   gguf.add_u32(arch + ".rope.dimension_count", u32(config.head_dim));
   gguf.add_f32(arch + ".rope.freq_base", static_cast<float>(config.rope.theta));
   gguf.add_f32(arch + ".attention.layer_norm_rms_epsilon", static_cast<float>(config.rms_norm_eps));
+  if (config.moe) {
+    const MoeConfig& moe = *config.moe;
+    // llama.cpp's qwen3moe graph: every layer routed, softmax top-k renormalised, no shared expert.
+    for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+      if (!moe.is_moe_layer(layer)) return Error{"llama.cpp's " + arch + " graph wants every layer a MoE layer"};
+    }
+    if (!moe.norm_topk_prob)
+      return Error{"llama.cpp's " + arch + " graph renormalises the top-k weights (norm_topk_prob)"};
+    if (moe.num_shared_experts > 0) return Error{"llama.cpp's " + arch + " graph has no shared experts"};
+    gguf.add_u32(arch + ".expert_count", u32(moe.num_experts));
+    gguf.add_u32(arch + ".expert_used_count", u32(moe.num_experts_per_tok));
+    gguf.add_u32(arch + ".expert_feed_forward_length", u32(moe.moe_intermediate_size));
+  }
   if (config.rope.partial_rotary_factor != 1.0) return Error{"partial rotary embeddings are not supported"};
   if (config.rope.type == RopeType::kLinear) {
     gguf.add_string(arch + ".rope.scaling.type", "linear");
@@ -140,8 +157,12 @@ Result<void> run(int argc, char** argv) {
 
   auto config = ModelConfig::load(model_dir);
   if (!config.ok()) return config.error();
-  auto layout = dense_layout(*config);
+  auto layout = config->moe ? moe_layout(*config) : dense_layout(*config);
   if (!layout.ok()) return Error{model_dir + "/config.json: " + layout.error().message};
+  if (layout->gguf_arch.empty()) {
+    return Error{model_dir + "/config.json: " + layout->family +
+                 " has no GGUF layout here (Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE do)"};
+  }
   auto store = WeightStore::open_dir(model_dir);
   if (!store.ok()) return store.error();
 
@@ -149,33 +170,54 @@ Result<void> run(int argc, char** argv) {
   DI_TRY(add_hparams(*config, *layout, gguf));
   std::vector<std::vector<uint8_t>> converted;  // tensors rewritten here; the rest stay in the mapping
   uint32_t file_type = kFileTypeAllF32;
+  // One GGUF tensor per name, in order of first appearance: several transformers tensors under one
+  // name (a layer's experts) are stacked along a new first dimension.
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<const DenseTensor*>> members;
   for (const DenseTensor& spec : layout->tensors) {
-    auto view = store->get(spec.hf_name, spec.shape);
-    if (!view.ok()) return view.error();
-    if (view->dtype != DType::kF32 && view->dtype != DType::kBF16 && view->dtype != DType::kF16) {
-      return Error{spec.hf_name + " in " + view->file + " has dtype " + std::string(dtype_name(view->dtype)) +
-                   ", expected F32, BF16 or F16"};
-    }
-    const uint8_t* data = static_cast<const uint8_t*>(view->data);
+    auto& list = members[spec.gguf_name];
+    if (list.empty()) names.push_back(spec.gguf_name);
+    list.push_back(&spec);
+  }
+  for (const std::string& name : names) {
+    const std::vector<const DenseTensor*>& specs = members[name];
     GgmlType type = GgmlType::kF32;
-    size_t element_bytes = dtype_size_bytes(view->dtype);
-    if (spec.role == TensorRole::kMatrix) {
-      type = view->dtype == DType::kBF16 ? GgmlType::kBF16 : view->dtype == DType::kF16 ? GgmlType::kF16 : GgmlType::kF32;
-      if (spec.hf_name == "model.embed_tokens.weight" && type != GgmlType::kF32) {
+    std::vector<GgufWriter::Piece> pieces;
+    for (const DenseTensor* spec : specs) {
+      auto view = store->get(spec->hf_name, spec->shape);
+      if (!view.ok()) return view.error();
+      if (view->dtype != DType::kF32 && view->dtype != DType::kBF16 && view->dtype != DType::kF16) {
+        return Error{spec->hf_name + " in " + view->file + " has dtype " + std::string(dtype_name(view->dtype)) +
+                     ", expected F32, BF16 or F16"};
+      }
+      const uint8_t* data = static_cast<const uint8_t*>(view->data);
+      size_t element_bytes = dtype_size_bytes(view->dtype);
+      const GgmlType piece_type = spec->role != TensorRole::kMatrix ? GgmlType::kF32
+                                  : view->dtype == DType::kBF16     ? GgmlType::kBF16
+                                  : view->dtype == DType::kF16      ? GgmlType::kF16
+                                                                    : GgmlType::kF32;
+      if (!pieces.empty() && piece_type != type) return Error{name + ": its stacked tensors differ in dtype"};
+      type = piece_type;
+      if (spec->hf_name == "model.embed_tokens.weight" && type != GgmlType::kF32) {
         file_type = type == GgmlType::kBF16 ? kFileTypeMostlyBF16 : kFileTypeMostlyF16;
       }
-    } else if (view->dtype != DType::kF32) {
-      std::vector<uint8_t> f32(static_cast<size_t>(view->numel()) * sizeof(float));
-      convert_to_f32(view->data, view->dtype, static_cast<size_t>(view->numel()), reinterpret_cast<float*>(f32.data()));
-      data = converted.emplace_back(std::move(f32)).data();
-      element_bytes = sizeof(float);
+      if (spec->role != TensorRole::kMatrix && view->dtype != DType::kF32) {
+        std::vector<uint8_t> f32(static_cast<size_t>(view->numel()) * sizeof(float));
+        convert_to_f32(view->data, view->dtype, static_cast<size_t>(view->numel()),
+                       reinterpret_cast<float*>(f32.data()));
+        data = converted.emplace_back(std::move(f32)).data();
+        element_bytes = sizeof(float);
+      }
+      const size_t size_bytes = static_cast<size_t>(view->numel()) * element_bytes;
+      if (spec->num_rope_heads > 0) {
+        const int64_t rows = spec->shape[0];
+        data = converted.emplace_back(interleave_rope_rows(data, rows, size_bytes / rows, spec->num_rope_heads)).data();
+      }
+      pieces.push_back({data, size_bytes});
     }
-    const size_t size_bytes = static_cast<size_t>(view->numel()) * element_bytes;
-    if (spec.num_rope_heads > 0) {
-      const int64_t rows = spec.shape[0];
-      data = converted.emplace_back(interleave_rope_rows(data, rows, size_bytes / rows, spec.num_rope_heads)).data();
-    }
-    gguf.add_tensor(spec.gguf_name, type, spec.shape, data, size_bytes);
+    std::vector<int64_t> shape = specs.front()->shape;
+    if (specs.size() > 1) shape.insert(shape.begin(), static_cast<int64_t>(specs.size()));
+    gguf.add_tensor(name, type, shape, std::move(pieces));
   }
   gguf.add_u32("general.file_type", file_type);
   add_vocab(*config, layout->gguf_arch == "llama", gguf);

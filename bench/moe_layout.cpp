@@ -6,16 +6,18 @@ namespace {
 
 class LayoutBuilder {
  public:
-  explicit LayoutBuilder(DenseLayout& layout) : layout_(layout) {}
+  // gguf_names: each tensor also gets llama.cpp's name (gguf_tensor_name).
+  LayoutBuilder(DenseLayout& layout, bool gguf_names) : layout_(layout), gguf_names_(gguf_names) {}
   void matrix(const std::string& name, std::vector<int64_t> shape) { add(name, std::move(shape), TensorRole::kMatrix); }
   void norm(const std::string& name, int64_t dim) { add(name, {dim}, TensorRole::kNorm); }
   void bias(const std::string& name, std::vector<int64_t> shape) { add(name, std::move(shape), TensorRole::kBias); }
 
  private:
   void add(const std::string& name, std::vector<int64_t> shape, TensorRole role) {
-    layout_.tensors.push_back({name, "", std::move(shape), role, 0});
+    layout_.tensors.push_back({name, gguf_names_ ? gguf_tensor_name(name) : "", std::move(shape), role, 0});
   }
   DenseLayout& layout_;
+  bool gguf_names_;
 };
 
 void add_gated_mlp(LayoutBuilder& b, const std::string& prefix, int64_t hidden, int64_t inter,
@@ -74,7 +76,10 @@ Result<DenseLayout> moe_layout(const ModelConfig& c) {
   if (deepseek && !c.mla) return Error{"a DeepSeek config needs kv_lora_rank and the other MLA fields"};
   DenseLayout layout;
   layout.family = type;
-  LayoutBuilder b(layout);
+  // llama.cpp names: Qwen3-MoE's (its qwen3moe graph); the other families' GGUF layouts differ more.
+  const bool qwen3_moe = type == "qwen3_moe";
+  if (qwen3_moe) layout.gguf_arch = "qwen3moe";
+  LayoutBuilder b(layout, qwen3_moe);
   const MoeConfig& moe = *c.moe;
   const int64_t hidden = c.hidden_size;
   const int64_t experts = moe.num_experts;

@@ -1,6 +1,6 @@
 // The tensors of a mixture-of-experts checkpoint (DeepSeek-V2/V3 with MLA, Qwen3-MoE, Mixtral,
-// GPT-OSS) in the published per-expert naming, for deepinfer-make-random-model. No GGUF names:
-// these are benchmarked against the hardware roofline, not llama.cpp.
+// GPT-OSS) in the published per-expert naming, for deepinfer-make-random-model; Qwen3-MoE's also
+// with llama.cpp's names (its qwen3moe graph), for deepinfer-hf-to-gguf.
 #pragma once
 
 #include "dense_layout.h"

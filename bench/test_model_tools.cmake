@@ -1,6 +1,7 @@
 # CTest for make bench's model tools: a tiny random checkpoint of each family must load and run
 # in `deepinfer score` (the engine's loader checks every name and shape), convert to a GGUF file
-# with the v3 header, and a config of another architecture must be refused by name.
+# with the v3 header, and a config of another architecture must be refused by name; a tiny
+# Qwen3-MoE's --router-skew and its GGUF.
 # Run: cmake -DTOOLS_DIR=<build>/bin -DWORK_DIR=<scratch> -P bench/test_model_tools.cmake
 foreach(var TOOLS_DIR WORK_DIR)
   if(NOT DEFINED ${var})
@@ -80,6 +81,13 @@ endforeach()
 if(share_even GREATER 0.25 OR share_skew LESS 0.4 OR share_skew GREATER 0.6)
   message(FATAL_ERROR "busiest tenth's share: ${share_even} without the skew (want < 0.25), ${share_skew} with "
                       "--router-skew 0.5 (want 0.4-0.6)")
+endif()
+# Its GGUF (llama.cpp's qwen3moe): each layer's 40 experts stacked into one tensor per projection, so
+# 3 + 2 x 12 tensors (bench/node/check_gguf.mjs compares llama.cpp's logprobs with deepinfer's).
+run_ok(${TOOLS_DIR}/deepinfer-hf-to-gguf --model ${WORK_DIR}/moe_even --out ${WORK_DIR}/moe_even.gguf)
+file(READ ${WORK_DIR}/moe_even.gguf header LIMIT 16 HEX)
+if(NOT header STREQUAL "47475546030000001b00000000000000")
+  message(FATAL_ERROR "moe_even.gguf starts with ${header}, expected GGUF v3 with 27 (0x1b) tensors")
 endif()
 
 file(WRITE ${WORK_DIR}/gpt2.json "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\",
