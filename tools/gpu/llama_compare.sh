@@ -2,8 +2,11 @@
 # tools/gpu/llama_compare.sh: deepinfer against llama.cpp on the GPU machine, same random weights,
 # one run. `cpu`: batch-1 decode and 128-token prefill of the Qwen3-0.6B shape on the host CPU at
 # several thread counts (issue 2; `make bench` does the same on the development VM). `cuda`: the
-# Llama-3-8B shape on the H200, deepinfer bench --device cuda next to llama-bench and
-# llama-batched-bench built with CUDA (issue 6).
+# Llama-3-8B shape on the H200 (CUDA_CONFIG: another bench/configs name, e.g. qwen3-30b-a3b for
+# issue 20; CUDA_LAYERS cuts it to that many layers), deepinfer bench --device cuda next to
+# llama-bench and llama-batched-bench built with CUDA (issue 6). llama.cpp gets its best settings:
+# an f16 GGUF of the same random values (deepinfer reads the bf16 checkpoint) and a prompt-sized
+# micro-batch for prefill.
 # Needs build-cuda/gpu-bundle.tar.xz (tools/gpu/pack.sh) and build-cuda/llama-src.tar.xz (the
 # llama.cpp source node-llama-cpp ships, trimmed; tools/gpu/pack.sh writes it when `make bench` has installed bench/node). Output in $OUT.
 # Usage, from the repository root: [CPU_CONFIGS="qwen3-0.6b qwen3-8b"] [PROFILE=1] tools/gpu/llama_compare.sh cpu|cuda
@@ -45,9 +48,18 @@ build_llama() {  # build_llama DIR extra-cmake-flags... (once per machine)
 
 export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
 bin=/tmp/deepinfer-bundle/bin
-make_pair() {  # make_pair CONFIG DIR: a random bf16 checkpoint and its GGUF twin
-  "$bin/deepinfer-make-random-model" --config "$1" --out "$2" --dtype bf16 > /dev/null &&
+make_pair() {  # make_pair CONFIG DIR [GGUF_DTYPE]: a random bf16 checkpoint and its GGUF twin, in
+  # GGUF_DTYPE (default bf16; f16: the same draws rounded to f16, through a checkpoint of its own)
+  "$bin/deepinfer-make-random-model" --config "$1" --out "$2" --dtype bf16 > /dev/null || return 1
+  if [ "${3:-bf16}" = bf16 ]; then
     "$bin/deepinfer-hf-to-gguf" --model "$2" --out "$2.gguf" > /dev/null
+  else
+    "$bin/deepinfer-make-random-model" --config "$1" --out "$2-$3" --dtype "$3" > /dev/null &&
+      "$bin/deepinfer-hf-to-gguf" --model "$2-$3" --out "$2.gguf" > /dev/null
+    local rc=$?
+    rm -rf "$2-$3"
+    return $rc
+  fi
 }
 
 if [ "$MODE" = cpu ]; then
@@ -99,15 +111,23 @@ else
   note "llama.cpp CUDA build: $(elapsed) s"
   [ "$BUILD_ONLY" = 1 ] && exit 0
   tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
-  model=/tmp/llama3-8b
-  make_pair bench/configs/llama3-8b.json "$model" || { note "model generation failed"; exit 1; }
-  note "models written: $(elapsed) s"
-  timeout 200 "$bin/deepinfer" bench --device cuda --model "$model" --batches 1,8,64 --contexts 1024 --prefill 4096 \
+  config=${CUDA_CONFIG:-llama3-8b}
+  model=/tmp/$config
+  python3 - "bench/configs/$config.json" "$model.json" "${CUDA_LAYERS:-}" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+if sys.argv[3]:
+    config["num_hidden_layers"] = int(sys.argv[3])
+json.dump(config, open(sys.argv[2], "w"))
+PY
+  make_pair "$model.json" "$model" f16 || { note "model generation failed"; exit 1; }
+  note "models written ($config${CUDA_LAYERS:+, $CUDA_LAYERS layers}): $(elapsed) s"
+  timeout 300 "$bin/deepinfer" bench --device cuda --model "$model" --batches 1,8,64,256 --contexts 1024 --prefill 4096 \
     --steps 8 --engine-batches 0 > "$OUT/deepinfer_cuda.jsonl" 2>> "$OUT/deepinfer_cuda.log"
-  "$LLAMA/cuda/bin/"llama-bench -m "$model.gguf" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o json \
+  "$LLAMA/cuda/bin/"llama-bench -m "$model.gguf" -ngl 99 -fa 1 -p 4096 -b 4096 -ub 4096 -n 128 -r 2 -o json \
     > "$OUT/llama_cuda_bench.json" 2> "$OUT/llama_cuda_bench.log"
-  "$LLAMA/cuda/bin/"llama-batched-bench -m "$model.gguf" -ngl 99 -fa 1 -c 140000 -b 2048 -ub 512 -npp 1024 -ntg 32 \
-    -npl 1,8,64 > "$OUT/llama_batched.txt" 2>&1
+  "$LLAMA/cuda/bin/"llama-batched-bench -m "$model.gguf" -ngl 99 -fa 1 -c 280000 -b 2048 -ub 512 -npp 1024 -ntg 32 \
+    -npl 1,8,64,256 > "$OUT/llama_batched.txt" 2>&1
   python3 - "$OUT/deepinfer_cuda.jsonl" "$OUT/llama_cuda_bench.json" "$OUT/llama_batched.txt" <<'PY' | tee -a "$OUT/summary_$MODE.txt"
 import json, re, sys
 ours = {}
