@@ -128,6 +128,8 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
   model.reset_expert_token_counts();
   run_step(1);
   const double weight_bytes = static_cast<double>(model.routed_weight_bytes_per_step());
+  // The batch's spread over the experts in that step (a MoE layer's time follows its busiest expert).
+  const std::string spread = expert_spread_fields(model.expert_token_counts());
   const int64_t replays_before = model.num_graph_replays();
   const auto start = std::chrono::steady_clock::now();
   for (int32_t i = 0; i < steps; ++i) run_step(2 + i);
@@ -163,6 +165,7 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
       peaks.copy_bytes_per_s / 1e12, bytes_s / peaks.copy_bytes_per_s, peaks.read_bytes_per_s / 1e12,
       bytes_s / peaks.read_bytes_per_s, shared ? "true" : "false", graphs ? "true" : "false",
       host_sampling ? "host" : "device");
+  std::printf("%s", spread.c_str());
   if (pipelined_step_s > 0.0) {
     // Its steps read steps more tokens of KV each.
     const double pipelined_bytes_s =
