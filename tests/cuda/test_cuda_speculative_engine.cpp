@@ -1,7 +1,7 @@
 // The engine's speculative decoding on CUDA (batch-invariant kernels): output with drafts equal to
 // without, at K = 1 and 3, varlen and fixed, under preemption (speculative_engine_cases.h); and
-// replayed drafts on GQA layers with the default kernels, whose verify steps replay decode graphs
-// with the attention front end apart from the fused decode kernel.
+// replayed drafts on GQA layers, whose verify rows go in as one-token sequences and replay decode
+// graphs (the fused front end's part: test_cuda_attention_front_fold.cpp).
 #include <gtest/gtest.h>
 
 #include "../engine/speculative_engine_cases.h"
@@ -19,7 +19,7 @@ TEST(CudaSpeculativeEngine, OutputWithDraftsIsOutputWithoutThem) {
 TEST(CudaSpeculativeEngine, ReplayedDraftsOnGqaLayersReplayDecodeGraphs) {
   for (const char* fixture : {"llama", "qwen3"}) {  // qwen3: q/k norms in the front end
     SCOPED_TRACE(fixture);
-    CudaModel loaded = load_on_cuda(write_bf16_copy(fixture_dir(fixture), fixture));
+    CudaModel loaded = load_on_cuda(write_bf16_copy(fixture_dir(fixture), fixture), /*batch_invariant=*/true);
     // 3 requests of 24 tokens verifying 4 rows a step: more than 4 steps each unless eager.
     EXPECT_GE(expect_replayed_drafts_keep_output(*loaded.model), 4);
   }
