@@ -184,14 +184,13 @@ void bench_expert_products(Backend& backend, const ModelConfig& c, const DeviceP
       views->push_back(*weight);
     }
   }
-  kernels::MoeExperts experts;
-  experts.num_experts = num_experts;
-  experts.top_k = top_k;
-  experts.hidden = hidden;
-  experts.intermediate = inter;
-  experts.gate = gate.data();
-  experts.up = up.data();
-  experts.down = down.data();
+  const kernels::MoeExperts experts{.num_experts = num_experts,
+                                    .top_k = top_k,
+                                    .hidden = hidden,
+                                    .intermediate = inter,
+                                    .gate = gate.data(),
+                                    .up = up.data(),
+                                    .down = down.data()};
   constexpr int64_t kMaxTokens = 256;
   // Token t on experts t * top_k, ..., t * top_k + top_k - 1 (mod the count): every expert as busy
   // as the others, as many read as the batch reaches.
