@@ -2,10 +2,12 @@
 // (element type, u64 count, elements), tensor offsets relative to the aligned data section.
 #include "gguf_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "core/check.h"
 
@@ -36,6 +38,35 @@ void append_string(std::string& out, const std::string& value) {
 }
 
 size_t element_size_bytes(GgmlType type) { return type == GgmlType::kF32 ? 4 : 2; }
+
+DType dtype_of(GgmlType type) {
+  return type == GgmlType::kF32 ? DType::kF32 : type == GgmlType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
+// Writes piece's elements as type, converting a chunk at a time when its dtype differs.
+bool write_piece(FILE* file, const GgufWriter::Piece& piece, GgmlType type) {
+  const size_t out_size = element_size_bytes(type);
+  if (piece.dtype == dtype_of(type)) {
+    const size_t bytes = static_cast<size_t>(piece.numel) * out_size;
+    return std::fwrite(piece.data, 1, bytes, file) == bytes;
+  }
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<float> values(static_cast<size_t>(std::min(piece.numel, kChunk)));
+  std::vector<uint16_t> halves(type == GgmlType::kF32 ? 0 : values.size());
+  const auto* src = static_cast<const char*>(piece.data);
+  for (int64_t done = 0; done < piece.numel; done += kChunk) {
+    const auto n = static_cast<size_t>(std::min(kChunk, piece.numel - done));
+    convert_to_f32(src + static_cast<size_t>(done) * dtype_size_bytes(piece.dtype), piece.dtype, n, values.data());
+    const void* out = values.data();
+    if (type != GgmlType::kF32) {
+      for (size_t i = 0; i < n; ++i)
+        halves[i] = type == GgmlType::kF16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+      out = halves.data();
+    }
+    if (std::fwrite(out, out_size, n, file) != n) return false;
+  }
+  return true;
+}
 
 uint64_t align_up(uint64_t offset) { return (offset + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -83,18 +114,18 @@ void GgufWriter::add_i32_array(const std::string& key, const std::vector<int32_t
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
                             const void* data, size_t size_bytes) {
-  add_tensor(name, type, shape, {{data, size_bytes}});
+  DI_CHECK(size_bytes % element_size_bytes(type) == 0, name << ": " << size_bytes << " bytes");
+  add_tensor(name, type, shape, {{data, static_cast<int64_t>(size_bytes / element_size_bytes(type)), dtype_of(type)}});
 }
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape,
                             std::vector<Piece> pieces) {
   uint64_t numel = 1;
   for (int64_t dim : shape) numel *= static_cast<uint64_t>(dim);
-  size_t size_bytes = 0;
-  for (const Piece& piece : pieces) size_bytes += piece.size_bytes;
-  DI_CHECK(numel * element_size_bytes(type) == size_bytes, name << ": " << size_bytes << " bytes for " << numel
-                                                                 << " elements");
-  tensors_.push_back({name, type, shape, std::move(pieces), size_bytes});
+  uint64_t pieces_numel = 0;
+  for (const Piece& piece : pieces) pieces_numel += static_cast<uint64_t>(piece.numel);
+  DI_CHECK(numel == pieces_numel, name << ": " << pieces_numel << " elements for a shape of " << numel);
+  tensors_.push_back({name, type, shape, std::move(pieces), numel * element_size_bytes(type)});
 }
 
 Result<void> GgufWriter::write(const std::string& path) const {
@@ -121,9 +152,7 @@ Result<void> GgufWriter::write(const std::string& path) const {
   bool ok = std::fwrite(header.data(), 1, header.size(), file.get()) == header.size();
   for (const Tensor& t : tensors_) {
     if (!ok) break;
-    for (const Piece& piece : t.pieces) {
-      ok = ok && std::fwrite(piece.data, 1, piece.size_bytes, file.get()) == piece.size_bytes;
-    }
+    for (const Piece& piece : t.pieces) ok = ok && write_piece(file.get(), piece, t.type);
     const size_t pad = align_up(t.size_bytes) - t.size_bytes;
     ok = ok && std::fwrite(padding, 1, pad, file.get()) == pad;
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/result.h"
 
 namespace deepinfer::bench {
@@ -28,10 +29,13 @@ class GgufWriter {
   // numel * element size (checked).
   void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape, const void* data,
                   size_t size_bytes);
-  // A tensor whose bytes are several sources' in order (a MoE layer's experts stacked along shape[0]).
+  // A tensor made of several sources in order (a MoE layer's experts stacked along shape[0]), each
+  // numel elements of dtype (kF32, kF16 or kBF16), converted to type while written when it differs
+  // (through float32).
   struct Piece {
     const void* data;
-    size_t size_bytes;
+    int64_t numel;
+    DType dtype;
   };
   void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& shape, std::vector<Piece> pieces);
 

@@ -1,11 +1,12 @@
 // deepinfer-hf-to-gguf: converts a Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE
 // checkpoint to a GGUF file llama.cpp loads (same weights and dtype, synthetic vocabulary), for
 // `make bench` and the GPU comparisons.
-// Usage: deepinfer-hf-to-gguf --model DIR --out FILE.gguf
+// Usage: deepinfer-hf-to-gguf --model DIR --out FILE.gguf [--dtype f16|bf16|f32]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,10 @@ namespace deepinfer::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer-hf-to-gguf --model DIR --out FILE.gguf\n"
+    "usage: deepinfer-hf-to-gguf --model DIR --out FILE.gguf [--dtype f16|bf16|f32]\n"
     "Converts a Llama, Mistral, Qwen2, Qwen3 or Qwen3-MoE checkpoint to GGUF for llama.cpp. Matrices\n"
-    "keep their dtype (bf16, f16, f32; a MoE layer's experts stacked into one tensor per projection);\n"
+    "keep their dtype (bf16, f16, f32), or take --dtype's, converted while written (bf16 weights of\n"
+    "ordinary magnitude are exact in f16); a MoE layer's experts are stacked into one tensor per projection;\n"
     "norms and biases become f32 as llama.cpp expects. The vocabulary is synthetic (byte-level tokens\n"
     "then placeholders): enough to benchmark, not to tokenize text.\n";
 
@@ -148,11 +150,19 @@ std::vector<uint8_t> interleave_rope_rows(const uint8_t* src, int64_t rows, size
 }
 
 Result<void> run(int argc, char** argv) {
-  auto flags = parse_tool_flags(argc, argv, {"--model", "--out"});
+  auto flags = parse_tool_flags(argc, argv, {"--model", "--out", "--dtype"});
   if (!flags.ok()) return flags.error();
   if (!flags->count("--model") || !flags->count("--out")) return Error{"--model and --out are required"};
   const std::string model_dir = flags->at("--model");
   const std::string out_path = flags->at("--out");
+  std::optional<GgmlType> matrix_type;  // none: each matrix keeps its checkpoint's dtype
+  if (flags->count("--dtype")) {
+    const std::string& name = flags->at("--dtype");
+    if (name == "f16") matrix_type = GgmlType::kF16;
+    if (name == "bf16") matrix_type = GgmlType::kBF16;
+    if (name == "f32") matrix_type = GgmlType::kF32;
+    if (!matrix_type) return Error{"--dtype must be f16, bf16 or f32, got '" + name + "'"};
+  }
   const auto start = std::chrono::steady_clock::now();
 
   auto config = ModelConfig::load(model_dir);
@@ -191,8 +201,9 @@ Result<void> run(int argc, char** argv) {
                      ", expected F32, BF16 or F16"};
       }
       const uint8_t* data = static_cast<const uint8_t*>(view->data);
-      size_t element_bytes = dtype_size_bytes(view->dtype);
+      DType dtype = view->dtype;
       const GgmlType piece_type = spec->role != TensorRole::kMatrix ? GgmlType::kF32
+                                  : matrix_type                     ? *matrix_type
                                   : view->dtype == DType::kBF16     ? GgmlType::kBF16
                                   : view->dtype == DType::kF16      ? GgmlType::kF16
                                                                     : GgmlType::kF32;
@@ -206,14 +217,14 @@ Result<void> run(int argc, char** argv) {
         convert_to_f32(view->data, view->dtype, static_cast<size_t>(view->numel()),
                        reinterpret_cast<float*>(f32.data()));
         data = converted.emplace_back(std::move(f32)).data();
-        element_bytes = sizeof(float);
+        dtype = DType::kF32;
       }
-      const size_t size_bytes = static_cast<size_t>(view->numel()) * element_bytes;
+      const size_t size_bytes = static_cast<size_t>(view->numel()) * dtype_size_bytes(dtype);
       if (spec->num_rope_heads > 0) {
         const int64_t rows = spec->shape[0];
         data = converted.emplace_back(interleave_rope_rows(data, rows, size_bytes / rows, spec->num_rope_heads)).data();
       }
-      pieces.push_back({data, size_bytes});
+      pieces.push_back({data, view->numel(), dtype});
     }
     std::vector<int64_t> shape = specs.front()->shape;
     if (specs.size() > 1) shape.insert(shape.begin(), static_cast<int64_t>(specs.size()));

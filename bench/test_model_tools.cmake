@@ -89,6 +89,18 @@ file(READ ${WORK_DIR}/moe_even.gguf header LIMIT 16 HEX)
 if(NOT header STREQUAL "47475546030000001b00000000000000")
   message(FATAL_ERROR "moe_even.gguf starts with ${header}, expected GGUF v3 with 27 (0x1b) tensors")
 endif()
+# --dtype: the bf16 checkpoint's matrices converted while written, f16 about half of f32.
+foreach(dtype f16 f32)
+  run_ok(${TOOLS_DIR}/deepinfer-hf-to-gguf --model ${WORK_DIR}/moe_even --out ${WORK_DIR}/moe_even_${dtype}.gguf
+         --dtype ${dtype})
+endforeach()
+file(SIZE ${WORK_DIR}/moe_even_f32.gguf f32_bytes)
+file(SIZE ${WORK_DIR}/moe_even_f16.gguf f16_bytes)
+math(EXPR low "${f32_bytes} * 45 / 100")
+math(EXPR high "${f32_bytes} * 55 / 100")
+if(f16_bytes LESS low OR f16_bytes GREATER high)
+  message(FATAL_ERROR "--dtype f16 wrote ${f16_bytes} bytes for a ${f32_bytes}-byte float32 GGUF")
+endif()
 
 file(WRITE ${WORK_DIR}/gpt2.json "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\",
   \"vocab_size\": 300, \"hidden_size\": 48, \"intermediate_size\": 80, \"num_hidden_layers\": 2,

@@ -5,8 +5,8 @@
 # Llama-3-8B shape on the H200 (CUDA_CONFIG: another bench/configs name, e.g. qwen3-30b-a3b for
 # issue 20; CUDA_LAYERS cuts it to that many layers), deepinfer bench --device cuda next to
 # llama-bench and llama-batched-bench built with CUDA (issue 6). llama.cpp gets its best settings:
-# an f16 GGUF of the same random values (deepinfer reads the bf16 checkpoint) and a prompt-sized
-# micro-batch for prefill.
+# an f16 GGUF of the same weights (deepinfer reads the bf16 checkpoint; bf16 weights of this
+# magnitude are exact in f16) and a prompt-sized micro-batch for prefill.
 # Needs build-cuda/gpu-bundle.tar.xz (tools/gpu/pack.sh) and build-cuda/llama-src.tar.xz (the
 # llama.cpp source node-llama-cpp ships, trimmed; tools/gpu/pack.sh writes it when `make bench` has installed bench/node). Output in $OUT.
 # Usage, from the repository root: [CPU_CONFIGS="qwen3-0.6b qwen3-8b"] [PROFILE=1] tools/gpu/llama_compare.sh cpu|cuda
@@ -48,18 +48,10 @@ build_llama() {  # build_llama DIR extra-cmake-flags... (once per machine)
 
 export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
 bin=/tmp/deepinfer-bundle/bin
-make_pair() {  # make_pair CONFIG DIR [GGUF_DTYPE]: a random bf16 checkpoint and its GGUF twin, in
-  # GGUF_DTYPE (default bf16; f16: the same draws rounded to f16, through a checkpoint of its own)
-  "$bin/deepinfer-make-random-model" --config "$1" --out "$2" --dtype bf16 > /dev/null || return 1
-  if [ "${3:-bf16}" = bf16 ]; then
-    "$bin/deepinfer-hf-to-gguf" --model "$2" --out "$2.gguf" > /dev/null
-  else
-    "$bin/deepinfer-make-random-model" --config "$1" --out "$2-$3" --dtype "$3" > /dev/null &&
-      "$bin/deepinfer-hf-to-gguf" --model "$2-$3" --out "$2.gguf" > /dev/null
-    local rc=$?
-    rm -rf "$2-$3"
-    return $rc
-  fi
+make_pair() {  # make_pair CONFIG DIR [GGUF_DTYPE]: a random bf16 checkpoint and its GGUF twin, its
+  # matrices in GGUF_DTYPE (default bf16; f16 holds the same values)
+  "$bin/deepinfer-make-random-model" --config "$1" --out "$2" --dtype bf16 > /dev/null &&
+    "$bin/deepinfer-hf-to-gguf" --model "$2" --out "$2.gguf" --dtype "${3:-bf16}" > /dev/null
 }
 
 if [ "$MODE" = cpu ]; then
