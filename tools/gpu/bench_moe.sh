@@ -3,7 +3,8 @@
 # GPT-OSS-20B shapes, cut to LAYERS layers (default 8) so the random checkpoints fit the machine's disk;
 # the roofline fraction counts the bytes actually read per step (active experts only), so depth
 # does not change it. MODELS picks some of the three (default all). Uses the bundle tools/gpu/pack.sh
-# made. CONTEXTS and PREFILL: the decode contexts and prompt lengths (default 1024 and 4096).
+# made. BATCHES, CONTEXTS and PREFILL: the decode batches, contexts and prompt lengths (default
+# 1,8,64,256, 1024 and 4096; issue 20 also asks for 8192 and 32768).
 # TIMELINE=1 also traces a batch-1 decode step of each model kernel by kernel on the same checkpoint
 # (bench/kernel_trace.cpp, tools/gpu/kernel_timeline.py), as profile_decode.sh does for one config.
 # SKEW=SHARE (e.g. 0.5): skewed routers (deepinfer-make-random-model --router-skew; the Qwen3 and
@@ -17,6 +18,7 @@ MODELS=${MODELS:-qwen3-30b-a3b deepseek-v2-lite gpt-oss-20b}
 CONTEXTS=${CONTEXTS:-1024}
 PREFILL=${PREFILL:-4096}
 SKEW=${SKEW:-}
+BATCHES=${BATCHES:-1,8,64,256}
 mkdir -p "$OUT" /tmp/deepinfer-bundle /tmp/moe-models
 tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
 export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
@@ -38,7 +40,7 @@ PY
   tag="$name-${LAYERS}l${SKEW:+-skew$SKEW}"
   "$bin/deepinfer-make-random-model" --config "/tmp/moe-models/$name.json" --out "/tmp/moe-models/$name" --dtype bf16 \
     ${SKEW:+--router-skew "$SKEW"} >> "$OUT/moe_bench.log" 2>&1 || { echo "$name: model generation failed"; continue; }
-  timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1,64,256 --contexts "$CONTEXTS" \
+  timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches "$BATCHES" --contexts "$CONTEXTS" \
     --prefill "$PREFILL" --steps 4 --engine-batches 0 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$tag\",/" | tee -a "$OUT/moe_bench.jsonl"
   if [ "${TIMELINE:-0}" = 1 ]; then
     CUDA_INJECTION64_PATH="$bin/libdeepinfer-kernel-trace.so" DEEPINFER_KERNEL_TRACE_OUT=/tmp/moe-trace.csv timeout 240 \

@@ -3,7 +3,8 @@
 # one run. `cpu`: batch-1 decode and 128-token prefill of the Qwen3-0.6B shape on the host CPU at
 # several thread counts (issue 2; `make bench` does the same on the development VM). `cuda`: the
 # Llama-3-8B shape on the H200 (CUDA_CONFIG: another bench/configs name, e.g. qwen3-30b-a3b for
-# issue 20; CUDA_LAYERS cuts it to that many layers), deepinfer bench --device cuda next to
+# issue 20; CUDA_LAYERS cuts it to that many layers; GGUF_DIR=/dev/shm for a full-depth one whose
+# GGUF would not fit the disk beside its checkpoint), deepinfer bench --device cuda next to
 # llama-bench and llama-batched-bench built with CUDA (issue 6). llama.cpp gets its best settings:
 # an f16 GGUF of the same weights (deepinfer reads the bf16 checkpoint; bf16 weights of this
 # magnitude are exact in f16) and a prompt-sized micro-batch for prefill.
@@ -48,10 +49,10 @@ build_llama() {  # build_llama DIR extra-cmake-flags... (once per machine)
 
 export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
 bin=/tmp/deepinfer-bundle/bin
-make_pair() {  # make_pair CONFIG DIR [GGUF_DTYPE]: a random bf16 checkpoint and its GGUF twin, its
-  # matrices in GGUF_DTYPE (default bf16; f16 holds the same values)
+make_pair() {  # make_pair CONFIG DIR GGUF [GGUF_DTYPE]: a random bf16 checkpoint and its GGUF twin,
+  # its matrices in GGUF_DTYPE (default bf16; f16 holds the same values)
   "$bin/deepinfer-make-random-model" --config "$1" --out "$2" --dtype bf16 > /dev/null &&
-    "$bin/deepinfer-hf-to-gguf" --model "$2" --out "$2.gguf" --dtype "${3:-bf16}" > /dev/null
+    "$bin/deepinfer-hf-to-gguf" --model "$2" --out "$3" --dtype "${4:-bf16}" > /dev/null
 }
 
 if [ "$MODE" = cpu ]; then
@@ -61,7 +62,7 @@ if [ "$MODE" = cpu ]; then
   tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
   for config in ${CPU_CONFIGS:-qwen3-0.6b}; do
     model=/tmp/$config
-    make_pair "bench/configs/$config.json" "$model" || { note "$config: model generation failed"; continue; }
+    make_pair "bench/configs/$config.json" "$model" "$model.gguf" || { note "$config: model generation failed"; continue; }
     for t in "${THREADS[@]}"; do
       OMP_NUM_THREADS=$t "$bin/deepinfer" bench --model "$model" --prompt-tokens 128 --decode-tokens 32 --repeats 3 \
         --threads "$t" | tail -n 1 > "$OUT/deepinfer_${config}_t$t.json"
@@ -112,13 +113,16 @@ if sys.argv[3]:
     config["num_hidden_layers"] = int(sys.argv[3])
 json.dump(config, open(sys.argv[2], "w"))
 PY
-  make_pair "$model.json" "$model" f16 || { note "model generation failed"; exit 1; }
+  # GGUF_DIR=/dev/shm keeps the GGUF in memory: a full-depth Qwen3-30B-A3B (61 GB) and its twin do
+  # not both fit the disk.
+  gguf=${GGUF_DIR:-/tmp}/$config.gguf
+  make_pair "$model.json" "$model" "$gguf" f16 || { note "model generation failed"; exit 1; }
   note "models written ($config${CUDA_LAYERS:+, $CUDA_LAYERS layers}): $(elapsed) s"
   timeout 300 "$bin/deepinfer" bench --device cuda --model "$model" --batches 1,8,64,256 --contexts 1024 --prefill 4096 \
     --steps 8 --engine-batches 0 > "$OUT/deepinfer_cuda.jsonl" 2>> "$OUT/deepinfer_cuda.log"
-  "$LLAMA/cuda/bin/"llama-bench -m "$model.gguf" -ngl 99 -fa 1 -p 4096 -b 4096 -ub 4096 -n 128 -r 2 -o json \
+  "$LLAMA/cuda/bin/"llama-bench -m "$gguf" -ngl 99 -fa 1 -p 4096 -b 4096 -ub 4096 -n 128 -r 2 -o json \
     > "$OUT/llama_cuda_bench.json" 2> "$OUT/llama_cuda_bench.log"
-  "$LLAMA/cuda/bin/"llama-batched-bench -m "$model.gguf" -ngl 99 -fa 1 -c 280000 -b 2048 -ub 512 -npp 1024 -ntg 32 \
+  "$LLAMA/cuda/bin/"llama-batched-bench -m "$gguf" -ngl 99 -fa 1 -c 280000 -b 2048 -ub 512 -npp 1024 -ntg 32 \
     -npl 1,8,64,256 > "$OUT/llama_batched.txt" 2>&1
   python3 - "$OUT/deepinfer_cuda.jsonl" "$OUT/llama_cuda_bench.json" "$OUT/llama_batched.txt" <<'PY' | tee -a "$OUT/summary_$MODE.txt"
 import json, re, sys
