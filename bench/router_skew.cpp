@@ -2,7 +2,6 @@
 #include "router_skew.h"
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
@@ -12,6 +11,7 @@
 #include "core/dtype.h"
 #include "kernels/ops.h"
 #include "model/layers/moe.h"
+#include "model/model.h"
 
 namespace deepinfer::bench {
 namespace {
@@ -92,7 +92,7 @@ Result<RouterSkew> skew_routers(const ModelConfig& config, std::vector<TensorVie
   }
   const auto num_experts = static_cast<int32_t>(moe.num_experts);
   const int32_t top_k = static_cast<int32_t>(moe.num_experts_per_tok);
-  const auto busiest = static_cast<int32_t>(std::ceil(0.1 * num_experts));
+  const auto busiest = static_cast<int32_t>(ExpertTokenCounts::busiest_count(0.1, static_cast<size_t>(num_experts)));
   const double even = static_cast<double>(busiest) / num_experts;
   const double most = std::min(1.0, static_cast<double>(busiest) / top_k);
   if (!(share > even && share < most)) {

@@ -38,11 +38,15 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
 
 std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
 
+size_t ExpertTokenCounts::busiest_count(double fraction, size_t num_experts) {
+  return static_cast<size_t>(std::ceil(fraction * static_cast<double>(num_experts)));
+}
+
 double ExpertTokenCounts::busiest_share(double fraction) const {
   int64_t busiest = 0;
   int64_t total = 0;
   for (std::vector<int64_t> layer : counts) {
-    const auto top = static_cast<size_t>(std::ceil(fraction * static_cast<double>(layer.size())));
+    const size_t top = busiest_count(fraction, layer.size());
     std::sort(layer.begin(), layer.end(), std::greater<>());
     busiest =
         std::accumulate(layer.begin(), layer.begin() + static_cast<ptrdiff_t>(std::min(top, layer.size())), busiest);

@@ -63,8 +63,11 @@ ForwardBatch contiguous_sequence_batch(const std::vector<int32_t>& tokens, int32
 struct ExpertTokenCounts {
   std::vector<int64_t> layer_ids;
   std::vector<std::vector<int64_t>> counts;
-  // Over every layer, the share of the routed tokens that went to that layer's busiest
-  // ceil(fraction x num_experts) experts (0 when nothing was routed).
+  // How many experts of num_experts are the busiest `fraction` of them: ceil(fraction x num_experts)
+  // (also what deepinfer-make-random-model --router-skew calibrates).
+  static size_t busiest_count(double fraction, size_t num_experts);
+  // Over every layer, the share of the routed tokens that went to that layer's busiest_count
+  // experts (0 when nothing was routed).
   double busiest_share(double fraction) const;
   // Each layer's busiest expert's count over its mean count, averaged over the layers that routed
   // anything (1: even; the step time of an expert-parallel layer follows its busiest rank).
