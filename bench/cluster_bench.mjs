@@ -30,6 +30,8 @@ export async function startRedisServer(children) {
 
 // One greedy streamed chat completion: time to the first content frame and to the end (ms), and
 // the streamed text.
+// ttftMs: request sent -> the first streamed chunk with content; secondMs: -> the second chunk with
+// non-empty text (on a disaggregated cluster, the first from the decode worker).
 export async function timedChat(url, content, maxTokens) {
   const started = process.hrtime.bigint();
   const response = await fetch(`${url}/v1/chat/completions`, {
@@ -39,15 +41,24 @@ export async function timedChat(url, content, maxTokens) {
   const reader = response.body.getReader();
   let body = '';
   let first = null;
+  const textTimes = [];
+  let scanned = 0;  // body[0, scanned) holds whole lines already looked at
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
     body += new TextDecoder().decode(value);
-    if (first === null && body.includes('"content"')) first = process.hrtime.bigint();
+    const now = process.hrtime.bigint();
+    if (first === null && body.includes('"content"')) first = now;
+    for (let end = body.indexOf('\n', scanned); end >= 0; end = body.indexOf('\n', scanned)) {
+      const line = body.slice(scanned, end);
+      scanned = end + 1;
+      if (line.startsWith('data: {') && JSON.parse(line.slice(6)).choices[0]?.delta?.content) textTimes.push(now);
+    }
   }
   const text = body.split('\n').filter((l) => l.startsWith('data: {'))
     .map((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.content ?? '').join('');
-  return { ttftMs: Number(first - started) / 1e6, e2eMs: Number(process.hrtime.bigint() - started) / 1e6, text };
+  const ms = (t) => (t === undefined ? NaN : Number(t - started) / 1e6);
+  return { ttftMs: ms(first), secondMs: ms(textTimes[1]), e2eMs: ms(process.hrtime.bigint()), text };
 }
 
 export const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];

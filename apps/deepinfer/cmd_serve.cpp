@@ -400,18 +400,14 @@ int run_serve(int argc, char** argv) {
   std::unique_ptr<server::TcpKvReceiver> kv_receiver;
   context.has_kv_store = engine_cfg->kv_store.enabled();
   if (role != "both") {
-    server::KvLayout layout;
-    if (engine_cfg->kv_store.model_identity.empty()) {
+    std::string model_identity = engine_cfg->kv_store.model_identity;
+    if (model_identity.empty()) {
       auto identity = fingerprint_model_dir(model_dir, model_hash_cache_path(""));
       if (!identity.ok()) return report_error("serve", identity.error());
-      layout.model_identity = *identity;
-    } else {
-      layout.model_identity = engine_cfg->kv_store.model_identity;
+      model_identity = *identity;
     }
-    layout.kv_dtype = setup->model->kv_cache_dtype();
-    layout.block_size = engine->config().block_size;
-    layout.full_bytes_per_block = setup->model->handover_kv_bytes_per_block(KvLayers::kFull);
-    layout.swa_bytes_per_block = setup->model->handover_kv_bytes_per_block(KvLayers::kSliding);
+    server::KvLayout layout =
+        server::KvLayout::of(*setup->model, std::move(model_identity), engine->config().block_size);
     if (role == "prefill") {
       kv_transport = std::make_unique<server::TcpKvTransport>(std::move(layout), std::chrono::seconds(30));
       context.kv_transport = kv_transport.get();

@@ -417,6 +417,9 @@ struct EngineCore::Impl {
     p.block_size = config.block_size;
     if (r.kv_through_store) {
       p.kv_not_carried = true;
+    } else if (r.kv_sink) {  // streamed while the prefill ran (kv_export_of)
+      p.swa_first_block =
+          swa_window_start(model.config(), r.num_prompt_tokens(), config.block_size) / config.block_size;
     } else {
       read_prefilled_kv(model, kv, r.seq_id, r.num_prompt_tokens(), p);
     }
@@ -432,7 +435,38 @@ struct EngineCore::Impl {
     BuiltBatch built;
     StepDraws plan;
     std::chrono::steady_clock::time_point scheduled;  // when its scheduling began
+    std::shared_ptr<PrefillKvExport> kv_export;       // its streamed prompts' KV, when it has any
   };
+
+  // The step's copies of the prompt blocks it completes for the requests that stream their KV
+  // (PrefillHandover::kStream): every layer's, from the blocks not sent yet (prefix-cache and
+  // store hits included) to the last full one, or to the prompt's end with its last chunk.
+  std::shared_ptr<PrefillKvExport> kv_export_of(const BuiltBatch& built) {
+    std::vector<PrefillKvExport::Sequence> sequences;
+    for (const ScheduledRows& rows : built.rows) {
+      Request& r = *rows.request;
+      if (!r.kv_sink) continue;
+      const int32_t num_prompt = r.num_prompt_tokens();
+      const int32_t computed = std::min(rows.first_position + rows.num_new_tokens, num_prompt);
+      const int32_t end =
+          computed == num_prompt ? blocks_for_tokens(num_prompt, config.block_size) : computed / config.block_size;
+      if (end <= r.kv_blocks_streamed) continue;
+      PrefillKvExport::Sequence s;
+      s.sink = r.kv_sink;
+      s.first_block = r.kv_blocks_streamed;
+      s.end_block = end;
+      const std::vector<int32_t>& table = kv.block_table(r.seq_id);
+      s.full_ids.assign(table.begin() + s.first_block, table.begin() + end);
+      s.swa_first_block = swa_window_start(model.config(), num_prompt, config.block_size) / config.block_size;
+      const std::vector<int32_t>& swa_table = kv.has_swa_tables() ? kv.swa_block_table(r.seq_id) : table;
+      const int32_t swa_from = std::max(s.first_block, s.swa_first_block);
+      if (swa_from < end) s.swa_ids.assign(swa_table.begin() + swa_from, swa_table.begin() + end);
+      r.kv_blocks_streamed = end;
+      sequences.push_back(std::move(s));
+    }
+    if (sequences.empty()) return nullptr;
+    return std::make_shared<PrefillKvExport>(model, std::move(sequences));
+  }
 
   // Sample 0's first token: held n > 1 samples then sample the same row on the host.
   bool forks_from_row(const Request& r) const {
@@ -443,6 +477,10 @@ struct EngineCore::Impl {
   InFlight launch_scheduled(BuiltBatch built) {
     InFlight step;
     step.plan = plan_step_draws(built, config.device_sampling, [this](const Request& r) { return forks_from_row(r); });
+    if (config.mode == EngineMode::kPrompt) step.kv_export = kv_export_of(built);
+    if (step.kv_export) {
+      built.batch.after_layer = [kv_export = step.kv_export](int32_t layer) { kv_export->after_layer(layer); };
+    }
     // The batch, draws and host rows go to the runner; processing reads only the rows and draw_of.
     step.handle = runner.launch({std::move(built.batch), std::move(step.plan.draws), std::move(step.plan.host_rows)});
     step.built = std::move(built);
@@ -481,6 +519,7 @@ struct EngineCore::Impl {
       for (int64_t request_id : request_ids) end_request(request_id, Error{e.what()}, outputs);
       return;
     }
+    if (step.kv_export) step.kv_export->finish();  // before the first tokens that end those prefills
     process_step(step, result, outputs);
     if (speculator) draft_after(step);
   }
@@ -792,7 +831,7 @@ const EngineConfig& EngineCore::config() const { return impl_->config; }
 
 Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> prompt, const SamplingParams& params,
                                      int32_t priority, std::string cache_salt, TrafficClass kv_cache_class,
-                                     PrefillHandover handover) {
+                                     PrefillHandover handover, std::shared_ptr<PrefillKvSink> kv_sink) {
   Impl& m = *impl_;
   const int64_t vocab = m.model.config().vocab_size;
   if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
@@ -826,6 +865,15 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
     return Error{"stop strings need the model's tokenizer (tokenizer.json); use stop_token_ids instead"};
   }
   if (m.config.mode == EngineMode::kPrompt && params.n > 1) return Error{"a PROMPT engine takes n = 1 requests"};
+  if ((handover == PrefillHandover::kStream) != (kv_sink != nullptr)) {
+    return Error{"a prefill handed over as a stream needs a sink for its KV, and only such a prefill takes one"};
+  }
+  if (handover == PrefillHandover::kStream && m.config.mode != EngineMode::kPrompt) {
+    return Error{"only a PROMPT engine streams a prefill's KV"};
+  }
+  if (handover == PrefillHandover::kStream && m.model.handover_layers().empty()) {
+    return Error{"this model cannot stream its KV layer by layer"};
+  }
   if (handover == PrefillHandover::kThroughStore && !m.offload) {
     return Error{
         "a prefill handed over through the store needs a persistent KV store (--kv-cache-dir or "
@@ -843,6 +891,7 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
     Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
     seq->request.kv_cache_class = kv_cache_class;
     seq->request.kv_through_store = handover == PrefillHandover::kThroughStore;
+    seq->request.kv_sink = kv_sink;
     group.seq_ids.push_back(seq->request.seq_id);
     if (params.structured_output) m.prepare_grammar(seq->request);  // compiles while the prompt runs
     if (i == 0 && m.offload) {

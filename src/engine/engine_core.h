@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/prefill_kv_export.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/speculator.h"
@@ -101,6 +102,7 @@ struct RequestOutput {
 enum class PrefillHandover : uint8_t {
   kCopyKv,        // copied into the PrefilledRequest (PrefilledRequest::kv), e.g. for a push
   kThroughStore,  // only as the persistent store's pages: none copied (needs a persistent store)
+  kStream,        // layer by layer while the prefill runs, to the request's PrefillKvSink: none copied
 };
 
 // A request whose prompt a PROMPT engine ran: its first token and its KV blocks' contents.
@@ -113,6 +115,7 @@ struct PrefilledRequest {
   // The prompt's KV (engine/kv_handover.h) in the cache's element type, the same whether or not
   // either engine splits its cache. The layers without a sliding window, every block:
   // [blocks_for_tokens(prompt), model.handover_kv_bytes_per_block(KvLayers::kFull)] bytes.
+  // Empty when it was handed over kThroughStore or kStream.
   std::vector<uint8_t> kv;
   // The sliding-window layers, only the blocks the next token's window reaches, from
   // swa_first_block on: [blocks - swa_first_block, handover_kv_bytes_per_block(kSliding)] bytes.
@@ -156,11 +159,13 @@ class EngineCore {
   ~EngineCore();
 
   // Errors: empty prompt, ids outside the vocabulary, prompt + max_tokens beyond max_model_len
-  // or the KV pool, invalid sampling parameters, a duplicate request id.
+  // or the KV pool, invalid sampling parameters, a duplicate request id. kv_sink: where a PROMPT
+  // engine streams the prompt's KV (handover kStream, which needs it).
   Result<void> add_request(int64_t request_id, std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
                            int32_t priority = 0, std::string cache_salt = "",
                            TrafficClass kv_cache_class = TrafficClass::kDefault,
-                           PrefillHandover handover = PrefillHandover::kCopyKv);
+                           PrefillHandover handover = PrefillHandover::kCopyKv,
+                           std::shared_ptr<PrefillKvSink> kv_sink = nullptr);
   // Cancels at any point; frees everything; the next step() reports it finished (kAbort).
   void abort_request(int64_t request_id);
   // One scheduling step and its forward pass. An exception from the forward pass ends every

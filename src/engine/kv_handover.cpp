@@ -9,11 +9,18 @@
 
 namespace deepinfer {
 
-int32_t swa_window_start(const ModelConfig& config, int32_t num_tokens, int32_t block_size) {
+int32_t max_sliding_window(const ModelConfig& config) {
   const auto& windows = config.layer_sliding_window;
-  const int32_t window = windows.empty() ? 0 : *std::max_element(windows.begin(), windows.end());
-  if (window <= 0) return 0;
-  return std::max(0, num_tokens - window) / block_size * block_size;
+  return windows.empty() ? 0 : std::max(0, *std::max_element(windows.begin(), windows.end()));
+}
+
+int32_t swa_window_start(int32_t max_window, int32_t num_tokens, int32_t block_size) {
+  if (max_window <= 0) return 0;
+  return std::max(0, num_tokens - max_window) / block_size * block_size;
+}
+
+int32_t swa_window_start(const ModelConfig& config, int32_t num_tokens, int32_t block_size) {
+  return swa_window_start(max_sliding_window(config), num_tokens, block_size);
 }
 
 void read_prefilled_kv(const CausalLM& model, const KvCacheManager& kv, int64_t seq_id, int32_t num_tokens,

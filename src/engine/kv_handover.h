@@ -17,6 +17,10 @@ namespace deepinfer {
 // num_tokens computed ones attends to: the blocks before it are those commit_computed releases.
 // 0 for a model without sliding windows.
 int32_t swa_window_start(const ModelConfig& config, int32_t num_tokens, int32_t block_size);
+// The same for a model whose widest sliding window is max_window tokens (0: none).
+int32_t swa_window_start(int32_t max_window, int32_t num_tokens, int32_t block_size);
+// The widest sliding window of the model's layers (0: none).
+int32_t max_sliding_window(const ModelConfig& config);
 
 // Fills p.kv, p.swa_first_block and p.swa_kv from the cache blocks of seq_id, whose first
 // num_tokens tokens are computed.

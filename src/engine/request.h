@@ -17,6 +17,8 @@
 
 namespace deepinfer {
 
+class PrefillKvSink;  // engine/prefill_kv_export.h
+
 enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
 
 enum class FinishReason : uint8_t {
@@ -40,6 +42,10 @@ struct Request {
   // PROMPT mode: its KV reaches the decode side through the persistent store, so the handover
   // copies none out (engine_core.h, PrefillHandover::kThroughStore).
   bool kv_through_store = false;
+  // PROMPT mode, PrefillHandover::kStream: where its prompt's KV goes while the prefill runs, and
+  // how many of its prompt blocks went there so far (engine/prefill_kv_export.h).
+  std::shared_ptr<PrefillKvSink> kv_sink;
+  int32_t kv_blocks_streamed = 0;
 
   RequestStatus status = RequestStatus::kWaiting;
   // Its structured-output grammar is still compiling: the scheduler runs its prompt but not the

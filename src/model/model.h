@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +49,11 @@ struct ForwardBatch {
   // Consecutive rows of some cached sequence go in as one-token sequences over its table
   // (CausalLM::rows_may_share_sequences; kernels::PagedBatch::rows_share_sequences).
   bool rows_share_sequences = false;
+  // Called after each decoder layer of this step with its index in the model's layer order, once
+  // that layer's KV writes are enqueued, so a prefill's KV can leave layer by layer (a PROMPT
+  // engine streaming it, engine/prefill_kv_export.h). A step with it set runs eagerly (no decode
+  // graph), on the runner's thread.
+  std::function<void(int32_t layer)> after_layer;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_len.size()); }
@@ -141,6 +148,24 @@ class CausalLM {
   }
   virtual void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const uint8_t* host) {
     if (layers == KvLayers::kFull) write_full_kv_blocks(block_ids, host);
+  }
+  // The handover's layers one by one, as ForwardBatch::after_layer counts them: which kind each
+  // is, its index among that kind's layers, and its bytes per block (the bytes of one kind add up
+  // to handover_kv_bytes_per_block; inside a block the layers lie in this order). Empty: the model
+  // cannot hand its KV over layer by layer.
+  struct HandoverLayer {
+    KvLayers layers = KvLayers::kFull;
+    int32_t index = 0;
+    int64_t bytes_per_block = 0;
+  };
+  virtual std::vector<HandoverLayer> handover_layers() const { return {}; }
+  // Enqueues copies of one decoder layer's KV of these blocks into host ([block_ids.size(),
+  // bytes_per_block]) behind the work enqueued so far (Backend::copy_to_host_later); the ids are
+  // of the table that layer uses, as for read_handover_kv_blocks.
+  virtual std::unique_ptr<PendingCopies> read_handover_layer_blocks_later(int32_t /*layer*/,
+                                                                          const std::vector<int32_t>& /*block_ids*/,
+                                                                          uint8_t* /*host*/) const {
+    throw std::logic_error("this model does not hand its KV over layer by layer");
   }
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
   // Not thread-safe: one forward at a time.

@@ -156,12 +156,13 @@ void EngineWorker::admit(Pending pending) {
             "this worker only prefills for a cluster router (serve --role prefill); send requests to the "
             "router"};
       } else {
-        // The store mode's KV leaves as the store's pages: none is copied out for a push.
-        const PrefillHandover handover = s.kv_handoff && s.kv_handoff->mode == KvTransferMode::kStore
-                                             ? PrefillHandover::kThroughStore
-                                             : PrefillHandover::kCopyKv;
+        // The store mode's KV leaves as the store's pages, a push's as the prefill runs: none is
+        // copied out at its end.
+        PrefillHandover handover = PrefillHandover::kCopyKv;
+        if (s.kv_handoff && s.kv_handoff->mode == KvTransferMode::kStore) handover = PrefillHandover::kThroughStore;
+        if (s.kv_sink) handover = PrefillHandover::kStream;
         added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
-                                    std::move(s.cache_salt), s.kv_cache_class, handover);
+                                    std::move(s.cache_salt), s.kv_cache_class, handover, std::move(s.kv_sink));
       }
     } catch (const std::exception& e) {
       // A failed check while validating one request refuses that request, not the server.

@@ -77,6 +77,9 @@ struct Submission {
   // be loaded from the store): the backend continues it instead of running the prompt. Not on
   // the wire.
   std::shared_ptr<PrefilledRequest> prefilled{};
+  // A prefill worker's pushed request: where its KV goes while the prefill runs (the token API's
+  // push stream, kv_transport.h). Not on the wire.
+  std::shared_ptr<PrefillKvSink> kv_sink{};
 };
 
 // Why submit turned a request away.

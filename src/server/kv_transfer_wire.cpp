@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "engine/kv_handover.h"
 #include "kvcache/block_pool.h"
 #include "server/token_api.h"
 
@@ -16,8 +17,10 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr uint32_t kMagic = 0x564B4944;  // "DIKV" little-endian
-constexpr uint16_t kVersion = 1;
-constexpr size_t kPagePrefixBytes = 8;  // [layers u8][3 zero bytes][block index u32]
+constexpr uint16_t kVersion = 2;
+constexpr size_t kPiecePrefixBytes = 12;  // [layers u8][zero u8][layer u16][first block u32][blocks u32]
+// The end frame's body is a small JSON object.
+constexpr uint64_t kMaxEndBodyBytes = 4096;
 
 template <typename T>
 void put(std::vector<uint8_t>& out, T value) {
@@ -36,15 +39,16 @@ std::span<const uint8_t> as_bytes(const std::string& text) {
   return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
 }
 
-std::vector<uint8_t> page_frame(uint8_t layers, int32_t block_index, std::span<const uint8_t> block) {
-  std::vector<uint8_t> body;
-  body.reserve(kPagePrefixBytes + block.size());
-  put<uint8_t>(body, layers);
-  put<uint8_t>(body, 0);
-  put<uint16_t>(body, 0);
-  put<uint32_t>(body, static_cast<uint32_t>(block_index));
-  body.insert(body.end(), block.begin(), block.end());
-  return encode_kv_frame(KvFrameType::kPage, body);
+int64_t sum(const std::vector<int64_t>& values) {
+  int64_t total = 0;
+  for (int64_t v : values) total += v;
+  return total;
+}
+
+std::string join(const std::vector<int64_t>& values) {
+  std::string text;
+  for (int64_t v : values) text += (text.empty() ? "" : ", ") + std::to_string(v);
+  return "[" + text + "]";
 }
 
 }  // namespace
@@ -61,42 +65,56 @@ std::vector<uint8_t> encode_kv_frame(KvFrameType type, std::span<const uint8_t> 
   return frame;
 }
 
-PrefilledKvFrames::PrefilledKvFrames(std::string transfer_id, const KvLayout& layout, const PrefilledRequest& request)
-    : transfer_id_(std::move(transfer_id)), layout_(layout), request_(request) {
-  num_full_blocks_ =
-      static_cast<size_t>(blocks_for_tokens(static_cast<int64_t>(request.prompt_token_ids.size()), layout.block_size));
-  num_full_pages_ = layout.full_bytes_per_block > 0 ? num_full_blocks_ : 0;
-  num_swa_pages_ = layout.swa_bytes_per_block > 0 ? num_full_blocks_ - static_cast<size_t>(request.swa_first_block) : 0;
+KvLayout KvLayout::of(const CausalLM& model, std::string model_identity, int32_t block_size) {
+  KvLayout layout;
+  layout.model_identity = std::move(model_identity);
+  layout.kv_dtype = model.kv_cache_dtype();
+  layout.block_size = block_size;
+  for (const CausalLM::HandoverLayer& layer : model.handover_layers()) {
+    (layer.layers == KvLayers::kSliding ? layout.swa_layer_bytes : layout.full_layer_bytes)
+        .push_back(layer.bytes_per_block);
+  }
+  layout.sliding_window = max_sliding_window(model.config());
+  return layout;
 }
 
-std::vector<uint8_t> PrefilledKvFrames::frame(size_t index) const {
-  if (index == 0) {
-    const Json header{{"transfer_id", transfer_id_},
-                      {"model_identity", layout_.model_identity},
-                      {"kv_dtype", std::string(dtype_name(layout_.kv_dtype))},
-                      {"block_size", layout_.block_size},
-                      {"full_bytes_per_block", layout_.full_bytes_per_block},
-                      {"swa_bytes_per_block", layout_.swa_bytes_per_block},
-                      {"prompt_token_ids", request_.prompt_token_ids},
-                      {"sampling", sampling_params_to_json(request_.params)},
-                      {"first_token", request_.first_token},
-                      {"swa_first_block", request_.swa_first_block},
-                      {"num_full_blocks", num_full_blocks_},
-                      {"num_swa_blocks", num_swa_pages_}};
-    return encode_kv_frame(KvFrameType::kHeader, as_bytes(header.dump()));
-  }
-  size_t page = index - 1;
-  if (page < num_full_pages_) {
-    const auto bytes = static_cast<size_t>(layout_.full_bytes_per_block);
-    return page_frame(0, static_cast<int32_t>(page), std::span(request_.kv).subspan(page * bytes, bytes));
-  }
-  page -= num_full_pages_;
-  if (page < num_swa_pages_) {
-    const auto bytes = static_cast<size_t>(layout_.swa_bytes_per_block);
-    return page_frame(1, request_.swa_first_block + static_cast<int32_t>(page),
-                      std::span(request_.swa_kv).subspan(page * bytes, bytes));
-  }
-  return encode_kv_frame(KvFrameType::kEnd, {});
+int64_t KvLayout::bytes_per_block(KvLayers layers) const {
+  return sum(layers == KvLayers::kSliding ? swa_layer_bytes : full_layer_bytes);
+}
+
+int32_t KvLayout::swa_first_block(int32_t num_tokens) const {
+  return swa_window_start(sliding_window, num_tokens, block_size) / block_size;
+}
+
+std::vector<uint8_t> encode_kv_header_frame(const std::string& transfer_id, const KvLayout& layout,
+                                            std::span<const int32_t> prompt_token_ids, const SamplingParams& params) {
+  const Json header{{"transfer_id", transfer_id},
+                    {"model_identity", layout.model_identity},
+                    {"kv_dtype", std::string(dtype_name(layout.kv_dtype))},
+                    {"block_size", layout.block_size},
+                    {"full_layer_bytes", layout.full_layer_bytes},
+                    {"swa_layer_bytes", layout.swa_layer_bytes},
+                    {"sliding_window", layout.sliding_window},
+                    {"prompt_token_ids", std::vector<int32_t>(prompt_token_ids.begin(), prompt_token_ids.end())},
+                    {"sampling", sampling_params_to_json(params)}};
+  return encode_kv_frame(KvFrameType::kHeader, as_bytes(header.dump()));
+}
+
+std::vector<uint8_t> encode_kv_piece_frame(const PrefillKvPiece& piece) {
+  std::vector<uint8_t> body;
+  body.reserve(kPiecePrefixBytes + piece.bytes.size());
+  put<uint8_t>(body, piece.layers == KvLayers::kSliding ? 1 : 0);
+  put<uint8_t>(body, 0);
+  put<uint16_t>(body, static_cast<uint16_t>(piece.layer));
+  put<uint32_t>(body, static_cast<uint32_t>(piece.first_block));
+  put<uint32_t>(body, static_cast<uint32_t>(piece.num_blocks));
+  body.insert(body.end(), piece.bytes.begin(), piece.bytes.end());
+  return encode_kv_frame(KvFrameType::kLayerPages, body);
+}
+
+std::vector<uint8_t> encode_kv_end_frame(int32_t first_token, uint64_t seed) {
+  const Json end{{"first_token", first_token}, {"seed", seed}};
+  return encode_kv_frame(KvFrameType::kEnd, as_bytes(end.dump()));
 }
 
 std::vector<uint8_t> encode_kv_reply(const std::optional<std::string>& error) {
@@ -151,8 +169,11 @@ Result<void> parse_kv_reply(std::span<const uint8_t> body) {
 
 uint64_t PrefilledKvAssembler::max_next_body_bytes() const {
   if (!has_header_) return kMaxKvJsonBodyBytes;
-  return kPagePrefixBytes +
-         static_cast<uint64_t>(std::max(expected_.full_bytes_per_block, expected_.swa_bytes_per_block));
+  int64_t widest = 0;
+  for (int64_t bytes : expected_.full_layer_bytes) widest = std::max(widest, bytes);
+  for (int64_t bytes : expected_.swa_layer_bytes) widest = std::max(widest, bytes);
+  return std::max(kMaxEndBodyBytes,
+                  kPiecePrefixBytes + static_cast<uint64_t>(num_blocks_) * static_cast<uint64_t>(widest));
 }
 
 Result<void> PrefilledKvAssembler::accept(const KvFrameHeader& header, std::span<const uint8_t> body) {
@@ -161,19 +182,12 @@ Result<void> PrefilledKvAssembler::accept(const KvFrameHeader& header, std::span
     case KvFrameType::kHeader:
       if (has_header_) return Error{"a second KV header frame in one transfer"};
       return accept_header(body);
-    case KvFrameType::kPage:
-      if (!has_header_) return Error{"a KV page frame before the header frame"};
-      return accept_page(body);
-    case KvFrameType::kEnd: {
+    case KvFrameType::kLayerPages:
+      if (!has_header_) return Error{"a KV frame of layer pages before the header frame"};
+      return accept_piece(body);
+    case KvFrameType::kEnd:
       if (!has_header_) return Error{"a KV end frame before the header frame"};
-      const auto missing = std::count(received_.begin(), received_.end(), false);
-      if (missing > 0) {
-        return Error{"the KV transfer ended with " + std::to_string(missing) + " of its " +
-                     std::to_string(received_.size()) + " pages missing (truncated)"};
-      }
-      done_ = true;
-      return {};
-    }
+      return accept_end(body);
     case KvFrameType::kReply:
       break;
   }
@@ -201,68 +215,106 @@ Result<void> PrefilledKvAssembler::accept_header(std::span<const uint8_t> body) 
       return Error{"the KV comes in " + std::to_string(block_size) + "-token blocks and this worker uses " +
                    std::to_string(expected_.block_size) + ": run both workers with the same --block-size"};
     }
-    const auto full_bytes = json.at("full_bytes_per_block").get<int64_t>();
-    const auto swa_bytes = json.at("swa_bytes_per_block").get<int64_t>();
-    if (full_bytes != expected_.full_bytes_per_block || swa_bytes != expected_.swa_bytes_per_block) {
-      return Error{"the KV has " + std::to_string(full_bytes) + " + " + std::to_string(swa_bytes) +
-                   " bytes per block (full + sliding layers) and this worker's cache " +
-                   std::to_string(expected_.full_bytes_per_block) + " + " +
-                   std::to_string(expected_.swa_bytes_per_block) + ": the model or its settings differ"};
+    const auto full_bytes = json.at("full_layer_bytes").get<std::vector<int64_t>>();
+    const auto swa_bytes = json.at("swa_layer_bytes").get<std::vector<int64_t>>();
+    const auto window = json.at("sliding_window").get<int32_t>();
+    if (full_bytes != expected_.full_layer_bytes || swa_bytes != expected_.swa_layer_bytes ||
+        window != expected_.sliding_window) {
+      return Error{"the KV's layers hold " + join(full_bytes) + " + " + join(swa_bytes) +
+                   " bytes per block (full + sliding layers, window " + std::to_string(window) +
+                   ") and this worker's cache " + join(expected_.full_layer_bytes) + " + " +
+                   join(expected_.swa_layer_bytes) + " (window " + std::to_string(expected_.sliding_window) +
+                   "): the model or its settings differ"};
     }
     request_.prompt_token_ids = json.at("prompt_token_ids").get<std::vector<int32_t>>();
     Result<SamplingParams> params = sampling_params_from_wire(json.at("sampling"));
     if (!params.ok()) return params.error();
     request_.params = std::move(*params);
-    request_.first_token = json.at("first_token").get<int32_t>();
-    request_.swa_first_block = json.at("swa_first_block").get<int32_t>();
-    num_full_blocks_ = json.at("num_full_blocks").get<int32_t>();
-    num_swa_blocks_ = json.at("num_swa_blocks").get<int32_t>();
   } catch (const nlohmann::json::exception& e) {
     return Error{std::string("bad KV header frame: ") + e.what()};
   }
   request_.block_size = expected_.block_size;
   if (request_.prompt_token_ids.empty()) return Error{"the KV header frame has an empty prompt"};
-  const int32_t want_blocks =
-      blocks_for_tokens(static_cast<int64_t>(request_.prompt_token_ids.size()), expected_.block_size);
-  const int32_t want_swa = expected_.swa_bytes_per_block > 0 ? want_blocks - request_.swa_first_block : 0;
-  if (num_full_blocks_ != want_blocks || request_.swa_first_block < 0 || num_swa_blocks_ != want_swa) {
-    return Error{"the KV header frame announces " + std::to_string(num_full_blocks_) + " + " +
-                 std::to_string(num_swa_blocks_) + " pages for a " + std::to_string(request_.prompt_token_ids.size()) +
-                 "-token prompt (wrong sizes)"};
-  }
-  request_.kv.resize(static_cast<size_t>(num_full_blocks_) * static_cast<size_t>(expected_.full_bytes_per_block));
-  request_.swa_kv.resize(static_cast<size_t>(num_swa_blocks_) * static_cast<size_t>(expected_.swa_bytes_per_block));
-  const int32_t full_pages = expected_.full_bytes_per_block > 0 ? num_full_blocks_ : 0;
-  received_.assign(static_cast<size_t>(full_pages + num_swa_blocks_), false);
+  const auto num_tokens = static_cast<int32_t>(request_.prompt_token_ids.size());
+  num_blocks_ = blocks_for_tokens(num_tokens, expected_.block_size);
+  request_.swa_first_block = expected_.swa_first_block(num_tokens);
+  const int32_t num_swa_blocks = num_blocks_ - request_.swa_first_block;
+  request_.kv.resize(static_cast<size_t>(num_blocks_) *
+                     static_cast<size_t>(expected_.bytes_per_block(KvLayers::kFull)));
+  request_.swa_kv.resize(static_cast<size_t>(num_swa_blocks) *
+                         static_cast<size_t>(expected_.bytes_per_block(KvLayers::kSliding)));
+  full_received_.assign(expected_.full_layer_bytes.size(), std::vector<bool>(static_cast<size_t>(num_blocks_)));
+  swa_received_.assign(expected_.swa_layer_bytes.size(), std::vector<bool>(static_cast<size_t>(num_swa_blocks)));
   has_header_ = true;
   return {};
 }
 
-Result<void> PrefilledKvAssembler::accept_page(std::span<const uint8_t> body) {
-  if (body.size() < kPagePrefixBytes) return Error{"a KV page frame without its page index (truncated)"};
-  const uint8_t layers = body[0];
-  const auto block = static_cast<int64_t>(get<uint32_t>(body, 4));
-  const std::span<const uint8_t> bytes = body.subspan(kPagePrefixBytes);
-  if (layers > 1) return Error{"a KV page of unknown layers " + std::to_string(layers)};
-  const bool sliding = layers == 1;
-  const int64_t page_bytes = sliding ? expected_.swa_bytes_per_block : expected_.full_bytes_per_block;
-  const int64_t first = sliding ? request_.swa_first_block : 0;
-  const int64_t count = sliding ? num_swa_blocks_ : num_full_blocks_;
-  if (page_bytes == 0 || block < first || block >= first + count) {
-    return Error{std::string("a KV page of the ") + (sliding ? "sliding" : "full") + " layers for block " +
-                 std::to_string(block) + ", outside what the header announced (wrong sizes)"};
+Result<void> PrefilledKvAssembler::accept_piece(std::span<const uint8_t> body) {
+  if (body.size() < kPiecePrefixBytes) return Error{"a KV frame of layer pages without its place (truncated)"};
+  const uint8_t kind = body[0];
+  if (kind > 1) return Error{"a KV frame of unknown layers " + std::to_string(kind)};
+  const bool sliding = kind == 1;
+  const auto layer = static_cast<size_t>(get<uint16_t>(body, 2));
+  const auto first = static_cast<int64_t>(get<uint32_t>(body, 4));
+  const auto count = static_cast<int64_t>(get<uint32_t>(body, 8));
+  const std::span<const uint8_t> bytes = body.subspan(kPiecePrefixBytes);
+  const std::vector<int64_t>& layer_bytes = sliding ? expected_.swa_layer_bytes : expected_.full_layer_bytes;
+  const char* name = sliding ? "sliding" : "full";
+  if (layer >= layer_bytes.size()) {
+    return Error{std::string("KV of ") + name + " layer " + std::to_string(layer) + " where the model has " +
+                 std::to_string(layer_bytes.size()) + " (wrong sizes)"};
   }
-  if (static_cast<int64_t>(bytes.size()) != page_bytes) {
-    return Error{"a KV page of " + std::to_string(bytes.size()) + " bytes where this worker's cache holds " +
-                 std::to_string(page_bytes) + " per block (wrong sizes)"};
+  const int64_t range_first = sliding ? request_.swa_first_block : 0;
+  if (count < 1 || first < range_first || first + count > num_blocks_) {
+    return Error{std::string("KV of ") + name + " layer " + std::to_string(layer) + " for blocks " +
+                 std::to_string(first) + " + " + std::to_string(count) + ", outside the prompt's [" +
+                 std::to_string(range_first) + ", " + std::to_string(num_blocks_) + ") (wrong sizes)"};
   }
-  const int64_t full_pages = expected_.full_bytes_per_block > 0 ? num_full_blocks_ : 0;
-  const auto slot = static_cast<size_t>((sliding ? full_pages : 0) + block - first);
-  if (received_[slot]) return Error{"KV page " + std::to_string(block) + " arrived twice"};
-  received_[slot] = true;
+  const int64_t per_block = layer_bytes[layer];
+  if (static_cast<int64_t>(bytes.size()) != count * per_block) {
+    return Error{"KV of " + std::to_string(count) + " blocks in " + std::to_string(bytes.size()) +
+                 " bytes where this worker's cache holds " + std::to_string(per_block) + " per block (wrong sizes)"};
+  }
+  std::vector<bool>& received = (sliding ? swa_received_ : full_received_)[layer];
+  int64_t offset_in_block = 0;
+  for (size_t l = 0; l < layer; ++l) offset_in_block += layer_bytes[l];
+  const int64_t block_bytes = sum(layer_bytes);
   std::vector<uint8_t>& into = sliding ? request_.swa_kv : request_.kv;
-  std::memcpy(into.data() + static_cast<size_t>(block - first) * static_cast<size_t>(page_bytes), bytes.data(),
-              bytes.size());
+  for (int64_t b = 0; b < count; ++b) {
+    const auto slot = static_cast<size_t>(first + b - range_first);
+    if (received[slot]) {
+      return Error{std::string("KV of ") + name + " layer " + std::to_string(layer) + ", block " +
+                   std::to_string(first + b) + " arrived twice"};
+    }
+    received[slot] = true;
+    std::memcpy(into.data() + static_cast<int64_t>(slot) * block_bytes + offset_in_block, bytes.data() + b * per_block,
+                static_cast<size_t>(per_block));
+  }
+  return {};
+}
+
+Result<void> PrefilledKvAssembler::accept_end(std::span<const uint8_t> body) {
+  size_t missing = 0;
+  size_t total = 0;
+  for (const auto* kind : {&full_received_, &swa_received_}) {
+    for (const std::vector<bool>& layer : *kind) {
+      missing += static_cast<size_t>(std::count(layer.begin(), layer.end(), false));
+      total += layer.size();
+    }
+  }
+  if (missing > 0) {
+    return Error{"the KV transfer ended with " + std::to_string(missing) + " of its " + std::to_string(total) +
+                 " layer blocks missing (truncated)"};
+  }
+  const Json json = Json::parse(body.begin(), body.end(), nullptr, false);
+  if (!json.is_object()) return Error{"the KV end frame is not a JSON object"};
+  try {
+    request_.first_token = json.at("first_token").get<int32_t>();
+    request_.params.seed = json.at("seed").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return Error{std::string("bad KV end frame: ") + e.what()};
+  }
+  done_ = true;
   return {};
 }
 

@@ -1,9 +1,10 @@
 // The wire format of a prefilled request's KV pushed from a prefill worker to a decode worker
 // (docs/cluster.md, "The KV push"): a header frame (JSON: the transfer id, the model identity,
-// the KV layout, the request), one frame per KV page in the cache's own element type, an end
-// frame; the receiver answers with one reply frame. Every frame carries its body's XXH3-64, so
-// the receiver checks what it received before a byte of it reaches its cache. Pure functions, no
-// sockets (kv_transport.h moves the bytes).
+// the KV layout, the prompt and sampling), frames of one layer's KV of consecutive blocks in the
+// cache's own element type, sent while the prefill runs (engine/prefill_kv_export.h), and an end
+// frame with the first token and its seed; the receiver answers with one reply frame. Every frame
+// carries its body's XXH3-64, so the receiver checks what it received before a byte of it reaches
+// its cache. Pure functions, no sockets (kv_transport.h moves the bytes).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/result.h"
 #include "engine/engine_core.h"
+#include "engine/prefill_kv_export.h"
 
 namespace deepinfer::server {
 
@@ -23,11 +25,21 @@ struct KvLayout {
   std::string model_identity;  // fingerprint_model_dir: weights and tokenizer
   DType kv_dtype = DType::kF32;
   int32_t block_size = 0;
-  int64_t full_bytes_per_block = 0;  // CausalLM::handover_kv_bytes_per_block(KvLayers::kFull)
-  int64_t swa_bytes_per_block = 0;   // ... (KvLayers::kSliding)
+  // Each handover layer's bytes per block (CausalLM::handover_layers), the full-attention layers'
+  // and the sliding-window layers' apart, in layer order.
+  std::vector<int64_t> full_layer_bytes;
+  std::vector<int64_t> swa_layer_bytes;
+  int32_t sliding_window = 0;  // the widest window (max_sliding_window); 0: none
+
+  // The model's layout for one identity and block size.
+  static KvLayout of(const CausalLM& model, std::string model_identity, int32_t block_size);
+  // Bytes one block of those layers holds (CausalLM::handover_kv_bytes_per_block).
+  int64_t bytes_per_block(KvLayers layers) const;
+  // The first block of a num_tokens prompt the sliding layers send (engine/kv_handover.h).
+  int32_t swa_first_block(int32_t num_tokens) const;
 };
 
-enum class KvFrameType : uint16_t { kHeader = 1, kPage = 2, kEnd = 3, kReply = 4 };
+enum class KvFrameType : uint16_t { kHeader = 1, kLayerPages = 2, kEnd = 3, kReply = 4 };
 
 // [magic 'DIKV' u32][version u16][type u16][body bytes u64][body XXH3-64 u64], little-endian.
 struct KvFrameHeader {
@@ -36,28 +48,19 @@ struct KvFrameHeader {
   uint64_t body_checksum = 0;
 };
 inline constexpr size_t kKvFrameHeaderBytes = 24;
-// The largest header or reply body a receiver reads (a prompt's token ids and sampling).
+// The largest header, end or reply body a receiver reads (a prompt's token ids and sampling).
 inline constexpr uint64_t kMaxKvJsonBodyBytes = uint64_t{64} << 20;
 
 std::vector<uint8_t> encode_kv_frame(KvFrameType type, std::span<const uint8_t> body);
-// The frames of one transfer, in order: header, pages (the full layers' blocks, then the sliding
-// layers' from swa_first_block on), end; each encoded when asked for, so a sender holds one
-// page's copy at a time, not the prompt's. A page frame's body: [layers u8 (0 full, 1 sliding)]
-// [3 zero bytes][block index u32][the block's bytes]. layout and request must outlive it.
-class PrefilledKvFrames {
- public:
-  PrefilledKvFrames(std::string transfer_id, const KvLayout& layout, const PrefilledRequest& request);
-  size_t size() const { return 1 + num_full_pages_ + num_swa_pages_ + 1; }
-  std::vector<uint8_t> frame(size_t index) const;
-
- private:
-  std::string transfer_id_;
-  const KvLayout& layout_;
-  const PrefilledRequest& request_;
-  size_t num_full_blocks_ = 0;
-  size_t num_full_pages_ = 0;  // num_full_blocks_, or 0 when the full layers hold no bytes
-  size_t num_swa_pages_ = 0;
-};
+// The frames of one transfer, in this order: the header; the pieces, any order, each layer's each
+// block once (the full layers' every prompt block, the sliding layers' from
+// layout.swa_first_block on); the end.
+std::vector<uint8_t> encode_kv_header_frame(const std::string& transfer_id, const KvLayout& layout,
+                                            std::span<const int32_t> prompt_token_ids, const SamplingParams& params);
+// A piece's body: [layers u8 (0 full, 1 sliding)][zero u8][layer u16][first block u32][blocks u32]
+// [the bytes].
+std::vector<uint8_t> encode_kv_piece_frame(const PrefillKvPiece& piece);
+std::vector<uint8_t> encode_kv_end_frame(int32_t first_token, uint64_t seed);
 // The reply: nullopt accepted, else why not.
 std::vector<uint8_t> encode_kv_reply(const std::optional<std::string>& error);
 
@@ -70,7 +73,9 @@ Result<void> parse_kv_reply(std::span<const uint8_t> body);
 
 // Assembles one transfer from its frames (checked already with check_kv_frame_body) and
 // verifies it against the receiver's own layout: the model identity, the element type, the block
-// size, the bytes per block, every page once and of its size. Errors name what differs.
+// size, each layer's bytes per block, every layer's every block once and of its size. Errors name
+// what differs. The result is a PrefilledRequest whose kv and swa_kv hold the blocks as
+// read_prefilled_kv lays them out.
 class PrefilledKvAssembler {
  public:
   explicit PrefilledKvAssembler(KvLayout expected) : expected_(std::move(expected)) {}
@@ -84,16 +89,18 @@ class PrefilledKvAssembler {
 
  private:
   Result<void> accept_header(std::span<const uint8_t> body);
-  Result<void> accept_page(std::span<const uint8_t> body);
+  Result<void> accept_piece(std::span<const uint8_t> body);
+  Result<void> accept_end(std::span<const uint8_t> body);
 
   KvLayout expected_;
   bool has_header_ = false;
   bool done_ = false;
   std::string transfer_id_;
   PrefilledRequest request_;
-  int32_t num_full_blocks_ = 0;
-  int32_t num_swa_blocks_ = 0;
-  std::vector<bool> received_;  // full blocks, then sliding blocks
+  int32_t num_blocks_ = 0;
+  // Per kind, per layer, per block of that kind's range: arrived.
+  std::vector<std::vector<bool>> full_received_;
+  std::vector<std::vector<bool>> swa_received_;
 };
 
 // Decodes a whole transfer held in memory (tests; the TCP receiver reads frame by frame): a

@@ -1,16 +1,20 @@
 // How a prefill worker's KV reaches a decode worker in the direct-push mode (docs/cluster.md): a
-// KvTransport sends a prefilled request (its first token, sampling parameters and KV pages in the
-// cache's own element type) to the decode worker, whose receiver verifies it
-// (kv_transfer_wire.h) and keeps it in its PrefilledInbox until the router's request for it
-// comes. TCP over Boost.Asio here; RDMA or NCCL transports implement the same interface.
+// KvTransport opens a push for a prefill worker's request before its prefill runs; the PROMPT
+// engine hands it the prompt's KV layer by layer as the prefill computes it
+// (engine/prefill_kv_export.h), the push sends each piece on at once, and its first token and seed
+// close it. The decode worker's receiver verifies the transfer (kv_transfer_wire.h) and keeps it
+// in its PrefilledInbox until the router's request for it comes. TCP over Boost.Asio here; RDMA
+// or NCCL transports implement the same interface.
 #pragma once
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -26,22 +30,35 @@ struct KvPeer {
   uint16_t port = 0;
 };
 
+// One request's push. put() (any thread) queues a piece, sent in order; the first piece (or the
+// end) opens the connection, so a request still queued on the prefill worker holds none.
+class KvPush : public PrefillKvSink {
+ public:
+  // The prefill is done: sends the end frame (the first token and the seed it was drawn with) and
+  // returns once the decode worker verified and kept the KV, or why not (unreachable, timed out,
+  // or its refusal's message). Call once.
+  virtual boost::asio::awaitable<Result<void>> finish(int32_t first_token, uint64_t seed) = 0;
+  // The prefill will not finish (it failed or was aborted): the push stops, and the decode worker
+  // drops what it got. Thread-safe; nothing after finish.
+  virtual void cancel() = 0;
+};
+
 class KvTransport {
  public:
   virtual ~KvTransport() = default;
-  // Sends request to the decode worker at `to`, kept there under transfer_id. Returns once that
-  // worker verified and kept it, or why not (unreachable, timed out, or its refusal's message).
-  // Runs on the calling coroutine's executor; thread-safe.
-  virtual boost::asio::awaitable<Result<void>> push(const KvPeer& to, const std::string& transfer_id,
-                                                    const PrefilledRequest& request) = 0;
+  // A push of the KV of this prompt to the decode worker at `to`, kept there under transfer_id;
+  // it runs on executor. Thread-safe.
+  virtual std::shared_ptr<KvPush> open(boost::asio::any_io_executor executor, const KvPeer& to,
+                                       const std::string& transfer_id, std::span<const int32_t> prompt_token_ids,
+                                       const SamplingParams& params) = 0;
 };
 
-// Frames (kv_transfer_wire.h) over one TCP connection per transfer, page by page.
+// Frames (kv_transfer_wire.h) over one TCP connection per transfer.
 class TcpKvTransport final : public KvTransport {
  public:
   TcpKvTransport(KvLayout layout, std::chrono::milliseconds timeout) : layout_(std::move(layout)), timeout_(timeout) {}
-  boost::asio::awaitable<Result<void>> push(const KvPeer& to, const std::string& transfer_id,
-                                            const PrefilledRequest& request) override;
+  std::shared_ptr<KvPush> open(boost::asio::any_io_executor executor, const KvPeer& to, const std::string& transfer_id,
+                               std::span<const int32_t> prompt_token_ids, const SamplingParams& params) override;
 
  private:
   KvLayout layout_;

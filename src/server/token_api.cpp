@@ -8,6 +8,7 @@
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <future>
+#include <utility>
 
 #include "core/logging.h"
 #include "core/thread_pool.h"
@@ -357,13 +358,13 @@ asio::awaitable<void> wait_pages_written(ServerContext& context, const std::vect
 
 // A prefill worker's request whose prefill is done: its KV to where handoff says. The event that
 // follows the first token's: the seed it was drawn with, and why the KV did not get there (502).
+// push: the push mode's stream, which the engine fed while the prefill ran.
 asio::awaitable<EngineEvent> hand_over(const KvHandoff& handoff, const PrefilledRequest& prefilled,
-                                       ServerContext& context) {
+                                       ServerContext& context, KvPush* push) {
   EngineEvent event;
   Result<void> sent;
   if (handoff.mode == KvTransferMode::kPush) {
-    const KvPeer to{handoff.host, handoff.port};
-    sent = co_await context.kv_transport->push(to, handoff.transfer_id, prefilled);
+    sent = co_await push->finish(prefilled.first_token, prefilled.params.seed.value_or(0));
   } else {
     co_await wait_pages_written(context, prefilled.queued_page_hashes);
   }
@@ -408,6 +409,19 @@ asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpReque
     submission->prefilled = std::move(*prefilled);
   }
   const std::optional<KvHandoff> handoff = submission->kv_handoff;
+  // A push goes out while the prefill runs; unless it finishes, it is cancelled on the way out
+  // (the request failed, was aborted, or its client left), so the decode worker drops it.
+  struct CancelUnfinished {
+    std::shared_ptr<KvPush> push;
+    ~CancelUnfinished() {
+      if (push) push->cancel();
+    }
+  } push;
+  if (handoff && handoff->mode == KvTransferMode::kPush) {
+    push.push = context.kv_transport->open(stream.get_executor(), KvPeer{handoff->host, handoff->port},
+                                           handoff->transfer_id, submission->prompt_token_ids, submission->params);
+    submission->kv_sink = push.push;
+  }
   auto channel =
       std::make_shared<OutputChannel>(stream.get_executor(), static_cast<size_t>(context.config.stream_buffer_outputs));
   submission->channel = channel;
@@ -465,7 +479,8 @@ asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpReque
       auto [first_error, first_written] =
           co_await asio::async_write(stream, http::make_chunk(asio::buffer(line)), asio::as_tuple(asio::use_awaitable));
       if (first_error) co_return false;
-      const EngineEvent handed = co_await hand_over(*handoff, *prefilled, context);
+      const std::shared_ptr<KvPush> finishing = std::exchange(push.push, nullptr);
+      const EngineEvent handed = co_await hand_over(*handoff, *prefilled, context, finishing.get());
       line = event_to_json(handed).dump() + "\n";
     }
     stream.expires_after(write_timeout);

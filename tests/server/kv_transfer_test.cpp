@@ -1,12 +1,16 @@
-// The KV push between a prefill and a decode worker: the frames round-trip a prefilled request
-// byte for byte (sliding-window pages only from swa_first_block on); a truncated transfer, a
-// corrupted byte, another model's identity, another block size or page size are refused with a
-// message saying so; over loopback TCP the receiver keeps what it verified in its inbox and the
-// sender hears the receiver's refusal.
+// The KV push between a prefill and a decode worker: the frames (a header, one layer's KV of a
+// run of blocks each, in any order, an end with the first token) round-trip a prefilled request
+// byte for byte (sliding-window layers only from swa_first_block on); a truncated transfer, a
+// missing or repeated piece, a corrupted byte, another model's identity, another block size or
+// layer size are refused with a message saying so; over loopback TCP a push fed piece by piece
+// lands in the receiver's inbox, a cancelled one does not, and the sender hears a refusal.
 #include <gtest/gtest.h>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <future>
+#include <thread>
 
 #include "server/kv_transfer_wire.h"
 #include "server/kv_transport.h"
@@ -15,13 +19,16 @@
 namespace deepinfer::server {
 namespace {
 
+// Two full-attention layers (16 + 8 bytes a block) and one sliding layer (8 bytes a block) whose
+// 6-token window starts, for a 10-token prompt, at block 1.
 KvLayout layout() {
   KvLayout l;
   l.model_identity = "model.safetensors=abc;tokenizer.json=def;";
   l.kv_dtype = DType::kBF16;
   l.block_size = 4;
-  l.full_bytes_per_block = 24;
-  l.swa_bytes_per_block = 8;
+  l.full_layer_bytes = {16, 8};
+  l.swa_layer_bytes = {8};
+  l.sliding_window = 6;
   return l;
 }
 
@@ -39,11 +46,37 @@ PrefilledRequest request() {
   return p;
 }
 
+// One layer's blocks [first, first + count) cut out of request's handover layout.
+PrefillKvPiece piece(const KvLayout& l, const PrefilledRequest& p, KvLayers kind, int32_t layer, int32_t first,
+                     int32_t count) {
+  const bool sliding = kind == KvLayers::kSliding;
+  const std::vector<int64_t>& sizes = sliding ? l.swa_layer_bytes : l.full_layer_bytes;
+  const std::vector<uint8_t>& kv = sliding ? p.swa_kv : p.kv;
+  int64_t offset = 0;
+  for (int32_t i = 0; i < layer; ++i) offset += sizes[static_cast<size_t>(i)];
+  const int64_t block_bytes = l.bytes_per_block(kind);
+  const int32_t range_first = sliding ? p.swa_first_block : 0;
+  PrefillKvPiece out{kind, layer, first, count, {}};
+  for (int32_t b = first; b < first + count; ++b) {
+    const auto* begin = kv.data() + (b - range_first) * block_bytes + offset;
+    out.bytes.insert(out.bytes.end(), begin, begin + sizes[static_cast<size_t>(layer)]);
+  }
+  return out;
+}
+
+// The pieces of request, not in layer or block order: full layer 0 in two runs, full layer 1
+// whole, the sliding layer from its window's first block.
+std::vector<PrefillKvPiece> pieces(const KvLayout& l, const PrefilledRequest& p) {
+  return {piece(l, p, KvLayers::kSliding, 0, 1, 2), piece(l, p, KvLayers::kFull, 1, 0, 3),
+          piece(l, p, KvLayers::kFull, 0, 2, 1), piece(l, p, KvLayers::kFull, 0, 0, 2)};
+}
+
 std::vector<std::vector<uint8_t>> encode_transfer(const std::string& transfer_id, const KvLayout& layout,
                                                   const PrefilledRequest& request) {
-  const PrefilledKvFrames frames(transfer_id, layout, request);
-  std::vector<std::vector<uint8_t>> encoded;
-  for (size_t i = 0; i < frames.size(); ++i) encoded.push_back(frames.frame(i));
+  std::vector<std::vector<uint8_t>> encoded{
+      encode_kv_header_frame(transfer_id, layout, request.prompt_token_ids, request.params)};
+  for (const PrefillKvPiece& p : pieces(layout, request)) encoded.push_back(encode_kv_piece_frame(p));
+  encoded.push_back(encode_kv_end_frame(request.first_token, *request.params.seed));
   return encoded;
 }
 
@@ -60,7 +93,7 @@ std::string decode_error(const std::vector<uint8_t>& bytes, const KvLayout& expe
 
 TEST(KvTransfer, FramesRoundTripEveryByte) {
   const std::vector<std::vector<uint8_t>> frames = encode_transfer("t-1", layout(), request());
-  ASSERT_EQ(frames.size(), 1u + 3u + 2u + 1u);  // header, full pages, sliding pages, end
+  ASSERT_EQ(frames.size(), 1u + 4u + 1u);  // header, pieces, end
   std::string transfer_id;
   Result<PrefilledRequest> decoded = decode_prefilled_transfer(joined(frames), layout(), &transfer_id);
   ASSERT_TRUE(decoded.ok()) << decoded.error().message;
@@ -77,18 +110,23 @@ TEST(KvTransfer, FramesRoundTripEveryByte) {
 }
 
 TEST(KvTransfer, TruncatedTransfersAreRefused) {
-  const std::vector<uint8_t> bytes = joined(encode_transfer("t", layout(), request()));
-  // Cut inside the last page's body, inside a frame header, and before the end frame.
-  for (const size_t cut : {bytes.size() - kKvFrameHeaderBytes - 3, bytes.size() - kKvFrameHeaderBytes + 5,
-                           bytes.size() - kKvFrameHeaderBytes}) {
+  const std::vector<std::vector<uint8_t>> all = encode_transfer("t", layout(), request());
+  const std::vector<uint8_t> bytes = joined(all);
+  const size_t end_bytes = all.back().size();
+  // Cut inside the last piece's body, inside the end frame's header, and before the end frame.
+  for (const size_t cut : {bytes.size() - end_bytes - 3, bytes.size() - end_bytes + 5, bytes.size() - end_bytes}) {
     const std::vector<uint8_t> truncated(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(cut));
     EXPECT_NE(decode_error(truncated, layout()).find("truncated"), std::string::npos)
         << cut << ": " << decode_error(truncated, layout());
   }
-  // An end frame with pages missing.
+  // An end frame with a piece missing, and a piece that comes twice.
   std::vector<std::vector<uint8_t>> frames = encode_transfer("t", layout(), request());
-  frames.erase(frames.begin() + 2);
-  EXPECT_NE(decode_error(joined(frames), layout()).find("1 of its 5 pages missing"), std::string::npos)
+  frames.erase(frames.begin() + 3);  // full layer 0, block 2
+  EXPECT_NE(decode_error(joined(frames), layout()).find("1 of its 8 layer blocks missing"), std::string::npos)
+      << decode_error(joined(frames), layout());
+  frames = encode_transfer("t", layout(), request());
+  frames.insert(frames.begin() + 2, frames[1]);
+  EXPECT_NE(decode_error(joined(frames), layout()).find("sliding layer 0, block 1 arrived twice"), std::string::npos)
       << decode_error(joined(frames), layout());
 }
 
@@ -110,16 +148,24 @@ TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
   other_dtype.kv_dtype = DType::kF32;
   EXPECT_NE(decode_error(bytes, other_dtype).find("BF16 and this worker's cache is F32"), std::string::npos)
       << decode_error(bytes, other_dtype);
-  KvLayout other_pages = layout();
-  other_pages.full_bytes_per_block = 32;
-  EXPECT_NE(decode_error(bytes, other_pages).find("bytes per block"), std::string::npos);
-  // A page whose size disagrees with the header's layout.
-  PrefilledRequest short_page = request();
-  KvLayout lying = layout();
-  lying.full_bytes_per_block = 20;
-  std::vector<std::vector<uint8_t>> frames = encode_transfer("t", lying, short_page);
-  frames[0] = encode_transfer("t", layout(), request())[0];  // the header claims 24 bytes a page
+  KvLayout other_layers = layout();
+  other_layers.full_layer_bytes = {16, 16};
+  EXPECT_NE(decode_error(bytes, other_layers).find("[16, 8] + [8] bytes per block"), std::string::npos)
+      << decode_error(bytes, other_layers);
+  KvLayout other_window = layout();
+  other_window.sliding_window = 8;
+  EXPECT_NE(decode_error(bytes, other_window).find("settings differ"), std::string::npos);
+  // A piece whose size disagrees with the header's layout, and one past the prompt's blocks.
+  std::vector<std::vector<uint8_t>> frames = encode_transfer("t", layout(), request());
+  PrefillKvPiece short_piece = piece(layout(), request(), KvLayers::kFull, 0, 0, 2);
+  short_piece.bytes.resize(20);
+  frames[4] = encode_kv_piece_frame(short_piece);
   EXPECT_NE(decode_error(joined(frames), layout()).find("wrong sizes"), std::string::npos)
+      << decode_error(joined(frames), layout());
+  PrefillKvPiece past_end = piece(layout(), request(), KvLayers::kFull, 0, 0, 2);
+  past_end.first_block = 2;
+  frames[4] = encode_kv_piece_frame(past_end);
+  EXPECT_NE(decode_error(joined(frames), layout()).find("outside the prompt's [0, 3)"), std::string::npos)
       << decode_error(joined(frames), layout());
   // Not a KV stream at all.
   const std::vector<uint8_t> http = {'P', 'O', 'S', 'T',  ' ',  '/',  ' ',  'H', 'T', 'T', 'P', '/',
@@ -127,21 +173,42 @@ TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
   EXPECT_NE(decode_error(http, layout()).find("bad magic"), std::string::npos);
 }
 
-Result<void> push_over_loopback(const KvLayout& sender, const KvLayout& receiver_layout, PrefilledInbox& inbox) {
+// Opens a push from a sender of layout `sender` to a receiver of receiver_layout and feeds it the
+// request's pieces from this thread while the push runs on another (as an engine and a server
+// do), then finishes it; or cancels it after its first piece went out.
+Result<void> push_over_loopback(const KvLayout& sender, const KvLayout& receiver_layout, PrefilledInbox& inbox,
+                                bool cancel = false) {
   auto receiver = TcpKvReceiver::start("127.0.0.1", 0, receiver_layout, inbox);
   if (!receiver.ok()) return receiver.error();
   TcpKvTransport transport(sender, std::chrono::seconds(10));
   boost::asio::io_context io;
-  Result<void> pushed = Error{"never ran"};
-  // push takes its arguments by reference: they live until io.run() returns.
+  auto work = boost::asio::make_work_guard(io);
+  std::thread server([&] { io.run(); });
   const KvPeer peer{"127.0.0.1", (*receiver)->port()};
   const PrefilledRequest sent = request();
-  boost::asio::co_spawn(io, transport.push(peer, "t-9", sent),
-                        [&](const std::exception_ptr& failure, Result<void> result) {
-                          pushed = failure ? Result<void>(Error{"threw"}) : std::move(result);
-                        });
-  io.run();
-  return pushed;
+  const std::shared_ptr<KvPush> push =
+      transport.open(io.get_executor(), peer, "t-9", sent.prompt_token_ids, sent.params);
+  std::promise<Result<void>> pushed;
+  for (PrefillKvPiece& p : pieces(sender, sent)) {
+    push->put(std::move(p));
+    if (cancel) break;
+  }
+  if (cancel) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // it connected and sent the piece
+    push->cancel();
+    pushed.set_value(Error{"cancelled"});
+  } else {
+    boost::asio::co_spawn(
+        io, [&]() { return push->finish(sent.first_token, *sent.params.seed); },
+        [&](const std::exception_ptr& failure, Result<void> result) {
+          pushed.set_value(failure ? Result<void>(Error{"threw"}) : std::move(result));
+        });
+  }
+  Result<void> result = pushed.get_future().get();
+  work.reset();
+  server.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the receiver's thread sees the end
+  return result;
 }
 
 TEST(KvTransfer, TcpPushLandsInTheInboxOrHearsTheRefusal) {
@@ -151,6 +218,9 @@ TEST(KvTransfer, TcpPushLandsInTheInboxOrHearsTheRefusal) {
   std::optional<PrefilledRequest> kept = inbox.take("t-9");
   ASSERT_TRUE(kept.has_value());
   EXPECT_EQ(kept->kv, request().kv);
+  EXPECT_EQ(kept->swa_kv, request().swa_kv);
+  EXPECT_EQ(kept->first_token, 11);
+  EXPECT_EQ(kept->params.seed, std::optional<uint64_t>(42));
   EXPECT_FALSE(inbox.take("t-9").has_value());  // taken once
 
   KvLayout other_model = layout();
@@ -159,6 +229,12 @@ TEST(KvTransfer, TcpPushLandsInTheInboxOrHearsTheRefusal) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("refused the KV: the KV comes from another model"), std::string::npos)
       << refused.error().message;
+  EXPECT_EQ(inbox.size(), 0u);
+}
+
+TEST(KvTransfer, CancelledPushLeavesNothingInTheInbox) {
+  PrefilledInbox inbox(std::chrono::seconds(60));
+  EXPECT_FALSE(push_over_loopback(layout(), layout(), inbox, /*cancel=*/true).ok());
   EXPECT_EQ(inbox.size(), 0u);
 }
 

@@ -365,6 +365,35 @@ void DenseDecoder::write_handover_kv_blocks(KvLayers layers, const std::vector<i
   backend_.scatter_to_device(host, pieces);
 }
 
+std::vector<CausalLM::HandoverLayer> DenseDecoder::handover_layers() const {
+  std::vector<HandoverLayer> result;
+  int32_t num_full = 0;
+  int32_t num_sliding = 0;
+  for (const Layer& layer : layers_) {
+    const bool sliding = is_of(layer, KvLayers::kSliding);
+    result.push_back({sliding ? KvLayers::kSliding : KvLayers::kFull, sliding ? num_sliding++ : num_full++,
+                      kv_bytes_per_block_of(layer.attention)});
+  }
+  return result;
+}
+
+std::unique_ptr<PendingCopies> DenseDecoder::read_handover_layer_blocks_later(int32_t layer,
+                                                                              const std::vector<int32_t>& block_ids,
+                                                                              uint8_t* host) const {
+  DI_CHECK(layer >= 0 && static_cast<size_t>(layer) < layers_.size(), "layer " << layer << " out of range");
+  const Layer& from = layers_[static_cast<size_t>(layer)];
+  const auto bytes = static_cast<size_t>(kv_bytes_per_block_of(from.attention));
+  std::vector<HostPiece> pieces;
+  for (size_t i = 0; i < block_ids.size(); ++i) {
+    DI_CHECK(block_ids[i] >= 0, "the handover reads a block released from the window");
+    std::visit([&](const auto& a) { a.raw_kv_block_pieces(block_ids[i], i * bytes, pieces); }, from.attention);
+  }
+  std::vector<HostCopy> copies;
+  copies.reserve(pieces.size());
+  for (const HostPiece& piece : pieces) copies.push_back({host + piece.src_offset, piece.dst, piece.src_bytes});
+  return backend_.copy_to_host_later(copies);
+}
+
 int64_t DenseDecoder::weight_bytes_per_token() const {
   const auto element = [](const kernels::WeightView& w) { return static_cast<int64_t>(dtype_size_bytes(w.dtype)); };
   int64_t bytes = embed_tokens_.cols * element(embed_tokens_) + lm_head_.rows * lm_head_.cols * element(lm_head_);
@@ -447,7 +476,7 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   extras.previous_draws = drawn_tokens_.as<int32_t>();
   extras.draws = draws;
   const bool decode_step = DecodeGraphs::can_run(batch);
-  if (graphs_ && decode_step) {
+  if (graphs_ && decode_step && !batch.after_layer) {
     const int32_t padded = DecodeGraphs::shape_for(batch).num_seqs;
     ensure_workspace(padded, padded);
     return graphs_->run(backend_, batch, kv_shape_.block_size, extras,
@@ -465,7 +494,8 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   }
   const DeviceBatch device_batch = inputs_.upload(backend_, batch, kv_shape_.block_size, extras);
   finish_inputs(backend_, device_batch);
-  enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows);
+  enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows,
+                  batch.after_layer ? &batch.after_layer : nullptr);
   return device_batch.draws;
 }
 
@@ -505,7 +535,8 @@ void DenseDecoder::run_idle_forward(GroupForward kind) {
   for (const Layer& layer : layers_) idle(layer.ffn);
 }
 
-void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows) {
+void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows,
+                                   const std::function<void(int32_t)>* after_layer) {
   const int64_t num_tokens = batch.num_tokens;
   const int64_t hidden = config_.hidden_size;
   auto* residual = hidden_.as<float>();
@@ -520,6 +551,7 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
     const Layer& layer = layers_[i];
     if (residual_stream) {
       enqueue_residual_layer(layer, batch);
+      if (after_layer != nullptr) (*after_layer)(static_cast<int32_t>(i));
       continue;
     }
     if (i == 0) {
@@ -538,6 +570,7 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
       layer.post_attention_norm.add_forward(backend_, residual, delta, num_tokens, normed);
       std::visit([&](const auto& f) { f.forward(backend_, normed, num_tokens, scratch, delta); }, layer.ffn);
     }
+    if (after_layer != nullptr) (*after_layer)(static_cast<int32_t>(i));
   }
   if (residual_stream) {
     final_norm_.forward(backend_, residual, num_tokens, normed);

@@ -90,6 +90,9 @@ class DenseDecoder final : public CausalLM {
   int64_t handover_kv_bytes_per_block(KvLayers layers) const override;
   void read_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, uint8_t* host) const override;
   void write_handover_kv_blocks(KvLayers layers, const std::vector<int32_t>& block_ids, const uint8_t* host) override;
+  std::vector<HandoverLayer> handover_layers() const override;
+  std::unique_ptr<PendingCopies> read_handover_layer_blocks_later(int32_t layer, const std::vector<int32_t>& block_ids,
+                                                                  uint8_t* host) const override;
   void forward(const ForwardBatch& batch, float* logits) override;
   // Samples on the backend from the logits the forward left there; the token ids and host rows
   // come back in one readback (dense_decoder_sampling.cpp).
@@ -138,7 +141,9 @@ class DenseDecoder final : public CausalLM {
   void enqueue_draft(const DeviceBatch& device, int64_t num_logit_rows, bool all_rows);
   // Enqueues the forward of a batch on the device, leaving logits_ [logit rows, vocab]: the rows
   // listed in logit_rows, or every row when it is null.
-  void enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows);
+  // after_layer: ForwardBatch::after_layer, or null.
+  void enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows,
+                       const std::function<void(int32_t)>* after_layer = nullptr);
   // The decode fusion (dense_decoder_fused.cpp): layers run on the residual stream itself, their
   // norms and residual adds folded into the products, when every layer can and the backend fuses
   // for num_tokens rows. residual_stream_dtype: the layers' weight dtype when every layer can.
