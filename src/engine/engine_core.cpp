@@ -321,6 +321,21 @@ struct EngineCore::Impl {
     }
   }
 
+  // Appends a first token the caller already streamed (PrefilledRequest::first_token_delivered,
+  // Request::delivered_first_token) as if drawn: the detokenizer, stop rules and grammar advance.
+  // Returns the output only when that finished the sample, without the token or its text.
+  std::optional<RequestOutput> append_delivered(Sequence& seq, int32_t token) {
+    std::map<int64_t, RequestOutput> scratch;
+    RequestOutput& first = output_for(scratch, seq.request);
+    append_token(seq, token, std::nullopt, first);
+    if (!seq.request.is_finished()) return std::nullopt;
+    for (SampleOutput& sample : first.samples) {
+      sample.new_token_ids.clear();
+      sample.new_text.clear();
+    }
+    return std::move(first);
+  }
+
   // Appends a sampled token and applies the stop rules: stop / eos token ids and stop strings
   // (both only once min_tokens are out), max_tokens, the context length. As in vLLM, a stop
   // token's own text is left out unless include_stop_str_in_output.
@@ -772,6 +787,18 @@ struct EngineCore::Impl {
       // A backend draw's logprobs come from its row, copied beside it (plan_step_draws).
       if (drawn != nullptr && r.params.logprobs) logprob = token_logprob(row, vocab, token, *r.params.logprobs);
       if (prompt_done_now && r.sample_index == 0) fork_held_children(seq, row, outputs);
+      if (r.delivered_first_token) {
+        const int32_t delivered = *std::exchange(r.delivered_first_token, std::nullopt);
+        if (std::optional<RequestOutput> finished = append_delivered(seq, delivered)) {
+          const SampleOutput& from = finished->samples.front();
+          SampleOutput& sample = sample_output(out, r.sample_index);
+          sample.finished = from.finished;
+          sample.finish_reason = from.finish_reason;
+          sample.stop_reason = from.stop_reason;
+          out.finished = out.finished || finished->finished;
+        }
+        break;
+      }
       append_token(seq, token, std::move(logprob), out);
       const bool kept = d < rows.num_drafts && token == r.drafts[static_cast<size_t>(d)];
       if (kept) ++accepted;
@@ -788,6 +815,32 @@ struct EngineCore::Impl {
       if (!r.is_finished()) kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
     }
     if (prompt_done_now && config.mode == EngineMode::kPrompt && !r.is_finished()) hand_over_prefilled(seq, out);
+  }
+
+  // A prefilled request of n > 1 samples (a cluster's decode worker): its pushed KV goes into the
+  // prefix cache through a sequence of its own, freed at once, and the request then runs as a
+  // whole one whose prompt hits it. Only the prompt's last block is computed again, whose logits
+  // the samples fork from as on one server; sample 0 appends the first token the prefill worker
+  // drew. KV not carried: the prompt is looked up (prefix cache, store) and computed as usual.
+  Result<void> add_prefilled_samples(PrefilledRequest p, int32_t priority, EngineCore& engine) {
+    if (!p.kv_not_carried) {
+      const int64_t holder = next_seq_id++;
+      const auto num_prompt = static_cast<int32_t>(p.prompt_token_ids.size());
+      const int32_t swa_start =
+          kv.has_swa_tables() ? swa_window_start(model.config(), num_prompt, config.block_size) : 0;
+      int32_t cached = 0;
+      if (!kv.allocate_imported(holder, p.prompt_token_ids, num_prompt, "", swa_start, &cached)) {
+        return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
+      }
+      write_prefilled_kv(model, kv, holder, p, cached);
+      kv.commit_computed(holder, p.prompt_token_ids, num_prompt);
+      kv.free(holder);
+    }
+    DI_TRY(engine.add_request(p.request_id, p.prompt_token_ids, p.params, priority));
+    if (p.first_token_delivered) {
+      sequences.at(groups.at(p.request_id).seq_ids.front())->request.delivered_first_token = p.first_token;
+    }
+    return {};
   }
 
   CausalLM& model;
@@ -951,8 +1004,8 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   } else {
     DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
   }
-  if (p.params.n != 1) return Error{"prefilled requests have n = 1"};
   if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
+  if (p.params.n > 1) return m.add_prefilled_samples(std::move(p), priority, *this);
   if (p.params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
     DI_TRY(m.ensure_structured());
@@ -984,15 +1037,12 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   // A first token already delivered still advances the detokenizer, stop strings and grammar;
   // only its output is dropped (unless it ended the request, which the PROMPT engine would have
   // reported instead of handing the request over).
-  std::map<int64_t, RequestOutput> delivered;
-  RequestOutput& first = m.output_for(p.first_token_delivered ? delivered : m.pending_outputs, r);
-  m.append_token(*seq, p.first_token, std::nullopt, first);
-  if (p.first_token_delivered && first.finished) {
-    for (SampleOutput& sample : first.samples) {
-      sample.new_token_ids.clear();
-      sample.new_text.clear();
+  if (p.first_token_delivered) {
+    if (std::optional<RequestOutput> finished = m.append_delivered(*seq, p.first_token)) {
+      m.pending_outputs[p.request_id] = std::move(*finished);
     }
-    m.pending_outputs[p.request_id] = std::move(first);
+  } else {
+    m.append_token(*seq, p.first_token, std::nullopt, m.output_for(m.pending_outputs, r));
   }
   if (r.is_finished()) return {};
   if (!p.kv_not_carried) {

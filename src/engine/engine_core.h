@@ -191,7 +191,9 @@ class EngineCore {
   // PROMPT mode: requests whose prefill finished since the last call.
   std::vector<PrefilledRequest> take_prefilled();
   // Continues a request from its prefilled KV (COMPLETION mode), or one whose KV is not carried
-  // (kv_not_carried: COMPLETION or NORMAL mode).
+  // (kv_not_carried: COMPLETION or NORMAL mode). With params.n > 1 the PROMPT engine ran sample 0
+  // alone: its KV enters this engine's prefix cache and the request runs with all n samples, whose
+  // prompt computes only its last block again; sample 0 goes on from first_token.
   Result<void> add_prefilled_request(PrefilledRequest prefilled, int32_t priority = 0);
 
   EngineStats stats() const;

@@ -46,6 +46,10 @@ struct Request {
   // how many of its prompt blocks went there so far (engine/prefill_kv_export.h).
   std::shared_ptr<PrefillKvSink> kv_sink;
   int32_t kv_blocks_streamed = 0;
+  // A first token the caller already streamed (a cluster's prefill worker drew it, for the sample
+  // 0 of a prefilled n > 1 request): appended instead of this sequence's own first draw, with
+  // nothing of it emitted but a finish it causes.
+  std::optional<int32_t> delivered_first_token;
 
   RequestStatus status = RequestStatus::kWaiting;
   // Its structured-output grammar is still compiling: the scheduler runs its prompt but not the

@@ -43,7 +43,6 @@ RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const Sa
   RoutedRequest routed;
   routed.prompt_tokens = static_cast<int64_t>(prompt_token_ids.size());
   routed.tokens = routed.prompt_tokens + static_cast<int64_t>(sampling.n) * sampling.max_tokens;
-  routed.num_samples = sampling.n;
   if (block_size > 0) {
     BlockHashChain chain(prefix_root_hash(model_name, cache_salt), block_size);
     chain.extend(prompt_token_ids);

@@ -52,7 +52,6 @@ struct RoutedRequest {
   int64_t tokens = 0;                    // prompt tokens + n x max_tokens
   int64_t prompt_tokens = 0;
   std::vector<BlockHash> prompt_blocks;  // the prompt's full-block chain hashes (prefix affinity)
-  int32_t num_samples = 1;  // n; a disaggregated cluster runs n > 1 whole (a PROMPT engine takes one sample)
 };
 
 // The first 8 bytes of each chain hash (already uniform): the block keys cluster/'s policies and

@@ -330,6 +330,10 @@ Result<std::shared_ptr<PrefilledRequest>> resolve_prefilled(const Submission& su
       return Error{"the KV pushed under transfer id '" + source.transfer_id + "' is of another prompt"};
     }
     *prefilled = std::move(*pushed);
+    // The decode stage's sampling: n > 1 samples fork here (the prefill worker ran sample 0 alone).
+    const std::optional<uint64_t> seed = prefilled->params.seed;
+    prefilled->params = submission.params;
+    if (!prefilled->params.seed) prefilled->params.seed = seed;
   } else {
     prefilled->prompt_token_ids = submission.prompt_token_ids;
     prefilled->params = submission.params;

@@ -40,6 +40,9 @@ struct WorkerPool::Handover {
   // kv_lost because the prefill worker failed after its first token, not because the decode
   // worker refused the push: that decode worker may still continue the request.
   bool prefill_failed = false;
+  // An n > 1 request's prefill worker (which runs sample 0 alone) ended sample 0 at its first
+  // token, handing nothing over; nothing reached the client, and the decode worker runs it whole.
+  bool runs_whole = false;
 };
 
 struct WorkerPool::Relay {
@@ -204,6 +207,11 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
           result = {Attempt::kTryAnother, where + " is unavailable: " + event->error->message, true};
           co_return result;
         }
+        if (stage == Stage::kPrefill && !any_event && !event->error && event->output.finished &&
+            relay.submission.params.n > 1 && !event->first_token_seed) {
+          handover.runs_whole = true;
+          co_return result;
+        }
         if (stage == Stage::kPrefill && !event->error && take_first_token(event->output, handover)) {
           handover.first_token_relayed = true;
           handover.seed = event->first_token_seed;
@@ -280,6 +288,9 @@ WorkerPool::WorkerPool(WorkerSelector& selector, Metrics* metrics, WorkerPoolOpt
 
 std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& decode) const {
   Submission prefill = relay.submission;
+  // A PROMPT engine runs one sample: sample 0. The decode worker forks the others from the prompt's
+  // last block, with the seed sample 0's first token was drawn with.
+  prefill.params.n = 1;
   KvHandoff handoff;
   handoff.mode = options_.kv_transfer;
   if (handoff.mode == KvTransferMode::kPush) {
@@ -412,19 +423,25 @@ Admission WorkerPool::submit(Submission submission) {
         prefill_body = prefill_request_body(*relay, *decode);
         body = &prefill_body;
       }
-      const AttemptResult result = co_await attempt(*relay, lease, options_, *body, stage, handover);
+      AttemptResult result = co_await attempt(*relay, lease, options_, *body, stage, handover);
       // Marked before its load is released: a release offers held requests again, and another
       // connection's request may be choosing right now; neither may pick a worker that just failed.
       if (result.mark_failed) selector_.mark_failed(lease.id);
       selector_.release(lease);
-      if (decode && (handover.done || handover.kv_lost) && !relay->aborted) {
+      std::string attempted = lease.id;
+      if (decode && handover.runs_whole && !relay->aborted) {
+        result = co_await attempt(*relay, *decode, options_, relay->body, Stage::kWhole, handover);
+        if (result.mark_failed) selector_.mark_failed(decode->id);
+        selector_.release(*decode);
+        attempted = decode->id;
+      } else if (decode && (handover.done || handover.kv_lost) && !relay->aborted) {
         co_await run_decode(*relay, *decode, handover);  // releases the decode lease
       } else if (decode) {
         selector_.release(*decode);
       }
       if (result.outcome == Attempt::kDone) break;
       DI_LOG(kWarn, "router: " << result.failure << "; trying another worker");
-      tried.push_back(lease.id);
+      tried.push_back(attempted);
       last_failure = result.failure;
       if (static_cast<int32_t>(tried.size()) >= options_.max_attempts) {
         co_await deliver(*relay,

@@ -11,7 +11,9 @@
 // decode worker chosen with it; both relays feed the one channel. When the KV did not get there
 // (the push failed) or the decode worker fails before its first event, another decode worker (or,
 // with none left, a role "both" one) continues the request, computing the prompt again unless the
-// shared store holds it. A request with n > 1 runs whole on a decode or role "both" worker.
+// shared store holds it. A request with n > 1 runs sample 0 on the prefill worker and all n
+// samples on the decode worker (the others fork there); when the prefill worker ends sample 0 at
+// its first token, the decode worker runs the request whole.
 // A worker that cannot be reached, refuses with 429 / 503, or fails before its first event is
 // marked failed (not chosen again until a newer heartbeat) and the request goes to another one,
 // up to max_attempts workers; one that fails after events were relayed ends the request with a

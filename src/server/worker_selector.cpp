@@ -221,14 +221,10 @@ std::optional<WorkerLease> WorkerSelector::choose_locked(const RoutedRequest& re
                                                          const std::vector<std::string>& exclude, bool is_retry,
                                                          bool* no_worker) {
   // With live prefill and decode workers a request is disaggregated: the policy's prefill choice
-  // picks among the prefill workers here, its decode choice a decode worker in acquire_decode. A
-  // PROMPT engine takes one sample, so n > 1 runs whole, on a decode or role "both" worker.
+  // picks among the prefill workers here, its decode choice a decode worker in acquire_decode
+  // (n > 1 too: the prefill worker runs sample 0, the decode worker forks the others).
   const bool disaggregated = disaggregated_locked();
-  const bool runs_whole_on_decode = disaggregated && request.num_samples > 1;
-  const auto eligible = [&](const std::string& role) {
-    if (runs_whole_on_decode) return role == "decode" || role == "both";
-    return role == (disaggregated ? "prefill" : "both");
-  };
+  const auto eligible = [&](const std::string& role) { return role == (disaggregated ? "prefill" : "both"); };
   std::vector<Worker*> candidates;
   for (auto& [id, worker] : workers_) {
     if (worker.failed || !eligible(worker.record.role) ||

@@ -235,6 +235,74 @@ TEST_F(EngineFeatures, ContinuationWithoutKvEqualsNormal) {
   }
 }
 
+// n > 1 disaggregated: the PROMPT engine runs sample 0 alone; the COMPLETION engine takes its KV
+// and first token with all n samples, computes only the prompt's last block again (the rest hits
+// the KV it put in its prefix cache), forks the other samples from it and emits sample 0 from its
+// second token on. With the PROMPT engine's first token: the NORMAL engine's n samples, bit for
+// bit. Without the KV (kv_not_carried) the COMPLETION engine computes the prompt and gives the same.
+TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
+  constexpr int32_t kSamples = 3;
+  std::mt19937 rng(47);
+  std::vector<RequestSpec> requests;
+  for (int32_t i = 0; i < 3; ++i) {
+    RequestSpec spec{random_tokens(rng, 20 + 13 * i, vocab()), params(true, 8, 90 + i)};
+    spec.params.n = kSamples;
+    requests.push_back(spec);
+  }
+  const EngineConfig config = small_engine_config(64, kBlockSize);
+  const auto normal = run_together(model(), config, requests);
+  EngineConfig prompt_config = config;
+  prompt_config.mode = EngineMode::kPrompt;
+  EngineCore prompt_engine(model(), nullptr, prompt_config);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SamplingParams sample_zero = requests[i].params;
+    sample_zero.n = 1;
+    ASSERT_TRUE(prompt_engine.add_request(static_cast<int64_t>(i), requests[i].prompt, sample_zero).ok());
+  }
+  OutputCollector prefill;
+  run_engine(prompt_engine, prefill);
+  const std::vector<PrefilledRequest> prefilled = prompt_engine.take_prefilled();
+  ASSERT_EQ(prefilled.size(), requests.size());
+  TestModel second_copy = load_test_model("qwen3", /*batch_invariant=*/true);
+  for (const bool carried : {true, false}) {
+    EngineConfig completion_config = config;
+    completion_config.mode = EngineMode::kCompletion;
+    EngineCore continuing(*second_copy.model, nullptr, completion_config);
+    for (PrefilledRequest p : prefilled) {
+      p.params.n = kSamples;
+      p.first_token_delivered = true;
+      if (!carried) {
+        p.kv.clear();
+        p.swa_kv.clear();
+        p.kv_not_carried = true;
+      }
+      ASSERT_TRUE(continuing.add_prefilled_request(std::move(p)).ok());
+    }
+    OutputCollector rest;
+    run_engine(continuing, rest);
+    EXPECT_EQ(continuing.stats().kv_usage, 0.0);
+    for (const auto& [id, want] : normal) {
+      const RequestRun& got = rest.runs().at(id);
+      const auto prompt_tokens = static_cast<int32_t>(requests[static_cast<size_t>(id)].prompt.size());
+      EXPECT_EQ(got.num_cached_tokens, carried ? (prompt_tokens - 1) / kBlockSize * kBlockSize : 0) << id;
+      for (int32_t s = 0; s < kSamples; ++s) {
+        std::vector<int32_t> token_ids;
+        std::vector<double> logprobs;
+        if (s == 0) {
+          token_ids = prefill.runs().at(id).samples.at(0).token_ids;
+          logprobs = prefill.runs().at(id).samples.at(0).logprobs;
+        }
+        const SampleRun& after = got.samples.at(s);
+        token_ids.insert(token_ids.end(), after.token_ids.begin(), after.token_ids.end());
+        logprobs.insert(logprobs.end(), after.logprobs.begin(), after.logprobs.end());
+        EXPECT_EQ(token_ids, want.samples.at(s).token_ids) << id << " sample " << s << " carried " << carried;
+        EXPECT_TRUE(same_bits(logprobs, want.samples.at(s).logprobs)) << id << " sample " << s;
+        EXPECT_EQ(after.finish_reason, FinishReason::kLength) << id << " sample " << s;
+      }
+    }
+  }
+}
+
 // A COMPLETION engine given a whole request (a cluster's n > 1 request on a decode worker)
 // prefills it itself: each sample equals its reference run.
 TEST_F(EngineFeatures, CompletionEngineRunsWholeRequests) {

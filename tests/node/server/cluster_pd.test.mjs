@@ -9,8 +9,9 @@
 // round-robin, so that each decode worker is chosen in turn) meets decode workers planted in the
 // registry: one whose KV port nobody listens on (the push fails after the first token) and one
 // whose token API nobody listens on (it fails before its first event); another decode worker
-// computes the prompt again and the answer is still the single server's. Requests with n = 2 run
-// whole on a decode worker and equal the single server's samples. A second small cluster (its own
+// computes the prompt again and the answer is still the single server's. Requests with n = 2 go
+// through a prefill worker (sample 0) and a decode worker (the samples forked there) and equal the
+// single server's samples; with sample 0 ended at its first token the decode worker runs them whole. A second small cluster (its own
 // redis-server as registry and as the KV store's Redis tier, `--kv-cache-backend redis://`) runs the
 // store mode through Redis: the decode worker loads the prompt's pages from it, and a restarted
 // prefill worker hits them there. A third router (push, round-robin) meets prefill workers planted
@@ -259,17 +260,31 @@ describe('prefill/decode disaggregation', () => {
     });
   });
 
-  test('n = 2 runs whole on a decode worker and equals one server', async () => {
+  test('n = 2 is disaggregated (sample 0 on a prefill worker, the rest forked on the decode worker) and equals '
+       + 'one server; with sample 0 ended at its first token the decode worker runs it whole', async () => {
     const sampled = { n: 2, temperature: 0.8, seed: 11 };
-    const complete = (server) => openai(server).completions.create({
-      model: MODEL, prompt: 'def fibonacci(n):', max_tokens: 8, logprobs: 1, ...sampled });
+    const complete = (server, extra = {}) => openai(server).completions.create({
+      model: MODEL, prompt: 'def fibonacci(n):', max_tokens: 8, logprobs: 1, ...sampled, ...extra });
+    const prefillHosts = prefills.map((w) => new URL(w.url).host);
+    const routedToPrefill = async (router) => {
+      const m = await metrics(router.url);
+      return prefillHosts.reduce((sum, host) => sum + (m[`deepinfer_worker_routed_requests_total{worker="${host}"}`] ?? 0),
+                                 0);
+    };
     for (const router of Object.values(routers)) {
+      const before = await routedToPrefill(router);
       const [got, want] = await Promise.all([chat(router, 'Write a function number 2', sampled),
                                              chat(oracle, 'Write a function number 2', sampled)]);
       assert.deepEqual(withoutCached(got), withoutCached(want));
       const [gotText, wantText] = await Promise.all([complete(router), complete(oracle)]);
       assert.deepEqual(gotText.choices, wantText.choices);
       assert.deepEqual(gotText.usage, wantText.usage);
+      assert.equal(await routedToPrefill(router) - before, 2);
+      // max_tokens 1: the prefill worker's sample 0 ends at its first token and hands nothing over.
+      const [gotOne, wantOne] = await Promise.all([complete(router, { max_tokens: 1 }),
+                                                   complete(oracle, { max_tokens: 1 })]);
+      assert.deepEqual(gotOne.choices, wantOne.choices);
+      assert.deepEqual(gotOne.usage, wantOne.usage);
     }
   });
 
