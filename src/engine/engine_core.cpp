@@ -823,6 +823,8 @@ struct EngineCore::Impl {
   // the samples fork from as on one server; sample 0 appends the first token the prefill worker
   // drew. KV not carried: the prompt is looked up (prefix cache, store) and computed as usual.
   Result<void> add_prefilled_samples(PrefilledRequest p, int32_t priority, EngineCore& engine) {
+    // Prompt logprobs came with the delivered first token (and would keep the prompt off the cache).
+    if (p.first_token_delivered) p.params.prompt_logprobs.reset();
     if (!p.kv_not_carried) {
       const int64_t holder = next_seq_id++;
       const auto num_prompt = static_cast<int32_t>(p.prompt_token_ids.size());

@@ -247,6 +247,7 @@ TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
   for (int32_t i = 0; i < 3; ++i) {
     RequestSpec spec{random_tokens(rng, 20 + 13 * i, vocab()), params(true, 8, 90 + i)};
     spec.params.n = kSamples;
+    if (i == 2) spec.params.prompt_logprobs = 1;  // delivered with sample 0's first token, not again
     requests.push_back(spec);
   }
   const EngineConfig config = small_engine_config(64, kBlockSize);
@@ -283,6 +284,8 @@ TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
     EXPECT_EQ(continuing.stats().kv_usage, 0.0);
     for (const auto& [id, want] : normal) {
       const RequestRun& got = rest.runs().at(id);
+      EXPECT_EQ(prefill.runs().at(id).prompt_logprobs.has_value(), id == 2) << id;
+      EXPECT_FALSE(got.prompt_logprobs.has_value()) << id;
       const auto prompt_tokens = static_cast<int32_t>(requests[static_cast<size_t>(id)].prompt.size());
       EXPECT_EQ(got.num_cached_tokens, carried ? (prompt_tokens - 1) / kBlockSize * kBlockSize : 0) << id;
       for (int32_t s = 0; s < kSamples; ++s) {
