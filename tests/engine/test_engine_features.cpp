@@ -29,6 +29,40 @@ class EngineFeatures : public ::testing::Test {
     return p;
   }
 
+  // A continuation whose KV never arrived (a cluster's push failed): the prefilled request without it.
+  static void drop_kv(PrefilledRequest& p) {
+    p.kv.clear();
+    p.swa_kv.clear();
+    p.kv_not_carried = true;
+  }
+
+  // Two parts of one sample's run (the PROMPT engine's first token, then what followed): its
+  // tokens and logprobs in order.
+  static SampleRun joined(const SampleRun& first, const SampleRun& rest) {
+    SampleRun run = first;
+    run.token_ids.insert(run.token_ids.end(), rest.token_ids.begin(), rest.token_ids.end());
+    run.logprobs.insert(run.logprobs.end(), rest.logprobs.begin(), rest.logprobs.end());
+    return run;
+  }
+
+  // The requests through a PROMPT engine of model() with config: its outputs (each request's first
+  // token) in prefill, its handovers returned in request order. Each request runs with n = 1 (for
+  // n > 1, sample 0, as a cluster's prefill worker runs it).
+  std::vector<PrefilledRequest> run_prompt_engine(EngineConfig config, const std::vector<RequestSpec>& requests,
+                                                  OutputCollector& prefill) {
+    config.mode = EngineMode::kPrompt;
+    EngineCore prompt_engine(model(), nullptr, config);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      SamplingParams sample_zero = requests[i].params;
+      sample_zero.n = 1;
+      EXPECT_TRUE(prompt_engine.add_request(static_cast<int64_t>(i), requests[i].prompt, sample_zero).ok());
+    }
+    run_engine(prompt_engine, prefill);
+    std::vector<PrefilledRequest> prefilled = prompt_engine.take_prefilled();
+    EXPECT_EQ(prefilled.size(), requests.size());
+    return prefilled;
+  }
+
   void expect_equals_reference(const RequestSpec& spec, const SampleRun& got, int32_t sample_index,
                                const std::string& what) {
     const SampleRun want = reference_sample(model(), spec.prompt, spec.params, sample_index);
@@ -197,24 +231,15 @@ TEST_F(EngineFeatures, ContinuationWithoutKvEqualsNormal) {
   }
   const EngineConfig config = small_engine_config(64, kBlockSize);
   const auto normal = run_together(model(), config, requests);
-  EngineConfig prompt_config = config;
-  prompt_config.mode = EngineMode::kPrompt;
-  EngineCore prompt_engine(model(), nullptr, prompt_config);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_TRUE(prompt_engine.add_request(static_cast<int64_t>(i), requests[i].prompt, requests[i].params).ok());
-  }
   OutputCollector prefill;
-  run_engine(prompt_engine, prefill);
-  const std::vector<PrefilledRequest> prefilled = prompt_engine.take_prefilled();
+  const std::vector<PrefilledRequest> prefilled = run_prompt_engine(config, requests, prefill);
   ASSERT_EQ(prefilled.size(), requests.size());
   for (EngineMode mode : {EngineMode::kCompletion, EngineMode::kNormal}) {
     EngineConfig continuing_config = config;
     continuing_config.mode = mode;
     EngineCore continuing(model(), nullptr, continuing_config);
     for (PrefilledRequest p : prefilled) {
-      p.kv.clear();
-      p.swa_kv.clear();
-      p.kv_not_carried = true;
+      drop_kv(p);
       p.first_token_delivered = true;
       ASSERT_TRUE(continuing.add_prefilled_request(std::move(p)).ok());
     }
@@ -222,14 +247,10 @@ TEST_F(EngineFeatures, ContinuationWithoutKvEqualsNormal) {
     run_engine(continuing, rest);
     EXPECT_EQ(continuing.stats().kv_usage, 0.0);
     for (const auto& [id, want] : normal) {
-      const SampleRun& first = prefill.runs().at(id).samples.at(0);
       const SampleRun& after_first = rest.runs().at(id).samples.at(0);
-      std::vector<int32_t> token_ids = first.token_ids;
-      token_ids.insert(token_ids.end(), after_first.token_ids.begin(), after_first.token_ids.end());
-      EXPECT_EQ(token_ids, want.samples.at(0).token_ids) << id;
-      std::vector<double> logprobs = first.logprobs;
-      logprobs.insert(logprobs.end(), after_first.logprobs.begin(), after_first.logprobs.end());
-      EXPECT_TRUE(same_bits(logprobs, want.samples.at(0).logprobs)) << id;
+      const SampleRun whole = joined(prefill.runs().at(id).samples.at(0), after_first);
+      EXPECT_EQ(whole.token_ids, want.samples.at(0).token_ids) << id;
+      EXPECT_TRUE(same_bits(whole.logprobs, want.samples.at(0).logprobs)) << id;
       EXPECT_EQ(after_first.finish_reason, FinishReason::kLength) << id;
     }
   }
@@ -252,17 +273,8 @@ TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
   }
   const EngineConfig config = small_engine_config(64, kBlockSize);
   const auto normal = run_together(model(), config, requests);
-  EngineConfig prompt_config = config;
-  prompt_config.mode = EngineMode::kPrompt;
-  EngineCore prompt_engine(model(), nullptr, prompt_config);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    SamplingParams sample_zero = requests[i].params;
-    sample_zero.n = 1;
-    ASSERT_TRUE(prompt_engine.add_request(static_cast<int64_t>(i), requests[i].prompt, sample_zero).ok());
-  }
   OutputCollector prefill;
-  run_engine(prompt_engine, prefill);
-  const std::vector<PrefilledRequest> prefilled = prompt_engine.take_prefilled();
+  const std::vector<PrefilledRequest> prefilled = run_prompt_engine(config, requests, prefill);
   ASSERT_EQ(prefilled.size(), requests.size());
   TestModel second_copy = load_test_model("qwen3", /*batch_invariant=*/true);
   for (const bool carried : {true, false}) {
@@ -272,11 +284,7 @@ TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
     for (PrefilledRequest p : prefilled) {
       p.params.n = kSamples;
       p.first_token_delivered = true;
-      if (!carried) {
-        p.kv.clear();
-        p.swa_kv.clear();
-        p.kv_not_carried = true;
-      }
+      if (!carried) drop_kv(p);
       ASSERT_TRUE(continuing.add_prefilled_request(std::move(p)).ok());
     }
     OutputCollector rest;
@@ -289,17 +297,10 @@ TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
       const auto prompt_tokens = static_cast<int32_t>(requests[static_cast<size_t>(id)].prompt.size());
       EXPECT_EQ(got.num_cached_tokens, carried ? (prompt_tokens - 1) / kBlockSize * kBlockSize : 0) << id;
       for (int32_t s = 0; s < kSamples; ++s) {
-        std::vector<int32_t> token_ids;
-        std::vector<double> logprobs;
-        if (s == 0) {
-          token_ids = prefill.runs().at(id).samples.at(0).token_ids;
-          logprobs = prefill.runs().at(id).samples.at(0).logprobs;
-        }
         const SampleRun& after = got.samples.at(s);
-        token_ids.insert(token_ids.end(), after.token_ids.begin(), after.token_ids.end());
-        logprobs.insert(logprobs.end(), after.logprobs.begin(), after.logprobs.end());
-        EXPECT_EQ(token_ids, want.samples.at(s).token_ids) << id << " sample " << s << " carried " << carried;
-        EXPECT_TRUE(same_bits(logprobs, want.samples.at(s).logprobs)) << id << " sample " << s;
+        const SampleRun whole = s == 0 ? joined(prefill.runs().at(id).samples.at(0), after) : after;
+        EXPECT_EQ(whole.token_ids, want.samples.at(s).token_ids) << id << " sample " << s << " carried " << carried;
+        EXPECT_TRUE(same_bits(whole.logprobs, want.samples.at(s).logprobs)) << id << " sample " << s;
         EXPECT_EQ(after.finish_reason, FinishReason::kLength) << id << " sample " << s;
       }
     }
