@@ -524,6 +524,7 @@ struct EngineCore::Impl {
     RunnerOutput result;
     try {
       result = runner.collect(step.handle);
+      if (step.kv_export) step.kv_export->finish();  // before the first tokens that end those prefills
     } catch (const std::exception& e) {
       if (loses_device(e)) throw;
       // A failed forward pass fails its whole batch.
@@ -534,7 +535,6 @@ struct EngineCore::Impl {
       for (int64_t request_id : request_ids) end_request(request_id, Error{e.what()}, outputs);
       return;
     }
-    if (step.kv_export) step.kv_export->finish();  // before the first tokens that end those prefills
     process_step(step, result, outputs);
     if (speculator) draft_after(step);
   }
@@ -817,31 +817,39 @@ struct EngineCore::Impl {
     if (prompt_done_now && config.mode == EngineMode::kPrompt && !r.is_finished()) hand_over_prefilled(seq, out);
   }
 
-  // A prefilled request of n > 1 samples (a cluster's decode worker): its pushed KV goes into the
-  // prefix cache through a sequence of its own, freed at once, and the request then runs as a
-  // whole one whose prompt hits it. Only the prompt's last block is computed again, whose logits
-  // the samples fork from as on one server; sample 0 appends the first token the prefill worker
-  // drew. KV not carried: the prompt is looked up (prefix cache, store) and computed as usual.
-  Result<void> add_prefilled_samples(PrefilledRequest p, int32_t priority, EngineCore& engine) {
-    // Prompt logprobs came with the delivered first token (and would keep the prompt off the cache).
+  // A prefilled request of n > 1 samples (a cluster's decode worker; the PROMPT engine ran sample 0
+  // alone): added as a whole request, whose sample 0 then takes the pushed KV into its own blocks
+  // and computes only the prompt's last token, whose logits the other samples fork from as on one
+  // server; it appends the first token the prefill worker drew. KV not carried: the prompt is
+  // looked up (prefix cache, store) and computed as for any request.
+  Result<void> add_prefilled_samples(PrefilledRequest p, int32_t priority, std::string cache_salt,
+                                     TrafficClass kv_cache_class, EngineCore& engine) {
+    // Prompt logprobs came with the delivered first token.
     if (p.first_token_delivered) p.params.prompt_logprobs.reset();
-    if (!p.kv_not_carried) {
-      const int64_t holder = next_seq_id++;
-      const auto num_prompt = static_cast<int32_t>(p.prompt_token_ids.size());
-      const int32_t swa_start =
-          kv.has_swa_tables() ? swa_window_start(model.config(), num_prompt, config.block_size) : 0;
-      int32_t cached = 0;
-      if (!kv.allocate_imported(holder, p.prompt_token_ids, num_prompt, "", swa_start, &cached)) {
-        return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
+    DI_TRY(engine.add_request(p.request_id, p.prompt_token_ids, p.params, priority, std::move(cache_salt),
+                              kv_cache_class));
+    Request& r = sequences.at(groups.at(p.request_id).seq_ids.front())->request;
+    if (p.first_token_delivered) r.delivered_first_token = p.first_token;
+    if (p.kv_not_carried) return {};
+    if (offload) offload->release(&r);
+    scheduler.remove(&r);
+    const int32_t num_prompt = r.num_prompt_tokens();
+    const int32_t swa_start = kv.has_swa_tables() ? swa_window_start(model.config(), num_prompt, config.block_size) : 0;
+    int32_t cached = 0;
+    if (!kv.allocate_imported(r.seq_id, r.prompt_token_ids(), num_prompt, r.cache_salt, swa_start, &cached)) {
+      // No room for the KV now: the prompt is computed when blocks free up, as for any request.
+      if (offload) {
+        offload->hold(&r);
+      } else {
+        scheduler.add(&r);
       }
-      write_prefilled_kv(model, kv, holder, p, cached);
-      kv.commit_computed(holder, p.prompt_token_ids, num_prompt);
-      kv.free(holder);
+      return {};
     }
-    DI_TRY(engine.add_request(p.request_id, p.prompt_token_ids, p.params, priority));
-    if (p.first_token_delivered) {
-      sequences.at(groups.at(p.request_id).seq_ids.front())->request.delivered_first_token = p.first_token;
-    }
+    write_prefilled_kv(model, kv, r.seq_id, p, cached);
+    r.num_computed_tokens = num_prompt - 1;
+    r.num_cached_tokens = cached;
+    kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
+    scheduler.add_running(&r);
     return {};
   }
 
@@ -995,7 +1003,8 @@ bool EngineCore::has_unfinished_requests() const {
 
 std::vector<PrefilledRequest> EngineCore::take_prefilled() { return std::exchange(impl_->prefilled, {}); }
 
-Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t priority) {
+Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t priority, std::string cache_salt,
+                                               TrafficClass kv_cache_class) {
   Impl& m = *impl_;
   if (m.config.mode == EngineMode::kPrompt) return Error{"a PROMPT engine takes no prefilled requests"};
   if (m.config.mode == EngineMode::kNormal && !p.kv_not_carried) {
@@ -1007,13 +1016,15 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
     DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
   }
   if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
-  if (p.params.n > 1) return m.add_prefilled_samples(std::move(p), priority, *this);
+  if (p.params.n > 1)
+    return m.add_prefilled_samples(std::move(p), priority, std::move(cache_salt), kv_cache_class, *this);
   if (p.params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
     DI_TRY(m.ensure_structured());
   }
   Impl::Group& group = m.groups[p.request_id];
-  Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, "");
+  Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, cache_salt);
+  seq->request.kv_cache_class = kv_cache_class;
   group.seq_ids.push_back(seq->request.seq_id);
   Request& r = seq->request;
   if (!p.kv_not_carried) {

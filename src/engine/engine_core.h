@@ -192,9 +192,11 @@ class EngineCore {
   std::vector<PrefilledRequest> take_prefilled();
   // Continues a request from its prefilled KV (COMPLETION mode), or one whose KV is not carried
   // (kv_not_carried: COMPLETION or NORMAL mode). With params.n > 1 the PROMPT engine ran sample 0
-  // alone: its KV enters this engine's prefix cache and the request runs with all n samples, whose
-  // prompt computes only its last block again; sample 0 goes on from first_token.
-  Result<void> add_prefilled_request(PrefilledRequest prefilled, int32_t priority = 0);
+  // alone: the request runs with all n samples, sample 0 taking the KV and computing only the
+  // prompt's last token, whose logits the others fork from; sample 0 goes on from first_token.
+  // cache_salt and kv_cache_class as for add_request.
+  Result<void> add_prefilled_request(PrefilledRequest prefilled, int32_t priority = 0, std::string cache_salt = "",
+                                     TrafficClass kv_cache_class = TrafficClass::kDefault);
 
   EngineStats stats() const;
   const EngineConfig& config() const;

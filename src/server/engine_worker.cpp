@@ -150,7 +150,8 @@ void EngineWorker::admit(Pending pending) {
     try {
       if (s.prefilled) {
         s.prefilled->request_id = pending.request_id;
-        added = engine_.add_prefilled_request(std::move(*s.prefilled), s.priority);
+        added = engine_.add_prefilled_request(std::move(*s.prefilled), s.priority, std::move(s.cache_salt),
+                                              s.kv_cache_class);
       } else if (engine_.config().mode == EngineMode::kPrompt && !s.kv_handoff) {
         added = Error{
             "this worker only prefills for a cluster router (serve --role prefill); send requests to the "

@@ -76,6 +76,10 @@ class TcpKvPush final : public KvPush, public std::enable_shared_from_this<TcpKv
  private:
   std::string where() const { return "the decode worker's KV port " + to_.host + ":" + std::to_string(to_.port); }
   void ring() { doorbell_.try_send(boost::system::error_code{}); }
+  bool is_cancelled() {
+    const std::lock_guard lock(mutex_);
+    return cancelled_;
+  }
 
   asio::awaitable<Result<void>> write(beast::tcp_stream& stream, const std::vector<uint8_t>& frame) {
     stream.expires_after(timeout_);
@@ -128,13 +132,16 @@ class TcpKvPush final : public KvPush, public std::enable_shared_from_this<TcpKv
         end_frame_.reset();
         cancelled = cancelled_;
       }
-      if (cancelled) co_return;  // the connection closes without an end frame: the receiver drops it
+      if (cancelled) {  // the connection closes without an end frame: the receiver drops it
+        verdict_.try_send(boost::system::error_code{}, where() + ": the push was cancelled");
+        co_return;
+      }
       if (state.ok() && !connected && (!pieces.empty() || end_frame)) {
         state = co_await connect(stream);
         connected = true;
       }
       for (const PrefillKvPiece& piece : pieces) {
-        if (!state.ok()) break;
+        if (!state.ok() || is_cancelled()) break;
         state = co_await write(stream, encode_kv_piece_frame(piece));
       }
       if (end_frame) {
@@ -246,7 +253,16 @@ asio::awaitable<void> TcpKvReceiver::receive(asio::ip::tcp::socket socket) {
   }
   const std::vector<uint8_t> reply = encode_kv_reply(refusal);
   stream.expires_after(kReceiveTimeout);
-  co_await asio::async_write(stream, asio::buffer(reply), kTuple);
+  auto [ec, written] = co_await asio::async_write(stream, asio::buffer(reply), kTuple);
+  if (ec || !refusal) co_return;
+  // A refused transfer's sender is still sending its pieces, and reads the reply after its end
+  // frame: what it sends is read and dropped until it closes, so no reset loses the reply.
+  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  std::array<uint8_t, 16384> dropped{};
+  while (!ec) {
+    stream.expires_after(kReceiveTimeout);
+    std::tie(ec, written) = co_await stream.async_read_some(asio::buffer(dropped), kTuple);
+  }
 }
 
 }  // namespace deepinfer::server

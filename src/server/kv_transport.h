@@ -39,7 +39,7 @@ class KvPush : public PrefillKvSink {
   // or its refusal's message). Call once.
   virtual boost::asio::awaitable<Result<void>> finish(int32_t first_token, uint64_t seed) = 0;
   // The prefill will not finish (it failed or was aborted): the push stops, and the decode worker
-  // drops what it got. Thread-safe; nothing after finish.
+  // drops what it got; a finish() after it returns that it was cancelled. Thread-safe.
   virtual void cancel() = 0;
 };
 

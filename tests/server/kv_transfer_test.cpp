@@ -175,7 +175,7 @@ TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
 
 // Opens a push from a sender of layout `sender` to a receiver of receiver_layout and feeds it the
 // request's pieces from this thread while the push runs on another (as an engine and a server
-// do), then finishes it; or cancels it after its first piece went out.
+// do), then finishes it; or cancels it after its first piece went out, and finishes it after that.
 Result<void> push_over_loopback(const KvLayout& sender, const KvLayout& receiver_layout, PrefilledInbox& inbox,
                                 bool cancel = false) {
   auto receiver = TcpKvReceiver::start("127.0.0.1", 0, receiver_layout, inbox);
@@ -196,14 +196,12 @@ Result<void> push_over_loopback(const KvLayout& sender, const KvLayout& receiver
   if (cancel) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // it connected and sent the piece
     push->cancel();
-    pushed.set_value(Error{"cancelled"});
-  } else {
-    boost::asio::co_spawn(
-        io, [&]() { return push->finish(sent.first_token, *sent.params.seed); },
-        [&](const std::exception_ptr& failure, Result<void> result) {
-          pushed.set_value(failure ? Result<void>(Error{"threw"}) : std::move(result));
-        });
   }
+  boost::asio::co_spawn(
+      io, [&]() { return push->finish(sent.first_token, *sent.params.seed); },
+      [&](const std::exception_ptr& failure, Result<void> result) {
+        pushed.set_value(failure ? Result<void>(Error{"threw"}) : std::move(result));
+      });
   Result<void> result = pushed.get_future().get();
   work.reset();
   server.join();
@@ -234,7 +232,9 @@ TEST(KvTransfer, TcpPushLandsInTheInboxOrHearsTheRefusal) {
 
 TEST(KvTransfer, CancelledPushLeavesNothingInTheInbox) {
   PrefilledInbox inbox(std::chrono::seconds(60));
-  EXPECT_FALSE(push_over_loopback(layout(), layout(), inbox, /*cancel=*/true).ok());
+  const Result<void> finished = push_over_loopback(layout(), layout(), inbox, /*cancel=*/true);
+  ASSERT_FALSE(finished.ok());
+  EXPECT_NE(finished.error().message.find("the push was cancelled"), std::string::npos) << finished.error().message;
   EXPECT_EQ(inbox.size(), 0u);
 }
 
