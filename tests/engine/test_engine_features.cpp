@@ -4,6 +4,7 @@
 // gives alone.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <set>
 
@@ -278,19 +279,26 @@ TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
   const std::vector<PrefilledRequest> prefilled = run_prompt_engine(config, requests, prefill);
   ASSERT_EQ(prefilled.size(), requests.size());
   TestModel second_copy = load_test_model("qwen3", /*batch_invariant=*/true);
-  for (const bool carried : {true, false}) {
-    EngineConfig completion_config = config;
-    completion_config.mode = EngineMode::kCompletion;
+  EngineConfig completion_config = config;
+  completion_config.mode = EngineMode::kCompletion;
+  // Every prefilled request with all its samples on a fresh COMPLETION engine, after `alter`.
+  const auto continue_samples = [&](const std::function<void(PrefilledRequest&)>& alter) {
     EngineCore continuing(*second_copy.model, nullptr, completion_config);
     for (PrefilledRequest p : prefilled) {
       p.params.n = kSamples;
       p.first_token_delivered = true;
-      if (!carried) drop_kv(p);
-      ASSERT_TRUE(continuing.add_prefilled_request(std::move(p)).ok());
+      alter(p);
+      EXPECT_TRUE(continuing.add_prefilled_request(std::move(p)).ok());
     }
     OutputCollector rest;
     run_engine(continuing, rest);
     EXPECT_EQ(continuing.stats().kv_usage, 0.0);
+    return rest;
+  };
+  for (const bool carried : {true, false}) {
+    OutputCollector rest = continue_samples([&](PrefilledRequest& p) {
+      if (!carried) drop_kv(p);
+    });
     for (const auto& [id, want] : normal) {
       const RequestRun& got = rest.runs().at(id);
       EXPECT_EQ(prefill.runs().at(id).prompt_logprobs.has_value(), id == 2) << id;
@@ -305,17 +313,8 @@ TEST_F(EngineFeatures, PrefilledSamplesForkOnTheCompletionEngine) {
     }
   }
   // The samples read the pushed KV, not a prompt computed again: with it zeroed they change.
-  EngineConfig completion_config = config;
-  completion_config.mode = EngineMode::kCompletion;
-  EngineCore corrupted(*second_copy.model, nullptr, completion_config);
-  for (PrefilledRequest p : prefilled) {
-    p.params.n = kSamples;
-    p.first_token_delivered = true;
-    std::fill(p.kv.begin(), p.kv.end(), uint8_t{0});
-    ASSERT_TRUE(corrupted.add_prefilled_request(std::move(p)).ok());
-  }
-  OutputCollector zeroed;
-  run_engine(corrupted, zeroed);
+  OutputCollector zeroed =
+      continue_samples([](PrefilledRequest& p) { std::fill(p.kv.begin(), p.kv.end(), uint8_t{0}); });
   int32_t changed = 0;
   for (const auto& [id, want] : normal) {
     for (int32_t s = 1; s < kSamples; ++s)
