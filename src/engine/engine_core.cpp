@@ -833,10 +833,7 @@ struct EngineCore::Impl {
     if (p.kv_not_carried) return {};
     if (offload) offload->release(&r);
     scheduler.remove(&r);
-    const int32_t num_prompt = r.num_prompt_tokens();
-    const int32_t swa_start = kv.has_swa_tables() ? swa_window_start(model.config(), num_prompt, config.block_size) : 0;
-    int32_t cached = 0;
-    if (!kv.allocate_imported(r.seq_id, r.prompt_token_ids(), num_prompt, r.cache_salt, swa_start, &cached)) {
+    if (!import_prefilled_kv(r, p, r.num_prompt_tokens() - 1)) {
       // No room for the KV now: the prompt is computed when blocks free up, as for any request.
       if (offload) {
         offload->hold(&r);
@@ -845,12 +842,27 @@ struct EngineCore::Impl {
       }
       return {};
     }
-    write_prefilled_kv(model, kv, r.seq_id, p, cached);
-    r.num_computed_tokens = num_prompt - 1;
-    r.num_cached_tokens = cached;
-    kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
     scheduler.add_running(&r);
     return {};
+  }
+
+  // Allocates r's prompt blocks and writes p's KV into those this engine's prefix cache did not
+  // already hold; r then counts num_computed of its tokens computed. False: no free blocks.
+  bool import_prefilled_kv(Request& r, const PrefilledRequest& p, int32_t num_computed) {
+    int32_t cached = 0;
+    // A split cache gets sliding-window blocks only for the window the next token attends to
+    // (what commit_computed keeps), as the PROMPT engine sent.
+    const int32_t swa_start =
+        kv.has_swa_tables() ? swa_window_start(model.config(), r.num_prompt_tokens(), config.block_size) : 0;
+    if (!kv.allocate_imported(r.seq_id, r.prompt_token_ids(), r.num_prompt_tokens(), r.cache_salt, swa_start,
+                              &cached)) {
+      return false;
+    }
+    write_prefilled_kv(model, kv, r.seq_id, p, cached);
+    r.num_computed_tokens = num_computed;
+    r.num_cached_tokens = cached;
+    kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
+    return true;
   }
 
   CausalLM& model;
@@ -1027,23 +1039,10 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   seq->request.kv_cache_class = kv_cache_class;
   group.seq_ids.push_back(seq->request.seq_id);
   Request& r = seq->request;
-  if (!p.kv_not_carried) {
-    int32_t cached = 0;
-    // A split cache gets sliding-window blocks only for the window the next token attends to
-    // (what commit_computed keeps), as the PROMPT engine sent.
-    const int32_t swa_start =
-        m.kv.has_swa_tables() ? swa_window_start(m.model.config(), r.num_prompt_tokens(), m.config.block_size) : 0;
-    if (!m.kv.allocate_imported(r.seq_id, r.prompt_token_ids(), r.num_prompt_tokens(), r.cache_salt, swa_start,
-                                &cached)) {
-      m.sequences.erase(r.seq_id);
-      m.groups.erase(p.request_id);
-      return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
-    }
-    // Blocks found in this engine's prefix cache already hold this KV; write the rest.
-    write_prefilled_kv(m.model, m.kv, r.seq_id, p, cached);
-    r.num_computed_tokens = r.num_prompt_tokens();
-    r.num_cached_tokens = cached;
-    m.kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
+  if (!p.kv_not_carried && !m.import_prefilled_kv(r, p, r.num_prompt_tokens())) {
+    m.sequences.erase(r.seq_id);
+    m.groups.erase(p.request_id);
+    return Error{"no free KV blocks for the prefilled request; retry when requests finish"};
   }
   // Its grammar compiles here too; the matcher then accepts the first token (try_start).
   if (r.params.structured_output) m.prepare_grammar(r);

@@ -144,6 +144,7 @@ class TcpKvPush final : public KvPush, public std::enable_shared_from_this<TcpKv
         if (!state.ok() || is_cancelled()) break;
         state = co_await write(stream, encode_kv_piece_frame(piece));
       }
+      if (is_cancelled()) continue;  // answered at the loop's top, without the end frame
       if (end_frame) {
         if (state.ok()) state = co_await write(stream, *end_frame);
         if (state.ok()) state = co_await read_reply(stream);
