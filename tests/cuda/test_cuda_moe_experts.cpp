@@ -197,7 +197,7 @@ TEST(CudaMoeExperts, MatchReference) {
       const DeviceLayer on_backend(*backend, layer);
       const DeviceLayer on_invariant(*invariant, layer);
       for (int64_t num_tokens :
-           s.prompt_tokens > 0 ? std::vector<int64_t>{s.prompt_tokens} : std::vector<int64_t>{1, 5, 64, 300}) {
+           s.prompt_tokens > 0 ? std::vector<int64_t>{s.prompt_tokens} : std::vector<int64_t>{1, 5, 64, 120, 300}) {
         if (s.prompt_tokens == 0 && s.hidden * s.inter > 100000 && num_tokens > 64) continue;  // keeps the oracle fast
         const auto x = random_floats(rng, static_cast<size_t>(num_tokens * s.hidden));
         std::vector<int32_t> ids;

@@ -47,5 +47,10 @@ __device__ __forceinline__ float expert_activation(float g, float u, ExpertActiv
 // out = y [num_rows, hidden] from h. Requires bf16 or f16 weights.
 void mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                  bool gate_up, float* out, cudaStream_t stream);
+// The streamed tensor-core launches (moe_mma_stream.cu), same contract; moe_stream_fits(experts)
+// and a 16-byte aligned input.
+void stream_mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                        bool gate_up, float* out, cudaStream_t stream);
+int32_t moe_stream_rows_per_tile();
 
 }  // namespace deepinfer::kernels::cuda

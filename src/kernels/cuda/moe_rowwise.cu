@@ -213,7 +213,10 @@ void rowwise(const float* in, const GroupedExperts& experts, const MoeGrouping& 
 
 }  // namespace
 
-int32_t moe_rows_per_tile(MoeKernel kernel) { return kernel == MoeKernel::kRowwise ? kRows : kTensorRows; }
+int32_t moe_rows_per_tile(MoeKernel kernel) {
+  if (kernel == MoeKernel::kRowwise) return kRows;
+  return kernel == MoeKernel::kTensorCoreStream ? moe_stream_rows_per_tile() : kTensorRows;
+}
 
 int64_t moe_max_tiles(MoeKernel kernel, int64_t num_rows, int32_t num_experts) {
   // Each expert with rows adds at most one partial tile.
@@ -225,6 +228,8 @@ void grouped_gate_up(const float* x, const GroupedExperts& experts, const MoeGro
   if (num_rows == 0) return;
   if (kernel == MoeKernel::kTensorCore) {
     mma_grouped(x, experts, grouping, num_rows, true, h, stream);
+  } else if (kernel == MoeKernel::kTensorCoreStream) {
+    stream_mma_grouped(x, experts, grouping, num_rows, true, h, stream);
   } else {
     rowwise<true>(x, experts, grouping, num_rows, h, stream);
   }
@@ -235,6 +240,8 @@ void grouped_down(const float* h, const GroupedExperts& experts, const MoeGroupi
   if (num_rows == 0) return;
   if (kernel == MoeKernel::kTensorCore) {
     mma_grouped(h, experts, grouping, num_rows, false, y, stream);
+  } else if (kernel == MoeKernel::kTensorCoreStream) {
+    stream_mma_grouped(h, experts, grouping, num_rows, false, y, stream);
   } else {
     rowwise<false>(h, experts, grouping, num_rows, y, stream);
   }

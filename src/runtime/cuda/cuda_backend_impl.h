@@ -268,7 +268,7 @@ class CudaBackend final : public Backend {
     float* y = nullptr;
     kc::MoeGrouping grouping;
   };
-  MoeStep moe_step(const kernels::MoeExperts& experts, int64_t num_tokens, float* workspace);
+  MoeStep moe_step(const kernels::MoeExperts& experts, const float* x, int64_t num_tokens, float* workspace);
   // The grouped products of a grouped step, then the weighted combine into out.
   void moe_products(const float* x, int64_t num_tokens, const float* expert_weights,
                     const kernels::MoeExperts& experts, const MoeStep& step, float* out);

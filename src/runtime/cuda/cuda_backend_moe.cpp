@@ -19,6 +19,12 @@ namespace {
 // Average routed rows per expert from which a step takes the tensor cores: below it each active
 // expert holds a handful of rows and the step is bound by reading the weights.
 constexpr int64_t kTensorCoreRowsPerExpert = 4;
+// ... below which (batch-invariant mode aside) the weights stream straight into the MMAs from
+// global memory, a tile of up to 32 rows reading its expert's weights once; the 64-row WMMA tiles
+// stage them through shared memory. On the H200 the streamed tiles read 3.2-3.3 TB/s at 4-8 rows
+// per expert and 2.2 at 16 (WMMA: 2.0 / 1.9); at 24 (DeepSeek-V2-Lite, batch 256) many experts
+// overflow one tile and read their weights twice: 1.7 against WMMA's 1.9.
+constexpr int64_t kStreamedRowsPerExpert = 20;
 // ... and from which an eager step (no graph capture) runs them as grouped GEMMs, at the price of
 // reading the grouping's offsets back (a prompt chunk: 384 rows per expert for
 // DeepSeek-V2-Lite's 4K prompt).
@@ -89,15 +95,21 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
   return grouped;
 }
 
-CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, int64_t num_tokens, float* workspace) {
+CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, const float* x, int64_t num_tokens,
+                                           float* workspace) {
   MoeStep step;
   step.num_rows = num_tokens * experts.top_k;
   step.grouped = grouped_experts(experts);
   // Batch-invariant mode keeps one kernel for every batch, so a row's numbers never depend on it.
   const bool tensor_cores = step.grouped.weight_dtype == DType::kBF16 || step.grouped.weight_dtype == DType::kF16;
-  step.kernel = tensor_cores && (batch_invariant_ || step.num_rows >= kTensorCoreRowsPerExpert * experts.num_experts)
-                    ? kc::MoeKernel::kTensorCore
-                    : kc::MoeKernel::kRowwise;
+  if (!tensor_cores || (!batch_invariant_ && step.num_rows < kTensorCoreRowsPerExpert * experts.num_experts)) {
+    step.kernel = kc::MoeKernel::kRowwise;
+  } else if (!batch_invariant_ && step.num_rows < kStreamedRowsPerExpert * experts.num_experts &&
+             kc::moe_stream_fits(step.grouped) && aligned16(x)) {
+    step.kernel = kc::MoeKernel::kTensorCoreStream;
+  } else {
+    step.kernel = kc::MoeKernel::kTensorCore;
+  }
   // Grouped GEMMs: bf16 experts on the wgmma kernel (biases and both activations), other 16-bit
   // plain SiLU-gated experts on cuBLAS's (GPT-OSS's biases and clamped SwiGLU in f16 keep the mma
   // kernels).
@@ -135,7 +147,7 @@ void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t*
                               const float* expert_weights, const kernels::MoeExperts& experts, float* workspace,
                               int64_t* expert_token_counts, float* out) {
   if (num_tokens == 0) return;
-  const MoeStep step = moe_step(experts, num_tokens, workspace);
+  const MoeStep step = moe_step(experts, x, num_tokens, workspace);
   kc::group_by_expert(expert_ids, step.num_rows, experts.num_experts, kc::moe_rows_per_tile(step.kernel), step.grouping,
                       expert_token_counts, stream_.for_op());
   moe_products(x, num_tokens, expert_weights, experts, step, out);
@@ -148,7 +160,7 @@ void CudaBackend::moe_route_experts(const float* logits, const kernels::WeightVi
   if (num_tokens == 0) return;
   DI_CHECK(routing.num_experts == experts.num_experts,
            "the router scores " << routing.num_experts << " experts, the layer holds " << experts.num_experts);
-  const MoeStep step = moe_step(experts, num_tokens, workspace);
+  const MoeStep step = moe_step(experts, x, num_tokens, workspace);
   if (step.num_rows > kc::moe_route_group_max_rows(routing.num_experts)) {
     moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights);
     kc::group_by_expert(expert_ids, step.num_rows, experts.num_experts, kc::moe_rows_per_tile(step.kernel),

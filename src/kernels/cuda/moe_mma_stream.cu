@@ -1,0 +1,219 @@
+// Grouped expert products for decode batches of a few to a few dozen rows per expert, on the tensor
+// cores with the weights streamed straight from global memory: each warp takes 16 weight rows as
+// the A operand of mma.sync m16n8k16 and the tile's grouped rows (the tokens) as its n, 8 at a time.
+// A lane loads 16 bytes of each of its two weight rows per 32-element k span and the same 8 k of
+// its token row, so nothing passes through shared memory: the k order inside a span is permuted
+// alike for both operands (lane quad t's registers hold k 8t..8t+3 for the first product, 8t+4..8t+7
+// for the second), which leaves every dot product's terms unchanged. A warp's rows: gate|up, the
+// gate and the up rows of 8 output columns, so the activation runs on the accumulators; down, 16
+// output columns. Inputs are rounded to the weight dtype, float32 accumulation (as the other
+// tensor-core path). The 64-row WMMA tiles read a tile's weights into shared memory and multiply
+// 64 rows where a decode step has 4-16: 2.0 TB/s of expert weights at 64-256 tokens of
+// Qwen3-30B-A3B on the H200.
+#include <type_traits>
+
+#include "core/check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/moe_grouped.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kTileRows = 32;  // grouped rows of a tile: four n-tiles of 8
+constexpr int kNTiles = kTileRows / 8;
+constexpr int kSpanK = 32;                  // k of one span: two m16n8k16 products
+constexpr int kUnroll = 4;                  // spans whose weights a lane has in flight, twice over
+constexpr int kGateUpColumns = kWarps * 8;  // output columns of a gate|up block
+constexpr int kDownColumns = kWarps * 16;   // ... and of a down block
+
+template <typename W>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__half>(float lo, float hi) {
+  const __half2 pair = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// c[16x8] += a[16x16] b[16x8] in float32, a and b of W (PTX ISA m16n8k16 fragments).
+template <typename W>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// A lane's weights of kUnroll spans: 8 elements of each of its two rows per span (zeros past k_in).
+struct SpanWeights {
+  uint4 lo[kUnroll];
+  uint4 hi[kUnroll];
+};
+
+__device__ __forceinline__ void load_spans(const void* row_lo, const void* row_hi, int64_t k_in, int64_t first_k,
+                                           SpanWeights& w) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t k = first_k + int64_t{u} * kSpanK;
+    const bool valid = k < k_in;
+    // 16-bit elements: byte offset 2k.
+    w.lo[u] = valid ? __ldcs(reinterpret_cast<const uint4*>(static_cast<const char*>(row_lo) + 2 * k)) : uint4{};
+    w.hi[u] = valid ? __ldcs(reinterpret_cast<const uint4*>(static_cast<const char*>(row_hi) + 2 * k)) : uint4{};
+  }
+}
+
+// in: x (gate|up: token rows, via the grouping) or h (down: grouped rows); out: h or y.
+template <typename W, bool kGateUp>
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    stream_mma_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
+                      int64_t k_in, float* __restrict__ out) {
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int g = lane / 4;  // the lane's weight row (and row + 8) and its token in each n-tile
+  const int t = lane % 4;  // its k quad and its accumulators' tokens 2t, 2t + 1
+  // Down follows gate|up, which followed the grouping: its tile and first weights are known before
+  // the wait. Gate|up directly follows the grouping.
+  ExpertTile tile;
+  bool has_tile = true;
+  if constexpr (kGateUp) wait_for_previous_grid();
+  has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
+  // Columns: gate|up rows g and g + 8 are column col_lo's gate and up rows; down rows are columns
+  // col_lo and col_lo + 8. Columns past n_out read the last row and are not stored.
+  const int64_t col_lo = kGateUp ? blockIdx.y * int64_t{kGateUpColumns} + warp * 8 + g
+                                 : blockIdx.y * int64_t{kDownColumns} + warp * 16 + g;
+  const int64_t col_hi = kGateUp ? col_lo : col_lo + 8;
+  const void* row_lo = nullptr;
+  const void* row_hi = nullptr;
+  const ExpertPointers* p = nullptr;
+  SpanWeights current;
+  const int64_t first_k = 8 * t;
+  if (has_tile) {
+    p = &experts.experts[tile.expert];
+    const auto* lo_matrix = static_cast<const W*>(kGateUp ? p->gate : p->down);
+    const auto* hi_matrix = static_cast<const W*>(kGateUp ? p->up : p->down);
+    row_lo = lo_matrix + min(col_lo, n_out - 1) * k_in;
+    row_hi = hi_matrix + min(col_hi, n_out - 1) * k_in;
+    load_spans(row_lo, row_hi, k_in, first_k, current);
+  }
+  if constexpr (!kGateUp) wait_for_previous_grid();
+  allow_next_grid();
+  if (!has_tile) return;
+
+  const float* x_rows[kNTiles];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+    const int32_t i = tile.row_begin + min(8 * j + g, tile.num_rows - 1);
+    x_rows[j] = kGateUp ? in + int64_t{grouping.rows[i] / experts.top_k} * k_in : in + int64_t{i} * k_in;
+  }
+  const int n_tiles = (tile.num_rows + 7) / 8;
+  float acc[kNTiles][4] = {};
+  constexpr int64_t kGroupK = int64_t{kUnroll} * kSpanK;
+  for (int64_t k0 = 0; k0 < k_in; k0 += kGroupK) {
+    SpanWeights next{};
+    if (k0 + kGroupK < k_in) load_spans(row_lo, row_hi, k_in, k0 + kGroupK + first_k, next);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = k0 + int64_t{u} * kSpanK + first_k;
+      const bool valid = k < k_in;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        if (j >= n_tiles) break;
+        float4 x0 = {};
+        float4 x1 = {};
+        if (valid) {
+          x0 = __ldg(reinterpret_cast<const float4*>(x_rows[j] + k));
+          x1 = __ldg(reinterpret_cast<const float4*>(x_rows[j] + k + 4));
+        }
+        const uint4& lo = current.lo[u];
+        const uint4& hi = current.hi[u];
+        mma_16816<W>(acc[j], lo.x, hi.x, lo.y, hi.y, pack_pair<W>(x0.x, x0.y), pack_pair<W>(x0.z, x0.w));
+        mma_16816<W>(acc[j], lo.z, hi.z, lo.w, hi.w, pack_pair<W>(x1.x, x1.y), pack_pair<W>(x1.z, x1.w));
+      }
+    }
+    current = next;
+  }
+
+  // acc[j]: [0], [1] row g at tokens 8j + 2t, + 1; [2], [3] row g + 8 at the same tokens.
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int r = 8 * j + 2 * t + s;
+      if (r >= tile.num_rows) continue;
+      float* dst = out + int64_t{tile.row_begin + r} * n_out;
+      if constexpr (kGateUp) {
+        if (col_lo >= n_out) continue;
+        float gate = acc[j][s];
+        float up = acc[j][2 + s];
+        if (p->gate_bias != nullptr) gate += load_as_f32(p->gate_bias, experts.bias_dtype, col_lo);
+        if (p->up_bias != nullptr) up += load_as_f32(p->up_bias, experts.bias_dtype, col_lo);
+        dst[col_lo] = expert_activation(gate, up, experts.activation, experts.swiglu_alpha, experts.swiglu_limit);
+      } else {
+        const int64_t cols[2] = {col_lo, col_hi};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (cols[h] >= n_out) continue;
+          const float bias = p->down_bias != nullptr ? load_as_f32(p->down_bias, experts.bias_dtype, cols[h]) : 0.0f;
+          dst[cols[h]] = acc[j][2 * h + s] + bias;
+        }
+      }
+    }
+  }
+}
+
+template <typename W, bool kGateUp>
+void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows, float* out,
+            cudaStream_t stream) {
+  const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
+  const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
+  const int64_t columns = kGateUp ? kGateUpColumns : kDownColumns;
+  const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
+                  static_cast<unsigned>((n_out + columns - 1) / columns));
+  launch_dependent(stream_mma_kernel<W, kGateUp>, grid, dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out,
+                   k_in, out);
+}
+
+}  // namespace
+
+int32_t moe_stream_rows_per_tile() { return kTileRows; }
+
+bool moe_stream_fits(const GroupedExperts& experts) {
+  return (experts.weight_dtype == DType::kBF16 || experts.weight_dtype == DType::kF16) && experts.aligned &&
+         experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
+}
+
+void stream_mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                        bool gate_up, float* out, cudaStream_t stream) {
+  DI_CHECK(moe_stream_fits(experts),
+           "the streamed tensor-core expert kernel takes aligned bf16 or f16 weights, rows a multiple of 8 long");
+  DI_CHECK(reinterpret_cast<uintptr_t>(in) % 16 == 0, "the streamed tensor-core expert kernel's input is unaligned");
+  if (experts.weight_dtype == DType::kBF16) {
+    if (gate_up) {
+      launch<__nv_bfloat16, true>(in, experts, grouping, num_rows, out, stream);
+    } else {
+      launch<__nv_bfloat16, false>(in, experts, grouping, num_rows, out, stream);
+    }
+  } else if (gate_up) {
+    launch<__half, true>(in, experts, grouping, num_rows, out, stream);
+  } else {
+    launch<__half, false>(in, experts, grouping, num_rows, out, stream);
+  }
+}
+
+}  // namespace deepinfer::kernels::cuda
