@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "engine/draft_verifier.h"
 #include "engine/generator.h"
+#include "session.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -143,9 +144,11 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
       if (c < 1) return report_error("bench", Error{"--concurrency takes counts >= 1, like 1,16,64,256"});
     }
     if (*drafts > 16) return report_error("bench", Error{"--speculative-tokens must be in [1, 16]"});
+    auto pipelined = async_scheduling_from_args(args);
+    if (!pipelined.ok()) return report_error("bench", pipelined.error());
     return run_speculative_engine_bench(loaded, *concurrency, *prompts, static_cast<int32_t>(*drafts),
                                         static_cast<int32_t>(*decode_tokens),
-                                        replay ? std::optional<double>(*replay_rate) : std::nullopt);
+                                        replay ? std::optional<double>(*replay_rate) : std::nullopt, *pipelined);
   }
 
   const auto k = static_cast<int32_t>(*drafts);

@@ -21,8 +21,9 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded);
 // The engine at each concurrency (that many requests of prompts, reused in turn): drafts off, K
 // drafts with --spec-varlen on, and with it off; one speculative_engine line each. replay_rate:
 // drafts replayed from the plain run's outputs, corrupted at that rate, instead of the module's.
+// pipelined: every engine with EngineConfig::async_scheduling (the default on CUDA, as serve runs).
 int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>& concurrencies,
                                  const std::vector<std::vector<int32_t>>& prompts, int32_t k, int32_t max_tokens,
-                                 std::optional<double> replay_rate);
+                                 std::optional<double> replay_rate, bool pipelined);
 
 }  // namespace deepinfer::cli

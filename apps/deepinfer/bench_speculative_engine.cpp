@@ -40,10 +40,12 @@ struct Replay {
 
 // prior: the acceptance an earlier run measured (varlen then need not draft to measure it).
 EngineRun run_engine_once(CausalLM& model, const std::vector<std::vector<int32_t>>& prompts, int32_t max_tokens,
-                          int32_t k, Mode mode, const std::optional<SpeculativeStats>& prior, const Replay& replay) {
+                          int32_t k, Mode mode, const std::optional<SpeculativeStats>& prior, const Replay& replay,
+                          bool pipelined) {
   constexpr int32_t kBlockSize = 16;
   const auto batch = static_cast<int32_t>(prompts.size());
   EngineConfig config;
+  config.async_scheduling = pipelined;
   config.block_size = kBlockSize;
   config.enable_prefix_caching = false;  // repeated prompts must not share their KV
   const auto longest = static_cast<int32_t>(prompts.front().size()) + max_tokens + k + 2;
@@ -115,7 +117,7 @@ double median(std::vector<double> values) {
 
 int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>& concurrencies,
                                  const std::vector<std::vector<int32_t>>& text_prompts, int32_t k, int32_t max_tokens,
-                                 std::optional<double> replay_rate) {
+                                 std::optional<double> replay_rate, bool pipelined) {
   CausalLM& model = *loaded.model;
   constexpr int kRuns = 3;
   const Mode modes[] = {Mode::kPlain, Mode::kVarlen, Mode::kFixed};
@@ -139,10 +141,11 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
             // against a plain decode step's), from drafts that are all wrong.
             reference = last[0].outputs;
             reference = run_engine_once(model, prompts, max_tokens, k, Mode::kFixed, std::nullopt,
-                                        Replay{&reference, 1.0}).outputs;
+                                        Replay{&reference, 1.0}, pipelined)
+                            .outputs;
           }
           const Replay replay{replay_rate ? &reference : nullptr, replay_rate.value_or(0.0)};
-          last[m] = run_engine_once(model, prompts, max_tokens, k, modes[m], measured, replay);
+          last[m] = run_engine_once(model, prompts, max_tokens, k, modes[m], measured, replay, pipelined);
           if (modes[m] == Mode::kFixed) {
             if (!measured) measured = SpeculativeStats{*last[m].stats};
             for (size_t d = 0; r > 0 && d < measured->proposed_per_position.size(); ++d) {
@@ -158,13 +161,14 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
     }
     const double plain = median(rates[0]);
     const double plain_step_s = last[0].seconds / static_cast<double>(last[0].steps);
-    std::printf("{\"kind\":\"speculative_engine\",\"model\":\"%s\",\"device\":\"%s\",\"drafts_from\":\"%s\","
-                "\"corrupt_rate\":%.3f,\"layers\":%lld,\"concurrency\":%lld,\"speculative_tokens\":%d,"
-                "\"decode_tokens\":%d,\"runs\":%d,\"plain_tok_s\":%.1f",
-                model.config().architecture.c_str(), std::string(model.backend().name()).c_str(),
-                replay_rate ? "replay" : "draft module", replay_rate.value_or(0.0),
-                static_cast<long long>(model.config().num_hidden_layers), static_cast<long long>(concurrency), k,
-                max_tokens, kRuns, plain);
+    std::printf(
+        "{\"kind\":\"speculative_engine\",\"model\":\"%s\",\"device\":\"%s\",\"drafts_from\":\"%s\","
+        "\"corrupt_rate\":%.3f,\"layers\":%lld,\"concurrency\":%lld,\"speculative_tokens\":%d,"
+        "\"decode_tokens\":%d,\"runs\":%d,\"pipelined\":%s,\"plain_tok_s\":%.1f",
+        model.config().architecture.c_str(), std::string(model.backend().name()).c_str(),
+        replay_rate ? "replay" : "draft module", replay_rate.value_or(0.0),
+        static_cast<long long>(model.config().num_hidden_layers), static_cast<long long>(concurrency), k, max_tokens,
+        kRuns, pipelined ? "true" : "false", plain);
     for (int m = 1; m < 3; ++m) {
       const SpeculativeStats& s = *last[m].stats;
       int64_t verifications = 0;

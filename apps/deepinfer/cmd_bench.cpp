@@ -25,7 +25,7 @@ constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-t
                        [--engine-batches LIST] [--engine-tokens N] [--[no-]async-scheduling]  (cuda)
        deepinfer bench --model DIR --speculative-tokens K (--draft-text FILE | --draft-replay RATE)
                        [--draft-prompts N] [--prompt-tokens N] [--decode-tokens N] [--device cpu|ref|cuda]
-                       [--concurrency LIST]
+                       [--concurrency LIST [--[no-]async-scheduling]]
 Runs a prompt of N random tokens (default 128) and then N greedy decode steps (default 32),
 R times (default 3, best run kept), and prints one JSON line: prefill and decode tokens/s, the
 weight bytes one decode step reads, the achieved decode bandwidth, the machine's memory read
@@ -68,7 +68,9 @@ run through the engine with drafts off, with K drafts and DSpark's varlen budget
 K, alternating, median tokens/s of 3 runs each after a warm-up; one speculative_engine line per
 concurrency: the speedups, the ideal (tokens a sequence gains per step / (1 + draft time per step
 / plain step time)), verify rows per step, steps after which drafting did not pay, and how many
-outputs equal plain decoding's. With --draft-replay RATE instead of --draft-text: random prompts,
+outputs equal plain decoding's. Every engine runs the pipelined step loop where serve would (the
+default with --device cuda; --[no-]async-scheduling picks), so plain decoding pipelines and the
+varlen engine pipelines the steps it does not draft for. With --draft-replay RATE instead of --draft-text: random prompts,
 and each request's drafts replayed from the warm-up's plain outputs, corrupted at RATE (drafting
 costs nothing), on any model: verification's cost in the engine at each concurrency.
 )";

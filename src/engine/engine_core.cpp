@@ -451,6 +451,8 @@ struct EngineCore::Impl {
     StepDraws plan;
     std::chrono::steady_clock::time_point scheduled;  // when its scheduling began
     std::shared_ptr<PrefillKvExport> kv_export;       // its streamed prompts' KV, when it has any
+    // Launched while the step before it ran (launch_scheduled_ahead).
+    bool ahead = false;
   };
 
   // The step's copies of the prompt blocks it completes for the requests that stream their KV
@@ -520,7 +522,8 @@ struct EngineCore::Impl {
     }
   }
 
-  void collect_and_process(const InFlight& step, std::map<int64_t, RequestOutput>& outputs) {
+  // followed: the step after it is already in flight (pipelined), so nothing drafts for that one.
+  void collect_and_process(const InFlight& step, bool followed, std::map<int64_t, RequestOutput>& outputs) {
     RunnerOutput result;
     try {
       result = runner.collect(step.handle);
@@ -536,11 +539,12 @@ struct EngineCore::Impl {
       return;
     }
     process_step(step, result, outputs);
-    if (speculator) draft_after(step);
+    if (speculator) draft_after(step, followed);
   }
 
-  // Speculative decoding: the draft module's turn after a step's results (engine/speculator.h).
-  void draft_after(const InFlight& step) {
+  // Speculative decoding: the draft module's turn after a step's results (engine/speculator.h),
+  // unless the next step was launched already (followed).
+  void draft_after(const InFlight& step, bool followed) {
     int64_t decode_rows = 0;
     int64_t draft_rows = 0;
     bool decode_only = true;  // no prompt rows: the step's time is a decode or verify step's
@@ -549,7 +553,9 @@ struct EngineCore::Impl {
       draft_rows += rows.num_drafts;
       decode_only = decode_only && rows.num_new_tokens == rows.num_drafts + 1;
     }
-    speculator->record_step(decode_rows, draft_rows, decode_only, seconds_since(step.scheduled));
+    // A step launched ahead was scheduled while the one before it ran: its time is not a step's.
+    speculator->record_step(decode_rows, draft_rows, decode_only && !step.ahead, seconds_since(step.scheduled));
+    if (followed) return;
     const int32_t k = config.speculative.num_tokens;
     // The most drafts a sequence may use: verifying d appends up to d + 1 tokens.
     const auto max_drafts = [&](const Request& r) -> int32_t {
@@ -644,11 +650,18 @@ struct EngineCore::Impl {
   // it runs every other step while the others pipeline. Not at all when `running` has prompt
   // logprob rows or a row that held n > 1 samples fork from (the fork copies KV blocks from this
   // thread, which must not race the runner's), nor with the persistent store, split
-  // sliding-window tables or PROMPT / COMPLETION mode.
+  // sliding-window tables or PROMPT / COMPLETION mode. With speculative decoding only while
+  // drafting does not pay (Speculator::may_pipeline) and `running` verifies no drafts.
   std::optional<InFlight> launch_scheduled_ahead(const InFlight& running, std::map<int64_t, RequestOutput>& outputs) {
     if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || kv.has_swa_tables() ||
-        kv_config.sliding_window > 0 || speculator) {
+        kv_config.sliding_window > 0) {
       return std::nullopt;
+    }
+    if (speculator) {
+      const auto verifies = [](const ScheduledRows& rows) { return rows.num_drafts > 0; };
+      if (std::any_of(running.built.rows.begin(), running.built.rows.end(), verifies) || !speculator->may_pipeline()) {
+        return std::nullopt;
+      }
     }
     struct Advance {
       Request* request;
@@ -694,7 +707,11 @@ struct EngineCore::Impl {
       throw;
     }
     undo();
-    if (ahead) ++num_overlapped_steps;
+    if (ahead) {
+      ahead->ahead = true;
+      ++num_overlapped_steps;
+      if (speculator) speculator->pipelined_step();
+    }
     return ahead;
   }
 
@@ -709,7 +726,7 @@ struct EngineCore::Impl {
     std::optional<InFlight> next = launch_scheduled_ahead(*in_flight, outputs);
     const InFlight current = std::move(*in_flight);
     in_flight = std::move(next);
-    collect_and_process(current, outputs);
+    collect_and_process(current, in_flight.has_value(), outputs);
   }
 
   // Erases the finished requests no step in flight still has rows of.

@@ -333,9 +333,13 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
   if (config_.varlen && num_drafting > 0) {
     const int64_t sequences = std::max(num_drafting, population);
     depth_limit = paying_depth(sequences);
-    if (depth_limit > 0 && !drafting_measured_better(sequences)) depth_limit = 0;
+    bool trying = false;
+    if (depth_limit > 0 && !drafting_measured_better(sequences, trying)) depth_limit = 0;
     pending_drafted_ = depth_limit > 0;
     pending_draft_seconds_ = 0.0;
+    // Steps that only measure the arm without drafts stay synchronous, like the arm with them.
+    drafting_paused_ = depth_limit == 0 && !trying;
+    pipelined_run_ = 0;
   }
   if (num_drafting == 0 || depth_limit == 0) {
     if (num_drafting > 0) ++stats_.skipped_draft_steps;
@@ -456,15 +460,22 @@ double Speculator::Arm::median() const {
   return last[last.size() / 2];
 }
 
-bool Speculator::drafting_measured_better(int64_t sequences) {
+bool Speculator::drafting_measured_better(int64_t sequences, bool& trying) {
   constexpr int64_t kMeasured = 3;  // steps of an arm before its average is trusted
   constexpr int64_t kRetryEvery = 32;  // decisions between tries of the losing arm
   const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))));
   const std::array<Arm, 2>& arms = arms_[bucket];
   pending_bucket_ = bucket;
-  if (arms[0].count < kMeasured || arms[1].count < kMeasured) return arms[1].count <= arms[0].count;
+  trying = arms[0].count < kMeasured || arms[1].count < kMeasured;
+  if (trying) return arms[1].count <= arms[0].count;
   const bool better = arms[1].median() > arms[0].median();
-  return ++decisions_ % kRetryEvery == 0 ? !better : better;
+  trying = ++decisions_ % kRetryEvery == 0;
+  return trying ? !better : better;
+}
+
+void Speculator::pipelined_step() {
+  ++pipelined_run_;
+  ++stats_.skipped_draft_steps;
 }
 
 void Speculator::record(int32_t num_drafts, int32_t num_accepted) {

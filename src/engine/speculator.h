@@ -117,6 +117,13 @@ class Speculator {
   // time it took, scheduling and results included (drafting not); decode_only: it had no prompt
   // rows, so its time is a decode step's (no draft verified) or a verify step's.
   void record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, double seconds);
+  // Pipelined steps (EngineConfig::async_scheduling): with varlen, after a decision that drafting
+  // does not pay, the engine may launch up to kPipelinedRun steps each before the results of the
+  // one ahead of it (no drafts, no catch-up of the draft module); the step after them runs
+  // synchronously and draft() judges again. pipelined_step: one such step was launched.
+  static constexpr int64_t kPipelinedRun = 8;
+  bool may_pipeline() const { return drafting_paused_ && pipelined_run_ < kPipelinedRun; }
+  void pipelined_step();
 
   // The counters, and the step-time curves as the budget last saw them (profile and measurements).
   SpeculativeStats stats() const;
@@ -128,8 +135,9 @@ class Speculator {
   // kExploreVerifications first drafts were verified.
   int32_t paying_depth(int64_t sequences) const;
   // Whether to draft for `sequences` decoding sequences, from the tokens per second measured with
-  // and without drafting at that many (each arm tried until measured, the loser again now and then).
-  bool drafting_measured_better(int64_t sequences);
+  // and without drafting at that many (each arm tried until measured, the loser again now and then;
+  // trying: this answer is such a try).
+  bool drafting_measured_better(int64_t sequences, bool& trying);
   // The table a step's time goes to: verify steps of one-token sequences are decode steps.
   MeasuredTimes& verify_times() { return rows_split_ ? measured_decode_ : measured_verify_; }
   const MeasuredTimes& verify_times() const { return rows_split_ ? measured_decode_ : measured_verify_; }
@@ -158,6 +166,8 @@ class Speculator {
   int64_t pending_bucket_ = 0;
   int64_t step_accepted_ = 0;  // drafts accepted since the last record_step
   bool pending_drafted_ = false;
+  bool drafting_paused_ = false;  // varlen's last decision: drafting does not pay
+  int64_t pipelined_run_ = 0;     // steps launched ahead since that decision
   double pending_draft_seconds_ = 0.0;
   int64_t max_model_len_;
   SpeculativeStats stats_;

@@ -44,6 +44,18 @@ TEST(SpeculativeEngine, BudgetShrinksWhenDraftsDoNotPay) {
   testing::expect_same_text(no_draft.runs, want.runs, "costly drafting");
   EXPECT_EQ(no_draft.stats.speculative->draft_calls, 0);
   EXPECT_GT(no_draft.stats.speculative->skipped_draft_steps, 0);
+  EXPECT_EQ(no_draft.stats.num_overlapped_steps, 0);
+
+  // In the pipelined loop the steps that draft nothing run ahead of each other, as without
+  // speculation, with a synchronous step (where drafting is judged again) after every
+  // Speculator::kPipelinedRun of them.
+  EngineConfig pipelined = costly_draft;
+  pipelined.async_scheduling = true;
+  const testing::SpeculativeRun ahead = testing::run_requests(*loaded.model, *tokenizer, pipelined, requests);
+  testing::expect_same_text(ahead.runs, want.runs, "costly drafting, pipelined");
+  EXPECT_EQ(ahead.stats.speculative->draft_calls, 0);
+  EXPECT_GT(ahead.stats.num_overlapped_steps, 0);
+  EXPECT_GE(ahead.stats.speculative->skipped_draft_steps, ahead.stats.num_overlapped_steps);
 
   // Fixed K verifies every draft whatever the curves say.
   EngineConfig fixed = costly_verify;
