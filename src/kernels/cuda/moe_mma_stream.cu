@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/moe_grouped.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -29,34 +30,21 @@ constexpr int kGateUpColumns = kWarps * 8;  // output columns of a gate|up block
 constexpr int kDownColumns = kWarps * 16;   // ... and of a down block
 
 template <typename W>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&pair);
-}
-template <>
-__device__ __forceinline__ uint32_t pack_pair<__half>(float lo, float hi) {
-  const __half2 pair = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&pair);
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+    return pack_bf16(lo, hi);
+  } else {
+    return pack_f16(lo, hi);
+  }
 }
 
 // c[16x8] += a[16x16] b[16x8] in float32, a and b of W (PTX ISA m16n8k16 fragments).
 template <typename W>
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    mma_bf16(c, a, b0, b1);
   } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    mma_f16(c, a, b0, b1);
   }
 }
 
@@ -142,8 +130,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
         }
         const uint4& lo = current.lo[u];
         const uint4& hi = current.hi[u];
-        mma_16816<W>(acc[j], lo.x, hi.x, lo.y, hi.y, pack_pair<W>(x0.x, x0.y), pack_pair<W>(x0.z, x0.w));
-        mma_16816<W>(acc[j], lo.z, hi.z, lo.w, hi.w, pack_pair<W>(x1.x, x1.y), pack_pair<W>(x1.z, x1.w));
+        const uint32_t first[4] = {lo.x, hi.x, lo.y, hi.y};
+        const uint32_t second[4] = {lo.z, hi.z, lo.w, hi.w};
+        mma_16816<W>(acc[j], first, pack_pair<W>(x0.x, x0.y), pack_pair<W>(x0.z, x0.w));
+        mma_16816<W>(acc[j], second, pack_pair<W>(x1.x, x1.y), pack_pair<W>(x1.z, x1.w));
       }
     }
     current = next;
