@@ -43,6 +43,17 @@ __device__ __forceinline__ float expert_activation(float g, float u, ExpertActiv
   return (u + 1.0f) * g / (1.0f + expf(-alpha * g));
 }
 
+// launch.template operator()<W, kGateUp>() with W the element type of 16-bit dtype (kBF16: bf16,
+// otherwise f16) and kGateUp = gate_up: the tensor-core launches' instantiations.
+template <typename Launch>
+void with_16bit_weights(DType dtype, bool gate_up, Launch&& launch) {
+  if (dtype == DType::kBF16) {
+    gate_up ? launch.template operator()<__nv_bfloat16, true>() : launch.template operator()<__nv_bfloat16, false>();
+  } else {
+    gate_up ? launch.template operator()<__half, true>() : launch.template operator()<__half, false>();
+  }
+}
+
 // Tensor-core launches (moe_mma.cu). gate_up: out = h [num_rows, intermediate] from x; otherwise
 // out = y [num_rows, hidden] from h. Requires bf16 or f16 weights.
 void mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,

@@ -96,17 +96,9 @@ void mma_grouped(const float* in, const GroupedExperts& experts, const MoeGroupi
                  bool gate_up, float* out, cudaStream_t stream) {
   DI_CHECK(experts.weight_dtype == DType::kBF16 || experts.weight_dtype == DType::kF16,
            "the tensor-core expert kernel takes bf16 or f16 weights");
-  if (experts.weight_dtype == DType::kBF16) {
-    if (gate_up) {
-      launch<__nv_bfloat16, true>(in, experts, grouping, num_rows, out, stream);
-    } else {
-      launch<__nv_bfloat16, false>(in, experts, grouping, num_rows, out, stream);
-    }
-  } else if (gate_up) {
-    launch<__half, true>(in, experts, grouping, num_rows, out, stream);
-  } else {
-    launch<__half, false>(in, experts, grouping, num_rows, out, stream);
-  }
+  with_16bit_weights(experts.weight_dtype, gate_up, [&]<typename W, bool kGateUp>() {
+    launch<W, kGateUp>(in, experts, grouping, num_rows, out, stream);
+  });
 }
 
 }  // namespace deepinfer::kernels::cuda

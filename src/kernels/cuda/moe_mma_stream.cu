@@ -193,17 +193,9 @@ void stream_mma_grouped(const float* in, const GroupedExperts& experts, const Mo
   DI_CHECK(moe_stream_fits(experts),
            "the streamed tensor-core expert kernel takes aligned bf16 or f16 weights, rows a multiple of 8 long");
   DI_CHECK(reinterpret_cast<uintptr_t>(in) % 16 == 0, "the streamed tensor-core expert kernel's input is unaligned");
-  if (experts.weight_dtype == DType::kBF16) {
-    if (gate_up) {
-      launch<__nv_bfloat16, true>(in, experts, grouping, num_rows, out, stream);
-    } else {
-      launch<__nv_bfloat16, false>(in, experts, grouping, num_rows, out, stream);
-    }
-  } else if (gate_up) {
-    launch<__half, true>(in, experts, grouping, num_rows, out, stream);
-  } else {
-    launch<__half, false>(in, experts, grouping, num_rows, out, stream);
-  }
+  with_16bit_weights(experts.weight_dtype, gate_up, [&]<typename W, bool kGateUp>() {
+    launch<W, kGateUp>(in, experts, grouping, num_rows, out, stream);
+  });
 }
 
 }  // namespace deepinfer::kernels::cuda
