@@ -137,6 +137,10 @@ int run_speculative_bench(const Args& args, LoadedModel& loaded) {
   auto prompts = bench_prompts(args, model, prompt_len, static_cast<size_t>(*prompts_wanted));
   if (!prompts.ok()) return report_error("bench", prompts.error());
   const size_t num_prompts = prompts->size();
+  if (!args.has("--concurrency") && (args.has("--async-scheduling") || args.has("--no-async-scheduling"))) {
+    return report_error("bench", Error{"--[no-]async-scheduling with --speculative-tokens takes --concurrency (the "
+                                       "engine); one sequence at a time has no step loop"});
+  }
   if (args.has("--concurrency")) {
     auto concurrency = args.get_int_list("--concurrency");
     if (!concurrency.ok()) return report_error("bench", concurrency.error());

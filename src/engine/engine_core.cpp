@@ -658,8 +658,13 @@ struct EngineCore::Impl {
       return std::nullopt;
     }
     if (speculator) {
+      // The step ahead must verify nothing: draft() left drafts with sequences that sat out its
+      // step (a full token budget), and a pending token's row must stay its sequence's last.
       const auto verifies = [](const ScheduledRows& rows) { return rows.num_drafts > 0; };
-      if (std::any_of(running.built.rows.begin(), running.built.rows.end(), verifies) || !speculator->may_pipeline()) {
+      const auto holds_drafts = [](const Request* r) { return !r->drafts.empty(); };
+      const std::vector<Request*>& decoding = scheduler.running();
+      if (!speculator->may_pipeline() || std::any_of(running.built.rows.begin(), running.built.rows.end(), verifies) ||
+          std::any_of(decoding.begin(), decoding.end(), holds_drafts)) {
         return std::nullopt;
       }
     }

@@ -57,7 +57,9 @@ struct EngineConfig {
   // meanwhile has its extra token dropped, never streamed.
   bool async_scheduling = false;
   // Speculative decoding with the model's draft module (engine/speculator.h); num_tokens 0: off.
-  // Steps then run one at a time (no pipelining: a step's drafts come from the one before it).
+  // A step that verifies drafts or drafts after itself runs one at a time (a step's drafts come
+  // from the results of the one before it); with async_scheduling, steps the varlen budget does
+  // not draft for pipeline (Speculator::may_pipeline).
   SpeculativeConfig speculative;
   // The outputs must repeat bit for bit (batch-invariant kernels, fixed seeds): speculative
   // decoding then needs speculative.varlen off, whose batches do not depend on timing.

@@ -439,13 +439,13 @@ double Speculator::acceptance_at(size_t k) const {
   return static_cast<double>(accepted + 1) / static_cast<double>(proposed_at(k) + 2);
 }
 
-void Speculator::record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, double seconds) {
+void Speculator::record_step(int64_t decode_rows, int64_t draft_rows, bool timed_alone, double seconds) {
   const int64_t tokens = decode_rows + std::exchange(step_accepted_, 0);
   if (draft_rows > 0) {
     ++stats_.verify_steps;
     stats_.verify_rows += decode_rows + draft_rows;
   }
-  if (!decode_only) return;
+  if (!timed_alone) return;
   (draft_rows > 0 ? verify_times() : measured_decode_).observe(decode_rows + draft_rows, seconds);
   if (pending_bucket_ == 0) return;
   Arm& arm = arms_[pending_bucket_][pending_drafted_ ? 1 : 0];

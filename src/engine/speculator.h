@@ -114,13 +114,15 @@ class Speculator {
   // A verification's outcome: num_drafts verified, num_accepted of them kept.
   void record(int32_t num_drafts, int32_t num_accepted);
   // A step's decode rows (golden rows and draft rows; its verifications were recorded), and the
-  // time it took, scheduling and results included (drafting not); decode_only: it had no prompt
-  // rows, so its time is a decode step's (no draft verified) or a verify step's.
-  void record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, double seconds);
+  // time it took, scheduling and results included (drafting not); timed_alone: it had no prompt
+  // rows and was not launched while another step ran, so its time is a decode step's (no draft
+  // verified) or a verify step's and goes into the curves and the arms.
+  void record_step(int64_t decode_rows, int64_t draft_rows, bool timed_alone, double seconds);
   // Pipelined steps (EngineConfig::async_scheduling): with varlen, after a decision that drafting
-  // does not pay, the engine may launch up to kPipelinedRun steps each before the results of the
-  // one ahead of it (no drafts, no catch-up of the draft module); the step after them runs
-  // synchronously and draft() judges again. pipelined_step: one such step was launched.
+  // does not pay (not one of the veto's tries), the engine may launch up to kPipelinedRun steps
+  // each before the results of the one ahead of it (no drafts, no catch-up of the draft module);
+  // the last of them is collected with nothing launched behind it, and draft() judges again after
+  // it. pipelined_step: one such step was launched (counted as a skipped draft step).
   static constexpr int64_t kPipelinedRun = 8;
   bool may_pipeline() const { return drafting_paused_ && pipelined_run_ < kPipelinedRun; }
   void pipelined_step();

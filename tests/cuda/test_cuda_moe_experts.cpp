@@ -1,6 +1,7 @@
 // The device grouped experts against a reference built from kernels::ref: the CUDA-core kernel
-// (decode-sized batches, F32 weights), the tensor-core one (bf16/f16 from 4 rows per expert, and
-// always in batch-invariant mode) and the grouped GEMMs of prompt-sized steps (from 64 rows per
+// (decode-sized batches, F32 weights), the streamed tensor-core tiles (bf16/f16, 4 to 20 rows per
+// expert), the WMMA tensor-core one (from 20 rows per expert, and always in batch-invariant mode)
+// and the grouped GEMMs of prompt-sized steps (from 64 rows per
 // expert: bf16 on the wgmma kernel with biases and both activations, f16 SiLU experts without
 // biases on cuBLAS; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
 // biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
@@ -236,6 +237,46 @@ TEST(CudaMoeExperts, MatchReference) {
           EXPECT_EQ(counts, want_counts) << where;
         }
       }
+    }
+  }
+}
+
+// The streamed tensor-core tiles (4 to 20 routed rows per expert on average) with every row on 4 of
+// the 16 experts: 64 rows each, so each expert spans two 32-row tiles; a hidden size that is not a
+// multiple of 16 leaves a down warp's second 8 columns past the end.
+TEST(CudaMoeExperts, StreamedTilesOfSkewedRouting) {
+  std::mt19937 rng(91);
+  auto backend = cuda_backend();
+  using kernels::ExpertActivation;
+  const Shape shapes[] = {{512, 384, false, ExpertActivation::kSiluGated},
+                          {72, 40, true, ExpertActivation::kClampedSwiglu}};
+  constexpr int64_t kTokens = 64;  // 256 rows: 16 per expert on average
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const Shape& s : shapes) {
+      const Layer layer(rng, dtype, s.hidden, s.inter, s.bias, s.activation);
+      const DeviceLayer device(*backend, layer);
+      const auto x = random_floats(rng, static_cast<size_t>(kTokens * s.hidden));
+      std::vector<int32_t> ids(static_cast<size_t>(kTokens * kTopK));
+      for (int64_t t = 0; t < kTokens; ++t) {
+        for (int32_t j = 0; j < kTopK; ++j) {
+          ids[static_cast<size_t>(t * kTopK + j)] = 3 + static_cast<int32_t>((t + j) % kTopK);  // experts 3..6
+        }
+      }
+      const std::vector<float> weights = random_floats(rng, ids.size(), 0.05f, 1.0f);
+      double max_h = 0.0;
+      double max_y = 0.0;
+      const std::vector<float> want = oracle(x, kTokens, ids, weights, layer.host_experts, dtype, false, max_h, max_y);
+      const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+      const double abs_tol = 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
+                             4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter));
+      std::vector<int64_t> want_counts(kNumExperts, 7);
+      for (int32_t id : ids) ++want_counts[static_cast<size_t>(id)];
+      const std::string what =
+          std::string(dtype_name(dtype)) + " " + std::to_string(s.hidden) + "x" + std::to_string(s.inter) + " skewed";
+      std::vector<int64_t> counts;
+      const std::vector<float> got = run(*backend, device.experts, x, kTokens, ids, weights, &counts);
+      expect_close(got, want, abs_tol, 1e-5, what);
+      EXPECT_EQ(counts, want_counts) << what;
     }
   }
 }

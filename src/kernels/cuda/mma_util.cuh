@@ -1,6 +1,5 @@
-// Warp-level tensor-core pieces shared by the mma.sync kernels (attention_prefill.cu,
-// attention_decode_mma.cu, moe_mma_stream.cu): bf16 / f16 packing, ldmatrix loads from shared
-// memory, the m16n8k16 products.
+// Warp-level tensor-core pieces shared by the mma.sync kernels (the attention kernels,
+// moe_mma_stream.cu): bf16 / f16 packing, ldmatrix loads from shared memory, the m16n8k16 products.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,4 +1,4 @@
-// Device pieces shared by the grouped expert kernels (moe_rowwise.cu, moe_mma.cu): finding a
+// Device pieces shared by the grouped expert kernels (moe_rowwise.cu, moe_mma.cu, moe_mma_stream.cu): finding a
 // block's tile from the device-side offsets, the expert activation (element conversions:
 // device_util.cuh).
 #pragma once

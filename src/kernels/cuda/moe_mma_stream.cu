@@ -3,17 +3,16 @@
 // the A operand of mma.sync m16n8k16 and the tile's grouped rows (the tokens) as its n, 8 at a time.
 // A lane loads 16 bytes of each of its two weight rows per 32-element k span and the same 8 k of
 // its token row, so nothing passes through shared memory: the k order inside a span is permuted
-// alike for both operands (lane quad t's registers hold k 8t..8t+3 for the first product, 8t+4..8t+7
-// for the second), which leaves every dot product's terms unchanged. A warp's rows: gate|up, the
+// alike for both operands (the lanes with t = lane % 4 hold k 8t..8t+3 for the first product,
+// 8t+4..8t+7 for the second), which leaves every dot product's terms unchanged. A warp's rows: gate|up, the
 // gate and the up rows of 8 output columns, so the activation runs on the accumulators; down, 16
 // output columns. Inputs are rounded to the weight dtype, float32 accumulation (as the other
 // tensor-core path). The 64-row WMMA tiles read a tile's weights into shared memory and multiply
-// 64 rows where a decode step has 4-16: 2.0 TB/s of expert weights at 64-256 tokens of
+// 64 rows where a decode step has 4-16: 1.9-2.1 TB/s of expert weights at 64-256 tokens of
 // Qwen3-30B-A3B on the H200.
 #include <type_traits>
 
 #include "core/check.h"
-#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/moe_grouped.cuh"
@@ -78,9 +77,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   // Down follows gate|up, which followed the grouping: its tile and first weights are known before
   // the wait. Gate|up directly follows the grouping.
   ExpertTile tile;
-  bool has_tile = true;
   if constexpr (kGateUp) wait_for_previous_grid();
-  has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
+  const bool has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
   // Columns: gate|up rows g and g + 8 are column col_lo's gate and up rows; down rows are columns
   // col_lo and col_lo + 8. Columns past n_out read the last row and are not stored.
   const int64_t col_lo = kGateUp ? blockIdx.y * int64_t{kGateUpColumns} + warp * 8 + g

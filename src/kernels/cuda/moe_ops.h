@@ -85,10 +85,11 @@ struct GroupedExperts {
 // kRowwise: CUDA cores, each block streams a slice of one expert's weights once for up to 4 rows;
 // every weight dtype; memory-bound, for a row or two per expert. kTensorCore: 64-row tiles on
 // bf16/f16 tensor cores (x rounded to the weight dtype, float32 accumulation; a cp.async pipeline
-// when rows are 16-element aligned), from a few rows per expert up to prefill. kTensorCoreStream:
-// 32-row tiles on the tensor cores with the weights loaded straight into the MMAs' registers
-// (moe_stream_fits: aligned bf16/f16 rows of a multiple of 8 elements; a 16-byte aligned input),
-// memory-bound for decode batches of a few to a few dozen rows per expert.
+// when rows are 16-element aligned), from 20 rows per expert up to prefill (from 4 without
+// kTensorCoreStream's fit; at every size in batch-invariant mode). kTensorCoreStream: 32-row tiles
+// on the tensor cores with the weights loaded straight into the MMAs' registers (moe_stream_fits:
+// aligned bf16/f16 rows of a multiple of 8 elements; a 16-byte aligned input), memory-bound, for
+// decode batches of 4 to 20 rows per expert.
 enum class MoeKernel : uint8_t { kRowwise, kTensorCore, kTensorCoreStream };
 
 bool moe_stream_fits(const GroupedExperts& experts);

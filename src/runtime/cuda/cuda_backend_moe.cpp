@@ -21,7 +21,7 @@ namespace {
 constexpr int64_t kTensorCoreRowsPerExpert = 4;
 // ... below which (batch-invariant mode aside) the weights stream straight into the MMAs from
 // global memory, a tile of up to 32 rows reading its expert's weights once; the 64-row WMMA tiles
-// stage them through shared memory. On the H200 the streamed tiles read 3.2-3.3 TB/s at 4-8 rows
+// stage them through shared memory. On the H200 the streamed tiles read 3.1-3.3 TB/s at 4-8 rows
 // per expert and 2.2 at 16 (WMMA: 2.0 / 1.9); at 24 (DeepSeek-V2-Lite, batch 256) many experts
 // overflow one tile and read their weights twice: 1.7 against WMMA's 1.9.
 constexpr int64_t kStreamedRowsPerExpert = 20;
