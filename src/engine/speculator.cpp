@@ -462,19 +462,21 @@ double Speculator::Arm::median() const {
 
 bool Speculator::drafting_measured_better(int64_t sequences, bool& trying) {
   constexpr int64_t kMeasured = 3;  // steps of an arm before its average is trusted
-  constexpr int64_t kRetryEvery = 32;  // decisions between tries of the losing arm
+  constexpr int64_t kRetryEvery = 32;  // steps between tries of the losing arm
   const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))));
   const std::array<Arm, 2>& arms = arms_[bucket];
   pending_bucket_ = bucket;
   trying = arms[0].count < kMeasured || arms[1].count < kMeasured;
   if (trying) return arms[1].count <= arms[0].count;
   const bool better = arms[1].median() > arms[0].median();
-  trying = ++decisions_ % kRetryEvery == 0;
+  trying = ++steps_since_retry_ >= kRetryEvery;
+  if (trying) steps_since_retry_ = 0;
   return trying ? !better : better;
 }
 
 void Speculator::pipelined_step() {
   ++pipelined_run_;
+  ++steps_since_retry_;
   ++stats_.skipped_draft_steps;
 }
 

@@ -162,7 +162,7 @@ class Speculator {
     double median() const;
   };
   std::map<int64_t, std::array<Arm, 2>> arms_;
-  int64_t decisions_ = 0;
+  int64_t steps_since_retry_ = 0;  // decisions and pipelined steps since the losing arm's last try
   // The last decision, which the next record_step's time counts for: its bucket (0: none),
   // whether it drafted, and how long drafting took.
   int64_t pending_bucket_ = 0;
