@@ -651,20 +651,20 @@ struct EngineCore::Impl {
   // logprob rows or a row that held n > 1 samples fork from (the fork copies KV blocks from this
   // thread, which must not race the runner's), nor with the persistent store, split
   // sliding-window tables or PROMPT / COMPLETION mode. With speculative decoding only while
-  // drafting does not pay (Speculator::may_pipeline) and `running` verifies no drafts.
+  // drafting does not pay (Speculator::may_pipeline) and no running sequence holds drafts.
   std::optional<InFlight> launch_scheduled_ahead(const InFlight& running, std::map<int64_t, RequestOutput>& outputs) {
     if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || kv.has_swa_tables() ||
         kv_config.sliding_window > 0) {
       return std::nullopt;
     }
     if (speculator) {
-      // The step ahead must verify nothing: draft() left drafts with sequences that sat out its
-      // step (a full token budget), and a pending token's row must stay its sequence's last.
-      const auto verifies = [](const ScheduledRows& rows) { return rows.num_drafts > 0; };
+      // No running sequence may hold drafts: those `running` verifies (drafts are cleared only by
+      // the next draft()) append an unknown number of tokens, and those draft() left with sequences
+      // that sat out its step (a full token budget) would be verified ahead, where a pending
+      // token's row must stay its sequence's last.
       const auto holds_drafts = [](const Request* r) { return !r->drafts.empty(); };
       const std::vector<Request*>& decoding = scheduler.running();
-      if (!speculator->may_pipeline() || std::any_of(running.built.rows.begin(), running.built.rows.end(), verifies) ||
-          std::any_of(decoding.begin(), decoding.end(), holds_drafts)) {
+      if (!speculator->may_pipeline() || std::any_of(decoding.begin(), decoding.end(), holds_drafts)) {
         return std::nullopt;
       }
     }

@@ -169,6 +169,23 @@ struct Shape {
   int64_t prompt_tokens = 0;  // > 0: one step of this many tokens, 16-bit weights
 };
 
+// Float32 accumulation over both products; for 16-bit weights a value whose float32 value
+// straddles a rounding boundary may round the other way: an activation (one ulp of the dtype, times
+// a down weight of at most 1/sqrt(inter), in a few terms), and with rounded_outputs (the grouped
+// GEMMs) a gate, up or down output (one ulp of it, in a few slots). max_h, max_y: oracle's.
+double output_tolerance(const Shape& s, DType dtype, double max_h, double max_y, bool rounded_outputs) {
+  const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : dtype == DType::kF16 ? 1.0 / 2048 : 0.0;
+  return 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
+         4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter)) + (rounded_outputs ? 4 * ulp * max_y : 0.0);
+}
+
+// The per-expert counters after run(): 7 each to start, plus the routed rows.
+std::vector<int64_t> expected_counts(const std::vector<int32_t>& ids) {
+  std::vector<int64_t> counts(kNumExperts, 7);
+  for (int32_t id : ids) ++counts[static_cast<size_t>(id)];
+  return counts;
+}
+
 TEST(CudaMoeExperts, MatchReference) {
   std::mt19937 rng(77);
   auto backend = cuda_backend();
@@ -215,16 +232,8 @@ TEST(CudaMoeExperts, MatchReference) {
             oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, false, max_h, max_y);
         const std::vector<float> want_grouped =
             on_grouped_gemm ? oracle(x, num_tokens, ids, weights, layer.host_experts, dtype, true, max_h, max_y) : want;
-        // Float32 accumulation over both products; for 16-bit weights a value whose float32
-        // value straddles a rounding boundary may round the other way: an activation (one ulp of
-        // the dtype, times a down weight of at most 1/sqrt(inter), in a few terms), and on the grouped
-        // GEMMs a gate, up or down output (one ulp of it, in a few slots).
-        const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : dtype == DType::kF16 ? 1.0 / 2048 : 0.0;
-        const double abs_tol = 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
-                               4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter)) +
-                               (on_grouped_gemm ? 4 * ulp * max_y : 0.0);
-        std::vector<int64_t> want_counts(kNumExperts, 7);
-        for (int32_t id : ids) ++want_counts[static_cast<size_t>(id)];
+        const double abs_tol = output_tolerance(s, dtype, max_h, max_y, on_grouped_gemm);
+        const std::vector<int64_t> want_counts = expected_counts(ids);
         const std::string what = std::string(dtype_name(dtype)) + " " + std::to_string(s.hidden) + "x" +
                                  std::to_string(s.inter) + (s.bias ? " +bias" : "") + " tokens " +
                                  std::to_string(num_tokens);
@@ -266,11 +275,8 @@ TEST(CudaMoeExperts, StreamedTilesOfSkewedRouting) {
       double max_h = 0.0;
       double max_y = 0.0;
       const std::vector<float> want = oracle(x, kTokens, ids, weights, layer.host_experts, dtype, false, max_h, max_y);
-      const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
-      const double abs_tol = 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
-                             4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter));
-      std::vector<int64_t> want_counts(kNumExperts, 7);
-      for (int32_t id : ids) ++want_counts[static_cast<size_t>(id)];
+      const double abs_tol = output_tolerance(s, dtype, max_h, max_y, false);
+      const std::vector<int64_t> want_counts = expected_counts(ids);
       const std::string what =
           std::string(dtype_name(dtype)) + " " + std::to_string(s.hidden) + "x" + std::to_string(s.inter) + " skewed";
       std::vector<int64_t> counts;

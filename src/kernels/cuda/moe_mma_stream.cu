@@ -1,4 +1,4 @@
-// Grouped expert products for decode batches of a few to a few dozen rows per expert, on the tensor
+// Grouped expert products for decode batches of 4 to 20 rows per expert on average, on the tensor
 // cores with the weights streamed straight from global memory: each warp takes 16 weight rows as
 // the A operand of mma.sync m16n8k16 and the tile's grouped rows (the tokens) as its n, 8 at a time.
 // A lane loads 16 bytes of each of its two weight rows per 32-element k span and the same 8 k of
