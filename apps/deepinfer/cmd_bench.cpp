@@ -20,6 +20,7 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
                        [--device cpu|ref|cuda] [--threads N] [--batch-invariant] [--profile]
+                       [--kv-cache-dtype auto|float32|bfloat16|fp8]
                        [--no-cuda-graphs] [--no-fused-decode] [--no-products] [--host-sampling]
                        [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]
                        [--engine-batches LIST] [--engine-tokens N] [--[no-]async-scheduling]  (cuda)
@@ -156,11 +157,11 @@ int run_bench(int argc, char** argv) {
   std::printf(
       "{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prefill_tokens\":%lld,\"prefill_tok_s\":%.2f,"
       "\"decode_tokens\":%lld,\"decode_tok_s\":%.3f,\"weight_bytes_per_token\":%.0f,\"decode_gb_s\":%.3f,"
-      "\"memory_read_gb_s\":%.3f,\"decode_bandwidth_ratio\":%.4f%s}\n",
+      "\"memory_read_gb_s\":%.3f,\"decode_bandwidth_ratio\":%.4f,\"kv_cache_dtype\":\"%s\"%s}\n",
       model.config().architecture.c_str(), std::string(model.backend().name()).c_str(), omp_get_max_threads(),
       static_cast<long long>(*prompt_tokens), prefill_tok_s, static_cast<long long>(*decode_tokens), decode_tok_s,
       bytes_per_token, decode_gb_s, memory_gb_s, decode_gb_s / memory_gb_s,
-      expert_spread_fields(prompt_routing).c_str());
+      std::string(dtype_name(model.kv_cache_dtype())).c_str(), expert_spread_fields(prompt_routing).c_str());
   return 0;
 }
 

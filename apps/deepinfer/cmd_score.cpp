@@ -11,13 +11,14 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: deepinfer score --model DIR --tokens 1,2,3 [--top-logprobs K] [--dump-logits FILE]
                        [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
+                       [--kv-cache-dtype auto|float32|bfloat16|fp8]
                        [--data-parallel-size N --expert-parallel [--num-redundant-experts R]
                         [--expert-placement FILE] [--eplb-interval N] [--eplb-window N]
                         [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]]
 Prints one JSON object per input position i: {"pos":i,"token":id,"top":[[id,logprob],...]} where
 logprobs are the log-softmax over the full vocabulary of the logits at position i (predicting
 token i+1), top K (default 8) by logprob descending. --dump-logits writes the last position's raw
-logits as little-endian float32.
+logits as little-endian float32. --kv-cache-dtype: as deepinfer serve --help says.
 With --data-parallel-size N --expert-parallel the MoE layers' experts are spread over N ranks
 (processes; rank 0 scores, the others serve its tokens' experts), to check a model under expert
 parallelism: in --batch-invariant mode the output is that of one rank bit for bit. The EPLB flags

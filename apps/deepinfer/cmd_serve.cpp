@@ -35,6 +35,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--request-timeout S] [--max-body-bytes N] [--max-n N] [--shutdown-timeout S]
                        [--max-image-pixels N] [--allow-image-urls] [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
+                       [--kv-cache-dtype auto|float32|bfloat16|fp8]
                        [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
                        [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--[no-]async-scheduling] [--check-invariants]
                        [--kv-cache-dir DIR]
@@ -86,6 +87,10 @@ start-up, and stops drafting when it does not pay; off verifies K drafts a reque
 F: on a GPU, the fraction of its memory the server may hold (default 0.9): the KV cache gets what
 is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
 with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs).
+--kv-cache-dtype auto|float32|bfloat16|fp8: the KV cache's element type (default auto: float32 on the
+CPU, bf16 for 16-bit models on CUDA). fp8 keeps e4m3 codes with the checkpoint's per-layer
+k_scale / v_scale (one per tensor or per kv head), else scale 1: a quarter of float32's bytes, so
+four times the tokens in the same --kv-cache-bytes (CPU only for now).
 --register redis://HOST:PORT: join a serving cluster as a worker (docs/cluster.md): the server keeps a
 key in that Redis with its address (--advertise-host, default --host) and load (queued tokens,
 running and waiting requests, KV usage, cached tokens), refreshed every second and expiring after
@@ -129,10 +134,12 @@ struct ServeSetup {
 
 Result<ServeSetup> load(const Args& args, const std::string& model_dir, const DataParallelConfig& data_parallel) {
   ServeSetup setup;
+  auto options = backend_options_from_args(args);
+  if (!options.ok()) return options.error();
   auto group = join_data_parallel_group(data_parallel, model_dir);
   if (!group.ok()) return group.error();
   setup.data_parallel = std::move(*group);
-  auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
+  auto backend = make_backend(args.find("--device").value_or("cpu"), *options);
   if (!backend.ok()) return backend.error();
   setup.backend = std::move(*backend);
   auto model = load_model(model_dir, *setup.backend, data_parallel.rank == 0, setup.data_parallel.expert_parallel);

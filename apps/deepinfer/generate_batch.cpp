@@ -112,6 +112,7 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults, const D
   config.model_dir = args.find("--model").value_or("");
   config.device = args.find("--device").value_or("cpu");
   config.batch_invariant = args.has("--batch-invariant");
+  config.kv_cache_dtype = args.find("--kv-cache-dtype").value_or("auto");
   config.cuda_graphs = !args.has("--no-cuda-graphs");
   config.device_sampling = !args.has("--host-sampling");
   auto async_scheduling = async_scheduling_from_args(args);

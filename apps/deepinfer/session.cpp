@@ -10,7 +10,7 @@
 namespace deepinfer::cli {
 
 std::set<std::string> model_value_flags(std::set<std::string> extra) {
-  extra.insert({"--model", "--device", "--threads"});
+  extra.insert({"--model", "--device", "--threads", "--kv-cache-dtype"});
   return extra;
 }
 
@@ -113,11 +113,14 @@ Result<CacheMemory> cache_memory_from_args(const Args& args) {
   return memory;
 }
 
-BackendOptions backend_options_from_args(const Args& args) {
+Result<BackendOptions> backend_options_from_args(const Args& args) {
   BackendOptions options;
   options.batch_invariant = args.has("--batch-invariant");
   options.graphs = !args.has("--no-cuda-graphs");
   options.fused_decode = !args.has("--no-fused-decode");  // a bench flag: measures the fusion
+  auto kv_cache_dtype = parse_kv_cache_dtype(args.find("--kv-cache-dtype").value_or("auto"));
+  if (!kv_cache_dtype.ok()) return Error{"--kv-cache-dtype: " + kv_cache_dtype.error().message};
+  options.kv_cache_dtype = *kv_cache_dtype;
   return options;
 }
 
@@ -128,7 +131,9 @@ Result<LoadedModel> load_model_from_args(const Args& args, const DataParallelCon
   if (*threads > 0) omp_set_num_threads(static_cast<int>(*threads));
   auto dir = args.get_string("--model");
   if (!dir.ok()) return dir.error();
-  auto backend = make_backend(args.find("--device").value_or("cpu"), backend_options_from_args(args));
+  auto options = backend_options_from_args(args);
+  if (!options.ok()) return options.error();
+  auto backend = make_backend(args.find("--device").value_or("cpu"), *options);
   if (!backend.ok()) return backend.error();
   LoadedModel loaded;
   auto group = join_data_parallel_group(data_parallel, *dir);

@@ -57,7 +57,7 @@ struct CacheMemory {
 Result<CacheMemory> cache_memory_from_args(const Args& args);
 
 // The backend options the flags ask for (--batch-invariant).
-BackendOptions backend_options_from_args(const Args& args);
+Result<BackendOptions> backend_options_from_args(const Args& args);
 
 // Applies --threads, makes the --device backend (default cpu) and loads --model, as this rank's
 // share of data_parallel's group when it has one.

@@ -63,6 +63,10 @@ struct LLMConfig {
   // with it, how its prompt is chunked, cached or preempted (slower prefill on "cpu"; see
   // BackendOptions in runtime/backend.h and docs/benchmarks.md).
   bool batch_invariant = false;
+  // The KV cache's element type: "auto" (float32 on the CPU; bf16 for 16-bit models on CUDA),
+  // "float32", "bfloat16" or "fp8" (e4m3 with the checkpoint's k/v scales, else 1: a quarter of
+  // float32's bytes). BackendOptions::kv_cache_dtype.
+  std::string kv_cache_dtype = "auto";
   // --device cuda: decode steps replay captured CUDA graphs (false: op by op, for debugging).
   bool cuda_graphs = true;
   // Tokens are drawn where the logits are (EngineConfig::device_sampling); false: on the host.

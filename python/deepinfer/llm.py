@@ -45,6 +45,8 @@ class LLM:
     kernels). max_model_len: the context length (None: the model's). kv_cache_bytes: the KV cache's
     size (None: 1 GiB on the CPU; on CUDA what gpu_memory_utilization leaves). batch_invariant:
     every request gives bit-identical tokens and logprobs whatever else is batched with it.
+    kv_cache_dtype: the KV cache's element type, "auto", "float32", "bfloat16" or "fp8" (e4m3 with
+    the checkpoint's k/v scales, else 1; CPU only so far), as vLLM's argument of that name.
     seed: requests without a seed get one from a generator seeded with this, so a script's runs
     repeat (None: the engine derives each request's seed from its id).
     """
@@ -62,6 +64,7 @@ class LLM:
         batch_invariant: bool = False,
         enable_prefix_caching: bool = True,
         speculative_tokens: int = 0,
+        kv_cache_dtype: str = "auto",
         seed: Optional[int] = 0,
         show_progress: bool = True,
     ) -> None:
@@ -77,6 +80,8 @@ class LLM:
         ):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(kv_cache_dtype, str):
+            raise ValueError(f"kv_cache_dtype must be a string such as 'fp8', got {kv_cache_dtype!r}")
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
         self._engine = _core.Engine(
@@ -90,6 +95,7 @@ class LLM:
             batch_invariant=batch_invariant,
             enable_prefix_caching=enable_prefix_caching,
             speculative_tokens=speculative_tokens,
+            kv_cache_dtype=kv_cache_dtype,
             show_progress=show_progress,
         )
         self._seeds = random.Random(seed) if seed is not None else None

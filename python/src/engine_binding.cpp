@@ -247,7 +247,7 @@ class Engine {
 LLMConfig make_config(const std::string& model_dir, const std::string& device, int32_t max_num_seqs,
                       int32_t max_num_batched_tokens, int32_t max_model_len, int64_t kv_cache_bytes,
                       double gpu_memory_utilization, bool batch_invariant, bool enable_prefix_caching,
-                      int32_t speculative_tokens, bool show_progress) {
+                      int32_t speculative_tokens, const std::string& kv_cache_dtype, bool show_progress) {
   LLMConfig config;
   config.model_dir = model_dir;
   config.device = device;
@@ -259,6 +259,7 @@ LLMConfig make_config(const std::string& model_dir, const std::string& device, i
   config.batch_invariant = batch_invariant;
   config.enable_prefix_caching = enable_prefix_caching;
   config.speculative_tokens = speculative_tokens;
+  config.kv_cache_dtype = kv_cache_dtype;
   // DSpark's confidence-scheduled verification is not batch invariant; the fixed chain is.
   config.spec_varlen = !batch_invariant;
   config.show_progress = show_progress;
@@ -304,15 +305,16 @@ void bind_engine(py::module_& module) {
       .def(py::init([](const std::string& model_dir, const std::string& device, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int32_t max_model_len, int64_t kv_cache_bytes,
                        double gpu_memory_utilization, bool batch_invariant, bool enable_prefix_caching,
-                       int32_t speculative_tokens, bool show_progress) {
-             return std::make_unique<Engine>(make_config(
-                 model_dir, device, max_num_seqs, max_num_batched_tokens, max_model_len, kv_cache_bytes,
-                 gpu_memory_utilization, batch_invariant, enable_prefix_caching, speculative_tokens, show_progress));
+                       int32_t speculative_tokens, const std::string& kv_cache_dtype, bool show_progress) {
+             return std::make_unique<Engine>(make_config(model_dir, device, max_num_seqs, max_num_batched_tokens,
+                                                         max_model_len, kv_cache_bytes, gpu_memory_utilization,
+                                                         batch_invariant, enable_prefix_caching, speculative_tokens,
+                                                         kv_cache_dtype, show_progress));
            }),
            py::arg("model_dir"), py::arg("device"), py::arg("max_num_seqs"), py::arg("max_num_batched_tokens"),
            py::arg("max_model_len"), py::arg("kv_cache_bytes"), py::arg("gpu_memory_utilization"),
            py::arg("batch_invariant"), py::arg("enable_prefix_caching"), py::arg("speculative_tokens"),
-           py::arg("show_progress"))
+           py::arg("kv_cache_dtype"), py::arg("show_progress"))
       .def_property_readonly("vocab_size", &Engine::vocab_size)
       .def_property_readonly("has_tokenizer", &Engine::has_tokenizer)
       .def("generate", &Engine::generate, py::arg("prompts"), py::arg("params_json"), py::arg("on_prompt_finished"),

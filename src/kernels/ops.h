@@ -45,6 +45,15 @@ inline int64_t weight_bytes(const WeightView& w) {
   return bytes;
 }
 
+// The scales of a kF8E4M3 KV cache, one per column ([kv_dim] floats each: a per-tensor or per-head
+// scale repeated over its columns; null: every scale 1). Column c of a row holds the e4m3 code of
+// value / scale[c] (nearest even, saturated at 448) and reads back as code * scale[c]. kF32 and kBF16
+// caches (bf16: the value rounded to nearest even) take no scales.
+struct KvScales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+
 enum class RopeLayout : uint8_t {
   kRotateHalf,   // pairs (i, i + rotary_dim/2): Llama/Qwen/Mistral in transformers
   kInterleaved,  // pairs (2i, 2i + 1): GPT-J style, DeepSeek's MLA rope part
@@ -83,9 +92,10 @@ struct AttentionParams {
   // The model's weights are 16-bit: a device backend may round q, k and v to bf16 for tensor-core
   // attention (fp32 softmax and sums). Host kernels ignore it.
   bool allow_bf16 = false;
-  // Element type of the K/V caches: kF32, or kBF16 where a device backend chose it
-  // (Backend::kv_cache_dtype). Host kernels take kF32 only.
+  // Element type of the K/V caches (Backend::kv_cache_dtype): kF32, kBF16 or kF8E4M3 (with
+  // cache_scales).
   DType cache_dtype = DType::kF32;
+  KvScales cache_scales = {};
 };
 
 // The dense attention layer's front end (Backend::attention_front_end): per-head RMSNorm of q and
@@ -116,6 +126,7 @@ struct AttentionFrontEnd {
   RopeLayout layout = RopeLayout::kRotateHalf;
   const int32_t* slot_mapping = nullptr;  // [num_tokens]; < 0 skips the token's cache write
   DType cache_dtype = DType::kF32;
+  KvScales cache_scales = {};
   void* k_cache = nullptr;  // [num_slots, num_kv_heads * head_dim] of cache_dtype
   void* v_cache = nullptr;
 };
@@ -185,6 +196,7 @@ struct MlaExpandedAttention {
   const float* q = nullptr;              // [num_tokens, num_heads, nope + rope]
   const void* latent_cache = nullptr;    // [num_blocks * block_size, kv_lora_rank + rope] of cache_dtype
   DType cache_dtype = DType::kF32;
+  KvScales cache_scales = {};            // both the latent row's (K = V)
   WeightView kv_b;                       // [num_heads * (nope + v_dim), kv_lora_rank]
   int32_t num_heads = 0;
   int32_t kv_lora_rank = 0;
@@ -293,15 +305,17 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
   void softcap(const float* x, int64_t count, float cap, float* out);                                         \
                                                                                                               \
   /* Copies new K/V rows into the cache: cache row slot_mapping[t] (= block_id * block_size + offset)         \
-     gets k[t, :] / v[t, :]. k, v: [num_tokens, kv_dim]; caches: [num_blocks * block_size, kv_dim]. */        \
-  /* A negative slot skips token t (a replayed token whose KV is already cached). */                        \
+     gets k[t, :] / v[t, :] as cache_dtype elements (kF32, kBF16, kF8E4M3 with scales: KvScales). k, v:       \
+     [num_tokens, kv_dim]; caches: [num_blocks * block_size, kv_dim]. A negative slot skips token t (a        \
+     replayed token whose KV is already cached). */                                                           \
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens,             \
-                int64_t kv_dim, float* k_cache, float* v_cache);                                              \
+                int64_t kv_dim, DType cache_dtype, KvScales scales, void* k_cache, void* v_cache);            \
                                                                                                               \
   /* Causal (optionally sliding-window, optionally with sinks) grouped-query attention of the batch's new     \
      tokens over the cache. q, out: [num_tokens, num_heads, head_dim]; caches: [num_blocks, block_size,       \
-     num_kv_heads, head_dim]. Each token's result depends only on its own sequence (batch invariant). */      \
-  void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,   \
+     num_kv_heads, head_dim] of params.cache_dtype, read back as write_kv wrote them. Each token's result     \
+     depends only on its own sequence (batch invariant). */                                                   \
+  void paged_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,     \
                        const AttentionParams& params, float* out);
 
 namespace ref {

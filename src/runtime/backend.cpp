@@ -68,6 +68,16 @@ void Backend::norm_gated_mlp_add(float* residual, const NormWeights& norm, const
   add(residual, delta, num_rows * down.rows, residual);
 }
 
+Result<std::optional<DType>> parse_kv_cache_dtype(std::string_view name) {
+  if (name == "auto") return std::optional<DType>{};
+  if (name == "float32") return std::optional<DType>{DType::kF32};
+  if (name == "bfloat16") return std::optional<DType>{DType::kBF16};
+  if (name == "fp8" || name == "fp8_e4m3") return std::optional<DType>{DType::kF8E4M3};
+  std::string message = "'";
+  message.append(name).append("' is not a KV cache dtype; expected auto, float32, bfloat16 or fp8 (fp8_e4m3)");
+  return Error{message};
+}
+
 void Backend::scatter_to_device(const uint8_t* src, const std::vector<HostPiece>& pieces) {
   std::vector<uint16_t> bits;
   for (const HostPiece& piece : pieces) {

@@ -172,8 +172,9 @@ class Backend {
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
   // Starts DeviceMemory::peak_in_use_bytes over from what is in use now.
   virtual void reset_peak_memory() {}
-  // The element type of a KV cache for a model whose weights are weight_dtype. Host backends keep
-  // float32; a device backend may halve the cache's bytes for 16-bit models.
+  // The element type of a KV cache for a model whose weights are weight_dtype:
+  // BackendOptions::kv_cache_dtype where set, else float32 on host backends, while a device backend
+  // may halve the cache's bytes for 16-bit models.
   virtual DType kv_cache_dtype(DType /*weight_dtype*/) const { return DType::kF32; }
   // Measures the device's copy bandwidth and matrix rate (seconds of device time; benchmarks
   // only). Host backends return nullopt.
@@ -221,10 +222,11 @@ class Backend {
   virtual void add(const float* a, const float* b, int64_t count, float* out) = 0;
   virtual void scale(const float* x, int64_t count, float factor, float* out) = 0;
   virtual void softcap(const float* x, int64_t count, float cap, float* out) = 0;
-  // The KV caches hold cache_dtype elements (kv_cache_dtype's choice; params.cache_dtype for
-  // attention): write_kv rounds k and v to it (nearest even), paged_attention reads it.
-  virtual void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens,
-                        int64_t kv_dim, DType cache_dtype, void* k_cache, void* v_cache) = 0;
+  // The KV caches hold cache_dtype elements (kv_cache_dtype's choice; params.cache_dtype and
+  // cache_scales for attention): write_kv rounds k and v to it as kernels::KvScales says,
+  // paged_attention reads it.
+  virtual void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
+                        DType cache_dtype, kernels::KvScales scales, void* k_cache, void* v_cache) = 0;
   virtual void paged_attention(const float* q, const void* k_cache, const void* v_cache,
                                const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
                                float* out) = 0;
@@ -243,7 +245,7 @@ class Backend {
          f.layout);
     rope(f.k, f.positions, f.num_tokens, f.num_kv_heads, f.head_dim, f.rotary_dim, f.inv_freq, f.attention_scaling,
          f.layout);
-    write_kv(f.k, f.v, f.slot_mapping, f.num_tokens, kv_dim, f.cache_dtype, f.k_cache, f.v_cache);
+    write_kv(f.k, f.v, f.slot_mapping, f.num_tokens, kv_dim, f.cache_dtype, f.cache_scales, f.k_cache, f.v_cache);
   }
   // attention_front_end(f), then paged_attention over its rotated q and f's caches into out (which
   // must not overlap f's q, k or v rows). A device backend may fold the front end into the decode
@@ -339,7 +341,15 @@ struct BackendOptions {
   // (Backend::reads_packed_weights); false dequantises them at load instead (twice or four times
   // the memory; to compare the two). Device backends ignore it: they dequantise at load.
   bool packed_weights = true;
+  // The KV cache's element type (--kv-cache-dtype): kF32, kBF16 or kF8E4M3 (e4m3 codes with the
+  // checkpoint's k/v scales, else 1: kernels::KvScales); nullopt picks the backend's default
+  // (Backend::kv_cache_dtype). make_backend refuses a type the backend does not run.
+  std::optional<DType> kv_cache_dtype = std::nullopt;
 };
+
+// Parses --kv-cache-dtype's values: "auto" (nullopt), "float32", "bfloat16", "fp8" / "fp8_e4m3";
+// the error names the value and lists the accepted ones (callers prefix their flag's name).
+Result<std::optional<DType>> parse_kv_cache_dtype(std::string_view name);
 
 // "cpu": the optimised host kernels; "ref": the scalar reference kernels (slow; for tests).
 // Unknown names are an error listing the known ones. With DEEPINFER_FAULT set, the backend is

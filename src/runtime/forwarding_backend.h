@@ -132,9 +132,9 @@ class ForwardingBackend : public Backend {
     inner_->softcap(x, count, cap, out);
   }
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-                DType cache_dtype, void* k_cache, void* v_cache) override {
+                DType cache_dtype, kernels::KvScales scales, void* k_cache, void* v_cache) override {
     on_call("write_kv");
-    inner_->write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, k_cache, v_cache);
+    inner_->write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, scales, k_cache, v_cache);
   }
   void paged_attention(const float* q, const void* k_cache, const void* v_cache, const kernels::PagedBatch& batch,
                        const kernels::AttentionParams& params, float* out) override {

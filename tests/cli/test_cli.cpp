@@ -93,6 +93,20 @@ TEST(Cli, SeededSamplingIsReproducible) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// --kv-cache-dtype reaches the model through every command: an fp8 cache gives the greedy tokens
+// transformers gives on this fixture (the float32 reference's margins are wide here).
+TEST(Cli, Fp8KvCacheGeneratesAndScores) {
+  std::ifstream in(fixture("qwen2") + "/expected.json");
+  const nlohmann::json greedy = nlohmann::json::parse(in)["greedy"];
+  const RunResult r = run_cli("generate --model " + fixture("qwen2") + " --kv-cache-dtype fp8 --tokens " +
+                                  join_ids(greedy["prompt"].get<std::vector<int32_t>>()) + " --max-tokens 16",
+                              false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), join_ids(greedy["tokens"].get<std::vector<int32_t>>()));
+  const RunResult score = run_cli("score --model " + fixture("llama") + " --tokens 5,6,7 --kv-cache-dtype bfloat16");
+  EXPECT_EQ(score.exit_code, 0) << score.out;
+}
+
 TEST(Cli, HelpAndVersion) {
   EXPECT_EQ(run_cli("--help").exit_code, 0);
   const RunResult v = run_cli("--version");
@@ -117,6 +131,8 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"generate --model /nonexistent/model --tokens 1", "/nonexistent/model"},
       {"score --model " + llama + " --tokens 1 --device tpu", "unknown device 'tpu'"},
       {"score --model " + llama + " --tokens 1 --top-logprobs 0", "--top-logprobs"},
+      {"score --model " + llama + " --tokens 1 --kv-cache-dtype fp16", "--kv-cache-dtype: 'fp16' is not a KV cache"},
+      {"generate --model " + llama + " --tokens 1 --kv-cache-dtype int8", "kv_cache_dtype: 'int8' is not a KV cache"},
   };
   for (const auto& [args, message] : cases) {
     const RunResult r = run_cli(args);

@@ -36,7 +36,7 @@ TEST(CudaKvBf16, WriteKvRoundsToNearestEvenAndSkipsNegativeSlots) {
     DeviceBuffer dk = upload(*backend, k);
     DeviceBuffer dv = upload(*backend, v);
     DeviceBuffer dslots = upload(*backend, slots);
-    backend->write_kv(dk.as<float>(), dv.as<float>(), dslots.as<int32_t>(), kTokens, kv_dim, DType::kBF16,
+    backend->write_kv(dk.as<float>(), dv.as<float>(), dslots.as<int32_t>(), kTokens, kv_dim, DType::kBF16, {},
                       k_cache.data(), v_cache.data());
     const auto got_k = download<uint16_t>(*backend, k_cache, sentinel.size());
     const auto got_v = download<uint16_t>(*backend, v_cache, sentinel.size());

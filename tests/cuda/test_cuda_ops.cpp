@@ -167,9 +167,10 @@ TEST_F(CudaOps, WriteKvMatchesReference) {
     DeviceBuffer dslots = upload(backend(), slots);
     DeviceBuffer dkc = upload(backend(), k_cache);
     DeviceBuffer dvc = upload(backend(), v_cache);
-    backend().write_kv(dk.as<float>(), dv.as<float>(), dslots.as<int32_t>(), num_tokens, kv_dim, DType::kF32,
+    backend().write_kv(dk.as<float>(), dv.as<float>(), dslots.as<int32_t>(), num_tokens, kv_dim, DType::kF32, {},
                        dkc.data(), dvc.data());
-    kernels::ref::write_kv(k.data(), v.data(), slots.data(), num_tokens, kv_dim, k_cache.data(), v_cache.data());
+    kernels::ref::write_kv(k.data(), v.data(), slots.data(), num_tokens, kv_dim, DType::kF32, {}, k_cache.data(),
+                           v_cache.data());
     expect_close(download<float>(backend(), dkc, k_cache.size()), k_cache, 0.0, 0.0, "k_cache");
     expect_close(download<float>(backend(), dvc, v_cache.size()), v_cache, 0.0, 0.0, "v_cache");
   }

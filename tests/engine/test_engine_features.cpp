@@ -177,22 +177,29 @@ TEST_F(EngineFeatures, RepeatedPromptHitsAllButTheLastBlock) {
 
 // A PROMPT engine prefills and samples the first token; a COMPLETION engine on a second copy
 // of the model continues from the handed-over KV. Together: the NORMAL engine's result.
-TEST_F(EngineFeatures, PromptThenCompletionEqualsNormal) {
+// The requests through a PROMPT engine of prompt_model and a COMPLETION engine of another copy
+// give what one NORMAL engine gives.
+void expect_prompt_then_completion_equals_normal(CausalLM& prompt_model, CausalLM& completion_model) {
   std::mt19937 rng(41);
   std::vector<RequestSpec> requests;
+  const auto vocab = static_cast<int32_t>(prompt_model.config().vocab_size);
   for (int32_t i = 0; i < 6; ++i) {
-    requests.push_back({random_tokens(rng, 10 + 9 * i, vocab()), params(i % 2 == 1, 12, 60 + i)});
+    SamplingParams p;
+    p.max_tokens = 12;
+    p.logprobs = 2;
+    p.temperature = i % 2 == 1 ? 1.0 : 0.0;
+    p.seed = static_cast<uint64_t>(60 + i);
+    requests.push_back({random_tokens(rng, 10 + 9 * i, vocab), p});
   }
   const EngineConfig config = small_engine_config(64, kBlockSize);
-  const auto normal = run_together(model(), config, requests);
+  const auto normal = run_together(prompt_model, config, requests);
 
-  TestModel second_copy = load_test_model("qwen3", /*batch_invariant=*/true);
   EngineConfig prompt_config = config;
   prompt_config.mode = EngineMode::kPrompt;
   EngineConfig completion_config = config;
   completion_config.mode = EngineMode::kCompletion;
-  EngineCore prompt_engine(model(), nullptr, prompt_config);
-  EngineCore completion_engine(*second_copy.model, nullptr, completion_config);
+  EngineCore prompt_engine(prompt_model, nullptr, prompt_config);
+  EngineCore completion_engine(completion_model, nullptr, completion_config);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(prompt_engine.add_request(static_cast<int64_t>(i), requests[i].prompt, requests[i].params).ok());
   }
@@ -218,6 +225,23 @@ TEST_F(EngineFeatures, PromptThenCompletionEqualsNormal) {
     EXPECT_TRUE(same_bits(logprobs, want.samples.at(0).logprobs)) << id;
     EXPECT_EQ(rest.finish_reason, FinishReason::kLength) << id;
   }
+}
+
+TEST_F(EngineFeatures, PromptThenCompletionEqualsNormal) {
+  TestModel second_copy = load_test_model("qwen3", /*batch_invariant=*/true);
+  expect_prompt_then_completion_equals_normal(model(), *second_copy.model);
+}
+
+// An fp8 cache hands its e4m3 bytes over as they are (--kv-cache-dtype fp8 on both workers).
+TEST_F(EngineFeatures, PromptThenCompletionOfAnFp8CacheEqualsNormal) {
+  BackendOptions options;
+  options.batch_invariant = true;
+  options.kv_cache_dtype = DType::kF8E4M3;
+  const std::unique_ptr<Backend> backend = make_backend("cpu", options).value();
+  const std::unique_ptr<CausalLM> prompt_model = load_model(fixture_dir("qwen3"), *backend, false).value();
+  const std::unique_ptr<CausalLM> completion_model = load_model(fixture_dir("qwen3"), *backend, false).value();
+  ASSERT_EQ(prompt_model->kv_cache_dtype(), DType::kF8E4M3);
+  expect_prompt_then_completion_equals_normal(*prompt_model, *completion_model);
 }
 
 // A prefilled request whose KV never arrived (kv_not_carried: a cluster's push failed) continues

@@ -1,6 +1,7 @@
 // paged_attention and write_kv: the reference against closed forms, every cpu implementation
 // against the reference (GQA ratios, head dims, block sizes, windows, chunked prefill), and the
-// cpu kernel's batch invariance; attention sinks against a closed form and the reference.
+// cpu kernel's batch invariance; attention sinks against a closed form and the reference; bf16 and
+// fp8 caches against core/dtype's conversions (KvScales' definition) and the reference.
 #include <omp.h>
 
 #include <algorithm>
@@ -75,7 +76,8 @@ Scenario make_scenario(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim
         testing::random_floats(static_cast<size_t>(seq_len[s] * sc.kv_dim()), seed + 200 + static_cast<uint32_t>(s));
     std::vector<int32_t> slots;
     for (int32_t p = 0; p < seq_len[s]; ++p) slots.push_back(sc.slot(s, p));
-    ref::write_kv(k.data(), v.data(), slots.data(), seq_len[s], sc.kv_dim(), sc.k_cache.data(), sc.v_cache.data());
+    ref::write_kv(k.data(), v.data(), slots.data(), seq_len[s], sc.kv_dim(), DType::kF32, {}, sc.k_cache.data(),
+                  sc.v_cache.data());
   }
   sc.q = testing::random_floats(static_cast<size_t>(sc.num_tokens() * num_heads * head_dim), seed + 300);
   return sc;
@@ -312,12 +314,190 @@ TEST(WriteKv, CpuWritesTheSameSlotsAsRef) {
   const auto v = testing::random_floats(slots.size() * kv_dim, 2);
   std::vector<float> k_ref(20 * kv_dim, 0.5f), v_ref(20 * kv_dim, 0.5f);
   std::vector<float> k_cpu = k_ref, v_cpu = v_ref;
-  ref::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, k_ref.data(), v_ref.data());
-  cpu::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, k_cpu.data(), v_cpu.data());
+  ref::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, DType::kF32, {}, k_ref.data(), v_ref.data());
+  cpu::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, DType::kF32, {}, k_cpu.data(), v_cpu.data());
   EXPECT_EQ(k_cpu, k_ref);
   EXPECT_EQ(v_cpu, v_ref);
   for (int64_t i = 0; i < kv_dim; ++i)
     EXPECT_EQ(k_ref[static_cast<size_t>(19 * kv_dim + i)], k[static_cast<size_t>(2 * kv_dim + i)]);
+}
+
+// A scenario's float32 caches rewritten as dtype (every row, unwritten NaN rows included, so they
+// still poison a read outside a sequence's blocks), with per-column scales for fp8.
+struct CodedCaches {
+  std::vector<uint8_t> k, v;
+  std::vector<float> k_scales, v_scales;
+  KvScales scales() const {
+    return {k_scales.empty() ? nullptr : k_scales.data(), v_scales.empty() ? nullptr : v_scales.data()};
+  }
+};
+
+CodedCaches code_caches(const Scenario& sc, DType dtype, bool with_scales) {
+  CodedCaches coded;
+  if (with_scales) {
+    coded.k_scales = testing::random_floats(static_cast<size_t>(sc.kv_dim()), 51, 0.01f, 0.05f);
+    coded.v_scales = testing::random_floats(static_cast<size_t>(sc.kv_dim()), 52, 0.01f, 0.05f);
+  }
+  const int64_t rows = static_cast<int64_t>(sc.k_cache.size()) / sc.kv_dim();
+  std::vector<int32_t> all(static_cast<size_t>(rows));
+  std::iota(all.begin(), all.end(), 0);
+  coded.k.resize(static_cast<size_t>(rows * sc.kv_dim()) * dtype_size_bytes(dtype));
+  coded.v.resize(coded.k.size());
+  ref::write_kv(sc.k_cache.data(), sc.v_cache.data(), all.data(), rows, sc.kv_dim(), dtype, coded.scales(),
+                coded.k.data(), coded.v.data());
+  return coded;
+}
+
+// write_kv rounds as core/dtype's conversions do (bf16 nearest even; fp8: value / scale to the
+// nearest e4m3, saturated), cpu and ref alike, and skips negative slots.
+TEST(WriteKv, CodedCachesHoldTheNearestCodes) {
+  const int64_t kv_dim = 48;
+  const std::vector<int32_t> slots = {7, -1, 19, 3, 12};
+  std::vector<float> k = testing::random_floats(slots.size() * kv_dim, 3, -500.0f, 500.0f);
+  std::vector<float> v = testing::random_floats(slots.size() * kv_dim, 4, -0.02f, 0.02f);
+  const auto k_scales = testing::random_floats(static_cast<size_t>(kv_dim), 5, 0.5f, 2.0f);
+  const auto v_scales = testing::random_floats(static_cast<size_t>(kv_dim), 6, 0.001f, 0.004f);
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    const KvScales scales = dtype == DType::kF8E4M3 ? KvScales{k_scales.data(), v_scales.data()} : KvScales{};
+    const size_t bytes = 20 * static_cast<size_t>(kv_dim) * dtype_size_bytes(dtype);
+    std::vector<uint8_t> k_ref(bytes, 0x11), v_ref(bytes, 0x11);
+    std::vector<uint8_t> k_cpu = k_ref, v_cpu = v_ref;
+    std::vector<int32_t> ref_slots = slots;
+    ref_slots[1] = 0;  // ref does not take negative slots; row 0 is then checked by cpu's equality alone
+    ref::write_kv(k.data(), v.data(), ref_slots.data(), 5, kv_dim, dtype, scales, k_ref.data(), v_ref.data());
+    std::fill(k_ref.begin(), k_ref.begin() + kv_dim * static_cast<int64_t>(dtype_size_bytes(dtype)), 0x11);
+    std::fill(v_ref.begin(), v_ref.begin() + kv_dim * static_cast<int64_t>(dtype_size_bytes(dtype)), 0x11);
+    cpu::write_kv(k.data(), v.data(), slots.data(), 5, kv_dim, dtype, scales, k_cpu.data(), v_cpu.data());
+    EXPECT_EQ(k_cpu, k_ref) << dtype_name(dtype);
+    EXPECT_EQ(v_cpu, v_ref) << dtype_name(dtype);
+    for (size_t t : {0u, 2u, 3u, 4u}) {
+      const auto slot = static_cast<size_t>(slots[t]);
+      for (size_t c = 0; c < static_cast<size_t>(kv_dim); ++c) {
+        const float kx = k[t * kv_dim + c];
+        const float vx = v[t * kv_dim + c];
+        if (dtype == DType::kBF16) {
+          uint16_t k_bits = 0, v_bits = 0;
+          std::memcpy(&k_bits, k_cpu.data() + (slot * kv_dim + c) * 2, 2);
+          std::memcpy(&v_bits, v_cpu.data() + (slot * kv_dim + c) * 2, 2);
+          ASSERT_EQ(k_bits, f32_to_bf16(kx));
+          ASSERT_EQ(v_bits, f32_to_bf16(vx));
+        } else {
+          ASSERT_EQ(k_cpu[slot * kv_dim + c], f32_to_f8e4m3(kx / k_scales[c])) << "k " << kx;
+          ASSERT_EQ(v_cpu[slot * kv_dim + c], f32_to_f8e4m3(vx / v_scales[c])) << "v " << vx;
+        }
+      }
+    }
+  }
+  // Saturation: |k / scale| > 448 reads back as 448 * scale with k's sign.
+  std::vector<uint8_t> k_sat(static_cast<size_t>(kv_dim)), v_sat(static_cast<size_t>(kv_dim));
+  const int32_t slot = 0;
+  const std::vector<float> huge(static_cast<size_t>(kv_dim), -1.0e6f);
+  cpu::write_kv(huge.data(), huge.data(), &slot, 1, kv_dim, DType::kF8E4M3, {k_scales.data(), v_scales.data()},
+                k_sat.data(), v_sat.data());
+  EXPECT_EQ(f8e4m3_to_f32(k_sat[0]), -448.0f);
+}
+
+// A bf16 or fp8 cache reads back as its decoded values: the reference over the coded cache equals
+// the reference over those values written as float32, and every cpu implementation matches it
+// (prefill, chunks, decode steps; with and without scales; windows and sinks).
+TEST(PagedAttention, CodedCachesReadAsTheirValues) {
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    for (bool with_scales : {false, true}) {
+      if (with_scales && dtype != DType::kF8E4M3) continue;
+      for (int32_t window : {0, 5}) {
+        Scenario sc = make_scenario(8, 2, 64, 16, window, kSeqLen, kNumNew, 17 + static_cast<uint32_t>(window));
+        const std::vector<float> sinks =
+            testing::random_floats(static_cast<size_t>(sc.params.num_heads), 43, -2.0f, 2.0f);
+        if (window != 0) sc.params.sinks = sinks.data();
+        const CodedCaches coded = code_caches(sc, dtype, with_scales);
+        // The coded values as float32: core/dtype's decoding times the column's scale.
+        Scenario decoded = sc;
+        const auto width = static_cast<size_t>(sc.kv_dim());
+        for (size_t i = 0; i < decoded.k_cache.size(); ++i) {
+          const size_t c = i % width;
+          if (dtype == DType::kBF16) {
+            uint16_t k_bits = 0, v_bits = 0;
+            std::memcpy(&k_bits, coded.k.data() + 2 * i, 2);
+            std::memcpy(&v_bits, coded.v.data() + 2 * i, 2);
+            decoded.k_cache[i] = bf16_to_f32(k_bits);
+            decoded.v_cache[i] = bf16_to_f32(v_bits);
+          } else {
+            decoded.k_cache[i] = f8e4m3_to_f32(coded.k[i]) * (with_scales ? coded.k_scales[c] : 1.0f);
+            decoded.v_cache[i] = f8e4m3_to_f32(coded.v[i]) * (with_scales ? coded.v_scales[c] : 1.0f);
+          }
+        }
+        const std::vector<float> expected = run_ref(decoded);
+        AttentionParams params = sc.params;
+        params.cache_dtype = dtype;
+        params.cache_scales = coded.scales();
+        std::vector<float> ref_coded(sc.q.size());
+        ref::paged_attention(sc.q.data(), coded.k.data(), coded.v.data(), sc.batch(), params, ref_coded.data());
+        const std::string label =
+            std::string(dtype_name(dtype)) + (with_scales ? " scaled" : "") + " window " + std::to_string(window);
+        EXPECT_EQ(ref_coded, expected) << label;
+        for (cpu::Isa isa : attention_isas()) {
+          std::vector<float> actual(sc.q.size());
+          cpu::paged_attention_with(isa, sc.q.data(), coded.k.data(), coded.v.data(), sc.batch(), params,
+                                    actual.data());
+          testing::expect_within(actual, expected, attention_tolerance(sc),
+                                 std::string(cpu::isa_name(isa)) + " " + label);
+        }
+        // A decode step alone gives the bits it gets inside the batch.
+        std::vector<float> batched(sc.q.size());
+        cpu::paged_attention(sc.q.data(), coded.k.data(), coded.v.data(), sc.batch(), params, batched.data());
+        const int64_t token_floats = static_cast<int64_t>(sc.params.num_heads) * sc.params.head_dim;
+        const int32_t query_start[2] = {0, 1};
+        const PagedBatch alone{
+            1, query_start, &sc.seq_len[1], sc.block_table.data() + sc.max_blocks, sc.max_blocks, sc.block_size};
+        std::vector<float> out(static_cast<size_t>(token_floats));
+        cpu::paged_attention(sc.q.data() + sc.query_start[1] * token_floats, coded.k.data(), coded.v.data(), alone,
+                             params, out.data());
+        EXPECT_EQ(
+            0, std::memcmp(out.data(), batched.data() + sc.query_start[1] * token_floats, out.size() * sizeof(float)))
+            << label;
+      }
+    }
+  }
+}
+
+// A needle in a long context: one of 32768 cached keys points along q (a score ~20-30 against the
+// others' ~N(0, 0.3)), so attention returns its value; an fp8 cache's coding noise over the other
+// keys must not drown it. Needles at the start, middle and end, cpu and ref, every cache type.
+TEST(PagedAttention, CodedCachesFindANeedleIn32kKeys) {
+  constexpr int32_t kKeys = 32768;
+  constexpr int32_t kHeadDim = 128;
+  constexpr int32_t kBlock = 128;
+  AttentionParams params{4, 1, kHeadDim, 1.0f / std::sqrt(static_cast<float>(kHeadDim)), 0};
+  const std::vector<float> q = testing::random_floats(4 * kHeadDim, 61);
+  std::vector<int32_t> block_table(kKeys / kBlock);
+  std::iota(block_table.begin(), block_table.end(), 0);
+  std::vector<int32_t> slots(kKeys);
+  std::iota(slots.begin(), slots.end(), 0);
+  const int32_t query_start[2] = {0, 1};
+  const PagedBatch batch{1, query_start, &kKeys, block_table.data(), kKeys / kBlock, kBlock};
+  for (int32_t needle : {3, kKeys / 2 + 77, kKeys - 2}) {
+    std::vector<float> k = testing::random_floats(static_cast<size_t>(kKeys) * kHeadDim, 62);
+    std::vector<float> v = testing::random_floats(static_cast<size_t>(kKeys) * kHeadDim, 63, -0.5f, 0.5f);
+    // Every query head sees the needle: its key is 32 x the heads' mean q, its value all ones.
+    for (int32_t d = 0; d < kHeadDim; ++d) {
+      float mean_q = 0.0f;
+      for (int32_t h = 0; h < 4; ++h) mean_q += q[static_cast<size_t>(h * kHeadDim + d)] / 4.0f;
+      k[static_cast<size_t>(needle) * kHeadDim + static_cast<size_t>(d)] = 32.0f * mean_q;
+      v[static_cast<size_t>(needle) * kHeadDim + static_cast<size_t>(d)] = 1.0f;
+    }
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+      std::vector<uint8_t> k_cache(k.size() * dtype_size_bytes(dtype)), v_cache(k_cache.size());
+      cpu::write_kv(k.data(), v.data(), slots.data(), kKeys, kHeadDim, dtype, {}, k_cache.data(), v_cache.data());
+      params.cache_dtype = dtype;
+      std::vector<float> out(q.size()), ref_out(q.size());
+      cpu::paged_attention(q.data(), k_cache.data(), v_cache.data(), batch, params, out.data());
+      ref::paged_attention(q.data(), k_cache.data(), v_cache.data(), batch, params, ref_out.data());
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_NEAR(out[i], 1.0f, 0.05f) << dtype_name(dtype) << " needle " << needle << " element " << i;
+        ASSERT_NEAR(ref_out[i], out[i], 1e-4f) << dtype_name(dtype) << " needle " << needle << " element " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

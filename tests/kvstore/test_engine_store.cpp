@@ -122,6 +122,28 @@ TEST(EngineStore, OtherKernelsDoNotShareStoredPages) {
   EXPECT_EQ(run_prompt(*m.model, store_engine_config(dir.path())).num_cached_tokens, kStoredPages * kBlockSize);
 }
 
+// An fp8 cache's pages are its e4m3 bytes: a second fp8 engine hits them and gives the tokens of
+// an fp8 run without the store; a float32 cache never loads them, nor an fp8 one a float32 page.
+TEST(EngineStore, Fp8CachePagesComeBackAsTheyWereAndNeverMixWithFloat32) {
+  BackendOptions options;
+  options.batch_invariant = true;
+  options.kv_cache_dtype = DType::kF8E4M3;
+  const std::unique_ptr<Backend> fp8 = make_backend("cpu", options).value();
+  const std::unique_ptr<CausalLM> model = load_model(fixture_dir("llama"), *fp8, false).value();
+  ASSERT_EQ(model->kv_cache_dtype(), DType::kF8E4M3);
+  const std::vector<int32_t> want = reference_tokens(*model);
+  TempDir dir;
+  EXPECT_EQ(run_prompt(*model, store_engine_config(dir.path())).num_cached_tokens, 0);
+  const Outcome second = run_prompt(*model, store_engine_config(dir.path()));
+  EXPECT_EQ(second.tokens, want);
+  EXPECT_EQ(second.num_cached_tokens, kStoredPages * kBlockSize);
+  TestModel f32 = load_test_model("llama", true);
+  EXPECT_EQ(run_prompt(*f32.model, store_engine_config(dir.path())).num_cached_tokens, 0);
+  TempDir f32_dir;
+  EXPECT_EQ(run_prompt(*f32.model, store_engine_config(f32_dir.path())).num_cached_tokens, 0);
+  EXPECT_EQ(run_prompt(*model, store_engine_config(f32_dir.path())).num_cached_tokens, 0);
+}
+
 TEST(EngineStore, AHeldRequestJoinsWhileOthersRun) {
   TestModel m = load_test_model("llama", true);
   TempDir dir;

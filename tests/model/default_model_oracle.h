@@ -116,9 +116,10 @@ inline AgreementStats compare_with_reference(const ReferenceSequence& sequence, 
 
 // A backend's default kernels against transformers' float32 distributions at every position of
 // real code: the whole sequence as one prefill, and its second half one decode step at
-// a time. The trained model's top-1 is rarely a near-tie, so every position must agree, and bf16
-// activations move a distribution by little.
-inline void expect_fast_path_agrees(Backend& backend, const std::string& what, double max_kl_bound, double mean_kl_bound) {
+// a time. The trained model's top-1 is rarely a near-tie, so every position must agree (or, for
+// coarser caches, at least min_top1 of them), and bf16 activations move a distribution by little.
+inline void expect_fast_path_agrees(Backend& backend, const std::string& what, double max_kl_bound,
+                                    double mean_kl_bound, double min_top1 = 1.0) {
   auto model = load_model(default_model_dir(), backend, false);
   ASSERT_TRUE(model.ok()) << model.error().message;
   const int64_t vocab = (*model)->config().vocab_size;
@@ -141,7 +142,7 @@ inline void expect_fast_path_agrees(Backend& backend, const std::string& what, d
                   what.c_str(), seq.name.c_str(), mode, static_cast<long long>(stats.positions),
                   static_cast<long long>(stats.top1_agreements), static_cast<long long>(stats.positions), stats.max_kl,
                   stats.mean_kl);
-      EXPECT_EQ(stats.top1_agreements, stats.positions)
+      EXPECT_GE(static_cast<double>(stats.top1_agreements), min_top1 * static_cast<double>(stats.positions))
           << what << " " << seq.name << " " << mode << ": the reference's margin was up to "
           << stats.worst_disagreement_margin << " nats where top-1 differed";
       EXPECT_LT(stats.max_kl, max_kl_bound) << what << " " << seq.name << " " << mode;

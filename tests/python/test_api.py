@@ -51,6 +51,8 @@ def test_bad_calls_raise_clear_exceptions(llm, tmp_path):
         LLM(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="max_num_seqs"):
         LLM(max_num_seqs=0)
+    with pytest.raises(ValueError, match="kv_cache_dtype: 'fp16' is not a KV cache dtype"):
+        LLM(kv_cache_dtype="fp16")
     with pytest.raises(ValueError, match="prompts"):
         llm.generate([], use_tqdm=False)
     with pytest.raises(ValueError, match="prompts"):

@@ -140,3 +140,19 @@ def test_fixture_matches_cli_and_transformers(tmp_path):
         assert_same_as_cli(output, line)
     assert outputs[0].outputs[0].token_ids == greedy["tokens"]
     assert outputs[0].outputs[0].text == ""  # no tokenizer.json: token ids only
+
+
+def test_fp8_kv_cache_matches_cli(default_model, tmp_path):
+    """vLLM's kv_cache_dtype="fp8" reaches the engine as the CLI's --kv-cache-dtype fp8 does."""
+    llm = LLM(default_model, batch_invariant=True, kv_cache_dtype="fp8")
+    prompts = [prompt for prompt, _, _ in CASES[:4]]
+    params = [SamplingParams(**kwargs) for _, kwargs, _ in CASES[:4]]
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    lines = cli_generate_batch(tmp_path, default_model, [dict(prompt=p, **fields) for p, _, fields in CASES[:4]],
+                               "--batch-invariant", "--kv-cache-dtype", "fp8")
+    for output, line in zip(outputs, lines):
+        assert_same_as_cli(output, line)
+    float32 = cli_generate_batch(tmp_path, default_model, [dict(prompt=p, **fields) for p, _, fields in CASES[:4]],
+                                 "--batch-invariant")
+    # The coarser cache changes some logprobs (it is not the float32 run).
+    assert [line.get("logprobs") for line in lines] != [line.get("logprobs") for line in float32]

@@ -148,6 +148,9 @@ TEST(KvTransfer, AnotherModelOrLayoutIsRefusedWithTheReason) {
   other_dtype.kv_dtype = DType::kF32;
   EXPECT_NE(decode_error(bytes, other_dtype).find("BF16 and this worker's cache is F32"), std::string::npos)
       << decode_error(bytes, other_dtype);
+  other_dtype.kv_dtype = DType::kF8E4M3;  // --kv-cache-dtype fp8 on one side only
+  EXPECT_NE(decode_error(bytes, other_dtype).find("BF16 and this worker's cache is F8_E4M3"), std::string::npos)
+      << decode_error(bytes, other_dtype);
   KvLayout other_layers = layout();
   other_layers.full_layer_bytes = {16, 16};
   EXPECT_NE(decode_error(bytes, other_layers).find("[16, 8] + [8] bytes per block"), std::string::npos)

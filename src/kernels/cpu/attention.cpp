@@ -2,10 +2,12 @@
 // consecutive new tokens of one sequence times a range of kv heads; a task walks the cache in
 // key blocks, heads outer and tokens inner, so a block's K/V slice is loaded once for all the
 // tile's tokens. Every (token, head) takes the same steps however tasks are cut: batch invariant.
-// Attention sinks enter once, in the final normalisation.
+// Attention sinks enter once, in the final normalisation. 16-bit and fp8 caches are widened to
+// float32 as a block's slice is packed, so every cache type runs the same float32 steps.
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -40,6 +42,66 @@ DI_SIMD_CLONES void scale_and_add_values(float* acc, float rescale, const float*
   }
 }
 
+// e4m3 code -> float32 value.
+const std::array<float, 256>& f8e4m3_values() {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> table{};
+    for (int code = 0; code < 256; ++code) table[static_cast<size_t>(code)] = f8e4m3_to_f32(static_cast<uint8_t>(code));
+    return table;
+  }();
+  return values;
+}
+
+// Columns [first, first + count) of a cache row as float32 values (KvScales' reading).
+void unpack_columns(const uint8_t* row, DType dtype, const float* scales, int64_t first, int32_t count, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, reinterpret_cast<const float*>(row) + first, static_cast<size_t>(count) * sizeof(float));
+      return;
+    case DType::kBF16: {
+      const auto* bits = reinterpret_cast<const uint16_t*>(row) + first;
+#pragma omp simd
+      for (int32_t d = 0; d < count; ++d) dst[d] = bf16_to_f32(bits[d]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const uint8_t* codes = row + first;
+      const float* values = f8e4m3_values().data();
+      if (scales == nullptr) {
+        for (int32_t d = 0; d < count; ++d) dst[d] = values[codes[d]];
+      } else {
+        for (int32_t d = 0; d < count; ++d) dst[d] = values[codes[d]] * scales[first + d];
+      }
+      return;
+    }
+    default:
+      DI_CHECK(false, "a KV cache of " << dtype_name(dtype));
+  }
+}
+
+// One row of write_kv: kv_dim values into a cache row of dtype.
+void pack_row(const float* values, int64_t kv_dim, DType dtype, const float* scales, uint8_t* row) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(row, values, static_cast<size_t>(kv_dim) * sizeof(float));
+      return;
+    case DType::kBF16: {
+      auto* bits = reinterpret_cast<uint16_t*>(row);
+      for (int64_t c = 0; c < kv_dim; ++c) bits[c] = f32_to_bf16(values[c]);
+      return;
+    }
+    case DType::kF8E4M3:
+      if (scales == nullptr) {
+        for (int64_t c = 0; c < kv_dim; ++c) row[c] = f32_to_f8e4m3(values[c]);
+      } else {
+        for (int64_t c = 0; c < kv_dim; ++c) row[c] = f32_to_f8e4m3(values[c] / scales[c]);
+      }
+      return;
+    default:
+      DI_CHECK(false, "a KV cache of " << dtype_name(dtype));
+  }
+}
+
 struct Tile {
   int32_t seq;
   int32_t first_token;  // index into the batch's token dimension
@@ -48,8 +110,8 @@ struct Tile {
 
 struct AttentionContext {
   const float* q;
-  const float* k_cache;
-  const float* v_cache;
+  const uint8_t* k_cache;
+  const uint8_t* v_cache;
   const PagedBatch* batch;
   const AttentionParams* params;
   float* out;
@@ -81,7 +143,7 @@ struct TaskView {
   int32_t head_end;
   int32_t first_pos;                  // position of the tile's first token
   float* scratch;                     // [tile tokens, kv heads] states, see state()
-  float* k_pack;                      // [kKeyBlock, head_dim]: one kv head's K slice of the current block
+  float* k_pack;                      // [kKeyBlock, head_dim]: one kv head's K slice of the current block, float32
   float* v_pack;                      // [kKeyBlock, head_dim]
   const float* const* packed_k_rows;  // [kKeyBlock] rows of k_pack
   const float* const* packed_v_rows;
@@ -89,6 +151,7 @@ struct TaskView {
   int32_t group() const { return ctx->params->num_heads / ctx->params->num_kv_heads; }
   int32_t head_dim() const { return ctx->params->head_dim; }
   int64_t token_floats() const { return static_cast<int64_t>(ctx->params->num_heads) * head_dim(); }
+  DType cache_dtype() const { return ctx->params->cache_dtype; }
   StateView state(int32_t t, int32_t h) const {
     const int64_t index = static_cast<int64_t>(t) * (head_end - head_begin) + (h - head_begin);
     return StateView(scratch + index * key_state_floats(group(), head_dim()), group(), head_dim());
@@ -99,10 +162,11 @@ struct TaskView {
     return window > 0 ? std::max(0, pos - window + 1) : 0;
   }
   // Cache rows (all kv heads) of positions [first, first + count) of the tile's sequence.
-  void rows(int32_t first, int32_t count, const float** k_rows, const float** v_rows) const {
+  void rows(int32_t first, int32_t count, const uint8_t** k_rows, const uint8_t** v_rows) const {
     const PagedBatch& batch = *ctx->batch;
     const int32_t* blocks = batch.block_table + static_cast<int64_t>(tile.seq) * batch.max_blocks_per_seq;
-    const int64_t stride = static_cast<int64_t>(ctx->params->num_kv_heads) * head_dim();
+    const int64_t stride = static_cast<int64_t>(ctx->params->num_kv_heads) * head_dim() *
+                           static_cast<int64_t>(dtype_size_bytes(cache_dtype()));
     for (int32_t b = 0; b < count; ++b) {
       const int32_t pos = first + b;
       const int64_t row =
@@ -111,25 +175,27 @@ struct TaskView {
       v_rows[b] = ctx->v_cache + row * stride;
     }
   }
-  // Copies the kv head slice at `head_offset` of the block's rows into k_pack / v_pack. In the cache the
-  // slices of consecutive positions sit num_kv_heads * head_dim floats apart, often exactly 4 KiB:
-  // read in place, a block's 16 rows would fight over the same few L1 sets.
-  void pack(const float* const* k_rows, const float* const* v_rows, int32_t count, int64_t head_offset) const {
-    const size_t bytes = static_cast<size_t>(head_dim()) * sizeof(float);
+  // Copies the kv head slice at column `head_offset` of the block's rows into k_pack / v_pack as
+  // float32. In the cache the slices of consecutive positions sit num_kv_heads * head_dim elements
+  // apart, often exactly 4 KiB: read in place, a block's 16 rows would fight over the same few L1 sets.
+  void pack(const uint8_t* const* k_rows, const uint8_t* const* v_rows, int32_t count, int64_t head_offset) const {
+    const KvScales& scales = ctx->params->cache_scales;
     for (int32_t b = 0; b < count; ++b) {
-      std::memcpy(k_pack + static_cast<int64_t>(b) * head_dim(), k_rows[b] + head_offset, bytes);
-      std::memcpy(v_pack + static_cast<int64_t>(b) * head_dim(), v_rows[b] + head_offset, bytes);
+      unpack_columns(k_rows[b], cache_dtype(), scales.k, head_offset, head_dim(),
+                     k_pack + static_cast<int64_t>(b) * head_dim());
+      unpack_columns(v_rows[b], cache_dtype(), scales.v, head_offset, head_dim(),
+                     v_pack + static_cast<int64_t>(b) * head_dim());
     }
   }
   // Pulls this task's slice of the given rows towards the cache while the current block computes:
-  // a kv head's slices of consecutive positions sit num_kv_heads * head_dim floats apart, often a
+  // a kv head's slices of consecutive positions sit num_kv_heads * head_dim elements apart, often a
   // new 4 KiB page per key, where the hardware prefetchers stop.
-  void prefetch(const float* const* rows, int32_t count) const {
-    const int64_t offset = static_cast<int64_t>(head_begin) * head_dim() * static_cast<int64_t>(sizeof(float));
-    const int64_t bytes =
-        static_cast<int64_t>(head_end - head_begin) * head_dim() * static_cast<int64_t>(sizeof(float));
+  void prefetch(const uint8_t* const* rows, int32_t count) const {
+    const auto element = static_cast<int64_t>(dtype_size_bytes(cache_dtype()));
+    const int64_t offset = static_cast<int64_t>(head_begin) * head_dim() * element;
+    const int64_t bytes = static_cast<int64_t>(head_end - head_begin) * head_dim() * element;
     for (int32_t b = 0; b < count; ++b) {
-      const char* base = reinterpret_cast<const char*>(rows[b]) + offset;
+      const uint8_t* base = rows[b] + offset;
       for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(base + off, 0, 2);
     }
   }
@@ -147,10 +213,10 @@ void run_task(const TaskView& task) {
       std::fill(s.running_sum, s.running_sum + group, 0.0f);
     }
   }
-  const float* k_rows[kKeyBlock];
-  const float* v_rows[kKeyBlock];
-  const float* next_k_rows[kKeyBlock];
-  const float* next_v_rows[kKeyBlock];
+  const uint8_t* k_rows[kKeyBlock];
+  const uint8_t* v_rows[kKeyBlock];
+  const uint8_t* next_k_rows[kKeyBlock];
+  const uint8_t* next_v_rows[kKeyBlock];
   const float* in_place_k_rows[kKeyBlock];
   const float* in_place_v_rows[kKeyBlock];
   int32_t block_start = task.first_key(task.first_pos) / kKeyBlock * kKeyBlock;
@@ -162,18 +228,18 @@ void run_task(const TaskView& task) {
     task.prefetch(next_k_rows, next_count);
     task.prefetch(next_v_rows, next_count);
     // Heads outer, tokens inner: one kv head's slice of the block is packed once for all tokens.
-    // A single token (decode) reads each slice once, so it reads them in place: the step takes
-    // every 64-byte line once whatever the stride, and a copy would only add traffic. Same
-    // values, same arithmetic: the results do not change.
+    // A single token (decode) over a float32 cache reads each slice once, so it reads them in
+    // place: the step takes every 64-byte line once whatever the stride, and a copy would only add
+    // traffic. Same values, same arithmetic: the results do not change.
     for (int32_t h = task.head_begin; h < task.head_end; ++h) {
       const float* const* step_k_rows = task.packed_k_rows;
       const float* const* step_v_rows = task.packed_v_rows;
-      if (task.tile.num_tokens == 1) {
+      if (task.tile.num_tokens == 1 && task.cache_dtype() == DType::kF32) {
         const int64_t head_offset = static_cast<int64_t>(h) * head_dim;
         // The AVX-512 step loads all kKeyBlock rows (masking the scores): rows past count repeat row 0.
         for (int32_t b = 0; b < kKeyBlock; ++b) {
-          in_place_k_rows[b] = k_rows[b < count ? b : 0] + head_offset;
-          in_place_v_rows[b] = v_rows[b < count ? b : 0] + head_offset;
+          in_place_k_rows[b] = reinterpret_cast<const float*>(k_rows[b < count ? b : 0]) + head_offset;
+          in_place_v_rows[b] = reinterpret_cast<const float*>(v_rows[b < count ? b : 0]) + head_offset;
         }
         step_k_rows = in_place_k_rows;
         step_v_rows = in_place_v_rows;
@@ -237,22 +303,25 @@ void key_block_step_portable(const KeyBlockStep& step) {
 }
 
 void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-              float* k_cache, float* v_cache) {
-  const size_t row_bytes = static_cast<size_t>(kv_dim) * sizeof(float);
+              DType cache_dtype, KvScales scales, void* k_cache, void* v_cache) {
+  const int64_t row_bytes = kv_dim * static_cast<int64_t>(dtype_size_bytes(cache_dtype));
 #pragma omp parallel for schedule(static) if (num_tokens * kv_dim >= 65536)
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;  // a replayed token whose KV is already cached (as the CUDA kernel)
-    std::memcpy(k_cache + slot * kv_dim, k + t * kv_dim, row_bytes);
-    std::memcpy(v_cache + slot * kv_dim, v + t * kv_dim, row_bytes);
+    pack_row(k + t * kv_dim, kv_dim, cache_dtype, scales.k, static_cast<uint8_t*>(k_cache) + slot * row_bytes);
+    pack_row(v + t * kv_dim, kv_dim, cache_dtype, scales.v, static_cast<uint8_t*>(v_cache) + slot * row_bytes);
   }
 }
 
-void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+void paged_attention_with(Isa isa, const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                           const AttentionParams& params, float* out) {
   DI_CHECK(
       params.num_kv_heads > 0 && params.num_heads % params.num_kv_heads == 0 && params.head_dim > 0,
       "num_heads " << params.num_heads << ", num_kv_heads " << params.num_kv_heads << ", head_dim " << params.head_dim);
+  DI_CHECK(
+      params.cache_dtype == DType::kF32 || params.cache_dtype == DType::kBF16 || params.cache_dtype == DType::kF8E4M3,
+      "a KV cache of " << dtype_name(params.cache_dtype));
   std::vector<Tile> tiles;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
     const int32_t num_new = batch.query_start[s + 1] - batch.query_start[s];
@@ -271,8 +340,8 @@ void paged_attention_with(Isa isa, const float* q, const float* k_cache, const f
   const int64_t num_tasks = static_cast<int64_t>(num_tiles) * head_splits;
   const int32_t group = params.num_heads / params.num_kv_heads;
   const AttentionContext ctx{q,
-                             k_cache,
-                             v_cache,
+                             static_cast<const uint8_t*>(k_cache),
+                             static_cast<const uint8_t*>(v_cache),
                              &batch,
                              &params,
                              out,
@@ -305,7 +374,7 @@ void paged_attention_with(Isa isa, const float* q, const float* k_cache, const f
   }
 }
 
-void paged_attention(const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+void paged_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                      const AttentionParams& params, float* out) {
   paged_attention_with(best_isa(), q, k_cache, v_cache, batch, params, out);
 }

@@ -44,7 +44,7 @@ void key_block_step_portable(const KeyBlockStep& step);
 
 // kernels::cpu::paged_attention with a chosen implementation (kAvx2 runs the portable one);
 // lets the tests check every implementation on one machine. `isa` must be supported by the CPU.
-void paged_attention_with(Isa isa, const float* q, const float* k_cache, const float* v_cache, const PagedBatch& batch,
+void paged_attention_with(Isa isa, const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,
                           const AttentionParams& params, float* out);
 
 }  // namespace deepinfer::kernels::cpu

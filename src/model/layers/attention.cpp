@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -80,6 +81,48 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
   return device;
 }
 
+Result<KvCacheScales> KvCacheScales::load(const ModelSource& source, const std::string& prefix, DType cache_dtype,
+                                          int32_t num_kv_heads, int32_t head_dim) {
+  KvCacheScales scales;
+  if (cache_dtype != DType::kF8E4M3) return scales;
+  const std::optional<TensorView> both = source.weights->find(prefix + ".kv_scale");
+  const std::optional<TensorView> k = both ? both : source.weights->find(prefix + ".k_scale");
+  const std::optional<TensorView> v = both ? both : source.weights->find(prefix + ".v_scale");
+  if (!k && !v) return scales;
+  if (!k || !v) return Error{prefix + " has only one of k_scale and v_scale; an fp8 KV cache needs both or neither"};
+  Backend& backend = *source.backend;
+  auto columns = [&](const TensorView& tensor, std::vector<float>& host, DeviceBuffer& device) -> Result<void> {
+    const int64_t count = tensor.numel();
+    if ((count != 1 && count != num_kv_heads) ||
+        (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16)) {
+      return Error{"tensor " + tensor.name + " in " + tensor.file + " has dtype " +
+                   std::string(dtype_name(tensor.dtype)) + " and shape " + shape_to_string(tensor.shape) +
+                   "; a KV cache scale is F32, BF16 or F16 with 1 or " + std::to_string(num_kv_heads) + " values"};
+    }
+    std::vector<float> values(static_cast<size_t>(count));
+    convert_to_f32(tensor.data, tensor.dtype, values.size(), values.data());
+    for (float value : values) {
+      if (!std::isfinite(value) || value <= 0.0f) {
+        return Error{"tensor " + tensor.name + " in " + tensor.file + " holds the KV cache scale " +
+                     std::to_string(value) + "; scales must be positive and finite"};
+      }
+    }
+    host.resize(static_cast<size_t>(num_kv_heads) * static_cast<size_t>(head_dim));
+    for (size_t c = 0; c < host.size(); ++c) host[c] = values[count == 1 ? 0 : c / static_cast<size_t>(head_dim)];
+    device = backend.allocate(host.size() * sizeof(float));
+    backend.copy_to_device(device.data(), host.data(), host.size() * sizeof(float));
+    return {};
+  };
+  if (auto loaded = columns(*k, scales.host_k, scales.k); !loaded.ok()) return loaded.error();
+  if (auto loaded = columns(*v, scales.host_v, scales.v); !loaded.ok()) return loaded.error();
+  return scales;
+}
+
+void KvCacheScales::apply(const std::vector<float>& scales, size_t count, float* values) {
+  if (scales.empty()) return;
+  for (size_t i = 0; i < count; ++i) values[i] *= scales[i % scales.size()];
+}
+
 Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std::string& prefix,
                                             const AttentionOptions& options, const RopeTable& rope) {
   const ModelConfig& config = source.config;
@@ -115,6 +158,11 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   const DType weight_dtype = layer.qkv_ ? layer.qkv_->dtype : layer.q_proj_.weight.dtype;
   layer.params_.allow_bf16 = weight_dtype != DType::kF32;
   layer.params_.cache_dtype = source.backend->kv_cache_dtype(weight_dtype);
+  auto cache_scales = KvCacheScales::load(source, prefix, layer.params_.cache_dtype, layer.params_.num_kv_heads,
+                                          layer.params_.head_dim);
+  if (!cache_scales.ok()) return cache_scales.error();
+  layer.cache_scales_ = std::move(*cache_scales);
+  layer.params_.cache_scales = layer.cache_scales_.view();
   if (options.qk_norm) {
     auto q_norm = RmsNorm::load(source, prefix + ".q_norm.weight", config.head_dim, config.rms_norm_eps);
     if (!q_norm.ok()) return q_norm.error();
@@ -183,9 +231,11 @@ void AttentionLayer::read_kv_block(Backend& backend, int32_t block, float* host)
     return;
   }
   std::vector<uint8_t> raw(bytes);
-  for (const auto& [cache, dst] : {std::pair{&k_cache_, host}, std::pair{&v_cache_, host + floats}}) {
+  for (const auto& [cache, dst, scales] : {std::tuple{&k_cache_, host, &cache_scales_.host_k},
+                                           std::tuple{&v_cache_, host + floats, &cache_scales_.host_v}}) {
     backend.copy_to_host(raw.data(), cache->as<uint8_t>() + block * bytes, bytes);
     convert_to_f32(raw.data(), params_.cache_dtype, static_cast<size_t>(floats), dst);
+    KvCacheScales::apply(*scales, static_cast<size_t>(floats), dst);
   }
 }
 
@@ -280,6 +330,7 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
   front.attention_scaling = rope_attention_scaling_;
   front.slot_mapping = slots.as<int32_t>();
   front.cache_dtype = params_.cache_dtype;
+  front.cache_scales = params_.cache_scales;
   front.k_cache = k_cache_.data();
   front.v_cache = v_cache_.data();
   backend.attention_with_front_end(front, swa_tables_ ? batch.swa_paged : batch.paged, params_, attn);

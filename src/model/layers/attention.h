@@ -62,6 +62,21 @@ struct AttentionOptions {
   bool sinks = false;  // GPT-OSS: <prefix>.sinks [num_heads], one extra softmax logit per head
 };
 
+// The scales of one layer's fp8 KV cache (kernels::KvScales), on the backend and on the host.
+struct KvCacheScales {
+  DeviceBuffer k, v;  // [kv_dim] floats each; empty: every scale is 1
+  std::vector<float> host_k, host_v;
+
+  kernels::KvScales view() const { return {k.as<float>(), v.as<float>()}; }
+  // For a kF8E4M3 cache: the checkpoint's <prefix>.k_scale and .v_scale (one scale, or one per kv
+  // head: vLLM's and llm-compressor's fp8 checkpoints) or <prefix>.kv_scale for both; without
+  // them every scale is 1 (values past 448 saturate). Other caches take none.
+  static Result<KvCacheScales> load(const ModelSource& source, const std::string& prefix, DType cache_dtype,
+                                    int32_t num_kv_heads, int32_t head_dim);
+  // Multiplies count codes widened to float32 (whole cache rows) by their columns' scales.
+  static void apply(const std::vector<float>& scales, size_t count, float* values);
+};
+
 class AttentionLayer {
  public:
   // prefix: e.g. "model.layers.3.self_attn"
@@ -119,6 +134,7 @@ class AttentionLayer {
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   DeviceBuffer sinks_;     // [num_heads] f32, when the layer has sinks
+  KvCacheScales cache_scales_;  // params_.cache_scales' buffers
   bool swa_tables_ = false;  // reads the batch's sliding-window tables
   DeviceBuffer k_cache_, v_cache_;  // [num_blocks * block_size, kv_dim] of params_.cache_dtype
   int32_t block_size_ = 0;

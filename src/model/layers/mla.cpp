@@ -76,6 +76,16 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
   // The latent cache takes the element type the backend gives these weights (bf16 for 16-bit ones
   // on CUDA), as the GQA caches do.
   layer.cache_dtype_ = source.backend->kv_cache_dtype(layer.kv_b_proj_.weight.dtype);
+  auto cache_scales =
+      KvCacheScales::load(source, prefix, layer.cache_dtype_, 1, static_cast<int32_t>(layer.kv_row_floats()));
+  if (!cache_scales.ok()) return cache_scales.error();
+  // K and V are one latent row, written and read with one scale.
+  if (cache_scales->host_k != cache_scales->host_v) {
+    return Error{prefix +
+                 ": k_scale and v_scale differ, but MLA's latent cache row is both key and value; "
+                 "give it one scale (k_scale = v_scale, or kv_scale)"};
+  }
+  layer.cache_scales_ = std::move(*cache_scales);
 
   // kv_b_proj rows per head: nope rows of W_UK, then v rows of W_UV, each over the latent. The
   // absorbed query needs each head's W_UK transposed: one [heads * lora, nope] tensor.
@@ -137,6 +147,7 @@ void MlaLayer::read_kv_block(Backend& backend, int32_t block, float* host) const
   std::vector<uint8_t> raw(bytes);
   backend.copy_to_host(raw.data(), cache_.as<uint8_t>() + block * bytes, bytes);
   convert_to_f32(raw.data(), cache_dtype_, static_cast<size_t>(kv_floats_per_block()), host);
+  KvCacheScales::apply(cache_scales_.host_k, static_cast<size_t>(kv_floats_per_block()), host);
 }
 
 void MlaLayer::kv_block_pieces(int32_t block, size_t src_offset, std::vector<HostPiece>& pieces) const {
@@ -202,15 +213,23 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
   backend.rope(kv + lora, positions, n, 1, static_cast<int32_t>(row), rotary_dim_, inv_freq, rope_attention_scaling_,
                options_.rope_layout);
   void* cache = cache_.data();
-  backend.write_kv(kv, kv, batch.slot_mapping.as<int32_t>(), n, row, cache_dtype_, cache, cache);
+  const kernels::KvScales scales{cache_scales_.k.as<float>(), cache_scales_.k.as<float>()};
+  backend.write_kv(kv, kv, batch.slot_mapping.as<int32_t>(), n, row, cache_dtype_, scales, cache, cache);
 
   const auto num_heads = static_cast<int32_t>(heads);
   // Prompt chunks take the expanded form where the backend runs it on tensor cores.
-  if (backend.mla_expanded_attention(
-          batch.paged, {.q = q, .latent_cache = cache, .cache_dtype = cache_dtype_, .kv_b = kv_b_proj_.weight,
-                        .num_heads = num_heads, .kv_lora_rank = static_cast<int32_t>(lora),
-                        .nope = static_cast<int32_t>(nope), .rope = static_cast<int32_t>(rope_dim),
-                        .v_dim = static_cast<int32_t>(v_dim), .scale = options_.softmax_scale, .out = values})) {
+  if (backend.mla_expanded_attention(batch.paged, {.q = q,
+                                                   .latent_cache = cache,
+                                                   .cache_dtype = cache_dtype_,
+                                                   .cache_scales = scales,
+                                                   .kv_b = kv_b_proj_.weight,
+                                                   .num_heads = num_heads,
+                                                   .kv_lora_rank = static_cast<int32_t>(lora),
+                                                   .nope = static_cast<int32_t>(nope),
+                                                   .rope = static_cast<int32_t>(rope_dim),
+                                                   .v_dim = static_cast<int32_t>(v_dim),
+                                                   .scale = options_.softmax_scale,
+                                                   .out = values})) {
     o_proj_.forward(backend, values, n, out);
     return;
   }
@@ -229,6 +248,7 @@ void MlaLayer::forward(Backend& backend, const DeviceBatch& batch, const float* 
   params.head_dim = static_cast<int32_t>(row);
   params.scale = options_.softmax_scale;
   params.cache_dtype = cache_dtype_;
+  params.cache_scales = scales;
   backend.paged_attention(q_latent, cache, cache, batch.paged, params, attn);
   backend.head_matmul({.x = attn, .x_row_stride = heads * row, .x_head_stride = row, .w = w_uv_,
                        .w_head_stride = nope + v_dim, .num_heads = num_heads, .num_rows = n, .y = values,

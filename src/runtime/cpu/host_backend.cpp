@@ -88,24 +88,21 @@ std::string matmul_group_op_name(std::initializer_list<MatmulOutput> outputs, in
     kernels::ns::softcap(x, count, cap, out);                                                                    \
   }                                                                                                              \
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim, \
-                DType cache_dtype, void* k_cache, void* v_cache) override {                                      \
-    DI_CHECK(cache_dtype == DType::kF32, "host KV caches are float32");                                          \
+                DType cache_dtype, kernels::KvScales scales, void* k_cache, void* v_cache) override {            \
     OpTimer timer("write_kv");                                                                                   \
-    kernels::ns::write_kv(k, v, slot_mapping, num_tokens, kv_dim, static_cast<float*>(k_cache),                  \
-                          static_cast<float*>(v_cache));                                                         \
+    kernels::ns::write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, scales, k_cache, v_cache);       \
   }                                                                                                              \
   void paged_attention(const float* q, const void* k_cache, const void* v_cache,                                 \
                        const kernels::PagedBatch& batch, const kernels::AttentionParams& params, float* out)     \
       override {                                                                                                 \
-    DI_CHECK(params.cache_dtype == DType::kF32, "host KV caches are float32");                                   \
     OpTimer timer("paged_attention");                                                                            \
-    kernels::ns::paged_attention(q, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),      \
-                                 batch, params, out);                                                            \
+    kernels::ns::paged_attention(q, k_cache, v_cache, batch, params, out);                                       \
   }
 
 class HostBackendBase : public Backend {
  public:
-  explicit HostBackendBase(bool packed_weights) : packed_weights_(packed_weights) {}
+  explicit HostBackendBase(const BackendOptions& options)
+      : packed_weights_(options.packed_weights), kv_cache_dtype_(options.kv_cache_dtype.value_or(DType::kF32)) {}
   DeviceBuffer allocate(size_t size_bytes) override {
     if (size_bytes >= kMmapThresholdBytes) {
       void* p = ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -146,15 +143,18 @@ class HostBackendBase : public Backend {
       return Backend::load_packed_weight(packed);
     return packed;
   }
+  // Every element type of kernels::KvScales; batch invariant whichever.
+  DType kv_cache_dtype(DType /*weight_dtype*/) const override { return kv_cache_dtype_; }
 
  private:
   bool packed_weights_;
+  DType kv_cache_dtype_;
 };
 
 class CpuBackend final : public HostBackendBase {
  public:
   explicit CpuBackend(const BackendOptions& options)
-      : HostBackendBase(options.packed_weights), batch_invariant_(options.batch_invariant) {}
+      : HostBackendBase(options), batch_invariant_(options.batch_invariant) {}
   std::string_view name() const override { return "cpu"; }
   DEEPINFER_FORWARD_OPS(cpu)
   // The other CPU ops are batch invariant as they are; the default matmul is not (GEMV for a
@@ -219,7 +219,7 @@ class CpuBackend final : public HostBackendBase {
 // Scalar loops, one row at a time: batch invariant whatever the options.
 class RefBackend final : public HostBackendBase {
  public:
-  explicit RefBackend(const BackendOptions& options) : HostBackendBase(options.packed_weights) {}
+  explicit RefBackend(const BackendOptions& options) : HostBackendBase(options) {}
   std::string_view name() const override { return "ref"; }
   DEEPINFER_FORWARD_OPS(ref)
   void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,

@@ -22,6 +22,7 @@ constexpr int64_t kExpandedMlaTokensPerSeq = 32;
 
 CudaBackend::CudaBackend(const BackendOptions& options)
     : batch_invariant_(options.batch_invariant),
+      kv_cache_dtype_(options.kv_cache_dtype),
       packed_weights_(options.packed_weights),
       graphs_(options.graphs),
       fused_decode_(options.fused_decode),
@@ -215,6 +216,16 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options
     (void)cudaGetLastError();
     return Error{std::string("--device cuda: no usable CUDA device (") +
                  (status != cudaSuccess ? cudaGetErrorString(status) : "none found") + ")"};
+  }
+  if (options.kv_cache_dtype == DType::kF8E4M3) {
+    return Error{
+        "--kv-cache-dtype fp8: the CUDA kernels do not read fp8 KV caches yet (issue 27); use float32, "
+        "bfloat16 or auto on --device cuda, or fp8 on --device cpu"};
+  }
+  if (options.batch_invariant && options.kv_cache_dtype == DType::kBF16) {
+    return Error{
+        "--kv-cache-dtype bfloat16 with --batch-invariant: the CUDA backend's batch-invariant attention "
+        "reads float32 caches; use auto or float32"};
   }
   try {
     return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options));

@@ -89,9 +89,10 @@ class CudaBackend final : public Backend {
   void end_side_work() override;
   void join_side_work() override;
   std::optional<DevicePeaks> measure_peaks() override;  // cuda_peaks.cpp
-  // 16-bit models keep K/V in bf16 (half the bytes a decode step reads); float32 models and the
-  // batch-invariant mode keep float32, whose attention is exact to the float32 fixtures.
+  // By default 16-bit models keep K/V in bf16 (half the bytes a decode step reads); float32 models
+  // and the batch-invariant mode keep float32, whose attention is exact to the float32 fixtures.
   DType kv_cache_dtype(DType weight_dtype) const override {
+    if (kv_cache_dtype_) return *kv_cache_dtype_;
     return weight_dtype != DType::kF32 && !batch_invariant_ ? DType::kBF16 : DType::kF32;
   }
 
@@ -150,7 +151,7 @@ class CudaBackend final : public Backend {
     kc::softcap(x, count, cap, out, stream_.for_op());
   }
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-                DType cache_dtype, void* k_cache, void* v_cache) override {
+                DType cache_dtype, kernels::KvScales /*scales*/, void* k_cache, void* v_cache) override {
     kc::write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, k_cache, v_cache, stream_.for_op());
   }
   void attention_front_end(const kernels::AttentionFrontEnd& front) override {
@@ -225,6 +226,7 @@ class CudaBackend final : public Backend {
   bool on_side() const { return stream_.for_products() == side_stream_; }
 
   bool batch_invariant_;
+  std::optional<DType> kv_cache_dtype_;  // BackendOptions::kv_cache_dtype
   bool packed_weights_;
   bool graphs_;
   bool fused_decode_;
