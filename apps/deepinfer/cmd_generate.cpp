@@ -51,9 +51,10 @@ sliding-window models the store keeps only full-attention layers' KV and a hit r
 sliding layers by running the prefix's last N tokens again (default max(128, window); exact:
 sliding layers x window, the same tokens as a cold run).
 --kv-cache-dtype auto|float32|bfloat16|fp8: the KV cache's element type (default auto: float32 on the
-CPU, bf16 for 16-bit models on CUDA). fp8 keeps e4m3 codes with the checkpoint's per-layer
-k_scale / v_scale (one per tensor or per kv head), else scale 1: a quarter of float32's bytes, so
-four times the tokens in the same --kv-cache-bytes (CPU only for now).
+CPU, bf16 for 16-bit models on CUDA, float32 there with --batch-invariant). fp8 keeps e4m3 codes with
+the checkpoint's per-layer k_scale / v_scale (one per tensor, kv head or column), else scale 1: a
+quarter of float32's bytes, so up to four times the tokens in the same --kv-cache-bytes (the cache
+never holds more than --max-num-seqs sequences of --max-model-len; CPU only for now).
 --batch-invariant: every request gives the same tokens and logprobs, bit for bit, whatever else
 runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
 instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host
@@ -156,7 +157,9 @@ int run_generate(int argc, char** argv) {
   config.device = args->find("--device").value_or("cpu");
   config.max_num_seqs = 1;
   config.batch_invariant = args->has("--batch-invariant");
-  config.kv_cache_dtype = args->find("--kv-cache-dtype").value_or("auto");
+  auto kv_cache_dtype = kv_cache_dtype_from_args(*args);
+  if (!kv_cache_dtype.ok()) return report_error("generate", kv_cache_dtype.error());
+  config.kv_cache_dtype = *kv_cache_dtype;
   config.cuda_graphs = !args->has("--no-cuda-graphs");
   config.device_sampling = !args->has("--host-sampling");
   auto async_scheduling = async_scheduling_from_args(*args);

@@ -88,9 +88,10 @@ F: on a GPU, the fraction of its memory the server may hold (default 0.9): the K
 is left of it after a dry run of the heaviest step the limits allow (--max-num-batched-tokens
 with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs).
 --kv-cache-dtype auto|float32|bfloat16|fp8: the KV cache's element type (default auto: float32 on the
-CPU, bf16 for 16-bit models on CUDA). fp8 keeps e4m3 codes with the checkpoint's per-layer
-k_scale / v_scale (one per tensor or per kv head), else scale 1: a quarter of float32's bytes, so
-four times the tokens in the same --kv-cache-bytes (CPU only for now).
+CPU, bf16 for 16-bit models on CUDA, float32 there with --batch-invariant). fp8 keeps e4m3 codes with
+the checkpoint's per-layer k_scale / v_scale (one per tensor, kv head or column), else scale 1: a
+quarter of float32's bytes, so up to four times the tokens in the same --kv-cache-bytes (the cache
+never holds more than --max-num-seqs sequences of --max-model-len; CPU only for now).
 --register redis://HOST:PORT: join a serving cluster as a worker (docs/cluster.md): the server keeps a
 key in that Redis with its address (--advertise-host, default --host) and load (queued tokens,
 running and waiting requests, KV usage, cached tokens), refreshed every second and expiring after

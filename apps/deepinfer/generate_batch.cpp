@@ -112,7 +112,9 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults, const D
   config.model_dir = args.find("--model").value_or("");
   config.device = args.find("--device").value_or("cpu");
   config.batch_invariant = args.has("--batch-invariant");
-  config.kv_cache_dtype = args.find("--kv-cache-dtype").value_or("auto");
+  auto kv_cache_dtype = kv_cache_dtype_from_args(args);
+  if (!kv_cache_dtype.ok()) return report_error("generate", kv_cache_dtype.error());
+  config.kv_cache_dtype = *kv_cache_dtype;
   config.cuda_graphs = !args.has("--no-cuda-graphs");
   config.device_sampling = !args.has("--host-sampling");
   auto async_scheduling = async_scheduling_from_args(args);

@@ -113,14 +113,21 @@ Result<CacheMemory> cache_memory_from_args(const Args& args) {
   return memory;
 }
 
+Result<std::string> kv_cache_dtype_from_args(const Args& args) {
+  std::string name = args.find("--kv-cache-dtype").value_or("auto");
+  if (auto parsed = parse_kv_cache_dtype(name); !parsed.ok())
+    return Error{"--kv-cache-dtype: " + parsed.error().message};
+  return name;
+}
+
 Result<BackendOptions> backend_options_from_args(const Args& args) {
   BackendOptions options;
   options.batch_invariant = args.has("--batch-invariant");
   options.graphs = !args.has("--no-cuda-graphs");
   options.fused_decode = !args.has("--no-fused-decode");  // a bench flag: measures the fusion
-  auto kv_cache_dtype = parse_kv_cache_dtype(args.find("--kv-cache-dtype").value_or("auto"));
-  if (!kv_cache_dtype.ok()) return Error{"--kv-cache-dtype: " + kv_cache_dtype.error().message};
-  options.kv_cache_dtype = *kv_cache_dtype;
+  auto kv_cache_dtype = kv_cache_dtype_from_args(args);
+  if (!kv_cache_dtype.ok()) return kv_cache_dtype.error();
+  options.kv_cache_dtype = parse_kv_cache_dtype(*kv_cache_dtype).value();
   return options;
 }
 

@@ -58,6 +58,8 @@ Result<CacheMemory> cache_memory_from_args(const Args& args);
 
 // The backend options the flags ask for (--batch-invariant).
 Result<BackendOptions> backend_options_from_args(const Args& args);
+// --kv-cache-dtype's value (default "auto"), checked; the error names the flag.
+Result<std::string> kv_cache_dtype_from_args(const Args& args);
 
 // Applies --threads, makes the --device backend (default cpu) and loads --model, as this rank's
 // share of data_parallel's group when it has one.

@@ -1,6 +1,8 @@
 // Element type names and half-precision conversions.
 #include "core/dtype.h"
 
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -70,17 +72,21 @@ float f8e4m3_to_f32(uint8_t bits) {
 }
 
 uint8_t f32_to_f8e4m3(float value) {
-  const auto sign = static_cast<uint8_t>(std::signbit(value) ? 0x80u : 0u);
-  if (std::isnan(value)) return sign | 0x7fu;
-  const float magnitude = std::fabs(value);
-  if (magnitude >= 448.0f) return sign | 0x7eu;
-  // Subnormals step by 2^-9; a quotient of 8 rounds up into the first normal code, 0x08.
-  if (magnitude < 0x1p-6f) return sign | static_cast<uint8_t>(std::nearbyint(magnitude * 512.0f));
-  int exponent = 0;
-  std::frexp(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
-  // Eight mantissa steps per binade; a quotient of 16 carries into the next exponent.
-  const auto steps = static_cast<int>(std::nearbyint(std::ldexp(magnitude, 4 - exponent)));
-  return sign | static_cast<uint8_t>(((exponent + 6) << 3) + steps - 8);
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return sign | 0x7fu;   // NaN
+  if (abs_bits >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (and infinities) saturate
+  if (abs_bits < 0x3c800000u) {
+    // Below 2^-6: subnormals step by 2^-9, the unit in the last place of 2^14, so adding 2^14
+    // rounds to that step (nearest even) and the sum's low bits count the steps; 8 steps is 0x08.
+    const float shifted = std::bit_cast<float>(abs_bits) + 0x1p14f;
+    return sign | static_cast<uint8_t>(std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(0x1p14f));
+  }
+  // Normal: keep 3 of the 23 mantissa bits, nearest even; a carry moves into the exponent. The
+  // exponent bias goes from 127 to 7: subtract 120 << 3 from the shifted bits.
+  const uint32_t rounded = abs_bits + 0x7ffffu + ((abs_bits >> 20) & 1u);
+  return sign | static_cast<uint8_t>((rounded >> 20) - (120u << 3));
 }
 
 float e2m1_to_f32(uint8_t code) {
@@ -121,8 +127,14 @@ void convert_to_f32(const void* src, DType dtype, size_t count, float* dst) {
       return;
     }
     case DType::kF8E4M3: {
+      // A table of the 256 values: fp8 KV caches widen every key they attend to.
+      static const std::array<float, 256> values = [] {
+        std::array<float, 256> table{};
+        for (size_t code = 0; code < table.size(); ++code) table[code] = f8e4m3_to_f32(static_cast<uint8_t>(code));
+        return table;
+      }();
       const auto* s = static_cast<const uint8_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = f8e4m3_to_f32(s[i]);
+      for (size_t i = 0; i < count; ++i) dst[i] = values[s[i]];
       return;
     }
     default: DI_CHECK(false, "convert_to_f32 does not take " << dtype_name(dtype));

@@ -143,9 +143,8 @@ struct EngineCore::Impl {
     }
     apply_swa_split(model, config, kv_bytes, kv_config);
     DI_LOG(kInfo, "KV cache: " << kv_config.num_blocks << " blocks of " << config.block_size << " tokens ("
-                               << int64_t{kv_config.num_blocks} * config.block_size << " tokens), "
-                               << dtype_name(model.kv_cache_dtype()) << ", "
-                               << int64_t{kv_config.num_blocks} * bytes_per_block / (1 << 20) << " MiB");
+                               << int64_t{kv_config.num_blocks} * config.block_size << " tokens) of "
+                               << dtype_name(model.kv_cache_dtype()));
     // Everything the cached KV depends on: architecture, shapes, weights' dtype, KV layout.
     const std::string kv_dtype(dtype_name(model.kv_cache_dtype()));
     kv_config.model_fingerprint = mc.architecture + "|" + mc.raw.dump() + "|kv=" + kv_dtype + "|block=" +

@@ -100,8 +100,10 @@ class CausalLM {
 
   // Bytes of KV cache one token takes over all layers.
   virtual int64_t kv_bytes_per_token() const = 0;
-  // The element type of the device cache (Backend::kv_cache_dtype; MLA's latent cache is float32).
-  // read/write_kv_blocks move float32 whatever it is; the store's read/write_full_kv_blocks move it.
+  // The element type of the cache (Backend::kv_cache_dtype, the same for GQA and MLA's latent
+  // caches). read_kv_blocks moves float32 values whatever it is (fp8 codes times their scales) and
+  // write_kv_blocks float32 into float32 or bf16 caches; the store's read/write_full_kv_blocks move
+  // the cache's own bytes.
   virtual DType kv_cache_dtype() const { return DType::kF32; }
   // Of those, the bytes of the sliding-window layers when the model also has full-attention
   // layers (the part a split cache bounds by the window, KvCacheShape::num_swa_blocks); 0 when

@@ -103,8 +103,20 @@ TEST(Cli, Fp8KvCacheGeneratesAndScores) {
                               false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), join_ids(greedy["tokens"].get<std::vector<int32_t>>()));
-  const RunResult score = run_cli("score --model " + fixture("llama") + " --tokens 5,6,7 --kv-cache-dtype bfloat16");
-  EXPECT_EQ(score.exit_code, 0) << score.out;
+  // score's top ids at every position as float32's (bf16 K/V moves logprobs by ~1e-3 here).
+  const auto top_ids = [](const std::string& out) {
+    std::vector<int32_t> ids;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) ids.push_back(nlohmann::json::parse(line)["top"][0][0]);
+    return ids;
+  };
+  const RunResult bf16 =
+      run_cli("score --model " + fixture("llama") + " --tokens 5,6,7 --kv-cache-dtype bfloat16", false);
+  const RunResult f32 = run_cli("score --model " + fixture("llama") + " --tokens 5,6,7", false);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.out;
+  ASSERT_EQ(f32.exit_code, 0) << f32.out;
+  EXPECT_EQ(top_ids(bf16.out).size(), 3u);
+  EXPECT_EQ(top_ids(bf16.out), top_ids(f32.out));
 }
 
 TEST(Cli, HelpAndVersion) {
@@ -132,7 +144,7 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"score --model " + llama + " --tokens 1 --device tpu", "unknown device 'tpu'"},
       {"score --model " + llama + " --tokens 1 --top-logprobs 0", "--top-logprobs"},
       {"score --model " + llama + " --tokens 1 --kv-cache-dtype fp16", "--kv-cache-dtype: 'fp16' is not a KV cache"},
-      {"generate --model " + llama + " --tokens 1 --kv-cache-dtype int8", "kv_cache_dtype: 'int8' is not a KV cache"},
+      {"generate --model " + llama + " --tokens 1 --kv-cache-dtype int8", "--kv-cache-dtype: 'int8' is not a KV cache"},
   };
   for (const auto& [args, message] : cases) {
     const RunResult r = run_cli(args);

@@ -66,6 +66,24 @@ TEST(DType, F8E4M3RoundsToNearestEvenAndSaturates) {
   EXPECT_EQ(f32_to_f8e4m3(-460.0f), 0xfe);
 }
 
+// Every pair of neighbouring e4m3 values, both signs: the midpoint goes to the even code, a float
+// either side of it to the nearer value (the OCP FP8 rounding, which the encoder's bit arithmetic
+// must reproduce in the subnormal, normal and top binades alike).
+TEST(DType, F8E4M3MidpointsRoundToEven) {
+  for (uint32_t code = 0; code < 0x7e; ++code) {
+    const float low = f8e4m3_to_f32(static_cast<uint8_t>(code));
+    const float high = f8e4m3_to_f32(static_cast<uint8_t>(code + 1));
+    const float mid = (low + high) / 2;  // exact: e4m3 values have 4 significant bits
+    for (const float sign : {1.0f, -1.0f}) {
+      const auto sign_bit = static_cast<uint8_t>(sign < 0 ? 0x80 : 0);
+      const auto even = static_cast<uint8_t>(code % 2 == 0 ? code : code + 1);
+      EXPECT_EQ(f32_to_f8e4m3(sign * mid), sign_bit | even) << "code " << code;
+      EXPECT_EQ(f32_to_f8e4m3(sign * std::nextafter(mid, 0.0f)), sign_bit | code) << "code " << code;
+      EXPECT_EQ(f32_to_f8e4m3(sign * std::nextafter(mid, 1000.0f)), sign_bit | (code + 1)) << "code " << code;
+    }
+  }
+}
+
 TEST(DType, ParsesBothSpellings) {
   EXPECT_EQ(find_dtype("BF16"), DType::kBF16);
   EXPECT_EQ(find_dtype("torch.bfloat16"), DType::kBF16);

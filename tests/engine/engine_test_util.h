@@ -48,11 +48,13 @@ struct TestModel {
 using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
 
 // dir: a fixture name under tests/data or a model directory. wrap, if given, wraps the CPU
-// backend the model runs on.
-inline TestModel load_test_model(const std::string& dir, bool batch_invariant, const BackendWrapper& wrap = nullptr) {
+// backend the model runs on; kv_cache_dtype is BackendOptions'.
+inline TestModel load_test_model(const std::string& dir, bool batch_invariant, const BackendWrapper& wrap = nullptr,
+                                 std::optional<DType> kv_cache_dtype = std::nullopt) {
   TestModel loaded;
   BackendOptions options;
   options.batch_invariant = batch_invariant;
+  options.kv_cache_dtype = kv_cache_dtype;
   loaded.backend = std::move(make_backend("cpu", options).value());
   if (wrap) loaded.backend = wrap(std::move(loaded.backend));
   const std::string path = dir.find('/') == std::string::npos ? fixture_dir(dir) : dir;

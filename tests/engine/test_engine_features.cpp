@@ -232,16 +232,13 @@ TEST_F(EngineFeatures, PromptThenCompletionEqualsNormal) {
   expect_prompt_then_completion_equals_normal(model(), *second_copy.model);
 }
 
-// An fp8 cache hands its e4m3 bytes over as they are (--kv-cache-dtype fp8 on both workers).
+// Both engines with fp8 caches (--kv-cache-dtype fp8 on both workers): the handover carries the
+// prompt's e4m3 KV and the completion equals one fp8 engine's run.
 TEST_F(EngineFeatures, PromptThenCompletionOfAnFp8CacheEqualsNormal) {
-  BackendOptions options;
-  options.batch_invariant = true;
-  options.kv_cache_dtype = DType::kF8E4M3;
-  const std::unique_ptr<Backend> backend = make_backend("cpu", options).value();
-  const std::unique_ptr<CausalLM> prompt_model = load_model(fixture_dir("qwen3"), *backend, false).value();
-  const std::unique_ptr<CausalLM> completion_model = load_model(fixture_dir("qwen3"), *backend, false).value();
-  ASSERT_EQ(prompt_model->kv_cache_dtype(), DType::kF8E4M3);
-  expect_prompt_then_completion_equals_normal(*prompt_model, *completion_model);
+  TestModel prompt_model = load_test_model("qwen3", true, nullptr, DType::kF8E4M3);
+  TestModel completion_model = load_test_model("qwen3", true, nullptr, DType::kF8E4M3);
+  ASSERT_EQ(prompt_model.model->kv_cache_dtype(), DType::kF8E4M3);
+  expect_prompt_then_completion_equals_normal(*prompt_model.model, *completion_model.model);
 }
 
 // A prefilled request whose KV never arrived (kv_not_carried: a cluster's push failed) continues

@@ -388,13 +388,16 @@ TEST(WriteKv, CodedCachesHoldTheNearestCodes) {
       }
     }
   }
-  // Saturation: |k / scale| > 448 reads back as 448 * scale with k's sign.
+  // Saturation: |value / scale| > 448 is coded as 448 with the value's sign, K and V alike.
   std::vector<uint8_t> k_sat(static_cast<size_t>(kv_dim)), v_sat(static_cast<size_t>(kv_dim));
   const int32_t slot = 0;
   const std::vector<float> huge(static_cast<size_t>(kv_dim), -1.0e6f);
   cpu::write_kv(huge.data(), huge.data(), &slot, 1, kv_dim, DType::kF8E4M3, {k_scales.data(), v_scales.data()},
                 k_sat.data(), v_sat.data());
-  EXPECT_EQ(f8e4m3_to_f32(k_sat[0]), -448.0f);
+  for (int64_t c = 0; c < kv_dim; ++c) {
+    EXPECT_EQ(f8e4m3_to_f32(k_sat[static_cast<size_t>(c)]), -448.0f) << c;
+    EXPECT_EQ(f8e4m3_to_f32(v_sat[static_cast<size_t>(c)]), -448.0f) << c;
+  }
 }
 
 // A bf16 or fp8 cache reads back as its decoded values: the reference over the coded cache equals

@@ -125,11 +125,8 @@ TEST(EngineStore, OtherKernelsDoNotShareStoredPages) {
 // An fp8 cache's pages are its e4m3 bytes: a second fp8 engine hits them and gives the tokens of
 // an fp8 run without the store; a float32 cache never loads them, nor an fp8 one a float32 page.
 TEST(EngineStore, Fp8CachePagesComeBackAsTheyWereAndNeverMixWithFloat32) {
-  BackendOptions options;
-  options.batch_invariant = true;
-  options.kv_cache_dtype = DType::kF8E4M3;
-  const std::unique_ptr<Backend> fp8 = make_backend("cpu", options).value();
-  const std::unique_ptr<CausalLM> model = load_model(fixture_dir("llama"), *fp8, false).value();
+  TestModel fp8 = load_test_model("llama", true, nullptr, DType::kF8E4M3);
+  CausalLM* model = fp8.model.get();
   ASSERT_EQ(model->kv_cache_dtype(), DType::kF8E4M3);
   const std::vector<int32_t> want = reference_tokens(*model);
   TempDir dir;

@@ -93,11 +93,13 @@ Result<KvCacheScales> KvCacheScales::load(const ModelSource& source, const std::
   Backend& backend = *source.backend;
   auto columns = [&](const TensorView& tensor, std::vector<float>& host, DeviceBuffer& device) -> Result<void> {
     const int64_t count = tensor.numel();
-    if ((count != 1 && count != num_kv_heads) ||
+    const int64_t columns = int64_t{num_kv_heads} * head_dim;
+    if ((count != 1 && count != num_kv_heads && count != columns) ||
         (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16)) {
       return Error{"tensor " + tensor.name + " in " + tensor.file + " has dtype " +
                    std::string(dtype_name(tensor.dtype)) + " and shape " + shape_to_string(tensor.shape) +
-                   "; a KV cache scale is F32, BF16 or F16 with 1 or " + std::to_string(num_kv_heads) + " values"};
+                   "; a KV cache scale is F32, BF16 or F16 with 1 value, one per kv head (" +
+                   std::to_string(num_kv_heads) + ") or one per column (" + std::to_string(columns) + ")"};
     }
     std::vector<float> values(static_cast<size_t>(count));
     convert_to_f32(tensor.data, tensor.dtype, values.size(), values.data());
@@ -108,7 +110,9 @@ Result<KvCacheScales> KvCacheScales::load(const ModelSource& source, const std::
       }
     }
     host.resize(static_cast<size_t>(num_kv_heads) * static_cast<size_t>(head_dim));
-    for (size_t c = 0; c < host.size(); ++c) host[c] = values[count == 1 ? 0 : c / static_cast<size_t>(head_dim)];
+    for (size_t c = 0; c < host.size(); ++c) {
+      host[c] = values[count == 1 ? 0 : count == columns ? c : c / static_cast<size_t>(head_dim)];
+    }
     device = backend.allocate(host.size() * sizeof(float));
     backend.copy_to_device(device.data(), host.data(), host.size() * sizeof(float));
     return {};

@@ -68,9 +68,9 @@ struct KvCacheScales {
   std::vector<float> host_k, host_v;
 
   kernels::KvScales view() const { return {k.as<float>(), v.as<float>()}; }
-  // For a kF8E4M3 cache: the checkpoint's <prefix>.k_scale and .v_scale (one scale, or one per kv
-  // head: vLLM's and llm-compressor's fp8 checkpoints) or <prefix>.kv_scale for both; without
-  // them every scale is 1 (values past 448 saturate). Other caches take none.
+  // For a kF8E4M3 cache: the checkpoint's <prefix>.k_scale and .v_scale (one scale, one per kv
+  // head or one per column: vLLM's and llm-compressor's fp8 checkpoints) or <prefix>.kv_scale for
+  // both; without them every scale is 1 (values past 448 saturate). Other caches take none.
   static Result<KvCacheScales> load(const ModelSource& source, const std::string& prefix, DType cache_dtype,
                                     int32_t num_kv_heads, int32_t head_dim);
   // Multiplies count codes widened to float32 (whole cache rows) by their columns' scales.

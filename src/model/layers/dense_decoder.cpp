@@ -276,6 +276,9 @@ void DenseDecoder::read_kv_blocks(const std::vector<int32_t>& block_ids, float* 
 
 void DenseDecoder::write_kv_blocks(const std::vector<int32_t>& block_ids, const float* host) {
   DI_CHECK(kv_shape_.num_swa_blocks == 0, "write_kv_blocks needs a cache whose layers share block ids");
+  DI_CHECK(kv_cache_dtype() != DType::kF8E4M3,
+           "write_kv_blocks takes float32 values, which an fp8 cache would have to code with its scales; "
+           "move an fp8 cache's own bytes with write_full_kv_blocks");
   // All pieces in one call: a device backend then loads a pinned page with one launch.
   std::vector<HostPiece> pieces;
   size_t offset = 0;

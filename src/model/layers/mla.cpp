@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace deepinfer {
 
@@ -79,11 +80,10 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
   auto cache_scales =
       KvCacheScales::load(source, prefix, layer.cache_dtype_, 1, static_cast<int32_t>(layer.kv_row_floats()));
   if (!cache_scales.ok()) return cache_scales.error();
-  // K and V are one latent row, written and read with one scale.
+  // K and V are one latent row, written and read with one scale: k_scale's, as vLLM's MLA cache
+  // write takes it.
   if (cache_scales->host_k != cache_scales->host_v) {
-    return Error{prefix +
-                 ": k_scale and v_scale differ, but MLA's latent cache row is both key and value; "
-                 "give it one scale (k_scale = v_scale, or kv_scale)"};
+    DI_LOG(kWarn, prefix << ": MLA's latent cache row is both key and value; it takes k_scale, v_scale is ignored");
   }
   layer.cache_scales_ = std::move(*cache_scales);
 

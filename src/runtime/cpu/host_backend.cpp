@@ -261,6 +261,11 @@ Result<std::unique_ptr<Backend>> make_named_backend(const std::string& name, con
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
+  if (const std::optional<DType> dtype = options.kv_cache_dtype;
+      dtype && *dtype != DType::kF32 && *dtype != DType::kBF16 && *dtype != DType::kF8E4M3) {
+    return Error{"kv_cache_dtype " + std::string(dtype_name(*dtype)) +
+                 " is not a KV cache dtype (float32, bfloat16 or fp8)"};
+  }
   auto backend = make_named_backend(name, options);
   const char* fault = std::getenv("DEEPINFER_FAULT");
   if (!backend.ok() || fault == nullptr || fault[0] == '\0') return backend;

@@ -219,13 +219,13 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options
   }
   if (options.kv_cache_dtype == DType::kF8E4M3) {
     return Error{
-        "--kv-cache-dtype fp8: the CUDA kernels do not read fp8 KV caches yet (issue 27); use float32, "
-        "bfloat16 or auto on --device cuda, or fp8 on --device cpu"};
+        "kv_cache_dtype fp8 (--kv-cache-dtype): the CUDA kernels do not read fp8 KV caches yet (issue 27); "
+        "use float32, bfloat16 or auto on the CUDA device, or fp8 on the CPU"};
   }
   if (options.batch_invariant && options.kv_cache_dtype == DType::kBF16) {
     return Error{
-        "--kv-cache-dtype bfloat16 with --batch-invariant: the CUDA backend's batch-invariant attention "
-        "reads float32 caches; use auto or float32"};
+        "kv_cache_dtype bfloat16 (--kv-cache-dtype) with batch-invariant mode: the CUDA backend keeps "
+        "float32 caches in that mode; use auto or float32"};
   }
   try {
     return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options));
