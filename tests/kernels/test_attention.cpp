@@ -463,6 +463,30 @@ TEST(PagedAttention, CodedCachesReadAsTheirValues) {
   }
 }
 
+// MLA's form: one cache whose rows are keys and values (one scale vector for both), read once per
+// block by the cpu kernel, equals the reference over two separate copies; with the same cache
+// but other value scales the two are read apart.
+TEST(PagedAttention, KeysThatAreTheirValuesReadOnce) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+    Scenario sc = make_scenario(8, 1, 64, 16, 0, kSeqLen, kNumNew, 71);
+    sc.v_cache = sc.k_cache;
+    const CodedCaches coded = code_caches(sc, dtype, dtype == DType::kF8E4M3);
+    const std::vector<uint8_t> values_copy = coded.k;
+    for (const bool same_scales : {true, false}) {
+      if (!same_scales && dtype != DType::kF8E4M3) continue;
+      AttentionParams params = sc.params;
+      params.cache_dtype = dtype;
+      params.cache_scales = coded.scales();
+      if (same_scales) params.cache_scales.v = params.cache_scales.k;
+      std::vector<float> expected(sc.q.size()), actual(sc.q.size());
+      ref::paged_attention(sc.q.data(), coded.k.data(), values_copy.data(), sc.batch(), params, expected.data());
+      cpu::paged_attention(sc.q.data(), coded.k.data(), coded.k.data(), sc.batch(), params, actual.data());
+      testing::expect_within(actual, expected, attention_tolerance(sc),
+                             std::string(dtype_name(dtype)) + (same_scales ? " one scale" : " two scales"));
+    }
+  }
+}
+
 // A needle in a long context: one of 32768 cached keys points along q (a score ~20-30 against the
 // others' ~N(0, 0.3)), so attention returns its value; an fp8 cache's coding noise over the other
 // keys must not drown it. Needles at the start, middle and end, cpu and ref, every cache type.

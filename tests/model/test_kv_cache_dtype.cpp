@@ -162,8 +162,8 @@ std::vector<float> cached_values(CausalLM& model, const std::vector<int32_t>& to
   return values;
 }
 
-// The checkpoint's scales reach the cache: one scale per kv head for k, one for v, on every
-// layer. The first layer's K and V do not depend on the cache, so the float32 model caches exactly
+// The checkpoint's scales reach the cache: k scales per column (layer 0) or per kv head, one v
+// scale per layer. The first layer's K and V do not depend on the cache, so the float32 model caches exactly
 // the values the fp8 one codes there: each cached value must be core/dtype's e4m3 code of (that
 // value / scale), times the scale. Deeper layers see fp8 attention before them; each of their
 // values must still be a code times its column's scale.
@@ -178,9 +178,10 @@ TEST(KvCacheDtype, CheckpointScalesCodeEveryCachedValue) {
   const auto head_dim = static_cast<size_t>(config.head_dim);
   std::vector<std::pair<std::string, std::vector<float>>> scales;
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
-    std::vector<float> k(kv_heads);  // one scale per kv head
-    for (size_t h = 0; h < kv_heads; ++h)
-      k[h] = std::ldexp(0.75f, -static_cast<int>(3 + h + static_cast<size_t>(layer)));
+    // Layer 0: one k scale per column; the others one per kv head.
+    std::vector<float> k(layer == 0 ? kv_heads * head_dim : kv_heads);
+    for (size_t h = 0; h < k.size(); ++h)
+      k[h] = std::ldexp(0.75f, -static_cast<int>(3 + h % 5 + static_cast<size_t>(layer)));
     const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
     scales.emplace_back(prefix + "k_scale", k);
     scales.emplace_back(prefix + "v_scale", std::vector<float>{0.003f * static_cast<float>(layer + 1)});  // one
@@ -203,7 +204,9 @@ TEST(KvCacheDtype, CheckpointScalesCodeEveryCachedValue) {
     const bool is_v = in_layer >= block_rows * kv_dim;
     const size_t column = in_layer % kv_dim;
     const auto& layer_scales = scales[2 * layer + (is_v ? 1 : 0)].second;
-    const float scale = is_v ? layer_scales[0] : layer_scales[column / head_dim];
+    const float scale = is_v                            ? layer_scales[0]
+                        : layer_scales.size() == kv_dim ? layer_scales[column]
+                                                        : layer_scales[column / head_dim];
     const float source = layer == 0 ? want[i] : got[i];
     ASSERT_EQ(got[i], f8e4m3_to_f32(f32_to_f8e4m3(source / scale)) * scale)
         << "value " << i << " of layer " << layer << " (" << source << ") scale " << scale;
@@ -212,30 +215,41 @@ TEST(KvCacheDtype, CheckpointScalesCodeEveryCachedValue) {
   EXPECT_GT(first_layer_values, 0u);
 }
 
-// MLA's latent rows are written and read with k_scale (v_scale, here another value, is ignored):
-// every cached value of every layer is an e4m3 code times 0.375.
+// MLA's latent rows are written and read with k_scale (v_scale, here another value, is not read):
+// the first layer's latent values, the float32 model's exactly, are cached as e4m3(value / 0.375)
+// times 0.375; every other cached value is a code times 0.375. k_scale alone loads too.
 TEST(KvCacheDtype, MlaLatentRowsTakeTheirKScale) {
   const nlohmann::json expected = testing::load_expected("deepseek_v3");
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
-  const std::unique_ptr<Backend> f32 = cpu_backend(std::nullopt);
-  const int64_t layers = load_model(fixture_dir("deepseek_v3"), *f32, false).value()->config().num_hidden_layers;
+  const std::unique_ptr<Backend> f32 = cpu_backend(std::nullopt, true);
+  auto reference = load_model(fixture_dir("deepseek_v3"), *f32, false);
+  ASSERT_TRUE(reference.ok());
+  const ModelConfig& config = (*reference)->config();
   std::vector<std::pair<std::string, std::vector<float>>> scales;
-  for (int64_t layer = 0; layer < layers; ++layer) {
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
     scales.emplace_back(prefix + "k_scale", std::vector<float>{0.375f});
     scales.emplace_back(prefix + "v_scale", std::vector<float>{0.1f});
   }
   FixtureWithTensors fixture("deepseek_v3", scales);
-  const std::unique_ptr<Backend> fp8 = cpu_backend(DType::kF8E4M3);
+  const std::unique_ptr<Backend> fp8 = cpu_backend(DType::kF8E4M3, true);
   auto model = load_model(fixture.path(), *fp8, false);
   ASSERT_TRUE(model.ok()) << model.error().message;
+  const std::vector<float> want = cached_values(**reference, tokens);
   const std::vector<float> got = cached_values(**model, tokens);
-  size_t nonzero = 0;
+  ASSERT_EQ(got.size(), want.size());
+  // read_kv_blocks: per block, per layer, 16 latent rows.
+  const auto layer_floats = static_cast<size_t>((*model)->kv_floats_per_block() / config.num_hidden_layers);
+  size_t first_layer_values = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i], f8e4m3_to_f32(f32_to_f8e4m3(got[i] / 0.375f)) * 0.375f) << "value " << i;
-    if (got[i] != 0.0f) ++nonzero;
+    const bool first_layer = (i / layer_floats) % static_cast<size_t>(config.num_hidden_layers) == 0;
+    const float source = first_layer ? want[i] : got[i];
+    ASSERT_EQ(got[i], f8e4m3_to_f32(f32_to_f8e4m3(source / 0.375f)) * 0.375f) << "value " << i << " (" << source << ")";
+    if (first_layer && want[i] != 0.0f) ++first_layer_values;
   }
-  EXPECT_GT(nonzero, got.size() / 2);
+  EXPECT_GT(first_layer_values, 0u);
+  FixtureWithTensors k_only("deepseek_v3", {{"model.layers.0.self_attn.k_scale", {0.375f}}});
+  EXPECT_TRUE(load_model(k_only.path(), *fp8, false).ok());
 }
 
 TEST(KvCacheDtype, BadCheckpointScalesAreRefusedByName) {
@@ -251,11 +265,8 @@ TEST(KvCacheDtype, BadCheckpointScalesAreRefusedByName) {
     ASSERT_FALSE(model.ok()) << message;
     EXPECT_NE(model.error().message.find(message), std::string::npos) << model.error().message;
   }
-  // MLA's latent row is key and value at once: k_scale (as vLLM takes it), or kv_scale.
-  const std::string mla = "model.layers.0.self_attn.";
-  FixtureWithTensors two_scales("deepseek_v3", {{mla + "k_scale", {0.5f}}, {mla + "v_scale", {0.25f}}});
-  EXPECT_TRUE(load_model(two_scales.path(), *fp8, false).ok());
-  FixtureWithTensors one_scale("deepseek_v3", {{mla + "kv_scale", {0.05f}}});
+  // MLA's latent row takes kv_scale as well.
+  FixtureWithTensors one_scale("deepseek_v3", {{layer + "kv_scale", {0.05f}}});
   EXPECT_TRUE(load_model(one_scale.path(), *fp8, false).ok());
   // Other caches ignore a checkpoint's fp8 scales.
   FixtureWithTensors fixture("llama", {{layer + "k_scale", {0.5f}}});

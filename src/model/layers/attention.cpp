@@ -82,12 +82,12 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
 }
 
 Result<KvCacheScales> KvCacheScales::load(const ModelSource& source, const std::string& prefix, DType cache_dtype,
-                                          int32_t num_kv_heads, int32_t head_dim) {
+                                          int32_t num_kv_heads, int32_t head_dim, bool keys_are_values) {
   KvCacheScales scales;
   if (cache_dtype != DType::kF8E4M3) return scales;
   const std::optional<TensorView> both = source.weights->find(prefix + ".kv_scale");
   const std::optional<TensorView> k = both ? both : source.weights->find(prefix + ".k_scale");
-  const std::optional<TensorView> v = both ? both : source.weights->find(prefix + ".v_scale");
+  const std::optional<TensorView> v = keys_are_values ? k : both ? both : source.weights->find(prefix + ".v_scale");
   if (!k && !v) return scales;
   if (!k || !v) return Error{prefix + " has only one of k_scale and v_scale; an fp8 KV cache needs both or neither"};
   Backend& backend = *source.backend;

@@ -71,8 +71,10 @@ struct KvCacheScales {
   // For a kF8E4M3 cache: the checkpoint's <prefix>.k_scale and .v_scale (one scale, one per kv
   // head or one per column: vLLM's and llm-compressor's fp8 checkpoints) or <prefix>.kv_scale for
   // both; without them every scale is 1 (values past 448 saturate). Other caches take none.
+  // keys_are_values (MLA's latent row): k_scale (or kv_scale) serves both, as vLLM's MLA cache
+  // write takes it; v_scale is not read.
   static Result<KvCacheScales> load(const ModelSource& source, const std::string& prefix, DType cache_dtype,
-                                    int32_t num_kv_heads, int32_t head_dim);
+                                    int32_t num_kv_heads, int32_t head_dim, bool keys_are_values = false);
   // Multiplies count codes widened to float32 (whole cache rows) by their columns' scales.
   static void apply(const std::vector<float>& scales, size_t count, float* values);
 };

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "core/logging.h"
 
 namespace deepinfer {
 
@@ -77,14 +76,10 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
   // The latent cache takes the element type the backend gives these weights (bf16 for 16-bit ones
   // on CUDA), as the GQA caches do.
   layer.cache_dtype_ = source.backend->kv_cache_dtype(layer.kv_b_proj_.weight.dtype);
-  auto cache_scales =
-      KvCacheScales::load(source, prefix, layer.cache_dtype_, 1, static_cast<int32_t>(layer.kv_row_floats()));
+  // K and V are one latent row, written and read with one scale: k_scale's.
+  auto cache_scales = KvCacheScales::load(source, prefix, layer.cache_dtype_, 1,
+                                          static_cast<int32_t>(layer.kv_row_floats()), /*keys_are_values=*/true);
   if (!cache_scales.ok()) return cache_scales.error();
-  // K and V are one latent row, written and read with one scale: k_scale's, as vLLM's MLA cache
-  // write takes it.
-  if (cache_scales->host_k != cache_scales->host_v) {
-    DI_LOG(kWarn, prefix << ": MLA's latent cache row is both key and value; it takes k_scale, v_scale is ignored");
-  }
   layer.cache_scales_ = std::move(*cache_scales);
 
   // kv_b_proj rows per head: nope rows of W_UK, then v rows of W_UV, each over the latent. The

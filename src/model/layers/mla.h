@@ -78,7 +78,7 @@ class MlaLayer {
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   DType cache_dtype_ = DType::kF32;
-  KvCacheScales cache_scales_;  // one scale per column for K = V (k and v hold the same values)
+  KvCacheScales cache_scales_;  // one scale per column for K = V: cache_scales_.k serves both
   DeviceBuffer cache_;  // [num_blocks * block_size, kv_lora_rank + rope] of cache_dtype_
   int32_t block_size_ = 0;
 };
