@@ -162,18 +162,39 @@ std::vector<float> cached_values(CausalLM& model, const std::vector<int32_t>& to
   return values;
 }
 
+// A fixture's scored tokens through its float32 model (batch-invariant kernels, as the fp8 runs
+// they are compared with): the cached values.
+struct Float32Run {
+  explicit Float32Run(const std::string& name)
+      : tokens(testing::load_expected(name)["score"]["tokens"].get<std::vector<int32_t>>()),
+        backend(cpu_backend(std::nullopt, true)),
+        model(load_model(fixture_dir(name), *backend, false).value()),
+        values(cached_values(*model, tokens)) {}
+  std::vector<int32_t> tokens;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CausalLM> model;
+  std::vector<float> values;
+};
+
+// The same tokens through an fp8 copy of the fixture with these checkpoint scales (batch-invariant
+// kernels): its cached values.
+std::vector<float> fp8_values(const std::string& name,
+                              const std::vector<std::pair<std::string, std::vector<float>>>& scales,
+                              const std::vector<int32_t>& tokens) {
+  FixtureWithTensors fixture(name, scales);
+  const std::unique_ptr<Backend> fp8 = cpu_backend(DType::kF8E4M3, true);
+  const std::unique_ptr<CausalLM> model = load_model(fixture.path(), *fp8, false).value();
+  return cached_values(*model, tokens);
+}
+
 // The checkpoint's scales reach the cache: k scales per column (layer 0) or per kv head, one v
 // scale per layer. The first layer's K and V do not depend on the cache, so the float32 model caches exactly
 // the values the fp8 one codes there: each cached value must be core/dtype's e4m3 code of (that
 // value / scale), times the scale. Deeper layers see fp8 attention before them; each of their
 // values must still be a code times its column's scale.
 TEST(KvCacheDtype, CheckpointScalesCodeEveryCachedValue) {
-  const nlohmann::json expected = testing::load_expected("llama");
-  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
-  const std::unique_ptr<Backend> f32 = cpu_backend(std::nullopt, true);
-  auto reference = load_model(fixture_dir("llama"), *f32, false);
-  ASSERT_TRUE(reference.ok());
-  const ModelConfig& config = (*reference)->config();
+  const Float32Run reference("llama");
+  const ModelConfig& config = reference.model->config();
   const auto kv_heads = static_cast<size_t>(config.num_key_value_heads);
   const auto head_dim = static_cast<size_t>(config.head_dim);
   std::vector<std::pair<std::string, std::vector<float>>> scales;
@@ -186,12 +207,8 @@ TEST(KvCacheDtype, CheckpointScalesCodeEveryCachedValue) {
     scales.emplace_back(prefix + "k_scale", k);
     scales.emplace_back(prefix + "v_scale", std::vector<float>{0.003f * static_cast<float>(layer + 1)});  // one
   }
-  FixtureWithTensors fixture("llama", scales);
-  const std::unique_ptr<Backend> fp8 = cpu_backend(DType::kF8E4M3, true);
-  auto coded = load_model(fixture.path(), *fp8, false);
-  ASSERT_TRUE(coded.ok()) << coded.error().message;
-  const std::vector<float> want = cached_values(**reference, tokens);
-  const std::vector<float> got = cached_values(**coded, tokens);
+  const std::vector<float>& want = reference.values;
+  const std::vector<float> got = fp8_values("llama", scales, reference.tokens);
   ASSERT_EQ(got.size(), want.size());
   // read_kv_blocks: per block, per layer, block_size K rows then block_size V rows of kv_dim.
   const size_t kv_dim = kv_heads * head_dim;
@@ -219,27 +236,19 @@ TEST(KvCacheDtype, CheckpointScalesCodeEveryCachedValue) {
 // the first layer's latent values, the float32 model's exactly, are cached as e4m3(value / 0.375)
 // times 0.375; every other cached value is a code times 0.375. k_scale alone loads too.
 TEST(KvCacheDtype, MlaLatentRowsTakeTheirKScale) {
-  const nlohmann::json expected = testing::load_expected("deepseek_v3");
-  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
-  const std::unique_ptr<Backend> f32 = cpu_backend(std::nullopt, true);
-  auto reference = load_model(fixture_dir("deepseek_v3"), *f32, false);
-  ASSERT_TRUE(reference.ok());
-  const ModelConfig& config = (*reference)->config();
+  const Float32Run reference("deepseek_v3");
+  const ModelConfig& config = reference.model->config();
   std::vector<std::pair<std::string, std::vector<float>>> scales;
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
     scales.emplace_back(prefix + "k_scale", std::vector<float>{0.375f});
     scales.emplace_back(prefix + "v_scale", std::vector<float>{0.1f});
   }
-  FixtureWithTensors fixture("deepseek_v3", scales);
-  const std::unique_ptr<Backend> fp8 = cpu_backend(DType::kF8E4M3, true);
-  auto model = load_model(fixture.path(), *fp8, false);
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  const std::vector<float> want = cached_values(**reference, tokens);
-  const std::vector<float> got = cached_values(**model, tokens);
+  const std::vector<float>& want = reference.values;
+  const std::vector<float> got = fp8_values("deepseek_v3", scales, reference.tokens);
   ASSERT_EQ(got.size(), want.size());
   // read_kv_blocks: per block, per layer, 16 latent rows.
-  const auto layer_floats = static_cast<size_t>((*model)->kv_floats_per_block() / config.num_hidden_layers);
+  const auto layer_floats = static_cast<size_t>(reference.model->kv_floats_per_block() / config.num_hidden_layers);
   size_t first_layer_values = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const bool first_layer = (i / layer_floats) % static_cast<size_t>(config.num_hidden_layers) == 0;
@@ -249,6 +258,7 @@ TEST(KvCacheDtype, MlaLatentRowsTakeTheirKScale) {
   }
   EXPECT_GT(first_layer_values, 0u);
   FixtureWithTensors k_only("deepseek_v3", {{"model.layers.0.self_attn.k_scale", {0.375f}}});
+  const std::unique_ptr<Backend> fp8 = cpu_backend(DType::kF8E4M3);
   EXPECT_TRUE(load_model(k_only.path(), *fp8, false).ok());
 }
 
