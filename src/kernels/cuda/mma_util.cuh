@@ -35,22 +35,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(shared_address(row)));
 }
 
-// c[16x8] += a[16x16] b[16x8]; fragments as in the PTX ISA's m16n8k16 layouts.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The same with f16 a and b.
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// c[16x8] += a[16x16] b[16x8]; fragments as in the PTX ISA's m16n8k16 layouts. mma_bf16 takes bf16
+// a and b, mma_f16 f16 ones: one instruction spelled with either type.
+#define DEEPINFER_MMA_M16N8K16(name, ab)                                                                     \
+  __device__ __forceinline__ void name(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {    \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ab "." ab                                          \
+                 ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                     \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                            \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                            \
+  }
+DEEPINFER_MMA_M16N8K16(mma_bf16, "bf16")
+DEEPINFER_MMA_M16N8K16(mma_f16, "f16")
+#undef DEEPINFER_MMA_M16N8K16
 
 }  // namespace deepinfer::kernels::cuda
