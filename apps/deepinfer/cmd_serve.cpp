@@ -47,6 +47,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                         [--data-parallel-rank R] [--data-parallel-address DIR|redis://HOST:PORT]
                         [--data-parallel-host H] [--eplb-interval N] [--eplb-window N]
                         [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]
+                        [--expert-parallel-transport auto|nccl|host]
                         [--data-parallel-routing least-loaded|prefix-affinity]]
                        [--register redis://HOST:PORT [--advertise-host H] [--role both|prefill|decode]
                         [--kv-port N]]
@@ -118,8 +119,12 @@ relayed byte for byte); the other routes are rank 0's. --data-parallel-routing p
 sends a request to the rank that likely caches the longest run of its prompt's leading KV blocks,
 unless that rank is more than --max-num-batched-tokens outstanding tokens above the least loaded. --expert-parallel spreads the MoE layers'
 experts over the ranks, which then run their forwards together (steps run one at a time, without
---async-scheduling). Multi-machine groups: --data-parallel-size-local,
---data-parallel-start-rank, --data-parallel-rank, --data-parallel-address (docs/parallel.md).
+--async-scheduling). Their token rows travel by --expert-parallel-transport: nccl (GPU to GPU,
+one GPU per rank), host (through host memory over Gloo), or auto (the default: nccl with --device
+cuda where every rank has its own GPU and NCCL loads, else host). With --device cuda the ranks this
+command starts take the GPUs of CUDA_VISIBLE_DEVICES (or every GPU) in turn. Multi-machine groups:
+--data-parallel-size-local, --data-parallel-start-rank, --data-parallel-rank, --data-parallel-address
+(docs/parallel.md).
 EPLB while serving: every --eplb-interval forward rounds (default 10000; 0: never) the experts are
 re-placed from the last --eplb-window rounds' loads (default 1000) by --eplb-policy (default
 peak-aware); --expert-placement-out FILE keeps the current placement (docs/parallel.md).

@@ -8,9 +8,15 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <sstream>
+#include <string_view>
 #include <thread>
+
+#include "runtime/backend.h"
+#include "runtime/comm/device_exchange.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -35,11 +41,47 @@ std::string fresh_rendezvous_dir() {
   return dir.string();
 }
 
-// Starts this program as rank `rank`: the same arguments plus the rank and the rendezvous.
-Result<pid_t> start_rank(int argc, char** argv, int32_t rank, const std::string& address) {
+// The GPUs local ranks take in turn: this process's CUDA_VISIBLE_DEVICES list, else every GPU it
+// sees; empty without --device cuda (a CPU group touches no GPU).
+std::vector<std::string> gpus_for_ranks(const Args& args) {
+  std::vector<std::string> gpus;
+  if (args.find("--device").value_or("cpu") != "cuda") return gpus;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr) {
+    std::stringstream list(visible);
+    for (std::string gpu; std::getline(list, gpu, ',');) {
+      if (!gpu.empty()) gpus.push_back(gpu);
+    }
+    return gpus;
+  }
+  for (int32_t gpu = 0; gpu < visible_cuda_devices(); ++gpu) gpus.push_back(std::to_string(gpu));
+  return gpus;
+}
+
+// This process's environment, with CUDA_VISIBLE_DEVICES=gpu when gpu is not empty.
+std::vector<std::string> environment_with_gpu(const std::string& gpu) {
+  constexpr std::string_view kVisible = "CUDA_VISIBLE_DEVICES=";
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (gpu.empty() || std::string_view(*entry).rfind(kVisible, 0) != 0) env.emplace_back(*entry);
+  }
+  if (!gpu.empty()) env.push_back(std::string(kVisible) + gpu);
+  return env;
+}
+
+// Starts this program as rank `rank` on `gpu` (empty: the environment as it is): the same
+// arguments plus the rank and the rendezvous.
+Result<pid_t> start_rank(int argc, char** argv, int32_t rank, const std::string& address, const std::string& gpu) {
   std::vector<std::string> words = {"deepinfer"};
   for (int i = 0; i < argc; ++i) words.emplace_back(argv[i]);
   words.insert(words.end(), {kRankFlag, std::to_string(rank), kAddressFlag, address});
+  // Built before fork: the child of a threaded process may only exec.
+  std::vector<std::string> env = environment_with_gpu(gpu);
+  std::vector<char*> exec_argv, exec_env;
+  for (std::string& word : words) exec_argv.push_back(word.data());
+  exec_argv.push_back(nullptr);
+  for (std::string& entry : env) exec_env.push_back(entry.data());
+  exec_env.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return Error{"cannot start data-parallel rank " + std::to_string(rank) + ": fork failed"};
@@ -49,10 +91,7 @@ Result<pid_t> start_rank(int argc, char** argv, int32_t rank, const std::string&
     if (::getppid() != parent) ::_exit(1);
     const int null = ::open("/dev/null", O_WRONLY);
     if (null >= 0) ::dup2(null, STDOUT_FILENO);
-    std::vector<char*> exec_argv;
-    for (std::string& word : words) exec_argv.push_back(word.data());
-    exec_argv.push_back(nullptr);
-    ::execv("/proc/self/exe", exec_argv.data());
+    ::execve("/proc/self/exe", exec_argv.data(), exec_env.data());
     ::_exit(127);
   }
   return pid;
@@ -87,8 +126,8 @@ Result<void> eplb_from_args(const Args& args, DataParallelConfig& config) {
 
 std::set<std::string> data_parallel_value_flags(std::set<std::string> extra) {
   extra.insert({"--data-parallel-size", "--data-parallel-size-local", "--data-parallel-start-rank", kRankFlag,
-                kAddressFlag, "--data-parallel-host", "--num-redundant-experts", "--expert-placement",
-                "--eplb-window", "--eplb-interval", "--eplb-policy", "--expert-placement-out"});
+                kAddressFlag, "--data-parallel-host", "--num-redundant-experts", "--expert-placement", "--eplb-window",
+                "--eplb-interval", "--eplb-policy", "--expert-placement-out", "--expert-parallel-transport"});
   return extra;
 }
 
@@ -157,10 +196,15 @@ Result<DataParallelConfig> data_parallel_from_args(const Args& args, int argc, c
   config.num_redundant_experts = *redundant;
   config.expert_parallel = args.has("--expert-parallel");
   config.expert_placement_file = args.find("--expert-placement").value_or("");
+  config.expert_parallel_transport = args.find("--expert-parallel-transport").value_or("auto");
+  if (auto transport = parse_exchange_transport(config.expert_parallel_transport); !transport.ok()) {
+    return Error{"--expert-parallel-transport: " + transport.error().message};
+  }
   config.host = args.find("--data-parallel-host").value_or(config.host);
   config.address = args.find(kAddressFlag).value_or("");
-  if (!config.expert_parallel && (args.has("--num-redundant-experts") || args.has("--expert-placement"))) {
-    return Error{"--num-redundant-experts and --expert-placement need --expert-parallel"};
+  if (!config.expert_parallel && (args.has("--num-redundant-experts") || args.has("--expert-placement") ||
+                                  args.has("--expert-parallel-transport"))) {
+    return Error{"--num-redundant-experts, --expert-placement and --expert-parallel-transport need --expert-parallel"};
   }
   if (auto eplb = eplb_from_args(args, config); !eplb.ok()) return eplb.error();
   if (args.has(kRankFlag)) {
@@ -181,8 +225,11 @@ Result<DataParallelConfig> data_parallel_from_args(const Args& args, int argc, c
     config.address = fresh_rendezvous_dir();
     started.rendezvous_dir_ = config.address;
   }
+  // This process, local rank 0, keeps the first GPU it sees; local rank L takes the L-th.
+  const std::vector<std::string> gpus = gpus_for_ranks(args);
   for (int32_t rank = *start + 1; rank < *start + *local; ++rank) {
-    auto pid = start_rank(argc, argv, rank, config.address);
+    const size_t local_rank = static_cast<size_t>(rank - *start);
+    auto pid = start_rank(argc, argv, rank, config.address, gpus.empty() ? "" : gpus[local_rank % gpus.size()]);
     if (!pid.ok()) return pid.error();
     started.pids_.push_back(*pid);
     started.ranks_.push_back(rank);

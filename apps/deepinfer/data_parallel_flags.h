@@ -10,10 +10,13 @@
 //   --expert-parallel             spread the MoE layers' experts over the ranks
 //   --num-redundant-experts R     extra expert slots per MoE layer (copies of hot experts)
 //   --expert-placement FILE       the placement of every MoE layer (docs/parallel.md)
+//   --expert-parallel-transport T how MoE rows travel: auto (default), nccl or host
 //   --eplb-window N               EPLB: forward rounds of expert load a re-placement is fitted to (1000)
 //   --eplb-interval N             EPLB: forward rounds between re-placements (10000; 0: never)
 //   --eplb-policy P               EPLB: peak-aware (ours, default) or deepseek (DeepSeek's eplb.py)
 //   --expert-placement-out FILE   rank 0 writes the placement there at load and after each re-placement
+// With --device cuda, each started rank gets its own GPU through CUDA_VISIBLE_DEVICES: the L-th
+// local rank the L-th GPU this process sees (in turn when ranks outnumber GPUs).
 #pragma once
 
 #include <sys/types.h>

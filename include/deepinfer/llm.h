@@ -35,6 +35,9 @@ struct DataParallelConfig {
   // to experts 0, 1, ...; expert_placement_file or EPLB choose better).
   int32_t num_redundant_experts = 0;
   std::string expert_placement_file;  // parallel/expert_placement.h's JSON; empty: the default
+  // How the MoE layers' token rows travel between ranks: "nccl" (GPU to GPU, one GPU per rank),
+  // "host" (through host memory and Gloo) or "auto" (nccl where it can run, else host).
+  std::string expert_parallel_transport = "auto";
   // EPLB while running (docs/parallel.md), with expert_parallel: each MoE layer's expert load is
   // recorded over the last eplb_window_steps forward rounds, and every eplb_interval_steps rounds
   // (0: only on LLM::request_expert_rebalance) the ranks re-place the experts by it, with

@@ -35,6 +35,8 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
     return Error{"eplb_interval_steps must be >= 0 (0: re-place only on request), not " +
                  std::to_string(config.eplb_interval_steps)};
   }
+  auto transport = parse_exchange_transport(config.expert_parallel_transport);
+  if (!transport.ok()) return Error{"expert_parallel_transport: " + transport.error().message};
   auto policy = parse_eplb_policy(config.eplb_policy);
   if (!policy.ok() || *policy == EplbPolicy::kContiguous) {
     return Error{"eplb_policy must be peak-aware or deepseek, not '" + config.eplb_policy + "'"};
@@ -82,6 +84,7 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   auto expert_parallel = std::make_shared<ExpertParallelism>();
   expert_parallel->group = joined.group;
   expert_parallel->num_redundant_experts = config.num_redundant_experts;
+  expert_parallel->transport = *transport;
   expert_parallel->eplb_window_steps = config.eplb_window_steps;
   expert_parallel->eplb_interval_steps = config.eplb_interval_steps;
   expert_parallel->eplb_policy = *policy;

@@ -18,6 +18,7 @@
 #include "parallel/expert_load.h"
 #include "parallel/expert_placement.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/device_exchange.h"
 
 namespace deepinfer {
 
@@ -34,6 +35,8 @@ struct ExpertParallelism {
   // num_redundant_experts extra slots.
   std::vector<ExpertPlacement> placements;
   int32_t num_redundant_experts = 0;
+  // How the MoE layers' rows travel (--expert-parallel-transport; runtime/comm/device_exchange.h).
+  ExchangeTransport transport = ExchangeTransport::kAuto;
   // EPLB while running (model/expert_rebalance.h): the load of the last eplb_window_steps forward
   // rounds; a re-placement every eplb_interval_steps rounds (0: only on request) by eplb_policy.
   int32_t eplb_window_steps = kDefaultEplbWindowSteps;

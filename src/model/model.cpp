@@ -10,6 +10,7 @@
 #include "core/check.h"
 
 #include "model/archs/archs.h"
+#include "model/expert_parallel.h"
 #include "model/layers/linear.h"
 
 namespace deepinfer {
@@ -32,6 +33,11 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
   source.weights = std::make_shared<const WeightStore>(std::move(*weights));
   source.backend = &backend;
   source.arena = std::make_shared<WeightArena>();
+  if (expert_parallel) {
+    auto exchange = backend.make_device_exchange(expert_parallel->group, expert_parallel->transport);
+    if (!exchange.ok()) return exchange.error();
+    source.expert_exchange = std::move(*exchange);
+  }
   source.expert_parallel = std::move(expert_parallel);
   return builder(source);
 }

@@ -256,6 +256,9 @@ struct ModelSource {
   std::shared_ptr<WeightArena> arena;
   // Set: the MoE layers hold this rank's experts and exchange rows with the group (model/expert_parallel.h).
   std::shared_ptr<const ExpertParallelism> expert_parallel;
+  // With expert_parallel: the rows' exchange on this backend, one for every MoE layer (load_model
+  // makes it with Backend::make_device_exchange).
+  std::shared_ptr<DeviceExchange> expert_exchange;
 };
 
 // Loads config.json and the safetensors in dir, checks every tensor's presence and shape, and

@@ -13,6 +13,16 @@ class CopiedAlready final : public PendingCopies {
 
 }  // namespace
 
+Result<std::unique_ptr<DeviceExchange>> Backend::make_device_exchange(std::shared_ptr<Communicator> group,
+                                                                      ExchangeTransport transport) {
+  if (transport == ExchangeTransport::kNccl) {
+    std::string message = "expert-parallel transport nccl needs --device cuda (this backend is '";
+    message.append(name()).append("'; its ranks exchange rows through host memory)");
+    return Error{message};
+  }
+  return make_host_exchange(std::move(group));
+}
+
 std::unique_ptr<PendingCopies> Backend::copy_to_host_later(const std::vector<HostCopy>& copies) {
   for (const HostCopy& copy : copies) copy_to_host(copy.dst, copy.src, copy.size_bytes);
   return std::make_unique<CopiedAlready>();

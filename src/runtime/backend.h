@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/result.h"
 #include "kernels/ops.h"
+#include "runtime/comm/device_exchange.h"
 #include "runtime/host_slab_pool.h"
 #include "weights/safetensors.h"
 
@@ -199,6 +200,13 @@ class Backend {
   virtual void end_side_work() {}
   virtual void join_side_work() {}
 
+  // The row exchange of expert-parallel MoE layers on this backend's memory, one per model. A
+  // collective: every rank of group calls it at the same point (model load), and the ranks settle
+  // on one transport. The default, for host backends, is the group's own exchange; kNccl is
+  // refused here (it needs the CUDA backend).
+  virtual Result<std::unique_ptr<DeviceExchange>> make_device_exchange(std::shared_ptr<Communicator> group,
+                                                                       ExchangeTransport transport);
+
   // The ops of kernels/ops.h, with the same contracts.
   virtual void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens,
                          float* out) = 0;
@@ -355,5 +363,9 @@ Result<std::optional<DType>> parse_kv_cache_dtype(std::string_view name);
 // Unknown names are an error listing the known ones. With DEEPINFER_FAULT set, the backend is
 // wrapped by the failure-injection test hook (runtime/fault_injection.h).
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options = {});
+
+// The GPUs this process may use (0 in a build without CUDA or on a machine without a GPU): the
+// launcher of local data-parallel ranks gives each rank one of them.
+int32_t visible_cuda_devices();
 
 }  // namespace deepinfer

@@ -81,6 +81,10 @@ class ForwardingBackend : public Backend {
     on_call("join_side_work");
     inner_->join_side_work();
   }
+  Result<std::unique_ptr<DeviceExchange>> make_device_exchange(std::shared_ptr<Communicator> group,
+                                                               ExchangeTransport transport) override {
+    return inner_->make_device_exchange(std::move(group), transport);
+  }
 
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens,
                  float* out) override {

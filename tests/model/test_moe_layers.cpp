@@ -498,6 +498,14 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
       expert_parallel->num_redundant_experts = 2;
       ModelSource source = sources[rank];
       source.expert_parallel = expert_parallel;
+      // The fused layout's rows are staged through host copies of the backend's buffers, as on
+      // ranks that share a GPU; the others' go through the group as they are.
+      if (layout == &layouts.fused) {
+        source.expert_exchange = make_staged_exchange(expert_parallel->group, *source.backend);
+      } else {
+        source.expert_exchange =
+            source.backend->make_device_exchange(expert_parallel->group, ExchangeTransport::kAuto).value();
+      }
       MoeLayer layer = MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value();
       const int64_t n = num_tokens[rank];
       std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));

@@ -1,14 +1,17 @@
 // The Gloo communicator with ranks as threads of one process (each its own TCP pairs, as separate
 // processes would have): all_to_all_v moves uneven and empty slices, the reductions and the gather
 // agree on every rank, and a rank that leaves makes the others fail with an error naming the group
-// instead of hanging.
+// instead of hanging. The row exchanges of expert parallelism (runtime/comm/device_exchange.h)
+// move what all_to_all_v moves.
 #include <gtest/gtest.h>
 
 #include <chrono>
 
 #include "group_threads.h"
 #include "core/device_error.h"
+#include "runtime/backend.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/device_exchange.h"
 
 namespace deepinfer {
 namespace {
@@ -85,6 +88,61 @@ TEST(Communicator, BadOptionsNameTheProblem) {
   c = connect_group(options);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("port is not a number"), std::string::npos) << c.error().message;
+}
+
+// The host backends' exchange (the group's on their buffers as they are) and the staged one
+// (copies to the host and back: the way of ranks sharing a GPU, here through the CPU backend's
+// buffers) move rows of uneven, empty and full slices as all_to_all_v does; NCCL is refused.
+TEST(DeviceExchange, HostAndStagedExchangesMoveWhatTheGroupMoves) {
+  constexpr int32_t kRanks = 3;
+  constexpr int64_t kWidth = 5;
+  run_group(kRanks, "exchange", std::chrono::seconds(30), [](std::shared_ptr<Communicator> group) {
+    const int32_t r = group->rank();
+    std::unique_ptr<Backend> backend = make_backend("cpu").value();
+    auto host = backend->make_device_exchange(group, ExchangeTransport::kAuto);
+    ASSERT_TRUE(host.ok()) << host.error().message;
+    EXPECT_EQ((*host)->transport(), "host");
+    const std::unique_ptr<DeviceExchange> staged = make_staged_exchange(group, *backend);
+    // Rank r sends (2 r + d) % 3 rows to rank d, row i's values 1000 r + 100 d + 10 i + column.
+    std::vector<int64_t> send_counts(kRanks);
+    std::vector<float> send;
+    for (int32_t d = 0; d < kRanks; ++d) {
+      send_counts[d] = (2 * r + d) % kRanks;
+      for (int64_t i = 0; i < send_counts[d] * kWidth; ++i) {
+        send.push_back(static_cast<float>(1000 * r + 100 * d + 10 * (i / kWidth) + i % kWidth));
+      }
+    }
+    const std::vector<int64_t> recv_counts = group->all_to_all_counts(send_counts);
+    std::vector<float> want;
+    for (int32_t s = 0; s < kRanks; ++s) {
+      ASSERT_EQ(recv_counts[s], (2 * s + r) % kRanks);
+      for (int64_t i = 0; i < recv_counts[s] * kWidth; ++i) {
+        want.push_back(static_cast<float>(1000 * s + 100 * r + 10 * (i / kWidth) + i % kWidth));
+      }
+    }
+    for (DeviceExchange* exchange : {host->get(), staged.get()}) {
+      DeviceBuffer device_send = backend->allocate(send.size() * sizeof(float) + 1);
+      DeviceBuffer device_recv = backend->allocate(want.size() * sizeof(float) + 1);
+      backend->copy_to_device(device_send.data(), send.data(), send.size() * sizeof(float));
+      exchange->all_to_all_v(device_send.data(), send_counts, device_recv.data(), recv_counts, kWidth * sizeof(float));
+      std::vector<float> got(want.size());
+      backend->copy_to_host(got.data(), device_recv.data(), got.size() * sizeof(float));
+      EXPECT_EQ(got, want) << "rank " << r;
+    }
+    auto nccl = backend->make_device_exchange(group, ExchangeTransport::kNccl);
+    ASSERT_FALSE(nccl.ok());
+    EXPECT_NE(nccl.error().message.find("nccl needs --device cuda"), std::string::npos) << nccl.error().message;
+  });
+}
+
+TEST(DeviceExchange, TransportNamesAreParsedAndUnknownOnesNamed) {
+  EXPECT_EQ(parse_exchange_transport("auto").value(), ExchangeTransport::kAuto);
+  EXPECT_EQ(parse_exchange_transport("host").value(), ExchangeTransport::kHost);
+  EXPECT_EQ(parse_exchange_transport("nccl").value(), ExchangeTransport::kNccl);
+  auto gloo = parse_exchange_transport("gloo");
+  ASSERT_FALSE(gloo.ok());
+  EXPECT_NE(gloo.error().message.find("'gloo' (expected auto, host or nccl)"), std::string::npos)
+      << gloo.error().message;
 }
 
 }  // namespace

@@ -192,7 +192,9 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
   if (source.expert_parallel) {
     auto placement = source.expert_parallel->placement_for(moe_index, routing.num_experts);
     if (!placement.ok()) return Error{prefix + ": " + placement.error().message};
+    if (!source.expert_exchange) return Error{prefix + ": expert parallelism needs the model's row exchange"};
     layer.group_ = source.expert_parallel->group;
+    layer.exchange_ = source.expert_exchange;
     layer.placement_ = std::move(*placement);
   }
   const std::string router = prefix + "." + options.router_name;

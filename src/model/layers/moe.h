@@ -14,6 +14,7 @@
 #include "model/layers/mlp.h"
 #include "parallel/expert_placement.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/device_exchange.h"
 
 namespace deepinfer {
 
@@ -157,6 +158,7 @@ class MoeLayer {
   std::optional<GatedMlp> shared_;
   DeviceBuffer token_counts_;  // [held slots] int64
   std::shared_ptr<Communicator> group_;  // expert parallelism: the group, or null
+  std::shared_ptr<DeviceExchange> exchange_;  // with group_: the token rows' way (ModelSource::expert_exchange)
   ExpertPlacement placement_;
   mutable std::vector<int64_t> routed_tokens_;  // [num_experts] under expert parallelism (take_routed_tokens)
 };

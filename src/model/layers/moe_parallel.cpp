@@ -3,14 +3,32 @@
 // turn, so each gets an even share of a hot expert), runs there alone through the expert (top_k 1,
 // weight 1), and comes back; moe_combine then sums the slots in j order exactly as moe_experts
 // does. In batch-invariant mode the expert rows and the sum are those of a single device, so the
-// group gives the single device's bits. The exchanges move host memory (the Gloo group).
+// group gives the single device's bits. The rows stay in the backend's memory and travel through
+// the model's DeviceExchange (NCCL between GPUs); the routing, the counts and each row's expert
+// index are host bookkeeping and go through the group.
 #include <algorithm>
-#include <cstring>
 
 #include "core/check.h"
 #include "model/layers/moe.h"
 
 namespace deepinfer {
+namespace {
+
+// A buffer of count elements of T in the backend's memory (one element when count is 0, so that
+// every exchange has a buffer).
+template <typename T>
+DeviceBuffer allocate_for(Backend& backend, int64_t count) {
+  return backend.allocate(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T));
+}
+
+template <typename T>
+DeviceBuffer upload(Backend& backend, const std::vector<T>& values) {
+  DeviceBuffer buffer = allocate_for<T>(backend, static_cast<int64_t>(values.size()));
+  if (!values.empty()) backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(T));
+  return buffer;
+}
+
+}  // namespace
 
 void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                        const float* expert_weights, float* out) const {
@@ -18,15 +36,10 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   const int32_t top_k = routing_.top_k;
   const int64_t hidden = hidden_;
   const int64_t num_slots = num_tokens * top_k;
-  // A row on the wire: the token's hidden state, then the slot's local expert index as a float's bits.
-  const int64_t width = hidden + 1;
+  const size_t row_bytes = static_cast<size_t>(hidden) * sizeof(float);
 
   std::vector<int32_t> ids(static_cast<size_t>(num_slots));
-  std::vector<float> x_host(static_cast<size_t>(num_tokens * hidden));
-  if (num_slots > 0) {
-    backend.copy_to_host(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
-    backend.copy_to_host(x_host.data(), x, x_host.size() * sizeof(float));
-  }
+  if (num_slots > 0) backend.copy_to_host(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
 
   // Each slot's physical expert: the replicas of a logical expert in turn, starting at this rank's
   // offset so that ranks spread a hot expert's tokens over its copies.
@@ -46,62 +59,54 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
     slot_local[static_cast<size_t>(s)] = physical % placement_.slots_per_rank;
     ++send_counts[static_cast<size_t>(slot_rank[static_cast<size_t>(s)])];
   }
-  // Send order: by destination rank, slots in order within one; row_of_slot[s] is slot s's row.
+  // Send order: by destination rank, slots in order within one. Row r of the send buffer is token
+  // token_of_row[r]'s row for the expert slot_of_row[r] of its rank; slot s went out as row_of_slot[s].
   std::vector<int64_t> send_offset(static_cast<size_t>(world), 0);
   for (int32_t d = 1; d < world; ++d) send_offset[d] = send_offset[d - 1] + send_counts[d - 1];
   std::vector<int32_t> row_of_slot(static_cast<size_t>(num_slots));
-  std::vector<float> send(static_cast<size_t>(num_slots * width));
+  std::vector<int32_t> token_of_row(static_cast<size_t>(num_slots)), slot_of_row(static_cast<size_t>(num_slots));
   for (int64_t s = 0; s < num_slots; ++s) {
     const int64_t row = send_offset[static_cast<size_t>(slot_rank[static_cast<size_t>(s)])]++;
     row_of_slot[static_cast<size_t>(s)] = static_cast<int32_t>(row);
-    float* dst = send.data() + row * width;
-    std::memcpy(dst, x_host.data() + (s / top_k) * hidden, static_cast<size_t>(hidden) * sizeof(float));
-    std::memcpy(dst + hidden, &slot_local[static_cast<size_t>(s)], sizeof(int32_t));
+    token_of_row[static_cast<size_t>(row)] = static_cast<int32_t>(s / top_k);
+    slot_of_row[static_cast<size_t>(row)] = slot_local[static_cast<size_t>(s)];
   }
 
   const std::vector<int64_t> recv_counts = group_->all_to_all_counts(send_counts);
   int64_t num_received = 0;
   for (int64_t c : recv_counts) num_received += c;
-  std::vector<float> received(static_cast<size_t>(num_received * width));
-  group_->all_to_all_v(send.data(), send_counts, received.data(), recv_counts, width * sizeof(float));
+  std::vector<int32_t> received_slots(static_cast<size_t>(num_received));
+  group_->all_to_all_v(slot_of_row.data(), send_counts, received_slots.data(), recv_counts, sizeof(int32_t));
+
+  // The send rows are copies of x's token rows (embedding over x as a float32 table is that gather).
+  DeviceBuffer send_rows = allocate_for<float>(backend, num_slots * hidden);
+  if (num_slots > 0) {
+    const DeviceBuffer device_token_of_row = upload(backend, token_of_row);
+    const kernels::WeightView x_table{x, DType::kF32, num_tokens, hidden};
+    backend.embedding(x_table, device_token_of_row.as<int32_t>(), num_slots, send_rows.as<float>());
+  }
+  DeviceBuffer received = allocate_for<float>(backend, num_received * hidden);
+  exchange_->all_to_all_v(send_rows.data(), send_counts, received.data(), recv_counts, row_bytes);
 
   // This rank's experts over the rows it received, each row alone (top_k 1, weight 1).
-  std::vector<float> expert_out(static_cast<size_t>(num_received * hidden));
+  DeviceBuffer expert_out = allocate_for<float>(backend, num_received * hidden);
   if (num_received > 0) {
-    std::vector<float> rows(static_cast<size_t>(num_received * hidden));
-    std::vector<int32_t> local(static_cast<size_t>(num_received));
-    for (int64_t r = 0; r < num_received; ++r) {
-      std::memcpy(rows.data() + r * hidden, received.data() + r * width, static_cast<size_t>(hidden) * sizeof(float));
-      std::memcpy(&local[static_cast<size_t>(r)], received.data() + r * width + hidden, sizeof(int32_t));
-    }
     kernels::MoeExperts one = experts_view();
     one.top_k = 1;
-    const std::vector<float> ones(static_cast<size_t>(num_received), 1.0f);
-    const size_t row_bytes = static_cast<size_t>(num_received * hidden) * sizeof(float);
-    DeviceBuffer device_rows = backend.allocate(row_bytes);
-    DeviceBuffer device_out = backend.allocate(row_bytes);
-    DeviceBuffer device_ids = backend.allocate(local.size() * sizeof(int32_t));
-    DeviceBuffer device_ones = backend.allocate(ones.size() * sizeof(float));
-    DeviceBuffer workspace =
-        backend.allocate(static_cast<size_t>(kernels::moe_workspace_floats(num_received, one)) * sizeof(float));
-    backend.copy_to_device(device_rows.data(), rows.data(), row_bytes);
-    backend.copy_to_device(device_ids.data(), local.data(), local.size() * sizeof(int32_t));
-    backend.copy_to_device(device_ones.data(), ones.data(), ones.size() * sizeof(float));
-    backend.moe_experts(device_rows.as<float>(), num_received, device_ids.as<int32_t>(), device_ones.as<float>(), one,
-                        workspace.as<float>(), token_counts_.as<int64_t>(), device_out.as<float>());
-    backend.copy_to_host(expert_out.data(), device_out.data(), row_bytes);
+    const DeviceBuffer device_slots = upload(backend, received_slots);
+    const DeviceBuffer device_ones = upload(backend, std::vector<float>(static_cast<size_t>(num_received), 1.0f));
+    DeviceBuffer workspace = allocate_for<float>(backend, kernels::moe_workspace_floats(num_received, one));
+    backend.moe_experts(received.as<float>(), num_received, device_slots.as<int32_t>(), device_ones.as<float>(), one,
+                        workspace.as<float>(), token_counts_.as<int64_t>(), expert_out.as<float>());
   }
 
   // The outputs go back the way the rows came.
-  std::vector<float> returned(static_cast<size_t>(num_slots * hidden));
-  group_->all_to_all_v(expert_out.data(), recv_counts, returned.data(), send_counts, hidden * sizeof(float));
+  DeviceBuffer returned = allocate_for<float>(backend, num_slots * hidden);
+  exchange_->all_to_all_v(expert_out.data(), recv_counts, returned.data(), send_counts, row_bytes);
   if (num_tokens == 0) return;
-  DeviceBuffer device_returned = backend.allocate(returned.size() * sizeof(float));
-  DeviceBuffer device_row_of_slot = backend.allocate(row_of_slot.size() * sizeof(int32_t));
-  backend.copy_to_device(device_returned.data(), returned.data(), returned.size() * sizeof(float));
-  backend.copy_to_device(device_row_of_slot.data(), row_of_slot.data(), row_of_slot.size() * sizeof(int32_t));
-  backend.moe_combine(device_returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k,
-                      hidden, out);
+  const DeviceBuffer device_row_of_slot = upload(backend, row_of_slot);
+  backend.moe_combine(returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden,
+                      out);
 }
 
 }  // namespace deepinfer

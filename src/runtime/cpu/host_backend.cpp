@@ -260,6 +260,14 @@ Result<std::unique_ptr<Backend>> make_named_backend(const std::string& name, con
 
 }  // namespace
 
+int32_t visible_cuda_devices() {
+#ifdef DEEPINFER_HAS_CUDA
+  return count_cuda_devices();
+#else
+  return 0;
+#endif
+}
+
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
   if (const std::optional<DType> dtype = options.kv_cache_dtype;
       dtype && *dtype != DType::kF32 && *dtype != DType::kBF16 && *dtype != DType::kF8E4M3) {

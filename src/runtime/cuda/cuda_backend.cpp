@@ -209,6 +209,15 @@ void CudaBackend::head_matmul(const kernels::HeadProducts& p, float* scratch) {
   give_back_workspace(rounded);
 }
 
+int32_t count_cuda_devices() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

@@ -13,4 +13,7 @@ namespace deepinfer {
 // Fails (naming the CUDA error) when no usable GPU is present.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options);
 
+// cudaGetDeviceCount, 0 when it fails.
+int32_t count_cuda_devices();
+
 }  // namespace deepinfer

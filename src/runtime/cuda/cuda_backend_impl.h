@@ -88,6 +88,10 @@ class CudaBackend final : public Backend {
   void begin_side_work() override;
   void end_side_work() override;
   void join_side_work() override;
+  // NCCL where every rank has a GPU of its own and NCCL loads on every rank, else host copies
+  // (cuda_exchange.cpp).
+  Result<std::unique_ptr<DeviceExchange>> make_device_exchange(std::shared_ptr<Communicator> group,
+                                                               ExchangeTransport transport) override;
   std::optional<DevicePeaks> measure_peaks() override;  // cuda_peaks.cpp
   // By default 16-bit models keep K/V in bf16 (half the bytes a decode step reads); float32 models
   // and the batch-invariant mode keep float32, whose attention is exact to the float32 fixtures.

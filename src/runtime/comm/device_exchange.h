@@ -1,0 +1,42 @@
+// DeviceExchange: the rows expert-parallel MoE layers send to the ranks that hold their experts,
+// moved between buffers of a backend's own memory. Host backends hand their buffers to the group
+// (Gloo); the CUDA backend moves device memory with NCCL, one GPU per rank, or stages it through
+// host copies when ranks share a GPU or NCCL is missing (Backend::make_device_exchange).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "runtime/comm/communicator.h"
+
+namespace deepinfer {
+
+class Backend;  // runtime/backend.h
+
+// --expert-parallel-transport: kAuto takes NCCL where every rank has a GPU of its own and NCCL
+// loads, else host copies; kHost and kNccl insist (kNccl fails where it cannot run).
+enum class ExchangeTransport : uint8_t { kAuto, kHost, kNccl };
+
+// "auto", "host", "nccl"; the error names the value and the accepted ones.
+Result<ExchangeTransport> parse_exchange_transport(std::string_view name);
+
+class DeviceExchange {
+ public:
+  virtual ~DeviceExchange() = default;
+  // "host" (the group's host collectives) or "nccl".
+  virtual std::string_view transport() const = 0;
+  // Communicator::all_to_all_v's contract on buffers of the backend's memory. Every rank calls it;
+  // a rank that is gone ends the call with DeviceError(lost = true) naming the group.
+  virtual void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                            const std::vector<int64_t>& recv_counts, size_t elem_bytes) = 0;
+};
+
+// Buffers in host memory: the group's all_to_all_v on them as they are.
+std::unique_ptr<DeviceExchange> make_host_exchange(std::shared_ptr<Communicator> group);
+// Buffers in backend's memory, copied to the host, through the group and back.
+std::unique_ptr<DeviceExchange> make_staged_exchange(std::shared_ptr<Communicator> group, Backend& backend);
+
+}  // namespace deepinfer
