@@ -15,11 +15,12 @@ class CopiedAlready final : public PendingCopies {
 
 Result<std::unique_ptr<DeviceExchange>> Backend::make_device_exchange(std::shared_ptr<Communicator> group,
                                                                       ExchangeTransport transport) {
-  if (transport == ExchangeTransport::kNccl) {
-    std::string message = "expert-parallel transport nccl needs --device cuda (this backend is '";
-    message.append(name()).append("'; its ranks exchange rows through host memory)");
-    return Error{message};
-  }
+  ExchangeEndpoint own;
+  own.backend = name();
+  own.requested = transport;
+  own.nccl_unavailable = "NCCL needs --device cuda (this backend's rows are host memory)";
+  auto agreed = agree_on_transport(*group, own);
+  if (!agreed.ok()) return agreed.error();
   return make_host_exchange(std::move(group));
 }
 

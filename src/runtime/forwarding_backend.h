@@ -83,6 +83,7 @@ class ForwardingBackend : public Backend {
   }
   Result<std::unique_ptr<DeviceExchange>> make_device_exchange(std::shared_ptr<Communicator> group,
                                                                ExchangeTransport transport) override {
+    on_call("make_device_exchange");
     return inner_->make_device_exchange(std::move(group), transport);
   }
 

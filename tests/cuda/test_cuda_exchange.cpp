@@ -48,7 +48,7 @@ TEST(CudaExchange, RanksSharingTheGpuStageRowsThroughTheHost) {
     std::unique_ptr<Backend> backend = testing::cuda_backend();
     auto nccl = backend->make_device_exchange(group, ExchangeTransport::kNccl);
     ASSERT_FALSE(nccl.ok());
-    const std::string why = nccl_available().ok() ? "share the GPU at" : "NCCL";
+    const std::string why = nccl_available().ok() ? "share the GPU " : "NCCL";
     EXPECT_NE(nccl.error().message.find(why), std::string::npos) << nccl.error().message;
     auto shared = backend->make_device_exchange(group, ExchangeTransport::kAuto);
     ASSERT_TRUE(shared.ok()) << shared.error().message;

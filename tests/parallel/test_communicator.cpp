@@ -131,7 +131,22 @@ TEST(DeviceExchange, HostAndStagedExchangesMoveWhatTheGroupMoves) {
     }
     auto nccl = backend->make_device_exchange(group, ExchangeTransport::kNccl);
     ASSERT_FALSE(nccl.ok());
-    EXPECT_NE(nccl.error().message.find("nccl needs --device cuda"), std::string::npos) << nccl.error().message;
+    EXPECT_EQ(nccl.error().message,
+              "expert-parallel transport nccl: rank 0: NCCL needs --device cuda (this backend's rows are host memory)");
+  });
+}
+
+// The choice is a collective: a rank that asks for another transport (ranks started by hand with
+// different flags) is named, with the same error on every rank, instead of a hang.
+TEST(DeviceExchange, RanksThatDisagreeOnTheTransportAreNamedOnEveryRank) {
+  run_group(3, "disagree", std::chrono::seconds(30), [](std::shared_ptr<Communicator> group) {
+    std::unique_ptr<Backend> backend = make_backend("cpu").value();
+    const ExchangeTransport asked = group->rank() == 2 ? ExchangeTransport::kHost : ExchangeTransport::kAuto;
+    auto exchange = backend->make_device_exchange(group, asked);
+    ASSERT_FALSE(exchange.ok());
+    EXPECT_EQ(exchange.error().message,
+              "the ranks disagree: rank 0 runs cpu with expert-parallel transport auto, rank 2 runs cpu with "
+              "expert-parallel transport host");
   });
 }
 

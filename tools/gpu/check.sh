@@ -2,7 +2,8 @@
 # tools/gpu/check.sh: the CUDA backend's whole check on the GPU machine in one command (< 9 min):
 # builds it (Release, sm_90a, -j16; or unpacks the bundle tools/gpu/pack.sh made when this machine
 # lacks the host libraries), runs tests/cuda (every CUDA op against kernels/ref, the transformers
-# fixtures on --device cuda, bf16 vs float32, batch invariance), then `deepinfer bench --device cuda`
+# fixtures on --device cuda, bf16 vs float32, batch invariance) and two expert-parallel ranks sharing
+# the GPU against one, then `deepinfer bench --device cuda`
 # on random Llama-3-8B- and Qwen3-8B-shaped bf16 models. Logs and summary.txt go to $OUT.
 # Usage, from the repository root: tools/gpu/check.sh [--no-bench] [--long]
 # (32K prefill runs on the Llama shape; --long adds it for Qwen3 too.)
@@ -63,6 +64,22 @@ done
 note "test_cuda: exit $TEST_RC after $(elapsed) s; $(grep -c '^\[       OK \]' "$OUT/test_cuda.log") passed, $(grep -c '^\[  FAILED  \].*ms)' "$OUT/test_cuda.log") failed"
 grep -E '^\[  FAILED  \].*ms\)|\[bf16 (vs f32|decode vs prefill)\]' "$OUT/test_cuda.log" | tee -a "$SUMMARY"
 grep -B3 -A12 -m5 'Failure' "$OUT/test_cuda.log" | head -80 > "$OUT/test_failures.txt"
+
+# 2b. Expert parallelism on the one GPU: two ranks sharing it (the staged host exchange; NCCL
+# refuses two ranks on one GPU) must give one rank's logits byte for byte on every MoE fixture.
+EP_RC=0
+for fixture in deepseek_v2 deepseek_v3 qwen3_moe mixtral gpt_oss; do
+  ep_score=("$BIN/deepinfer" score --device cuda --model "tests/data/$fixture" --tokens 1,5,9,22,7,3,100,42,17,250,64,2
+            --batch-invariant)
+  if ! timeout 120 "${ep_score[@]}" --dump-logits "$OUT/ep_one.f32" > "$OUT/ep_one.txt" 2>> "$OUT/ep.log" ||
+     ! timeout 120 "${ep_score[@]}" --data-parallel-size 2 --expert-parallel --dump-logits "$OUT/ep_two.f32" \
+         > "$OUT/ep_two.txt" 2>> "$OUT/ep.log" ||
+     ! cmp -s "$OUT/ep_one.f32" "$OUT/ep_two.f32"; then
+    note "expert parallel: $fixture FAILED (ep.log)"
+    EP_RC=1
+  fi
+done
+note "expert parallel (2 ranks sharing the GPU, host exchange): exit $EP_RC"
 
 # 3. Benchmarks.
 if [ "$BENCH" = 1 ]; then

@@ -22,6 +22,8 @@ class Communicator {
   virtual int32_t world_size() const = 0;
   // How long a collective waits for the other ranks before the group counts as lost.
   virtual std::chrono::milliseconds timeout() const = 0;
+  // GroupOptions::group_name, which errors about the group name.
+  virtual const std::string& name() const = 0;
   // Rank r sends send_counts[d] elements of elem_bytes to each rank d (send holds them grouped by
   // destination, in rank order) and receives recv_counts[s] elements from each rank s into recv
   // (grouped by source, in rank order). Every rank calls it; counts must agree pairwise (exchange

@@ -1,9 +1,11 @@
 // The exchanges through host memory: on the buffers themselves, or staged through host copies.
 #include "runtime/comm/device_exchange.h"
 
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 
+#include "core/logging.h"
 #include "runtime/backend.h"
 
 namespace deepinfer {
@@ -53,6 +55,71 @@ Result<ExchangeTransport> parse_exchange_transport(std::string_view name) {
   std::string message = "unknown expert-parallel transport '";
   message.append(name).append("' (expected auto, host or nccl)");
   return Error{message};
+}
+
+std::string_view exchange_transport_name(ExchangeTransport transport) {
+  switch (transport) {
+    case ExchangeTransport::kAuto:
+      return "auto";
+    case ExchangeTransport::kHost:
+      return "host";
+    case ExchangeTransport::kNccl:
+      return "nccl";
+  }
+  return "unknown";
+}
+
+Result<ExchangeTransport> agree_on_transport(Communicator& group, const ExchangeEndpoint& own) {
+  const nlohmann::json mine = {{"backend", own.backend},
+                               {"requested", exchange_transport_name(own.requested)},
+                               {"device", own.device},
+                               {"nccl_unavailable", own.nccl_unavailable}};
+  const std::vector<std::string> gathered = group.all_gather(mine.dump());
+  std::vector<nlohmann::json> ranks;
+  for (const std::string& text : gathered) ranks.push_back(nlohmann::json::parse(text));
+  const auto describe = [&](size_t r) {
+    std::string text = "rank ";
+    text.append(std::to_string(r))
+        .append(" runs ")
+        .append(ranks[r]["backend"].get<std::string>())
+        .append(" with expert-parallel transport ")
+        .append(ranks[r]["requested"].get<std::string>());
+    return text;
+  };
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    if (ranks[r]["backend"] != ranks[0]["backend"] || ranks[r]["requested"] != ranks[0]["requested"]) {
+      return Error{"the ranks disagree: " + describe(0) + ", " + describe(r)};
+    }
+  }
+  const auto requested = parse_exchange_transport(ranks[0]["requested"].get<std::string>());
+  if (!requested.ok()) return requested.error();
+  if (*requested == ExchangeTransport::kHost) return ExchangeTransport::kHost;
+  // Why the group cannot use NCCL: a rank that cannot run it, or two ranks on one GPU (NCCL
+  // refuses that); empty when it can.
+  std::string why_not;
+  for (size_t r = 0; r < ranks.size() && why_not.empty(); ++r) {
+    const std::string unavailable = ranks[r]["nccl_unavailable"].get<std::string>();
+    if (!unavailable.empty()) {
+      why_not.append("rank ").append(std::to_string(r)).append(": ").append(unavailable);
+      break;
+    }
+    for (size_t other = 0; other < r; ++other) {
+      if (ranks[other]["device"] == ranks[r]["device"]) {
+        why_not.append("ranks ")
+            .append(std::to_string(other))
+            .append(" and ")
+            .append(std::to_string(r))
+            .append(" share the GPU ")
+            .append(ranks[r]["device"].get<std::string>())
+            .append(" (NCCL needs one GPU per rank; CUDA_VISIBLE_DEVICES picks each rank's)");
+        break;
+      }
+    }
+  }
+  if (why_not.empty()) return ExchangeTransport::kNccl;
+  if (*requested == ExchangeTransport::kNccl) return Error{"expert-parallel transport nccl: " + why_not};
+  DI_LOG(kInfo, "expert-parallel rows go through host memory: " << why_not);
+  return ExchangeTransport::kHost;
 }
 
 std::unique_ptr<DeviceExchange> make_host_exchange(std::shared_ptr<Communicator> group) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +23,24 @@ enum class ExchangeTransport : uint8_t { kAuto, kHost, kNccl };
 
 // "auto", "host", "nccl"; the error names the value and the accepted ones.
 Result<ExchangeTransport> parse_exchange_transport(std::string_view name);
+std::string_view exchange_transport_name(ExchangeTransport transport);
+
+// What one rank brings to the choice of transport.
+struct ExchangeEndpoint {
+  std::string backend;  // Backend::name()
+  ExchangeTransport requested = ExchangeTransport::kAuto;
+  // The GPU the rank would exchange from, unique across machines (host name and PCI bus id);
+  // empty for host memory.
+  std::string device;
+  std::string nccl_unavailable;  // why NCCL cannot run on this rank; empty: it can
+};
+
+// The transport the whole group takes (kHost or kNccl), from every rank's endpoint: a collective
+// that every rank calls whatever it asked for, and whose answer (or error) is the same on every
+// rank. Ranks that disagree on the backend or the transport asked for are an error naming them;
+// kAuto takes NCCL where every rank has a GPU of its own and can run NCCL, else host copies
+// (logged with the reason); kNccl where that fails is an error naming the ranks.
+Result<ExchangeTransport> agree_on_transport(Communicator& group, const ExchangeEndpoint& own);
 
 class DeviceExchange {
  public:

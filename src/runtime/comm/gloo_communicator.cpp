@@ -29,6 +29,7 @@ class GlooCommunicator final : public Communicator {
   int32_t rank() const override { return context_->rank; }
   int32_t world_size() const override { return context_->size; }
   std::chrono::milliseconds timeout() const override { return context_->getTimeout(); }
+  const std::string& name() const override { return group_name_; }
 
   void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
                     const std::vector<int64_t>& recv_counts, size_t elem_bytes) override {

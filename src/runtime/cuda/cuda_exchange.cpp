@@ -1,4 +1,6 @@
 // CudaBackend::make_device_exchange: the ranks settle on NCCL or host copies together.
+#include <unistd.h>
+
 #include <string>
 
 #include "core/logging.h"
@@ -8,52 +10,46 @@
 namespace deepinfer {
 namespace {
 
-// Why the group cannot use NCCL, from every rank's "PCI bus id|nccl error" (empty error: NCCL
-// loaded); empty when it can. NCCL refuses two ranks on one GPU.
-std::string why_not_nccl(const std::vector<std::string>& ranks) {
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const std::string bus = ranks[r].substr(0, ranks[r].find('|'));
-    const std::string error = ranks[r].substr(ranks[r].find('|') + 1);
-    if (!error.empty()) {
-      std::string message = "rank ";
-      message.append(std::to_string(r)).append(": ").append(error);
-      return message;
-    }
-    for (size_t other = 0; other < r; ++other) {
-      if (ranks[other].substr(0, ranks[other].find('|')) == bus) {
-        std::string message = "ranks ";
-        message.append(std::to_string(other))
-            .append(" and ")
-            .append(std::to_string(r))
-            .append(" share the GPU at ")
-            .append(bus)
-            .append(" (NCCL needs one GPU per rank; CUDA_VISIBLE_DEVICES picks each rank's)");
-        return message;
-      }
-    }
+// This rank's GPU as "host:PCI bus id", or why it cannot be named (then NCCL is not offered).
+Result<std::string> gpu_identity() {
+  int device = 0;
+  char bus[32] = {};
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetPCIBusId(bus, sizeof(bus), device);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Error{std::string("cannot name this rank's GPU: ") + cudaGetErrorString(status)};
   }
-  return {};
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return Error{"cannot name this rank's machine (gethostname)"};
+  std::string identity = host;
+  identity.append(":").append(bus);
+  return identity;
 }
 
 }  // namespace
 
 Result<std::unique_ptr<DeviceExchange>> CudaBackend::make_device_exchange(std::shared_ptr<Communicator> group,
                                                                           ExchangeTransport transport) {
-  if (transport == ExchangeTransport::kHost) return make_staged_exchange(std::move(group), *this);
-  int device = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device));
-  char bus[32] = {};
-  DI_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), device));
+  ExchangeEndpoint own;
+  own.backend = name();
+  own.requested = transport;
+  const Result<std::string> gpu = gpu_identity();
   const Result<void> nccl = nccl_available();
-  std::string own = bus;
-  own.append("|").append(nccl.ok() ? "" : nccl.error().message);
-  const std::string why_not = why_not_nccl(group->all_gather(own));
-  if (!why_not.empty()) {
-    if (transport == ExchangeTransport::kNccl) return Error{"expert-parallel transport nccl: " + why_not};
-    DI_LOG(kInfo, "expert-parallel rows go through host copies: " << why_not);
-    return make_staged_exchange(std::move(group), *this);
+  if (!gpu.ok()) {
+    own.nccl_unavailable = gpu.error().message;
+  } else {
+    own.device = *gpu;
+    if (!nccl.ok()) own.nccl_unavailable = nccl.error().message;
   }
-  return make_nccl_exchange(std::move(group), [this] { return stream_.for_op(); });
+  auto agreed = agree_on_transport(*group, own);
+  if (!agreed.ok()) return agreed.error();
+  if (*agreed == ExchangeTransport::kHost) return make_staged_exchange(std::move(group), *this);
+  auto exchange = make_nccl_exchange(group, [this] { return stream_.for_op(); });
+  if (exchange.ok() || transport == ExchangeTransport::kNccl) return exchange;
+  // Every rank saw the same failure (make_nccl_exchange agrees on it), so all fall back together.
+  DI_LOG(kWarn, "expert-parallel rows go through host memory: " << exchange.error().message);
+  return make_staged_exchange(std::move(group), *this);
 }
 
 }  // namespace deepinfer

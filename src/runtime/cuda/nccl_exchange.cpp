@@ -8,13 +8,13 @@
 
 #include "core/check.h"
 #include "core/device_error.h"
-#include "kernels/cuda/cuda_check.h"
 
 #ifdef DEEPINFER_HAS_NCCL
 #include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #endif
 
@@ -81,12 +81,33 @@ const Result<const NcclLibrary*>& nccl_library() {
   return library;
 }
 
+// The group's failure as DeviceError(lost): "data-parallel group 'NAME': rank R of N lost the NCCL
+// exchange in WHAT: WHY".
+[[noreturn]] void throw_lost(const Communicator& group, const char* what, std::string_view why) {
+  std::string message = "data-parallel group '";
+  message.append(group.name())
+      .append("': rank ")
+      .append(std::to_string(group.rank()))
+      .append(" of ")
+      .append(std::to_string(group.world_size()))
+      .append(" lost the NCCL exchange in ")
+      .append(what)
+      .append(": ")
+      .append(why);
+  throw DeviceError(message, /*lost=*/true);
+}
+
 class NcclExchange final : public DeviceExchange {
  public:
   NcclExchange(const NcclLibrary& nccl, std::shared_ptr<Communicator> group, ncclComm_t comm,
                std::function<cudaStream_t()> stream_for)
       : nccl_(nccl), group_(std::move(group)), comm_(comm), stream_for_(std::move(stream_for)) {
-    DI_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    if (cudaEventCreateWithFlags(&done_, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      nccl_.comm_abort(comm_);
+      aborted_ = true;
+      throw_lost(*group_, "setup", "cudaEventCreateWithFlags failed");
+    }
   }
   ~NcclExchange() override {
     if (!aborted_) nccl_.comm_destroy(comm_);
@@ -112,26 +133,31 @@ class NcclExchange final : public DeviceExchange {
     const auto own = static_cast<size_t>(self);
     const size_t own_bytes = send_offset[own + 1] - send_offset[own];
     DI_CHECK(own_bytes == recv_offset[own + 1] - recv_offset[own], "all_to_all_v: this rank's own counts differ");
-    if (own_bytes > 0) {
-      DI_CUDA_CHECK(cudaMemcpyAsync(recv_bytes + recv_offset[own], send_bytes + send_offset[own], own_bytes,
-                                    cudaMemcpyDeviceToDevice, stream));
+    if (own_bytes > 0 && cudaMemcpyAsync(recv_bytes + recv_offset[own], send_bytes + send_offset[own], own_bytes,
+                                         cudaMemcpyDeviceToDevice, stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail("all_to_all_v", "the copy of this rank's own rows failed");
     }
-    check(nccl_.group_start(), "ncclGroupStart");
-    for (int32_t peer = 0; peer < world; ++peer) {
+    ncclResult_t result = nccl_.group_start();
+    const char* failed = result == ncclSuccess ? nullptr : "ncclGroupStart";
+    for (int32_t peer = 0; peer < world && failed == nullptr; ++peer) {
       if (peer == self) continue;
       const auto p = static_cast<size_t>(peer);
       if (send_offset[p + 1] > send_offset[p]) {
-        check(nccl_.send(send_bytes + send_offset[p], send_offset[p + 1] - send_offset[p], ncclUint8, peer, comm_,
-                         stream),
-              "ncclSend");
+        result = nccl_.send(send_bytes + send_offset[p], send_offset[p + 1] - send_offset[p], ncclUint8, peer, comm_,
+                            stream);
+        if (result != ncclSuccess) failed = "ncclSend";
       }
-      if (recv_offset[p + 1] > recv_offset[p]) {
-        check(nccl_.recv(recv_bytes + recv_offset[p], recv_offset[p + 1] - recv_offset[p], ncclUint8, peer, comm_,
-                         stream),
-              "ncclRecv");
+      if (failed == nullptr && recv_offset[p + 1] > recv_offset[p]) {
+        result = nccl_.recv(recv_bytes + recv_offset[p], recv_offset[p + 1] - recv_offset[p], ncclUint8, peer, comm_,
+                            stream);
+        if (result != ncclSuccess) failed = "ncclRecv";
       }
     }
-    check(nccl_.group_end(), "ncclGroupEnd");
+    // The group is closed whatever failed inside it, so this thread does not stay in it.
+    const ncclResult_t ended = nccl_.group_end();
+    if (failed != nullptr) fail(failed, nccl_.error_string(result));
+    if (ended != ncclSuccess) fail("ncclGroupEnd", nccl_.error_string(ended));
     wait(stream);
   }
 
@@ -139,14 +165,19 @@ class NcclExchange final : public DeviceExchange {
   // Waits for the exchange without blocking in the driver: a peer that died leaves the transfer
   // pending forever, so NCCL's error state and the group's timeout are polled instead.
   void wait(cudaStream_t stream) {
-    DI_CUDA_CHECK(cudaEventRecord(done_, stream));
+    if (cudaEventRecord(done_, stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail("all_to_all_v", "cudaEventRecord failed");
+    }
     const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
     for (;;) {
       const cudaError_t state = cudaEventQuery(done_);
       if (state == cudaSuccess) return;
-      if (state != cudaErrorNotReady) DI_CUDA_CHECK(state);
+      (void)cudaGetLastError();  // not-ready must not be left for the next launch check to find
+      if (state != cudaErrorNotReady) fail("all_to_all_v", cudaGetErrorString(state));
       ncclResult_t async = ncclSuccess;
-      check(nccl_.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
+      const ncclResult_t queried = nccl_.comm_get_async_error(comm_, &async);
+      if (queried != ncclSuccess) fail("ncclCommGetAsyncError", nccl_.error_string(queried));
       if (async != ncclSuccess) fail("all_to_all_v", nccl_.error_string(async));
       if (std::chrono::steady_clock::now() > deadline) {
         fail("all_to_all_v", "no answer within the group's timeout (a rank exited or stopped answering)");
@@ -155,23 +186,11 @@ class NcclExchange final : public DeviceExchange {
     }
   }
 
-  void check(ncclResult_t result, const char* call) {
-    if (result != ncclSuccess) fail(call, nccl_.error_string(result));
-  }
-
   // The communicator cannot be trusted after an error: it is aborted, and the group with it.
-  [[noreturn]] void fail(const char* what, const char* why) {
+  [[noreturn]] void fail(const char* what, std::string_view why) {
     if (!aborted_) nccl_.comm_abort(comm_);
     aborted_ = true;
-    std::string message = "data-parallel group: rank ";
-    message.append(std::to_string(group_->rank()))
-        .append(" of ")
-        .append(std::to_string(group_->world_size()))
-        .append(" lost the NCCL exchange in ")
-        .append(what)
-        .append(": ")
-        .append(why);
-    throw DeviceError(message, /*lost=*/true);
+    throw_lost(*group_, what, why);
   }
 
   const NcclLibrary& nccl_;
@@ -181,6 +200,59 @@ class NcclExchange final : public DeviceExchange {
   cudaEvent_t done_ = nullptr;
   bool aborted_ = false;
 };
+
+// One int from every rank to every other, checked on arrival: NCCL connects a pair of ranks at
+// their first exchange, so this makes every connection while all ranks are known to be alive
+// (later exchanges then only wait, and that wait is bounded), and shows the exchange works.
+// Returns what went wrong on this rank; empty when nothing did.
+std::string warm_up(DeviceExchange& exchange, const Communicator& group, cudaStream_t stream) {
+  const auto world = static_cast<size_t>(group.world_size());
+  std::vector<int32_t> sent(world, group.rank()), received(world, -1);
+  void* device = nullptr;
+  if (cudaMalloc(&device, 2 * world * sizeof(int32_t)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "cudaMalloc of the warm-up buffers failed";
+  }
+  std::string problem;
+  try {
+    auto* send = static_cast<int32_t*>(device);
+    int32_t* recv = send + world;
+    const std::vector<int64_t> ones(world, 1);
+    if (cudaMemcpyAsync(send, sent.data(), world * sizeof(int32_t), cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess) {
+      throw std::runtime_error("the warm-up upload failed");
+    }
+    exchange.all_to_all_v(send, ones, recv, ones, sizeof(int32_t));
+    if (cudaMemcpy(received.data(), recv, world * sizeof(int32_t), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      throw std::runtime_error("the warm-up readback failed");
+    }
+    for (size_t r = 0; r < world && problem.empty(); ++r) {
+      if (received[r] != static_cast<int32_t>(r)) {
+        problem.append("the warm-up exchange gave ")
+            .append(std::to_string(received[r]))
+            .append(" from rank ")
+            .append(std::to_string(r));
+      }
+    }
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();
+    problem = e.what();
+  }
+  cudaFree(device);
+  return problem;
+}
+
+// The first rank's non-empty status, as "rank R: STATUS", or empty when every rank's is.
+std::string first_problem(const std::vector<std::string>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (!statuses[r].empty()) {
+      std::string problem = "rank ";
+      problem.append(std::to_string(r)).append(": ").append(statuses[r]);
+      return problem;
+    }
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -196,32 +268,41 @@ Result<std::unique_ptr<DeviceExchange>> make_nccl_exchange(std::shared_ptr<Commu
   if (!library.ok()) return library.error();
   const NcclLibrary& nccl = **library;
   ncclUniqueId id{};
+  std::string made;
   if (group->rank() == 0) {
-    if (const ncclResult_t made = nccl.get_unique_id(&id); made != ncclSuccess) {
-      // Rank 0 still takes part in the gather below, so the others learn of it instead of waiting.
-      group->all_gather(std::string());
-      return Error{std::string("ncclGetUniqueId: ") + nccl.error_string(made)};
+    if (const ncclResult_t result = nccl.get_unique_id(&id); result != ncclSuccess) {
+      made = std::string("ncclGetUniqueId: ") + nccl.error_string(result);
     }
   }
-  const std::string own(reinterpret_cast<const char*>(&id), group->rank() == 0 ? sizeof(id) : 0);
+  // Rank 0 sends the id, or its error, so that every rank gives up together.
+  const std::string own = group->rank() != 0 ? std::string()
+                          : made.empty()     ? std::string(reinterpret_cast<const char*>(&id), sizeof(id))
+                                             : made;
   const std::vector<std::string> ids = group->all_gather(own);
-  if (ids[0].size() != sizeof(id)) {
-    return Error{"NCCL: rank 0 could not make the communicator's id (its error is above)"};
-  }
+  if (ids[0].size() != sizeof(id)) return Error{"NCCL: rank 0 could not make the communicator's id: " + ids[0]};
   std::memcpy(&id, ids[0].data(), sizeof(id));
   ncclComm_t comm = nullptr;
+  std::string status;
   if (const ncclResult_t joined = nccl.comm_init_rank(&comm, group->world_size(), id, group->rank());
       joined != ncclSuccess) {
-    std::string message = "ncclCommInitRank (rank ";
-    message.append(std::to_string(group->rank()))
-        .append(" of ")
-        .append(std::to_string(group->world_size()))
-        .append("): ")
-        .append(nccl.error_string(joined));
-    return Error{message};
+    status = std::string("ncclCommInitRank: ") + nccl.error_string(joined);
+    comm = nullptr;
   }
-  return std::unique_ptr<DeviceExchange>(
-      std::make_unique<NcclExchange>(nccl, std::move(group), comm, std::move(stream_for)));
+  std::string problem = first_problem(group->all_gather(status));
+  if (!problem.empty()) {
+    if (comm != nullptr) nccl.comm_abort(comm);
+    return Error{"NCCL: " + problem};
+  }
+  std::unique_ptr<DeviceExchange> exchange;
+  try {
+    exchange = std::make_unique<NcclExchange>(nccl, group, comm, stream_for);
+    status = warm_up(*exchange, *group, stream_for());
+  } catch (const std::exception& e) {
+    status = e.what();
+  }
+  problem = first_problem(group->all_gather(status));
+  if (!problem.empty()) return Error{"NCCL: " + problem};
+  return exchange;
 }
 
 #endif

@@ -18,9 +18,12 @@ namespace deepinfer {
 Result<void> nccl_available();
 
 // Joins the group's ranks in an NCCL communicator on this thread's current GPU: a collective over
-// group (rank 0's NCCL id travels through it); every rank needs a GPU of its own. The exchange
-// enqueues on the stream stream_for() returns and waits for it, polling NCCL's error state, so a
-// rank that is gone ends the call with DeviceError(lost = true) within the group's timeout.
+// group (rank 0's NCCL id travels through it); every rank needs a GPU of its own. Before returning,
+// every rank sends one value to every other and checks what arrives, which makes NCCL's
+// connections while all ranks are alive; a failure on any rank is the same error on all of them.
+// The exchange enqueues on the stream stream_for() returns and waits for it, polling NCCL's error
+// state, so a rank that is gone ends the call with DeviceError(lost = true) within the group's
+// timeout. (Joining itself, ncclCommInitRank, waits for every rank without a deadline.)
 Result<std::unique_ptr<DeviceExchange>> make_nccl_exchange(std::shared_ptr<Communicator> group,
                                                            std::function<cudaStream_t()> stream_for);
 
