@@ -64,6 +64,9 @@ struct ModelContext {
   int32_t default_max_tokens = 0;  // 0: whatever context is left after the prompt
   int32_t max_n = 128;             // the most samples (n) one request may ask for
   ImageInputOptions images;
+  // The checkpoint's vision encoder that is not run yet (its vision_config's model_type, e.g.
+  // Gemma 3's siglip_vision_model), named when images are refused; empty: it has none.
+  std::string skipped_vision_encoder = {};
 };
 
 // How the generated text is split (see output_parser.h): set by the request conversion from the

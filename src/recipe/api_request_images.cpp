@@ -50,7 +50,7 @@ std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const st
 }
 
 // Decodes the image (so a bad one is reported as such), then refuses it: no served architecture
-// has a vision encoder yet (issue 28).
+// runs a vision encoder yet (issue 28).
 std::optional<ApiError> check_image(ImageSource source, const std::string& path, const ModelContext& model) {
   if (!source.url.empty()) {
     auto resolved = resolve_url(source.url, path, model);
@@ -62,8 +62,16 @@ std::optional<ApiError> check_image(ImageSource source, const std::string& path,
   Result<RgbImage> image = try_decode_image(
       *bytes, ImageDecodeOptions{.max_pixels = model.images.max_pixels, .declared_media_type = source.media_type});
   if (!image.ok()) return bad_request(path, path + ": " + image.error().message);
-  return bad_request(path,
-                     path + ": model " + model.served_name + " does not accept images (it has no vision encoder)");
+  std::string refusal = path;
+  refusal.append(": model ").append(model.served_name);
+  if (model.skipped_vision_encoder.empty()) {
+    refusal.append(" does not accept images (it has no vision encoder)");
+  } else {
+    refusal.append(" does not accept images yet: its language model is served without its ")
+        .append(model.skipped_vision_encoder)
+        .append(" vision encoder");
+  }
+  return bad_request(path, refusal);
 }
 
 // OpenAI Chat {"type": "image_url", "image_url": {"url": ...}} (a bare string URL is taken too).

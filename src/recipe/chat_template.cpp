@@ -27,6 +27,7 @@ constexpr FamilyName kFamilyNames[] = {
     {ChatFamily::kLlama31, "llama3_1"},
     {ChatFamily::kLlama32, "llama3_2"},
     {ChatFamily::kGptOss, "gpt_oss"},
+    {ChatFamily::kGemma3, "gemma3"},
 };
 
 std::string supported_names() {
@@ -130,6 +131,7 @@ std::optional<ChatFamily> find_chat_family_of_template(std::string_view t) {
   if (contains(t, "<|im_start|>") && contains(t, "enable_thinking") && contains(t, "<tool_call>")) {
     return ChatFamily::kQwen3;
   }
+  if (contains(t, "<start_of_turn>") && contains(t, "first_user_prefix")) return ChatFamily::kGemma3;
   if (contains(t, "<|start_header_id|>")) {
     if (!contains(t, "Cutting Knowledge Date")) return ChatFamily::kLlama3;
     return contains(t, "strftime_now") ? ChatFamily::kLlama32 : ChatFamily::kLlama31;
@@ -164,6 +166,7 @@ Result<ChatFamily> detect_chat_family(const std::string& model_dir) {
     model_type = model_config->value("model_type", "");
     if (model_type == "gpt_oss") return ChatFamily::kGptOss;
     if (model_type == "qwen3" || model_type == "qwen3_moe") return ChatFamily::kQwen3;
+    if (model_type == "gemma3" || model_type == "gemma3_text") return ChatFamily::kGemma3;
   }
   return Error{"cannot pick a chat format for " + model_dir + ": " + config_path.string() +
                " has no chat_template, there is no chat_template.jinja" +
@@ -241,6 +244,8 @@ Result<std::vector<PromptSegment>> render_chat(ChatFamily family, const Conversa
       return render_llama31(conversation, options, 32);
     case ChatFamily::kGptOss:
       return render_gpt_oss(conversation, options);
+    case ChatFamily::kGemma3:
+      return render_gemma3(conversation, options);
   }
   return Error{"unknown chat family"};
 }

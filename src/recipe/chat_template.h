@@ -24,6 +24,7 @@ enum class ChatFamily {
   kLlama31,      // Llama 3.1 / 3.3 Instruct: tools, "Today Date" fixed at 26 Jul 2024
   kLlama32,      // Llama 3.2 Instruct: as 3.1, "Today Date" from the clock
   kGptOss,       // GPT-OSS harmony: channels, reasoning effort, TypeScript tool namespace
+  kGemma3,       // Gemma 3 Instruct: <start_of_turn> turns, the system text in the first one, no tools
 };
 
 // The family's name as the CLI and tests spell it ("deepseek_v3", "qwen3", "gpt_oss", ...).

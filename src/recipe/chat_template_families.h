@@ -18,6 +18,7 @@ RenderResult render_llama3(const Conversation& conversation, const ChatOptions& 
 // version: 31 (date fixed by the template) or 32 (date from the clock).
 RenderResult render_llama31(const Conversation& conversation, const ChatOptions& options, int version);
 RenderResult render_gpt_oss(const Conversation& conversation, const ChatOptions& options);
+RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& options);
 
 struct CalendarDate {
   int year = 0;

@@ -147,6 +147,7 @@ std::optional<Json> tool_call_grammar(const ToolCallGrammarInput& input) {
     case ChatFamily::kGptOss:
       return b.gpt_oss();
     case ChatFamily::kLlama3:
+    case ChatFamily::kGemma3:
       break;
   }
   return std::nullopt;

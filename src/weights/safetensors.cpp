@@ -261,6 +261,36 @@ std::vector<std::string> WeightStore::names() const {
   return result;
 }
 
+Result<WeightStore> WeightStore::with_prefixes_renamed(
+    const std::vector<std::pair<std::string, std::string>>& renames) const {
+  WeightStore renamed;
+  renamed.source_ = source_;
+  renamed.files_ = files_;
+  renamed.metadata_ = metadata_;
+  std::map<std::string, std::string> original_of;
+  for (const auto& [name, view] : tensors_) {
+    std::string new_name = name;
+    for (const auto& [from, to] : renames) {
+      if (name.starts_with(from)) {
+        new_name = to;
+        new_name.append(name, from.size());
+        break;
+      }
+    }
+    const auto [seen, first] = original_of.emplace(new_name, name);
+    if (!first) {
+      std::string message = source_;
+      message.append(": tensors ").append(seen->second).append(" and ").append(name);
+      message.append(" would both be read as ").append(new_name);
+      return Error{message};
+    }
+    TensorView moved = view;
+    moved.name = new_name;
+    renamed.tensors_.emplace(new_name, std::move(moved));
+  }
+  return renamed;
+}
+
 uint64_t WeightStore::total_bytes() const {
   uint64_t total = 0;
   for (const auto& entry : tensors_) total += entry.second.size_bytes;

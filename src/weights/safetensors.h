@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -45,6 +46,11 @@ class WeightStore {
   // e.g. MXFP4 blocks: read those with find()) where a numeric weight belongs.
   Result<TensorView> get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
   std::vector<std::string> names() const;
+  // The same tensors over the same mappings, each name that starts with renames[i].first (the
+  // first that matches) starting with renames[i].second instead: how a builder reads a model nested
+  // in a larger checkpoint (a multimodal one's language model) under the plain model's names. Two
+  // tensors meeting under one name is an error naming both.
+  Result<WeightStore> with_prefixes_renamed(const std::vector<std::pair<std::string, std::string>>& renames) const;
   uint64_t total_bytes() const;
   const std::string& source() const { return source_; }
   // The __metadata__ strings of every file (the first file wins on a repeated key).

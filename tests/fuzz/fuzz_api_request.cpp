@@ -29,6 +29,7 @@ const char* tokenizer_name(ChatFamily family) {
     case ChatFamily::kLlama32: return "llama3";
     case ChatFamily::kGptOss: return "gptoss";
     case ChatFamily::kQwen3: return "qwen3";
+    case ChatFamily::kGemma3: return "llama3";  // no Gemma tokenizer installed: any encodes the prompt
   }
   return "qwen3";
 }

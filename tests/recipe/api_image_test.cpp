@@ -103,6 +103,15 @@ TEST(ApiImages, GoodImagesAreDecodedThenRefusedByTheTextModel) {
                "messages[2].content[0]" + refusal);
 }
 
+TEST(ApiImages, AVisionEncoderThatIsNotRunIsNamed) {
+  ModelContext gemma = qwen3();
+  gemma.skipped_vision_encoder = "siglip_vision_model";
+  expect_error(ApiKind::kChatCompletions, chat_body("data:image/png;base64," + png_base64()), "messages[1].content[1]",
+               "messages[1].content[1]: model tiny does not accept images yet: its language model is served without "
+               "its siglip_vision_model vision encoder",
+               gemma);
+}
+
 TEST(ApiImages, BadImagesNameThePartAndTheProblem) {
   expect_error(ApiKind::kChatCompletions, chat_body("data:image/png;base64," + truncated_png_base64()),
                "messages[1].content[1]", "messages[1].content[1]: image data is truncated PNG (the file ends early)");

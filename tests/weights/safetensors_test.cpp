@@ -150,6 +150,33 @@ TEST(SafetensorsTest, GetNamesTheTensorAndShapes) {
   EXPECT_EQ(missing.error().message, "model.layers.0.mlp.down_proj.weight is missing from " + path);
 }
 
+TEST(SafetensorsTest, PrefixesAreRenamedFirstMatchFirstAndCollisionsNamed) {
+  TempDir dir;
+  const std::vector<float> a = {1.0f, 2.0f}, b = {3.0f, 4.0f}, c = {5.0f, 6.0f};
+  const std::string path = dir.file("m.safetensors");
+  ASSERT_TRUE(write_safetensors(path, {view_of("language_model.model.norm.weight", DType::kF32, {2}, a),
+                                       view_of("language_model.lm_head.weight", DType::kF32, {1, 2}, b),
+                                       view_of("vision_tower.patch.weight", DType::kF32, {2}, c)})
+                  .ok());
+  const WeightStore store = WeightStore::open_file(path).value();
+  const WeightStore text = store
+                               .with_prefixes_renamed({{"language_model.model.", "model."},
+                                                       {"language_model.", "unused."},
+                                                       {"language_model.lm_head.", "lm_head."}})
+                               .value();
+  EXPECT_EQ(text.names(),
+            (std::vector<std::string>{"model.norm.weight", "unused.lm_head.weight", "vision_tower.patch.weight"}));
+  const TensorView norm = text.get("model.norm.weight", {2}).value();
+  EXPECT_EQ(norm.name, "model.norm.weight");
+  EXPECT_EQ(values_of<float>(norm), a);
+  EXPECT_EQ(norm.data, store.find("language_model.model.norm.weight")->data) << "a view of the same mapping";
+  auto collision = store.with_prefixes_renamed({{"language_model.model.norm.", "x."}, {"vision_tower.patch.", "x."}});
+  ASSERT_FALSE(collision.ok());
+  EXPECT_EQ(collision.error().message, path +
+                                           ": tensors language_model.model.norm.weight and "
+                                           "vision_tower.patch.weight would both be read as x.weight");
+}
+
 TEST(SafetensorsTest, WriterRejectsInconsistentTensors) {
   TempDir dir;
   const std::vector<float> values(4, 0.0f);

@@ -20,6 +20,7 @@ Result<std::unique_ptr<CausalLM>> build_qwen3_moe(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_mixtral(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_gpt_oss(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source);
+Result<std::unique_ptr<CausalLM>> build_gemma3_multimodal(const ModelSource& source);
 
 // nullptr when the architecture is not supported.
 Builder find_builder(const std::string& architecture);

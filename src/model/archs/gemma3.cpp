@@ -5,6 +5,9 @@
 // residual add (post_attention / post_feedforward) and before the MLP (pre_feedforward), GeGLU,
 // embeddings scaled by sqrt(hidden) rounded to the embedding dtype, final-logit soft-capping
 // when configured, tied embeddings.
+// Gemma3ForConditionalGeneration (the published multimodal checkpoints): the same text model under
+// language_model.model.* (transformers < 4.52) or model.language_model.* (later); its vision tower
+// (vision_tower.*, multi_modal_projector.*) is not read, so it serves text only.
 #include "model/archs/archs.h"
 #include "model/layers/dense_decoder.h"
 
@@ -25,6 +28,16 @@ Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source) {
   options.sandwich_norms = true;
   options.scale_embeddings = true;
   return DenseDecoder::load(source, options);
+}
+
+Result<std::unique_ptr<CausalLM>> build_gemma3_multimodal(const ModelSource& source) {
+  auto text_weights = source.weights->with_prefixes_renamed({{"language_model.model.", "model."},
+                                                             {"language_model.lm_head.", "lm_head."},
+                                                             {"model.language_model.", "model."}});
+  if (!text_weights.ok()) return text_weights.error();
+  ModelSource text = source;
+  text.weights = std::make_shared<const WeightStore>(std::move(*text_weights));
+  return build_gemma3(text);
 }
 
 }  // namespace deepinfer::archs
