@@ -173,6 +173,7 @@ int run_router(int argc, char** argv) {
   context.model.pool = &encode_pool;
   context.model.max_n = *max_n;
   context.model.images = *images;
+  context.model.skipped_vision_encoder = skipped_vision_encoder(*model_config);
   context.metrics = &metrics;
   context.shutdown = &shutdown;
   context.started_unix =

@@ -372,10 +372,7 @@ int run_serve(int argc, char** argv) {
   context.model.pool = &encode_pool;
   context.model.max_n = static_cast<int32_t>(*max_n);
   context.model.images = *images;
-  if (const auto vision = setup->model->config().raw.find("vision_config");
-      vision != setup->model->config().raw.end() && vision->is_object()) {
-    context.model.skipped_vision_encoder = vision->value("model_type", std::string("unnamed"));
-  }
+  context.model.skipped_vision_encoder = skipped_vision_encoder(setup->model->config());
   context.metrics = &metrics;
   context.shutdown = &shutdown;
   context.started_unix =

@@ -80,6 +80,12 @@ std::string served_model_name(const Args& args, const std::string& model_dir) {
   return name.empty() ? model_dir : name;
 }
 
+std::string skipped_vision_encoder(const ModelConfig& config) {
+  const auto vision = config.raw.find("vision_config");
+  if (vision == config.raw.end() || !vision->is_object()) return {};
+  return vision->value("model_type", std::string("unnamed"));
+}
+
 ChatFamily chat_family_or_qwen3(const std::string& model_dir, const char* command) {
   auto family = detect_chat_family(model_dir);
   if (family.ok()) return *family;

@@ -10,6 +10,7 @@
 #include "recipe/api.h"
 #include "recipe/chat_template.h"
 #include "server/server_context.h"
+#include "weights/hf_config.h"
 
 namespace deepinfer::cli {
 
@@ -30,5 +31,8 @@ Result<ImageInputOptions> image_input_from_args(const Args& args);
 std::string served_model_name(const Args& args, const std::string& model_dir);
 // The directory's chat family; when it cannot be told, qwen3's, with a line on stderr.
 ChatFamily chat_family_or_qwen3(const std::string& model_dir, const char* command);
+// The checkpoint's vision encoder that is not run (vision_config's model_type), for the image
+// refusal message (ModelContext::skipped_vision_encoder); empty without a vision_config.
+std::string skipped_vision_encoder(const ModelConfig& config);
 
 }  // namespace deepinfer::cli

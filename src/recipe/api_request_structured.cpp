@@ -89,7 +89,13 @@ std::optional<ApiError> constrain_tool_calls(ApiRequest& request, const std::vec
     input.arguments.push_back(std::get<Json>(std::move(arguments)));
   }
   const std::optional<Json> spec = tool_call_grammar(input);
-  if (!spec) return std::nullopt;  // the family has no tool-call format
+  if (!spec) {
+    // The family's template has no tool calls (its prompt does not show the tools): a call asked
+    // for cannot be honoured, one merely offered is left to the text.
+    if (!required) return std::nullopt;
+    return bad_request("tool_choice", "tool_choice: the " + std::string(chat_family_name(model.family)) +
+                                          " chat format has no tool calls, so a tool call cannot be required");
+  }
   StructuredOutputParams params;
   params.kind = StructuredOutputParams::Kind::kStructural;
   params.spec = spec->dump();

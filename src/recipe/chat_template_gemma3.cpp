@@ -8,14 +8,29 @@
 
 namespace deepinfer {
 
-// Kept quirks: the system text is not trimmed (each turn's content is), a later system message is
-// a turn of role "system", tool results are turns of role "tool", and tool calls are dropped.
+namespace {
+
+// A turn's text: the content trimmed, or, for content sent as parts, each part trimmed and the
+// parts run together (the template loops over them).
+std::string turn_text(const Message& message) {
+  if (message.content_parts.empty()) return std::string(python_trim(content_or_empty(message)));
+  std::string text;
+  for (const std::string& part : message.content_parts) text.append(python_trim(part));
+  return text;
+}
+
+}  // namespace
+
+// Kept quirks: the system text is not trimmed (each turn's content is) and of a system message
+// sent as parts only the first is read; a later system message is a turn of role "system", tool
+// results are turns of role "tool", and tool calls are dropped.
 RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& options) {
   const std::vector<Message>& messages = conversation.messages;
   std::string first_user_prefix;
   size_t first = 0;
   if (messages[0].role == Role::kSystem) {
-    first_user_prefix = content_or_empty(messages[0]);
+    first_user_prefix =
+        messages[0].content_parts.empty() ? content_or_empty(messages[0]) : messages[0].content_parts[0];
     first_user_prefix.append("\n\n");
     first = 1;
   }
@@ -24,13 +39,15 @@ RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& 
   for (size_t i = first; i < messages.size(); ++i) {
     const Message& message = messages[i];
     if ((message.role == Role::kUser) != ((i - first) % 2 == 0)) {
-      return Error{"Conversation roles must alternate user/assistant/user/assistant/..."};
+      std::string error = "Conversation roles must alternate user/assistant/user/assistant/... (messages[";
+      error.append(std::to_string(i)).append("] is ").append(role_name(message.role)).append(")");
+      return Error{error};
     }
     b.fixed("<start_of_turn>");
     b.fixed(message.role == Role::kAssistant ? "model" : role_name(message.role));
     b.fixed("\n");
     if (i == first) b.text(first_user_prefix);
-    b.text(python_trim(content_or_empty(message)));
+    b.text(turn_text(message));
     b.fixed("<end_of_turn>\n");
   }
   if (options.add_generation_prompt) b.fixed("<start_of_turn>model\n");

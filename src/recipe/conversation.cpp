@@ -11,8 +11,9 @@ Error field_error(const std::string& path, const std::string& expected, const Js
 }
 
 // A string, or a list of {"type": "text", "text": ...} parts joined with "\n\n" (the DeepSeek
-// recipe's rule for multi-part content).
-Result<std::string> parse_text_content(const Json& value, const std::string& path) {
+// recipe's rule for multi-part content); the parts themselves go to *parts when it is not null.
+Result<std::string> parse_text_content(const Json& value, const std::string& path,
+                                       std::vector<std::string>* parts = nullptr) {
   if (value.is_string()) return value.get<std::string>();
   if (!value.is_array()) return field_error(path, "a string or a list of text parts", value);
   std::string text;
@@ -30,15 +31,16 @@ Result<std::string> parse_text_content(const Json& value, const std::string& pat
     }
     if (i > 0) text += "\n\n";
     text += part_text->get<std::string>();
+    if (parts != nullptr) parts->push_back(part_text->get<std::string>());
   }
   return text;
 }
 
-Result<std::optional<std::string>> parse_optional_content(const Json& message, const char* key,
-                                                          const std::string& path) {
+Result<std::optional<std::string>> parse_optional_content(const Json& message, const char* key, const std::string& path,
+                                                          std::vector<std::string>* parts = nullptr) {
   const auto it = message.find(key);
   if (it == message.end() || it->is_null()) return std::optional<std::string>();
-  auto text = parse_text_content(*it, path + "." + key);
+  auto text = parse_text_content(*it, path + "." + key, parts);
   if (!text.ok()) return text.error();
   return std::optional<std::string>(std::move(*text));
 }
@@ -92,7 +94,7 @@ Result<Message> parse_message(const Json& value, const std::string& path) {
   auto role = parse_role(value, path);
   if (!role.ok()) return role.error();
   message.role = *role;
-  auto content = parse_optional_content(value, "content", path);
+  auto content = parse_optional_content(value, "content", path, &message.content_parts);
   if (!content.ok()) return content.error();
   message.content = std::move(*content);
 

@@ -29,6 +29,9 @@ struct Message {
   std::vector<ToolCall> tool_calls;              // assistant only; empty: no tool_calls key
   std::string tool_call_id;                      // tool only
   bool prefix = false;                           // DeepSeek prefix completion: the last assistant message is continued
+  // The text parts when content came as a list (content holds them joined), for the templates
+  // that read the parts one by one (Gemma 3); empty when content was a string.
+  std::vector<std::string> content_parts = {};
 };
 
 struct Conversation {

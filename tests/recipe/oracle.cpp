@@ -24,11 +24,15 @@ Json load_json_file(const std::string& path) {
   return Json::parse(text.str());
 }
 
-Json conversation_messages_json(const Conversation& conversation) {
+Json conversation_messages_json(const Conversation& conversation, bool content_as_parts) {
   Json messages = Json::array();
   for (const Message& m : conversation.messages) {
     Json out = {{"role", role_name(m.role)}};
     out["content"] = m.content ? Json(*m.content) : Json(nullptr);
+    if (content_as_parts && !m.content_parts.empty()) {
+      out["content"] = Json::array();
+      for (const std::string& part : m.content_parts) out["content"].push_back({{"type", "text"}, {"text", part}});
+    }
     if (m.reasoning_content) out["reasoning_content"] = *m.reasoning_content;
     if (!m.tool_calls.empty()) {
       Json calls = Json::array();
@@ -89,6 +93,10 @@ std::vector<OracleResult> run_jinja_oracle(const std::vector<OracleCase>& cases)
   return out;
 }
 
+// The families whose templates loop over a list of content parts themselves; the others are
+// given the parts joined, as the renderers join them.
+bool reads_content_parts(const std::string& family) { return family == "gemma3"; }
+
 const ConversationSetRun& conversation_set_run(const std::string& family, bool tokenize) {
   static std::map<std::pair<std::string, bool>, ConversationSetRun> runs;
   const auto key = std::make_pair(family, tokenize);
@@ -111,8 +119,8 @@ const ConversationSetRun& conversation_set_run(const std::string& family, bool t
       EXPECT_TRUE(options.ok()) << variant.dump() << ": " << options.error().message;
       if (!parsed.ok() || !options.ok()) continue;
       out.cases.push_back({family, conversation["name"].get<std::string>() + " " + variant.dump(), *parsed, *options});
-      oracle_cases.push_back({family, conversation_messages_json(*parsed), conversation.value("tools", Json::array()),
-                              add_generation_prompt, kwargs, tokenize});
+      oracle_cases.push_back({family, conversation_messages_json(*parsed, reads_content_parts(family)),
+                              conversation.value("tools", Json::array()), add_generation_prompt, kwargs, tokenize});
     }
   }
   out.results = run_jinja_oracle(oracle_cases);

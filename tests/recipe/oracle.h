@@ -20,8 +20,9 @@ std::string recipe_test_path(const std::string& name);
 Json load_json_file(const std::string& path);
 
 // The conversation back in OpenAI form, as the renderer saw it after parsing (roles normalised,
-// text parts joined), which is what the Jinja templates are given.
-Json conversation_messages_json(const Conversation& conversation);
+// text parts joined, or kept as a list with content_as_parts), which is what the Jinja templates
+// are given.
+Json conversation_messages_json(const Conversation& conversation, bool content_as_parts = false);
 
 struct OracleCase {
   std::string family;

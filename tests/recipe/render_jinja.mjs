@@ -28,8 +28,7 @@ const FAMILIES = {
   llama3_1: { config: lenml("llama3"), file: "llama3_1.jinja", arguments_as_object: true },
   llama3_2: { config: lenml("llama3"), file: "llama3_2.jinja", arguments_as_object: true },
   gpt_oss: { config: lenml("gptoss"), file: "gpt_oss.jinja", arguments_as_object: true, thinking_field: "thinking" },
-  // No installed package has Gemma 3; its special tokens are those of its tokenizer_config.json.
-  gemma3: { file: "gemma3.jinja", tokens: { bos_token: "<bos>", eos_token: "<end_of_turn>", unk_token: "<unk>", pad_token: "<pad>" } },
+  gemma3: { config: lenml("gemma3") },
 };
 
 const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -54,15 +53,14 @@ function loadFamily(name) {
   if (cache.has(name)) return cache.get(name);
   const spec = FAMILIES[name];
   if (!spec) throw new Error(`unknown family '${name}' (known: ${Object.keys(FAMILIES).join(", ")})`);
-  const config = spec.config ? JSON.parse(readFileSync(spec.config, "utf8")) : { ...spec.tokens };
+  const config = JSON.parse(readFileSync(spec.config, "utf8"));
   const source = spec.file ? readFileSync(join(here, "templates", spec.file), "utf8") : config.chat_template;
   const tokens = {};
   for (const key of ["bos_token", "eos_token", "unk_token", "pad_token"]) {
     const content = tokenContent(config[key]);
     if (content !== undefined) tokens[key] = content;
   }
-  const tokenizerPath = spec.config ? join(dirname(spec.config), "tokenizer.json") : undefined;
-  const loaded = { spec, template: new Template(source), tokens, tokenizerPath };
+  const loaded = { spec, template: new Template(source), tokens, tokenizerPath: join(dirname(spec.config), "tokenizer.json") };
   cache.set(name, loaded);
   return loaded;
 }

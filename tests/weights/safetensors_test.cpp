@@ -170,6 +170,9 @@ TEST(SafetensorsTest, PrefixesAreRenamedFirstMatchFirstAndCollisionsNamed) {
   EXPECT_EQ(norm.name, "model.norm.weight");
   EXPECT_EQ(values_of<float>(norm), a);
   EXPECT_EQ(norm.data, store.find("language_model.model.norm.weight")->data) << "a view of the same mapping";
+  EXPECT_EQ(text.get("model.embed_tokens.weight", {2}).error().message,
+            "model.embed_tokens.weight is missing from " + path +
+                " (language_model.model.* read as model.*, language_model.* read as unused.*)");
   auto collision = store.with_prefixes_renamed({{"language_model.model.norm.", "x."}, {"vision_tower.patch.", "x."}});
   ASSERT_FALSE(collision.ok());
   EXPECT_EQ(collision.error().message, path +

@@ -15,8 +15,11 @@ namespace deepinfer::archs {
 
 Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source) {
   const ModelConfig& config = source.config;
-  const auto bidirectional = config.raw.find("use_bidirectional_attention");
-  if (bidirectional != config.raw.end() && bidirectional->is_boolean() && bidirectional->get<bool>()) {
+  // At the top of a text model's config.json, or in a multimodal one's text_config.
+  const auto text_config = config.raw.find("text_config");
+  const nlohmann::json& text = text_config != config.raw.end() && text_config->is_object() ? *text_config : config.raw;
+  const auto bidirectional = text.find("use_bidirectional_attention");
+  if (bidirectional != text.end() && bidirectional->is_boolean() && bidirectional->get<bool>()) {
     return Error{"config.json: use_bidirectional_attention is true (an embedding model); " + config.architecture +
                  " is served as a causal language model only"};
   }
