@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/device_error.h"
+#include "core/logging.h"
 
 #ifdef DEEPINFER_HAS_NCCL
 #include <dlfcn.h>
@@ -302,6 +303,13 @@ Result<std::unique_ptr<DeviceExchange>> make_nccl_exchange(std::shared_ptr<Commu
   }
   problem = first_problem(group->all_gather(status));
   if (!problem.empty()) return Error{"NCCL: " + problem};
+  int version = 0;
+  if (nccl.get_version(&version) == ncclSuccess) {
+    // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since NCCL 2.9.
+    DI_LOG(kInfo, "expert-parallel rows go over NCCL " << version / 10000 << "." << version / 100 % 100 << "."
+                                                       << version % 100 << " between " << group->world_size()
+                                                       << " GPUs");
+  }
   return exchange;
 }
 
