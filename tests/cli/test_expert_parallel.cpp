@@ -189,6 +189,13 @@ TEST(ExpertParallelCli, BadFlagsAreNamed) {
   const auto transport_alone = run_cli(model + "--data-parallel-size 2 --expert-parallel-transport host");
   EXPECT_EQ(transport_alone.exit_code, 1);
   EXPECT_NE(transport_alone.out.find("need --expert-parallel"), std::string::npos) << transport_alone.out;
+  // The launcher looks for GPUs to hand the started ranks; with none (or a build without CUDA)
+  // every rank ends with the device's error instead of hanging.
+  const auto no_gpu = run_cli(model + "--data-parallel-size 2 --expert-parallel --device cuda");
+  EXPECT_EQ(no_gpu.exit_code, 1);
+  EXPECT_TRUE(no_gpu.out.find("no usable CUDA device") != std::string::npos ||
+              no_gpu.out.find("unknown device 'cuda'") != std::string::npos)
+      << no_gpu.out;
   // Both ranks reach the exchange's choice and refuse it alike.
   const auto nccl_on_cpu = run_cli(model + "--data-parallel-size 2 --expert-parallel --expert-parallel-transport nccl");
   EXPECT_EQ(nccl_on_cpu.exit_code, 1);
