@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "runtime/device_upload.h"
 
 namespace deepinfer {
 namespace {
@@ -166,8 +167,7 @@ void StepInputs::keep_table(Backend& backend, int32_t num_seqs, int32_t width) {
   table_width_ = width;
   // Block 0 everywhere: a dummy row reads its first entry.
   const std::vector<int32_t> zeros(static_cast<size_t>(table_rows_) * static_cast<size_t>(width), 0);
-  table_ = backend.allocate(zeros.size() * sizeof(int32_t));
-  backend.copy_to_device(table_.data(), zeros.data(), zeros.size() * sizeof(int32_t));
+  table_ = upload_vector(backend, zeros);
   kept_seq_ids_.clear();
   kept_rows_.clear();
 }

@@ -15,11 +15,11 @@ class CopiedAlready final : public PendingCopies {
 
 Result<std::unique_ptr<DeviceExchange>> Backend::make_device_exchange(std::shared_ptr<Communicator> group,
                                                                       ExchangeTransport transport) {
-  ExchangeEndpoint own;
-  own.backend = name();
-  own.requested = transport;
-  own.nccl_unavailable = "NCCL needs --device cuda (this backend's rows are host memory)";
-  auto agreed = agree_on_transport(*group, own);
+  auto agreed = agree_on_transport(
+      *group, {.backend = std::string(name()),
+               .requested = transport,
+               .device = {},
+               .nccl_unavailable = "NCCL needs --device cuda (this backend's rows are host memory)"});
   if (!agreed.ok()) return agreed.error();
   return make_host_exchange(std::move(group));
 }

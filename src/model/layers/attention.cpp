@@ -9,15 +9,10 @@
 #include <vector>
 
 #include "core/check.h"
+#include "runtime/device_upload.h"
 
 namespace deepinfer {
 namespace {
-
-DeviceBuffer upload_ints(Backend& backend, const std::vector<int32_t>& values) {
-  DeviceBuffer buffer = backend.allocate(values.size() * sizeof(int32_t));
-  if (!values.empty()) backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(int32_t));
-  return buffer;
-}
 
 // q, k and v stacked into one device weight when the backend makes one (16-bit weights, no biases,
 // not FP8: those are dequantised per tensor by load_tensor); nullopt otherwise.
@@ -44,12 +39,12 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
   DI_CHECK(batch.block_table.size() == batch.seq_len.size() * static_cast<size_t>(batch.max_blocks_per_seq),
            "block_table must be [num_seqs, max_blocks_per_seq]");
   DeviceBatch device;
-  device.token_ids = upload_ints(backend, batch.token_ids);
-  device.positions = upload_ints(backend, batch.positions);
-  device.slot_mapping = upload_ints(backend, batch.slot_mapping);
-  device.query_start = upload_ints(backend, batch.query_start);
-  device.seq_len = upload_ints(backend, batch.seq_len);
-  device.block_table = upload_ints(backend, batch.block_table);
+  device.token_ids = upload_vector(backend, batch.token_ids);
+  device.positions = upload_vector(backend, batch.positions);
+  device.slot_mapping = upload_vector(backend, batch.slot_mapping);
+  device.query_start = upload_vector(backend, batch.query_start);
+  device.seq_len = upload_vector(backend, batch.seq_len);
+  device.block_table = upload_vector(backend, batch.block_table);
   device.num_tokens = batch.num_tokens();
   device.paged.num_seqs = batch.num_seqs();
   device.paged.query_start = device.query_start.as<int32_t>();
@@ -68,13 +63,13 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
     DI_CHECK(batch.swa_slot_mapping.size() == batch.token_ids.size() &&
                  batch.swa_block_table.size() == batch.block_table.size(),
              "swa_slot_mapping and swa_block_table must be shaped as slot_mapping and block_table");
-    device.swa_slot_mapping = upload_ints(backend, batch.swa_slot_mapping);
-    device.swa_block_table = upload_ints(backend, batch.swa_block_table);
+    device.swa_slot_mapping = upload_vector(backend, batch.swa_slot_mapping);
+    device.swa_block_table = upload_vector(backend, batch.swa_block_table);
     device.swa_paged = device.paged;
     device.swa_paged.block_table = device.swa_block_table.as<int32_t>();
     if (!batch.swa_seq_len.empty()) {
       DI_CHECK(batch.swa_seq_len.size() == batch.seq_len.size(), "swa_seq_len must be shaped as seq_len");
-      device.swa_seq_len = upload_ints(backend, batch.swa_seq_len);
+      device.swa_seq_len = upload_vector(backend, batch.swa_seq_len);
       device.swa_paged.seq_len = device.swa_seq_len.as<int32_t>();
     }
   }
@@ -113,8 +108,7 @@ Result<KvCacheScales> KvCacheScales::load(const ModelSource& source, const std::
     for (size_t c = 0; c < host.size(); ++c) {
       host[c] = values[count == 1 ? 0 : count == columns ? c : c / static_cast<size_t>(head_dim)];
     }
-    device = backend.allocate(host.size() * sizeof(float));
-    backend.copy_to_device(device.data(), host.data(), host.size() * sizeof(float));
+    device = upload_vector(backend, host);
     return {};
   };
   if (auto loaded = columns(*k, scales.host_k, scales.k); !loaded.ok()) return loaded.error();
@@ -188,12 +182,10 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
                    std::string(dtype_name(sinks->dtype)) + "; expected F32, BF16 or F16"};
     }
     convert_to_f32(sinks->data, sinks->dtype, values.size(), values.data());
-    layer.sinks_ = backend.allocate(values.size() * sizeof(float));
-    backend.copy_to_device(layer.sinks_.data(), values.data(), values.size() * sizeof(float));
+    layer.sinks_ = upload_vector(backend, values);
     layer.params_.sinks = layer.sinks_.as<float>();
   }
-  layer.inv_freq_ = backend.allocate(rope.inv_freq.size() * sizeof(float));
-  backend.copy_to_device(layer.inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
+  layer.inv_freq_ = upload_vector(backend, rope.inv_freq);
   return layer;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "runtime/device_upload.h"
 
 namespace deepinfer {
 
@@ -105,8 +106,7 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
   layer.w_uv_.data = static_cast<const char*>(layer.w_uv_.data) + static_cast<size_t>(nope * lora) * element;
   layer.w_uv_.rows = v_dim;
   Backend& backend = *source.backend;
-  layer.inv_freq_ = backend.allocate(rope.inv_freq.size() * sizeof(float));
-  backend.copy_to_device(layer.inv_freq_.data(), rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
+  layer.inv_freq_ = upload_vector(backend, rope.inv_freq);
   return layer;
 }
 

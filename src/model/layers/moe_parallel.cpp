@@ -6,30 +6,11 @@
 // group gives the single device's bits. The rows stay in the backend's memory and travel through
 // the model's DeviceExchange (NCCL between GPUs); the routing, the counts and each row's expert
 // index are host bookkeeping and go through the group.
-#include <algorithm>
-
 #include "core/check.h"
 #include "model/layers/moe.h"
+#include "runtime/device_upload.h"
 
 namespace deepinfer {
-namespace {
-
-// A buffer of count elements of T in the backend's memory (one element when count is 0, so that
-// every exchange has a buffer).
-template <typename T>
-DeviceBuffer allocate_for(Backend& backend, int64_t count) {
-  return backend.allocate(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T));
-}
-
-template <typename T>
-DeviceBuffer upload(Backend& backend, const std::vector<T>& values) {
-  DeviceBuffer buffer = allocate_for<T>(backend, static_cast<int64_t>(values.size()));
-  if (!values.empty()) backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(T));
-  return buffer;
-}
-
-}  // namespace
-
 void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                        const float* expert_weights, float* out) const {
   const int32_t world = group_->world_size();
@@ -79,32 +60,33 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   group_->all_to_all_v(slot_of_row.data(), send_counts, received_slots.data(), recv_counts, sizeof(int32_t));
 
   // The send rows are copies of x's token rows (embedding over x as a float32 table is that gather).
-  DeviceBuffer send_rows = allocate_for<float>(backend, num_slots * hidden);
+  DeviceBuffer send_rows = allocate_elements<float>(backend, num_slots * hidden);
   if (num_slots > 0) {
-    const DeviceBuffer device_token_of_row = upload(backend, token_of_row);
+    const DeviceBuffer device_token_of_row = upload_vector(backend, token_of_row);
     const kernels::WeightView x_table{x, DType::kF32, num_tokens, hidden};
     backend.embedding(x_table, device_token_of_row.as<int32_t>(), num_slots, send_rows.as<float>());
   }
-  DeviceBuffer received = allocate_for<float>(backend, num_received * hidden);
+  DeviceBuffer received = allocate_elements<float>(backend, num_received * hidden);
   exchange_->all_to_all_v(send_rows.data(), send_counts, received.data(), recv_counts, row_bytes);
 
   // This rank's experts over the rows it received, each row alone (top_k 1, weight 1).
-  DeviceBuffer expert_out = allocate_for<float>(backend, num_received * hidden);
+  DeviceBuffer expert_out = allocate_elements<float>(backend, num_received * hidden);
   if (num_received > 0) {
     kernels::MoeExperts one = experts_view();
     one.top_k = 1;
-    const DeviceBuffer device_slots = upload(backend, received_slots);
-    const DeviceBuffer device_ones = upload(backend, std::vector<float>(static_cast<size_t>(num_received), 1.0f));
-    DeviceBuffer workspace = allocate_for<float>(backend, kernels::moe_workspace_floats(num_received, one));
+    const DeviceBuffer device_slots = upload_vector(backend, received_slots);
+    const DeviceBuffer device_ones =
+        upload_vector(backend, std::vector<float>(static_cast<size_t>(num_received), 1.0f));
+    DeviceBuffer workspace = allocate_elements<float>(backend, kernels::moe_workspace_floats(num_received, one));
     backend.moe_experts(received.as<float>(), num_received, device_slots.as<int32_t>(), device_ones.as<float>(), one,
                         workspace.as<float>(), token_counts_.as<int64_t>(), expert_out.as<float>());
   }
 
   // The outputs go back the way the rows came.
-  DeviceBuffer returned = allocate_for<float>(backend, num_slots * hidden);
+  DeviceBuffer returned = allocate_elements<float>(backend, num_slots * hidden);
   exchange_->all_to_all_v(expert_out.data(), recv_counts, returned.data(), send_counts, row_bytes);
   if (num_tokens == 0) return;
-  const DeviceBuffer device_row_of_slot = upload(backend, row_of_slot);
+  const DeviceBuffer device_row_of_slot = upload_vector(backend, row_of_slot);
   backend.moe_combine(returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden,
                       out);
 }

@@ -91,33 +91,31 @@ Result<ExchangeTransport> agree_on_transport(Communicator& group, const Exchange
       return Error{"the ranks disagree: " + describe(0) + ", " + describe(r)};
     }
   }
-  const auto requested = parse_exchange_transport(ranks[0]["requested"].get<std::string>());
-  if (!requested.ok()) return requested.error();
-  if (*requested == ExchangeTransport::kHost) return ExchangeTransport::kHost;
+  // Every rank asked for own.requested (checked above).
+  if (own.requested == ExchangeTransport::kHost) return ExchangeTransport::kHost;
   // Why the group cannot use NCCL: a rank that cannot run it, or two ranks on one GPU (NCCL
   // refuses that); empty when it can.
-  std::string why_not;
-  for (size_t r = 0; r < ranks.size() && why_not.empty(); ++r) {
-    const std::string unavailable = ranks[r]["nccl_unavailable"].get<std::string>();
-    if (!unavailable.empty()) {
-      why_not.append("rank ").append(std::to_string(r)).append(": ").append(unavailable);
-      break;
-    }
-    for (size_t other = 0; other < r; ++other) {
-      if (ranks[other]["device"] == ranks[r]["device"]) {
-        why_not.append("ranks ")
+  const auto why_not_nccl = [&]() {
+    std::string why;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const std::string unavailable = ranks[r]["nccl_unavailable"].get<std::string>();
+      if (!unavailable.empty()) return why.append("rank ").append(std::to_string(r)).append(": ").append(unavailable);
+      for (size_t other = 0; other < r; ++other) {
+        if (ranks[other]["device"] != ranks[r]["device"]) continue;
+        return why.append("ranks ")
             .append(std::to_string(other))
             .append(" and ")
             .append(std::to_string(r))
             .append(" share the GPU ")
             .append(ranks[r]["device"].get<std::string>())
             .append(" (NCCL needs one GPU per rank; CUDA_VISIBLE_DEVICES picks each rank's)");
-        break;
       }
     }
-  }
+    return why;
+  };
+  const std::string why_not = why_not_nccl();
   if (why_not.empty()) return ExchangeTransport::kNccl;
-  if (*requested == ExchangeTransport::kNccl) return Error{"expert-parallel transport nccl: " + why_not};
+  if (own.requested == ExchangeTransport::kNccl) return Error{"expert-parallel transport nccl: " + why_not};
   DI_LOG(kInfo, "expert-parallel rows go through host memory: " << why_not);
   return ExchangeTransport::kHost;
 }

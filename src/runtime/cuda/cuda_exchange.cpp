@@ -31,18 +31,15 @@ Result<std::string> gpu_identity() {
 
 Result<std::unique_ptr<DeviceExchange>> CudaBackend::make_device_exchange(std::shared_ptr<Communicator> group,
                                                                           ExchangeTransport transport) {
-  ExchangeEndpoint own;
-  own.backend = name();
-  own.requested = transport;
   const Result<std::string> gpu = gpu_identity();
   const Result<void> nccl = nccl_available();
-  if (!gpu.ok()) {
-    own.nccl_unavailable = gpu.error().message;
-  } else {
-    own.device = *gpu;
-    if (!nccl.ok()) own.nccl_unavailable = nccl.error().message;
-  }
-  auto agreed = agree_on_transport(*group, own);
+  const std::string nccl_unavailable = !gpu.ok()    ? gpu.error().message
+                                       : !nccl.ok() ? nccl.error().message
+                                                    : std::string();
+  auto agreed = agree_on_transport(*group, {.backend = std::string(name()),
+                                            .requested = transport,
+                                            .device = gpu.ok() ? *gpu : std::string(),
+                                            .nccl_unavailable = nccl_unavailable});
   if (!agreed.ok()) return agreed.error();
   if (*agreed == ExchangeTransport::kHost) return make_staged_exchange(std::move(group), *this);
   auto exchange = make_nccl_exchange(group, [this] { return stream_.for_op(); });
