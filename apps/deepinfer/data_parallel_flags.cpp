@@ -127,7 +127,8 @@ Result<void> eplb_from_args(const Args& args, DataParallelConfig& config) {
 std::set<std::string> data_parallel_value_flags(std::set<std::string> extra) {
   extra.insert({"--data-parallel-size", "--data-parallel-size-local", "--data-parallel-start-rank", kRankFlag,
                 kAddressFlag, "--data-parallel-host", "--num-redundant-experts", "--expert-placement", "--eplb-window",
-                "--eplb-interval", "--eplb-policy", "--expert-placement-out", "--expert-parallel-transport"});
+                "--eplb-interval", "--eplb-policy", "--expert-placement-out", "--expert-parallel-transport",
+                "--expert-parallel-payload"});
   return extra;
 }
 
@@ -200,11 +201,17 @@ Result<DataParallelConfig> data_parallel_from_args(const Args& args, int argc, c
   if (auto transport = parse_exchange_transport(config.expert_parallel_transport); !transport.ok()) {
     return Error{"--expert-parallel-transport: " + transport.error().message};
   }
+  config.expert_parallel_payload = args.find("--expert-parallel-payload").value_or("auto");
+  if (auto payload = parse_exchange_payload(config.expert_parallel_payload, false); !payload.ok()) {
+    return Error{"--expert-parallel-payload: " + payload.error().message};
+  }
   config.host = args.find("--data-parallel-host").value_or(config.host);
   config.address = args.find(kAddressFlag).value_or("");
   if (!config.expert_parallel && (args.has("--num-redundant-experts") || args.has("--expert-placement") ||
-                                  args.has("--expert-parallel-transport"))) {
-    return Error{"--num-redundant-experts, --expert-placement and --expert-parallel-transport need --expert-parallel"};
+                                  args.has("--expert-parallel-transport") || args.has("--expert-parallel-payload"))) {
+    return Error{
+        "--num-redundant-experts, --expert-placement, --expert-parallel-transport and --expert-parallel-payload need "
+        "--expert-parallel"};
   }
   if (auto eplb = eplb_from_args(args, config); !eplb.ok()) return eplb.error();
   if (args.has(kRankFlag)) {

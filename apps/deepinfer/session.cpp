@@ -143,7 +143,7 @@ Result<LoadedModel> load_model_from_args(const Args& args, const DataParallelCon
   auto backend = make_backend(args.find("--device").value_or("cpu"), *options);
   if (!backend.ok()) return backend.error();
   LoadedModel loaded;
-  auto group = join_data_parallel_group(data_parallel, *dir);
+  auto group = join_data_parallel_group(data_parallel, *dir, options->batch_invariant);
   if (!group.ok()) return group.error();
   loaded.data_parallel = std::move(*group);
   loaded.backend = std::move(*backend);

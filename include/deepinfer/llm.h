@@ -38,6 +38,10 @@ struct DataParallelConfig {
   // How the MoE layers' token rows travel between ranks: "nccl" (GPU to GPU, one GPU per rank),
   // "host" (through host memory and Gloo) or "auto" (nccl where it can run, else host).
   std::string expert_parallel_transport = "auto";
+  // The element type of those rows: "bf16" (half of float32's bytes), "fp8" (e4m3 with a scale per
+  // 128 values on the way to the experts, bf16 back: DeepSeek's choice), "float32", or "auto":
+  // float32 with batch_invariant (the group then gives one rank's bits), else bf16.
+  std::string expert_parallel_payload = "auto";
   // EPLB while running (docs/parallel.md), with expert_parallel: each MoE layer's expert load is
   // recorded over the last eplb_window_steps forward rounds, and every eplb_interval_steps rounds
   // (0: only on LLM::request_expert_rebalance) the ranks re-place the experts by it, with

@@ -19,7 +19,8 @@ bool has_moe_layers(const ModelConfig& config) {
 
 }  // namespace
 
-Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config, const std::string& model_dir) {
+Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config, const std::string& model_dir,
+                                                   bool batch_invariant) {
   if (config.size < 1) return Error{"data-parallel size must be >= 1, not " + std::to_string(config.size)};
   if (config.rank < 0 || config.rank >= config.size) {
     return Error{"data-parallel rank " + std::to_string(config.rank) + " is outside 0.." +
@@ -37,6 +38,8 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   }
   auto transport = parse_exchange_transport(config.expert_parallel_transport);
   if (!transport.ok()) return Error{"expert_parallel_transport: " + transport.error().message};
+  auto payload = parse_exchange_payload(config.expert_parallel_payload, batch_invariant);
+  if (!payload.ok()) return Error{"expert_parallel_payload: " + payload.error().message};
   auto policy = parse_eplb_policy(config.eplb_policy);
   if (!policy.ok() || *policy == EplbPolicy::kContiguous) {
     return Error{"eplb_policy must be peak-aware or deepseek, not '" + config.eplb_policy + "'"};
@@ -85,6 +88,7 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   expert_parallel->group = joined.group;
   expert_parallel->num_redundant_experts = config.num_redundant_experts;
   expert_parallel->transport = *transport;
+  expert_parallel->payload = *payload;
   expert_parallel->eplb_window_steps = config.eplb_window_steps;
   expert_parallel->eplb_interval_steps = config.eplb_interval_steps;
   expert_parallel->eplb_policy = *policy;

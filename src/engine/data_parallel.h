@@ -18,7 +18,9 @@ struct DataParallelGroup {
 };
 
 // Validates the config (errors name the field) and, with expert parallelism, that the model in
-// model_dir has MoE layers; then joins the group and reads the placement file.
-Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config, const std::string& model_dir);
+// model_dir has MoE layers; then joins the group and reads the placement file. batch_invariant (the
+// engine's) settles the "auto" payload.
+Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& config, const std::string& model_dir,
+                                                   bool batch_invariant);
 
 }  // namespace deepinfer

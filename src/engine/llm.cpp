@@ -112,7 +112,7 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
     if (!tokenizer.ok()) return tokenizer.error();
     impl->tokenizer = std::move(*tokenizer);
   }
-  auto group = join_data_parallel_group(config.data_parallel, config.model_dir);
+  auto group = join_data_parallel_group(config.data_parallel, config.model_dir, config.batch_invariant);
   if (!group.ok()) return group.error();
   impl->data_parallel = std::move(*group);
   auto model = load_model(config.model_dir, *impl->backend, config.show_progress, impl->data_parallel.expert_parallel);

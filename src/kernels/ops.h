@@ -228,6 +228,19 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
   return num_tokens * experts.top_k * (2 * experts.hidden + 2 * experts.intermediate) + 5 * experts.num_experts + 16;
 }
 
+// The rows expert-parallel MoE layers send to other ranks (pack_rows / unpack_rows), a row of width
+// floats as payload_row_bytes(dtype, width) bytes: kF32 as is; kBF16 rounded to nearest even; kF8E4M3
+// as e4m3 codes (nearest even, saturated at 448) of value / scale, one float32 scale per
+// kPayloadBlock values (the block's max |value| / 448, at least FLT_MIN), stored after the codes,
+// which are padded to a multiple of 4 bytes. DeepSeek dispatches in this FP8 layout.
+inline constexpr int64_t kPayloadBlock = 128;
+inline int64_t payload_row_bytes(DType dtype, int64_t width) {
+  if (dtype == DType::kF8E4M3) {
+    return (width + 3) / 4 * 4 + (width + kPayloadBlock - 1) / kPayloadBlock * static_cast<int64_t>(sizeof(float));
+  }
+  return width * static_cast<int64_t>(dtype_size_bytes(dtype));
+}
+
 #define DEEPINFER_KERNEL_OPS                                                                                  \
   /* Router: scores = softmax or sigmoid of logits [num_tokens, num_experts]; experts are chosen by          \
      scores + selection_bias (DeepSeek-V3's e_score_correction_bias; data may be null), within the best      \
@@ -266,6 +279,11 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
   /* dst[r * dst_stride + i] = src[r * src_stride + i] for r < num_rows, i < width (no overlap). */           \
   void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,          \
                  int64_t dst_stride);                                                                        \
+                                                                                                              \
+  /* num_rows rows of width floats into payload_row_bytes(dtype, width) bytes each (kF32, kBF16 or            \
+     kF8E4M3, as that layout says), and back: unpack_rows(pack_rows(x)) is x rounded to dtype. */             \
+  void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out);                    \
+  void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out);             \
                                                                                                               \
   /* out[t, :] = table[token_ids[t], :] as float32. out: [num_tokens, table.cols] */                          \
   void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out);          \

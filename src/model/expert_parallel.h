@@ -37,6 +37,8 @@ struct ExpertParallelism {
   int32_t num_redundant_experts = 0;
   // How the MoE layers' rows travel (--expert-parallel-transport; runtime/comm/device_exchange.h).
   ExchangeTransport transport = ExchangeTransport::kAuto;
+  // The rows' element types (--expert-parallel-payload).
+  ExchangePayload payload;
   // EPLB while running (model/expert_rebalance.h): the load of the last eplb_window_steps forward
   // rounds; a re-placement every eplb_interval_steps rounds (0: only on request) by eplb_policy.
   int32_t eplb_window_steps = kDefaultEplbWindowSteps;

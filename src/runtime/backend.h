@@ -283,6 +283,9 @@ class Backend {
   }
   virtual void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst,
                          int64_t dst_stride) = 0;
+  // The rows expert-parallel MoE layers exchange, in the element type of --expert-parallel-payload.
+  virtual void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out) = 0;
+  virtual void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) = 0;
   // kernels::HeadProducts' contract. The default runs matmul per head over contiguous copies in
   // scratch (num_rows * (w.cols + w.rows) floats); a device backend runs every head in one product.
   virtual void head_matmul(const kernels::HeadProducts& p, float* scratch);

@@ -184,6 +184,14 @@ class ForwardingBackend : public Backend {
     on_call("copy_rows");
     inner_->copy_rows(src, src_stride, num_rows, width, dst, dst_stride);
   }
+  void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out) override {
+    on_call("pack_rows");
+    inner_->pack_rows(x, num_rows, width, dtype, out);
+  }
+  void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) override {
+    on_call("unpack_rows");
+    inner_->unpack_rows(packed, num_rows, width, dtype, out);
+  }
   void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params, int64_t num_draws,
                    int32_t* token_ids) override {
     on_call("sample_rows");

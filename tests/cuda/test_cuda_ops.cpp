@@ -1,7 +1,7 @@
 // Every CUDA op except attention against kernels::ref over many shapes: element-wise ops,
-// embedding, norms, rope, KV writes, matmul (F32 / BF16 / F16 weights, bias), MoE, copy_rows,
-// gather_rows; the bf16 cast of GEMM inputs; and host copies of every size through the kernel and the
-// DMA paths.
+// embedding, norms, rope, KV writes, matmul (F32 / BF16 / F16 weights, bias),
+// MoE, copy_rows, gather_rows, the row payloads of expert-parallel exchanges; the bf16 cast of GEMM
+// inputs; and host copies of every size through the kernel and the DMA paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -240,6 +240,31 @@ TEST_F(CudaOps, CopyRowsMatchesReference) {
   backend().copy_rows(dsrc.as<float>() + 3, 37, 9, 17, ddst.as<float>() + 2, 21);
   kernels::ref::copy_rows(src.data() + 3, 37, 9, 17, dst.data() + 2, 21);
   expect_close(download<float>(backend(), ddst, dst.size()), dst, 0.0, 0.0, "copy_rows");
+}
+
+// The row payloads of expert-parallel exchanges: the device's bytes and floats are the reference's,
+// on rows with blocks of zeros, values past e4m3's range before scaling, and widths off the block.
+TEST_F(CudaOps, RowPayloadsMatchReferenceBytes) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+    for (int64_t width : {1, 64, 131, 300, 2048}) {
+      const int64_t rows = 37;
+      std::vector<float> x = random_floats(rng_, static_cast<size_t>(rows * width), -3e3f, 3e3f);
+      std::fill(x.begin(), x.begin() + std::min<int64_t>(width, 128), 0.0f);
+      const auto row_bytes = static_cast<size_t>(kernels::payload_row_bytes(dtype, width));
+      std::vector<uint8_t> want(row_bytes * static_cast<size_t>(rows));
+      kernels::ref::pack_rows(x.data(), rows, width, dtype, want.data());
+      DeviceBuffer dx = upload(backend(), x);
+      DeviceBuffer dpacked = backend().allocate(want.size());
+      backend().pack_rows(dx.as<float>(), rows, width, dtype, dpacked.data());
+      const std::string what = std::string(dtype_name(dtype)) + " width " + std::to_string(width);
+      EXPECT_EQ(download<uint8_t>(backend(), dpacked, want.size()), want) << what;
+      std::vector<float> back(x.size());
+      kernels::ref::unpack_rows(want.data(), rows, width, dtype, back.data());
+      DeviceBuffer dback = backend().allocate(back.size() * sizeof(float));
+      backend().unpack_rows(dpacked.data(), rows, width, dtype, dback.as<float>());
+      expect_close(download<float>(backend(), dback, back.size()), back, 0.0, 0.0, "unpack_rows " + what);
+    }
+  }
 }
 
 TEST_F(CudaOps, GatherRowsMatchesReference) {

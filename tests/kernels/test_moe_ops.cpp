@@ -1,9 +1,12 @@
 // The mixture-of-experts ops: routing against hand-computed cases (softmax, sigmoid + selection
 // bias, grouped top-k by max and by top-two sum, normalisation, scaling), the CPU expert kernel
-// against the reference over odd shapes and both activations, and the strided row copy.
+// against the reference over odd shapes and both activations, the strided row copy, and the row
+// payloads of expert-parallel exchanges.
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "kernel_test_util.h"
@@ -226,6 +229,76 @@ TEST(CopyRows, CpuMatchesRefAndLeavesGapsAlone) {
   EXPECT_EQ(want[0], -7.0f);
   EXPECT_EQ(want[1], src[2]);
   EXPECT_EQ(want[9 + 6], src[11 + 7]);
+}
+
+std::vector<uint8_t> packed(const std::vector<float>& x, int64_t width, DType dtype) {
+  const auto num_rows = static_cast<int64_t>(x.size()) / width;
+  std::vector<uint8_t> want(static_cast<size_t>(num_rows * payload_row_bytes(dtype, width)), 0xAB);
+  std::vector<uint8_t> got(want);
+  ref::pack_rows(x.data(), num_rows, width, dtype, want.data());
+  cpu::pack_rows(x.data(), num_rows, width, dtype, got.data());
+  EXPECT_EQ(got, want) << dtype_name(dtype) << " width " << width;
+  return want;
+}
+
+std::vector<float> unpacked(const std::vector<uint8_t>& bytes, int64_t num_rows, int64_t width, DType dtype) {
+  std::vector<float> want(static_cast<size_t>(num_rows * width)), got(want.size());
+  ref::unpack_rows(bytes.data(), num_rows, width, dtype, want.data());
+  cpu::unpack_rows(bytes.data(), num_rows, width, dtype, got.data());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << dtype_name(dtype);
+  return want;
+}
+
+TEST(RowPayload, LayoutSizes) {
+  EXPECT_EQ(payload_row_bytes(DType::kF32, 2048), 8192);
+  EXPECT_EQ(payload_row_bytes(DType::kBF16, 2048), 4096);
+  EXPECT_EQ(payload_row_bytes(DType::kF8E4M3, 7168), 7168 + 56 * 4);  // DeepSeek-V3's rows: 56 blocks
+  EXPECT_EQ(payload_row_bytes(DType::kF8E4M3, 131), 132 + 2 * 4);     // codes padded to 4 bytes, 2 blocks
+}
+
+TEST(RowPayload, Float32AndBf16RoundTrips) {
+  for (int64_t width : {1, 64, 131, 300}) {
+    const std::vector<float> x = random_floats(static_cast<size_t>(7 * width), 11, -40.0f, 40.0f);
+    EXPECT_EQ(unpacked(packed(x, width, DType::kF32), 7, width, DType::kF32), x);
+    const std::vector<float> back = unpacked(packed(x, width, DType::kBF16), 7, width, DType::kBF16);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(back[i], bf16_to_f32(f32_to_bf16(x[i]))) << i;
+  }
+  // Nearest even: 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7 and goes to 1.
+  const std::vector<float> tie = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f};
+  EXPECT_EQ(unpacked(packed(tie, 2, DType::kBF16), 1, 2, DType::kBF16), (std::vector<float>{1.0f, 1.0f + 0x1p-6f}));
+}
+
+TEST(RowPayload, Fp8RowsCarryAScalePerBlockOf128) {
+  // Row 0: block 0 spans [-3, 3] (max 3 -> scale 3/448, 3 itself exact), block 1 is all zeros
+  // (scale FLT_MIN, zeros back), block 2 the tail of 44 values. Row 1: random, large and tiny.
+  const int64_t width = 300;
+  std::vector<float> x(2 * width);
+  for (int64_t i = 0; i < 128; ++i) x[i] = -3.0f + 6.0f * static_cast<float>(i) / 127.0f;
+  for (int64_t i = 256; i < width; ++i) x[i] = 1e-3f * static_cast<float>(i - 280);
+  const std::vector<float> noise = random_floats(static_cast<size_t>(width), 5, -1e4f, 1e4f);
+  std::copy(noise.begin(), noise.end(), x.begin() + width);
+  const std::vector<uint8_t> bytes = packed(x, width, DType::kF8E4M3);
+  const int64_t row_bytes = payload_row_bytes(DType::kF8E4M3, width);
+  float scales[3];
+  std::memcpy(scales, bytes.data() + 300, sizeof(scales));
+  EXPECT_EQ(scales[0], 3.0f / 448.0f);
+  EXPECT_EQ(scales[1], FLT_MIN);
+  EXPECT_EQ(scales[2], std::fabs(x[256]) / 448.0f);       // -0.024 leads the tail
+  EXPECT_EQ(bytes[0], f32_to_f8e4m3(-3.0f / scales[0]));  // -448: the largest code
+  EXPECT_EQ(f8e4m3_to_f32(bytes[0]), -448.0f);
+  const std::vector<float> back = unpacked(bytes, 2, width, DType::kF8E4M3);
+  EXPECT_EQ(back[0], -448.0f * (3.0f / 448.0f));
+  for (int64_t i = 128; i < 256; ++i) EXPECT_EQ(back[i], 0.0f) << i;
+  // Every value within e4m3's half step (2^-4 relative, 2^-10 of the block's max near zero).
+  for (int64_t r = 0; r < 2; ++r) {
+    float block_scale[3];
+    std::memcpy(block_scale, bytes.data() + r * row_bytes + 300, sizeof(block_scale));
+    for (int64_t i = 0; i < width; ++i) {
+      const float v = x[r * width + i];
+      const float bound = 1.01f * std::max(std::fabs(v) * 0x1p-4f, block_scale[i / 128] * 0x1p-9f);
+      ASSERT_LE(std::fabs(back[r * width + i] - v), bound) << "row " << r << " value " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -121,4 +121,8 @@ void moe_combine(const void* y, DType y_dtype, const int32_t* position, const fl
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride,
                cudaStream_t stream);
 
+// kernels/ops.h pack_rows / unpack_rows on the device, the same bytes and floats (moe_payload.cu).
+void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out, cudaStream_t stream);
+void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out, cudaStream_t stream);
+
 }  // namespace deepinfer::kernels::cuda

@@ -195,6 +195,7 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
     if (!source.expert_exchange) return Error{prefix + ": expert parallelism needs the model's row exchange"};
     layer.group_ = source.expert_parallel->group;
     layer.exchange_ = source.expert_exchange;
+    layer.payload_ = source.expert_parallel->payload;
     layer.placement_ = std::move(*placement);
   }
   const std::string router = prefix + "." + options.router_name;

@@ -159,6 +159,7 @@ class MoeLayer {
   DeviceBuffer token_counts_;  // [held slots] int64
   std::shared_ptr<Communicator> group_;  // expert parallelism: the group, or null
   std::shared_ptr<DeviceExchange> exchange_;  // with group_: the token rows' way (ModelSource::expert_exchange)
+  ExchangePayload payload_;                   // with group_: the rows' element types each way
   ExpertPlacement placement_;
   mutable std::vector<int64_t> routed_tokens_;  // [num_experts] under expert parallelism (take_routed_tokens)
 };

@@ -3,21 +3,50 @@
 // turn, so each gets an even share of a hot expert), runs there alone through the expert (top_k 1,
 // weight 1), and comes back; moe_combine then sums the slots in j order exactly as moe_experts
 // does. In batch-invariant mode the expert rows and the sum are those of a single device, so the
-// group gives the single device's bits. The rows stay in the backend's memory and travel through
-// the model's DeviceExchange (NCCL between GPUs); the routing, the counts and each row's expert
-// index are host bookkeeping and go through the group.
+// group gives the single device's bits (float32 payloads; bf16 and FP8 ones round the rows). The rows
+// stay in the backend's memory and travel through the model's DeviceExchange (NCCL between GPUs) in
+// the payload's element type; the routing, the counts and each row's expert index are host
+// bookkeeping and go through the group.
+#include <numeric>
+
 #include "core/check.h"
 #include "model/layers/moe.h"
 #include "runtime/device_upload.h"
 
 namespace deepinfer {
+namespace {
+
+// Sends rows ([sum of send_counts, width] floats, in send order) to the ranks as send_counts says and
+// receives theirs into out ([sum of recv_counts, width]), in the payload's element type on the way:
+// float32 rows travel as they are, others are packed before and unpacked after.
+void exchange_rows(Backend& backend, DeviceExchange& exchange, const float* rows,
+                   const std::vector<int64_t>& send_counts, float* out, const std::vector<int64_t>& recv_counts,
+                   int64_t width, DType dtype) {
+  const auto row_bytes = static_cast<size_t>(kernels::payload_row_bytes(dtype, width));
+  if (dtype == DType::kF32) {
+    exchange.all_to_all_v(rows, send_counts, out, recv_counts, row_bytes);
+    return;
+  }
+  const auto total = [](const std::vector<int64_t>& counts) {
+    return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  };
+  const int64_t num_sent = total(send_counts);
+  const int64_t num_received = total(recv_counts);
+  DeviceBuffer packed_send = allocate_elements<char>(backend, num_sent * static_cast<int64_t>(row_bytes));
+  DeviceBuffer packed_recv = allocate_elements<char>(backend, num_received * static_cast<int64_t>(row_bytes));
+  backend.pack_rows(rows, num_sent, width, dtype, packed_send.data());
+  exchange.all_to_all_v(packed_send.data(), send_counts, packed_recv.data(), recv_counts, row_bytes);
+  backend.unpack_rows(packed_recv.data(), num_received, width, dtype, out);
+}
+
+}  // namespace
+
 void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                        const float* expert_weights, float* out) const {
   const int32_t world = group_->world_size();
   const int32_t top_k = routing_.top_k;
   const int64_t hidden = hidden_;
   const int64_t num_slots = num_tokens * top_k;
-  const size_t row_bytes = static_cast<size_t>(hidden) * sizeof(float);
 
   std::vector<int32_t> ids(static_cast<size_t>(num_slots));
   if (num_slots > 0) backend.copy_to_host(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
@@ -67,7 +96,8 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
     backend.embedding(x_table, device_token_of_row.as<int32_t>(), num_slots, send_rows.as<float>());
   }
   DeviceBuffer received = allocate_elements<float>(backend, num_received * hidden);
-  exchange_->all_to_all_v(send_rows.data(), send_counts, received.data(), recv_counts, row_bytes);
+  exchange_rows(backend, *exchange_, send_rows.as<float>(), send_counts, received.as<float>(), recv_counts, hidden,
+                payload_.dispatch);
 
   // This rank's experts over the rows it received, each row alone (top_k 1, weight 1).
   DeviceBuffer expert_out = allocate_elements<float>(backend, num_received * hidden);
@@ -84,7 +114,8 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
 
   // The outputs go back the way the rows came.
   DeviceBuffer returned = allocate_elements<float>(backend, num_slots * hidden);
-  exchange_->all_to_all_v(expert_out.data(), recv_counts, returned.data(), send_counts, row_bytes);
+  exchange_rows(backend, *exchange_, expert_out.as<float>(), recv_counts, returned.as<float>(), send_counts, hidden,
+                payload_.combine);
   if (num_tokens == 0) return;
   const DeviceBuffer device_row_of_slot = upload_vector(backend, row_of_slot);
   backend.moe_combine(returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden,

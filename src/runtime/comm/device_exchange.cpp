@@ -57,6 +57,21 @@ Result<ExchangeTransport> parse_exchange_transport(std::string_view name) {
   return Error{message};
 }
 
+Result<ExchangePayload> parse_exchange_payload(std::string_view name, bool batch_invariant) {
+  if (name == "auto") name = batch_invariant ? "float32" : "bf16";
+  if (name == "float32") return ExchangePayload{DType::kF32, DType::kF32};
+  if (name == "bf16") return ExchangePayload{DType::kBF16, DType::kBF16};
+  if (name == "fp8") return ExchangePayload{DType::kF8E4M3, DType::kBF16};
+  std::string message = "unknown expert-parallel payload '";
+  message.append(name).append("' (expected auto, float32, bf16 or fp8)");
+  return Error{message};
+}
+
+std::string_view exchange_payload_name(const ExchangePayload& payload) {
+  if (payload.dispatch == DType::kF8E4M3) return "fp8";
+  return payload.dispatch == DType::kBF16 ? "bf16" : "float32";
+}
+
 std::string_view exchange_transport_name(ExchangeTransport transport) {
   switch (transport) {
     case ExchangeTransport::kAuto:

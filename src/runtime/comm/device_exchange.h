@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/result.h"
 #include "runtime/comm/communicator.h"
 
@@ -24,6 +25,20 @@ enum class ExchangeTransport : uint8_t { kAuto, kHost, kNccl };
 // "auto", "host", "nccl"; the error names the value and the accepted ones.
 Result<ExchangeTransport> parse_exchange_transport(std::string_view name);
 std::string_view exchange_transport_name(ExchangeTransport transport);
+
+// --expert-parallel-payload: the element types of the rows MoE layers send to their experts' ranks
+// (dispatch) and get back (combine), in kernels/ops.h's row payload layout (kF32, kBF16, kF8E4M3).
+struct ExchangePayload {
+  DType dispatch = DType::kF32;
+  DType combine = DType::kF32;
+};
+
+// "auto": float32 both ways with batch_invariant (the group then gives one device's bits), else
+// bf16 both ways; "float32"; "bf16"; "fp8": e4m3 with a float32 scale per 128 values on dispatch,
+// bf16 on combine (DeepSeek's choice). The error names the value and the accepted ones.
+Result<ExchangePayload> parse_exchange_payload(std::string_view name, bool batch_invariant);
+// "float32", "bf16" or "fp8", as parse_exchange_payload spells them.
+std::string_view exchange_payload_name(const ExchangePayload& payload);
 
 // What one rank brings to the choice of transport.
 struct ExchangeEndpoint {

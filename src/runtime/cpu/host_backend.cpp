@@ -97,6 +97,14 @@ std::string matmul_group_op_name(std::initializer_list<MatmulOutput> outputs, in
       override {                                                                                                 \
     OpTimer timer("paged_attention");                                                                            \
     kernels::ns::paged_attention(q, k_cache, v_cache, batch, params, out);                                       \
+  }                                                                                                              \
+  void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out) override {             \
+    OpTimer timer("pack_rows");                                                                                  \
+    kernels::ns::pack_rows(x, num_rows, width, dtype, out);                                                      \
+  }                                                                                                              \
+  void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) override {      \
+    OpTimer timer("unpack_rows");                                                                                \
+    kernels::ns::unpack_rows(packed, num_rows, width, dtype, out);                                               \
   }
 
 class HostBackendBase : public Backend {

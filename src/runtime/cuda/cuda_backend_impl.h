@@ -188,6 +188,12 @@ class CudaBackend final : public Backend {
                  int64_t dst_stride) override {
     kc::copy_rows(src, src_stride, num_rows, width, dst, dst_stride, stream_.for_op());
   }
+  void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out) override {
+    kc::pack_rows(x, num_rows, width, dtype, out, stream_.for_op());
+  }
+  void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) override {
+    kc::unpack_rows(packed, num_rows, width, dtype, out, stream_.for_op());
+  }
   // Prompt chunks of DeepSeek's head sizes with bf16 weights, averaging kExpandedMlaTokensPerSeq
   // new tokens per sequence or more (the expansion is paid once per visible key, the saving per
   // query and key), within the prefill workspace cap; never in the batch-invariant mode.

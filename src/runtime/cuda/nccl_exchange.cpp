@@ -38,7 +38,8 @@ namespace {
 struct NcclLibrary {
   decltype(&::ncclGetVersion) get_version = nullptr;
   decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
-  decltype(&::ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&::ncclCommInitRankConfig) comm_init_rank_config = nullptr;
+  decltype(&::ncclCommFinalize) comm_finalize = nullptr;
   decltype(&::ncclCommDestroy) comm_destroy = nullptr;
   decltype(&::ncclCommAbort) comm_abort = nullptr;
   decltype(&::ncclCommGetAsyncError) comm_get_async_error = nullptr;
@@ -67,7 +68,8 @@ const Result<const NcclLibrary*>& nccl_library() {
     };
     resolve(nccl.get_version, "ncclGetVersion");
     resolve(nccl.get_unique_id, "ncclGetUniqueId");
-    resolve(nccl.comm_init_rank, "ncclCommInitRank");
+    resolve(nccl.comm_init_rank_config, "ncclCommInitRankConfig");
+    resolve(nccl.comm_finalize, "ncclCommFinalize");
     resolve(nccl.comm_destroy, "ncclCommDestroy");
     resolve(nccl.comm_abort, "ncclCommAbort");
     resolve(nccl.comm_get_async_error, "ncclCommGetAsyncError");
@@ -76,7 +78,7 @@ const Result<const NcclLibrary*>& nccl_library() {
     resolve(nccl.send, "ncclSend");
     resolve(nccl.recv, "ncclRecv");
     resolve(nccl.error_string, "ncclGetErrorString");
-    if (!missing.empty()) return Error{"libnccl.so.2 lacks " + missing + " (NCCL 2.7 or newer is needed)"};
+    if (!missing.empty()) return Error{"libnccl.so.2 lacks " + missing + " (NCCL 2.14 or newer is needed)"};
     return &nccl;
   }();
   return library;
@@ -98,6 +100,21 @@ const Result<const NcclLibrary*>& nccl_library() {
   throw DeviceError(message, /*lost=*/true);
 }
 
+// The communicators are non-blocking (ncclConfig_t::blocking = 0), so no NCCL call waits without a
+// deadline of ours: a call may return ncclInProgress, and the communicator's state is polled until
+// it is not. Returns that state, or ncclInProgress when deadline passed first.
+ncclResult_t settle(const NcclLibrary& nccl, ncclComm_t comm, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t queried = nccl.comm_get_async_error(comm, &state);
+    if (queried != ncclSuccess) return queried;
+    if (state != ncclInProgress || std::chrono::steady_clock::now() > deadline) return state;
+    std::this_thread::yield();
+  }
+}
+
+bool accepted(ncclResult_t result) { return result == ncclSuccess || result == ncclInProgress; }
+
 class NcclExchange final : public DeviceExchange {
  public:
   NcclExchange(const NcclLibrary& nccl, std::shared_ptr<Communicator> group, ncclComm_t comm,
@@ -111,7 +128,17 @@ class NcclExchange final : public DeviceExchange {
     }
   }
   ~NcclExchange() override {
-    if (!aborted_) nccl_.comm_destroy(comm_);
+    if (!aborted_) {
+      // Finalising flushes the communicator's work; a peer that is gone leaves it in progress,
+      // and then it is aborted instead of destroyed.
+      const bool flushed = accepted(nccl_.comm_finalize(comm_)) &&
+                           settle(nccl_, comm_, std::chrono::steady_clock::now() + group_->timeout()) == ncclSuccess;
+      if (flushed) {
+        nccl_.comm_destroy(comm_);
+      } else {
+        nccl_.comm_abort(comm_);
+      }
+    }
     cudaEventDestroy(done_);
   }
 
@@ -140,25 +167,29 @@ class NcclExchange final : public DeviceExchange {
       fail("all_to_all_v", "the copy of this rank's own rows failed");
     }
     ncclResult_t result = nccl_.group_start();
-    const char* failed = result == ncclSuccess ? nullptr : "ncclGroupStart";
+    const char* failed = accepted(result) ? nullptr : "ncclGroupStart";
     for (int32_t peer = 0; peer < world && failed == nullptr; ++peer) {
       if (peer == self) continue;
       const auto p = static_cast<size_t>(peer);
       if (send_offset[p + 1] > send_offset[p]) {
         result = nccl_.send(send_bytes + send_offset[p], send_offset[p + 1] - send_offset[p], ncclUint8, peer, comm_,
                             stream);
-        if (result != ncclSuccess) failed = "ncclSend";
+        if (!accepted(result)) failed = "ncclSend";
       }
       if (failed == nullptr && recv_offset[p + 1] > recv_offset[p]) {
         result = nccl_.recv(recv_bytes + recv_offset[p], recv_offset[p + 1] - recv_offset[p], ncclUint8, peer, comm_,
                             stream);
-        if (result != ncclSuccess) failed = "ncclRecv";
+        if (!accepted(result)) failed = "ncclRecv";
       }
     }
     // The group is closed whatever failed inside it, so this thread does not stay in it.
     const ncclResult_t ended = nccl_.group_end();
     if (failed != nullptr) fail(failed, nccl_.error_string(result));
-    if (ended != ncclSuccess) fail("ncclGroupEnd", nccl_.error_string(ended));
+    if (!accepted(ended)) fail("ncclGroupEnd", nccl_.error_string(ended));
+    // The sends and receives are on the stream once the communicator leaves ncclInProgress.
+    const ncclResult_t enqueued = settle(nccl_, comm_, std::chrono::steady_clock::now() + group_->timeout());
+    if (enqueued == ncclInProgress) fail("ncclGroupEnd", "not enqueued within the group's timeout");
+    if (enqueued != ncclSuccess) fail("ncclGroupEnd", nccl_.error_string(enqueued));
     wait(stream);
   }
 
@@ -179,7 +210,7 @@ class NcclExchange final : public DeviceExchange {
       ncclResult_t async = ncclSuccess;
       const ncclResult_t queried = nccl_.comm_get_async_error(comm_, &async);
       if (queried != ncclSuccess) fail("ncclCommGetAsyncError", nccl_.error_string(queried));
-      if (async != ncclSuccess) fail("all_to_all_v", nccl_.error_string(async));
+      if (!accepted(async)) fail("all_to_all_v", nccl_.error_string(async));
       if (std::chrono::steady_clock::now() > deadline) {
         fail("all_to_all_v", "no answer within the group's timeout (a rank exited or stopped answering)");
       }
@@ -284,9 +315,16 @@ Result<std::unique_ptr<DeviceExchange>> make_nccl_exchange(std::shared_ptr<Commu
   std::memcpy(&id, ids[0].data(), sizeof(id));
   ncclComm_t comm = nullptr;
   std::string status;
-  if (const ncclResult_t joined = nccl.comm_init_rank(&comm, group->world_size(), id, group->rank());
-      joined != ncclSuccess) {
-    status = std::string("ncclCommInitRank: ") + nccl.error_string(joined);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t joined = nccl.comm_init_rank_config(&comm, group->world_size(), id, group->rank(), &config);
+  if (accepted(joined) && comm != nullptr) {
+    joined = settle(nccl, comm, std::chrono::steady_clock::now() + group->timeout());
+  }
+  if (joined != ncclSuccess) {
+    status = joined == ncclInProgress ? "ncclCommInitRankConfig: not every rank joined within the group's timeout"
+                                      : std::string("ncclCommInitRankConfig: ") + nccl.error_string(joined);
+    if (comm != nullptr) nccl.comm_abort(comm);
     comm = nullptr;
   }
   std::string problem = first_problem(group->all_gather(status));

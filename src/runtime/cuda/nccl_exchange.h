@@ -23,7 +23,8 @@ Result<void> nccl_available();
 // connections while all ranks are alive; a failure on any rank is the same error on all of them.
 // The exchange enqueues on the stream stream_for() returns and waits for it, polling NCCL's error
 // state, so a rank that is gone ends the call with DeviceError(lost = true) within the group's
-// timeout. (Joining itself, ncclCommInitRank, waits for every rank without a deadline.)
+// timeout. The communicator is non-blocking, so joining it and every later call are bounded by the
+// group's timeout too (a rank that never joins ends the others' joins with an error).
 Result<std::unique_ptr<DeviceExchange>> make_nccl_exchange(std::shared_ptr<Communicator> group,
                                                            std::function<cudaStream_t()> stream_for);
 
