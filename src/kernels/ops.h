@@ -293,6 +293,11 @@ inline int64_t payload_row_bytes(DType dtype, int64_t width) {
   void rms_norm(const float* x, const WeightView& weight, float weight_offset, int64_t num_rows, int64_t dim,  \
                 float eps, float* out);                                                                       \
                                                                                                               \
+  /* out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * weight + bias, mean and the biased variance of the row  \
+     in float64 (LayerNorm). x, out: [num_rows, dim]; weight, bias: [1, dim]. out may alias x. */             \
+  void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t num_rows,         \
+                  int64_t dim, float eps, float* out);                                                        \
+                                                                                                              \
   /* residual += x, then out = rms_norm(residual). residual, x, out: [num_rows, dim]; out may alias x. */     \
   void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset,           \
                     int64_t num_rows, int64_t dim, float eps, float* out);                                    \

@@ -212,6 +212,8 @@ class Backend {
                          float* out) = 0;
   virtual void rms_norm(const float* x, const kernels::WeightView& weight, float weight_offset, int64_t num_rows,
                         int64_t dim, float eps, float* out) = 0;
+  virtual void layer_norm(const float* x, const kernels::WeightView& weight, const kernels::WeightView& bias,
+                          int64_t num_rows, int64_t dim, float eps, float* out) = 0;
   virtual void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,
                             int64_t num_rows, int64_t dim, float eps, float* out) = 0;
   virtual void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,

@@ -97,6 +97,11 @@ class ForwardingBackend : public Backend {
     on_call("rms_norm");
     inner_->rms_norm(x, weight, weight_offset, num_rows, dim, eps, out);
   }
+  void layer_norm(const float* x, const kernels::WeightView& weight, const kernels::WeightView& bias, int64_t num_rows,
+                  int64_t dim, float eps, float* out) override {
+    on_call("layer_norm");
+    inner_->layer_norm(x, weight, bias, num_rows, dim, eps, out);
+  }
   void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,
                     int64_t num_rows, int64_t dim, float eps, float* out) override {
     on_call("add_rms_norm");

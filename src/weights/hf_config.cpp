@@ -224,6 +224,45 @@ Result<std::optional<DType>> parse_dtype(const JsonFields& fields) {
   return dtype;
 }
 
+// A SigLIP vision_config (other towers' configs are left for their own parsers).
+Result<std::optional<VisionConfig>> parse_vision(const json& raw, const JsonFields& top,
+                                                 const std::string& source_name) {
+  const auto it = raw.find("vision_config");
+  if (it == raw.end() || !it->is_object() || it->value("model_type", std::string()) != "siglip_vision_model") {
+    return std::optional<VisionConfig>();
+  }
+  const JsonFields fields(source_name, *it, "vision_config.");
+  VisionConfig vision;
+  vision.model_type = "siglip_vision_model";
+  const std::pair<const char*, int64_t*> sizes[] = {{"hidden_size", &vision.hidden_size},
+                                                    {"intermediate_size", &vision.intermediate_size},
+                                                    {"num_hidden_layers", &vision.num_hidden_layers},
+                                                    {"num_attention_heads", &vision.num_attention_heads},
+                                                    {"num_channels", &vision.num_channels},
+                                                    {"image_size", &vision.image_size},
+                                                    {"patch_size", &vision.patch_size}};
+  for (const auto& [key, target] : sizes) {
+    std::optional<int64_t> value;
+    DI_ASSIGN(value, fields.optional_positive_int(key));
+    if (value) *target = *value;
+  }
+  DI_ASSIGN(vision.layer_norm_eps, fields.positive_number("layer_norm_eps", vision.layer_norm_eps));
+  if (vision.image_size % vision.patch_size != 0) {
+    return fields.error("vision_config.patch_size (" + std::to_string(vision.patch_size) +
+                        ") must divide vision_config.image_size (" + std::to_string(vision.image_size) + ")");
+  }
+  if (vision.hidden_size % vision.num_attention_heads != 0) {
+    return fields.error("vision_config.num_attention_heads (" + std::to_string(vision.num_attention_heads) +
+                        ") must divide vision_config.hidden_size (" + std::to_string(vision.hidden_size) + ")");
+  }
+  std::optional<int64_t> tokens;
+  DI_ASSIGN(tokens, top.optional_positive_int("mm_tokens_per_image"));
+  if (tokens) vision.mm_tokens_per_image = *tokens;
+  DI_ASSIGN(vision.image_token_id, top.optional_non_negative_int("image_token_index"));
+  if (!vision.image_token_id) DI_ASSIGN(vision.image_token_id, top.optional_non_negative_int("image_token_id"));
+  return std::optional<VisionConfig>(vision);
+}
+
 Result<std::string> parse_architecture(const JsonFields& top) {
   const json* architectures = top.find("architectures");
   if (architectures == nullptr) return std::string();
@@ -307,6 +346,7 @@ Result<ModelConfig> ModelConfig::parse(const std::string& json_text, const std::
   DI_ASSIGN(config.dtype, parse_dtype(fields));
   DI_ASSIGN(config.eos_token_ids, fields.non_negative_int_or_list("eos_token_id"));
   DI_ASSIGN(config.bos_token_id, fields.optional_non_negative_int("bos_token_id"));
+  DI_ASSIGN(config.vision, parse_vision(raw, top, source_name));
   config.raw = std::move(raw);
   return config;
 }

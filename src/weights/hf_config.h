@@ -76,6 +76,26 @@ struct Fp8Config {
   int64_t block_cols = 128;
 };
 
+// vision_config of an image-text checkpoint whose image encoder is a SigLIP tower (Gemma 3; its
+// model_type siglip_vision_model), transformers' defaults where a field is absent, and the top-level
+// fields of Gemma 3's projector and image tokens.
+struct VisionConfig {
+  std::string model_type;
+  int64_t hidden_size = 768;
+  int64_t intermediate_size = 3072;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t num_channels = 3;
+  int64_t image_size = 224;
+  int64_t patch_size = 16;
+  double layer_norm_eps = 1e-6;
+  int64_t mm_tokens_per_image = 256;      // rows an image becomes in the text model
+  std::optional<int64_t> image_token_id;  // image_token_index (or image_token_id)
+
+  int64_t patches_per_side() const { return image_size / patch_size; }
+  int64_t num_patches() const { return patches_per_side() * patches_per_side(); }
+};
+
 struct ModelConfig {
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama"
@@ -106,6 +126,7 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;  // set when the config names a number of experts
   std::optional<MlaConfig> mla;  // set when the config has kv_lora_rank
   std::optional<Fp8Config> fp8;  // set for quantization_config.quant_method "fp8"
+  std::optional<VisionConfig> vision;    // set for a SigLIP vision_config
   int64_t num_nextn_predict_layers = 0;  // DeepSeek-V3's MTP layers after the decoder layers
   std::optional<DType> dtype;  // "dtype" or "torch_dtype"
   std::vector<int64_t> eos_token_ids;

@@ -1,5 +1,5 @@
 // Every CUDA op except attention against kernels::ref over many shapes: element-wise ops,
-// embedding, norms, rope, KV writes, matmul (F32 / BF16 / F16 weights, bias),
+// embedding, norms (RMSNorm, LayerNorm), rope, KV writes, matmul (F32 / BF16 / F16 weights, bias),
 // MoE, copy_rows, gather_rows, the row payloads of expert-parallel exchanges; the bf16 cast of GEMM
 // inputs; and host copies of every size through the kernel and the DMA paths.
 #include <gtest/gtest.h>
@@ -113,6 +113,29 @@ TEST_F(CudaOps, NormsMatchReference) {
         expect_close(download<float>(backend(), dx, count), want, 1e-6, rel, "add_rms_norm out " + what);
         expect_close(download<float>(backend(), dres, count), want_res, 0.0, 0.0, "add_rms_norm residual " + what);
       }
+    }
+  }
+}
+
+// LayerNorm (vision towers): float32 sums on the device against the reference's float64, on rows
+// whose mean is far from zero, in place.
+TEST_F(CudaOps, LayerNormMatchesReference) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t dim : {1, 7, 1152, 4099}) {
+      const int64_t rows = 9;
+      const size_t count = static_cast<size_t>(rows * dim);
+      const HostWeight w = make_weight(random_floats(rng_, static_cast<size_t>(dim)), dtype, 1, dim);
+      const HostWeight b = make_weight(random_floats(rng_, static_cast<size_t>(dim)), dtype, 1, dim);
+      const kernels::WeightView dw = load(backend(), w);
+      const kernels::WeightView db = load(backend(), b);
+      const auto x = random_floats(rng_, count, -3.0f, 30.0f);
+      std::vector<float> want(count);
+      kernels::ref::layer_norm(x.data(), w.view(), b.view(), rows, dim, 1e-6f, want.data());
+      DeviceBuffer dx = upload(backend(), x);
+      backend().layer_norm(dx.as<float>(), dw, db, rows, dim, 1e-6f, dx.as<float>());
+      const double rel = 64 * kEps32 * std::log2(static_cast<double>(dim) + 2.0);
+      expect_close(download<float>(backend(), dx, count), want, 1e-5, rel,
+                   std::string("layer_norm ") + std::string(dtype_name(dtype)) + " dim " + std::to_string(dim));
     }
   }
 }

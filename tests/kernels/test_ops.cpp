@@ -1,4 +1,4 @@
-// The element-wise and row-wise cpu ops against ref: embedding, rms_norm, add_rms_norm, rope,
+// The element-wise and row-wise cpu ops against ref: embedding, rms_norm, layer_norm, add_rms_norm, rope,
 // silu_mul, add, over odd sizes, every weight dtype, aliased outputs and both rope layouts.
 #include <cmath>
 
@@ -51,6 +51,31 @@ TEST(RmsNorm, CpuMatchesRef) {
                                      std::to_string(dim) + " rows " + std::to_string(rows));
         }
       }
+    }
+  }
+}
+
+// LayerNorm against a hand computation, and the CPU's rows against the reference's, bit for bit.
+TEST(LayerNorm, RefMatchesHandComputationAndCpuMatchesRef) {
+  // [1, 2, 3, 6]: mean 3, biased variance (4 + 1 + 0 + 9) / 4 = 3.5.
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, 6.0f};
+  const std::vector<float> w = {1.0f, 2.0f, 0.5f, -1.0f}, b = {0.0f, 1.0f, -1.0f, 0.25f};
+  const WeightView wv{w.data(), DType::kF32, 1, 4}, bv{b.data(), DType::kF32, 1, 4};
+  std::vector<float> out(4);
+  ref::layer_norm(x.data(), wv, bv, 1, 4, 0.5f, out.data());
+  const double inv_std = 1.0 / std::sqrt(3.5 + 0.5);  // 0.5: eps
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(out[i], static_cast<float>((x[i] - 3.0) * inv_std * w[i] + b[i])) << i;
+  }
+  for (DType dtype : kWeightTypes) {
+    for (int64_t dim : {1, 17, 1152, 4097}) {
+      const TestWeight weight(dtype, 1, dim, 5), bias(dtype, 1, dim, 6);
+      const auto rows_in = testing::random_floats(static_cast<size_t>(33 * dim), 7, -4.0f, 40.0f);
+      std::vector<float> expected(rows_in.size());
+      ref::layer_norm(rows_in.data(), weight.view(), bias.view(), 33, dim, 1e-6f, expected.data());
+      std::vector<float> actual = rows_in;  // in place: out aliases x
+      cpu::layer_norm(actual.data(), weight.view(), bias.view(), 33, dim, 1e-6f, actual.data());
+      EXPECT_EQ(actual, expected) << dtype_name(dtype) << " dim " << dim;
     }
   }
 }

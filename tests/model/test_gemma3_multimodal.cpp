@@ -25,16 +25,19 @@ void write_multimodal_copy(const std::filesystem::path& dir, const std::string& 
   nlohmann::json text;
   std::ifstream(testing::fixture_dir("gemma3") + "/config.json") >> text;
   text.erase("architectures");
-  const nlohmann::json config = {
-      {"architectures", {"Gemma3ForConditionalGeneration"}},
-      {"model_type", "gemma3"},
-      {"text_config", text},
-      {"vision_config",
-       {{"model_type", "siglip_vision_model"}, {"hidden_size", 16}, {"image_size", 32}, {"patch_size", 8}}},
-      {"mm_tokens_per_image", 4},
-      {"boi_token_index", 394},
-      {"eoi_token_index", 395},
-      {"image_token_index", 396}};
+  const nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                 {"model_type", "gemma3"},
+                                 {"text_config", text},
+                                 {"vision_config",
+                                  {{"model_type", "siglip_vision_model"},
+                                   {"hidden_size", 16},
+                                   {"num_attention_heads", 2},
+                                   {"image_size", 32},
+                                   {"patch_size", 8}}},
+                                 {"mm_tokens_per_image", 4},
+                                 {"boi_token_index", 394},
+                                 {"eoi_token_index", 395},
+                                 {"image_token_index", 396}};
   std::ofstream(dir / "config.json") << config.dump(2);
 
   const WeightStore plain = WeightStore::open_dir(testing::fixture_dir("gemma3"), false).value();

@@ -1,5 +1,6 @@
 // config.json parsing for the sliding-window families: Gemma 3's attention scale, soft-capping,
-// activation and the defaults its multimodal text_config omits; GPT-OSS's published config.
+// activation, the defaults its multimodal text_config omits and its SigLIP vision_config; GPT-OSS's
+// published config.
 // Expected values follow transformers' Gemma3TextConfig and GptOssConfig.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,12 @@ ModelConfig parse_ok(const std::string& text) {
   Result<ModelConfig> config = ModelConfig::parse(text, "config.json");
   EXPECT_TRUE(config.ok()) << config.error().message;
   return config.ok() ? config.value() : ModelConfig{};
+}
+
+std::string parse_error(const std::string& text) {
+  Result<ModelConfig> config = ModelConfig::parse(text, "config.json");
+  EXPECT_FALSE(config.ok());
+  return config.ok() ? "" : config.error().message;
 }
 
 const char* kGemma3Text = R"("architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
@@ -69,6 +76,33 @@ TEST(HfConfigSwaTest, Gemma3SparseTextConfigTakesTheClassDefaults) {
   EXPECT_EQ(c.sliding_rope->theta, 1e4);
   EXPECT_TRUE(c.tie_word_embeddings);
   for (int i = 0; i < 34; ++i) EXPECT_EQ(c.layer_sliding_window[i], (i + 1) % 6 ? 1024 : 0) << "layer " << i;
+}
+
+// google/gemma-3-4b-it's vision_config and image fields (SiglipVisionConfig's defaults for the rest).
+TEST(HfConfigSwaTest, Gemma3SiglipVisionConfig) {
+  const std::string text = R"("text_config": {"hidden_size": 2560, "model_type": "gemma3_text"})";
+  const ModelConfig c = parse_ok(R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+      "boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144, "mm_tokens_per_image": 256,
+      )" + text + R"(, "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14,
+      "vision_use_head": false}})");
+  ASSERT_TRUE(c.vision.has_value());
+  EXPECT_EQ(c.vision->hidden_size, 1152);
+  EXPECT_EQ(c.vision->num_hidden_layers, 27);
+  EXPECT_EQ(c.vision->num_channels, 3);
+  EXPECT_EQ(c.vision->layer_norm_eps, 1e-6);
+  EXPECT_EQ(c.vision->num_patches(), 64 * 64);
+  EXPECT_EQ(c.vision->mm_tokens_per_image, 256);
+  EXPECT_EQ(c.vision->image_token_id, 262144);
+  // A text-only Gemma 3 has none; a bad tower shape is named.
+  EXPECT_FALSE(parse_ok(std::string("{") + kGemma3Text + "}").vision.has_value());
+  EXPECT_THAT(parse_error(R"({"architectures": ["Gemma3ForConditionalGeneration"], )" + text +
+                          R"(, "vision_config": {"model_type": "siglip_vision_model", "image_size": 100,
+                          "patch_size": 14}})"),
+              HasSubstr("config.json: vision_config.patch_size (14) must divide vision_config.image_size (100)"));
+  EXPECT_THAT(parse_error(R"({"architectures": ["Gemma3ForConditionalGeneration"], )" + text +
+                          R"(, "vision_config": {"model_type": "siglip_vision_model", "hidden_size": -3}})"),
+              HasSubstr("vision_config.hidden_size"));
 }
 
 // openai/gpt-oss-20b's config.json (old rope format, yarn without truncation).

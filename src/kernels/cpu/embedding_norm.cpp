@@ -70,6 +70,13 @@ void rms_norm(const float* x, const WeightView& weight, float weight_offset, int
   for (int64_t r = 0; r < num_rows; ++r) norm_row(x + r * dim, scale, dim, eps, out + r * dim);
 }
 
+// LayerNorm runs in vision towers, once per image: the reference's float64 rows, rows in parallel.
+void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t num_rows, int64_t dim,
+                float eps, float* out) {
+#pragma omp parallel for schedule(static) if (num_rows * dim >= kParallelMinFloats)
+  for (int64_t r = 0; r < num_rows; ++r) ref::layer_norm(x + r * dim, weight, bias, 1, dim, eps, out + r * dim);
+}
+
 void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
                   int64_t dim, float eps, float* out) {
   const float* scale = norm_scale(weight, weight_offset, dim);

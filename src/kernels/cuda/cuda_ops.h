@@ -19,6 +19,9 @@ void rms_norm(const float* x, const WeightView& weight, float weight_offset, int
 void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
                   int64_t dim, float eps, float* out, cudaStream_t stream, void* out_half = nullptr,
                   DType half_dtype = DType::kBF16);
+// out may alias x (each block reads its row before writing it, and only its own row).
+void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t num_rows, int64_t dim,
+                float eps, float* out, cudaStream_t stream);
 void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,
           int32_t rotary_dim, const float* inv_freq, float attention_scaling, RopeLayout layout, cudaStream_t stream);
 void silu_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream);

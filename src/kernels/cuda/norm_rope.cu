@@ -1,4 +1,5 @@
-// RMSNorm, fused residual-add + RMSNorm, and rotary position embedding on the GPU.
+// RMSNorm, fused residual-add + RMSNorm, LayerNorm (vision towers) and rotary position embedding on
+// the GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -92,6 +93,26 @@ void launch_norm(float* residual, const float* x, const WeightView& weight, floa
   }
 }
 
+// LayerNorm, one block of 256 threads per row: the mean, then the variance around it, in float32
+// (vision towers run it once an image; kernels::ref's float64 is the oracle within tolerance).
+__global__ void __launch_bounds__(256)
+    layer_norm_kernel(const float* x, const void* weight, const void* bias, DType dtype_w, DType dtype_b, int64_t dim,
+                      float eps, float* out) {
+  wait_for_previous_grid();
+  allow_next_grid();
+  const float* row = x + blockIdx.x * dim;
+  float sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < dim; c += 256) sum += row[c];
+  const float mean = block_sum<256>(sum) / static_cast<float>(dim);
+  float squares = 0.0f;
+  for (int64_t c = threadIdx.x; c < dim; c += 256) squares += (row[c] - mean) * (row[c] - mean);
+  const float inv_std = rsqrtf(block_sum<256>(squares) / static_cast<float>(dim) + eps);
+  for (int64_t c = threadIdx.x; c < dim; c += 256) {
+    out[blockIdx.x * dim + c] =
+        (row[c] - mean) * inv_std * load_as_f32(weight, dtype_w, c) + load_as_f32(bias, dtype_b, c);
+  }
+}
+
 // One thread per (token, head, rotary pair), so a decode step's few tokens still spread over many
 // threads (a thread per pair walking the heads took 4.4 us for DeepSeek-V2-Lite's 16 query heads
 // at batch 1, the heads' loads and stores one after another). cos/sin in float64 rounded once, like
@@ -134,6 +155,13 @@ void add_rms_norm(float* residual, const float* x, const WeightView& weight, flo
                   int64_t dim, float eps, float* out, cudaStream_t stream, void* out_half, DType half_dtype) {
   if (num_rows == 0) return;
   launch_norm<true>(residual, x, weight, weight_offset, num_rows, dim, eps, out, out_half, half_dtype, stream);
+}
+
+void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t num_rows, int64_t dim,
+                float eps, float* out, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  launch_dependent(layer_norm_kernel, dim3(static_cast<unsigned>(num_rows)), dim3(256), 0, stream, x, weight.data,
+                   bias.data, weight.dtype, bias.dtype, dim, eps, out);
 }
 
 void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_heads, int32_t head_dim,

@@ -44,6 +44,28 @@ void rms_norm(const float* x, const WeightView& weight, float weight_offset, int
   for (int64_t r = 0; r < num_rows; ++r) rms_norm_row(x + r * dim, w, weight_offset, dim, eps, out + r * dim);
 }
 
+void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t num_rows, int64_t dim,
+                float eps, float* out) {
+  DI_CHECK(weight.rows * weight.cols == dim && bias.rows * bias.cols == dim,
+           "layer norm weight and bias have " << weight.rows * weight.cols << " and " << bias.rows * bias.cols
+                                              << " values, dim " << dim);
+  const std::vector<float> w = weight_row(WeightView{weight.data, weight.dtype, 1, dim}, 0);
+  const std::vector<float> b = weight_row(WeightView{bias.data, bias.dtype, 1, dim}, 0);
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const float* row = x + r * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i) sum += row[i];
+    const double mean = sum / static_cast<double>(dim);
+    double squares = 0.0;
+    for (int64_t i = 0; i < dim; ++i) squares += (row[i] - mean) * (row[i] - mean);
+    const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(dim) + static_cast<double>(eps));
+    for (int64_t i = 0; i < dim; ++i) {
+      out[r * dim + i] =
+          static_cast<float>((row[i] - mean) * inv_std * w[static_cast<size_t>(i)] + b[static_cast<size_t>(i)]);
+    }
+  }
+}
+
 void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
                   int64_t dim, float eps, float* out) {
   DI_CHECK(weight.rows * weight.cols == dim, "norm weight has " << weight.rows * weight.cols << " values, dim " << dim);

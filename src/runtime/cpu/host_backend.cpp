@@ -98,6 +98,11 @@ std::string matmul_group_op_name(std::initializer_list<MatmulOutput> outputs, in
     OpTimer timer("paged_attention");                                                                            \
     kernels::ns::paged_attention(q, k_cache, v_cache, batch, params, out);                                       \
   }                                                                                                              \
+  void layer_norm(const float* x, const kernels::WeightView& weight, const kernels::WeightView& bias,            \
+                  int64_t num_rows, int64_t dim, float eps, float* out) override {                               \
+    OpTimer timer("layer_norm");                                                                                 \
+    kernels::ns::layer_norm(x, weight, bias, num_rows, dim, eps, out);                                           \
+  }                                                                                                              \
   void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out) override {             \
     OpTimer timer("pack_rows");                                                                                  \
     kernels::ns::pack_rows(x, num_rows, width, dtype, out);                                                      \

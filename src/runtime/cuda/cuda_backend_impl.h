@@ -111,6 +111,10 @@ class CudaBackend final : public Backend {
     void* rounded = stage_for_products(out, num_rows, dim, weight.dtype);
     kc::rms_norm(x, weight, weight_offset, num_rows, dim, eps, out, stream, rounded, weight.dtype);
   }
+  void layer_norm(const float* x, const kernels::WeightView& weight, const kernels::WeightView& bias, int64_t num_rows,
+                  int64_t dim, float eps, float* out) override {
+    kc::layer_norm(x, weight, bias, num_rows, dim, eps, out, stream_.for_op());
+  }
   void add_rms_norm(float* residual, const float* x, const kernels::WeightView& weight, float weight_offset,
                     int64_t num_rows, int64_t dim, float eps, float* out) override {
     const cudaStream_t stream = stream_.for_op();
