@@ -36,6 +36,8 @@ inline uint16_t f32_to_bf16(float value) {
 float f16_to_f32(uint16_t bits);
 // float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN.
 float f8e4m3_to_f32(uint8_t bits);
+// The largest finite e4m3fn magnitude.
+inline constexpr float kF8E4M3Max = 448.0f;
 // The nearest e4m3fn value, ties to even; magnitudes past 448 saturate to 448 (as CUDA's
 // __NV_SATFINITE conversions do), NaN stays NaN.
 uint8_t f32_to_f8e4m3(float value);

@@ -84,6 +84,14 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   if (!group.ok()) return group.error();
   joined.group = std::move(*group);
   if (!config.expert_parallel) return joined;
+  // Every rank must send rows of one size, and "auto" settles on each rank's own batch_invariant.
+  const std::vector<std::string> payloads = joined.group->all_gather(std::string(exchange_payload_name(*payload)));
+  for (size_t r = 1; r < payloads.size(); ++r) {
+    if (payloads[r] != payloads[0]) {
+      return Error{"expert-parallel payload: rank 0 sends " + payloads[0] + " rows, rank " + std::to_string(r) + " " +
+                   payloads[r] + " rows (--expert-parallel-payload, or --batch-invariant on some ranks only)"};
+    }
+  }
   auto expert_parallel = std::make_shared<ExpertParallelism>();
   expert_parallel->group = joined.group;
   expert_parallel->num_redundant_experts = config.num_redundant_experts;

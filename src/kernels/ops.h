@@ -232,11 +232,19 @@ inline int64_t moe_workspace_floats(int64_t num_tokens, const MoeExperts& expert
 // floats as payload_row_bytes(dtype, width) bytes: kF32 as is; kBF16 rounded to nearest even; kF8E4M3
 // as e4m3 codes (nearest even, saturated at 448) of value / scale, one float32 scale per
 // kPayloadBlock values (the block's max |value| / 448, at least FLT_MIN), stored after the codes,
-// which are padded to a multiple of 4 bytes. DeepSeek dispatches in this FP8 layout.
+// which are padded to a multiple of 4 bytes; the scale is at most FLT_MAX / 448, so an infinity
+// saturates to the largest code instead of turning its block into NaN. DeepSeek dispatches in this
+// FP8 layout.
 inline constexpr int64_t kPayloadBlock = 128;
+inline bool is_payload_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF8E4M3;
+}
+// Where an FP8 row's scales start, after its padded codes.
+inline int64_t payload_scales_offset(int64_t width) { return (width + 3) / 4 * 4; }
 inline int64_t payload_row_bytes(DType dtype, int64_t width) {
   if (dtype == DType::kF8E4M3) {
-    return (width + 3) / 4 * 4 + (width + kPayloadBlock - 1) / kPayloadBlock * static_cast<int64_t>(sizeof(float));
+    return payload_scales_offset(width) +
+           (width + kPayloadBlock - 1) / kPayloadBlock * static_cast<int64_t>(sizeof(float));
   }
   return width * static_cast<int64_t>(dtype_size_bytes(dtype));
 }

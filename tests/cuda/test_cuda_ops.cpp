@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -266,13 +267,17 @@ TEST_F(CudaOps, CopyRowsMatchesReference) {
 }
 
 // The row payloads of expert-parallel exchanges: the device's bytes and floats are the reference's,
-// on rows with blocks of zeros, values past e4m3's range before scaling, and widths off the block.
+// on rows with blocks of zeros, tiny values, an infinity, values past e4m3's range before scaling,
+// and widths off the block.
 TEST_F(CudaOps, RowPayloadsMatchReferenceBytes) {
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
     for (int64_t width : {1, 64, 131, 300, 2048}) {
       const int64_t rows = 37;
       std::vector<float> x = random_floats(rng_, static_cast<size_t>(rows * width), -3e3f, 3e3f);
       std::fill(x.begin(), x.begin() + std::min<int64_t>(width, 128), 0.0f);
+      // Row 1: tiny values (scales near FLT_MIN) and an infinity (the capped scale).
+      for (int64_t i = width; i < 2 * width; ++i) x[static_cast<size_t>(i)] *= 1e-33f;
+      x[static_cast<size_t>(width)] = std::numeric_limits<float>::infinity();
       const auto row_bytes = static_cast<size_t>(kernels::payload_row_bytes(dtype, width));
       std::vector<uint8_t> want(row_bytes * static_cast<size_t>(rows));
       kernels::ref::pack_rows(x.data(), rows, width, dtype, want.data());

@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "kernel_test_util.h"
@@ -289,7 +290,7 @@ TEST(RowPayload, Fp8RowsCarryAScalePerBlockOf128) {
   const std::vector<float> back = unpacked(bytes, 2, width, DType::kF8E4M3);
   EXPECT_EQ(back[0], -448.0f * (3.0f / 448.0f));
   for (int64_t i = 128; i < 256; ++i) EXPECT_EQ(back[i], 0.0f) << i;
-  // Every value within e4m3's half step (2^-4 relative, 2^-10 of the block's max near zero).
+  // Every value within e4m3's half step (2^-4 relative), or a subnormal step (2^-9 of the scale) near zero.
   for (int64_t r = 0; r < 2; ++r) {
     float block_scale[3];
     std::memcpy(block_scale, bytes.data() + r * row_bytes + 300, sizeof(block_scale));
@@ -299,6 +300,15 @@ TEST(RowPayload, Fp8RowsCarryAScalePerBlockOf128) {
       ASSERT_LE(std::fabs(back[r * width + i] - v), bound) << "row " << r << " value " << i;
     }
   }
+}
+
+TEST(RowPayload, Fp8InfinitySaturatesWithoutSpoilingItsBlock) {
+  std::vector<float> x(130, 1.0f);
+  x[3] = -std::numeric_limits<float>::infinity();
+  const std::vector<float> back = unpacked(packed(x, 130, DType::kF8E4M3), 1, 130, DType::kF8E4M3);
+  EXPECT_EQ(back[3], -448.0f * (FLT_MAX / 448.0f));  // the largest code times the capped scale
+  EXPECT_EQ(back[4], 0.0f);                          // 1 is nothing beside it, but not NaN
+  EXPECT_EQ(back[129], 1.0f);                        // the next block is untouched
 }
 
 }  // namespace

@@ -160,5 +160,24 @@ TEST(DeviceExchange, TransportNamesAreParsedAndUnknownOnesNamed) {
       << gloo.error().message;
 }
 
+TEST(DeviceExchange, PayloadNamesGiveEachDirectionsElementType) {
+  const auto expect = [](std::string_view name, bool invariant, DType dispatch, DType combine) {
+    const auto payload = parse_exchange_payload(name, invariant);
+    ASSERT_TRUE(payload.ok()) << payload.error().message;
+    EXPECT_EQ(payload->dispatch, dispatch) << name << " " << invariant;
+    EXPECT_EQ(payload->combine, combine) << name << " " << invariant;
+  };
+  expect("auto", true, DType::kF32, DType::kF32);  // batch invariant: one rank's bits
+  expect("auto", false, DType::kBF16, DType::kBF16);
+  expect("float32", false, DType::kF32, DType::kF32);
+  expect("bf16", true, DType::kBF16, DType::kBF16);
+  expect("fp8", false, DType::kF8E4M3, DType::kBF16);  // DeepSeek's: FP8 out, bf16 back
+  EXPECT_EQ(exchange_payload_name(parse_exchange_payload("fp8", false).value()), "fp8");
+  EXPECT_EQ(exchange_payload_name(parse_exchange_payload("auto", true).value()), "float32");
+  auto half = parse_exchange_payload("fp16", false);
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.error().message, "unknown expert-parallel payload 'fp16' (expected auto, float32, bf16 or fp8)");
+}
+
 }  // namespace
 }  // namespace deepinfer

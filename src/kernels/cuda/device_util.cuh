@@ -76,6 +76,21 @@ __device__ __forceinline__ float block_sum(float value) {
   return total;
 }
 
+// Maximum over a block of kThreads threads (a multiple of 32); every thread gets it. Safe to call
+// again right after (the leading barrier), like block_sum.
+template <int kThreads>
+__device__ __forceinline__ float block_max(float value) {
+  __shared__ float partial[kThreads / 32];
+  value = warp_max(value);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = value;
+  __syncthreads();
+  float result = partial[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) result = fmaxf(result, partial[w]);
+  return result;
+}
+
 // Blocks for a grid-stride loop over count elements.
 inline unsigned grid_for(int64_t count, int threads) {
   const int64_t blocks = (count + threads - 1) / threads;

@@ -22,7 +22,6 @@ constexpr int kWarps = 8;
 constexpr int kTileRows = 16;      // weight rows of a block: the m16 of the instruction
 constexpr int kTokensPerTile = 8;  // x rows of one product: its n8
 constexpr int kVecsPerBlock = 8;   // 16-byte vectors in 128 columns
-constexpr float kE4m3Max = 448.0f;
 
 // c[16x8] += a[16x32] b[32x8], e4m3 inputs, float32 accumulation (PTX ISA's m16n8k32 layouts).
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -49,8 +48,8 @@ __global__ void quantize_rows_kernel(const float* __restrict__ x, int64_t num_ro
   if (item >= num_rows * blocks_per_row) return;
   const float4 v = reinterpret_cast<const float4*>(x)[item * 32 + lane];
   const float amax = warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-  const float scale = amax / kE4m3Max;
-  const float inverse = amax > 0.0f ? kE4m3Max / amax : 0.0f;
+  const float scale = amax / kF8E4M3Max;
+  const float inverse = amax > 0.0f ? kF8E4M3Max / amax : 0.0f;
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inverse, v.y * inverse), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inverse, v.w * inverse), __NV_SATFINITE, __NV_E4M3);
   codes[item * 32 + lane] = lo | (hi << 16);

@@ -8,20 +8,9 @@
 #include "kernels/ops.h"
 
 namespace deepinfer::kernels::ref {
-namespace {
-
-void check_payload_dtype(DType dtype) {
-  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF8E4M3,
-           "row payloads are F32, BF16 or F8_E4M3, not " << dtype_name(dtype));
-}
-
-// Where an FP8 row's scales start after its codes (payload_row_bytes' layout).
-int64_t fp8_scales_offset(int64_t width) { return (width + 3) / 4 * 4; }
-
-}  // namespace
 
 void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out) {
-  check_payload_dtype(dtype);
+  DI_CHECK(is_payload_dtype(dtype), "row payloads are F32, BF16 or F8_E4M3, not " << dtype_name(dtype));
   for (int64_t r = 0; r < num_rows; ++r) {
     const float* row = x + r * width;
     if (dtype == DType::kF32) {
@@ -31,14 +20,13 @@ void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, voi
       for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_bf16(row[i]);
     } else {
       uint8_t* codes = static_cast<uint8_t*>(out) + r * payload_row_bytes(dtype, width);
-      auto* scales = reinterpret_cast<float*>(codes + fp8_scales_offset(width));
-      std::memset(codes, 0, static_cast<size_t>(fp8_scales_offset(width)));
+      std::memset(codes, 0, static_cast<size_t>(payload_scales_offset(width)));
       for (int64_t begin = 0; begin < width; begin += kPayloadBlock) {
         const int64_t end = std::min(begin + kPayloadBlock, width);
         float max_abs = 0.0f;
         for (int64_t i = begin; i < end; ++i) max_abs = std::max(max_abs, std::fabs(row[i]));
-        const float scale = std::max(max_abs / 448.0f, FLT_MIN);
-        scales[begin / kPayloadBlock] = scale;
+        const float scale = std::min(std::max(max_abs / kF8E4M3Max, FLT_MIN), FLT_MAX / kF8E4M3Max);
+        std::memcpy(codes + payload_scales_offset(width) + begin / kPayloadBlock * 4, &scale, sizeof(scale));
         for (int64_t i = begin; i < end; ++i) codes[i] = f32_to_f8e4m3(row[i] / scale);
       }
     }
@@ -46,7 +34,7 @@ void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, voi
 }
 
 void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) {
-  check_payload_dtype(dtype);
+  DI_CHECK(is_payload_dtype(dtype), "row payloads are F32, BF16 or F8_E4M3, not " << dtype_name(dtype));
   for (int64_t r = 0; r < num_rows; ++r) {
     float* row = out + r * width;
     if (dtype == DType::kF32) {
@@ -56,8 +44,11 @@ void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtyp
       for (int64_t i = 0; i < width; ++i) row[i] = bf16_to_f32(src[i]);
     } else {
       const uint8_t* codes = static_cast<const uint8_t*>(packed) + r * payload_row_bytes(dtype, width);
-      const auto* scales = reinterpret_cast<const float*>(codes + fp8_scales_offset(width));
-      for (int64_t i = 0; i < width; ++i) row[i] = f8e4m3_to_f32(codes[i]) * scales[i / kPayloadBlock];
+      for (int64_t i = 0; i < width; ++i) {
+        float scale = 0.0f;
+        std::memcpy(&scale, codes + payload_scales_offset(width) + i / kPayloadBlock * 4, sizeof(scale));
+        row[i] = f8e4m3_to_f32(codes[i]) * scale;
+      }
     }
   }
 }

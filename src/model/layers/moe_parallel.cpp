@@ -7,8 +7,6 @@
 // stay in the backend's memory and travel through the model's DeviceExchange (NCCL between GPUs) in
 // the payload's element type; the routing, the counts and each row's expert index are host
 // bookkeeping and go through the group.
-#include <numeric>
-
 #include "core/check.h"
 #include "model/layers/moe.h"
 #include "runtime/device_upload.h"
@@ -16,22 +14,17 @@
 namespace deepinfer {
 namespace {
 
-// Sends rows ([sum of send_counts, width] floats, in send order) to the ranks as send_counts says and
-// receives theirs into out ([sum of recv_counts, width]), in the payload's element type on the way:
-// float32 rows travel as they are, others are packed before and unpacked after.
-void exchange_rows(Backend& backend, DeviceExchange& exchange, const float* rows,
-                   const std::vector<int64_t>& send_counts, float* out, const std::vector<int64_t>& recv_counts,
-                   int64_t width, DType dtype) {
+// Sends rows ([num_sent, width] floats, in send order) to the ranks as send_counts says and receives
+// theirs into out ([num_received, width]), in the payload's element type on the way: float32 rows
+// travel as they are, others are packed before and unpacked after.
+void exchange_rows(Backend& backend, DeviceExchange& exchange, const float* rows, int64_t num_sent,
+                   const std::vector<int64_t>& send_counts, float* out, int64_t num_received,
+                   const std::vector<int64_t>& recv_counts, int64_t width, DType dtype) {
   const auto row_bytes = static_cast<size_t>(kernels::payload_row_bytes(dtype, width));
   if (dtype == DType::kF32) {
     exchange.all_to_all_v(rows, send_counts, out, recv_counts, row_bytes);
     return;
   }
-  const auto total = [](const std::vector<int64_t>& counts) {
-    return std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  };
-  const int64_t num_sent = total(send_counts);
-  const int64_t num_received = total(recv_counts);
   DeviceBuffer packed_send = allocate_elements<char>(backend, num_sent * static_cast<int64_t>(row_bytes));
   DeviceBuffer packed_recv = allocate_elements<char>(backend, num_received * static_cast<int64_t>(row_bytes));
   backend.pack_rows(rows, num_sent, width, dtype, packed_send.data());
@@ -96,8 +89,8 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
     backend.embedding(x_table, device_token_of_row.as<int32_t>(), num_slots, send_rows.as<float>());
   }
   DeviceBuffer received = allocate_elements<float>(backend, num_received * hidden);
-  exchange_rows(backend, *exchange_, send_rows.as<float>(), send_counts, received.as<float>(), recv_counts, hidden,
-                payload_.dispatch);
+  exchange_rows(backend, *exchange_, send_rows.as<float>(), num_slots, send_counts, received.as<float>(), num_received,
+                recv_counts, hidden, payload_.dispatch);
 
   // This rank's experts over the rows it received, each row alone (top_k 1, weight 1).
   DeviceBuffer expert_out = allocate_elements<float>(backend, num_received * hidden);
@@ -114,8 +107,8 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
 
   // The outputs go back the way the rows came.
   DeviceBuffer returned = allocate_elements<float>(backend, num_slots * hidden);
-  exchange_rows(backend, *exchange_, expert_out.as<float>(), recv_counts, returned.as<float>(), send_counts, hidden,
-                payload_.combine);
+  exchange_rows(backend, *exchange_, expert_out.as<float>(), num_received, recv_counts, returned.as<float>(), num_slots,
+                send_counts, hidden, payload_.combine);
   if (num_tokens == 0) return;
   const DeviceBuffer device_row_of_slot = upload_vector(backend, row_of_slot);
   backend.moe_combine(returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden,

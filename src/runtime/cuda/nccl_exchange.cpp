@@ -147,6 +147,8 @@ class NcclExchange final : public DeviceExchange {
   void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
                     const std::vector<int64_t>& recv_counts, size_t elem_bytes) override {
     if (aborted_) fail("all_to_all_v", "the exchange was aborted after an earlier failure");
+    // One deadline for the whole exchange: enqueueing it and waiting for it.
+    const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
     const int32_t world = group_->world_size();
     const int32_t self = group_->rank();
     const cudaStream_t stream = stream_for_();
@@ -187,21 +189,20 @@ class NcclExchange final : public DeviceExchange {
     if (failed != nullptr) fail(failed, nccl_.error_string(result));
     if (!accepted(ended)) fail("ncclGroupEnd", nccl_.error_string(ended));
     // The sends and receives are on the stream once the communicator leaves ncclInProgress.
-    const ncclResult_t enqueued = settle(nccl_, comm_, std::chrono::steady_clock::now() + group_->timeout());
+    const ncclResult_t enqueued = settle(nccl_, comm_, deadline);
     if (enqueued == ncclInProgress) fail("ncclGroupEnd", "not enqueued within the group's timeout");
     if (enqueued != ncclSuccess) fail("ncclGroupEnd", nccl_.error_string(enqueued));
-    wait(stream);
+    wait(stream, deadline);
   }
 
  private:
   // Waits for the exchange without blocking in the driver: a peer that died leaves the transfer
   // pending forever, so NCCL's error state and the group's timeout are polled instead.
-  void wait(cudaStream_t stream) {
+  void wait(cudaStream_t stream, std::chrono::steady_clock::time_point deadline) {
     if (cudaEventRecord(done_, stream) != cudaSuccess) {
       (void)cudaGetLastError();
       fail("all_to_all_v", "cudaEventRecord failed");
     }
-    const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
     for (;;) {
       const cudaError_t state = cudaEventQuery(done_);
       if (state == cudaSuccess) return;
