@@ -252,15 +252,20 @@ TEST(ExpertParallelCli, BadFlagsAreNamed) {
       << nccl_on_cpu.out;
 }
 
+// The command line of one of two expert-parallel ranks started by hand (qwen3_moe, rendezvous in
+// dir), up to its rank number.
+std::string hand_started_rank(const TempDir& dir) {
+  return std::string(DEEPINFER_CLI) + " score --model " + fixture("qwen3_moe") +
+         " --tokens 1,2,3,4 --data-parallel-size 2 --expert-parallel --data-parallel-address " +
+         dir.file("rendezvous") + " --data-parallel-rank ";
+}
+
 TEST(ExpertParallelCli, ARankThatFailsEndsTheOthersWithAnError) {
   TempDir dir;
-  const std::string cli = DEEPINFER_CLI;
-  const std::string score = " score --model " + fixture("qwen3_moe") +
-                            " --tokens 1,2,3,4 --data-parallel-size 2 --expert-parallel --data-parallel-address " +
-                            dir.file("rendezvous") + " --data-parallel-rank ";
+  const std::string score = hand_started_rank(dir);
   // Rank 1's first expert product throws; rank 0 must notice the group is gone and end, naming it.
-  const auto rank0 = run_shell("(DEEPINFER_FAULT=throw:moe_experts:1 " + cli + score +
-                               "1 >/dev/null 2>&1 &); timeout 60 " + cli + score + "0 2>&1");
+  const auto rank0 = run_shell("(DEEPINFER_FAULT=throw:moe_experts:1 " + score + "1 >/dev/null 2>&1 &); timeout 60 " +
+                               score + "0 2>&1");
   EXPECT_EQ(rank0.exit_code, 1) << rank0.out;
   EXPECT_NE(rank0.out.find("data-parallel group 'deepinfer'"), std::string::npos) << rank0.out;
 }
@@ -269,12 +274,9 @@ TEST(ExpertParallelCli, ARankThatFailsEndsTheOthersWithAnError) {
 // different sizes stop at load with the same error, instead of exchanging garbage or hanging.
 TEST(ExpertParallelCli, RanksThatDisagreeOnThePayloadStopAtLoad) {
   TempDir dir;
-  const std::string cli = DEEPINFER_CLI;
-  const std::string score = " score --model " + fixture("qwen3_moe") +
-                            " --tokens 1,2,3,4 --data-parallel-size 2 --expert-parallel --data-parallel-address " +
-                            dir.file("rendezvous") + " --data-parallel-rank ";
-  const auto rank0 = run_shell("timeout 60 " + cli + score + "1 > " + dir.file("rank1.txt") + " 2>&1 & rank1=$!; " +
-                               "timeout 60 " + cli + score + "0 --batch-invariant 2>&1; rc=$?; wait $rank1; exit $rc");
+  const std::string score = hand_started_rank(dir);
+  const auto rank0 = run_shell("timeout 60 " + score + "1 > " + dir.file("rank1.txt") + " 2>&1 & rank1=$!; " +
+                               "timeout 60 " + score + "0 --batch-invariant 2>&1; rc=$?; wait $rank1; exit $rc");
   const std::string want = "expert-parallel payload: rank 0 sends float32 rows, rank 1 bf16 rows";
   EXPECT_EQ(rank0.exit_code, 1) << rank0.out;
   EXPECT_NE(rank0.out.find(want), std::string::npos) << rank0.out;
