@@ -3,6 +3,7 @@
 // (test_resize.cpp), so the values differ only by float32 rounding: within 1e-6.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "image/preprocess.h"
@@ -54,6 +55,18 @@ TEST(ImagePreprocess, Gemma3EqualsTransformers) {
     SCOPED_TRACE(entry["values"].get<std::string>());
     expect_sampled_values_near(preprocess_gemma3(test::decode_fixture(entry["source"])), entry);
   }
+}
+
+// The gemma3_vision model fixture's image at its tower's 56 x 56, against what transformers'
+// Gemma3ImageProcessor gave for it (tools/reference/make_fixtures_multimodal.py): the same size,
+// so the resize keeps every pixel and only the rescale and normalisation are compared.
+TEST(ImagePreprocess, Gemma3AtTheVisionFixturesSizeEqualsTransformers) {
+  const std::vector<float> want = test::read_f32_fixture("../gemma3_vision/pixel_values.f32");
+  const std::vector<float> got = preprocess_gemma3(test::decode_fixture("../gemma3_vision/image.png"), 56);
+  ASSERT_EQ(got.size(), want.size());
+  float max_error = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) max_error = std::max(max_error, std::abs(got[i] - want[i]));
+  EXPECT_LE(max_error, kTolerance);
 }
 
 TEST(ImagePreprocess, SmartResizeFollowsTransformers) {

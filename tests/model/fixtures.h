@@ -21,12 +21,15 @@ inline nlohmann::json load_expected(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
-// Every fixture directory holding its own model, sorted; the suite checks the required ones are
-// among them. (Fixtures of a shipped model under models/ have no config.json here.)
+// Every fixture directory holding its own text model, sorted; the suite checks the required ones are
+// among them. (Fixtures of a shipped model under models/ have no config.json here; image-input
+// fixtures, with an image.json, expect their image in the prompt and have their own tests.)
 inline std::vector<std::string> fixture_names() {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(DEEPINFER_TEST_DATA_DIR)) {
-    if (std::filesystem::exists(entry.path() / "expected.json") && std::filesystem::exists(entry.path() / "config.json")) {
+    if (std::filesystem::exists(entry.path() / "expected.json") &&
+        std::filesystem::exists(entry.path() / "config.json") &&
+        !std::filesystem::exists(entry.path() / "image.json")) {
       names.push_back(entry.path().filename().string());
     }
   }

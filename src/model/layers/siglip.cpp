@@ -1,0 +1,263 @@
+// SigLIP's tower and Gemma 3's projector on the backend's ops. Attention where every patch sees
+// every patch is the paged attention op over one sequence per patch: each is one query whose
+// sequence holds all the patches' keys (rows_share_sequences), so no kernel needs a mask of its own.
+#include "model/layers/siglip.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "core/check.h"
+#include "runtime/device_upload.h"
+
+namespace deepinfer {
+namespace {
+
+// Keys a page of the tower's KV holds: any size works; 16 suits every backend's attention.
+constexpr int32_t kTowerBlockSize = 16;
+
+// The rows of one image's patches, [num_patches, channels * patch^2], each patch's values in the
+// convolution weight's (channel, row, column) order; patches row-major over the grid.
+std::vector<float> flattened_patches(const VisionConfig& c, const float* pixels) {
+  const int64_t side = c.patches_per_side();
+  const int64_t patch = c.patch_size;
+  const int64_t row_width = c.num_channels * patch * patch;
+  std::vector<float> rows(static_cast<size_t>(c.num_patches() * row_width));
+  for (int64_t py = 0; py < side; ++py) {
+    for (int64_t px = 0; px < side; ++px) {
+      float* row = rows.data() + (py * side + px) * row_width;
+      for (int64_t ch = 0; ch < c.num_channels; ++ch) {
+        for (int64_t ky = 0; ky < patch; ++ky) {
+          const float* line = pixels + (ch * c.image_size + py * patch + ky) * c.image_size + px * patch;
+          std::copy(line, line + patch, row + (ch * patch + ky) * patch);
+        }
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+Result<WeightStore> gemma3_vision_weights(const WeightStore& checkpoint) {
+  return checkpoint.with_prefixes_renamed({{"model.vision_tower.vision_model.", "vision_tower."},
+                                           {"vision_tower.vision_model.", "vision_tower."},
+                                           {"model.vision_tower.", "vision_tower."},
+                                           {"model.multi_modal_projector.", "multi_modal_projector."}});
+}
+
+Result<LayerNorm> LayerNorm::load(const ModelSource& source, const std::string& prefix, int64_t dim, double eps) {
+  LayerNorm norm;
+  norm.dim = dim;
+  norm.eps = static_cast<float>(eps);
+  auto weight = load_tensor(source, prefix + ".weight", {dim});
+  if (!weight.ok()) return weight.error();
+  norm.weight = *weight;
+  auto bias = load_tensor(source, prefix + ".bias", {dim});
+  if (!bias.ok()) return bias.error();
+  norm.bias = *bias;
+  return norm;
+}
+
+Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, const std::string& prefix,
+                                                  const VisionConfig& config) {
+  SiglipVisionTower tower;
+  tower.config_ = config;
+  const int64_t hidden = config.hidden_size;
+  const int64_t patch_width = config.num_channels * config.patch_size * config.patch_size;
+  // The convolution's [hidden, channels, patch, patch] weight is the product's [hidden, patch_width].
+  const std::string patch_name = prefix + "embeddings.patch_embedding";
+  auto patch_weight = read_tensor_f32(source, patch_name + ".weight",
+                                      {hidden, config.num_channels, config.patch_size, config.patch_size});
+  if (!patch_weight.ok()) return patch_weight.error();
+  auto patch_view = load_host_tensor(source, patch_name + ".weight", hidden, patch_width, *patch_weight);
+  if (!patch_view.ok()) return patch_view.error();
+  tower.patch_embedding_.weight = *patch_view;
+  tower.patch_embedding_.in_features = patch_width;
+  tower.patch_embedding_.out_features = hidden;
+  auto patch_bias = load_tensor(source, patch_name + ".bias", {hidden});
+  if (!patch_bias.ok()) return patch_bias.error();
+  tower.patch_embedding_.bias = *patch_bias;
+  auto positions = load_tensor(source, prefix + "embeddings.position_embedding.weight", {config.num_patches(), hidden});
+  if (!positions.ok()) return positions.error();
+  tower.positions_ = *positions;
+
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string layer = prefix + "encoder.layers." + std::to_string(i) + ".";
+    Layer l;
+    auto norm1 = LayerNorm::load(source, layer + "layer_norm1", hidden, config.layer_norm_eps);
+    auto norm2 = LayerNorm::load(source, layer + "layer_norm2", hidden, config.layer_norm_eps);
+    auto q = Linear::load(source, layer + "self_attn.q_proj", hidden, hidden, true);
+    auto k = Linear::load(source, layer + "self_attn.k_proj", hidden, hidden, true);
+    auto v = Linear::load(source, layer + "self_attn.v_proj", hidden, hidden, true);
+    auto out = Linear::load(source, layer + "self_attn.out_proj", hidden, hidden, true);
+    auto fc1 = Linear::load(source, layer + "mlp.fc1", config.intermediate_size, hidden, true);
+    auto fc2 = Linear::load(source, layer + "mlp.fc2", hidden, config.intermediate_size, true);
+    for (const Result<Linear>* linear : {&q, &k, &v, &out, &fc1, &fc2}) {
+      if (!linear->ok()) return linear->error();
+    }
+    if (!norm1.ok()) return norm1.error();
+    if (!norm2.ok()) return norm2.error();
+    l.norm1 = *norm1;
+    l.norm2 = *norm2;
+    l.q = *q;
+    l.k = *k;
+    l.v = *v;
+    l.out = *out;
+    l.fc1 = *fc1;
+    l.fc2 = *fc2;
+    tower.layers_.push_back(std::move(l));
+  }
+  auto post = LayerNorm::load(source, prefix + "post_layernorm", hidden, config.layer_norm_eps);
+  if (!post.ok()) return post.error();
+  tower.post_norm_ = *post;
+  return tower;
+}
+
+void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* out) const {
+  const VisionConfig& c = config_;
+  const int64_t n = c.num_patches();
+  const int64_t hidden = c.hidden_size;
+  const auto num_heads = static_cast<int32_t>(c.num_attention_heads);
+  const auto head_dim = static_cast<int32_t>(hidden / c.num_attention_heads);
+
+  DeviceBuffer x = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer normed = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer q = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer k = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer v = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer attended = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer delta = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer mlp = allocate_elements<float>(backend, n * c.intermediate_size);
+  DeviceBuffer ones = upload_vector(backend, std::vector<float>(static_cast<size_t>(n * c.intermediate_size), 1.0f));
+
+  // Embeddings: the patches' product plus each patch's position row.
+  {
+    const DeviceBuffer patches = upload_vector(backend, flattened_patches(c, pixels));
+    patch_embedding_.forward(backend, patches.as<float>(), n, x.as<float>());
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), 0);
+    const DeviceBuffer position_ids = upload_vector(backend, ids);
+    backend.embedding(positions_, position_ids.as<int32_t>(), n, delta.as<float>());
+    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+  }
+
+  // One sequence per patch over the same pages: each query sees all n keys.
+  const int32_t blocks = static_cast<int32_t>((n + kTowerBlockSize - 1) / kTowerBlockSize);
+  std::vector<int32_t> query_start(static_cast<size_t>(n) + 1);
+  const std::vector<int32_t> seq_len(static_cast<size_t>(n), static_cast<int32_t>(n));
+  std::iota(query_start.begin(), query_start.end(), 0);
+  std::vector<int32_t> table(static_cast<size_t>(n) * static_cast<size_t>(blocks));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i % static_cast<size_t>(blocks));
+  std::vector<int32_t> slots(static_cast<size_t>(n));
+  std::iota(slots.begin(), slots.end(), 0);
+  const DeviceBuffer device_query_start = upload_vector(backend, query_start);
+  const DeviceBuffer device_seq_len = upload_vector(backend, seq_len);
+  const DeviceBuffer device_table = upload_vector(backend, table);
+  const DeviceBuffer device_slots = upload_vector(backend, slots);
+  kernels::PagedBatch batch;
+  batch.num_seqs = static_cast<int32_t>(n);
+  batch.query_start = device_query_start.as<int32_t>();
+  batch.seq_len = device_seq_len.as<int32_t>();
+  batch.block_table = device_table.as<int32_t>();
+  batch.max_blocks_per_seq = blocks;
+  batch.block_size = kTowerBlockSize;
+  batch.num_tokens = static_cast<int32_t>(n);
+  batch.max_query_len = 1;
+  batch.rows_share_sequences = true;
+  kernels::AttentionParams params;
+  params.num_heads = num_heads;
+  params.num_kv_heads = num_heads;
+  params.head_dim = head_dim;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  params.allow_bf16 = patch_embedding_.weight.dtype != DType::kF32;
+  params.cache_dtype = backend.kv_cache_dtype(layers_.empty() ? DType::kF32 : layers_[0].q.weight.dtype);
+  const size_t cache_bytes = static_cast<size_t>(blocks) * kTowerBlockSize * static_cast<size_t>(hidden) *
+                             dtype_size_bytes(params.cache_dtype);
+  DeviceBuffer k_cache = backend.allocate(cache_bytes);
+  DeviceBuffer v_cache = backend.allocate(cache_bytes);
+
+  for (const Layer& l : layers_) {
+    l.norm1.forward(backend, x.as<float>(), n, normed.as<float>());
+    backend.matmul_group(normed.as<float>(), n,
+                         {{l.q.weight, l.q.bias, q.as<float>()},
+                          {l.k.weight, l.k.bias, k.as<float>()},
+                          {l.v.weight, l.v.bias, v.as<float>()}});
+    backend.write_kv(k.as<float>(), v.as<float>(), device_slots.as<int32_t>(), n, hidden, params.cache_dtype, {},
+                     k_cache.data(), v_cache.data());
+    backend.paged_attention(q.as<float>(), k_cache.data(), v_cache.data(), batch, params, attended.as<float>());
+    l.out.forward(backend, attended.as<float>(), n, delta.as<float>());
+    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+    l.norm2.forward(backend, x.as<float>(), n, normed.as<float>());
+    l.fc1.forward(backend, normed.as<float>(), n, mlp.as<float>());
+    backend.gelu_tanh_mul(mlp.as<float>(), ones.as<float>(), n * c.intermediate_size, mlp.as<float>());
+    l.fc2.forward(backend, mlp.as<float>(), n, delta.as<float>());
+    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+  }
+  post_norm_.forward(backend, x.as<float>(), n, out);
+}
+
+Result<Gemma3Projector> Gemma3Projector::load(const ModelSource& source, const std::string& prefix,
+                                              const VisionConfig& vision, int64_t text_hidden) {
+  Gemma3Projector projector;
+  projector.patches_per_side_ = vision.patches_per_side();
+  const auto tokens_per_side =
+      static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(vision.mm_tokens_per_image))));
+  if (tokens_per_side * tokens_per_side != vision.mm_tokens_per_image ||
+      projector.patches_per_side_ % tokens_per_side != 0) {
+    return Error{"config.json: mm_tokens_per_image (" + std::to_string(vision.mm_tokens_per_image) +
+                 ") must be a square whose side divides the " + std::to_string(projector.patches_per_side_) +
+                 " patches a side of the image"};
+  }
+  projector.tokens_per_side_ = tokens_per_side;
+  projector.vision_hidden_ = vision.hidden_size;
+  auto norm = RmsNorm::load(source, prefix + "mm_soft_emb_norm.weight", vision.hidden_size, vision.layer_norm_eps);
+  if (!norm.ok()) return norm.error();
+  projector.norm_ = *norm;
+  projector.norm_.weight_offset = 1.0f;  // Gemma's (1 + w)
+  // Stored as [vision hidden, text hidden] and applied as x W; the product wants W^T.
+  const std::string name = prefix + "mm_input_projection_weight";
+  auto weight = read_tensor_f32(source, name, {vision.hidden_size, text_hidden});
+  if (!weight.ok()) return weight.error();
+  std::vector<float> transposed(weight->size());
+  for (int64_t r = 0; r < vision.hidden_size; ++r) {
+    for (int64_t col = 0; col < text_hidden; ++col) {
+      transposed[static_cast<size_t>(col * vision.hidden_size + r)] =
+          (*weight)[static_cast<size_t>(r * text_hidden + col)];
+    }
+  }
+  auto view = load_host_tensor(source, name, text_hidden, vision.hidden_size, transposed);
+  if (!view.ok()) return view.error();
+  projector.projection_.weight = *view;
+  projector.projection_.in_features = vision.hidden_size;
+  projector.projection_.out_features = text_hidden;
+  return projector;
+}
+
+void Gemma3Projector::forward(Backend& backend, const float* patches, float* out) const {
+  const int64_t tokens = tokens_per_image();
+  const int64_t window = patches_per_side_ / tokens_per_side_;
+  const int64_t hidden = vision_hidden_;
+  DeviceBuffer pooled = allocate_elements<float>(backend, tokens * hidden);
+  DeviceBuffer gathered = allocate_elements<float>(backend, tokens * hidden);
+  // Average pooling as PyTorch sums a window: its patches in row-major order, then one division.
+  const kernels::WeightView table{patches, DType::kF32, patches_per_side_ * patches_per_side_, hidden};
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (int64_t dy = 0; dy < window; ++dy) {
+    for (int64_t dx = 0; dx < window; ++dx) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t ty = t / tokens_per_side_;
+        const int64_t tx = t % tokens_per_side_;
+        ids[static_cast<size_t>(t)] = static_cast<int32_t>((ty * window + dy) * patches_per_side_ + tx * window + dx);
+      }
+      const DeviceBuffer device_ids = upload_vector(backend, ids);
+      float* target = dy == 0 && dx == 0 ? pooled.as<float>() : gathered.as<float>();
+      backend.embedding(table, device_ids.as<int32_t>(), tokens, target);
+      if (target != pooled.as<float>()) backend.add(pooled.as<float>(), target, tokens * hidden, pooled.as<float>());
+    }
+  }
+  backend.scale(pooled.as<float>(), tokens * hidden, 1.0f / static_cast<float>(window * window), pooled.as<float>());
+  norm_.forward(backend, pooled.as<float>(), tokens, gathered.as<float>());
+  projection_.forward(backend, gathered.as<float>(), tokens, out);
+}
+
+}  // namespace deepinfer
