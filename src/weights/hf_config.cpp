@@ -233,7 +233,6 @@ Result<std::optional<VisionConfig>> parse_vision(const json& raw, const JsonFiel
   }
   const JsonFields fields(source_name, *it, "vision_config.");
   VisionConfig vision;
-  vision.model_type = "siglip_vision_model";
   const std::pair<const char*, int64_t*> sizes[] = {{"hidden_size", &vision.hidden_size},
                                                     {"intermediate_size", &vision.intermediate_size},
                                                     {"num_hidden_layers", &vision.num_hidden_layers},
@@ -247,14 +246,9 @@ Result<std::optional<VisionConfig>> parse_vision(const json& raw, const JsonFiel
     if (value) *target = *value;
   }
   DI_ASSIGN(vision.layer_norm_eps, fields.positive_number("layer_norm_eps", vision.layer_norm_eps));
-  if (vision.image_size % vision.patch_size != 0) {
-    return fields.error("vision_config.patch_size (" + std::to_string(vision.patch_size) +
-                        ") must divide vision_config.image_size (" + std::to_string(vision.image_size) + ")");
-  }
-  if (vision.hidden_size % vision.num_attention_heads != 0) {
-    return fields.error("vision_config.num_attention_heads (" + std::to_string(vision.num_attention_heads) +
-                        ") must divide vision_config.hidden_size (" + std::to_string(vision.hidden_size) + ")");
-  }
+  std::optional<std::string> activation;
+  DI_ASSIGN(activation, fields.optional_string("hidden_act"));
+  if (activation) vision.hidden_act = *activation;
   std::optional<int64_t> tokens;
   DI_ASSIGN(tokens, top.optional_positive_int("mm_tokens_per_image"));
   if (tokens) vision.mm_tokens_per_image = *tokens;

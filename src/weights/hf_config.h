@@ -78,9 +78,9 @@ struct Fp8Config {
 
 // vision_config of an image-text checkpoint whose image encoder is a SigLIP tower (Gemma 3; its
 // model_type siglip_vision_model), transformers' defaults where a field is absent, and the top-level
-// fields of Gemma 3's projector and image tokens.
+// fields of Gemma 3's projector and image tokens. Only field types are checked here, so a text-only
+// load never fails on the tower's shape; the tower checks its shape when it loads.
 struct VisionConfig {
-  std::string model_type;
   int64_t hidden_size = 768;
   int64_t intermediate_size = 3072;
   int64_t num_hidden_layers = 12;
@@ -89,10 +89,11 @@ struct VisionConfig {
   int64_t image_size = 224;
   int64_t patch_size = 16;
   double layer_norm_eps = 1e-6;
+  std::string hidden_act = "gelu_pytorch_tanh";
   int64_t mm_tokens_per_image = 256;      // rows an image becomes in the text model
   std::optional<int64_t> image_token_id;  // image_token_index (or image_token_id)
 
-  int64_t patches_per_side() const { return image_size / patch_size; }
+  int64_t patches_per_side() const { return image_size / patch_size; }  // floored, as transformers does
   int64_t num_patches() const { return patches_per_side() * patches_per_side(); }
 };
 

@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "float_file.h"
 #include "image/image.h"
 
 namespace deepinfer::test {
@@ -26,10 +26,7 @@ inline std::vector<uint8_t> read_image_fixture(const std::string& name) {
 }
 
 inline std::vector<float> read_f32_fixture(const std::string& name) {
-  const std::vector<uint8_t> bytes = read_image_fixture(name);
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
+  return testing::read_float_file(image_fixture_path(name));
 }
 
 inline const nlohmann::json& image_manifest() {

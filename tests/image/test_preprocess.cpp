@@ -63,6 +63,7 @@ TEST(ImagePreprocess, Gemma3EqualsTransformers) {
 TEST(ImagePreprocess, Gemma3AtTheVisionFixturesSizeEqualsTransformers) {
   const std::vector<float> want = test::read_f32_fixture("../gemma3_vision/pixel_values.f32");
   const std::vector<float> got = preprocess_gemma3(test::decode_fixture("../gemma3_vision/image.png"), 56);
+  ASSERT_FALSE(want.empty());
   ASSERT_EQ(got.size(), want.size());
   float max_error = 0.0f;
   for (size_t i = 0; i < want.size(); ++i) max_error = std::max(max_error, std::abs(got[i] - want[i]));

@@ -10,26 +10,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "fixtures.h"
+#include "float_file.h"
 #include "model/layers/siglip.h"
 #include "runtime/device_upload.h"
 #include "weights/safetensors.h"
 
 namespace deepinfer::testing {
-
-inline std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  EXPECT_TRUE(in.good()) << path;
-  std::vector<float> values(static_cast<size_t>(in.tellg()) / sizeof(float));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
-  return values;
-}
 
 // Largest |got - want| over the largest |want|: the rows' scale, so one bound fits every stage.
 inline double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
@@ -67,10 +58,10 @@ inline void expect_gemma3_vision_matches_transformers(Backend& backend, double b
   auto projector = Gemma3Projector::load(source, "multi_modal_projector.", vision, config->hidden_size);
   ASSERT_TRUE(projector.ok()) << projector.error().message;
 
-  const std::vector<float> pixels = read_floats(dir + "/pixel_values.f32");
+  const std::vector<float> pixels = read_float_file(dir + "/pixel_values.f32");
   ASSERT_EQ(pixels.size(), static_cast<size_t>(3 * 56 * 56));
-  const std::vector<float> want_hidden = read_floats(dir + "/vision_hidden.f32");
-  const std::vector<float> want_features = read_floats(dir + "/image_features.f32");
+  const std::vector<float> want_hidden = read_float_file(dir + "/vision_hidden.f32");
+  const std::vector<float> want_features = read_float_file(dir + "/image_features.f32");
   ASSERT_EQ(want_hidden.size(), static_cast<size_t>(16 * vision.hidden_size));
   ASSERT_EQ(want_features.size(), static_cast<size_t>(4 * config->hidden_size));
 

@@ -258,24 +258,29 @@ def qwen2_5_vl(out, seed):
     image_span = [len(before) + 1, len(before) + 1 + merged]
 
     def inputs(length, with_types=True):
-        return {"pixel_values": pixel_values, "image_grid_thw": grid}
+        # transformers 5 places the image's M-RoPE positions only where mm_token_type_ids marks
+        # it; without them every rope section gets the 1D positions.
+        types = torch.zeros(1, length, dtype=torch.long)
+        types[0, image_span[0]:image_span[1]] = 1
+        return {"pixel_values": pixel_values, "image_grid_thw": grid, "mm_token_type_ids": types}
 
     def logits_of(ids, with_types=True):
         with torch.no_grad():
             return loaded(input_ids=torch.tensor([ids]), use_cache=False, **inputs(len(ids))).logits[0].float()
 
     logits = logits_of(tokens)
-    try:
-        with torch.no_grad():
-            position_ids, delta = loaded.model.get_rope_index(torch.tensor([tokens]), grid, None,
-                                                              torch.ones(1, len(tokens), dtype=torch.long))
-        info["position_ids"] = [[int(v) for v in row[0]] for row in position_ids]
-        info["rope_deltas"] = int(delta.reshape(-1)[0])
-    except Exception as e:  # documents the fixture only
-        info["position_ids"] = f"get_rope_index failed: {type(e).__name__}: {e}"
+    # The positions an engine must give the text model (3 rows: temporal, height, width); the image
+    # must shift them, or the fixture does not test M-RoPE.
     with torch.no_grad():
-        blank = loaded(input_ids=torch.tensor([tokens]), use_cache=False, pixel_values=pixel_values * 0,
-                       image_grid_thw=grid).logits[0].float()
+        position_ids, delta = loaded.model.get_rope_index(
+            input_ids=torch.tensor([tokens]), mm_token_type_ids=inputs(len(tokens))["mm_token_type_ids"],
+            image_grid_thw=grid, attention_mask=torch.ones(1, len(tokens), dtype=torch.long))
+    info["position_ids"] = [[int(v) for v in row[0]] for row in position_ids]
+    info["rope_deltas"] = int(delta.reshape(-1)[0])
+    assert info["rope_deltas"] != 0, "the image's positions are 1D: M-RoPE is not exercised"
+    with torch.no_grad():
+        blank_inputs = dict(inputs(len(tokens)), pixel_values=pixel_values * 0)
+        blank = loaded(input_ids=torch.tensor([tokens]), use_cache=False, **blank_inputs).logits[0].float()
     prompt = tokens[:image_span[1] + 1]
     greedy, cache_diff = greedy_section(loaded, prompt, inputs, logits_of)
     mf.write_expected(os.path.join(outdir, "expected.json"),

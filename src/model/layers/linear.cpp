@@ -143,4 +143,17 @@ Result<RmsNorm> RmsNorm::load(const ModelSource& source, const std::string& name
   return norm;
 }
 
+Result<LayerNorm> LayerNorm::load(const ModelSource& source, const std::string& prefix, int64_t dim, double eps) {
+  LayerNorm norm;
+  norm.dim = dim;
+  norm.eps = static_cast<float>(eps);
+  auto weight = load_tensor(source, prefix + ".weight", {dim});
+  if (!weight.ok()) return weight.error();
+  norm.weight = *weight;
+  auto bias = load_tensor(source, prefix + ".bias", {dim});
+  if (!bias.ok()) return bias.error();
+  norm.bias = *bias;
+  return norm;
+}
+
 }  // namespace deepinfer

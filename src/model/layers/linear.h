@@ -88,6 +88,19 @@ struct RmsNorm {
   NormWeights weights() const { return NormWeights{weight, weight_offset, eps}; }
 };
 
+// LayerNorm with weight and bias (vision towers).
+struct LayerNorm {
+  kernels::WeightView weight;  // [dim]
+  kernels::WeightView bias;    // [dim]
+  int64_t dim = 0;
+  float eps = 0.0f;
+
+  static Result<LayerNorm> load(const ModelSource& source, const std::string& prefix, int64_t dim, double eps);
+  void forward(Backend& backend, const float* x, int64_t num_rows, float* out) const {
+    backend.layer_norm(x, weight, bias, num_rows, dim, eps, out);
+  }
+};
+
 // A decoder sub-layer run on the residual stream itself (Backend::fuses_norm_products): it
 // normalises the stream with norm inside its first product and adds its output back with its last.
 // normed and delta: [num_tokens, hidden] scratch for a backend that runs those ops unfused.

@@ -45,21 +45,18 @@ Result<WeightStore> gemma3_vision_weights(const WeightStore& checkpoint) {
                                            {"model.multi_modal_projector.", "multi_modal_projector."}});
 }
 
-Result<LayerNorm> LayerNorm::load(const ModelSource& source, const std::string& prefix, int64_t dim, double eps) {
-  LayerNorm norm;
-  norm.dim = dim;
-  norm.eps = static_cast<float>(eps);
-  auto weight = load_tensor(source, prefix + ".weight", {dim});
-  if (!weight.ok()) return weight.error();
-  norm.weight = *weight;
-  auto bias = load_tensor(source, prefix + ".bias", {dim});
-  if (!bias.ok()) return bias.error();
-  norm.bias = *bias;
-  return norm;
-}
-
 Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, const std::string& prefix,
                                                   const VisionConfig& config) {
+  if (config.hidden_size % config.num_attention_heads != 0 || config.patches_per_side() < 1) {
+    return Error{"vision_config: hidden_size " + std::to_string(config.hidden_size) + " over " +
+                 std::to_string(config.num_attention_heads) + " attention heads, image_size " +
+                 std::to_string(config.image_size) + " in patches of " + std::to_string(config.patch_size) +
+                 ": the heads must divide the width and a patch fit the image"};
+  }
+  if (config.hidden_act != "gelu_pytorch_tanh" && config.hidden_act != "gelu_new") {
+    return Error{"vision_config: hidden_act '" + config.hidden_act +
+                 "' is not supported (SigLIP towers run the tanh GELU: gelu_pytorch_tanh)"};
+  }
   SiglipVisionTower tower;
   tower.config_ = config;
   const int64_t hidden = config.hidden_size;
@@ -69,7 +66,11 @@ Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, con
   auto patch_weight = read_tensor_f32(source, patch_name + ".weight",
                                       {hidden, config.num_channels, config.patch_size, config.patch_size});
   if (!patch_weight.ok()) return patch_weight.error();
-  auto patch_view = load_host_tensor(source, patch_name + ".weight", hidden, patch_width, *patch_weight);
+  auto patch_stored =
+      source.weights->get(patch_name + ".weight", {hidden, config.num_channels, config.patch_size, config.patch_size});
+  if (!patch_stored.ok()) return patch_stored.error();
+  const DType patch_dtype = patch_stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  auto patch_view = load_host_tensor(source, patch_name + ".weight", hidden, patch_width, *patch_weight, patch_dtype);
   if (!patch_view.ok()) return patch_view.error();
   tower.patch_embedding_.weight = *patch_view;
   tower.patch_embedding_.in_features = patch_width;
@@ -169,8 +170,10 @@ void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* ou
   params.num_kv_heads = num_heads;
   params.head_dim = head_dim;
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  params.allow_bf16 = patch_embedding_.weight.dtype != DType::kF32;
-  params.cache_dtype = backend.kv_cache_dtype(layers_.empty() ? DType::kF32 : layers_[0].q.weight.dtype);
+  params.allow_bf16 = !layers_.empty() && layers_[0].q.weight.dtype != DType::kF32;
+  // The tower's keys live for one call and take a few MB: float32 whatever --kv-cache-dtype says
+  // (an fp8 cache without scales would lose the rows).
+  params.cache_dtype = DType::kF32;
   const size_t cache_bytes = static_cast<size_t>(blocks) * kTowerBlockSize * static_cast<size_t>(hidden) *
                              dtype_size_bytes(params.cache_dtype);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
@@ -204,7 +207,7 @@ Result<Gemma3Projector> Gemma3Projector::load(const ModelSource& source, const s
       static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(vision.mm_tokens_per_image))));
   if (tokens_per_side * tokens_per_side != vision.mm_tokens_per_image ||
       projector.patches_per_side_ % tokens_per_side != 0) {
-    return Error{"config.json: mm_tokens_per_image (" + std::to_string(vision.mm_tokens_per_image) +
+    return Error{"mm_tokens_per_image (" + std::to_string(vision.mm_tokens_per_image) +
                  ") must be a square whose side divides the " + std::to_string(projector.patches_per_side_) +
                  " patches a side of the image"};
   }
@@ -214,8 +217,11 @@ Result<Gemma3Projector> Gemma3Projector::load(const ModelSource& source, const s
   if (!norm.ok()) return norm.error();
   projector.norm_ = *norm;
   projector.norm_.weight_offset = 1.0f;  // Gemma's (1 + w)
-  // Stored as [vision hidden, text hidden] and applied as x W; the product wants W^T.
+  // Stored as [vision hidden, text hidden] and applied as x W; the product wants W^T, kept in the
+  // checkpoint's element type (a bf16 value round-trips through float32 exactly).
   const std::string name = prefix + "mm_input_projection_weight";
+  auto stored = source.weights->get(name, {vision.hidden_size, text_hidden});
+  if (!stored.ok()) return stored.error();
   auto weight = read_tensor_f32(source, name, {vision.hidden_size, text_hidden});
   if (!weight.ok()) return weight.error();
   std::vector<float> transposed(weight->size());
@@ -225,7 +231,8 @@ Result<Gemma3Projector> Gemma3Projector::load(const ModelSource& source, const s
           (*weight)[static_cast<size_t>(r * text_hidden + col)];
     }
   }
-  auto view = load_host_tensor(source, name, text_hidden, vision.hidden_size, transposed);
+  const DType dtype = stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  auto view = load_host_tensor(source, name, text_hidden, vision.hidden_size, transposed, dtype);
   if (!view.ok()) return view.error();
   projector.projection_.weight = *view;
   projector.projection_.in_features = vision.hidden_size;
@@ -239,7 +246,8 @@ void Gemma3Projector::forward(Backend& backend, const float* patches, float* out
   const int64_t hidden = vision_hidden_;
   DeviceBuffer pooled = allocate_elements<float>(backend, tokens * hidden);
   DeviceBuffer gathered = allocate_elements<float>(backend, tokens * hidden);
-  // Average pooling as PyTorch sums a window: its patches in row-major order, then one division.
+  // Average pooling as PyTorch sums a window: its patches in row-major order, then a scaling by
+  // 1 / window^2 (exactly PyTorch's division for Gemma 3's 4 x 4 windows, a power of two).
   const kernels::WeightView table{patches, DType::kF32, patches_per_side_ * patches_per_side_, hidden};
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   for (int64_t dy = 0; dy < window; ++dy) {

@@ -14,18 +14,6 @@
 
 namespace deepinfer {
 
-struct LayerNorm {
-  kernels::WeightView weight;  // [dim]
-  kernels::WeightView bias;    // [dim]
-  int64_t dim = 0;
-  float eps = 0.0f;
-
-  static Result<LayerNorm> load(const ModelSource& source, const std::string& prefix, int64_t dim, double eps);
-  void forward(Backend& backend, const float* x, int64_t num_rows, float* out) const {
-    backend.layer_norm(x, weight, bias, num_rows, dim, eps, out);
-  }
-};
-
 // The image encoder's tensors of a Gemma3ForConditionalGeneration checkpoint under "vision_tower."
 // (the SigLIP tower's own names) and "multi_modal_projector.", whichever layout it was saved in:
 // published checkpoints and transformers < 4.52 (vision_tower.vision_model.*), 4.52-4.57
@@ -37,7 +25,6 @@ class SiglipVisionTower {
   // The tower's tensors under prefix (e.g. "vision_tower.", gemma3_vision_weights' names).
   static Result<SiglipVisionTower> load(const ModelSource& source, const std::string& prefix,
                                         const VisionConfig& config);
-  const VisionConfig& config() const { return config_; }
   // pixels: [num_channels, image_size, image_size] float32 on the host, as the image processor gives
   // them; out: [num_patches, hidden] in the backend's memory (the last hidden state, after the
   // final LayerNorm).
