@@ -55,7 +55,8 @@ TEST(RmsNorm, CpuMatchesRef) {
   }
 }
 
-// LayerNorm against a hand computation, and the CPU's rows against the reference's, bit for bit.
+// LayerNorm against a hand computation, and the CPU's (the reference's rows, run in parallel with
+// the weights converted once) against the reference's, bit for bit, in place.
 TEST(LayerNorm, RefMatchesHandComputationAndCpuMatchesRef) {
   // [1, 2, 3, 6]: mean 3, biased variance (4 + 1 + 0 + 9) / 4 = 3.5.
   const std::vector<float> x = {1.0f, 2.0f, 3.0f, 6.0f};

@@ -70,8 +70,8 @@ void rms_norm(const float* x, const WeightView& weight, float weight_offset, int
   for (int64_t r = 0; r < num_rows; ++r) norm_row(x + r * dim, scale, dim, eps, out + r * dim);
 }
 
-// LayerNorm runs in vision towers, once per image: float64 statistics as the reference computes
-// them, rows in parallel.
+// LayerNorm runs in vision towers, once per image: the reference's float64 rows, rows in parallel
+// (the weights converted and the shapes checked once, outside the parallel loop).
 void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t num_rows, int64_t dim,
                 float eps, float* out) {
   DI_CHECK(weight.rows * weight.cols == dim && bias.rows * bias.cols == dim,
@@ -80,20 +80,9 @@ void layer_norm(const float* x, const WeightView& weight, const WeightView& bias
   std::vector<float> w(static_cast<size_t>(dim)), b(static_cast<size_t>(dim));
   convert_row_to_f32(weight.data, weight.dtype, dim, w.data());
   convert_row_to_f32(bias.data, bias.dtype, dim, b.data());
+  const WeightView w32{w.data(), DType::kF32, 1, dim}, b32{b.data(), DType::kF32, 1, dim};
 #pragma omp parallel for schedule(static) if (num_rows * dim >= kParallelMinFloats)
-  for (int64_t r = 0; r < num_rows; ++r) {
-    const float* row = x + r * dim;
-    double sum = 0.0;
-    for (int64_t i = 0; i < dim; ++i) sum += row[i];
-    const double mean = sum / static_cast<double>(dim);
-    double squares = 0.0;
-    for (int64_t i = 0; i < dim; ++i) squares += (row[i] - mean) * (row[i] - mean);
-    const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(dim) + static_cast<double>(eps));
-    for (int64_t i = 0; i < dim; ++i) {
-      out[r * dim + i] =
-          static_cast<float>((row[i] - mean) * inv_std * w[static_cast<size_t>(i)] + b[static_cast<size_t>(i)]);
-    }
-  }
+  for (int64_t r = 0; r < num_rows; ++r) ref::layer_norm(x + r * dim, w32, b32, 1, dim, eps, out + r * dim);
 }
 
 void add_rms_norm(float* residual, const float* x, const WeightView& weight, float weight_offset, int64_t num_rows,
