@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dependent_launch.cuh"
@@ -159,6 +160,9 @@ void add_rms_norm(float* residual, const float* x, const WeightView& weight, flo
 
 void layer_norm(const float* x, const WeightView& weight, const WeightView& bias, int64_t num_rows, int64_t dim,
                 float eps, float* out, cudaStream_t stream) {
+  DI_CHECK(weight.rows * weight.cols == dim && bias.rows * bias.cols == dim,
+           "layer norm weight and bias have " << weight.rows * weight.cols << " and " << bias.rows * bias.cols
+                                              << " values, dim " << dim);
   if (num_rows == 0) return;
   launch_dependent(layer_norm_kernel, dim3(static_cast<unsigned>(num_rows)), dim3(256), 0, stream, x, weight.data,
                    bias.data, weight.dtype, bias.dtype, dim, eps, out);
