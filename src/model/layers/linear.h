@@ -47,6 +47,9 @@ Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::st
 // The tensor `name` with exactly `shape` (any rank), converted to float32 on the host.
 Result<std::vector<float>> read_tensor_f32(const ModelSource& source, const std::string& name,
                                            const std::vector<int64_t>& shape);
+// The element type a checkpoint tensor rewritten on the host (transposed, reshaped, split) is kept
+// in: BF16 stays BF16, its values passing through float32 exactly; anything else becomes F32.
+inline DType host_rewrite_dtype(DType stored) { return stored == DType::kBF16 ? DType::kBF16 : DType::kF32; }
 // Puts host float32 data ([rows, cols], or [cols] when rows == 0) into the arena as dtype and
 // onto the backend.
 Result<kernels::WeightView> load_host_tensor(const ModelSource& source, const std::string& name, int64_t rows,

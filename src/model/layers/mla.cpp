@@ -95,8 +95,7 @@ Result<MlaLayer> MlaLayer::load(const ModelSource& source, const std::string& pr
       for (int64_t c = 0; c < lora; ++c) w_uk_t[c * nope + i] = w_uk[i * lora + c];
     }
   }
-  // A BF16 checkpoint's values round-trip exactly, so the transposed copy keeps its dtype.
-  const DType dtype = layer.kv_b_proj_.weight.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  const DType dtype = host_rewrite_dtype(layer.kv_b_proj_.weight.dtype);
   auto w_uk_t = load_host_tensor(source, prefix + ".kv_b_proj.w_uk_t", heads * lora, nope, transposed, dtype);
   if (!w_uk_t.ok()) return w_uk_t.error();
   layer.w_uk_t_ = *w_uk_t;

@@ -308,9 +308,8 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
     if (!d.ok()) return d.error();
     gate_up_rows = transposed(*gu, hidden, 2 * inter);
     down_rows = transposed(*d, inter, hidden);
-    // A BF16 checkpoint's values round-trip exactly, so the transposed copies keep its dtype.
     const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
-    dtype = stored && stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    dtype = host_rewrite_dtype(stored ? stored->dtype : DType::kF32);
   }
   // Gate/up interleaved -> separate [inter, hidden] matrices, as Linear stores them.
   std::vector<float> gate(static_cast<size_t>(inter * hidden)), up(gate.size());

@@ -69,8 +69,8 @@ Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, con
   auto patch_stored =
       source.weights->get(patch_name + ".weight", {hidden, config.num_channels, config.patch_size, config.patch_size});
   if (!patch_stored.ok()) return patch_stored.error();
-  const DType patch_dtype = patch_stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  auto patch_view = load_host_tensor(source, patch_name + ".weight", hidden, patch_width, *patch_weight, patch_dtype);
+  auto patch_view = load_host_tensor(source, patch_name + ".weight", hidden, patch_width, *patch_weight,
+                                     host_rewrite_dtype(patch_stored->dtype));
   if (!patch_view.ok()) return patch_view.error();
   tower.patch_embedding_.weight = *patch_view;
   tower.patch_embedding_.in_features = patch_width;
@@ -111,6 +111,40 @@ Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, con
   auto post = LayerNorm::load(source, prefix + "post_layernorm", hidden, config.layer_norm_eps);
   if (!post.ok()) return post.error();
   tower.post_norm_ = *post;
+
+  // One sequence per patch over the same pages: each query sees all n keys.
+  Backend& backend = *source.backend;
+  const int64_t n = config.num_patches();
+  const auto blocks = static_cast<int32_t>((n + kTowerBlockSize - 1) / kTowerBlockSize);
+  std::vector<int32_t> ids(static_cast<size_t>(n) + 1);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<int32_t> table(static_cast<size_t>(n) * static_cast<size_t>(blocks));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i % static_cast<size_t>(blocks));
+  tower.query_start_ = upload_vector(backend, ids);  // 0..n: one query per sequence
+  ids.pop_back();
+  tower.patch_ids_ = upload_vector(backend, ids);
+  tower.seq_len_ = upload_vector(backend, std::vector<int32_t>(static_cast<size_t>(n), static_cast<int32_t>(n)));
+  tower.block_table_ = upload_vector(backend, table);
+  tower.ones_ = upload_vector(backend, std::vector<float>(static_cast<size_t>(n * config.intermediate_size), 1.0f));
+  kernels::PagedBatch& batch = tower.batch_;
+  batch.num_seqs = static_cast<int32_t>(n);
+  batch.query_start = tower.query_start_.as<int32_t>();
+  batch.seq_len = tower.seq_len_.as<int32_t>();
+  batch.block_table = tower.block_table_.as<int32_t>();
+  batch.max_blocks_per_seq = blocks;
+  batch.block_size = kTowerBlockSize;
+  batch.num_tokens = static_cast<int32_t>(n);
+  batch.max_query_len = 1;
+  batch.rows_share_sequences = true;
+  kernels::AttentionParams& params = tower.params_;
+  params.num_heads = static_cast<int32_t>(config.num_attention_heads);
+  params.num_kv_heads = params.num_heads;
+  params.head_dim = static_cast<int32_t>(hidden / config.num_attention_heads);
+  params.scale = 1.0f / std::sqrt(static_cast<float>(params.head_dim));
+  params.allow_bf16 = !tower.layers_.empty() && tower.layers_[0].q.weight.dtype != DType::kF32;
+  // The tower's keys live for one call and take a few MB: float32 whatever --kv-cache-dtype says
+  // (an fp8 cache without scales would lose the rows).
+  params.cache_dtype = DType::kF32;
   return tower;
 }
 
@@ -118,9 +152,6 @@ void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* ou
   const VisionConfig& c = config_;
   const int64_t n = c.num_patches();
   const int64_t hidden = c.hidden_size;
-  const auto num_heads = static_cast<int32_t>(c.num_attention_heads);
-  const auto head_dim = static_cast<int32_t>(hidden / c.num_attention_heads);
-
   DeviceBuffer x = allocate_elements<float>(backend, n * hidden);
   DeviceBuffer normed = allocate_elements<float>(backend, n * hidden);
   DeviceBuffer q = allocate_elements<float>(backend, n * hidden);
@@ -129,55 +160,16 @@ void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* ou
   DeviceBuffer attended = allocate_elements<float>(backend, n * hidden);
   DeviceBuffer delta = allocate_elements<float>(backend, n * hidden);
   DeviceBuffer mlp = allocate_elements<float>(backend, n * c.intermediate_size);
-  DeviceBuffer ones = upload_vector(backend, std::vector<float>(static_cast<size_t>(n * c.intermediate_size), 1.0f));
-
-  // Embeddings: the patches' product plus each patch's position row.
-  {
-    const DeviceBuffer patches = upload_vector(backend, flattened_patches(c, pixels));
-    patch_embedding_.forward(backend, patches.as<float>(), n, x.as<float>());
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    std::iota(ids.begin(), ids.end(), 0);
-    const DeviceBuffer position_ids = upload_vector(backend, ids);
-    backend.embedding(positions_, position_ids.as<int32_t>(), n, delta.as<float>());
-    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
-  }
-
-  // One sequence per patch over the same pages: each query sees all n keys.
-  const int32_t blocks = static_cast<int32_t>((n + kTowerBlockSize - 1) / kTowerBlockSize);
-  std::vector<int32_t> query_start(static_cast<size_t>(n) + 1);
-  const std::vector<int32_t> seq_len(static_cast<size_t>(n), static_cast<int32_t>(n));
-  std::iota(query_start.begin(), query_start.end(), 0);
-  std::vector<int32_t> table(static_cast<size_t>(n) * static_cast<size_t>(blocks));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i % static_cast<size_t>(blocks));
-  std::vector<int32_t> slots(static_cast<size_t>(n));
-  std::iota(slots.begin(), slots.end(), 0);
-  const DeviceBuffer device_query_start = upload_vector(backend, query_start);
-  const DeviceBuffer device_seq_len = upload_vector(backend, seq_len);
-  const DeviceBuffer device_table = upload_vector(backend, table);
-  const DeviceBuffer device_slots = upload_vector(backend, slots);
-  kernels::PagedBatch batch;
-  batch.num_seqs = static_cast<int32_t>(n);
-  batch.query_start = device_query_start.as<int32_t>();
-  batch.seq_len = device_seq_len.as<int32_t>();
-  batch.block_table = device_table.as<int32_t>();
-  batch.max_blocks_per_seq = blocks;
-  batch.block_size = kTowerBlockSize;
-  batch.num_tokens = static_cast<int32_t>(n);
-  batch.max_query_len = 1;
-  batch.rows_share_sequences = true;
-  kernels::AttentionParams params;
-  params.num_heads = num_heads;
-  params.num_kv_heads = num_heads;
-  params.head_dim = head_dim;
-  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  params.allow_bf16 = !layers_.empty() && layers_[0].q.weight.dtype != DType::kF32;
-  // The tower's keys live for one call and take a few MB: float32 whatever --kv-cache-dtype says
-  // (an fp8 cache without scales would lose the rows).
-  params.cache_dtype = DType::kF32;
-  const size_t cache_bytes = static_cast<size_t>(blocks) * kTowerBlockSize * static_cast<size_t>(hidden) *
-                             dtype_size_bytes(params.cache_dtype);
+  const size_t cache_bytes = static_cast<size_t>(batch_.max_blocks_per_seq) * kTowerBlockSize *
+                             static_cast<size_t>(hidden) * dtype_size_bytes(params_.cache_dtype);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
   DeviceBuffer v_cache = backend.allocate(cache_bytes);
+
+  // Embeddings: the patches' product plus each patch's position row.
+  const DeviceBuffer patches = upload_vector(backend, flattened_patches(c, pixels));
+  patch_embedding_.forward(backend, patches.as<float>(), n, x.as<float>());
+  backend.embedding(positions_, patch_ids_.as<int32_t>(), n, delta.as<float>());
+  backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
 
   for (const Layer& l : layers_) {
     l.norm1.forward(backend, x.as<float>(), n, normed.as<float>());
@@ -185,14 +177,14 @@ void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* ou
                          {{l.q.weight, l.q.bias, q.as<float>()},
                           {l.k.weight, l.k.bias, k.as<float>()},
                           {l.v.weight, l.v.bias, v.as<float>()}});
-    backend.write_kv(k.as<float>(), v.as<float>(), device_slots.as<int32_t>(), n, hidden, params.cache_dtype, {},
+    backend.write_kv(k.as<float>(), v.as<float>(), patch_ids_.as<int32_t>(), n, hidden, params_.cache_dtype, {},
                      k_cache.data(), v_cache.data());
-    backend.paged_attention(q.as<float>(), k_cache.data(), v_cache.data(), batch, params, attended.as<float>());
+    backend.paged_attention(q.as<float>(), k_cache.data(), v_cache.data(), batch_, params_, attended.as<float>());
     l.out.forward(backend, attended.as<float>(), n, delta.as<float>());
     backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
     l.norm2.forward(backend, x.as<float>(), n, normed.as<float>());
     l.fc1.forward(backend, normed.as<float>(), n, mlp.as<float>());
-    backend.gelu_tanh_mul(mlp.as<float>(), ones.as<float>(), n * c.intermediate_size, mlp.as<float>());
+    backend.gelu_tanh_mul(mlp.as<float>(), ones_.as<float>(), n * c.intermediate_size, mlp.as<float>());
     l.fc2.forward(backend, mlp.as<float>(), n, delta.as<float>());
     backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
   }
@@ -217,8 +209,7 @@ Result<Gemma3Projector> Gemma3Projector::load(const ModelSource& source, const s
   if (!norm.ok()) return norm.error();
   projector.norm_ = *norm;
   projector.norm_.weight_offset = 1.0f;  // Gemma's (1 + w)
-  // Stored as [vision hidden, text hidden] and applied as x W; the product wants W^T, kept in the
-  // checkpoint's element type (a bf16 value round-trips through float32 exactly).
+  // Stored as [vision hidden, text hidden] and applied as x W; the product wants W^T.
   const std::string name = prefix + "mm_input_projection_weight";
   auto stored = source.weights->get(name, {vision.hidden_size, text_hidden});
   if (!stored.ok()) return stored.error();
@@ -231,12 +222,25 @@ Result<Gemma3Projector> Gemma3Projector::load(const ModelSource& source, const s
           (*weight)[static_cast<size_t>(r * text_hidden + col)];
     }
   }
-  const DType dtype = stored->dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  auto view = load_host_tensor(source, name, text_hidden, vision.hidden_size, transposed, dtype);
+  auto view =
+      load_host_tensor(source, name, text_hidden, vision.hidden_size, transposed, host_rewrite_dtype(stored->dtype));
   if (!view.ok()) return view.error();
   projector.projection_.weight = *view;
   projector.projection_.in_features = vision.hidden_size;
   projector.projection_.out_features = text_hidden;
+  // Window offset (dy, dx), row-major, then token t = (ty, tx): the patch row (ty w + dy, tx w + dx).
+  const int64_t window = projector.patches_per_side_ / tokens_per_side;
+  std::vector<int32_t> rows;
+  for (int64_t dy = 0; dy < window; ++dy) {
+    for (int64_t dx = 0; dx < window; ++dx) {
+      for (int64_t t = 0; t < vision.mm_tokens_per_image; ++t) {
+        const int64_t ty = t / tokens_per_side;
+        const int64_t tx = t % tokens_per_side;
+        rows.push_back(static_cast<int32_t>((ty * window + dy) * projector.patches_per_side_ + tx * window + dx));
+      }
+    }
+  }
+  projector.pool_rows_ = upload_vector(*source.backend, rows);
   return projector;
 }
 
@@ -249,19 +253,10 @@ void Gemma3Projector::forward(Backend& backend, const float* patches, float* out
   // Average pooling as PyTorch sums a window: its patches in row-major order, then a scaling by
   // 1 / window^2 (exactly PyTorch's division for Gemma 3's 4 x 4 windows, a power of two).
   const kernels::WeightView table{patches, DType::kF32, patches_per_side_ * patches_per_side_, hidden};
-  std::vector<int32_t> ids(static_cast<size_t>(tokens));
-  for (int64_t dy = 0; dy < window; ++dy) {
-    for (int64_t dx = 0; dx < window; ++dx) {
-      for (int64_t t = 0; t < tokens; ++t) {
-        const int64_t ty = t / tokens_per_side_;
-        const int64_t tx = t % tokens_per_side_;
-        ids[static_cast<size_t>(t)] = static_cast<int32_t>((ty * window + dy) * patches_per_side_ + tx * window + dx);
-      }
-      const DeviceBuffer device_ids = upload_vector(backend, ids);
-      float* target = dy == 0 && dx == 0 ? pooled.as<float>() : gathered.as<float>();
-      backend.embedding(table, device_ids.as<int32_t>(), tokens, target);
-      if (target != pooled.as<float>()) backend.add(pooled.as<float>(), target, tokens * hidden, pooled.as<float>());
-    }
+  for (int64_t offset = 0; offset < window * window; ++offset) {
+    float* target = offset == 0 ? pooled.as<float>() : gathered.as<float>();
+    backend.embedding(table, pool_rows_.as<int32_t>() + offset * tokens, tokens, target);
+    if (offset > 0) backend.add(pooled.as<float>(), target, tokens * hidden, pooled.as<float>());
   }
   backend.scale(pooled.as<float>(), tokens * hidden, 1.0f / static_cast<float>(window * window), pooled.as<float>());
   norm_.forward(backend, pooled.as<float>(), tokens, gathered.as<float>());

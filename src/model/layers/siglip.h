@@ -40,6 +40,12 @@ class SiglipVisionTower {
   kernels::WeightView positions_;  // [num_patches, hidden]
   std::vector<Layer> layers_;
   LayerNorm post_norm_;
+  // What every call shares, made at load: the position ids 0..n-1 (also the KV slots), the tables
+  // of one sequence per patch over the same pages, the attention batch over them, and the ones
+  // gelu_tanh_mul multiplies by.
+  DeviceBuffer patch_ids_, query_start_, seq_len_, block_table_, ones_;
+  kernels::PagedBatch batch_;
+  kernels::AttentionParams params_;
 };
 
 // Gemma3MultiModalProjector: the tower's [num_patches, vision hidden] rows to mm_tokens_per_image
@@ -56,6 +62,8 @@ class Gemma3Projector {
   int64_t patches_per_side_ = 0;
   int64_t tokens_per_side_ = 0;
   int64_t vision_hidden_ = 0;
+  // [window^2, tokens]: for each offset in the pooling window, the patch row each token takes.
+  DeviceBuffer pool_rows_;
   RmsNorm norm_;
   Linear projection_;  // mm_input_projection_weight transposed at load: [text hidden, vision hidden]
 };
