@@ -78,6 +78,10 @@ struct PagedBatch {
   // over the same table (a speculative verify step): every row's KV must be in the cache before
   // any row attends, so a backend may not write a row's KV inside its own attention.
   bool rows_share_sequences = false;
+  // [num_tokens] or null: token t also sees the lookahead[t] keys after its own position (this
+  // step's own rows, so every row's KV is written before any row attends); a sliding window still
+  // counts back from its own position. Gemma 3's image tokens see their whole image this way.
+  const int32_t* lookahead = nullptr;
 };
 
 struct AttentionParams {

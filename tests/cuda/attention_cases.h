@@ -39,6 +39,9 @@ struct AttentionCase {
   // The caches hold bf16 (AttentionParams::cache_dtype); their values are rounded to the bf16 grid
   // first, so the float32 reference reads exactly the cache's keys and values.
   bool bf16_cache = false;
+  // Each sequence with more than 4 new tokens holds an image of up to 37 of them, from its second new
+  // token on, whose tokens see each other both ways (PagedBatch::lookahead).
+  bool images = false;
 };
 
 // A GQA case of `group` query heads per KV head (two KV heads, or one at group 8).
@@ -63,6 +66,7 @@ struct HostBatch {
   int32_t num_tokens = 0;
   int32_t max_query_len = 0;
   std::vector<float> q, k_cache, v_cache, sinks;
+  std::vector<int32_t> lookahead;  // [num_tokens] when the case has images
 };
 
 inline HostBatch make_batch(const AttentionCase& c, std::mt19937& rng) {
@@ -91,6 +95,17 @@ inline HostBatch make_batch(const AttentionCase& c, std::mt19937& rng) {
   b.v_cache = c.shared_kv ? b.k_cache : random_floats(rng, cache);
   b.q = random_floats(rng, static_cast<size_t>(b.num_tokens) * c.num_heads * c.head_dim, -2.0f, 2.0f);
   if (c.sinks) b.sinks = random_floats(rng, static_cast<size_t>(c.num_heads), -1.0f, 3.0f);
+  if (c.images) {
+    b.lookahead.assign(static_cast<size_t>(b.num_tokens), 0);
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      const int32_t num_new = c.seqs[static_cast<size_t>(s)].num_new;
+      if (num_new <= 4) continue;
+      const int32_t length = std::min(num_new - 1, 37);
+      for (int32_t i = 0; i < length; ++i) {
+        b.lookahead[static_cast<size_t>(b.query_start[static_cast<size_t>(s)] + 1 + i)] = length - 1 - i;
+      }
+    }
+  }
   if (c.bf16) {
     for (std::vector<float>* values : {&b.q, &b.k_cache, &b.v_cache}) {
       for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
@@ -124,6 +139,7 @@ inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& values) {
 inline std::vector<float> run_reference(const AttentionCase& c, const HostBatch& b) {
   kernels::PagedBatch batch{static_cast<int32_t>(c.seqs.size()), b.query_start.data(), b.seq_len.data(),
                             b.block_table.data(), b.max_blocks_per_seq, c.block_size};
+  if (c.images) batch.lookahead = b.lookahead.data();
   kernels::AttentionParams p = params_of(c);
   if (c.sinks) p.sinks = b.sinks.data();
   std::vector<float> out(b.q.size());
@@ -133,19 +149,25 @@ inline std::vector<float> run_reference(const AttentionCase& c, const HostBatch&
 
 // The batch's tables and sinks on the device, and the PagedBatch and AttentionParams over them.
 struct DeviceTables {
-  DeviceBuffer query_start, seq_len, block_table, sinks;
+  DeviceBuffer query_start, seq_len, block_table, sinks, lookahead;
   kernels::PagedBatch batch;
   kernels::AttentionParams params;
 };
 
 inline DeviceTables upload_tables(Backend& backend, const AttentionCase& c, const HostBatch& b) {
-  DeviceTables t{upload(backend, b.query_start), upload(backend, b.seq_len), upload(backend, b.block_table),
-                 upload(backend, b.sinks), {}, params_of(c)};
+  DeviceTables t{upload(backend, b.query_start),
+                 upload(backend, b.seq_len),
+                 upload(backend, b.block_table),
+                 upload(backend, b.sinks),
+                 upload(backend, b.lookahead),
+                 {},
+                 params_of(c)};
   t.batch = kernels::PagedBatch{static_cast<int32_t>(c.seqs.size()), t.query_start.as<int32_t>(),
                                 t.seq_len.as<int32_t>(), t.block_table.as<int32_t>(), b.max_blocks_per_seq,
                                 c.block_size};
   t.batch.num_tokens = b.num_tokens;
   t.batch.max_query_len = b.max_query_len;
+  if (c.images) t.batch.lookahead = t.lookahead.as<int32_t>();
   if (c.sinks) t.params.sinks = t.sinks.as<float>();
   if (c.bf16_cache) t.params.cache_dtype = DType::kBF16;
   return t;
@@ -167,8 +189,8 @@ inline std::string describe(const AttentionCase& c) {
   std::ostringstream s;
   s << "block " << c.block_size << " heads " << c.num_heads << "/" << c.num_kv_heads << " dim " << c.head_dim
     << " window " << c.window << (c.sinks ? " sinks" : "") << (c.bf16 ? " bf16" : "")
-    << (c.bf16_cache ? " bf16 cache" : "")
-    << (c.shared_kv ? " shared kv" : "") << " seqs";
+    << (c.bf16_cache ? " bf16 cache" : "") << (c.images ? " images" : "") << (c.shared_kv ? " shared kv" : "")
+    << " seqs";
   for (const SeqSpec& q : c.seqs) s << " " << q.num_new << "/" << q.seq_len;
   return s.str();
 }

@@ -1,7 +1,8 @@
 // CUDA paged attention against ref::paged_attention: decode and prefill batches of mixed lengths,
 // chunked prefill over a cached prefix, page sizes 16/64/128, GQA ratios 1 to 8, head sizes of the
 // fixtures and of real models, MLA's absorbed form (576 dims, 16 or 128 heads on one latent head
-// whose rows are both keys and values), sliding windows, sinks; the bf16 tensor-core prefill on the same
+// whose rows are both keys and values), sliding windows, sinks, image tokens' lookahead; the bf16
+// tensor-core prefill on the same
 // shapes; bf16 KV caches (values on the bf16 grid, so the reference sees the same keys) through
 // every kernel; and, in batch-invariant mode, a sequence's output bits alone equal its bits inside a batch.
 #include <gtest/gtest.h>
@@ -92,6 +93,17 @@ std::vector<AttentionCase> cases() {
       prefill_case.seqs = heads == 16 ? std::vector<SeqSpec>{{1, 1}, {45, 45}, {130, 17}, {300, 1}}
                                       : std::vector<SeqSpec>{{20, 20}, {90, 7}, {257, 1}};
       all.push_back(prefill_case);
+    }
+  }
+  // Image tokens that see their whole image (Gemma 3), beside decodes and plain prompts: float32,
+  // and bf16 long enough for the tensor-core prefill, which steps with lookahead leave for the
+  // general kernel.
+  for (int32_t window : {0, 16}) {
+    for (bool bf16 : {false, true}) {
+      AttentionCase c = gqa_case({{90, 90}, {301, 1}, {120, 50}, {7, 3}}, 16, 4, bf16 ? 128 : 72, window, false);
+      c.bf16 = bf16;
+      c.images = true;
+      all.push_back(c);
     }
   }
   AttentionCase separate_values;

@@ -1,5 +1,5 @@
 // paged_attention and write_kv: the reference against closed forms, every cpu implementation
-// against the reference (GQA ratios, head dims, block sizes, windows, chunked prefill), and the
+// against the reference (GQA ratios, head dims, block sizes, windows, lookahead, chunked prefill), and the
 // cpu kernel's batch invariance; attention sinks against a closed form and the reference; bf16 and
 // fp8 caches against core/dtype's conversions (KvScales' definition) and the reference.
 #include <omp.h>
@@ -226,21 +226,26 @@ TEST(RefAttention, OneKeyReturnsItsValue) {
 }
 
 // With q = 0 every visible key scores 0, so each output is the plain mean of the visible V rows:
-// this pins down the causal and sliding-window masks exactly.
-void expect_mean_of_visible_values(int32_t window) {
+// this pins down the causal, sliding-window and lookahead masks exactly (lookahead: per new token,
+// empty for none).
+void expect_mean_of_visible_values(int32_t window, const std::vector<int32_t>& lookahead = {}) {
   const std::vector<int32_t> seq_len = {9};
   const std::vector<int32_t> num_new = {4};
   Scenario sc = make_scenario(2, 1, 16, 4, window, seq_len, num_new, 5);
   std::fill(sc.q.begin(), sc.q.end(), 0.0f);
-  const std::vector<float> out = run_ref(sc);
+  PagedBatch batch = sc.batch();
+  batch.lookahead = lookahead.empty() ? nullptr : lookahead.data();
+  std::vector<float> out(sc.q.size());
+  ref::paged_attention(sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), batch, sc.params, out.data());
   for (int32_t j = 0; j < 4; ++j) {
     const int32_t pos = 9 - 4 + j;
     const int32_t first = window == 0 ? 0 : std::max(0, pos - window + 1);
+    const int32_t last = pos + (lookahead.empty() ? 0 : lookahead[static_cast<size_t>(j)]);
     for (int32_t h = 0; h < 2; ++h) {
       for (int32_t d = 0; d < 16; ++d) {
         double sum = 0.0;
-        for (int32_t k = first; k <= pos; ++k) sum += sc.v_cache[static_cast<size_t>(sc.slot(0, k) * sc.kv_dim() + d)];
-        const double mean = sum / (pos - first + 1);
+        for (int32_t k = first; k <= last; ++k) sum += sc.v_cache[static_cast<size_t>(sc.slot(0, k) * sc.kv_dim() + d)];
+        const double mean = sum / (last - first + 1);
         EXPECT_NEAR(out[static_cast<size_t>((j * 2 + h) * 16 + d)], mean, 4 * testing::kEpsF32)
             << "window " << window << " token " << j << " head " << h << " dim " << d;
       }
@@ -253,6 +258,49 @@ TEST(RefAttention, UniformScoresAverageVisibleValues) {
   expect_mean_of_visible_values(1);
   expect_mean_of_visible_values(3);
   expect_mean_of_visible_values(100);
+}
+
+// Gemma 3's image tokens: the first three new tokens are one image and see each other both ways;
+// the window still counts back from each token's own position.
+TEST(RefAttention, LookaheadExtendsEachTokensKeys) {
+  for (int32_t window : {0, 2, 3, 100}) {
+    expect_mean_of_visible_values(window, {2, 1, 0, 0});
+    expect_mean_of_visible_values(window, {0, 2, 1, 0});
+  }
+}
+
+// Images of several lengths in a prefill chunk and after a cached prefix, every cpu implementation
+// against the reference, with and without windows.
+TEST(PagedAttention, LookaheadCpuMatchesRef) {
+  for (int32_t window : {0, 5, 1000}) {
+    for (int32_t block_size : {1, 16}) {
+      const Scenario sc =
+          make_scenario(4, 2, 64, block_size, window, kSeqLen, kNumNew, static_cast<uint32_t>(window + block_size + 7));
+      // Sequence 2's 13 new tokens hold an image at its new tokens 2..8, sequence 3's 20 one at 0..3
+      // and one at 10..19; the rest look at nothing ahead.
+      std::vector<int32_t> lookahead(static_cast<size_t>(sc.num_tokens()), 0);
+      const auto image = [&](int32_t first, int32_t count) {
+        for (int32_t i = 0; i < count; ++i) lookahead[static_cast<size_t>(first + i)] = count - 1 - i;
+      };
+      image(sc.query_start[2] + 2, 7);
+      image(sc.query_start[3], 4);
+      image(sc.query_start[3] + 10, 10);
+      PagedBatch batch = sc.batch();
+      batch.lookahead = lookahead.data();
+      std::vector<float> expected(sc.q.size());
+      ref::paged_attention(sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), batch, sc.params, expected.data());
+      // The images change what their tokens see: without lookahead the result differs.
+      EXPECT_NE(expected, run_ref(sc));
+      for (cpu::Isa isa : attention_isas()) {
+        std::vector<float> actual(sc.q.size());
+        cpu::paged_attention_with(isa, sc.q.data(), sc.k_cache.data(), sc.v_cache.data(), batch, sc.params,
+                                  actual.data());
+        testing::expect_within(actual, expected, attention_tolerance(sc),
+                               std::string(cpu::isa_name(isa)) + " lookahead window " + std::to_string(window) +
+                                   " block " + std::to_string(block_size));
+      }
+    }
+  }
 }
 
 TEST(RefAttention, DominantKeyWins) {

@@ -129,6 +129,11 @@ struct TaskView {
     const int64_t index = static_cast<int64_t>(t) * (head_end - head_begin) + (h - head_begin);
     return StateView(scratch + index * key_state_floats(group(), head_dim()), group(), head_dim());
   }
+  // The last key token t of the tile sees: its own position, or past it by its lookahead.
+  int32_t last_key(int32_t t) const {
+    const int32_t* lookahead = ctx->batch->lookahead;
+    return first_pos + t + (lookahead != nullptr ? lookahead[tile.first_token + t] : 0);
+  }
   // The first key a token at `pos` sees.
   int32_t first_key(int32_t pos) const {
     const int32_t window = ctx->params->sliding_window;
@@ -180,7 +185,8 @@ struct TaskView {
 void run_task(const TaskView& task) {
   const int32_t group = task.group();
   const int32_t head_dim = task.head_dim();
-  const int32_t last_pos = task.first_pos + task.tile.num_tokens - 1;
+  int32_t last_pos = 0;  // the last key any token of the tile sees
+  for (int32_t t = 0; t < task.tile.num_tokens; ++t) last_pos = std::max(last_pos, task.last_key(t));
   for (int32_t t = 0; t < task.tile.num_tokens; ++t) {
     for (int32_t h = task.head_begin; h < task.head_end; ++h) {
       const StateView s = task.state(t, h);
@@ -225,7 +231,7 @@ void run_task(const TaskView& task) {
       for (int32_t t = 0; t < task.tile.num_tokens; ++t) {
         const int32_t pos = task.first_pos + t;
         const int32_t lo = std::max(block_start, task.first_key(pos)) - block_start;
-        const int32_t hi = std::min(block_start + kKeyBlock - 1, pos) - block_start;
+        const int32_t hi = std::min(block_start + kKeyBlock - 1, task.last_key(t)) - block_start;
         if (lo > hi) continue;
         const StateView s = task.state(t, h);
         const float* q = task.ctx->q + (task.tile.first_token + t) * task.token_floats() +
@@ -306,6 +312,11 @@ void paged_attention_with(Isa isa, const float* q, const void* k_cache, const vo
     const int32_t num_new = batch.query_start[s + 1] - batch.query_start[s];
     DI_CHECK(num_new >= 0 && num_new <= batch.seq_len[s],
              "sequence " << s << " has " << num_new << " new tokens but length " << batch.seq_len[s]);
+    for (int32_t j = 0; batch.lookahead != nullptr && j < num_new; ++j) {
+      DI_CHECK(
+          batch.lookahead[batch.query_start[s] + j] >= 0 && j + batch.lookahead[batch.query_start[s] + j] < num_new,
+          "token " << batch.query_start[s] + j << " looks past its sequence's new tokens");
+    }
     for (int32_t j = 0; j < num_new; j += kTileTokens) {
       tiles.push_back(Tile{s, batch.query_start[s] + j, std::min(kTileTokens, num_new - j)});
     }

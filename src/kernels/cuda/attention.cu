@@ -1,4 +1,4 @@
-// Paged causal GQA attention (sliding window and sinks optional), the general kernel for prefill
+// Paged causal GQA attention (sliding window, sinks and lookahead optional), the general kernel for prefill
 // and for decodes the decode kernel (attention_decode.cu) does not take: a block takes up to
 // kWarps * kRowsPerWarp query rows (token, head) of one sequence that share one KV head, streams
 // that head's keys of one split through shared memory in tiles of 32 (K and V read once for all
@@ -73,7 +73,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
 
   // Keys of this split that any row here can see, starting on a 32-key boundary of the split.
   const int32_t split_begin = split * a.split_keys;
-  const int32_t key_end = min(min(split_begin + a.split_keys, seq_len), last_pos + 1);
+  // With lookahead (image tokens seeing their whole image) a row may see keys past the last row's
+  // position: the keys run to the sequence's end and the mask below cuts each row.
+  const int32_t key_end =
+      min(min(split_begin + a.split_keys, seq_len), a.batch.lookahead != nullptr ? seq_len : last_pos + 1);
   int32_t key_begin = split_begin;
   if (window > 0 && first_pos - window + 1 > key_begin) {
     key_begin += (first_pos - window + 1 - split_begin) / kTileKeys * kTileKeys;
@@ -96,6 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   }
 
   int32_t pos[kRowsPerWarp];
+  int32_t last_key[kRowsPerWarp];  // the last key each row sees: its own position plus its lookahead
   float m[kRowsPerWarp];
   float l[kRowsPerWarp];
   float acc[kRowsPerWarp][kPerLane];
@@ -103,6 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int32_t row = row0 + warp * kRowsPerWarp + r;
     pos[r] = row < num_rows ? seq_len - num_new + row / group : -1;  // -1: no row, every key masked
+    last_key[r] = pos[r];
+    if (row < num_rows && a.batch.lookahead != nullptr) last_key[r] += a.batch.lookahead[q_begin + row / group];
     m[r] = -INFINITY;
     l[r] = 0.0f;
 #pragma unroll
@@ -220,7 +226,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
     const int32_t key = tile_begin + lane;
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
-      const bool visible = key < key_end && key <= pos[r] && (window == 0 || pos[r] - key < window);
+      const bool visible = key < key_end && key <= last_key[r] && (window == 0 || pos[r] - key < window);
       const float s = visible ? score[r] : -INFINITY;
       const float m_new = fmaxf(m[r], warp_max(s));
       // A row that has seen no key yet keeps m = -inf; exp2 of (-inf) - (-inf) would be NaN.

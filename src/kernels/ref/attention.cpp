@@ -1,5 +1,5 @@
-// Reference KV-cache write and paged causal GQA attention (sliding window and sinks optional),
-// float64 softmax.
+// Reference KV-cache write and paged causal GQA attention (sliding window, sinks and lookahead
+// optional), float64 softmax.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -90,14 +90,17 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
     for (int32_t j = 0; j < num_new; ++j) {
       const int64_t token = batch.query_start[s] + j;
       const int32_t pos = seq_len - num_new + j;
+      const int32_t last_key = pos + (batch.lookahead != nullptr ? batch.lookahead[token] : 0);
+      DI_CHECK(last_key < seq_len,
+               "token " << token << " looks " << last_key - pos << " keys ahead, past its sequence");
       for (int32_t h = 0; h < num_heads; ++h) {
         const int32_t kv_head = h / group;
         const float* qh = q + (token * num_heads + h) * head_dim;
-        scores.assign(static_cast<size_t>(pos) + 1, 0.0);
+        scores.assign(static_cast<size_t>(last_key) + 1, 0.0);
         // A sink is one more softmax logit with no value row.
         const double sink = params.sinks != nullptr ? params.sinks[h] : -INFINITY;
         double max_score = sink;
-        for (int32_t k = 0; k <= pos; ++k) {
+        for (int32_t k = 0; k <= last_key; ++k) {
           if (params.sliding_window != 0 && pos - k >= params.sliding_window) continue;
           const float* kr = key_row(k_cache, params.cache_scales.k, k, kv_head);
           double dot = 0.0;
@@ -107,7 +110,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
         }
         double denom = params.sinks != nullptr ? std::exp(sink - max_score) : 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int32_t k = 0; k <= pos; ++k) {
+        for (int32_t k = 0; k <= last_key; ++k) {
           if (params.sliding_window != 0 && pos - k >= params.sliding_window) continue;
           const double p = std::exp(scores[static_cast<size_t>(k)] - max_score);
           denom += p;

@@ -123,9 +123,10 @@ void CudaBackend::paged_attention(const float* q, const void* k_cache, const voi
                                 const kernels::PagedBatch& batch, const kernels::AttentionParams& params,
                                 float* out) {
   if (batch.num_seqs == 0) return;
-  // float32 models and the batch-invariant mode keep the float32 kernel (exact to the fixtures).
-  if (!batch_invariant_ && params.allow_bf16 && batch.max_query_len >= kTensorCorePrefillTokens &&
-      kc::prefill_attention_supported(params)) {
+  // float32 models and the batch-invariant mode keep the float32 kernel (exact to the fixtures), as
+  // do steps with lookahead (image tokens), which only the general kernel masks.
+  if (!batch_invariant_ && batch.lookahead == nullptr && params.allow_bf16 &&
+      batch.max_query_len >= kTensorCorePrefillTokens && kc::prefill_attention_supported(params)) {
     const size_t bytes = kc::prefill_attention_workspace_bytes(batch, params);
     if (bytes <= kMaxPrefillWorkspaceBytes) {
       void* workspace = take_workspace(bytes);
@@ -149,7 +150,7 @@ void CudaBackend::attention_with_front_end(const kernels::AttentionFrontEnd& f, 
   const bool decode_only = batch.num_seqs > 0 && batch.max_query_len == 1 && f.num_tokens == batch.num_tokens;
   // The fused kernel writes each row's KV inside that row's attention, unordered against the rows
   // of the same sequence that read it.
-  if (fused_decode_ && !batch_invariant_ && decode_only && !batch.rows_share_sequences &&
+  if (fused_decode_ && !batch_invariant_ && decode_only && !batch.rows_share_sequences && batch.lookahead == nullptr &&
       f.head_dim == params.head_dim && f.cache_dtype == params.cache_dtype) {
     const kc::AttentionPlan plan = kc::plan_paged_attention(batch, params, 0, num_sms_);
     if (plan.balanced_splits) {
