@@ -49,6 +49,28 @@ struct ForwardBatch {
   // Consecutive rows of some cached sequence go in as one-token sequences over its table
   // (CausalLM::rows_may_share_sequences; kernels::PagedBatch::rows_share_sequences).
   bool rows_share_sequences = false;
+  // Rows that stand in for some tokens' embeddings, an image's placeholder tokens (what
+  // CausalLM::encode_image wrote): token row first_token + i takes row i of rows ([num_tokens,
+  // hidden_size] float32, host memory, read during the call that takes the batch; owner, when set,
+  // keeps them alive as long as the batch).
+  struct EmbeddingRows {
+    int32_t first_token = 0;
+    int32_t num_tokens = 0;
+    const float* rows = nullptr;
+    std::shared_ptr<const void> owner = nullptr;
+  };
+  std::vector<EmbeddingRows> embedding_rows;
+  // Images the call that takes the batch encodes first (CausalLM::encode_image: pixels in, rows
+  // out, both host memory; owner keeps them alive), before it reads embedding_rows.
+  struct ImageToEncode {
+    const float* pixels = nullptr;
+    float* rows = nullptr;
+    std::shared_ptr<const void> owner = nullptr;
+  };
+  std::vector<ImageToEncode> images_to_encode;
+  // [num_tokens] or empty: how many keys past its own position each token sees
+  // (kernels::PagedBatch::lookahead): an image's tokens see the whole image.
+  std::vector<int32_t> lookahead;
   // Called after each decoder layer of this step with its index in the model's layer order, once
   // that layer's KV writes are enqueued, so a prefill's KV can leave layer by layer (a PROMPT
   // engine streaming it, engine/prefill_kv_export.h). A step with it set runs eagerly (no decode
@@ -79,6 +101,28 @@ struct ExpertTokenCounts {
   // Each layer's busiest expert's count over its mean count, averaged over the layers that routed
   // anything (1: even; the step time of an expert-parallel layer follows its busiest rank).
   double busiest_over_mean() const;
+};
+
+// How a multimodal model takes images (CausalLM::image_input).
+struct ImageInputFormat {
+  enum class Preprocessor : uint8_t { kGemma3 };  // image/preprocess.h's preprocess_gemma3
+  Preprocessor preprocessor = Preprocessor::kGemma3;
+  int32_t image_size = 0;        // pixels per side of the square the encoder takes
+  int32_t tokens_per_image = 0;  // rows encode_image writes, placeholders an image takes
+  int32_t image_token_id = -1;   // the placeholder token, tokens_per_image times in a row
+  // The tokens the prompt puts around the placeholders (Gemma 3's <start_of_image> and
+  // <end_of_image>); -1: none.
+  int32_t begin_token_id = -1;
+  int32_t end_token_id = -1;
+};
+
+// A multimodal model's image encoder (vision tower and projector), run by the model that owns it.
+class ImageEncoder {
+ public:
+  virtual ~ImageEncoder() = default;
+  virtual const ImageInputFormat& format() const = 0;
+  // CausalLM::encode_image.
+  virtual void encode(const float* pixels, float* rows) = 0;
 };
 
 struct KvCacheShape {
@@ -168,6 +212,15 @@ class CausalLM {
                                                                           const std::vector<int32_t>& /*block_ids*/,
                                                                           uint8_t* /*host*/) const {
     throw std::logic_error("this model does not hand its KV over layer by layer");
+  }
+  // Multimodal models: how images enter the prompt; null when the model reads none.
+  virtual const ImageInputFormat* image_input() const { return nullptr; }
+  // Runs the image encoder on one preprocessed image (channels first, image_input()->image_size
+  // pixels a side, as its preprocessor makes them) and writes the rows that stand in for its
+  // placeholder tokens, [tokens_per_image, hidden_size] float32 in host memory. Waits for the
+  // device; not thread-safe with forward.
+  virtual void encode_image(const float* /*pixels*/, float* /*rows*/) {
+    throw std::logic_error("this model has no image encoder");
   }
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.
   // Not thread-safe: one forward at a time.

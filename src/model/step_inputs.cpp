@@ -34,6 +34,9 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   }
   DI_CHECK(batch.swa_seq_len.empty() || batch.swa_seq_len.size() == batch.seq_len.size(),
            "swa_seq_len must be shaped as seq_len");
+  DI_CHECK(batch.lookahead.empty() || (batch.lookahead.size() == batch.token_ids.size() && shape == nullptr),
+           "lookahead must have one entry per token, and a padded step takes none");
+  DI_CHECK(batch.embedding_rows.empty() || shape == nullptr, "a padded step takes no embedding rows");
   const bool takes_draws = !batch.token_from_draw.empty();
   DI_CHECK(!takes_draws || batch.token_from_draw.size() == batch.token_ids.size(),
            "token_from_draw must have one entry per token");
@@ -83,6 +86,18 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   // Always there, so a step that takes draws never moves the buffer a decode graph was captured on.
   const size_t token_from_draw =
       append(batch.token_from_draw, -1, num_tokens - static_cast<int32_t>(batch.token_from_draw.size()));
+  const size_t lookahead = append(batch.lookahead, 0, 0);
+  // Embedding rows' floats, bit for bit.
+  std::vector<size_t> embedding_offsets;
+  for (const ForwardBatch::EmbeddingRows& e : batch.embedding_rows) {
+    DI_CHECK(e.num_tokens > 0 && e.first_token >= 0 && e.first_token + e.num_tokens <= batch.num_tokens() &&
+                 e.rows != nullptr && extras.hidden_size > 0,
+             "embedding rows " << e.first_token << " + " << e.num_tokens << " outside the step's tokens");
+    embedding_offsets.push_back(host_.size());
+    const size_t count = static_cast<size_t>(e.num_tokens) * static_cast<size_t>(extras.hidden_size);
+    host_.resize(host_.size() + count);
+    std::memcpy(host_.data() + embedding_offsets.back(), e.rows, count * sizeof(float));
+  }
 
   // The draws' parameters, 8-byte aligned (the buffer's base is).
   constexpr size_t kDrawWords = sizeof(kernels::SampleParams) / sizeof(int32_t);
@@ -134,6 +149,10 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   if (num_draws > 0) device.draws = reinterpret_cast<const kernels::SampleParams*>(base + draw_params);
   if (takes_draws || extras.replayed) device.take_from = extras.previous_draws;
   device.draw_of_token = base + token_from_draw;
+  for (size_t i = 0; i < batch.embedding_rows.size(); ++i) {
+    device.embedding_rows.push_back({batch.embedding_rows[i].first_token, batch.embedding_rows[i].num_tokens,
+                                     reinterpret_cast<const float*>(base + embedding_offsets[i])});
+  }
   device.paged.num_seqs = num_seqs;
   device.paged.query_start = device.query_start.as<int32_t>();
   device.paged.seq_len = device.seq_len.as<int32_t>();
@@ -143,6 +162,7 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   device.paged.num_tokens = num_tokens;
   device.paged.max_query_len = num_dummies > 0 ? 1 : 0;
   device.paged.rows_share_sequences = batch.rows_share_sequences;
+  if (!batch.lookahead.empty()) device.paged.lookahead = base + lookahead;
   for (int32_t s = 0; s < real_seqs; ++s) {
     const auto s_index = static_cast<size_t>(s);
     device.paged.max_query_len =

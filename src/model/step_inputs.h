@@ -32,6 +32,8 @@ struct StepExtras {
   // The step runs from a captured graph: it names previous_draws even when it takes none, so a
   // later replay takes whatever its step asks for.
   bool replayed = false;
+  // The width of ForwardBatch::embedding_rows' rows (the model's hidden size).
+  int64_t hidden_size = 0;
 };
 
 class StepInputs {

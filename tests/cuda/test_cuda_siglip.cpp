@@ -13,5 +13,10 @@ TEST(CudaSiglip, TowerAndProjectorMatchTransformers) {
   testing::expect_gemma3_vision_matches_transformers(*backend, 1e-4);
 }
 
+TEST(CudaSiglip, ImagePromptMatchesTransformers) {
+  std::unique_ptr<Backend> backend = testing::cuda_backend();
+  testing::expect_gemma3_image_prompt_matches_transformers(*backend, 1e-4);
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -2,15 +2,16 @@
 // tools/reference/make_fixtures.py): expected.json plus the tiny model itself.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "engine/generator.h"
+#include "sampling/logprobs.h"
 
 namespace deepinfer::testing {
 
@@ -55,6 +56,31 @@ inline void expect_greedy_matches(const nlohmann::json& greedy, Generator& gener
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ((*got)[i], want[i]) << "step " << i;
     if (margins[i] < 1e-3) break;
+  }
+}
+
+// Compares our logits rows against the fixture's per-position top-k lists.
+inline void expect_matches_score(const nlohmann::json& score, const std::vector<float>& logits, int64_t vocab) {
+  const auto& positions = score["positions"];
+  ASSERT_EQ(logits.size(), positions.size() * static_cast<size_t>(vocab));
+  for (size_t pos = 0; pos < positions.size(); ++pos) {
+    const auto& want_top = positions[pos]["top"];
+    const auto got_top =
+        top_logprobs(logits.data() + pos * static_cast<size_t>(vocab), vocab, static_cast<int32_t>(want_top.size()));
+    const std::vector<double> got_all = log_softmax(logits.data() + pos * static_cast<size_t>(vocab), vocab);
+    for (size_t i = 0; i < want_top.size(); ++i) {
+      const int32_t want_id = want_top[i][0].get<int32_t>();
+      const double want_lp = want_top[i][1].get<double>();
+      // The logprob of the id transformers ranked here must match, wherever we ranked it.
+      EXPECT_TRUE(logprob_close(got_all[static_cast<size_t>(want_id)], want_lp))
+          << "pos " << pos << " id " << want_id << ": got " << got_all[static_cast<size_t>(want_id)] << " want "
+          << want_lp;
+      // Ids may differ only by a swap among near-equal values.
+      if (got_top[i].first != want_id) {
+        EXPECT_NEAR(got_top[i].second, want_lp, 1e-4)
+            << "pos " << pos << " rank " << i << ": got id " << got_top[i].first << " want id " << want_id;
+      }
+    }
   }
 }
 

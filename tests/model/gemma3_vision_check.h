@@ -17,6 +17,7 @@
 #include "fixtures.h"
 #include "float_file.h"
 #include "model/layers/siglip.h"
+#include "model/model.h"
 #include "runtime/device_upload.h"
 #include "weights/safetensors.h"
 
@@ -34,6 +35,7 @@ inline double relative_error(const std::vector<float>& got, const std::vector<fl
 }
 
 // Runs the fixture's tower and projector on backend; each stage within bound of transformers'.
+// (The whole model's image path: expect_gemma3_image_prompt_matches_transformers below.)
 inline void expect_gemma3_vision_matches_transformers(Backend& backend, double bound) {
   const std::string dir = fixture_dir("gemma3_vision");
   auto config = ModelConfig::load(dir);
@@ -81,6 +83,71 @@ inline void expect_gemma3_vision_matches_transformers(Backend& backend, double b
             << " (largest error over largest value)\n";
   EXPECT_LT(tower_error, bound) << "the tower's last hidden state";
   EXPECT_LT(projector_error, bound) << "the projector's image rows";
+}
+
+// The fixture through load_model on backend: encode_image's rows within rows_bound of transformers'
+// image features, then the score prompt with those rows in place of its image tokens (7..10), whose
+// tokens see each other both ways: every position's logprobs as transformers', whether the prompt
+// runs in one forward or in chunks that split before and after the image. Without the lookahead
+// the same rows give other logprobs (the check can fail).
+inline void expect_gemma3_image_prompt_matches_transformers(Backend& backend, double rows_bound) {
+  const std::string dir = fixture_dir("gemma3_vision");
+  auto model = load_model(dir, backend, false);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  CausalLM& lm = **model;
+  const ImageInputFormat* format = lm.image_input();
+  ASSERT_NE(format, nullptr);
+  EXPECT_EQ(format->image_size, 56);
+  EXPECT_EQ(format->tokens_per_image, 4);
+  EXPECT_EQ(format->image_token_id, 396);
+  EXPECT_EQ(format->begin_token_id, 394);
+  EXPECT_EQ(format->end_token_id, 395);
+  const int64_t hidden = lm.config().hidden_size;
+  const int64_t vocab = lm.config().vocab_size;
+  const std::vector<float> pixels = read_float_file(dir + "/pixel_values.f32");
+  std::vector<float> rows(static_cast<size_t>(4 * hidden));
+  lm.encode_image(pixels.data(), rows.data());
+  const double rows_error = relative_error(rows, read_float_file(dir + "/image_features.f32"));
+  EXPECT_LT(rows_error, rows_bound) << "encode_image's rows";
+
+  const nlohmann::json expected = load_expected("gemma3_vision");
+  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
+  const auto count = static_cast<int32_t>(tokens.size());
+  constexpr int32_t kImageBegin = 7;
+  constexpr int32_t kImageEnd = 11;
+  for (int32_t t = kImageBegin; t < kImageEnd; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
+  constexpr int32_t kBlockSize = 16;
+  const int32_t num_blocks = (count + kBlockSize - 1) / kBlockSize;
+  const auto run = [&](const std::vector<int32_t>& cuts, bool lookahead) {
+    lm.allocate_kv_cache({num_blocks, kBlockSize});
+    std::vector<float> logits(static_cast<size_t>(count * vocab));
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const std::vector<int32_t> chunk(tokens.begin() + cuts[c], tokens.begin() + cuts[c + 1]);
+      ForwardBatch batch = contiguous_sequence_batch(chunk, cuts[c], num_blocks);
+      const int32_t first = std::max(kImageBegin, cuts[c]);
+      const int32_t end = std::min(kImageEnd, cuts[c + 1]);
+      if (first < end) {
+        batch.embedding_rows.push_back(
+            {first - cuts[c], end - first, rows.data() + (first - kImageBegin) * hidden, nullptr});
+      }
+      if (lookahead) {
+        for (int32_t p = cuts[c]; p < cuts[c + 1]; ++p) {
+          batch.lookahead.push_back(p >= kImageBegin && p < kImageEnd ? kImageEnd - 1 - p : 0);
+        }
+      }
+      lm.forward(batch, logits.data() + static_cast<size_t>(cuts[c]) * static_cast<size_t>(vocab));
+    }
+    return logits;
+  };
+  for (const std::vector<int32_t>& cuts : {std::vector<int32_t>{0, count}, std::vector<int32_t>{0, 5, 20, count}}) {
+    SCOPED_TRACE("chunks ending at " + std::to_string(cuts[1]));
+    expect_matches_score(expected["score"], run(cuts, true), vocab);
+  }
+  const std::vector<float> with = run({0, count}, true);
+  const std::vector<float> causal = run({0, count}, false);
+  double moved = 0.0;
+  for (size_t i = 0; i < with.size(); ++i) moved = std::max(moved, static_cast<double>(std::fabs(with[i] - causal[i])));
+  EXPECT_GT(moved, 0.01) << "the image's bidirectional attention moved no logit";
 }
 
 }  // namespace deepinfer::testing

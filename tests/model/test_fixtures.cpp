@@ -12,8 +12,9 @@
 namespace deepinfer {
 namespace {
 
-using testing::fixture_dir;
 using testing::expect_greedy_matches;
+using testing::expect_matches_score;
+using testing::fixture_dir;
 using testing::load_expected;
 using testing::logprob_close;
 
@@ -29,31 +30,6 @@ Loaded load(const std::string& name, const std::string& device = "cpu") {
   if (!model.ok()) ADD_FAILURE() << model.error().message;
   else loaded.model = std::move(*model);
   return loaded;
-}
-
-// Compares our logits rows against the fixture's per-position top-k lists.
-void expect_matches_score(const nlohmann::json& score, const std::vector<float>& logits, int64_t vocab) {
-  const auto& positions = score["positions"];
-  ASSERT_EQ(logits.size(), positions.size() * static_cast<size_t>(vocab));
-  for (size_t pos = 0; pos < positions.size(); ++pos) {
-    const auto& want_top = positions[pos]["top"];
-    const auto got_top = top_logprobs(logits.data() + pos * static_cast<size_t>(vocab), vocab,
-                                      static_cast<int32_t>(want_top.size()));
-    const std::vector<double> got_all = log_softmax(logits.data() + pos * static_cast<size_t>(vocab), vocab);
-    for (size_t i = 0; i < want_top.size(); ++i) {
-      const int32_t want_id = want_top[i][0].get<int32_t>();
-      const double want_lp = want_top[i][1].get<double>();
-      // The logprob of the id transformers ranked here must match, wherever we ranked it.
-      EXPECT_TRUE(logprob_close(got_all[static_cast<size_t>(want_id)], want_lp))
-          << "pos " << pos << " id " << want_id << ": got " << got_all[static_cast<size_t>(want_id)] << " want "
-          << want_lp;
-      // Ids may differ only by a swap among near-equal values.
-      if (got_top[i].first != want_id) {
-        EXPECT_NEAR(got_top[i].second, want_lp, 1e-4) << "pos " << pos << " rank " << i << ": got id "
-                                                       << got_top[i].first << " want id " << want_id;
-      }
-    }
-  }
 }
 
 class FixtureTest : public ::testing::TestWithParam<std::string> {};

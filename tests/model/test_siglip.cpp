@@ -1,5 +1,6 @@
 // Gemma 3's image encoder on the host backends against transformers (gemma3_vision_check.h). Both
-// land within float32 rounding: 5.1e-7 of the largest value for the tower, 1.9e-7 for the projector.
+// land within float32 rounding: 5.1e-7 of the largest value for the tower, 1.9e-7 for the projector;
+// the whole model's prompt with an image gives transformers' logprobs.
 #include <gtest/gtest.h>
 
 #include "gemma3_vision_check.h"
@@ -13,6 +14,12 @@ TEST_P(Siglip, TowerAndProjectorMatchTransformers) {
   auto backend = make_backend(GetParam());
   ASSERT_TRUE(backend.ok()) << backend.error().message;
   testing::expect_gemma3_vision_matches_transformers(**backend, 5e-6);
+}
+
+TEST_P(Siglip, ImagePromptMatchesTransformers) {
+  auto backend = make_backend(GetParam());
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  testing::expect_gemma3_image_prompt_matches_transformers(**backend, 5e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(HostBackends, Siglip, ::testing::Values("cpu", "ref"));

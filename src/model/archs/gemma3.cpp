@@ -6,14 +6,53 @@
 // embeddings scaled by sqrt(hidden) rounded to the embedding dtype, final-logit soft-capping
 // when configured, tied embeddings.
 // Gemma3ForConditionalGeneration (the published multimodal checkpoints): the same text model under
-// language_model.model.* (transformers < 4.52) or model.language_model.* (later); its vision tower
-// (vision_tower.*, multi_modal_projector.*) is not read, so it serves text only.
+// language_model.model.* (transformers < 4.52) or model.language_model.* (later), without the final
+// logit soft-capping (as transformers runs it), and its image
+// encoder (model/layers/siglip.h), whose rows replace the image's placeholder tokens after the
+// embedding scale; the image's tokens see each other both ways (ForwardBatch::lookahead).
 #include "model/archs/archs.h"
 #include "model/layers/dense_decoder.h"
+#include "model/layers/siglip.h"
 
 namespace deepinfer::archs {
 
-Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source) {
+namespace {
+
+// config.json's integer field, or -1 when absent.
+int32_t token_index(const nlohmann::json& raw, const char* key) {
+  const auto it = raw.find(key);
+  return it != raw.end() && it->is_number_integer() ? it->get<int32_t>() : -1;
+}
+
+Result<std::shared_ptr<ImageEncoder>> load_image_encoder(const ModelSource& source) {
+  const ModelConfig& config = source.config;
+  const VisionConfig& vision = *config.vision;
+  if (!vision.image_token_id || *vision.image_token_id < 0 || *vision.image_token_id >= config.vocab_size) {
+    return Error{"config.json: image_token_index is missing or outside the vocabulary"};
+  }
+  // An image's tokens see the whole image and, through the window, what the window reaches before
+  // each of them: the same keys as transformers' mask only while the window spans the image.
+  for (int32_t window : config.layer_sliding_window) {
+    if (window > 0 && window < vision.mm_tokens_per_image) {
+      return Error{"config.json: sliding_window " + std::to_string(window) + " is shorter than an image (" +
+                   std::to_string(vision.mm_tokens_per_image) + " mm_tokens_per_image)"};
+    }
+  }
+  auto vision_weights = gemma3_vision_weights(*source.weights);
+  if (!vision_weights.ok()) return vision_weights.error();
+  ModelSource vision_source = source;
+  vision_source.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
+  ImageInputFormat format;
+  format.preprocessor = ImageInputFormat::Preprocessor::kGemma3;
+  format.image_token_id = static_cast<int32_t>(*vision.image_token_id);
+  format.begin_token_id = token_index(config.raw, "boi_token_index");
+  format.end_token_id = token_index(config.raw, "eoi_token_index");
+  auto encoder = Gemma3ImageEncoder::load(vision_source, format);
+  if (!encoder.ok()) return encoder.error();
+  return std::shared_ptr<ImageEncoder>(std::move(*encoder));
+}
+
+Result<std::unique_ptr<CausalLM>> load_gemma3(const ModelSource& source, std::shared_ptr<ImageEncoder> image_encoder) {
   const ModelConfig& config = source.config;
   // At the top of a text model's config.json, or in a multimodal one's text_config.
   const auto text_config = config.raw.find("text_config");
@@ -30,8 +69,13 @@ Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source) {
   options.norm_weight_offset = 1.0f;
   options.sandwich_norms = true;
   options.scale_embeddings = true;
+  options.image_encoder = std::move(image_encoder);
   return DenseDecoder::load(source, options);
 }
+
+}  // namespace
+
+Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source) { return load_gemma3(source, nullptr); }
 
 Result<std::unique_ptr<CausalLM>> build_gemma3_multimodal(const ModelSource& source) {
   auto text_weights = source.weights->with_prefixes_renamed({{"language_model.model.", "model."},
@@ -40,7 +84,16 @@ Result<std::unique_ptr<CausalLM>> build_gemma3_multimodal(const ModelSource& sou
   if (!text_weights.ok()) return text_weights.error();
   ModelSource text = source;
   text.weights = std::make_shared<const WeightStore>(std::move(*text_weights));
-  return build_gemma3(text);
+  // transformers' Gemma3ForConditionalGeneration takes its logits straight from lm_head: the text
+  // config's final_logit_softcapping (null in the published checkpoints) is not applied.
+  text.config.final_logit_softcapping.reset();
+  std::shared_ptr<ImageEncoder> image_encoder;
+  if (source.config.vision) {
+    auto encoder = load_image_encoder(source);
+    if (!encoder.ok()) return encoder.error();
+    image_encoder = std::move(*encoder);
+  }
+  return load_gemma3(text, std::move(image_encoder));
 }
 
 }  // namespace deepinfer::archs

@@ -28,6 +28,13 @@ struct DeviceBatch {
   DeviceBuffer swa_seq_len;       // [num_seqs] i32, a replay's (ForwardBatch::swa_seq_len)
   kernels::PagedBatch swa_paged;
   int64_t num_tokens = 0;
+  // ForwardBatch::embedding_rows, their floats in the same buffer.
+  struct EmbeddingRows {
+    int32_t first_token = 0;
+    int32_t num_tokens = 0;
+    const float* rows = nullptr;
+  };
+  std::vector<EmbeddingRows> embedding_rows;
   // The step's draws when they came with it (StepInputs), in the same buffer; null otherwise.
   const kernels::SampleParams* draws = nullptr;
   // What finish_inputs (model/step_inputs.h) does on the device before the forward. Input tokens

@@ -136,6 +136,7 @@ Result<std::unique_ptr<CausalLM>> DenseDecoder::load(const ModelSource& source, 
                               : embed->dtype == DType::kF16 ? f16_to_f32(f32_to_f16(scale))
                                                             : scale;
   }
+  model->image_encoder_ = options.image_encoder;
   if (config.final_logit_softcapping) model->final_logit_softcap_ = static_cast<float>(*config.final_logit_softcapping);
 
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
@@ -475,9 +476,15 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   DI_CHECK(num_tokens > 0, "forward needs at least one token");
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < num_tokens, "logit row " << row << " out of range");
   if (expert_parallel_) join_group_forward(GroupForward::kDecoder, num_tokens);
+  DI_CHECK((batch.embedding_rows.empty() && batch.images_to_encode.empty()) || image_encoder_,
+           "images for a model that reads none");
+  for (const ForwardBatch::ImageToEncode& image : batch.images_to_encode) {
+    image_encoder_->encode(image.pixels, image.rows);
+  }
   StepExtras extras;
   extras.previous_draws = drawn_tokens_.as<int32_t>();
   extras.draws = draws;
+  extras.hidden_size = config_.hidden_size;
   const bool decode_step = DecodeGraphs::can_run(batch);
   if (graphs_ && decode_step && !batch.after_layer) {
     const int32_t padded = DecodeGraphs::shape_for(batch).num_seqs;
@@ -549,6 +556,10 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
 
   backend_.embedding(embed_tokens_, batch.token_ids.as<int32_t>(), num_tokens, residual);
   if (embedding_scale_ != 1.0f) backend_.scale(residual, num_tokens * hidden, embedding_scale_, residual);
+  for (const DeviceBatch::EmbeddingRows& image : batch.embedding_rows) {
+    backend_.copy_on_device(residual + int64_t{image.first_token} * hidden, image.rows,
+                            static_cast<size_t>(int64_t{image.num_tokens} * hidden) * sizeof(float));
+  }
   const bool residual_stream = runs_residual_stream(num_tokens);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];

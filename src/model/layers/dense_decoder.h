@@ -42,6 +42,9 @@ struct DenseDecoderOptions {
   // Gemma: embeddings times sqrt(hidden_size), the factor rounded to the embedding's dtype.
   bool scale_embeddings = false;
   bool attention_sinks = false;  // GPT-OSS: model.layers.<i>.self_attn.sinks [num_heads]
+  // Multimodal models (Gemma 3): the image encoder whose rows replace the image tokens' embeddings
+  // (ForwardBatch::embedding_rows, after the embedding scale).
+  std::shared_ptr<ImageEncoder> image_encoder;
 };
 
 using DecoderAttention = std::variant<AttentionLayer, MlaLayer>;
@@ -93,6 +96,8 @@ class DenseDecoder final : public CausalLM {
   std::vector<HandoverLayer> handover_layers() const override;
   std::unique_ptr<PendingCopies> read_handover_layer_blocks_later(int32_t layer, const std::vector<int32_t>& block_ids,
                                                                   uint8_t* host) const override;
+  const ImageInputFormat* image_input() const override { return image_encoder_ ? &image_encoder_->format() : nullptr; }
+  void encode_image(const float* pixels, float* rows) override;
   void forward(const ForwardBatch& batch, float* logits) override;
   // Samples on the backend from the logits the forward left there; the token ids and host rows
   // come back in one readback (dense_decoder_sampling.cpp).
@@ -177,6 +182,7 @@ class DenseDecoder final : public CausalLM {
   std::vector<MtpLayerWeights> mtp_layers_;
   RmsNorm final_norm_;
   float embedding_scale_ = 1.0f;             // scale_embeddings
+  std::shared_ptr<ImageEncoder> image_encoder_;  // DenseDecoderOptions::image_encoder
   std::optional<DType> residual_stream_dtype_;  // residual_stream_dtype(), set at load
   std::optional<float> final_logit_softcap_;  // config.final_logit_softcapping
   KvCacheShape kv_shape_;

@@ -6,6 +6,11 @@
 
 namespace deepinfer {
 
+void DenseDecoder::encode_image(const float* pixels, float* rows) {
+  DI_CHECK(image_encoder_, "this model has no image encoder");
+  image_encoder_->encode(pixels, rows);
+}
+
 void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {
   run_forward(batch);
   if (batch.logit_rows.empty()) return;

@@ -1,6 +1,6 @@
 // SigLIP's tower and Gemma 3's projector on the backend's ops. Attention where every patch sees
-// every patch is the paged attention op over one sequence per patch: each is one query whose
-// sequence holds all the patches' keys (rows_share_sequences), so no kernel needs a mask of its own.
+// every patch is the paged attention op over the patches as one sequence whose every token looks
+// ahead to the last patch (PagedBatch::lookahead, as Gemma 3's image tokens in the text model).
 #include "model/layers/siglip.h"
 
 #include <cmath>
@@ -112,30 +112,34 @@ Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, con
   if (!post.ok()) return post.error();
   tower.post_norm_ = *post;
 
-  // One sequence per patch over the same pages: each query sees all n keys.
+  // The patches as one sequence of n new tokens whose lookahead reaches the last patch: each query
+  // sees all n keys, and the kernels share each key tile among the queries.
   Backend& backend = *source.backend;
   const int64_t n = config.num_patches();
+  const auto count = static_cast<int32_t>(n);
   const auto blocks = static_cast<int32_t>((n + kTowerBlockSize - 1) / kTowerBlockSize);
-  std::vector<int32_t> ids(static_cast<size_t>(n) + 1);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
   std::iota(ids.begin(), ids.end(), 0);
-  std::vector<int32_t> table(static_cast<size_t>(n) * static_cast<size_t>(blocks));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i % static_cast<size_t>(blocks));
-  tower.query_start_ = upload_vector(backend, ids);  // 0..n: one query per sequence
-  ids.pop_back();
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> lookahead(static_cast<size_t>(n));
+  for (int32_t t = 0; t < count; ++t) lookahead[static_cast<size_t>(t)] = count - 1 - t;
+  tower.query_start_ = upload_vector(backend, std::vector<int32_t>{0, count});
   tower.patch_ids_ = upload_vector(backend, ids);
-  tower.seq_len_ = upload_vector(backend, std::vector<int32_t>(static_cast<size_t>(n), static_cast<int32_t>(n)));
+  tower.seq_len_ = upload_vector(backend, std::vector<int32_t>{count});
   tower.block_table_ = upload_vector(backend, table);
+  tower.lookahead_ = upload_vector(backend, lookahead);
   tower.ones_ = upload_vector(backend, std::vector<float>(static_cast<size_t>(n * config.intermediate_size), 1.0f));
   kernels::PagedBatch& batch = tower.batch_;
-  batch.num_seqs = static_cast<int32_t>(n);
+  batch.num_seqs = 1;
   batch.query_start = tower.query_start_.as<int32_t>();
   batch.seq_len = tower.seq_len_.as<int32_t>();
   batch.block_table = tower.block_table_.as<int32_t>();
   batch.max_blocks_per_seq = blocks;
   batch.block_size = kTowerBlockSize;
-  batch.num_tokens = static_cast<int32_t>(n);
-  batch.max_query_len = 1;
-  batch.rows_share_sequences = true;
+  batch.num_tokens = count;
+  batch.max_query_len = count;
+  batch.lookahead = tower.lookahead_.as<int32_t>();
   kernels::AttentionParams& params = tower.params_;
   params.num_heads = static_cast<int32_t>(config.num_attention_heads);
   params.num_kv_heads = params.num_heads;
@@ -261,6 +265,33 @@ void Gemma3Projector::forward(Backend& backend, const float* patches, float* out
   backend.scale(pooled.as<float>(), tokens * hidden, 1.0f / static_cast<float>(window * window), pooled.as<float>());
   norm_.forward(backend, pooled.as<float>(), tokens, gathered.as<float>());
   projection_.forward(backend, gathered.as<float>(), tokens, out);
+}
+
+Result<std::unique_ptr<Gemma3ImageEncoder>> Gemma3ImageEncoder::load(const ModelSource& source,
+                                                                     ImageInputFormat format) {
+  DI_CHECK(source.config.vision.has_value() && source.backend != nullptr, "Gemma3ImageEncoder needs a vision_config");
+  const VisionConfig& vision = *source.config.vision;
+  auto tower = SiglipVisionTower::load(source, "vision_tower.", vision);
+  if (!tower.ok()) return tower.error();
+  auto projector = Gemma3Projector::load(source, "multi_modal_projector.", vision, source.config.hidden_size);
+  if (!projector.ok()) return projector.error();
+  format.image_size = static_cast<int32_t>(vision.image_size);
+  format.tokens_per_image = static_cast<int32_t>(projector->tokens_per_image());
+  std::unique_ptr<Gemma3ImageEncoder> encoder(
+      new Gemma3ImageEncoder(*source.backend, std::move(*tower), std::move(*projector), format,
+                             source.config.hidden_size, vision.hidden_size, vision.num_patches()));
+  encoder->weights_ = source.weights;
+  encoder->arena_ = source.arena;
+  return encoder;
+}
+
+void Gemma3ImageEncoder::encode(const float* pixels, float* rows) {
+  DeviceBuffer patches = allocate_elements<float>(backend_, num_patches_ * vision_hidden_);
+  DeviceBuffer projected = allocate_elements<float>(backend_, int64_t{format_.tokens_per_image} * text_hidden_);
+  tower_.forward(backend_, pixels, patches.as<float>());
+  projector_.forward(backend_, patches.as<float>(), projected.as<float>());
+  backend_.copy_to_host(rows, projected.data(),
+                        static_cast<size_t>(int64_t{format_.tokens_per_image} * text_hidden_) * sizeof(float));
 }
 
 }  // namespace deepinfer

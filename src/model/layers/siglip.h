@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/layers/linear.h"
+#include "model/model.h"
 
 namespace deepinfer {
 
@@ -40,10 +41,10 @@ class SiglipVisionTower {
   kernels::WeightView positions_;  // [num_patches, hidden]
   std::vector<Layer> layers_;
   LayerNorm post_norm_;
-  // What every call shares, made at load: the position ids 0..n-1 (also the KV slots), the tables
-  // of one sequence per patch over the same pages, the attention batch over them, and the ones
-  // gelu_tanh_mul multiplies by.
-  DeviceBuffer patch_ids_, query_start_, seq_len_, block_table_, ones_;
+  // What every call shares, made at load: the position ids 0..n-1 (also the KV slots), the patches
+  // as one sequence whose lookahead reaches the last patch, the attention batch over it, and the
+  // ones gelu_tanh_mul multiplies by.
+  DeviceBuffer patch_ids_, query_start_, seq_len_, block_table_, lookahead_, ones_;
   kernels::PagedBatch batch_;
   kernels::AttentionParams params_;
 };
@@ -66,6 +67,37 @@ class Gemma3Projector {
   DeviceBuffer pool_rows_;
   RmsNorm norm_;
   Linear projection_;  // mm_input_projection_weight transposed at load: [text hidden, vision hidden]
+};
+
+// Gemma 3's image encoder as its text model takes it: the tower, then the projector, rows to host.
+class Gemma3ImageEncoder final : public ImageEncoder {
+ public:
+  // source: the checkpoint's tensors as gemma3_vision_weights names them; format: the text model's
+  // placeholder and delimiter tokens (its image_size and tokens_per_image come from the config).
+  static Result<std::unique_ptr<Gemma3ImageEncoder>> load(const ModelSource& source, ImageInputFormat format);
+  const ImageInputFormat& format() const override { return format_; }
+  void encode(const float* pixels, float* rows) override;
+
+ private:
+  Gemma3ImageEncoder(Backend& backend, SiglipVisionTower tower, Gemma3Projector projector, ImageInputFormat format,
+                     int64_t text_hidden, int64_t vision_hidden, int64_t num_patches)
+      : backend_(backend),
+        tower_(std::move(tower)),
+        projector_(std::move(projector)),
+        format_(format),
+        text_hidden_(text_hidden),
+        vision_hidden_(vision_hidden),
+        num_patches_(num_patches) {}
+
+  Backend& backend_;
+  std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
+  std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
+  SiglipVisionTower tower_;
+  Gemma3Projector projector_;
+  ImageInputFormat format_;
+  int64_t text_hidden_ = 0;
+  int64_t vision_hidden_ = 0;
+  int64_t num_patches_ = 0;
 };
 
 }  // namespace deepinfer
