@@ -18,6 +18,32 @@ void append_padded_table(std::vector<int32_t>& rows, const std::vector<int32_t>&
                  [](int32_t block) { return std::max(block, 0); });
 }
 
+// The request's images that run in [first_position, end), the step's rows from first_row on: their
+// encoder rows in place of the placeholders' embeddings (encoded by this step when no step before
+// did), and each placeholder seeing the rest of its image (lookahead, made for the whole step at
+// the first image).
+void add_images(const Request& request, int32_t first_position, int32_t end, int32_t first_row, ForwardBatch& batch) {
+  for (const PromptImage& image : request.images()) {
+    const int32_t begin = std::max(first_position, image.first_token);
+    const int32_t stop = std::min(end, image.end_token());
+    if (begin >= stop) continue;
+    DI_CHECK(stop == image.end_token(),
+             "a step ends inside the image at tokens " << image.first_token << " + " << image.num_tokens);
+    EncodedImage& encoded = *image.image;
+    if (!encoded.encoded) {
+      batch.images_to_encode.push_back({encoded.pixels.data(), encoded.rows.data(), image.image});
+      encoded.encoded = true;
+    }
+    const auto hidden = static_cast<int64_t>(encoded.rows.size()) / image.num_tokens;
+    batch.embedding_rows.push_back({first_row + begin - first_position, stop - begin,
+                                    encoded.rows.data() + int64_t{begin - image.first_token} * hidden, image.image});
+    batch.lookahead.resize(batch.token_ids.size(), 0);
+    for (int32_t p = begin; p < stop; ++p) {
+      batch.lookahead[static_cast<size_t>(first_row + p - first_position)] = image.end_token() - 1 - p;
+    }
+  }
+}
+
 }  // namespace
 
 BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheManager& kv_cache,
@@ -83,6 +109,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     batch.seq_ids.push_back(request.seq_id);
     append_padded_table(batch.block_table, table, max_blocks);
     if (!swa_table.empty()) append_padded_table(batch.swa_block_table, swa_table, max_blocks);
+    add_images(request, rows.first_position, end, first_row, batch);
     rows.samples = end == num_tokens + s.num_drafts;
     // Prompt logprobs: logits at position p score prompt token p + 1.
     if (request.params.prompt_logprobs && rows.first_position < request.num_prompt_tokens() - 1) {
@@ -98,6 +125,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     }
     built.rows.push_back(rows);
   }
+  if (!batch.lookahead.empty()) batch.lookahead.resize(batch.token_ids.size(), 0);
   return built;
 }
 

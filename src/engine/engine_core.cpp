@@ -24,6 +24,10 @@
 namespace deepinfer {
 namespace {
 
+// Recent images whose encodings a request with the same pixels reuses (a Gemma 3 image's rows and
+// pixels take ~12 MB, so a few dozen).
+constexpr size_t kEncodedImagesKept = 32;
+
 // The context length: the config's max_model_len, else the model's max_position_embeddings.
 int64_t resolve_max_model_len(const CausalLM& model, const EngineConfig& config) {
   if (config.max_model_len > 0) return config.max_model_len;
@@ -779,7 +783,7 @@ struct EngineCore::Impl {
     // A sequence preempted since this step was launched (scheduled ahead) recomputes its KV later.
     if (r.status == RequestStatus::kRunning) {
       r.num_computed_tokens += rows.num_new_tokens - rows.num_drafts;
-      kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
+      kv.commit_computed(r.seq_id, r.cache_tokens(), r.num_computed_tokens);
     }
     Group& group = groups.at(r.request_id);
     for (int32_t k = 0; k < rows.num_prompt_logprob_rows; ++k) {
@@ -837,7 +841,7 @@ struct EngineCore::Impl {
       SampleOutput& sample = sample_output(out, r.sample_index);
       sample.num_draft_tokens = r.num_drafts_verified;
       sample.num_accepted_draft_tokens = r.num_drafts_accepted;
-      if (!r.is_finished()) kv.commit_computed(r.seq_id, r.all_tokens(), r.num_computed_tokens);
+      if (!r.is_finished()) kv.commit_computed(r.seq_id, r.cache_tokens(), r.num_computed_tokens);
     }
     if (prompt_done_now && config.mode == EngineMode::kPrompt && !r.is_finished()) hand_over_prefilled(seq, out);
   }
@@ -914,6 +918,8 @@ struct EngineCore::Impl {
   std::optional<InFlight> in_flight;  // the step launched and not collected yet (pipelined mode)
   std::vector<int64_t> finished_groups;  // finished requests still to erase (erase_finished_groups)
   int64_t num_overlapped_steps = 0;
+  // Encodings of recent images by their pixels' hash (a multimodal model).
+  PromptImageCache images{kEncodedImagesKept};
   // Last: destroyed first, so its thread is done with the model before anything else goes.
   ModelRunner runner;
 };
@@ -931,7 +937,8 @@ const EngineConfig& EngineCore::config() const { return impl_->config; }
 
 Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> prompt, const SamplingParams& params,
                                      int32_t priority, std::string cache_salt, TrafficClass kv_cache_class,
-                                     PrefillHandover handover, std::shared_ptr<PrefillKvSink> kv_sink) {
+                                     PrefillHandover handover, std::shared_ptr<PrefillKvSink> kv_sink,
+                                     std::vector<ImageInput> images) {
   Impl& m = *impl_;
   const int64_t vocab = m.model.config().vocab_size;
   if (prompt.empty()) return Error{"the prompt is empty; give at least one token"};
@@ -980,6 +987,17 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
         "--kv-cache-backend)"};
   }
   if (m.groups.count(request_id) != 0) return Error{"request id " + std::to_string(request_id) + " is already in use"};
+  const ImageInputFormat* image_format = m.model.image_input();
+  if (!images.empty() && image_format == nullptr) return Error{"the model takes no images"};
+  if (!images.empty() && m.config.mode != EngineMode::kNormal) {
+    return Error{"a prefill or decode worker takes no images yet; send images to a server without --role"};
+  }
+  std::vector<PromptImage> prompt_images;
+  if (image_format != nullptr) {
+    auto taken = m.images.take(prompt, std::move(images), *image_format, m.model.config().hidden_size);
+    if (!taken.ok()) return taken.error();
+    prompt_images = std::move(*taken);
+  }
   if (params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
     DI_TRY(m.ensure_structured());
@@ -990,6 +1008,7 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   for (int32_t i = 0; i < params.n; ++i) {
     Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
     seq->request.kv_cache_class = kv_cache_class;
+    seq->request.set_images(prompt_images);
     seq->request.kv_through_store = handover == PrefillHandover::kThroughStore;
     seq->request.kv_sink = kv_sink;
     group.seq_ids.push_back(seq->request.seq_id);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/prefill_kv_export.h"
+#include "engine/prompt_images.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/speculator.h"
@@ -162,12 +163,14 @@ class EngineCore {
 
   // Errors: empty prompt, ids outside the vocabulary, prompt + max_tokens beyond max_model_len
   // or the KV pool, invalid sampling parameters, a duplicate request id. kv_sink: where a PROMPT
-  // engine streams the prompt's KV (handover kStream, which needs it).
+  // engine streams the prompt's KV (handover kStream, which needs it). images: a multimodal
+  // model's images at their placeholders (engine/prompt_images.h; the step that first runs one
+  // encodes it, unless the same pixels were encoded for a recent request).
   Result<void> add_request(int64_t request_id, std::vector<int32_t> prompt_token_ids, const SamplingParams& params,
                            int32_t priority = 0, std::string cache_salt = "",
                            TrafficClass kv_cache_class = TrafficClass::kDefault,
                            PrefillHandover handover = PrefillHandover::kCopyKv,
-                           std::shared_ptr<PrefillKvSink> kv_sink = nullptr);
+                           std::shared_ptr<PrefillKvSink> kv_sink = nullptr, std::vector<ImageInput> images = {});
   // Cancels at any point; frees everything; the next step() reports it finished (kAbort).
   void abort_request(int64_t request_id);
   // One scheduling step and its forward pass. An exception from the forward pass ends every

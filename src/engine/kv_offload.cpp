@@ -152,7 +152,7 @@ std::vector<BlockHash> KvOffload::page_hashes(std::span<const int32_t> tokens, i
 void KvOffload::hold(Request* request) {
   Held held;
   held.request = request;
-  const std::span<const int32_t> prompt = request->prompt_token_ids();
+  const std::span<const int32_t> prompt = request->prompt_cache_tokens();
   // As in the device cache, the page holding the last prompt token always runs (it gives logits).
   const auto num_pages = static_cast<int32_t>((prompt.size() - 1) / static_cast<size_t>(block_size_));
   held.first_page = kv_.num_cached_tokens(prompt, request->cache_salt) / block_size_;
@@ -213,8 +213,9 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
   // Split cache: the replay reads the loaded pages and starts R tokens before the prefix's end,
   // so the whole chain's checks come first (the replay's forward pass dwarfs them anyway).
   const size_t usable = replay_tokens_ > 0 ? verified_until(pages, 0, pages.size()) : pages.size();
-  if (usable == 0) return;
-  const std::span<const int32_t> tokens = request.prompt_token_ids();
+  // A replay would run an image's placeholders without the image's rows: such a prompt recomputes.
+  if (usable == 0 || (replay_tokens_ > 0 && !request.images().empty())) return;
+  const std::span<const int32_t> tokens = request.prompt_cache_tokens();
   int32_t prefix = (first_page + static_cast<int32_t>(usable)) * block_size_;
   // Split cache: the sliding-window layers' KV is rebuilt from replay_start on; without one,
   // replay_start is the prefix's end and nothing runs.
@@ -272,7 +273,7 @@ void KvOffload::import_pages(const Request& request, int32_t first_page, const s
 std::vector<BlockHash> KvOffload::persist(const Request& request, const std::vector<int32_t>& block_table) {
   std::vector<BlockHash> queued;
   if (request.params.prompt_logprobs) return queued;
-  const std::span<const int32_t> tokens = request.all_tokens();
+  const std::span<const int32_t> tokens = request.cache_tokens();
   const int32_t num_pages = std::min(request.num_computed_tokens / block_size_, static_cast<int32_t>(block_table.size()));
   const std::vector<BlockHash> hashes = page_hashes(tokens, num_pages, request.cache_salt);
   for (int32_t i = 0; i < num_pages; ++i) {

@@ -19,6 +19,28 @@ namespace deepinfer {
 
 class PrefillKvSink;  // engine/prefill_kv_export.h
 
+// An image's encoder input and output, shared by the requests that send the same pixels.
+struct EncodedImage {
+  std::vector<float> pixels;  // as the model's preprocessor made them (CausalLM::encode_image)
+  std::vector<float> rows;    // [tokens, hidden_size]: the encoder's output once encoded
+  // A launched step encodes it (ForwardBatch::images_to_encode) before its forward; steps run in
+  // launch order, so every later step reads the rows.
+  bool encoded = false;
+};
+
+// An image of a prompt (multimodal models, CausalLM::image_input): its placeholder tokens
+// [first_token, first_token + num_tokens) take the encoder's rows instead of their embeddings and
+// see each other both ways; hash names its pixels (SHA-256), which stand for those tokens in the
+// prefix cache's block hashes.
+struct PromptImage {
+  int32_t first_token = 0;
+  int32_t num_tokens = 0;
+  std::shared_ptr<EncodedImage> image;
+  BlockHash hash{};
+
+  int32_t end_token() const { return first_token + num_tokens; }
+};
+
 enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
 
 enum class FinishReason : uint8_t {
@@ -80,17 +102,33 @@ struct Request {
     token_ids_ = std::move(prompt);
     num_prompt_tokens_ = static_cast<int32_t>(token_ids_.size());
   }
+  // The prompt's images, in order and apart, inside the prompt (after set_prompt).
+  void set_images(std::vector<PromptImage> images);
+  const std::vector<PromptImage>& images() const { return images_; }
+  // What the prefix cache hashes: the tokens, except that an image's placeholders are ids made
+  // from its hash (negative, so no token id matches them), so another image misses.
+  std::span<const int32_t> cache_tokens() const { return images_.empty() ? all_tokens() : cache_token_ids_; }
+  std::span<const int32_t> prompt_cache_tokens() const { return cache_tokens().first(prompt_size()); }
+  // Where a prefill chunk over [begin, end) may end: not inside an image, whose tokens run in one
+  // forward so they see each other. Before an image that starts past begin, else after the image
+  // (past end: the chunk grows to hold it).
+  int32_t chunk_end(int32_t begin, int32_t end) const;
   // Pipelined scheduling: while the next step is scheduled, the token a step in flight draws for
   // this sequence stands at the end as kPendingToken (its value reaches the next step on the model
   // runner's thread); it is taken off before that step's result is appended.
   static constexpr int32_t kPendingToken = -1;
-  void push_pending_token() { token_ids_.push_back(kPendingToken); }
+  void push_pending_token() {
+    token_ids_.push_back(kPendingToken);
+    if (!images_.empty()) cache_token_ids_.push_back(kPendingToken);
+  }
   void pop_pending_token() {
     DI_CHECK(!token_ids_.empty() && token_ids_.back() == kPendingToken, "sequence " << seq_id << " has no pending token");
     token_ids_.pop_back();
+    if (!images_.empty()) cache_token_ids_.pop_back();
   }
   void append_output(int32_t token) {
     token_ids_.push_back(token);
+    if (!images_.empty()) cache_token_ids_.push_back(token);
     if (penalty_history_) penalty_history_->append_output(token);
   }
   // From now on keeps what the repetition / frequency / presence penalties read of the history,
@@ -116,6 +154,8 @@ struct Request {
 
   std::vector<int32_t> token_ids_;
   int32_t num_prompt_tokens_ = 0;
+  std::vector<PromptImage> images_;
+  std::vector<int32_t> cache_token_ids_;  // cache_tokens(), kept only with images
   std::optional<PenaltyHistory> penalty_history_;
 };
 

@@ -92,12 +92,15 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
     // A decode verifies its drafts while the budget and the free blocks allow, before anyone is
     // preempted for them.
     int32_t num_drafts = remaining == 1 ? std::clamp(request->num_verify_drafts, 0, budget - 1) : 0;
+    const int32_t num_tokens =
+        request->chunk_end(request->num_computed_tokens, request->num_computed_tokens + std::min(remaining, budget)) -
+        request->num_computed_tokens;
     bool preempted_self = false;
     int32_t ignored_cached = 0;
     const auto allocate = [&] {
-      return kv_cache_.allocate(request->seq_id, request->all_tokens(),
-                                request->num_computed_tokens + std::min(remaining, budget) + num_drafts,
-                                request->cache_salt, &ignored_cached);
+      return kv_cache_.allocate(request->seq_id, request->cache_tokens(),
+                                request->num_computed_tokens + num_tokens + num_drafts, request->cache_salt,
+                                &ignored_cached);
     };
     while (!allocate()) {
       if (num_drafts > 0) {
@@ -112,7 +115,7 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
       }
     }
     request->num_verify_drafts = num_drafts;
-    const int32_t num_new = std::min(remaining, budget) + num_drafts;
+    const int32_t num_new = num_tokens + num_drafts;
     if (preempted_self) break;  // it was the lowest-ranked: nothing after it remains
     out.scheduled.push_back({request, num_new, num_drafts});
     budget -= num_new;
@@ -125,7 +128,7 @@ void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
   size_t i = 0;
   while (i < waiting_.size() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
     Request* request = waiting_[i];
-    const std::span<const int32_t> tokens = request->all_tokens();
+    const std::span<const int32_t> tokens = request->cache_tokens();
     if (!request->prefix_hashes) request->prefix_hashes = kv_cache_.new_hash_chain(request->cache_salt);
     const int32_t cached = kv_cache_.num_cached_tokens(tokens, *request->prefix_hashes);
     const int32_t remaining = num_runnable_tokens(*request, cached, config_.enable_chunked_prefill);
@@ -133,7 +136,7 @@ void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
       ++i;
       continue;
     }
-    const int32_t num_new = std::min(remaining, budget);
+    const int32_t num_new = request->chunk_end(cached, cached + std::min(remaining, budget)) - cached;
     if (num_new < remaining && !config_.enable_chunked_prefill) break;
     int32_t taken_cached = 0;
     if (!kv_cache_.allocate(request->seq_id, tokens, cached + num_new, *request->prefix_hashes, &taken_cached)) break;

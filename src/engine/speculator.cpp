@@ -414,7 +414,7 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
       if (max_drafts(r) < depth) continue;
       const int32_t position = r.num_tokens() - 1 + (depth - 2);
       int32_t ignored = 0;
-      if (!kv_.allocate(r.seq_id, r.all_tokens(), position + 1, r.cache_salt, &ignored)) continue;
+      if (!kv_.allocate(r.seq_id, r.cache_tokens(), position + 1, r.cache_salt, &ignored)) continue;
       chain.add(r, kv_.block_table(r.seq_id), block_size, position, position + 1, last->token_row_of[j],
                 {r.drafts.back()}, true);
     }

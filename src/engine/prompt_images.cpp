@@ -1,0 +1,73 @@
+// PromptImageCache: image checks and encodings shared by content hash.
+#include "engine/prompt_images.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/sha256.h"
+
+namespace deepinfer {
+
+Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_t>& prompt,
+                                                        std::vector<ImageInput> images, const ImageInputFormat& format,
+                                                        int64_t hidden_size) {
+  const int64_t num_pixels = int64_t{3} * format.image_size * format.image_size;
+  const auto num_prompt = static_cast<int32_t>(prompt.size());
+  std::vector<PromptImage> taken;
+  int32_t previous_end = 0;
+  int64_t placeholders = 0;
+  for (size_t i = 0; i < images.size(); ++i) {
+    ImageInput& input = images[i];
+    const std::string name = "image " + std::to_string(i);
+    const int32_t end = input.first_token + format.tokens_per_image;
+    if (input.first_token < previous_end || end >= num_prompt) {
+      return Error{name + " at prompt token " + std::to_string(input.first_token) +
+                   " overlaps the image before it or does not end before the prompt's last token"};
+    }
+    for (int32_t t = input.first_token; t < end; ++t) {
+      if (prompt[static_cast<size_t>(t)] != format.image_token_id) {
+        return Error{name + ": prompt token " + std::to_string(t) + " is " +
+                     std::to_string(prompt[static_cast<size_t>(t)]) + ", not the image placeholder " +
+                     std::to_string(format.image_token_id) + " (an image takes " +
+                     std::to_string(format.tokens_per_image) + " in a row)"};
+      }
+    }
+    if (static_cast<int64_t>(input.pixels.size()) != num_pixels) {
+      return Error{name + " has " + std::to_string(input.pixels.size()) + " pixel values; the encoder takes " +
+                   std::to_string(num_pixels) + " (3 x " + std::to_string(format.image_size) + " x " +
+                   std::to_string(format.image_size) + ")"};
+    }
+    previous_end = end;
+    placeholders += format.tokens_per_image;
+    Sha256 sha;
+    sha.update(input.pixels.data(), input.pixels.size() * sizeof(float));
+    PromptImage image;
+    image.first_token = input.first_token;
+    image.num_tokens = format.tokens_per_image;
+    image.hash = sha.finish();
+    const auto found =
+        std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == image.hash; });
+    if (found != entries_.end()) {
+      ++hits_;
+      entries_.splice(entries_.begin(), entries_, found);
+    } else {
+      ++misses_;
+      auto encoded = std::make_shared<EncodedImage>();
+      encoded->pixels = std::move(input.pixels);
+      encoded->rows.resize(static_cast<size_t>(int64_t{format.tokens_per_image} * hidden_size));
+      entries_.emplace_front(image.hash, std::move(encoded));
+      if (entries_.size() > capacity_) entries_.pop_back();
+    }
+    image.image = entries_.front().second;
+    taken.push_back(std::move(image));
+  }
+  const int64_t in_prompt = std::count(prompt.begin(), prompt.end(), format.image_token_id);
+  if (in_prompt != placeholders) {
+    return Error{"the prompt holds " + std::to_string(in_prompt) + " image placeholder tokens (" +
+                 std::to_string(format.image_token_id) + ") but its " + std::to_string(images.size()) +
+                 " images take " + std::to_string(placeholders)};
+  }
+  return taken;
+}
+
+}  // namespace deepinfer

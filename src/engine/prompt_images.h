@@ -1,0 +1,43 @@
+// Images of a prompt for a multimodal model: the checks a request's images pass on the way in, and
+// the engine's cache of encodings by content hash, so the same pixels are encoded once.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/result.h"
+#include "engine/request.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+// An image of a prompt (CausalLM::image_input): its tokens_per_image placeholders begin at
+// first_token; pixels as the model's preprocessor made them.
+struct ImageInput {
+  int32_t first_token = 0;
+  std::vector<float> pixels;
+};
+
+class PromptImageCache {
+ public:
+  explicit PromptImageCache(size_t capacity) : capacity_(capacity) {}
+  // The images as the request's PromptImages, each sharing the encoding of an earlier request's
+  // identical pixels while the cache holds it (capacity images, least recently sent first out).
+  // Errors name the image: placeholders that are not format's (or not where it says), overlapping
+  // or out-of-order images, the wrong number of pixels, placeholder tokens outside any image.
+  Result<std::vector<PromptImage>> take(const std::vector<int32_t>& prompt, std::vector<ImageInput> images,
+                                        const ImageInputFormat& format, int64_t hidden_size);
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  size_t capacity_;
+  std::list<std::pair<BlockHash, std::shared_ptr<EncodedImage>>> entries_;  // most recent first
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,177 @@
+// Images through the engine on the gemma3_vision fixture (a tiny Gemma3ForConditionalGeneration
+// written by transformers, tools/reference/make_fixtures_multimodal.py): greedy decoding from a
+// prompt holding the image gives transformers' tokens, whatever the step budget makes of the
+// prefill's chunks (never one that ends inside the image) and with the pipelined loop; the prefix
+// cache hits on the same image and misses on another; bad images are refused by name.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine_test_util.h"
+#include "float_file.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr int32_t kImageToken = 396;
+constexpr int32_t kImageBegin = 7;  // the fixture's prompts hold the image at tokens 7..10
+
+nlohmann::json expected_greedy() {
+  std::ifstream in(fixture_dir("gemma3_vision") + "/expected.json");
+  return nlohmann::json::parse(in)["greedy"];
+}
+
+std::vector<float> fixture_pixels() { return read_float_file(fixture_dir("gemma3_vision") + "/pixel_values.f32"); }
+
+SamplingParams greedy(int32_t max_tokens) {
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.max_tokens = max_tokens;
+  params.ignore_eos = true;
+  return params;
+}
+
+// Runs one request with the image and returns its tokens and how many prompt tokens were cached.
+std::pair<std::vector<int32_t>, int32_t> run_image_request(EngineCore& engine, int64_t id,
+                                                           const std::vector<int32_t>& prompt,
+                                                           std::vector<float> pixels, int32_t max_tokens) {
+  std::vector<ImageInput> images(1);
+  images[0].first_token = kImageBegin;
+  images[0].pixels = std::move(pixels);
+  auto added = engine.add_request(id, prompt, greedy(max_tokens), 0, "", TrafficClass::kDefault,
+                                  PrefillHandover::kCopyKv, nullptr, std::move(images));
+  EXPECT_TRUE(added.ok()) << added.error().message;
+  OutputCollector collector;
+  run_engine(engine, collector);
+  RequestRun& run = collector.runs()[id];
+  return {run.samples[0].token_ids, run.num_cached_tokens};
+}
+
+// Two images in a 40-token prompt, at 10..19 and 25..29.
+Request request_with_images(uint8_t first_hash_byte) {
+  Request r;
+  r.set_prompt(std::vector<int32_t>(40, 7));
+  std::vector<PromptImage> images(2);
+  images[0] = {10, 10, std::make_shared<EncodedImage>(), {}};
+  images[1] = {25, 5, std::make_shared<EncodedImage>(), {}};
+  images[0].hash.fill(first_hash_byte);
+  images[1].hash.fill(9);
+  r.set_images(std::move(images));
+  return r;
+}
+
+TEST(EngineImages, ChunksNeverEndInsideAnImage) {
+  const Request r = request_with_images(1);
+  EXPECT_EQ(r.chunk_end(0, 8), 8);
+  EXPECT_EQ(r.chunk_end(0, 10), 10);
+  EXPECT_EQ(r.chunk_end(0, 15), 10) << "before an image that starts past the chunk's start";
+  EXPECT_EQ(r.chunk_end(10, 12), 20) << "a chunk that starts at the image holds all of it";
+  EXPECT_EQ(r.chunk_end(14, 16), 20) << "and so does one that starts inside it (after a cache hit)";
+  EXPECT_EQ(r.chunk_end(20, 27), 25);
+  EXPECT_EQ(r.chunk_end(25, 26), 30);
+  EXPECT_EQ(r.chunk_end(30, 40), 40);
+}
+
+TEST(EngineImages, CacheTokensNameTheImage) {
+  const Request a = request_with_images(1);
+  const Request b = request_with_images(1);
+  const Request c = request_with_images(2);
+  const auto tokens = [](const Request& r) {
+    return std::vector<int32_t>(r.cache_tokens().begin(), r.cache_tokens().end());
+  };
+  EXPECT_EQ(tokens(a), tokens(b));
+  EXPECT_NE(tokens(a), tokens(c));
+  for (int32_t t = 0; t < 40; ++t) {
+    const bool in_image = (t >= 10 && t < 20) || (t >= 25 && t < 30);
+    const int32_t id = a.cache_tokens()[static_cast<size_t>(t)];
+    if (in_image) {
+      EXPECT_LT(id, Request::kPendingToken) << t;
+      EXPECT_EQ(id == c.cache_tokens()[static_cast<size_t>(t)], t >= 25) << t;
+    } else {
+      EXPECT_EQ(id, 7) << t;
+    }
+  }
+  // Outputs join both views.
+  Request d = request_with_images(1);
+  d.append_output(11);
+  EXPECT_EQ(d.cache_tokens().back(), 11);
+  EXPECT_EQ(d.cache_tokens().size(), d.all_tokens().size());
+  EXPECT_EQ(std::vector<int32_t>(d.all_tokens().begin(), d.all_tokens().begin() + 40), std::vector<int32_t>(40, 7));
+}
+
+TEST(EngineImages, GreedyMatchesTransformersAtEveryChunking) {
+  TestModel loaded = load_test_model("gemma3_vision", false);
+  const nlohmann::json want = expected_greedy();
+  const auto prompt = want["prompt"].get<std::vector<int32_t>>();
+  const auto tokens = want["tokens"].get<std::vector<int32_t>>();
+  const auto margins = want["margins"].get<std::vector<double>>();
+  // 2048: one chunk; 9: the first would end inside the image, so it ends before it; 3: a chunk
+  // starts at the image and grows past the budget to hold it.
+  for (int32_t budget : {2048, 9, 3}) {
+    for (bool async : {false, true}) {
+      EngineConfig config = small_engine_config(16, 4, budget);
+      config.async_scheduling = async;
+      EngineCore engine(*loaded.model, nullptr, config);
+      const auto [got, cached] =
+          run_image_request(engine, 0, prompt, fixture_pixels(), static_cast<int32_t>(tokens.size()));
+      ASSERT_EQ(got.size(), tokens.size()) << "budget " << budget;
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        ASSERT_EQ(got[i], tokens[i]) << "budget " << budget << (async ? " async" : "") << " step " << i;
+        if (margins[i] < 1e-3) break;
+      }
+    }
+  }
+}
+
+TEST(EngineImages, PrefixCacheHitsTheSameImageAndMissesAnother) {
+  TestModel loaded = load_test_model("gemma3_vision", false);
+  const auto prompt = expected_greedy()["prompt"].get<std::vector<int32_t>>();  // 12 tokens, image at 7..10
+  EngineCore engine(*loaded.model, nullptr, small_engine_config(32, 4));
+  const auto first = run_image_request(engine, 0, prompt, fixture_pixels(), 4);
+  EXPECT_EQ(first.second, 0);
+  // Blocks [0, 4) and [4, 8) (which holds the image's first token): the most a 12-token prompt
+  // caches, the block with its last token always running.
+  const auto same = run_image_request(engine, 1, prompt, fixture_pixels(), 4);
+  EXPECT_EQ(same.second, 8);
+  EXPECT_EQ(same.first, first.first);
+  std::vector<float> other = fixture_pixels();
+  for (float& x : other) x = -x;
+  const auto different = run_image_request(engine, 2, prompt, std::move(other), 4);
+  EXPECT_EQ(different.second, 4) << "only the block before the image is the same";
+}
+
+TEST(EngineImages, BadImagesAreRefusedByName) {
+  TestModel loaded = load_test_model("gemma3_vision", false);
+  const auto prompt = expected_greedy()["prompt"].get<std::vector<int32_t>>();
+  EngineCore engine(*loaded.model, nullptr, small_engine_config(16, 4));
+  const auto refusal = [&](int32_t first_token, std::vector<float> pixels, std::vector<int32_t> tokens) {
+    std::vector<ImageInput> images;
+    if (first_token >= 0) images.push_back({first_token, std::move(pixels)});
+    auto added = engine.add_request(0, std::move(tokens), greedy(2), 0, "", TrafficClass::kDefault,
+                                    PrefillHandover::kCopyKv, nullptr, std::move(images));
+    return added.ok() ? std::string() : added.error().message;
+  };
+  EXPECT_EQ(refusal(6, fixture_pixels(), prompt),
+            "image 0: prompt token 6 is 394, not the image placeholder 396 (an image takes 4 in a row)");
+  EXPECT_EQ(refusal(kImageBegin, std::vector<float>(10), prompt),
+            "image 0 has 10 pixel values; the encoder takes 9408 (3 x 56 x 56)");
+  EXPECT_EQ(refusal(-1, {}, prompt), "the prompt holds 4 image placeholder tokens (396) but its 0 images take 0");
+  std::vector<int32_t> ends_in_image(prompt.begin(), prompt.begin() + 11);
+  EXPECT_EQ(refusal(kImageBegin, fixture_pixels(), ends_in_image),
+            "image 0 at prompt token 7 overlaps the image before it or does not end before the prompt's last token");
+  EXPECT_FALSE(engine.has_unfinished_requests());
+
+  TestModel text_only = load_test_model("gemma3", false);
+  EngineCore text_engine(*text_only.model, nullptr, small_engine_config(16, 4));
+  std::vector<ImageInput> images(1);
+  images[0] = {kImageBegin, fixture_pixels()};
+  auto added = text_engine.add_request(0, prompt, greedy(2), 0, "", TrafficClass::kDefault, PrefillHandover::kCopyKv,
+                                       nullptr, std::move(images));
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.error().message, "the model takes no images");
+  EXPECT_EQ(std::count(prompt.begin(), prompt.end(), kImageToken), 4);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
