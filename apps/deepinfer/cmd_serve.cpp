@@ -375,7 +375,10 @@ int run_serve(int argc, char** argv) {
   context.model.pool = &encode_pool;
   context.model.max_n = static_cast<int32_t>(*max_n);
   context.model.images = *images;
-  context.model.skipped_vision_encoder = skipped_vision_encoder(setup->model->config());
+  context.model.image_input = setup->model->image_input();
+  if (context.model.image_input == nullptr) {
+    context.model.skipped_vision_encoder = skipped_vision_encoder(setup->model->config());
+  }
   context.metrics = &metrics;
   context.shutdown = &shutdown;
   context.started_unix =

@@ -64,8 +64,10 @@ struct ModelContext {
   int32_t default_max_tokens = 0;  // 0: whatever context is left after the prompt
   int32_t max_n = 128;             // the most samples (n) one request may ask for
   ImageInputOptions images;
-  // The checkpoint's vision encoder that is not run yet (its vision_config's model_type, e.g.
-  // Gemma 3's siglip_vision_model), named when images are refused; empty: it has none.
+  // How the served model takes images (CausalLM::image_input); null: it takes none.
+  const ImageInputFormat* image_input = nullptr;
+  // A vision encoder the checkpoint has but the server does not run (its vision_config's
+  // model_type, e.g. a router that holds no model), named when images are refused; empty: none.
   std::string skipped_vision_encoder = {};
 };
 
@@ -85,6 +87,8 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;  // Chat/Completions stream_options.include_usage
   std::vector<int32_t> prompt_token_ids;
+  // The messages' images, preprocessed for the model's encoder, each at its placeholder tokens.
+  std::vector<ImageInput> images;
   std::string prompt_text;  // Completions: the prompt as text (for echo); chat APIs: the rendered prompt
   SamplingParams sampling;  // sampling.n is the number of choices
   bool echo = false;        // Completions

@@ -207,6 +207,7 @@ ParseResult finish_chat_request(ApiRequest request, ChatInput input, const Model
   }
   auto options = chat_options(model.family, input);
   if (!options.ok()) return from_error(options.error());
+  if (model.image_input != nullptr) options->image_tokens = model.image_input->tokens_per_image;
   auto segments = render_chat(model.family, conversation, *options);
   if (!segments.ok()) {
     return bad_request(input.prompt_field, std::string(chat_family_name(model.family)) +
@@ -215,6 +216,7 @@ ParseResult finish_chat_request(ApiRequest request, ChatInput input, const Model
   auto ids = encode_prompt(*model.tokenizer, *segments, model.pool);
   if (!ids.ok()) return from_error(ids.error());
   request.prompt_token_ids = std::move(*ids);
+  if (auto error = place_images(request, model, input.prompt_field)) return *error;
   request.prompt_text = prompt_text(*segments);
   set_parsing(model.family, *options, !conversation.tools.empty(), request);
   // The parser reads the family's markers, special tokens included.

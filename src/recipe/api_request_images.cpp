@@ -1,10 +1,12 @@
 // Image parts of the chat APIs' messages: OpenAI Chat image_url parts, Responses input_image parts
 // and Anthropic image blocks. Each is read (data: URL or base64 source) and decoded at parse time,
-// so a bad image is a 400 naming its part; the served text-only model then refuses a good one.
+// so a bad image is a 400 naming its part; a model with an image encoder gets it preprocessed as
+// its processor would, a text-only model refuses a good one.
 #include <string_view>
 
 #include "core/base64.h"
 #include "image/image.h"
+#include "image/preprocess.h"
 #include "recipe/api_request_internal.h"
 
 namespace deepinfer::api {
@@ -49,9 +51,10 @@ std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const st
   return bad_request(path, path + ": expected a data: URL (data:image/png;base64,...) or an http(s) URL");
 }
 
-// Decodes the image (so a bad one is reported as such), then refuses it: no served architecture
-// runs a vision encoder yet (issue 28).
-std::optional<ApiError> check_image(ImageSource source, const std::string& path, const ModelContext& model) {
+// Decodes the image (so a bad one is reported as such), then preprocesses it for the model's
+// encoder into *images, or refuses it when the model has none.
+std::optional<ApiError> read_image(ImageSource source, const std::string& path, const ModelContext& model,
+                                   std::vector<ImageInput>& images) {
   if (!source.url.empty()) {
     auto resolved = resolve_url(source.url, path, model);
     if (auto* e = std::get_if<ApiError>(&resolved)) return *e;
@@ -62,6 +65,13 @@ std::optional<ApiError> check_image(ImageSource source, const std::string& path,
   Result<RgbImage> image = try_decode_image(
       *bytes, ImageDecodeOptions{.max_pixels = model.images.max_pixels, .declared_media_type = source.media_type});
   if (!image.ok()) return bad_request(path, path + ": " + image.error().message);
+  if (model.image_input != nullptr) {
+    switch (model.image_input->preprocessor) {
+      case ImageInputFormat::Preprocessor::kGemma3:
+        images.push_back({-1, preprocess_gemma3(*image, model.image_input->image_size)});
+        return std::nullopt;
+    }
+  }
   std::string refusal = path;
   refusal.append(": model ").append(model.served_name);
   if (model.skipped_vision_encoder.empty()) {
@@ -122,7 +132,8 @@ std::variant<ImageSource, ApiError> messages_image_source(const Json& block, con
 
 }  // namespace
 
-std::optional<ApiError> check_image_parts(ApiKind kind, const Json& body, const ModelContext& model) {
+std::optional<ApiError> read_image_parts(ApiKind kind, const Json& body, const ModelContext& model,
+                                         std::vector<ImageInput>& images) {
   const char* items_field = kind == ApiKind::kResponses ? "input" : "messages";
   const char* image_type = kind == ApiKind::kChatCompletions ? "image_url"
                            : kind == ApiKind::kResponses     ? "input_image"
@@ -142,8 +153,32 @@ std::optional<ApiError> check_image_parts(ApiKind kind, const Json& body, const 
                     : kind == ApiKind::kResponses     ? responses_image_source(part, path)
                                                       : messages_image_source(part, path);
       if (auto* e = std::get_if<ApiError>(&source)) return *e;
-      if (auto e = check_image(std::get<ImageSource>(std::move(source)), path, model)) return e;
+      if (auto e = read_image(std::get<ImageSource>(std::move(source)), path, model, images)) return e;
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> place_images(ApiRequest& request, const ModelContext& model, const std::string& field) {
+  if (request.images.empty()) return std::nullopt;
+  const ImageInputFormat& format = *model.image_input;
+  const std::vector<int32_t>& ids = request.prompt_token_ids;
+  size_t placed = 0;
+  for (size_t t = 0; t < ids.size();) {
+    if (ids[t] != format.image_token_id) {
+      ++t;
+      continue;
+    }
+    size_t end = t;
+    while (end < ids.size() && ids[end] == format.image_token_id) ++end;
+    if (end - t != static_cast<size_t>(format.tokens_per_image) || placed == request.images.size()) break;
+    request.images[placed++].first_token = static_cast<int32_t>(t);
+    t = end;
+  }
+  if (placed != request.images.size()) {
+    return bad_request(field, field + ": the messages hold " + std::to_string(request.images.size()) +
+                                  " images but the chat template placed " + std::to_string(placed) +
+                                  " (images are read in user and assistant turns)");
   }
   return std::nullopt;
 }

@@ -71,10 +71,17 @@ std::optional<ApiError> constrain_tool_calls(ApiRequest& request, const std::vec
                                              const ModelContext& model);
 
 // The image parts of a chat request's messages (Chat image_url, Responses input_image, Messages
-// image): each is decoded, so a bad one is a 400 naming its part (bad base64, truncated, wrong
-// type, over max_pixels, ...); a URL is refused unless fetched (never, today); a good image is a
-// 400 too while no served model has a vision encoder. Run before the text-only content parsers.
-std::optional<ApiError> check_image_parts(ApiKind kind, const Json& body, const ModelContext& model);
+// image), in the order the messages hold them: each is decoded, so a bad one is a 400 naming its
+// part (bad base64, truncated, wrong type, over max_pixels, ...); a URL is refused unless fetched
+// (never, today). A model with an image encoder (ModelContext::image_input) gets each one
+// preprocessed into images (first_token -1 until the prompt is encoded: place_images); a
+// text-only model refuses a good image with a 400.
+std::optional<ApiError> read_image_parts(ApiKind kind, const Json& body, const ModelContext& model,
+                                         std::vector<ImageInput>& images);
+// Gives each of request.images its first placeholder token: the runs of the model's image token in
+// the encoded prompt, in order. A 400 naming field when the template placed a different number
+// (an image in a system message, which Gemma 3's template drops).
+std::optional<ApiError> place_images(ApiRequest& request, const ModelContext& model, const std::string& field);
 
 ParseResult parse_chat_completions(const Json& body, const ModelContext& model);
 ParseResult parse_completions(const Json& body, const ModelContext& model);

@@ -26,11 +26,23 @@ std::variant<std::string, ApiError> read_text_blocks(const Json& content, const 
   return text;
 }
 
+// A user turn's text and image blocks become one message (its parts kept when it holds images, for
+// the templates that place them); tool_result blocks are tool messages between such turns.
 std::optional<ApiError> read_user(const Json& content, size_t i, Conversation& conversation) {
   std::string text;
+  std::vector<std::string> parts;
+  std::vector<size_t> image_parts;
   const auto flush_text = [&] {
-    if (text.empty()) return;
-    conversation.messages.push_back(Message{Role::kUser, std::exchange(text, ""), std::nullopt, {}, "", false});
+    if (text.empty() && image_parts.empty()) return;
+    Message m;
+    m.content = std::exchange(text, "");
+    if (!image_parts.empty()) {
+      m.content_parts = std::move(parts);
+      m.image_parts = std::move(image_parts);
+    }
+    parts.clear();
+    image_parts.clear();
+    conversation.messages.push_back(std::move(m));
   };
   for (size_t j = 0; j < content.size(); ++j) {
     const Json& block = content[j];
@@ -41,6 +53,10 @@ std::optional<ApiError> read_user(const Json& content, size_t i, Conversation& c
       if (auto e = check_string(block, "text", path)) return e;
       if (!text.empty()) text += "\n\n";
       text += block.value("text", "");
+      parts.push_back(block.value("text", ""));
+    } else if (type == "image") {  // its bytes were read by read_image_parts
+      image_parts.push_back(parts.size());
+      parts.emplace_back();
     } else if (type == "tool_result") {
       flush_text();
       if (auto e = check_string(block, "tool_use_id", path)) return e;
@@ -55,8 +71,9 @@ std::optional<ApiError> read_user(const Json& content, size_t i, Conversation& c
       }
       conversation.messages.push_back(std::move(m));
     } else {
-      return bad_request(path + ".type", path + ".type: '" + type +
-                                             "' blocks are not supported in user messages (text and tool_result are)");
+      return bad_request(
+          path + ".type",
+          path + ".type: '" + type + "' blocks are not supported in user messages (text, image and tool_result are)");
     }
   }
   flush_text();
@@ -167,7 +184,7 @@ ParseResult parse_messages(const Json& body, const ModelContext& model) {
   ApiRequest request;
   request.kind = ApiKind::kMessages;
   if (auto e = parse_common(body, request)) return *e;
-  if (auto e = check_image_parts(request.kind, body, model)) return *e;
+  if (auto e = read_image_parts(request.kind, body, model, request.images)) return *e;
   const Json* max_tokens = find_field(body, "max_tokens");
   if (max_tokens == nullptr) return bad_request("max_tokens", "max_tokens: Field required");
   if (!max_tokens->is_number_integer()) return wrong_type("max_tokens", "an integer", *max_tokens);

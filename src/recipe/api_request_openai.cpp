@@ -53,7 +53,7 @@ ParseResult parse_chat_completions(const Json& body, const ModelContext& model) 
   ApiRequest request;
   request.kind = ApiKind::kChatCompletions;
   if (auto e = parse_common(body, request)) return *e;
-  if (auto e = check_image_parts(request.kind, body, model)) return *e;
+  if (auto e = read_image_parts(request.kind, body, model, request.images)) return *e;
   if (auto e = check_object(body, "stream_options", "")) return *e;
   if (const Json* options = find_field(body, "stream_options")) {
     if (!request.stream) {

@@ -7,8 +7,12 @@ namespace {
 
 std::string item_path(size_t i) { return "input[" + std::to_string(i) + "]"; }
 
-// A string, or a list of input_text / output_text parts, joined with "\n\n".
-std::variant<std::string, ApiError> read_parts(const Json& content, const std::string& path) {
+// A string, or a list of input_text / output_text parts, joined with "\n\n". With parts given,
+// input_image parts (their bytes read by read_image_parts) are taken too: parts gets every part,
+// an image as empty text, and images the images' indexes in it.
+std::variant<std::string, ApiError> read_parts(const Json& content, const std::string& path,
+                                               std::vector<std::string>* parts = nullptr,
+                                               std::vector<size_t>* images = nullptr) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) return wrong_type(path, "a string or a list of content parts", content);
   std::string text;
@@ -17,6 +21,11 @@ std::variant<std::string, ApiError> read_parts(const Json& content, const std::s
     const std::string part_path = path + "[" + std::to_string(j) + "]";
     if (!part.is_object()) return wrong_type(part_path, "an object", part);
     const std::string type = part.value("type", "");
+    if (parts != nullptr && type == "input_image") {
+      images->push_back(parts->size());
+      parts->emplace_back();
+      continue;
+    }
     if (type != "input_text" && type != "output_text" && type != "text" && type != "reasoning_text" &&
         type != "summary_text") {
       return bad_request(part_path + ".type", part_path + ".type: only text parts are supported, got '" + type + "'");
@@ -25,6 +34,7 @@ std::variant<std::string, ApiError> read_parts(const Json& content, const std::s
     if (t == nullptr || !t->is_string()) return bad_request(part_path + ".text", part_path + ".text: expected a string");
     if (!text.empty()) text += "\n\n";
     text += t->get<std::string>();
+    if (parts != nullptr) parts->push_back(t->get<std::string>());
   }
   return text;
 }
@@ -52,10 +62,11 @@ std::optional<ApiError> read_items(const Json& items, Conversation& conversation
       const std::string role = item.value("role", "");
       const Json* content = find_field(item, "content");
       if (content == nullptr) return bad_request(path + ".content", path + ".content: missing");
-      auto text = read_parts(*content, path + ".content");
-      if (auto* e = std::get_if<ApiError>(&text)) return *e;
       Message m;
+      auto text = read_parts(*content, path + ".content", &m.content_parts, &m.image_parts);
+      if (auto* e = std::get_if<ApiError>(&text)) return *e;
       m.content = std::get<std::string>(std::move(text));
+      if (m.image_parts.empty()) m.content_parts.clear();  // as a string: only image turns keep parts
       if (role == "user") {
         m.role = Role::kUser;
       } else if (role == "system" || role == "developer") {
@@ -150,7 +161,7 @@ ParseResult parse_responses(const Json& body, const ModelContext& model) {
   ApiRequest request;
   request.kind = ApiKind::kResponses;
   if (auto e = parse_common(body, request)) return *e;
-  if (auto e = check_image_parts(request.kind, body, model)) return *e;
+  if (auto e = read_image_parts(request.kind, body, model, request.images)) return *e;
   if (find_field(body, "previous_response_id") != nullptr) {
     return bad_request("previous_response_id",
                        "previous_response_id: this server stores no responses; send the whole conversation in input");

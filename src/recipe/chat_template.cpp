@@ -1,6 +1,7 @@
 // Family detection from a model directory, template options, and the render_chat() dispatcher.
 #include "recipe/chat_template.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -227,6 +228,12 @@ Result<CalendarDate> chat_date(const ChatOptions& options) {
 Result<std::vector<PromptSegment>> render_chat(ChatFamily family, const Conversation& conversation,
                                                const ChatOptions& options) {
   if (conversation.messages.empty()) return Error{"messages: must not be empty"};
+  const bool has_images = std::any_of(conversation.messages.begin(), conversation.messages.end(),
+                                      [](const Message& m) { return !m.image_parts.empty(); });
+  if (has_images && family != ChatFamily::kGemma3) {
+    return Error{"the " + std::string(chat_family_name(family)) + " template places no images"};
+  }
+  if (has_images && options.image_tokens <= 0) return Error{"the served model takes no images"};
   switch (family) {
     case ChatFamily::kDeepSeekV3:
       return render_deepseek_v3(conversation, options);

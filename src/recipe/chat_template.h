@@ -51,6 +51,9 @@ struct ChatOptions {
   std::optional<std::string> date;
   std::optional<std::string> date_string;  // Llama 3.1+ "Today Date" verbatim, e.g. "26 Jul 2024"
   bool tools_in_user_message = true;       // Llama 3.1+: tool list in the first user turn
+  // The placeholder tokens one image takes (the served model's ImageInputFormat::tokens_per_image);
+  // 0: the model takes no images, and a conversation with image parts is refused.
+  int32_t image_tokens = 0;
 };
 
 // Reads ChatOptions from a JSON object of template variables (add_generation_prompt, thinking,

@@ -1,5 +1,6 @@
 // Gemma 3 prompts (google/gemma-3-*-it): <start_of_turn>role / <end_of_turn> turns, the assistant
-// called "model", a leading system message folded into the first turn, no tools and no thinking.
+// called "model", a leading system message folded into the first turn, no tools and no thinking;
+// images where their parts are, as Gemma3Processor expands the template's <start_of_image>.
 #include <string>
 #include <string_view>
 
@@ -10,13 +11,28 @@ namespace deepinfer {
 
 namespace {
 
-// A turn's text: the content trimmed, or, for content sent as parts, each part trimmed and the
-// parts run together (the template loops over them).
-std::string turn_text(const Message& message) {
-  if (message.content_parts.empty()) return std::string(python_trim(content_or_empty(message)));
-  std::string text;
-  for (const std::string& part : message.content_parts) text.append(python_trim(part));
-  return text;
+// A turn's content: the content trimmed, or, for content sent as parts, each text part trimmed and
+// the parts run together (the template loops over them). An image part is the template's
+// <start_of_image>, which the processor replaces with "\n\n<start_of_image>", the image's
+// placeholder tokens, "<end_of_image>\n\n".
+void turn_content(const Message& message, int32_t image_tokens, PromptBuilder& b) {
+  if (message.content_parts.empty()) {
+    b.text(python_trim(content_or_empty(message)));
+    return;
+  }
+  size_t next_image = 0;
+  for (size_t i = 0; i < message.content_parts.size(); ++i) {
+    if (next_image < message.image_parts.size() && message.image_parts[next_image] == i) {
+      ++next_image;
+      b.text("\n\n");
+      b.fixed("<start_of_image>");
+      for (int32_t t = 0; t < image_tokens; ++t) b.fixed("<image_soft_token>");
+      b.fixed("<end_of_image>");
+      b.text("\n\n");
+    } else {
+      b.text(python_trim(message.content_parts[i]));
+    }
+  }
 }
 
 }  // namespace
@@ -34,7 +50,8 @@ RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& 
     first_user_prefix.append("\n\n");
     first = 1;
   }
-  PromptBuilder b({"<bos>", "<start_of_turn>", "<end_of_turn>"});
+  PromptBuilder b(
+      {"<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<image_soft_token>", "<end_of_image>"});
   b.fixed("<bos>");
   for (size_t i = first; i < messages.size(); ++i) {
     const Message& message = messages[i];
@@ -47,7 +64,7 @@ RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& 
     b.fixed(message.role == Role::kAssistant ? "model" : role_name(message.role));
     b.fixed("\n");
     if (i == first) b.text(first_user_prefix);
-    b.text(turn_text(message));
+    turn_content(message, options.image_tokens, b);
     b.fixed("<end_of_turn>\n");
   }
   if (options.add_generation_prompt) b.fixed("<start_of_turn>model\n");

@@ -11,17 +11,26 @@ Error field_error(const std::string& path, const std::string& expected, const Js
 }
 
 // A string, or a list of {"type": "text", "text": ...} parts joined with "\n\n" (the DeepSeek
-// recipe's rule for multi-part content); the parts themselves go to *parts when it is not null.
+// recipe's rule for multi-part content); the parts themselves go to *parts when it is not null,
+// and image parts (whose bytes the API layer reads) to *parts as empty text with their index in
+// *images.
 Result<std::string> parse_text_content(const Json& value, const std::string& path,
-                                       std::vector<std::string>* parts = nullptr) {
+                                       std::vector<std::string>* parts = nullptr,
+                                       std::vector<size_t>* images = nullptr) {
   if (value.is_string()) return value.get<std::string>();
   if (!value.is_array()) return field_error(path, "a string or a list of text parts", value);
   std::string text;
+  size_t text_parts = 0;
   for (size_t i = 0; i < value.size(); ++i) {
     const Json& part = value[i];
     const std::string part_path = path + "[" + std::to_string(i) + "]";
     if (!part.is_object()) return field_error(part_path, "an object", part);
     const auto type = part.find("type");
+    if (images != nullptr && type != part.end() && (*type == "image_url" || *type == "image")) {
+      images->push_back(parts->size());
+      parts->emplace_back();
+      continue;
+    }
     if (type == part.end() || !type->is_string() || *type != "text") {
       return Error{part_path + ".type: only \"text\" parts can be rendered into a prompt"};
     }
@@ -29,7 +38,7 @@ Result<std::string> parse_text_content(const Json& value, const std::string& pat
     if (part_text == part.end() || !part_text->is_string()) {
       return Error{part_path + ".text: expected a string"};
     }
-    if (i > 0) text += "\n\n";
+    if (text_parts++ > 0) text += "\n\n";
     text += part_text->get<std::string>();
     if (parts != nullptr) parts->push_back(part_text->get<std::string>());
   }
@@ -37,10 +46,11 @@ Result<std::string> parse_text_content(const Json& value, const std::string& pat
 }
 
 Result<std::optional<std::string>> parse_optional_content(const Json& message, const char* key, const std::string& path,
-                                                          std::vector<std::string>* parts = nullptr) {
+                                                          std::vector<std::string>* parts = nullptr,
+                                                          std::vector<size_t>* images = nullptr) {
   const auto it = message.find(key);
   if (it == message.end() || it->is_null()) return std::optional<std::string>();
-  auto text = parse_text_content(*it, path + "." + key, parts);
+  auto text = parse_text_content(*it, path + "." + key, parts, images);
   if (!text.ok()) return text.error();
   return std::optional<std::string>(std::move(*text));
 }
@@ -94,7 +104,7 @@ Result<Message> parse_message(const Json& value, const std::string& path) {
   auto role = parse_role(value, path);
   if (!role.ok()) return role.error();
   message.role = *role;
-  auto content = parse_optional_content(value, "content", path, &message.content_parts);
+  auto content = parse_optional_content(value, "content", path, &message.content_parts, &message.image_parts);
   if (!content.ok()) return content.error();
   message.content = std::move(*content);
 

@@ -32,6 +32,9 @@ struct Message {
   // The text parts when content came as a list (content holds them joined), for the templates
   // that read the parts one by one (Gemma 3); empty when content was a string.
   std::vector<std::string> content_parts = {};
+  // Which of content_parts are images (their text empty, left out of content), in order: where
+  // a template that places images puts each one's tokens.
+  std::vector<size_t> image_parts = {};
 };
 
 struct Conversation {
@@ -42,7 +45,8 @@ struct Conversation {
 };
 
 // Parses {"messages": [...], "tools": [...]} (OpenAI Chat Completions). Content may be a string or
-// a list of text parts (joined with "\n\n"); the "developer" role is read as "system"; tool_calls
+// a list of text parts (joined with "\n\n") and image parts ("image_url", or "image" as Hugging
+// Face's templates take them: Message::image_parts); the "developer" role is read as "system"; tool_calls
 // null is read as absent. Errors name the field, e.g. "messages[2].tool_calls[0].function.name".
 Result<Conversation> parse_conversation(const nlohmann::ordered_json& request);
 

@@ -163,7 +163,8 @@ void EngineWorker::admit(Pending pending) {
         if (s.kv_handoff && s.kv_handoff->mode == KvTransferMode::kStore) handover = PrefillHandover::kThroughStore;
         if (s.kv_sink) handover = PrefillHandover::kStream;
         added = engine_.add_request(pending.request_id, std::move(s.prompt_token_ids), s.params, s.priority,
-                                    std::move(s.cache_salt), s.kv_cache_class, handover, std::move(s.kv_sink));
+                                    std::move(s.cache_salt), s.kv_cache_class, handover, std::move(s.kv_sink),
+                                    std::move(s.images));
       }
     } catch (const std::exception& e) {
       // A failed check while validating one request refuses that request, not the server.

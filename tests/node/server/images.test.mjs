@@ -1,10 +1,14 @@
 // Image parts through every API with the official clients against `deepinfer serve` on the default
 // model (text only): a good image is decoded and then refused naming the part, a bad one (truncated,
 // mismatched type, an http URL) is a 400 naming the part and the problem, and the server keeps
-// answering normal requests afterwards.
+// answering normal requests afterwards. Then on a multimodal Gemma 3 (the gemma3_vision fixture, a
+// tiny Gemma3ForConditionalGeneration from transformers, with its test tokenizer): the same image
+// through every API gives one prompt (the count Hugging Face tokenizers give for the expanded
+// Gemma 3 prompt) and one greedy answer, and a repeat hits the prefix cache through the image.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
+import { createRequire } from 'node:module';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { MODEL, startServer } from './harness.mjs';
@@ -85,5 +89,62 @@ describe('image parts on a text-only model', () => {
     await rejects400(messagesWithImage({ type: 'url', url: 'https://example.com/cat.png' }),
                      `messages[0].content[1]: ${notFetched}`);
     await answersNormally();
+  });
+});
+
+describe('images on a multimodal Gemma 3', () => {
+  const fixture = new URL('../../data/gemma3_vision', import.meta.url).pathname;
+  let vision;
+  let visionOpenai;
+  let visionAnthropic;
+  before(async () => {
+    vision = await startServer([], fixture);
+    visionOpenai = new OpenAI({ baseURL: `${vision.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    visionAnthropic = new Anthropic({ baseURL: vision.url, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(async () => { await vision.stop(); });
+
+  test('every API places the image and answers the same', async () => {
+    // Gemma 3's template and Gemma3Processor's expansion (4 image tokens in this fixture), counted by
+    // Hugging Face tokenizers over the fixture's tokenizer.
+    const { Tokenizer } = createRequire(new URL('../package.json', import.meta.url))('@anush008/tokenizers');
+    const tokenizer = Tokenizer.fromFile(`${fixture}/tokenizer.json`);
+    const prompt = '<bos><start_of_turn>user\nWhat is this?\n\n<start_of_image>' + '<image_soft_token>'.repeat(4) +
+      '<end_of_image>\n\n<end_of_turn>\n<start_of_turn>model\n';
+    const promptTokens = (await tokenizer.encode(prompt, null, { addSpecialTokens: false })).getIds().length;
+    const url = `data:image/png;base64,${pngBase64}`;
+    const chat = await visionOpenai.chat.completions.create({
+      model: MODEL, max_tokens: 6, temperature: 0, messages: [
+        { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
+    });
+    assert.equal(chat.usage.prompt_tokens, promptTokens);
+    assert.equal(chat.usage.completion_tokens, 6);
+    const response = await visionOpenai.responses.create({
+      model: MODEL, max_output_tokens: 6, temperature: 0,
+      input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' },
+                                         { type: 'input_image', image_url: url, detail: 'auto' }] }],
+    });
+    assert.equal(response.usage.input_tokens, promptTokens);
+    assert.equal(response.output_text, chat.choices[0].message.content);
+    const message = await visionAnthropic.messages.create({
+      model: MODEL, max_tokens: 6, temperature: 0,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
+                                           { type: 'image', source: { type: 'base64', media_type: 'image/png',
+                                                                      data: pngBase64 } }] }],
+    });
+    // Anthropic counts the tokens read from the cache apart (the requests before hit it).
+    assert.equal(message.usage.input_tokens + message.usage.cache_read_input_tokens, promptTokens);
+    assert.equal(message.content[0].text, chat.choices[0].message.content);
+    // The repeats found the prompt's blocks up to the one holding its last token (16-token blocks).
+    const again = await visionOpenai.chat.completions.create({
+      model: MODEL, max_tokens: 6, temperature: 0, messages: [
+        { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
+    });
+    assert.equal(again.usage.prompt_tokens_details?.cached_tokens, Math.floor((promptTokens - 1) / 16) * 16);
+    assert.equal(again.choices[0].message.content, chat.choices[0].message.content);
+    await rejects400(visionOpenai.chat.completions.create({
+      model: MODEL, max_tokens: 2, messages: [
+        { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
+    }), `messages[0].content[0]: ${truncated}`);
   });
 });

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Writes a tokenizer for the gemma3_vision fixture (vocab 397), so `deepinfer serve` can run the
+fixture behind the chat APIs: a byte-level BPE without merges over the 256 bytes, Gemma 3's control
+tokens at the ids the fixture's config names (<start_of_image> 394, <end_of_image> 395,
+<image_soft_token> 396), and unused added tokens in between. Standard library only; the tests check
+it against Hugging Face tokenizers (tests/node).
+
+Usage: python3 tools/reference/make_fixture_tokenizer.py tests/data/gemma3_vision
+"""
+import json
+import os
+import sys
+
+VOCAB_SIZE = 397
+CONTROL = {0: "<pad>", 1: "<eos>", 2: "<bos>", 3: "<unk>", 390: "<start_of_turn>", 391: "<end_of_turn>",
+           394: "<start_of_image>", 395: "<end_of_image>", 396: "<image_soft_token>"}
+FIRST_BYTE_ID = 4
+
+
+def byte_level_alphabet():
+    """GPT-2's map of the 256 bytes to printable characters, as the ByteLevel pre-tokenizer uses."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, chars)}
+
+
+def main():
+    out = sys.argv[1]
+    alphabet = byte_level_alphabet()
+    vocab = {alphabet[b]: FIRST_BYTE_ID + b for b in range(256)}
+    added = []
+    for token_id in range(VOCAB_SIZE):
+        if FIRST_BYTE_ID <= token_id < FIRST_BYTE_ID + 256:
+            continue
+        content = CONTROL.get(token_id, f"<unused{token_id}>")
+        vocab[content] = token_id
+        added.append({"id": token_id, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+                      "normalized": False, "special": True})
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": byte_level, "post_processor": None, "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": dict(sorted(vocab.items(), key=lambda kv: kv[1])), "merges": []},
+    }
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    config = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+              "add_bos_token": False, "add_eos_token": False, "model_max_length": 256,
+              "tokenizer_class": "PreTrainedTokenizerFast"}
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
