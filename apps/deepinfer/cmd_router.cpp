@@ -36,7 +36,7 @@ constexpr const char* kUsage =
                         [--max-body-bytes N] [--shutdown-timeout S] [--io-threads N]
                         [--max-attempts N] [--registry-poll-ms MS] [--kv-transfer push|store] [--ui]
                         [--cost-model FILE.json] [--quota-ms MS] [--window-ms MS] [--group-size N]
-                        [--max-image-pixels N] [--allow-image-urls]
+                        [--max-image-pixels N] [--max-images-per-request N] [--allow-image-urls]
 The cluster's entry point: the same HTTP APIs as `deepinfer serve` (POST /v1/chat/completions,
 /v1/completions, /v1/responses, /v1/messages, /tokenize, /detokenize; GET /v1/models, /health,
 /metrics). Each request is rendered and tokenised once here (the router loads the model
@@ -63,6 +63,9 @@ refused in /metrics); at start-up such workers are an error. The page size is th
 prompt blocks are hashed; the context length bounds prompt + max_tokens and sets the default
 max_tokens (before any worker is listed: the model's own).
 --worker-api-key: the key the workers were started with (--api-key on serve), if any.
+Images (a Gemma 3 multimodal directory): each image part is decoded and placed here, and its file
+relayed with the request to a --role both worker, which preprocesses and encodes it; prefill and
+decode workers refuse images. --max-image-pixels, --max-images-per-request as on serve.
 --ui: the web playground at GET / as on `deepinfer serve --ui`; its live figures are the workers'
 last reports (requests running and waiting summed, KV use averaged, cached over prompt tokens).
 The first line printed is "deepinfer router: listening on http://HOST:PORT".
@@ -152,6 +155,9 @@ int run_router(int argc, char** argv) {
   }
   auto model_config = ModelConfig::load(model_dir);
   if (!model_config.ok()) return report_error("router", model_config.error());
+  // Images are placed here and preprocessed by the worker that runs them, from the files relayed.
+  auto image_format = image_input_format(*model_config);
+  if (!image_format.ok()) return report_error("router", image_format.error());
   auto tokenizer = Tokenizer::load(model_dir);
   if (!tokenizer.ok()) return report_error("router", tokenizer.error());
   if (auto reachable = server::check_registry(registry); !reachable.ok()) {
@@ -173,7 +179,12 @@ int run_router(int argc, char** argv) {
   context.model.pool = &encode_pool;
   context.model.max_n = *max_n;
   context.model.images = *images;
-  context.model.skipped_vision_encoder = skipped_vision_encoder(*model_config);
+  context.model.images.preprocess = false;
+  if (*image_format) {
+    context.model.image_input = &**image_format;
+  } else {
+    context.model.skipped_vision_encoder = skipped_vision_encoder(*model_config);
+  }
   context.metrics = &metrics;
   context.shutdown = &shutdown;
   context.started_unix =

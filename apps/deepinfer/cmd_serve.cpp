@@ -33,7 +33,8 @@ constexpr const char* kDefaultModelDir = "models/default";
 constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
                        [--api-key KEY] [--ui] [--max-queued-requests N] [--max-queued-tokens N]
                        [--request-timeout S] [--max-body-bytes N] [--max-n N] [--shutdown-timeout S]
-                       [--max-image-pixels N] [--allow-image-urls] [--max-num-seqs N]
+                       [--max-image-pixels N] [--max-images-per-request N] [--allow-image-urls]
+                       [--max-num-seqs N]
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--kv-cache-dtype auto|float32|bfloat16|fp8]
                        [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
@@ -66,9 +67,11 @@ the tokens they may run, n x (prompt + max_tokens) each; past them requests get 
 /v1/messages) with Retry-After. --max-n: the most samples one request may ask for (default 128).
 --request-timeout: seconds a request may run (default 600). --max-body-bytes: default 8 MiB.
 --max-image-pixels: the most pixels an image part may declare in its header (default 33554432);
-larger ones get 400 before they are decoded. Image parts are decoded and checked, but no served
-model accepts images yet (docs/images.md). http(s) image URLs are refused; --allow-image-urls
-turns the refusal into "fetching is not implemented" (fetching is not built yet).
+larger ones get 400 before they are decoded. --max-images-per-request: the most image parts one
+request may hold (default 8), counted before any is decoded. Models with an image encoder (Gemma 3
+multimodal checkpoints) take images through every API; others refuse them (docs/images.md). http(s)
+image URLs are refused; --allow-image-urls turns the refusal into "fetching is not implemented"
+(fetching is not built yet).
 --shutdown-timeout: on SIGTERM / SIGINT the server stops accepting, ends every open request with
 an error (503, or an error event on a stream), writes the KV store's queued pages and exits;
 past this many seconds (default 5) it exits anyway, logging what was stuck. A second signal

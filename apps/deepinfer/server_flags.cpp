@@ -17,7 +17,8 @@ Result<int64_t> non_negative_flag(const Args& args, const char* flag, int64_t fa
 
 std::set<std::string> server_value_flags(std::set<std::string> extra) {
   extra.insert({"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests", "--max-queued-tokens",
-                "--request-timeout", "--max-body-bytes", "--io-threads", "--max-n", "--shutdown-timeout", "--max-image-pixels"});
+                "--request-timeout", "--max-body-bytes", "--io-threads", "--max-n", "--shutdown-timeout",
+                "--max-image-pixels", "--max-images-per-request"});
   return extra;
 }
 
@@ -67,6 +68,12 @@ Result<ImageInputOptions> image_input_from_args(const Args& args) {
   if (!max_pixels.ok()) return max_pixels.error();
   if (*max_pixels < 1) return Error{"--max-image-pixels must be >= 1, got " + std::to_string(*max_pixels)};
   options.max_pixels = *max_pixels;
+  auto max_images = args.get_int("--max-images-per-request", options.max_images);
+  if (!max_images.ok()) return max_images.error();
+  if (*max_images < 0 || *max_images > 1024) {
+    return Error{"--max-images-per-request must be in [0, 1024], got " + std::to_string(*max_images)};
+  }
+  options.max_images = static_cast<int32_t>(*max_images);
   options.allow_urls = args.has("--allow-image-urls");
   return options;
 }

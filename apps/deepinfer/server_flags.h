@@ -18,13 +18,13 @@ namespace deepinfer::cli {
 Result<int64_t> non_negative_flag(const Args& args, const char* flag, int64_t fallback);
 // extra plus --host, --port, --served-model-name, --api-key, --max-queued-requests,
 // --max-queued-tokens, --request-timeout, --max-body-bytes, --io-threads, --max-n,
-// --shutdown-timeout, --max-image-pixels.
+// --shutdown-timeout, --max-image-pixels, --max-images-per-request.
 std::set<std::string> server_value_flags(std::set<std::string> extra);
 Result<server::ServerConfig> server_config_from_args(const Args& args);
 // --max-n, in [1, 65536] (default 128).
 Result<int32_t> max_n_from_args(const Args& args);
-// --max-image-pixels (>= 1; default kDefaultMaxImagePixels) and --allow-image-urls (a bool flag the
-// caller lists).
+// --max-image-pixels (>= 1; default kDefaultMaxImagePixels), --max-images-per-request (0..1024,
+// default 8) and --allow-image-urls (a bool flag the caller lists).
 Result<ImageInputOptions> image_input_from_args(const Args& args);
 // --served-model-name, else the model directory's own name through symlinks
 // (models/default -> deepinfer-tiny-v3).

@@ -1,4 +1,4 @@
-// Strict base64 decoding (see base64.h).
+// Strict base64 decoding, and encoding (see base64.h).
 #include "core/base64.h"
 
 #include <array>
@@ -9,10 +9,11 @@ namespace {
 
 constexpr int8_t kNotBase64 = -1;
 
+constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
 constexpr std::array<int8_t, 256> make_decode_table() {
   std::array<int8_t, 256> table{};
   table.fill(kNotBase64);
-  constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   for (size_t i = 0; i < kAlphabet.size(); ++i) table[static_cast<uint8_t>(kAlphabet[i])] = static_cast<int8_t>(i);
   return table;
 }
@@ -61,6 +62,21 @@ Result<std::vector<uint8_t>> try_decode_base64(std::string_view text) {
   if (bits != 0) {
     return Error{"base64 data has nonzero bits after its last byte (offset " + std::to_string(num_data_chars - 1) +
                  "): not a canonical encoding"};
+  }
+  return out;
+}
+
+std::string encode_base64(std::span<const uint8_t> bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t left = bytes.size() - i;
+    const uint32_t chunk = (uint32_t{bytes[i]} << 16) | (left > 1 ? uint32_t{bytes[i + 1]} << 8 : 0) |
+                           (left > 2 ? uint32_t{bytes[i + 2]} : 0);
+    out += kAlphabet[(chunk >> 18) & 63];
+    out += kAlphabet[(chunk >> 12) & 63];
+    out += left > 1 ? kAlphabet[(chunk >> 6) & 63] : '=';
+    out += left > 2 ? kAlphabet[chunk & 63] : '=';
   }
   return out;
 }

@@ -30,9 +30,11 @@ void add_images(const Request& request, int32_t first_position, int32_t end, int
     DI_CHECK(stop == image.end_token(),
              "a step ends inside the image at tokens " << image.first_token << " + " << image.num_tokens);
     EncodedImage& encoded = *image.image;
-    if (!encoded.encoded) {
-      batch.images_to_encode.push_back({encoded.pixels.data(), encoded.rows.data(), image.image});
-      encoded.encoded = true;
+    if (!encoded.ready.load()) {
+      batch.images_to_encode.push_back({encoded.pixels.data(), encoded.rows.data(), &encoded.ready, image.image});
+    } else if (!encoded.pixels.empty()) {
+      // No step reads them once the rows are ready: a step that asked to encode it finds it ready.
+      encoded.pixels = {};
     }
     const auto hidden = static_cast<int64_t>(encoded.rows.size()) / image.num_tokens;
     batch.embedding_rows.push_back({first_row + begin - first_position, stop - begin,

@@ -19,7 +19,7 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
   for (size_t i = 0; i < images.size(); ++i) {
     ImageInput& input = images[i];
     const std::string name = "image " + std::to_string(i);
-    const int32_t end = input.first_token + format.tokens_per_image;
+    const int64_t end = int64_t{input.first_token} + format.tokens_per_image;
     if (input.first_token < previous_end || end >= num_prompt) {
       return Error{name + " at prompt token " + std::to_string(input.first_token) +
                    " overlaps the image before it or does not end before the prompt's last token"};
@@ -37,21 +37,21 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
                    std::to_string(num_pixels) + " (3 x " + std::to_string(format.image_size) + " x " +
                    std::to_string(format.image_size) + ")"};
     }
-    previous_end = end;
+    previous_end = static_cast<int32_t>(end);
     placeholders += format.tokens_per_image;
-    Sha256 sha;
-    sha.update(input.pixels.data(), input.pixels.size() * sizeof(float));
     PromptImage image;
     image.first_token = input.first_token;
     image.num_tokens = format.tokens_per_image;
-    image.hash = sha.finish();
+    if (input.hash) {
+      image.hash = *input.hash;
+    } else {
+      image.hash = sha256({reinterpret_cast<const uint8_t*>(input.pixels.data()), input.pixels.size() * sizeof(float)});
+    }
     const auto found =
         std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == image.hash; });
     if (found != entries_.end()) {
-      ++hits_;
       entries_.splice(entries_.begin(), entries_, found);
     } else {
-      ++misses_;
       auto encoded = std::make_shared<EncodedImage>();
       encoded->pixels = std::move(input.pixels);
       encoded->rows.resize(static_cast<size_t>(int64_t{format.tokens_per_image} * hidden_size));

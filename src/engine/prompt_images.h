@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,10 +16,16 @@
 namespace deepinfer {
 
 // An image of a prompt (CausalLM::image_input): its tokens_per_image placeholders begin at
-// first_token; pixels as the model's preprocessor made them.
+// first_token; pixels as the model's preprocessor made them; hash, when the caller has it, their
+// SHA-256 (the API layer hashes on its own thread; the engine hashes what comes without one).
+// file: the image's file as sent, which a request relayed to another process carries instead of
+// the pixels (the worker preprocesses it again; a router, which holds no model, makes no pixels:
+// recipe/api.h, ImageInputOptions::preprocess).
 struct ImageInput {
   int32_t first_token = 0;
   std::vector<float> pixels;
+  std::optional<BlockHash> hash = std::nullopt;
+  std::vector<uint8_t> file = {};
 };
 
 class PromptImageCache {
@@ -30,14 +37,10 @@ class PromptImageCache {
   // or out-of-order images, the wrong number of pixels, placeholder tokens outside any image.
   Result<std::vector<PromptImage>> take(const std::vector<int32_t>& prompt, std::vector<ImageInput> images,
                                         const ImageInputFormat& format, int64_t hidden_size);
-  int64_t hits() const { return hits_; }
-  int64_t misses() const { return misses_; }
 
  private:
   size_t capacity_;
   std::list<std::pair<BlockHash, std::shared_ptr<EncodedImage>>> entries_;  // most recent first
-  int64_t hits_ = 0;
-  int64_t misses_ = 0;
 };
 
 }  // namespace deepinfer

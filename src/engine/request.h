@@ -2,6 +2,7 @@
 // becomes n of these (sample_index 0..n-1) sharing the prompt's KV blocks.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,11 +22,13 @@ class PrefillKvSink;  // engine/prefill_kv_export.h
 
 // An image's encoder input and output, shared by the requests that send the same pixels.
 struct EncodedImage {
-  std::vector<float> pixels;  // as the model's preprocessor made them (CausalLM::encode_image)
-  std::vector<float> rows;    // [tokens, hidden_size]: the encoder's output once encoded
-  // A launched step encodes it (ForwardBatch::images_to_encode) before its forward; steps run in
-  // launch order, so every later step reads the rows.
-  bool encoded = false;
+  // As the model's preprocessor made them (CausalLM::encode_image); dropped once encoded.
+  std::vector<float> pixels;
+  std::vector<float> rows;  // [tokens, hidden_size]: the encoder's output once ready
+  // Set by the step that encoded it (ForwardBatch::ImageToEncode::ready). Every step built while
+  // it is unset asks to encode it; the first to run does, and later ones find it set (steps run
+  // in launch order). A step that failed leaves it unset, so nothing reads rows it did not write.
+  std::atomic<bool> ready{false};
 };
 
 // An image of a prompt (multimodal models, CausalLM::image_input): its placeholder tokens
@@ -111,7 +114,7 @@ struct Request {
   std::span<const int32_t> prompt_cache_tokens() const { return cache_tokens().first(prompt_size()); }
   // Where a prefill chunk over [begin, end) may end: not inside an image, whose tokens run in one
   // forward so they see each other. Before an image that starts past begin, else after the image
-  // (past end: the chunk grows to hold it).
+  // (past end: the chunk grows to hold it, which the scheduler allows only in a step it leads).
   int32_t chunk_end(int32_t begin, int32_t end) const;
   // Pipelined scheduling: while the next step is scheduled, the token a step in flight draws for
   // this sequence stands at the end as kPendingToken (its value reaches the next step on the model

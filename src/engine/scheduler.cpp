@@ -95,6 +95,12 @@ bool Scheduler::schedule_running(int32_t& budget, SchedulerOutput& out) {
     const int32_t num_tokens =
         request->chunk_end(request->num_computed_tokens, request->num_computed_tokens + std::min(remaining, budget)) -
         request->num_computed_tokens;
+    // An image that does not fit what is left of the budget waits for a step it leads (whose whole
+    // budget holds any image: add_request checks), so no step outgrows the memory plan's.
+    if (num_tokens > budget && !out.scheduled.empty()) {
+      ++i;
+      continue;
+    }
     bool preempted_self = false;
     int32_t ignored_cached = 0;
     const auto allocate = [&] {
@@ -138,6 +144,7 @@ void Scheduler::admit_waiting(int32_t& budget, SchedulerOutput& out) {
     }
     const int32_t num_new = request->chunk_end(cached, cached + std::min(remaining, budget)) - cached;
     if (num_new < remaining && !config_.enable_chunked_prefill) break;
+    if (num_new > budget && !out.scheduled.empty()) break;  // an image that does not fit, as above
     int32_t taken_cached = 0;
     if (!kv_cache_.allocate(request->seq_id, tokens, cached + num_new, *request->prefix_hashes, &taken_cached)) break;
     DI_CHECK(taken_cached == cached, "prefix cache changed between lookup and allocation");

@@ -1,4 +1,5 @@
-// load_model: config.json -> registry -> architecture builder; ExpertTokenCounts' summaries.
+// load_model: config.json -> registry -> architecture builder; image_input_format; ExpertTokenCounts'
+// summaries.
 #include "model/model.h"
 
 #include <algorithm>
@@ -43,6 +44,15 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
 }
 
 std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
+
+Result<std::optional<ImageInputFormat>> image_input_format(const ModelConfig& config) {
+  if (config.architecture != "Gemma3ForConditionalGeneration" || !config.vision) {
+    return std::optional<ImageInputFormat>();
+  }
+  auto format = archs::gemma3_image_format(config);
+  if (!format.ok()) return format.error();
+  return std::optional<ImageInputFormat>(*format);
+}
 
 size_t ExpertTokenCounts::busiest_count(double fraction, size_t num_experts) {
   return static_cast<size_t>(std::ceil(fraction * static_cast<double>(num_experts)));

@@ -2,6 +2,7 @@
 // which picks the architecture from config.json through the registry (model/archs/registry.cpp).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,10 +62,12 @@ struct ForwardBatch {
   };
   std::vector<EmbeddingRows> embedding_rows;
   // Images the call that takes the batch encodes first (CausalLM::encode_image: pixels in, rows
-  // out, both host memory; owner keeps them alive), before it reads embedding_rows.
+  // out, both host memory; owner keeps them alive), before it reads embedding_rows: each one whose
+  // ready flag is unset, which it then sets (a step launched before it may have encoded it).
   struct ImageToEncode {
     const float* pixels = nullptr;
     float* rows = nullptr;
+    std::atomic<bool>* ready = nullptr;
     std::shared_ptr<const void> owner = nullptr;
   };
   std::vector<ImageToEncode> images_to_encode;
@@ -115,6 +118,11 @@ struct ImageInputFormat {
   int32_t begin_token_id = -1;
   int32_t end_token_id = -1;
 };
+
+// The image format of a model with this config, from config.json alone (what a router, which loads
+// no weights, needs to place images); nullopt when the architecture reads no images. Errors name
+// the config field.
+Result<std::optional<ImageInputFormat>> image_input_format(const ModelConfig& config);
 
 // A multimodal model's image encoder (vision tower and projector), run by the model that owns it.
 class ImageEncoder {

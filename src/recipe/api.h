@@ -48,6 +48,12 @@ std::string error_body(ApiKind kind, const ApiError& error);
 // How image parts of chat requests are read (docs/images.md).
 struct ImageInputOptions {
   int64_t max_pixels = kDefaultMaxImagePixels;  // serve --max-image-pixels
+  // serve --max-images-per-request: a request's image parts are counted before any is decoded (a
+  // 150-byte PNG becomes megabytes of pixels).
+  int32_t max_images = 8;
+  // Off (a router): each image's file is kept as sent (ImageInput::file) for the worker that runs
+  // the request to decode and preprocess again, instead of its pixels.
+  bool preprocess = true;
   bool allow_urls = false;                       // serve --allow-image-urls (fetching is not implemented)
 };
 
@@ -114,6 +120,16 @@ struct ApiRequest {
 // Validates and converts a request body. Unknown fields are ignored; a known field of the wrong
 // type, a prompt that does not fit max_model_len with its max_tokens, or a token id outside the
 // vocabulary is a 400 naming the field. The model name is not checked (model_not_found_error).
+// An image file as a chat request sends it (PNG, JPEG, WebP, GIF; media_type as declared, or empty)
+// decoded within model.images' limits and preprocessed for model's encoder into images (first_token
+// -1; the file kept too, for a relay), or only kept when model.images.preprocess is off; a 400
+// naming path when the file is bad
+// or the model takes no images. The APIs' image parts come through here, and a worker reads the
+// files a router relays with it.
+std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::string& media_type,
+                                        const std::string& path, const ModelContext& model,
+                                        std::vector<ImageInput>& images);
+
 std::variant<ApiRequest, ApiError> parse_api_request(ApiKind kind, const nlohmann::ordered_json& body,
                                                      const ModelContext& model);
 

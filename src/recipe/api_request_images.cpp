@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "core/base64.h"
+#include "core/sha256.h"
 #include "image/image.h"
 #include "image/preprocess.h"
 #include "recipe/api_request_internal.h"
@@ -51,8 +52,6 @@ std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const st
   return bad_request(path, path + ": expected a data: URL (data:image/png;base64,...) or an http(s) URL");
 }
 
-// Decodes the image (so a bad one is reported as such), then preprocesses it for the model's
-// encoder into *images, or refuses it when the model has none.
 std::optional<ApiError> read_image(ImageSource source, const std::string& path, const ModelContext& model,
                                    std::vector<ImageInput>& images) {
   if (!source.url.empty()) {
@@ -62,26 +61,7 @@ std::optional<ApiError> read_image(ImageSource source, const std::string& path, 
   }
   Result<std::vector<uint8_t>> bytes = try_decode_base64(source.base64);
   if (!bytes.ok()) return bad_request(path, path + ": " + bytes.error().message);
-  Result<RgbImage> image = try_decode_image(
-      *bytes, ImageDecodeOptions{.max_pixels = model.images.max_pixels, .declared_media_type = source.media_type});
-  if (!image.ok()) return bad_request(path, path + ": " + image.error().message);
-  if (model.image_input != nullptr) {
-    switch (model.image_input->preprocessor) {
-      case ImageInputFormat::Preprocessor::kGemma3:
-        images.push_back({-1, preprocess_gemma3(*image, model.image_input->image_size)});
-        return std::nullopt;
-    }
-  }
-  std::string refusal = path;
-  refusal.append(": model ").append(model.served_name);
-  if (model.skipped_vision_encoder.empty()) {
-    refusal.append(" does not accept images (it has no vision encoder)");
-  } else {
-    refusal.append(" does not accept images yet: its language model is served without its ")
-        .append(model.skipped_vision_encoder)
-        .append(" vision encoder");
-  }
-  return bad_request(path, refusal);
+  return read_image_file(std::move(*bytes), source.media_type, path, model, images);
 }
 
 // OpenAI Chat {"type": "image_url", "image_url": {"url": ...}} (a bare string URL is taken too).
@@ -140,21 +120,40 @@ std::optional<ApiError> read_image_parts(ApiKind kind, const Json& body, const M
                                                              : "image";
   const Json* items = find_field(body, items_field);
   if (items == nullptr || !items->is_array()) return std::nullopt;  // the API's own parser names it
+  // The image parts, counted before any is decoded.
+  std::vector<std::pair<const Json*, std::string>> parts;
   for (size_t i = 0; i < items->size(); ++i) {
     const Json& item = (*items)[i];
     const Json* content = item.is_object() ? find_field(item, "content") : nullptr;
     if (content == nullptr || !content->is_array()) continue;
     for (size_t j = 0; j < content->size(); ++j) {
       const Json& part = (*content)[j];
-      if (!part.is_object() || part.value("type", "") != image_type) continue;
+      if (!part.is_object()) continue;
+      const std::string type = part.value("type", "");
       const std::string path =
           std::string(items_field) + "[" + std::to_string(i) + "].content[" + std::to_string(j) + "]";
-      auto source = kind == ApiKind::kChatCompletions ? chat_image_source(part, path)
-                    : kind == ApiKind::kResponses     ? responses_image_source(part, path)
-                                                      : messages_image_source(part, path);
-      if (auto* e = std::get_if<ApiError>(&source)) return *e;
-      if (auto e = read_image(std::get<ImageSource>(std::move(source)), path, model, images)) return e;
+      // Hugging Face's {"type": "image"} (which the conversation takes for its templates) carries
+      // no image in this API.
+      if (kind == ApiKind::kChatCompletions && type == "image") {
+        return bad_request(path + ".type", path +
+                                               ".type: Chat Completions images are {\"type\": \"image_url\", "
+                                               "\"image_url\": {\"url\": \"data:image/...;base64,...\"}}");
+      }
+      if (type == image_type) parts.emplace_back(&part, path);
     }
+  }
+  if (parts.size() > static_cast<size_t>(model.images.max_images)) {
+    return bad_request(parts[static_cast<size_t>(model.images.max_images)].second,
+                       parts[static_cast<size_t>(model.images.max_images)].second + ": the request holds " +
+                           std::to_string(parts.size()) + " images; the server takes at most " +
+                           std::to_string(model.images.max_images) + " (--max-images-per-request)");
+  }
+  for (const auto& [part, path] : parts) {
+    auto source = kind == ApiKind::kChatCompletions ? chat_image_source(*part, path)
+                  : kind == ApiKind::kResponses     ? responses_image_source(*part, path)
+                                                    : messages_image_source(*part, path);
+    if (auto* e = std::get_if<ApiError>(&source)) return *e;
+    if (auto e = read_image(std::get<ImageSource>(std::move(source)), path, model, images)) return e;
   }
   return std::nullopt;
 }
@@ -171,8 +170,18 @@ std::optional<ApiError> place_images(ApiRequest& request, const ModelContext& mo
     }
     size_t end = t;
     while (end < ids.size() && ids[end] == format.image_token_id) ++end;
-    if (end - t != static_cast<size_t>(format.tokens_per_image) || placed == request.images.size()) break;
-    request.images[placed++].first_token = static_cast<int32_t>(t);
+    // The template writes each image's placeholders between the model's delimiters (a tokenizer
+    // that lacks them as added tokens spells them as text instead).
+    const bool delimited = (format.begin_token_id < 0 || (t > 0 && ids[t - 1] == format.begin_token_id)) &&
+                           (format.end_token_id < 0 || (end < ids.size() && ids[end] == format.end_token_id));
+    if (end - t != static_cast<size_t>(format.tokens_per_image) || !delimited) {
+      return bad_request(field, field + ": the prompt holds " + std::to_string(end - t) +
+                                    " image placeholder tokens at token " + std::to_string(t) +
+                                    " that are not one image of " + std::to_string(format.tokens_per_image) +
+                                    " between the model's image delimiters (does the tokenizer have them?)");
+    }
+    if (placed < request.images.size()) request.images[placed].first_token = static_cast<int32_t>(t);
+    ++placed;
     t = end;
   }
   if (placed != request.images.size()) {
@@ -184,3 +193,39 @@ std::optional<ApiError> place_images(ApiRequest& request, const ModelContext& mo
 }
 
 }  // namespace deepinfer::api
+
+namespace deepinfer {
+
+std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::string& media_type,
+                                        const std::string& path, const ModelContext& model,
+                                        std::vector<ImageInput>& images) {
+  Result<RgbImage> image = try_decode_image(
+      file, ImageDecodeOptions{.max_pixels = model.images.max_pixels, .declared_media_type = media_type});
+  if (!image.ok()) return api::bad_request(path, path + ": " + image.error().message);
+  if (model.image_input != nullptr) {
+    ImageInput input;
+    if (model.images.preprocess) {
+      switch (model.image_input->preprocessor) {
+        case ImageInputFormat::Preprocessor::kGemma3:
+          input.pixels = preprocess_gemma3(*image, model.image_input->image_size);
+          break;
+      }
+      input.hash = sha256({reinterpret_cast<const uint8_t*>(input.pixels.data()), input.pixels.size() * sizeof(float)});
+    }
+    input.file = std::move(file);
+    images.push_back(std::move(input));
+    return std::nullopt;
+  }
+  std::string refusal = path;
+  refusal.append(": model ").append(model.served_name);
+  if (model.skipped_vision_encoder.empty()) {
+    refusal.append(" does not accept images (it has no vision encoder)");
+  } else {
+    refusal.append(" does not accept images yet: its language model is served without its ")
+        .append(model.skipped_vision_encoder)
+        .append(" vision encoder");
+  }
+  return api::bad_request(path, refusal);
+}
+
+}  // namespace deepinfer

@@ -79,8 +79,9 @@ std::optional<ApiError> constrain_tool_calls(ApiRequest& request, const std::vec
 std::optional<ApiError> read_image_parts(ApiKind kind, const Json& body, const ModelContext& model,
                                          std::vector<ImageInput>& images);
 // Gives each of request.images its first placeholder token: the runs of the model's image token in
-// the encoded prompt, in order. A 400 naming field when the template placed a different number
-// (an image in a system message, which Gemma 3's template drops).
+// the encoded prompt, in order, each between the model's image delimiters. A 400 naming field when
+// the template placed a different number (an image in a system message, which Gemma 3's template
+// drops) or a run that is not one image.
 std::optional<ApiError> place_images(ApiRequest& request, const ModelContext& model, const std::string& field);
 
 ParseResult parse_chat_completions(const Json& body, const ModelContext& model);

@@ -199,7 +199,8 @@ Result<ChatOptions> parse_chat_options(const nlohmann::ordered_json& variables) 
   return options;
 }
 
-Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const nlohmann::ordered_json& request) {
+Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const nlohmann::ordered_json& request,
+                                                       int32_t image_tokens) {
   auto conversation = parse_conversation(request);
   if (!conversation.ok()) return conversation.error();
   Json variables = Json::object();
@@ -212,6 +213,7 @@ Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const 
   }
   auto options = parse_chat_options(variables);
   if (!options.ok()) return options.error();
+  options->image_tokens = image_tokens;
   auto segments = render_chat(family, *conversation, *options);
   if (!segments.ok()) return Error{std::string(chat_family_name(family)) + " template: " + segments.error().message};
   return segments;

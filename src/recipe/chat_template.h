@@ -64,7 +64,9 @@ Result<ChatOptions> parse_chat_options(const nlohmann::ordered_json& variables);
 // "add_generation_prompt", "reasoning_effort"}) rendered with the family's template; the template
 // variables are chat_template_kwargs plus the top-level add_generation_prompt and reasoning_effort
 // (the kwargs win, as in vLLM). Errors name the request field or the template's complaint.
-Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const nlohmann::ordered_json& request);
+// image_tokens: ChatOptions::image_tokens (the placeholders an image takes; 0: images refused).
+Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const nlohmann::ordered_json& request,
+                                                       int32_t image_tokens = 0);
 
 // Renders the conversation as the family's template would. Errors are the template's own
 // raise_exception cases (e.g. Llama 3.1 with several tool calls in one message) and tool-call

@@ -54,7 +54,8 @@ HttpResponse tokenize(const HttpRequest& request, const ServerContext& context, 
   const Tokenizer* tokenizer = context.model.tokenizer;
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    auto segments = render_chat_request(context.model.family, body);
+    auto segments = render_chat_request(context.model.family, body,
+                                        context.model.image_input ? context.model.image_input->tokens_per_image : 0);
     if (!segments.ok()) return bad_request(request, segments.error().message, "messages");
     auto encoded = encode_prompt(*tokenizer, *segments, context.model.pool);
     if (!encoded.ok()) return bad_request(request, encoded.error().message, "messages");

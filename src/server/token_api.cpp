@@ -10,6 +10,7 @@
 #include <future>
 #include <utility>
 
+#include "core/base64.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "server/kv_transport.h"
@@ -152,6 +153,13 @@ Json submission_to_json(const Submission& submission) {
                              {"first_token", source->first_token},
                              {"kv_lost", source->kv_lost}};
   }
+  if (!submission.images.empty()) {
+    Json images = Json::array();
+    for (const ImageInput& image : submission.images) {
+      images.push_back(Json{{"first_token", image.first_token}, {"file", encode_base64(image.file)}});
+    }
+    json["images"] = std::move(images);
+  }
   return json;
 }
 
@@ -202,6 +210,20 @@ Result<Submission> submission_from_json(const Json& json) {
     return true;
   });
   if (!modes.ok()) return modes.error();
+  auto images = parse_wire<bool>("request", [&] {
+    if (auto it = json.find("images"); it != json.end()) {
+      for (const Json& image : *it) {
+        ImageInput input;
+        input.first_token = image.at("first_token").get<int32_t>();
+        Result<std::vector<uint8_t>> file = try_decode_base64(image.at("file").get<std::string>());
+        if (!file.ok()) throw nlohmann::json::other_error::create(501, "images: " + file.error().message, &image);
+        input.file = std::move(*file);
+        submission.images.push_back(std::move(input));
+      }
+    }
+    return true;
+  });
+  if (!images.ok()) return images.error();
   auto it = json.find("sampling");
   if (it == json.end() || !it->is_object()) return Error{"bad request: 'sampling' must be an object"};
   auto params = sampling_params_from_wire(*it);
@@ -403,6 +425,19 @@ asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpReque
     HttpResponse response = plain(http::status::bad_request, *refusal);
     co_return co_await write_response(stream, std::move(response), timeout_s);
   }
+  // The router relays each image's file: decoded and preprocessed here, for this worker's model.
+  std::vector<ImageInput> images;
+  for (size_t i = 0; i < submission->images.size(); ++i) {
+    ImageInput& relayed = submission->images[i];
+    if (auto error =
+            read_image_file(std::move(relayed.file), "", "images[" + std::to_string(i) + "]", context.model, images)) {
+      context.metrics->record_request(endpoint, 400);
+      HttpResponse response = plain(http::status::bad_request, error->message);
+      co_return co_await write_response(stream, std::move(response), timeout_s);
+    }
+    images.back().first_token = relayed.first_token;
+  }
+  submission->images = std::move(images);
   if (submission->continues) {
     Result<std::shared_ptr<PrefilledRequest>> prefilled = resolve_prefilled(*submission, context);
     if (!prefilled.ok()) {

@@ -1,4 +1,4 @@
-// Strict base64 decoding: RFC 4648's test vectors, and every malformed input named.
+// Strict base64: RFC 4648's test vectors both ways, and every malformed input named.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -29,6 +29,20 @@ TEST(Base64, Rfc4648Vectors) {
   EXPECT_EQ(decoded("Zm9vYmE="), "fooba");
   EXPECT_EQ(decoded("Zm9vYmFy"), "foobar");
   EXPECT_EQ(decoded("+/8="), std::string("\xfb\xff"));
+}
+
+TEST(Base64, EncodesTheRfc4648Vectors) {
+  const auto encoded = [](std::string_view text) {
+    return encode_base64({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  };
+  EXPECT_EQ(encoded(""), "");
+  EXPECT_EQ(encoded("f"), "Zg==");
+  EXPECT_EQ(encoded("fo"), "Zm8=");
+  EXPECT_EQ(encoded("foo"), "Zm9v");
+  EXPECT_EQ(encoded("foob"), "Zm9vYg==");
+  EXPECT_EQ(encoded("fooba"), "Zm9vYmE=");
+  EXPECT_EQ(encoded("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(encoded("\xfb\xff"), "+/8=");
 }
 
 TEST(Base64, MalformedInputIsNamed) {

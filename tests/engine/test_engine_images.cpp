@@ -106,9 +106,9 @@ TEST(EngineImages, GreedyMatchesTransformersAtEveryChunking) {
   const auto prompt = want["prompt"].get<std::vector<int32_t>>();
   const auto tokens = want["tokens"].get<std::vector<int32_t>>();
   const auto margins = want["margins"].get<std::vector<double>>();
-  // 2048: one chunk; 9: the first would end inside the image, so it ends before it; 3: a chunk
-  // starts at the image and grows past the budget to hold it.
-  for (int32_t budget : {2048, 9, 3}) {
+  // 2048: one chunk; 9: the first would end inside the image, so it ends before it; 5 and 4: the
+  // image's chunk starts at it.
+  for (int32_t budget : {2048, 9, 5, 4}) {
     for (bool async : {false, true}) {
       EngineConfig config = small_engine_config(16, 4, budget);
       config.async_scheduling = async;
@@ -122,6 +122,48 @@ TEST(EngineImages, GreedyMatchesTransformersAtEveryChunking) {
       }
     }
   }
+}
+
+// Four requests at once over a cache too small for them all (preemptions recompute images whose
+// encodings they keep), small steps, the pipelined loop, n = 2 (the second sample forked from the
+// first's prompt) and a request with another image: every sample with the fixture's image gives
+// transformers' tokens.
+TEST(EngineImages, RequestsTogetherUnderPreemption) {
+  TestModel loaded = load_test_model("gemma3_vision", false);
+  const nlohmann::json want = expected_greedy();
+  const auto prompt = want["prompt"].get<std::vector<int32_t>>();
+  const auto tokens = want["tokens"].get<std::vector<int32_t>>();
+  const auto margins = want["margins"].get<std::vector<double>>();
+  EngineConfig config = small_engine_config(12, 4, 5);
+  config.async_scheduling = true;
+  EngineCore engine(*loaded.model, nullptr, config);
+  for (int64_t id = 0; id < 4; ++id) {
+    SamplingParams params = greedy(static_cast<int32_t>(tokens.size()));
+    if (id == 3) params.n = 2;
+    std::vector<ImageInput> images(1);
+    images[0].first_token = kImageBegin;
+    images[0].pixels = fixture_pixels();
+    if (id == 2) {
+      for (float& x : images[0].pixels) x = -x;
+    }
+    auto added = engine.add_request(id, prompt, params, 0, "", TrafficClass::kDefault, PrefillHandover::kCopyKv,
+                                    nullptr, std::move(images));
+    ASSERT_TRUE(added.ok()) << added.error().message;
+  }
+  OutputCollector collector;
+  run_engine(engine, collector);
+  EXPECT_GT(engine.stats().num_preemptions, 0);
+  for (int64_t id : {0, 1, 3}) {
+    for (const auto& [index, sample] : collector.runs()[id].samples) {
+      ASSERT_EQ(sample.token_ids.size(), tokens.size()) << "request " << id << " sample " << index;
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        ASSERT_EQ(sample.token_ids[i], tokens[i]) << "request " << id << " sample " << index << " step " << i;
+        if (margins[i] < 1e-3) break;
+      }
+    }
+  }
+  EXPECT_EQ(collector.runs()[3].samples.size(), 2u);
+  EXPECT_EQ(collector.runs()[2].samples[0].token_ids.size(), tokens.size());
 }
 
 TEST(EngineImages, PrefixCacheHitsTheSameImageAndMissesAnother) {
@@ -157,6 +199,14 @@ TEST(EngineImages, BadImagesAreRefusedByName) {
   EXPECT_EQ(refusal(kImageBegin, std::vector<float>(10), prompt),
             "image 0 has 10 pixel values; the encoder takes 9408 (3 x 56 x 56)");
   EXPECT_EQ(refusal(-1, {}, prompt), "the prompt holds 4 image placeholder tokens (396) but its 0 images take 0");
+  EngineCore small_steps(*loaded.model, nullptr, small_engine_config(16, 4, 3));
+  std::vector<ImageInput> one(1);
+  one[0] = {kImageBegin, fixture_pixels()};
+  auto too_big = small_steps.add_request(0, prompt, greedy(2), 0, "", TrafficClass::kDefault, PrefillHandover::kCopyKv,
+                                         nullptr, std::move(one));
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.error().message,
+            "an image takes 4 tokens, which must run in one step, but max_num_batched_tokens is 3");
   std::vector<int32_t> ends_in_image(prompt.begin(), prompt.begin() + 11);
   EXPECT_EQ(refusal(kImageBegin, fixture_pixels(), ends_in_image),
             "image 0 at prompt token 7 overlaps the image before it or does not end before the prompt's last token");

@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "api_test_model.h"
+#include "core/base64.h"
 #include "image/preprocess.h"
 #include "recipe/api.h"
 
@@ -16,20 +17,6 @@ namespace deepinfer::test {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::string encode_base64(const std::vector<uint8_t>& bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    const uint32_t chunk = (uint32_t{bytes[i]} << 16) | (i + 1 < bytes.size() ? uint32_t{bytes[i + 1]} << 8 : 0) |
-                           (i + 2 < bytes.size() ? uint32_t{bytes[i + 2]} : 0);
-    out += kAlphabet[(chunk >> 18) & 63];
-    out += kAlphabet[(chunk >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[chunk & 63] : '=';
-  }
-  return out;
-}
 
 std::vector<uint8_t> image_bytes(const std::string& name) {
   std::ifstream in(std::string(DEEPINFER_TEST_DATA_DIR) + "/image/" + name, std::ios::binary);
@@ -241,6 +228,26 @@ TEST(ApiImages, Gemma3PlacesImagesAsItsTemplateAndProcessorDo) {
                              {{{"type", "text"}, {"text", "What is this?"}},
                               {{"type", "image"}, {"source", base64_source("image/png", png_base64())}}}}}}}};
   expect_placed_as_transformers_does(ApiKind::kMessages, messages, one_image_oracle, 1);
+}
+
+// Images are counted before any is decoded; Hugging Face's {"type": "image"} carries no image in
+// Chat Completions.
+TEST(ApiImages, ImageCountAndPartTypeAreChecked) {
+  const Json image_url = {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + png_base64()}}}};
+  const Json two_images = {
+      {"model", "tiny"},
+      {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, image_url, image_url}}}}}};
+  ModelContext model = gemma3_with_images();
+  model.images.max_images = 1;
+  expect_error(ApiKind::kChatCompletions, two_images, "messages[0].content[2]",
+               "messages[0].content[2]: the request holds 2 images; the server takes at most 1 "
+               "(--max-images-per-request)",
+               model);
+  const Json hf_image = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}};
+  expect_error(ApiKind::kChatCompletions, hf_image, "messages[0].content[0].type",
+               "messages[0].content[0].type: Chat Completions images are {\"type\": \"image_url\", \"image_url\": "
+               "{\"url\": \"data:image/...;base64,...\"}}",
+               gemma3_with_images());
 }
 
 // Gemma 3's template reads a system message's first part only: an image there is not placed.

@@ -71,12 +71,23 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   const int32_t first_pos = seq_len - num_new + row0 / group;
   const int32_t last_pos = seq_len - num_new + last_row / group;
 
+  // With lookahead (image tokens seeing their whole image) a row may see keys past the last row's
+  // position: the tile's rows agree on the last key any of them sees.
+  int32_t tile_last_key = last_pos;
+  if (a.batch.lookahead != nullptr) {
+    __shared__ int32_t shared_last_key;
+    if (threadIdx.x == 0) shared_last_key = last_pos;
+    __syncthreads();
+    if (threadIdx.x < kRows && row0 + static_cast<int32_t>(threadIdx.x) <= last_row) {
+      const int32_t row = row0 + static_cast<int32_t>(threadIdx.x);
+      atomicMax(&shared_last_key, seq_len - num_new + row / group + a.batch.lookahead[q_begin + row / group]);
+    }
+    __syncthreads();
+    tile_last_key = shared_last_key;
+  }
   // Keys of this split that any row here can see, starting on a 32-key boundary of the split.
   const int32_t split_begin = split * a.split_keys;
-  // With lookahead (image tokens seeing their whole image) a row may see keys past the last row's
-  // position: the keys run to the sequence's end and the mask below cuts each row.
-  const int32_t key_end =
-      min(min(split_begin + a.split_keys, seq_len), a.batch.lookahead != nullptr ? seq_len : last_pos + 1);
+  const int32_t key_end = min(min(split_begin + a.split_keys, seq_len), tile_last_key + 1);
   int32_t key_begin = split_begin;
   if (window > 0 && first_pos - window + 1 > key_begin) {
     key_begin += (first_pos - window + 1 - split_begin) / kTileKeys * kTileKeys;

@@ -91,7 +91,7 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
       const int64_t token = batch.query_start[s] + j;
       const int32_t pos = seq_len - num_new + j;
       const int32_t last_key = pos + (batch.lookahead != nullptr ? batch.lookahead[token] : 0);
-      DI_CHECK(last_key < seq_len,
+      DI_CHECK(last_key >= pos && last_key < seq_len,
                "token " << token << " looks " << last_key - pos << " keys ahead, past its sequence");
       for (int32_t h = 0; h < num_heads; ++h) {
         const int32_t kv_head = h / group;

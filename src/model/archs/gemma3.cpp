@@ -25,29 +25,13 @@ int32_t token_index(const nlohmann::json& raw, const char* key) {
 }
 
 Result<std::shared_ptr<ImageEncoder>> load_image_encoder(const ModelSource& source) {
-  const ModelConfig& config = source.config;
-  const VisionConfig& vision = *config.vision;
-  if (!vision.image_token_id || *vision.image_token_id < 0 || *vision.image_token_id >= config.vocab_size) {
-    return Error{"config.json: image_token_index is missing or outside the vocabulary"};
-  }
-  // An image's tokens see the whole image and, through the window, what the window reaches before
-  // each of them: the same keys as transformers' mask only while the window spans the image.
-  for (int32_t window : config.layer_sliding_window) {
-    if (window > 0 && window < vision.mm_tokens_per_image) {
-      return Error{"config.json: sliding_window " + std::to_string(window) + " is shorter than an image (" +
-                   std::to_string(vision.mm_tokens_per_image) + " mm_tokens_per_image)"};
-    }
-  }
+  auto format = gemma3_image_format(source.config);
+  if (!format.ok()) return format.error();
   auto vision_weights = gemma3_vision_weights(*source.weights);
   if (!vision_weights.ok()) return vision_weights.error();
   ModelSource vision_source = source;
   vision_source.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
-  ImageInputFormat format;
-  format.preprocessor = ImageInputFormat::Preprocessor::kGemma3;
-  format.image_token_id = static_cast<int32_t>(*vision.image_token_id);
-  format.begin_token_id = token_index(config.raw, "boi_token_index");
-  format.end_token_id = token_index(config.raw, "eoi_token_index");
-  auto encoder = Gemma3ImageEncoder::load(vision_source, format);
+  auto encoder = Gemma3ImageEncoder::load(vision_source, *format);
   if (!encoder.ok()) return encoder.error();
   return std::shared_ptr<ImageEncoder>(std::move(*encoder));
 }
@@ -74,6 +58,30 @@ Result<std::unique_ptr<CausalLM>> load_gemma3(const ModelSource& source, std::sh
 }
 
 }  // namespace
+
+Result<ImageInputFormat> gemma3_image_format(const ModelConfig& config) {
+  DI_CHECK(config.vision.has_value(), "gemma3_image_format needs a vision_config");
+  const VisionConfig& vision = *config.vision;
+  if (!vision.image_token_id || *vision.image_token_id < 0 || *vision.image_token_id >= config.vocab_size) {
+    return Error{"config.json: image_token_index is missing or outside the vocabulary"};
+  }
+  // An image's tokens see the whole image and, through the window, what the window reaches before
+  // each of them: the same keys as transformers' mask only while the window spans the image.
+  for (int32_t window : config.layer_sliding_window) {
+    if (window > 0 && window < vision.mm_tokens_per_image) {
+      return Error{"config.json: sliding_window " + std::to_string(window) + " is shorter than an image (" +
+                   std::to_string(vision.mm_tokens_per_image) + " mm_tokens_per_image)"};
+    }
+  }
+  ImageInputFormat format;
+  format.preprocessor = ImageInputFormat::Preprocessor::kGemma3;
+  format.image_size = static_cast<int32_t>(vision.image_size);
+  format.tokens_per_image = static_cast<int32_t>(vision.mm_tokens_per_image);
+  format.image_token_id = static_cast<int32_t>(*vision.image_token_id);
+  format.begin_token_id = token_index(config.raw, "boi_token_index");
+  format.end_token_id = token_index(config.raw, "eoi_token_index");
+  return format;
+}
 
 Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source) { return load_gemma3(source, nullptr); }
 

@@ -479,7 +479,9 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   DI_CHECK((batch.embedding_rows.empty() && batch.images_to_encode.empty()) || image_encoder_,
            "images for a model that reads none");
   for (const ForwardBatch::ImageToEncode& image : batch.images_to_encode) {
+    if (image.ready->load()) continue;
     image_encoder_->encode(image.pixels, image.rows);
+    image.ready->store(true);
   }
   StepExtras extras;
   extras.previous_draws = drawn_tokens_.as<int32_t>();

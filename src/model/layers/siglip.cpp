@@ -275,13 +275,15 @@ Result<std::unique_ptr<Gemma3ImageEncoder>> Gemma3ImageEncoder::load(const Model
   if (!tower.ok()) return tower.error();
   auto projector = Gemma3Projector::load(source, "multi_modal_projector.", vision, source.config.hidden_size);
   if (!projector.ok()) return projector.error();
-  format.image_size = static_cast<int32_t>(vision.image_size);
-  format.tokens_per_image = static_cast<int32_t>(projector->tokens_per_image());
+  DI_CHECK(format.image_size == vision.image_size && format.tokens_per_image == projector->tokens_per_image(),
+           "the image format is not this encoder's");
   std::unique_ptr<Gemma3ImageEncoder> encoder(
       new Gemma3ImageEncoder(*source.backend, std::move(*tower), std::move(*projector), format,
                              source.config.hidden_size, vision.hidden_size, vision.num_patches()));
   encoder->weights_ = source.weights;
   encoder->arena_ = source.arena;
+  const std::optional<TensorView> projection = source.weights->find("multi_modal_projector.mm_input_projection_weight");
+  encoder->rows_in_bf16_ = projection && projection->dtype == DType::kBF16;
   return encoder;
 }
 
@@ -290,8 +292,12 @@ void Gemma3ImageEncoder::encode(const float* pixels, float* rows) {
   DeviceBuffer projected = allocate_elements<float>(backend_, int64_t{format_.tokens_per_image} * text_hidden_);
   tower_.forward(backend_, pixels, patches.as<float>());
   projector_.forward(backend_, patches.as<float>(), projected.as<float>());
-  backend_.copy_to_host(rows, projected.data(),
-                        static_cast<size_t>(int64_t{format_.tokens_per_image} * text_hidden_) * sizeof(float));
+  const int64_t count = int64_t{format_.tokens_per_image} * text_hidden_;
+  backend_.copy_to_host(rows, projected.data(), static_cast<size_t>(count) * sizeof(float));
+  // transformers casts the image features to the text embeddings' dtype before it puts them in.
+  if (rows_in_bf16_) {
+    for (int64_t i = 0; i < count; ++i) rows[i] = bf16_to_f32(f32_to_bf16(rows[i]));
+  }
 }
 
 }  // namespace deepinfer

@@ -72,8 +72,8 @@ class Gemma3Projector {
 // Gemma 3's image encoder as its text model takes it: the tower, then the projector, rows to host.
 class Gemma3ImageEncoder final : public ImageEncoder {
  public:
-  // source: the checkpoint's tensors as gemma3_vision_weights names them; format: the text model's
-  // placeholder and delimiter tokens (its image_size and tokens_per_image come from the config).
+  // source: the checkpoint's tensors as gemma3_vision_weights names them; format: what its config
+  // says images look like to the prompt (archs::gemma3_image_format).
   static Result<std::unique_ptr<Gemma3ImageEncoder>> load(const ModelSource& source, ImageInputFormat format);
   const ImageInputFormat& format() const override { return format_; }
   void encode(const float* pixels, float* rows) override;
@@ -98,6 +98,7 @@ class Gemma3ImageEncoder final : public ImageEncoder {
   int64_t text_hidden_ = 0;
   int64_t vision_hidden_ = 0;
   int64_t num_patches_ = 0;
+  bool rows_in_bf16_ = false;  // a bf16 checkpoint: the rows are rounded to bf16, as its embeddings
 };
 
 }  // namespace deepinfer

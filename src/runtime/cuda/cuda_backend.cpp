@@ -177,8 +177,9 @@ void CudaBackend::planned_attention(const float* q, const void* k_cache, const v
 }
 
 bool CudaBackend::mla_expanded_attention(const kernels::PagedBatch& batch, const kernels::MlaExpandedAttention& a) {
-  if (batch_invariant_ || batch.num_seqs == 0 || batch.max_query_len < kTensorCorePrefillTokens ||
-      batch.num_tokens < batch.num_seqs * kExpandedMlaTokensPerSeq || !kc::mla_prefill_supported(a)) {
+  if (batch_invariant_ || batch.lookahead != nullptr || batch.num_seqs == 0 ||
+      batch.max_query_len < kTensorCorePrefillTokens || batch.num_tokens < batch.num_seqs * kExpandedMlaTokensPerSeq ||
+      !kc::mla_prefill_supported(a)) {
     return false;
   }
   const size_t bytes = kc::mla_prefill_workspace_bytes(batch, a);

@@ -4,14 +4,17 @@
 // answering normal requests afterwards. Then on a multimodal Gemma 3 (the gemma3_vision fixture, a
 // tiny Gemma3ForConditionalGeneration from transformers, with its test tokenizer): the same image
 // through every API gives one prompt (the count Hugging Face tokenizers give for the expanded
-// Gemma 3 prompt) and one greedy answer, and a repeat hits the prefix cache through the image.
+// Gemma 3 prompt) and one greedy answer, and a repeat hits the prefix cache through the image;
+// through `deepinfer router` and a registered worker, which preprocesses the relayed image file,
+// the same answer.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { createRequire } from 'node:module';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { MODEL, startServer } from './harness.mjs';
+import { startRedis } from './cluster_harness.mjs';
+import { MODEL, startCommand, startServer } from './harness.mjs';
 
 const png = readFileSync(new URL('../../data/image/rgb_37x53.png', import.meta.url));
 const pngBase64 = png.toString('base64');
@@ -146,5 +149,38 @@ describe('images on a multimodal Gemma 3', () => {
       model: MODEL, max_tokens: 2, messages: [
         { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
     }), `messages[0].content[0]: ${truncated}`);
+  });
+
+  test('through a router, whose worker preprocesses the relayed image, the answer is the same', async () => {
+    const redis = await startRedis();
+    const router = await startCommand(['router', '--redis', redis.url, '--model', fixture, '--port', '0',
+                                       '--served-model-name', MODEL, '--registry-poll-ms', '100']);
+    const worker = await startServer(['--register', redis.url], fixture);
+    try {
+      const request = {
+        model: MODEL, max_tokens: 6, temperature: 0, messages: [
+          { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${pngBase64}` } },
+                                    { type: 'text', text: 'Describe it.' }] }],
+      };
+      const direct = await visionOpenai.chat.completions.create(request);
+      const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      let routed;
+      for (const deadline = Date.now() + 15000; !routed; await new Promise((r) => setTimeout(r, 100))) {
+        try {
+          routed = await client.chat.completions.create(request);
+        } catch (error) {
+          if (error.status !== 503 || Date.now() > deadline) throw error;  // until the worker is listed
+        }
+      }
+      assert.equal(routed.choices[0].message.content, direct.choices[0].message.content);
+      assert.equal(routed.usage.prompt_tokens, direct.usage.prompt_tokens);
+      await rejects400(client.chat.completions.create({ ...request, messages: [
+        { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
+      }), `messages[0].content[0]: ${truncated}`);
+    } finally {
+      await worker.stop();
+      await router.stop();
+      redis.child.kill('SIGKILL');
+    }
   });
 });
