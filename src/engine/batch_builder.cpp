@@ -22,7 +22,8 @@ void append_padded_table(std::vector<int32_t>& rows, const std::vector<int32_t>&
 // encoder rows in place of the placeholders' embeddings (encoded by this step when no step before
 // did), and each placeholder seeing the rest of its image (lookahead, made for the whole step at
 // the first image).
-void add_images(const Request& request, int32_t first_position, int32_t end, int32_t first_row, ForwardBatch& batch) {
+void add_images(const Request& request, int32_t first_position, int32_t end, int32_t first_row, BuiltBatch& built) {
+  ForwardBatch& batch = built.batch;
   for (const PromptImage& image : request.images()) {
     const int32_t begin = std::max(first_position, image.first_token);
     const int32_t stop = std::min(end, image.end_token());
@@ -32,9 +33,7 @@ void add_images(const Request& request, int32_t first_position, int32_t end, int
     EncodedImage& encoded = *image.image;
     if (!encoded.ready.load()) {
       batch.images_to_encode.push_back({encoded.pixels.data(), encoded.rows.data(), &encoded.ready, image.image});
-    } else if (!encoded.pixels.empty()) {
-      // No step reads them once the rows are ready: a step that asked to encode it finds it ready.
-      encoded.pixels = {};
+      built.encoded_images.push_back(image.image);
     }
     const auto hidden = static_cast<int64_t>(encoded.rows.size()) / image.num_tokens;
     batch.embedding_rows.push_back({first_row + begin - first_position, stop - begin,
@@ -111,7 +110,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     batch.seq_ids.push_back(request.seq_id);
     append_padded_table(batch.block_table, table, max_blocks);
     if (!swa_table.empty()) append_padded_table(batch.swa_block_table, swa_table, max_blocks);
-    add_images(request, rows.first_position, end, first_row, batch);
+    add_images(request, rows.first_position, end, first_row, built);
     rows.samples = end == num_tokens + s.num_drafts;
     // Prompt logprobs: logits at position p score prompt token p + 1.
     if (request.params.prompt_logprobs && rows.first_position < request.num_prompt_tokens() - 1) {

@@ -27,6 +27,9 @@ struct ScheduledRows {
 struct BuiltBatch {
   ForwardBatch batch;
   std::vector<ScheduledRows> rows;  // in scheduled order
+  // The images the step encodes (batch.images_to_encode's), whose pixels the engine drops once the
+  // step is collected and the rows are ready.
+  std::vector<std::shared_ptr<EncodedImage>> encoded_images;
 };
 
 // Logit rows: a sequence's prompt-logprob rows (when params.prompt_logprobs is set) and then its

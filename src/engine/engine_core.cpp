@@ -545,6 +545,11 @@ struct EngineCore::Impl {
       for (int64_t request_id : request_ids) end_request(request_id, Error{e.what()}, outputs);
       return;
     }
+    // No step reads an image's pixels once its rows are ready (a step that asked to encode it
+    // finds it ready), and this step's images are.
+    for (const std::shared_ptr<EncodedImage>& image : step.built.encoded_images) {
+      if (image->ready.load()) image->pixels = {};
+    }
     process_step(step, result, outputs);
     if (speculator) draft_after(step, followed);
   }
@@ -1077,6 +1082,12 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
     DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
   }
   if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
+  if (const ImageInputFormat* format = m.model.image_input();
+      format != nullptr && std::find(p.prompt_token_ids.begin(), p.prompt_token_ids.end(), format->image_token_id) !=
+                               p.prompt_token_ids.end()) {
+    return Error{
+        "the prefilled request's prompt holds image placeholders: images do not cross a prefill/decode split yet"};
+  }
   if (p.params.n > 1)
     return m.add_prefilled_samples(std::move(p), priority, std::move(cache_salt), kv_cache_class, *this);
   if (p.params.structured_output) {

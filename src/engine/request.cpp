@@ -21,7 +21,7 @@ void Request::set_images(std::vector<PromptImage> images) {
     for (int32_t i = 0; i < image.num_tokens; ++i) {
       // 30 bits of the hash per token, a different 4 bytes for each of eight neighbours, and the
       // token's index in the image: any block holding part of an image carries that part's place
-      // and, from eight tokens on, all of the hash. Below kPendingToken, so never a token id.
+      // and, from eight tokens on, 240 of the hash's 256 bits. Below kPendingToken, so never a token id.
       uint32_t word = 0;
       for (int b = 0; b < 4; ++b) {
         word |= static_cast<uint32_t>(image.hash[static_cast<size_t>((4 * i + b) % 32)]) << (8 * b);

@@ -80,8 +80,8 @@ struct Submission {
   // A prefill worker's pushed request: where its KV goes while the prefill runs (the token API's
   // push stream, kv_transport.h). Not on the wire.
   std::shared_ptr<PrefillKvSink> kv_sink{};
-  // A multimodal model's images at their placeholders (ApiRequest::images). Not on the wire: a
-  // request relayed to another process arrives without them, and its engine refuses the prompt.
+  // A multimodal model's images at their placeholders (ApiRequest::images). On the wire as each
+  // image's file (ImageInput::file), which the worker preprocesses for its own model.
   std::vector<ImageInput> images{};
 };
 

@@ -318,6 +318,13 @@ namespace {
 
 // Why this worker cannot take a disaggregated request, or nullopt.
 std::optional<std::string> refuse_role(const Submission& submission, const ServerContext& context) {
+  if (!submission.images.empty() && (submission.kv_handoff || submission.continues)) {
+    return "images do not cross a prefill/decode split yet: register --role both workers for requests with images";
+  }
+  if (submission.images.size() > static_cast<size_t>(context.model.images.max_images)) {
+    return "the request holds " + std::to_string(submission.images.size()) + " images; this worker takes at most " +
+           std::to_string(context.model.images.max_images) + " (--max-images-per-request)";
+  }
   if (submission.kv_handoff) {
     if (context.kv_transport == nullptr)
       return "this worker does not prefill for decode workers (serve --role prefill)";
