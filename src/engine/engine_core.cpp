@@ -73,8 +73,9 @@ struct EngineCore::Impl {
                                                  config.block_size, config.scheduler.max_num_batched_tokens));
     }
     if (config.speculative.num_tokens > 0 && config.mode != EngineMode::kPrompt) {
-      speculator = std::make_unique<Speculator>(model, kv, config.speculative, config.scheduler.max_num_seqs,
-                                                config.scheduler.max_num_batched_tokens, max_model_len);
+      speculator =
+          std::make_unique<Speculator>(model, kv, config.speculative, config.scheduler.max_num_seqs,
+                                       config.scheduler.max_num_batched_tokens, max_model_len, pipelines_steps());
     }
     for (int64_t id : model.config().eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
     if (tokenizer != nullptr) {
@@ -565,8 +566,7 @@ struct EngineCore::Impl {
       draft_rows += rows.num_drafts;
       decode_only = decode_only && rows.num_new_tokens == rows.num_drafts + 1;
     }
-    // A step launched ahead was scheduled while the one before it ran: its time is not a step's.
-    speculator->record_step(decode_rows, draft_rows, decode_only && !step.ahead, seconds_since(step.scheduled));
+    speculator->record_step(decode_rows, draft_rows, decode_only, step.ahead, seconds_since(step.scheduled));
     if (followed) return;
     const int32_t k = config.speculative.num_tokens;
     // The most drafts a sequence may use: verifying d appends up to d + 1 tokens.
@@ -654,6 +654,11 @@ struct EngineCore::Impl {
     }
   }
 
+  bool pipelines_steps() const {
+    return runner.asynchronous() && config.mode == EngineMode::kNormal && !offload && !kv.has_swa_tables() &&
+           kv_config.sliding_window <= 0;
+  }
+
   // Pipelined mode: the next step, scheduled and launched while `running` is in flight, as if it
   // were done: its rows' tokens counted computed and each token it draws standing pending at its
   // sequence's end (taken from `running`'s draws where they are, ForwardBatch::token_from_draw).
@@ -665,10 +670,7 @@ struct EngineCore::Impl {
   // sliding-window tables or PROMPT / COMPLETION mode. With speculative decoding only while
   // drafting does not pay (Speculator::may_pipeline) and no running sequence holds drafts.
   std::optional<InFlight> launch_scheduled_ahead(const InFlight& running, std::map<int64_t, RequestOutput>& outputs) {
-    if (!runner.asynchronous() || config.mode != EngineMode::kNormal || offload || kv.has_swa_tables() ||
-        kv_config.sliding_window > 0) {
-      return std::nullopt;
-    }
+    if (!pipelines_steps()) return std::nullopt;
     if (speculator) {
       // No running sequence may hold drafts: those `running` verifies (drafts are cleared only by
       // the next draft()) append an unknown number of tokens, and those draft() left with sequences

@@ -166,11 +166,12 @@ std::vector<StepTimePoint> MeasuredTimes::correct(const std::vector<StepTimePoin
 }
 
 Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
-                       int32_t max_num_batched_tokens, int64_t max_model_len)
+                       int32_t max_num_batched_tokens, int64_t max_model_len, bool pipelined)
     : model_(model),
       kv_(kv),
       config_(config),
       rows_split_(model.rows_may_share_sequences()),
+      pipelined_(pipelined),
       max_model_len_(max_model_len) {
   DI_CHECK(config.num_tokens > 0 && (model.num_draft_modules() > 0 || config.draft_source));
   const auto k = static_cast<size_t>(config.num_tokens);
@@ -270,7 +271,10 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
   // Until enough first drafts were verified to measure acceptance, draft at full depth.
   if (proposed_at(0) < kExploreVerifications) return config_.num_tokens;
   const auto s = static_cast<double>(sequences);
-  const std::vector<StepTimePoint> decode = measured_decode_.correct(config_.decode_curve);
+  // Plain steps as the loop runs them: pipelined (the profile, a forward's own time, until runs
+  // were measured) or synchronous; drafting steps are synchronous.
+  const std::vector<StepTimePoint> decode =
+      (pipelined_ ? measured_pipelined_ : measured_decode_).correct(config_.decode_curve);
   const std::vector<StepTimePoint> verify = verify_times().correct(config_.verify_curve);
   const std::vector<StepTimePoint> draft = measured_draft_.correct(config_.draft_curve);
   double best_rate = s / step_seconds(decode, sequences);
@@ -330,6 +334,16 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
   // not at all when the throughput measured with drafting at this many sequences is below that
   // without.
   int32_t depth_limit = config_.num_tokens;
+  if (config_.varlen && pipelined_run_ > 0 && run_steps_ > 0 && run_decode_only_) {
+    const double seconds = seconds_since(run_start_);
+    measured_pipelined_.observe(run_tokens_ / run_steps_, seconds / static_cast<double>(run_steps_));
+    if (run_bucket_ != 0) arms_[run_bucket_][0].add(static_cast<double>(run_tokens_) / seconds);
+  }
+  run_start_ = std::chrono::steady_clock::now();
+  run_steps_ = 0;
+  run_tokens_ = 0;
+  run_decode_only_ = true;
+  pending_bucket_ = 0;
   if (config_.varlen && num_drafting > 0) {
     const int64_t sequences = std::max(num_drafting, population);
     depth_limit = paying_depth(sequences);
@@ -337,9 +351,10 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
     if (depth_limit > 0 && !drafting_measured_better(sequences, trying)) depth_limit = 0;
     pending_drafted_ = depth_limit > 0;
     pending_draft_seconds_ = 0.0;
-    // Steps that only measure the arm without drafts stay synchronous, like the arm with them.
-    drafting_paused_ = depth_limit == 0 && !trying;
+    drafting_paused_ = depth_limit == 0;
     pipelined_run_ = 0;
+    run_limit_ = trying ? kTryRun : kPipelinedRun;
+    run_bucket_ = drafting_paused_ ? pending_bucket_ : 0;
   }
   if (num_drafting == 0 || depth_limit == 0) {
     if (num_drafting > 0) ++stats_.skipped_draft_steps;
@@ -439,20 +454,28 @@ double Speculator::acceptance_at(size_t k) const {
   return static_cast<double>(accepted + 1) / static_cast<double>(proposed_at(k) + 2);
 }
 
-void Speculator::record_step(int64_t decode_rows, int64_t draft_rows, bool timed_alone, double seconds) {
+void Speculator::record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, bool launched_ahead,
+                             double seconds) {
   const int64_t tokens = decode_rows + std::exchange(step_accepted_, 0);
   if (draft_rows > 0) {
     ++stats_.verify_steps;
     stats_.verify_rows += decode_rows + draft_rows;
   }
-  if (!timed_alone) return;
+  if (drafting_paused_) {
+    ++run_steps_;
+    run_tokens_ += tokens;
+    run_decode_only_ = run_decode_only_ && decode_only;
+  }
+  if (!decode_only || launched_ahead) return;
   (draft_rows > 0 ? verify_times() : measured_decode_).observe(decode_rows + draft_rows, seconds);
-  if (pending_bucket_ == 0) return;
-  Arm& arm = arms_[pending_bucket_][pending_drafted_ ? 1 : 0];
-  arm.rates[static_cast<size_t>(arm.count++) % arm.rates.size()] =
-      static_cast<double>(tokens) / (seconds + pending_draft_seconds_);
+  // The steps of a pipelined run count for the arm together, when the run ends.
+  if (pending_bucket_ == 0 || pipelined_run_ > 0) return;
+  arms_[pending_bucket_][pending_drafted_ ? 1 : 0].add(static_cast<double>(tokens) /
+                                                       (seconds + pending_draft_seconds_));
   pending_bucket_ = 0;
 }
+
+void Speculator::Arm::add(double rate) { rates[static_cast<size_t>(count++) % rates.size()] = rate; }
 
 double Speculator::Arm::median() const {
   std::vector<double> last(rates.begin(), rates.begin() + std::min<int64_t>(count, std::ssize(rates)));
@@ -462,7 +485,7 @@ double Speculator::Arm::median() const {
 
 bool Speculator::drafting_measured_better(int64_t sequences, bool& trying) {
   constexpr int64_t kMeasured = 3;  // steps of an arm before its average is trusted
-  constexpr int64_t kRetryEvery = 32;  // steps between tries of the losing arm
+  constexpr int64_t kRetryEvery = 128;  // steps between tries of the losing arm
   const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))));
   const std::array<Arm, 2>& arms = arms_[bucket];
   pending_bucket_ = bucket;

@@ -18,8 +18,9 @@
 // speculation was off, a forked n > 1 sample's copied page) only lowers the acceptance.
 #pragma once
 
-#include <cstdint>
 #include <array>
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <span>
@@ -97,9 +98,10 @@ class Speculator {
   // The context of the start-up profile's sequences, in tokens (at most the cache and the model's).
   static constexpr int64_t kProfileContext = 256;
 
-  // limits: the engine's; profiles the curves the config leaves empty (varlen only).
+  // limits: the engine's; profiles the curves the config leaves empty (varlen only). pipelined: the
+  // engine runs steps that draft nothing pipelined (EngineConfig::async_scheduling, below).
   Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
-             int32_t max_num_batched_tokens, int64_t max_model_len);
+             int32_t max_num_batched_tokens, int64_t max_model_len, bool pipelined);
 
   // Before scheduling: sets num_verify_drafts of each running sequence (0 without drafts).
   void plan(const std::vector<Request*>& running);
@@ -114,17 +116,23 @@ class Speculator {
   // A verification's outcome: num_drafts verified, num_accepted of them kept.
   void record(int32_t num_drafts, int32_t num_accepted);
   // A step's decode rows (golden rows and draft rows; its verifications were recorded), and the
-  // time it took, scheduling and results included (drafting not); timed_alone: it had no prompt
-  // rows and was not launched while another step ran, so its time is a decode step's (no draft
-  // verified) or a verify step's and goes into the curves and the arms.
-  void record_step(int64_t decode_rows, int64_t draft_rows, bool timed_alone, double seconds);
-  // Pipelined steps (EngineConfig::async_scheduling): with varlen, after a decision that drafting
-  // does not pay (not one of the veto's tries), the engine may launch up to kPipelinedRun steps
-  // each before the results of the one ahead of it (no drafts, no catch-up of the draft module);
-  // the last of them is collected with nothing launched behind it, and draft() judges again after
-  // it. pipelined_step: one such step was launched (counted as a skipped draft step).
-  static constexpr int64_t kPipelinedRun = 8;
-  bool may_pipeline() const { return drafting_paused_ && pipelined_run_ < kPipelinedRun; }
+  // time it took, scheduling and results included (drafting not); decode_only: it had no prompt
+  // rows; launched_ahead: it was launched while another step ran. A decode-only step launched
+  // alone is a decode step (no draft verified) or a verify step, and its time goes into the
+  // curves and the arms; the steps of a pipelined run count together (below).
+  void record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, bool launched_ahead, double seconds);
+  // Pipelined steps (EngineConfig::async_scheduling): with varlen, after a decision not to draft,
+  // the engine may launch up to kPipelinedRun steps (kTryRun when the decision is one of the
+  // veto's tries of not drafting) each before the results of the one ahead of it (no drafts, no
+  // catch-up of the draft module); the last of them is collected with nothing launched behind it,
+  // and draft() judges again after it. pipelined_step: one such step was launched (counted as a
+  // skipped draft step). A run's tokens over its wall time are what not drafting gives in this
+  // loop: the veto's arm without drafts takes that rate and the budget that step time, not a
+  // synchronous step's (at 64 sequences on an H100 the default model's synchronous decode step
+  // costs about 1.4x a pipelined one). Runs are long because each judging step is synchronous.
+  static constexpr int64_t kPipelinedRun = 32;
+  static constexpr int64_t kTryRun = 4;
+  bool may_pipeline() const { return drafting_paused_ && pipelined_run_ < run_limit_; }
   void pipelined_step();
 
   // The counters, and the step-time curves as the budget last saw them (profile and measurements).
@@ -153,6 +161,9 @@ class Speculator {
   SpeculativeConfig config_;
   MeasuredTimes measured_decode_, measured_verify_, measured_draft_;
   bool rows_split_;  // CausalLM::rows_may_share_sequences
+  // Decode steps in pipelined runs (a run's time over its steps), when the engine pipelines.
+  bool pipelined_;
+  MeasuredTimes measured_pipelined_;
   // Per power-of-two bucket of decoding sequences, the tokens per second of its last steps
   // (drafting included) without [0] and with [1] drafting; their median is what counts, so a step
   // that allocated or captured a graph does not.
@@ -160,6 +171,7 @@ class Speculator {
     int64_t count = 0;
     std::array<double, 5> rates{};  // the last five, round robin
     double median() const;
+    void add(double rate);
   };
   std::map<int64_t, std::array<Arm, 2>> arms_;
   int64_t steps_since_retry_ = 0;  // decisions and pipelined steps since the losing arm's last try
@@ -168,8 +180,16 @@ class Speculator {
   int64_t pending_bucket_ = 0;
   int64_t step_accepted_ = 0;  // drafts accepted since the last record_step
   bool pending_drafted_ = false;
-  bool drafting_paused_ = false;  // varlen's last decision: drafting does not pay
+  bool drafting_paused_ = false;  // varlen's last decision: no drafts
   int64_t pipelined_run_ = 0;     // steps launched ahead since that decision
+  // The run since that decision: the most steps launched ahead, its arm's bucket (0: none), when
+  // it began, its steps and their tokens, and whether every step was decode-only.
+  int64_t run_limit_ = 0;
+  int64_t run_bucket_ = 0;
+  std::chrono::steady_clock::time_point run_start_;
+  int64_t run_steps_ = 0;
+  int64_t run_tokens_ = 0;
+  bool run_decode_only_ = true;
   double pending_draft_seconds_ = 0.0;
   int64_t max_model_len_;
   SpeculativeStats stats_;
