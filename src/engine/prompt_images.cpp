@@ -8,6 +8,25 @@
 
 namespace deepinfer {
 
+BlockHash image_content_hash(const ImageInput& image) {
+  if (image.pixels.empty()) return sha256(image.file);
+  return sha256({reinterpret_cast<const uint8_t*>(image.pixels.data()), image.pixels.size() * sizeof(float)});
+}
+
+std::vector<ImagePlaceholders> image_placeholders(std::span<const int32_t> prompt,
+                                                  const std::vector<ImageInput>& images) {
+  std::vector<ImagePlaceholders> runs;
+  for (const ImageInput& image : images) {
+    const auto first = static_cast<size_t>(image.first_token);
+    if (image.first_token < 0 || first >= prompt.size()) continue;
+    size_t end = first;
+    while (end < prompt.size() && prompt[end] == prompt[first]) ++end;
+    runs.push_back(
+        {image.first_token, static_cast<int32_t>(end - first), image.hash ? *image.hash : image_content_hash(image)});
+  }
+  return runs;
+}
+
 Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_t>& prompt,
                                                         std::vector<ImageInput> images, const ImageInputFormat& format,
                                                         int64_t hidden_size) {
@@ -42,11 +61,7 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
     PromptImage image;
     image.first_token = input.first_token;
     image.num_tokens = format.tokens_per_image;
-    if (input.hash) {
-      image.hash = *input.hash;
-    } else {
-      image.hash = sha256({reinterpret_cast<const uint8_t*>(input.pixels.data()), input.pixels.size() * sizeof(float)});
-    }
+    image.hash = input.hash ? *input.hash : image_content_hash(input);
     const auto found =
         std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == image.hash; });
     if (found != entries_.end()) {

@@ -6,6 +6,7 @@
 #include <list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,15 @@ struct ImageInput {
   std::optional<BlockHash> hash = std::nullopt;
   std::vector<uint8_t> file = {};
 };
+
+// The SHA-256 an image is known by: of its pixels, or of its file when it has none (a router's,
+// which preprocesses nothing and names images only for its own prefix routing).
+BlockHash image_content_hash(const ImageInput& image);
+
+// Each image's placeholder run in prompt (from first_token, as long as prompt repeats that token)
+// with the image's hash (given, or image_content_hash): what image_cache_tokens takes.
+std::vector<ImagePlaceholders> image_placeholders(std::span<const int32_t> prompt,
+                                                  const std::vector<ImageInput>& images);
 
 class PromptImageCache {
  public:

@@ -50,6 +50,24 @@ void BlockHashChain::extend(std::span<const int32_t> tokens) {
   }
 }
 
+std::vector<int32_t> image_cache_tokens(std::span<const int32_t> tokens, std::span<const ImagePlaceholders> images) {
+  std::vector<int32_t> named(tokens.begin(), tokens.end());
+  for (const ImagePlaceholders& image : images) {
+    for (int32_t i = 0; i < image.num_tokens; ++i) {
+      // 30 bits of the hash per token, a different 4 bytes for each of eight neighbours, and the
+      // token's index in the image: any block holding part of an image carries that part's place
+      // and, from eight tokens on, 240 of the hash's 256 bits.
+      uint32_t word = 0;
+      for (int b = 0; b < 4; ++b) {
+        word |= static_cast<uint32_t>(image.hash[static_cast<size_t>((4 * i + b) % 32)]) << (8 * b);
+      }
+      const uint32_t mixed = (word ^ (static_cast<uint32_t>(i) * 0x9e3779b1u)) & 0x3fffffffu;
+      named[static_cast<size_t>(image.first_token + i)] = -2 - static_cast<int32_t>(mixed);
+    }
+  }
+  return named;
+}
+
 size_t BlockHashHasher::operator()(const BlockHash& hash) const {
   uint64_t prefix = 0;
   std::memcpy(&prefix, hash.data(), sizeof(prefix));

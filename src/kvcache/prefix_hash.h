@@ -47,6 +47,18 @@ class BlockHashChain {
   std::vector<BlockHash> hashes_;
 };
 
+// A run of an image's placeholder tokens in a prompt and the image's content hash.
+struct ImagePlaceholders {
+  int32_t first_token = 0;
+  int32_t num_tokens = 0;
+  BlockHash hash{};
+};
+
+// tokens as the prefix cache names them: each image's placeholders replaced by ids made from its
+// hash (negative, below -1, so never a token id nor the engine's pending token), so prompts that
+// differ only in their images name different blocks. Runs lie inside tokens, in order.
+std::vector<int32_t> image_cache_tokens(std::span<const int32_t> tokens, std::span<const ImagePlaceholders> images);
+
 struct BlockHashHasher {
   size_t operator()(const BlockHash& hash) const;  // the first 8 bytes: already uniform
 };

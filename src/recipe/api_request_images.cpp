@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "core/base64.h"
-#include "core/sha256.h"
+#include "engine/prompt_images.h"
 #include "image/image.h"
 #include "image/preprocess.h"
 #include "recipe/api_request_internal.h"
@@ -210,7 +210,7 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
           input.pixels = preprocess_gemma3(*image, model.image_input->image_size);
           break;
       }
-      input.hash = sha256({reinterpret_cast<const uint8_t*>(input.pixels.data()), input.pixels.size() * sizeof(float)});
+      input.hash = image_content_hash(input);
     }
     input.file = std::move(file);
     images.push_back(std::move(input));

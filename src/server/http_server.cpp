@@ -99,8 +99,9 @@ asio::awaitable<bool> route_to_rank(TcpStream& stream, const HttpRequest& reques
   const ApiRequest* api = parsed ? std::get_if<ApiRequest>(&*parsed) : nullptr;
   if (api == nullptr) co_return co_await handle_generation(stream, request, kind, context, std::move(parsed));
   const bool affinity = context.router->options().routing == RankRouting::kPrefixAffinity;
-  const RoutedRequest routed = routed_request(api->prompt_token_ids, api->sampling, context.model.served_name,
-                                              api->cache_salt, affinity ? context.router->options().block_size : 0);
+  const RoutedRequest routed =
+      routed_request(api->prompt_token_ids, api->sampling, context.model.served_name, api->cache_salt,
+                     affinity ? context.router->options().block_size : 0, api->images);
   const Outstanding outstanding{*context.router, routed.tokens, context.router->acquire(routed)};
   if (outstanding.rank == 0) {
     co_return co_await handle_generation(stream, request, kind, context, std::move(parsed));

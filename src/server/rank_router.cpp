@@ -39,13 +39,18 @@ std::vector<uint64_t> block_keys(const std::vector<BlockHash>& blocks) {
 }
 
 RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const SamplingParams& sampling,
-                             std::string_view model_name, std::string_view cache_salt, int32_t block_size) {
+                             std::string_view model_name, std::string_view cache_salt, int32_t block_size,
+                             const std::vector<ImageInput>& images) {
   RoutedRequest routed;
   routed.prompt_tokens = static_cast<int64_t>(prompt_token_ids.size());
   routed.tokens = routed.prompt_tokens + static_cast<int64_t>(sampling.n) * sampling.max_tokens;
   if (block_size > 0) {
     BlockHashChain chain(prefix_root_hash(model_name, cache_salt), block_size);
-    chain.extend(prompt_token_ids);
+    if (images.empty()) {
+      chain.extend(prompt_token_ids);
+    } else {
+      chain.extend(image_cache_tokens(prompt_token_ids, image_placeholders(prompt_token_ids, images)));
+    }
     routed.prompt_blocks.reserve(static_cast<size_t>(chain.num_blocks()));
     for (int32_t i = 0; i < chain.num_blocks(); ++i) routed.prompt_blocks.push_back(chain.hash(i));
   }

@@ -22,6 +22,7 @@
 
 #include "cluster/prefix_lru.h"
 #include "core/result.h"
+#include "engine/prompt_images.h"
 #include "kvcache/prefix_hash.h"
 #include "server/server_context.h"
 
@@ -59,9 +60,12 @@ struct RoutedRequest {
 std::vector<uint64_t> block_keys(const std::vector<BlockHash>& blocks);
 
 // Weighs a tokenised request and, when block_size > 0, hashes its prompt's full blocks with the
-// engines' chain hash, rooted at (model_name, cache_salt) so that tenants never share.
+// engines' chain hash, rooted at (model_name, cache_salt) so that tenants never share, each image's
+// placeholders named by its hash (image_cache_tokens) so that prompts with different images do not
+// pass for one prefix.
 RoutedRequest routed_request(std::span<const int32_t> prompt_token_ids, const SamplingParams& sampling,
-                             std::string_view model_name, std::string_view cache_salt, int32_t block_size);
+                             std::string_view model_name, std::string_view cache_salt, int32_t block_size,
+                             const std::vector<ImageInput>& images = {});
 
 class RankRouter {
  public:

@@ -365,7 +365,7 @@ Admission WorkerPool::submit(Submission submission) {
   relay->metrics = metrics_;
   relay->submitted = std::chrono::steady_clock::now();
   relay->routed = routed_request(submission.prompt_token_ids, submission.params, selector_.options().model,
-                                 submission.cache_salt, selector_.block_size());
+                                 submission.cache_salt, selector_.block_size(), submission.images);
   relay->body = submission_to_json(submission).dump();
   relay->submission = std::move(submission);
   relay->submission.channel.reset();

@@ -37,6 +37,35 @@ RankRouterOptions affinity(int64_t remembered, int64_t slack) {
   return options;
 }
 
+// An image's placeholders hash as the image (its file here, as a router has it): the same image
+// names the same blocks, another image or none other blocks, from the first block holding part of it.
+TEST(RoutedRequest, ImagesNameTheirBlocks) {
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 5, 6};  // an image of 6 placeholders
+  const auto with_image = [&](std::vector<uint8_t> file) {
+    ImageInput image;
+    image.first_token = 4;
+    image.file = std::move(file);
+    return routed_request(prompt, SamplingParams{}, "model", "", 4, {image}).prompt_blocks;
+  };
+  const std::vector<BlockHash> cat = with_image({1, 2, 3});
+  const std::vector<BlockHash> dog = with_image({4, 5, 6});
+  const std::vector<BlockHash> text = routed_request(prompt, SamplingParams{}, "model", "", 4).prompt_blocks;
+  ASSERT_EQ(cat.size(), 3u);
+  EXPECT_EQ(cat, with_image({1, 2, 3}));
+  EXPECT_EQ(text, prompt_blocks(prompt));
+  EXPECT_EQ(cat[0], text[0]);  // before the image
+  EXPECT_EQ(cat[0], dog[0]);
+  for (size_t b = 1; b < cat.size(); ++b) {
+    EXPECT_NE(cat[b], dog[b]) << b;
+    EXPECT_NE(cat[b], text[b]) << b;
+  }
+  ImageInput image;
+  image.first_token = 4;
+  const std::vector<ImagePlaceholders> runs = image_placeholders(prompt, {image});
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].num_tokens, 6);
+}
+
 TEST(RankRouter, LeastOutstandingTokensThenFewerRequestsThenTakingTurns) {
   RankRouter router(addresses(3));
   EXPECT_EQ(router.acquire(request(100)), 0);
