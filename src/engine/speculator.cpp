@@ -123,6 +123,8 @@ double median_seconds(const Run& run) {
 
 struct Curves {
   std::vector<StepTimePoint> decode, verify, draft;
+  // The step times the last engine on these curves measured (Speculator's tables of the same names).
+  MeasuredTimes measured_decode, measured_verify, measured_draft, measured_pipelined;
 };
 
 // Profiles are kept per model shape, backend and engine limits for the process's life.
@@ -184,6 +186,16 @@ Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeCon
   }
 }
 
+Speculator::~Speculator() {
+  if (profile_key_.empty()) return;
+  std::lock_guard<std::mutex> lock(curves_mutex());
+  Curves& curves = curves_cache()[profile_key_];
+  curves.measured_decode = measured_decode_;
+  curves.measured_verify = measured_verify_;
+  curves.measured_draft = measured_draft_;
+  curves.measured_pipelined = measured_pipelined_;
+}
+
 void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
   const int32_t block_size = kv_.block_size();
   // A verify step's rows per sequence: 1 + K, or one-token sequences when the model splits them.
@@ -197,6 +209,7 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
                           (config_.draft_source ? "|replayed" : "") + "|" +
                           std::to_string(config_.num_tokens) + "|" + std::to_string(max_num_seqs) + "|" +
                           std::to_string(max_num_batched_tokens) + "|" + std::to_string(block_size);
+  if (config_.decode_curve.empty() && config_.verify_curve.empty() && config_.draft_curve.empty()) profile_key_ = key;
   std::lock_guard<std::mutex> lock(curves_mutex());
   auto cached = curves_cache().find(key);
   if (cached == curves_cache().end()) {
@@ -240,6 +253,12 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
     DI_LOG(kInfo, "speculative decoding: profiled the decode, verify and draft step times at "
                       << curves.verify.size() << " sizes in " << seconds_since(start) << " s");
     cached = curves_cache().emplace(key, std::move(curves)).first;
+  }
+  if (!profile_key_.empty()) {
+    measured_decode_ = cached->second.measured_decode;
+    measured_verify_ = cached->second.measured_verify;
+    measured_draft_ = cached->second.measured_draft;
+    measured_pipelined_ = cached->second.measured_pipelined;
   }
   if (config_.decode_curve.empty()) config_.decode_curve = cached->second.decode;
   if (config_.verify_curve.empty()) config_.verify_curve = cached->second.verify;

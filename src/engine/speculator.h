@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/batch_builder.h"
@@ -99,9 +100,16 @@ class Speculator {
   static constexpr int64_t kProfileContext = 256;
 
   // limits: the engine's; profiles the curves the config leaves empty (varlen only). pipelined: the
-  // engine runs steps that draft nothing pipelined (EngineConfig::async_scheduling, below).
+  // engine runs steps that draft nothing pipelined (EngineConfig::async_scheduling, below). With
+  // every curve profiled, the step times the process's last engine of the same model, backend and
+  // limits measured correct them from the start, and this engine's are kept for the next: what a
+  // step costs is the model's and the loop's, not the traffic's (acceptance is measured afresh,
+  // from SpeculativeConfig::prior_* if given).
   Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
              int32_t max_num_batched_tokens, int64_t max_model_len, bool pipelined);
+  ~Speculator();
+  Speculator(const Speculator&) = delete;
+  Speculator& operator=(const Speculator&) = delete;
 
   // Before scheduling: sets num_verify_drafts of each running sequence (0 without drafts).
   void plan(const std::vector<Request*>& running);
@@ -164,6 +172,7 @@ class Speculator {
   // Decode steps in pipelined runs (a run's time over its steps), when the engine pipelines.
   bool pipelined_;
   MeasuredTimes measured_pipelined_;
+  std::string profile_key_;  // every curve profiled: where the measured tables are kept (profile())
   // Per power-of-two bucket of decoding sequences, the tokens per second of its last steps
   // (drafting included) without [0] and with [1] drafting; their median is what counts, so a step
   // that allocated or captured a graph does not.
