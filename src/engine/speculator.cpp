@@ -139,12 +139,18 @@ std::map<std::string, Curves>& curves_cache() {
 
 }  // namespace
 
+void RecentMedian::add(double value) { values_[static_cast<size_t>(count_++) % values_.size()] = value; }
+
+double RecentMedian::median() const {
+  std::vector<double> last(values_.begin(), values_.begin() + std::min<int64_t>(count_, std::ssize(values_)));
+  std::sort(last.begin(), last.end());
+  return last[last.size() / 2];
+}
+
 void MeasuredTimes::observe(int64_t rows, double seconds) {
-  constexpr double kWeight = 0.1;  // of the newest step
   const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(rows, 1))));
   Bucket& b = buckets_[bucket];
-  if (++b.count == 2) b.seconds = seconds;
-  if (b.count > 2) b.seconds += kWeight * (seconds - b.seconds);
+  if (++b.seen > 1) b.seconds.add(seconds);
 }
 
 std::vector<StepTimePoint> MeasuredTimes::correct(const std::vector<StepTimePoint>& profile) const {
@@ -152,8 +158,8 @@ std::vector<StepTimePoint> MeasuredTimes::correct(const std::vector<StepTimePoin
   double ratio = 0.0;
   int64_t measured = 0;
   for (const auto& [bucket, b] : buckets_) {
-    if (b.count < 2) continue;
-    ratio += b.seconds / step_seconds(profile, bucket);
+    if (b.seconds.count() == 0) continue;
+    ratio += b.seconds.median() / step_seconds(profile, bucket);
     ++measured;
   }
   if (measured == 0) return profile;
@@ -162,7 +168,8 @@ std::vector<StepTimePoint> MeasuredTimes::correct(const std::vector<StepTimePoin
   for (StepTimePoint& point : corrected) {
     const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(point.rows)));
     const auto found = buckets_.find(bucket);
-    point.seconds = found != buckets_.end() && found->second.count >= 2 ? found->second.seconds : point.seconds * ratio;
+    point.seconds = found != buckets_.end() && found->second.seconds.count() > 0 ? found->second.seconds.median()
+                                                                                 : point.seconds * ratio;
   }
   return corrected;
 }
@@ -494,22 +501,14 @@ void Speculator::record_step(int64_t decode_rows, int64_t draft_rows, bool decod
   pending_bucket_ = 0;
 }
 
-void Speculator::Arm::add(double rate) { rates[static_cast<size_t>(count++) % rates.size()] = rate; }
-
-double Speculator::Arm::median() const {
-  std::vector<double> last(rates.begin(), rates.begin() + std::min<int64_t>(count, std::ssize(rates)));
-  std::sort(last.begin(), last.end());
-  return last[last.size() / 2];
-}
-
 bool Speculator::drafting_measured_better(int64_t sequences, bool& trying) {
   constexpr int64_t kMeasured = 3;  // steps of an arm before its average is trusted
   constexpr int64_t kRetryEvery = 128;  // steps between tries of the losing arm
   const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))));
-  const std::array<Arm, 2>& arms = arms_[bucket];
+  const std::array<RecentMedian, 2>& arms = arms_[bucket];
   pending_bucket_ = bucket;
-  trying = arms[0].count < kMeasured || arms[1].count < kMeasured;
-  if (trying) return arms[1].count <= arms[0].count;
+  trying = arms[0].count() < kMeasured || arms[1].count() < kMeasured;
+  if (trying) return arms[1].count() <= arms[0].count();
   const bool better = arms[1].median() > arms[0].median();
   trying = ++steps_since_retry_ >= kRetryEvery;
   if (trying) steps_since_retry_ = 0;

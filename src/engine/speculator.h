@@ -73,21 +73,35 @@ struct SpeculativeStats {
   std::vector<StepTimePoint> decode_curve, verify_curve, draft_curve;
 };
 
-// Step times measured while serving, per power-of-two bucket of rows (a moving average), which
+// Step times measured while serving, per power-of-two bucket of rows (RecentMedian), which
 // correct a start-up profile: it ran at short contexts, so it misses what attention over long
 // ones adds, and the engine's own time per step.
+// The median of the last five values added: a step that allocated or captured a graph does not
+// move it, and five steps of a new regime do.
+class RecentMedian {
+ public:
+  void add(double value);
+  int64_t count() const { return count_; }
+  double median() const;  // of at least one value
+
+ private:
+  int64_t count_ = 0;
+  std::array<double, 5> values_{};  // round robin
+};
+
 class MeasuredTimes {
  public:
   // The first time of each bucket is not kept: it may include a graph's capture.
   void observe(int64_t rows, double seconds);
-  // profile's points, each replaced by the measured time of its bucket, or scaled by the mean
-  // ratio of measured to profiled time over the buckets measured (unchanged before any).
+  // profile's points, each replaced by the measured time of its bucket (the median of its last
+  // five), or scaled by the mean ratio of measured to profiled time over the buckets measured
+  // (unchanged before any).
   std::vector<StepTimePoint> correct(const std::vector<StepTimePoint>& profile) const;
 
  private:
   struct Bucket {
-    int64_t count = 0;
-    double seconds = 0.0;
+    int64_t seen = 0;
+    RecentMedian seconds;
   };
   std::map<int64_t, Bucket> buckets_;
 };
@@ -174,15 +188,8 @@ class Speculator {
   MeasuredTimes measured_pipelined_;
   std::string profile_key_;  // every curve profiled: where the measured tables are kept (profile())
   // Per power-of-two bucket of decoding sequences, the tokens per second of its last steps
-  // (drafting included) without [0] and with [1] drafting; their median is what counts, so a step
-  // that allocated or captured a graph does not.
-  struct Arm {
-    int64_t count = 0;
-    std::array<double, 5> rates{};  // the last five, round robin
-    double median() const;
-    void add(double rate);
-  };
-  std::map<int64_t, std::array<Arm, 2>> arms_;
+  // (drafting included) without [0] and with [1] drafting.
+  std::map<int64_t, std::array<RecentMedian, 2>> arms_;
   int64_t steps_since_retry_ = 0;  // decisions and pipelined steps since the losing arm's last try
   // The last decision, which the next record_step's time counts for: its bucket (0: none),
   // whether it drafted, and how long drafting took.

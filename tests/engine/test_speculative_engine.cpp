@@ -190,8 +190,11 @@ TEST(SpeculativeEngine, MeasuredTimesCorrectTheProfile) {
   EXPECT_DOUBLE_EQ(corrected[2].seconds, 4.0);
   EXPECT_DOUBLE_EQ(corrected[0].seconds, 2.5);  // the mean ratio, 2.5
   EXPECT_DOUBLE_EQ(corrected[3].seconds, 10.0);
-  measured.observe(2, 13.0);  // a moving average: a tenth of the way
-  EXPECT_DOUBLE_EQ(measured.correct(profile)[1].seconds, 4.0);
+  measured.observe(2, 13.0);  // one slow step (a capture of a new row count, perhaps) among fast ones
+  measured.observe(2, 3.5);
+  EXPECT_DOUBLE_EQ(measured.correct(profile)[1].seconds, 3.5);  // the median of the last five
+  for (int i = 0; i < 5; ++i) measured.observe(2, 6.0);         // five steps of a new regime
+  EXPECT_DOUBLE_EQ(measured.correct(profile)[1].seconds, 6.0);
 }
 
 TEST(SpeculativeEngine, RefusesWhatItCannotDo) {
