@@ -73,9 +73,6 @@ struct SpeculativeStats {
   std::vector<StepTimePoint> decode_curve, verify_curve, draft_curve;
 };
 
-// Step times measured while serving, per power-of-two bucket of rows (RecentMedian), which
-// correct a start-up profile: it ran at short contexts, so it misses what attention over long
-// ones adds, and the engine's own time per step.
 // The median of the last five values added: a step that allocated or captured a graph does not
 // move it, and five steps of a new regime do.
 class RecentMedian {
@@ -89,6 +86,9 @@ class RecentMedian {
   std::array<double, 5> values_{};  // round robin
 };
 
+// Step times measured while serving, per power-of-two bucket of rows (RecentMedian), which
+// correct a start-up profile: it ran at short contexts, so it misses what attention over long
+// ones adds, and the engine's own time per step.
 class MeasuredTimes {
  public:
   // The first time of each bucket is not kept: it may include a graph's capture.
