@@ -4,23 +4,22 @@
 #include <algorithm>
 #include <string>
 
-#include "core/sha256.h"
-
 namespace deepinfer {
-
-BlockHash image_content_hash(const ImageInput& image) {
-  if (image.pixels.empty()) return sha256(image.file);
-  return sha256({reinterpret_cast<const uint8_t*>(image.pixels.data()), image.pixels.size() * sizeof(float)});
-}
 
 std::vector<ImagePlaceholders> image_placeholders(std::span<const int32_t> prompt,
                                                   const std::vector<ImageInput>& images) {
   std::vector<ImagePlaceholders> runs;
-  for (const ImageInput& image : images) {
+  for (size_t i = 0; i < images.size(); ++i) {
+    const ImageInput& image = images[i];
     const auto first = static_cast<size_t>(image.first_token);
     if (image.first_token < 0 || first >= prompt.size()) continue;
+    // An image's run ends where the prompt stops repeating its first token or the next image begins.
+    size_t limit = prompt.size();
+    if (i + 1 < images.size() && images[i + 1].first_token > image.first_token) {
+      limit = static_cast<size_t>(images[i + 1].first_token);
+    }
     size_t end = first;
-    while (end < prompt.size() && prompt[end] == prompt[first]) ++end;
+    while (end < limit && prompt[end] == prompt[first]) ++end;
     runs.push_back(
         {image.first_token, static_cast<int32_t>(end - first), image.hash ? *image.hash : image_content_hash(image)});
   }

@@ -147,6 +147,14 @@ double RecentMedian::median() const {
   return last[last.size() / 2];
 }
 
+void MeasuredTimes::skip_next_first_times() {
+  for (auto& [bucket, b] : buckets_) b.seen = 0;
+}
+
+bool MeasuredTimes::empty() const {
+  return std::none_of(buckets_.begin(), buckets_.end(), [](const auto& b) { return b.second.seconds.count() > 0; });
+}
+
 void MeasuredTimes::observe(int64_t rows, double seconds) {
   const auto bucket = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(rows, 1))));
   Bucket& b = buckets_[bucket];
@@ -266,6 +274,10 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
     measured_verify_ = cached->second.measured_verify;
     measured_draft_ = cached->second.measured_draft;
     measured_pipelined_ = cached->second.measured_pipelined;
+    // This engine's graphs are captured anew (a new KV cache drops the old ones).
+    for (MeasuredTimes* times : {&measured_decode_, &measured_verify_, &measured_draft_, &measured_pipelined_}) {
+      times->skip_next_first_times();
+    }
   }
   if (config_.decode_curve.empty()) config_.decode_curve = cached->second.decode;
   if (config_.verify_curve.empty()) config_.verify_curve = cached->second.verify;
@@ -297,10 +309,8 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
   // Until enough first drafts were verified to measure acceptance, draft at full depth.
   if (proposed_at(0) < kExploreVerifications) return config_.num_tokens;
   const auto s = static_cast<double>(sequences);
-  // Plain steps as the loop runs them: pipelined (the profile, a forward's own time, until runs
-  // were measured) or synchronous; drafting steps are synchronous.
-  const std::vector<StepTimePoint> decode =
-      (pipelined_ ? measured_pipelined_ : measured_decode_).correct(config_.decode_curve);
+  // Plain steps as the loop runs them (plain_step_times); drafting steps are synchronous.
+  const std::vector<StepTimePoint> decode = plain_step_times().correct(config_.decode_curve);
   const std::vector<StepTimePoint> verify = verify_times().correct(config_.verify_curve);
   const std::vector<StepTimePoint> draft = measured_draft_.correct(config_.draft_curve);
   double best_rate = s / step_seconds(decode, sequences);
@@ -326,7 +336,7 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
 SpeculativeStats Speculator::stats() const {
   SpeculativeStats stats = stats_;
   if (config_.varlen) {
-    stats.decode_curve = measured_decode_.correct(config_.decode_curve);
+    stats.decode_curve = plain_step_times().correct(config_.decode_curve);
     stats.verify_curve = verify_times().correct(config_.verify_curve);
     stats.draft_curve = measured_draft_.correct(config_.draft_curve);
   }
@@ -365,10 +375,15 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
     measured_pipelined_.observe(run_tokens_ / run_steps_, seconds / static_cast<double>(run_steps_));
     if (run_bucket_ != 0) arms_[run_bucket_][0].add(static_cast<double>(run_tokens_) / seconds);
   }
+  // A new run starts only from a decision; without one (no sequence may draft) the next step is
+  // synchronous and judged again.
   run_start_ = std::chrono::steady_clock::now();
   run_steps_ = 0;
   run_tokens_ = 0;
   run_decode_only_ = true;
+  run_bucket_ = 0;
+  pipelined_run_ = 0;
+  drafting_paused_ = false;
   pending_bucket_ = 0;
   if (config_.varlen && num_drafting > 0) {
     const int64_t sequences = std::max(num_drafting, population);
@@ -378,7 +393,6 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
     pending_drafted_ = depth_limit > 0;
     pending_draft_seconds_ = 0.0;
     drafting_paused_ = depth_limit == 0;
-    pipelined_run_ = 0;
     run_limit_ = trying ? kTryRun : kPipelinedRun;
     run_bucket_ = drafting_paused_ ? pending_bucket_ : 0;
   }

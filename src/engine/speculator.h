@@ -93,6 +93,9 @@ class MeasuredTimes {
  public:
   // The first time of each bucket is not kept: it may include a graph's capture.
   void observe(int64_t rows, double seconds);
+  // Times carried to a new engine: its first time of each bucket is not kept either.
+  void skip_next_first_times();
+  bool empty() const;  // no time kept yet
   // profile's points, each replaced by the measured time of its bucket (the median of its last
   // five), or scaled by the mean ratio of measured to profiled time over the buckets measured
   // (unchanged before any).
@@ -117,8 +120,9 @@ class Speculator {
   // engine runs steps that draft nothing pipelined (EngineConfig::async_scheduling, below). With
   // every curve profiled, the step times the process's last engine of the same model, backend and
   // limits measured correct them from the start, and this engine's are kept for the next: what a
-  // step costs is the model's and the loop's, not the traffic's (acceptance is measured afresh,
-  // from SpeculativeConfig::prior_* if given).
+  // step costs is mostly the model's and the loop's (the contexts served move it too, and the next
+  // engine's own steps replace what it carried within five of each size); acceptance is measured
+  // afresh, from SpeculativeConfig::prior_* if given.
   Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeConfig& config, int32_t max_num_seqs,
              int32_t max_num_batched_tokens, int64_t max_model_len, bool pipelined);
   ~Speculator();
@@ -141,7 +145,8 @@ class Speculator {
   // time it took, scheduling and results included (drafting not); decode_only: it had no prompt
   // rows; launched_ahead: it was launched while another step ran. A decode-only step launched
   // alone is a decode step (no draft verified) or a verify step, and its time goes into the
-  // curves and the arms; the steps of a pipelined run count together (below).
+  // curves and, unless it is a pipelined run's first, the arms; a run's steps count together
+  // (below).
   void record_step(int64_t decode_rows, int64_t draft_rows, bool decode_only, bool launched_ahead, double seconds);
   // Pipelined steps (EngineConfig::async_scheduling): with varlen, after a decision not to draft,
   // the engine may launch up to kPipelinedRun steps (kTryRun when the decision is one of the
@@ -170,6 +175,11 @@ class Speculator {
   // and without drafting at that many (each arm tried until measured, the loser again now and then;
   // trying: this answer is such a try).
   bool drafting_measured_better(int64_t sequences, bool& trying);
+  // What a plain step costs in this loop: pipelined runs' times once measured (when the engine
+  // pipelines), else synchronous steps'.
+  const MeasuredTimes& plain_step_times() const {
+    return pipelined_ && !measured_pipelined_.empty() ? measured_pipelined_ : measured_decode_;
+  }
   // The table a step's time goes to: verify steps of one-token sequences are decode steps.
   MeasuredTimes& verify_times() { return rows_split_ ? measured_decode_ : measured_verify_; }
   const MeasuredTimes& verify_times() const { return rows_split_ ? measured_decode_ : measured_verify_; }
@@ -188,11 +198,13 @@ class Speculator {
   MeasuredTimes measured_pipelined_;
   std::string profile_key_;  // every curve profiled: where the measured tables are kept (profile())
   // Per power-of-two bucket of decoding sequences, the tokens per second of its last steps
-  // (drafting included) without [0] and with [1] drafting.
+  // (drafting included) with [1] drafting, and without [0]: synchronous steps, or pipelined runs
+  // when the engine ran them.
   std::map<int64_t, std::array<RecentMedian, 2>> arms_;
   int64_t steps_since_retry_ = 0;  // decisions and pipelined steps since the losing arm's last try
-  // The last decision, which the next record_step's time counts for: its bucket (0: none),
-  // whether it drafted, and how long drafting took.
+  // The last decision, which the next synchronous step's time counts for (a pipelined run's go
+  // to run_bucket_ when it ends): its bucket (0: none), whether it drafted, and how long drafting
+  // took.
   int64_t pending_bucket_ = 0;
   int64_t step_accepted_ = 0;  // drafts accepted since the last record_step
   bool pending_drafted_ = false;

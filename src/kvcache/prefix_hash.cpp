@@ -53,6 +53,10 @@ void BlockHashChain::extend(std::span<const int32_t> tokens) {
 std::vector<int32_t> image_cache_tokens(std::span<const int32_t> tokens, std::span<const ImagePlaceholders> images) {
   std::vector<int32_t> named(tokens.begin(), tokens.end());
   for (const ImagePlaceholders& image : images) {
+    DI_CHECK(image.first_token >= 0 && image.num_tokens >= 0 &&
+                 int64_t{image.first_token} + image.num_tokens <= static_cast<int64_t>(tokens.size()),
+             "image placeholders " << image.first_token << " + " << image.num_tokens << " outside a prompt of "
+                                   << tokens.size() << " tokens");
     for (int32_t i = 0; i < image.num_tokens; ++i) {
       // 30 bits of the hash per token, a different 4 bytes for each of eight neighbours, and the
       // token's index in the image: any block holding part of an image carries that part's place

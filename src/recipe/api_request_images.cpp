@@ -204,6 +204,7 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
   if (!image.ok()) return api::bad_request(path, path + ": " + image.error().message);
   if (model.image_input != nullptr) {
     ImageInput input;
+    input.first_token = -1;  // placed once the prompt is encoded (place_images)
     if (model.images.preprocess) {
       switch (model.image_input->preprocessor) {
         case ImageInputFormat::Preprocessor::kGemma3:

@@ -195,6 +195,15 @@ TEST(SpeculativeEngine, MeasuredTimesCorrectTheProfile) {
   EXPECT_DOUBLE_EQ(measured.correct(profile)[1].seconds, 3.5);  // the median of the last five
   for (int i = 0; i < 5; ++i) measured.observe(2, 6.0);         // five steps of a new regime
   EXPECT_DOUBLE_EQ(measured.correct(profile)[1].seconds, 6.0);
+  // Carried to a new engine, whose first step of each size captures its graphs again.
+  MeasuredTimes carried = measured;
+  carried.skip_next_first_times();
+  carried.observe(2, 100.0);
+  EXPECT_DOUBLE_EQ(carried.correct(profile)[1].seconds, 6.0);
+  for (int i = 0; i < 3; ++i) carried.observe(2, 100.0);
+  EXPECT_DOUBLE_EQ(carried.correct(profile)[1].seconds, 100.0);
+  EXPECT_TRUE(MeasuredTimes().empty());
+  EXPECT_FALSE(carried.empty());
 }
 
 TEST(SpeculativeEngine, RefusesWhatItCannotDo) {
