@@ -25,6 +25,7 @@ struct EngineRun {
   int64_t tokens = 0;
   int64_t steps = 0;
   int64_t graph_replays = 0;  // decode steps and draft calls replayed from device graphs
+  int64_t overlapped_steps = 0;  // steps launched while the one before them ran (pipelined)
   std::vector<std::vector<int32_t>> outputs;
   std::optional<SpeculativeStats> stats;
 };
@@ -105,6 +106,7 @@ EngineRun run_engine_once(CausalLM& model, const std::vector<std::vector<int32_t
   run.seconds = seconds_since(start);
   run.graph_replays = model.num_graph_replays() - replays_before;
   run.stats = engine.stats().speculative;
+  run.overlapped_steps = engine.stats().num_overlapped_steps;
   return run;
 }
 
@@ -186,16 +188,17 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
       int64_t identical = 0;
       for (size_t i = 0; i < prompts.size(); ++i) identical += last[m].outputs[i] == last[0].outputs[i] ? 1 : 0;
       const double rate = median(rates[m]);
-      std::printf(",\"%s_tok_s\":%.1f,\"%s_speedup\":%.3f,\"%s_ideal\":%.3f,\"%s_tokens_per_step\":%.3f,"
-                  "\"%s_verify_rows_per_step\":%.2f,\"%s_verifications\":%lld,\"%s_skipped_draft_steps\":%lld,"
-                  "\"%s_draft_ms_per_step\":%.3f,\"%s_identical_outputs\":%lld,\"%s_steps\":%lld,"
-                  "\"%s_graph_replays\":%lld",
-                  names[m], rate, names[m], rate / plain, names[m], ideal, names[m], tokens_per_step, names[m],
-                  s.verify_steps > 0 ? static_cast<double>(s.verify_rows) / static_cast<double>(s.verify_steps) : 0.0,
-                  names[m], static_cast<long long>(verifications), names[m],
-                  static_cast<long long>(s.skipped_draft_steps), names[m], 1e3 * draft_s_per_step, names[m],
-                  static_cast<long long>(identical), names[m], static_cast<long long>(last[m].steps), names[m],
-                  static_cast<long long>(last[m].graph_replays));
+      std::printf(
+          ",\"%s_tok_s\":%.1f,\"%s_speedup\":%.3f,\"%s_ideal\":%.3f,\"%s_tokens_per_step\":%.3f,"
+          "\"%s_verify_rows_per_step\":%.2f,\"%s_verifications\":%lld,\"%s_skipped_draft_steps\":%lld,"
+          "\"%s_draft_ms_per_step\":%.3f,\"%s_identical_outputs\":%lld,\"%s_steps\":%lld,"
+          "\"%s_graph_replays\":%lld,\"%s_overlapped_steps\":%lld",
+          names[m], rate, names[m], rate / plain, names[m], ideal, names[m], tokens_per_step, names[m],
+          s.verify_steps > 0 ? static_cast<double>(s.verify_rows) / static_cast<double>(s.verify_steps) : 0.0, names[m],
+          static_cast<long long>(verifications), names[m], static_cast<long long>(s.skipped_draft_steps), names[m],
+          1e3 * draft_s_per_step, names[m], static_cast<long long>(identical), names[m],
+          static_cast<long long>(last[m].steps), names[m], static_cast<long long>(last[m].graph_replays), names[m],
+          static_cast<long long>(last[m].overlapped_steps));
     }
     // The budget's view at this concurrency: decode, verify (1 + K rows a sequence) and draft times.
     const SpeculativeStats& varlen = *last[1].stats;
@@ -203,8 +206,11 @@ int run_speculative_engine_bench(LoadedModel& loaded, const std::vector<int32_t>
                 1e3 * step_seconds(varlen.decode_curve, concurrency),
                 1e3 * step_seconds(varlen.verify_curve, int64_t{concurrency} * (k + 1)),
                 1e3 * step_seconds(varlen.draft_curve, concurrency));
-    std::printf(",\"plain_ms_per_step\":%.3f,\"plain_steps\":%lld,\"plain_graph_replays\":%lld}\n", 1e3 * plain_step_s,
-                static_cast<long long>(last[0].steps), static_cast<long long>(last[0].graph_replays));
+    std::printf(
+        ",\"plain_ms_per_step\":%.3f,\"plain_steps\":%lld,\"plain_graph_replays\":%lld,"
+        "\"plain_overlapped_steps\":%lld}\n",
+        1e3 * plain_step_s, static_cast<long long>(last[0].steps), static_cast<long long>(last[0].graph_replays),
+        static_cast<long long>(last[0].overlapped_steps));
     std::fflush(stdout);
   }
   return 0;
