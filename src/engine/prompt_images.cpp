@@ -20,8 +20,7 @@ std::vector<ImagePlaceholders> image_placeholders(std::span<const int32_t> promp
     }
     size_t end = first;
     while (end < limit && prompt[end] == prompt[first]) ++end;
-    runs.push_back(
-        {image.first_token, static_cast<int32_t>(end - first), image.hash ? *image.hash : image_content_hash(image)});
+    runs.push_back({image.first_token, static_cast<int32_t>(end - first), image_content_hash(image)});
   }
   return runs;
 }
@@ -60,7 +59,7 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
     PromptImage image;
     image.first_token = input.first_token;
     image.num_tokens = format.tokens_per_image;
-    image.hash = input.hash ? *input.hash : image_content_hash(input);
+    image.hash = image_content_hash(input);
     const auto found =
         std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == image.hash; });
     if (found != entries_.end()) {

@@ -30,16 +30,17 @@ struct ImageInput {
   std::vector<uint8_t> file = {};
 };
 
-// The SHA-256 an image is known by: of its pixels, or of its file when it has none (a router's,
-// which preprocesses nothing and names images only for its own prefix routing). Inline, so the API
-// layer, whose fuzzers link no engine objects, hashes with it too.
+// The SHA-256 an image is known by: its hash when given, else of its pixels, or of its file when it
+// has none (a router's, which preprocesses nothing and names images only for its own prefix
+// routing). Inline, so the API layer, whose fuzzers link no engine objects, hashes with it too.
 inline BlockHash image_content_hash(const ImageInput& image) {
+  if (image.hash) return *image.hash;
   if (image.pixels.empty()) return sha256(image.file);
   return sha256({reinterpret_cast<const uint8_t*>(image.pixels.data()), image.pixels.size() * sizeof(float)});
 }
 
 // Each image's placeholder run in prompt (from first_token, as long as prompt repeats that token)
-// with the image's hash (given, or image_content_hash): what image_cache_tokens takes.
+// with its image_content_hash: what image_cache_tokens takes.
 std::vector<ImagePlaceholders> image_placeholders(std::span<const int32_t> prompt,
                                                   const std::vector<ImageInput>& images);
 

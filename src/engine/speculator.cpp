@@ -123,8 +123,7 @@ double median_seconds(const Run& run) {
 
 struct Curves {
   std::vector<StepTimePoint> decode, verify, draft;
-  // The step times the last engine on these curves measured (Speculator's tables of the same names).
-  MeasuredTimes measured_decode, measured_verify, measured_draft, measured_pipelined;
+  MeasuredStepTimes measured;  // by the last engine on these curves
 };
 
 // Profiles are kept per model shape, backend and engine limits for the process's life.
@@ -149,6 +148,10 @@ double RecentMedian::median() const {
 
 void MeasuredTimes::skip_next_first_times() {
   for (auto& [bucket, b] : buckets_) b.seen = 0;
+}
+
+void MeasuredStepTimes::skip_next_first_times() {
+  for (MeasuredTimes* times : {&decode, &verify, &draft, &pipelined}) times->skip_next_first_times();
 }
 
 bool MeasuredTimes::empty() const {
@@ -204,11 +207,7 @@ Speculator::Speculator(CausalLM& model, KvCacheManager& kv, const SpeculativeCon
 Speculator::~Speculator() {
   if (profile_key_.empty()) return;
   std::lock_guard<std::mutex> lock(curves_mutex());
-  Curves& curves = curves_cache()[profile_key_];
-  curves.measured_decode = measured_decode_;
-  curves.measured_verify = measured_verify_;
-  curves.measured_draft = measured_draft_;
-  curves.measured_pipelined = measured_pipelined_;
+  curves_cache()[profile_key_].measured = measured_;
 }
 
 void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
@@ -270,14 +269,8 @@ void Speculator::profile(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
     cached = curves_cache().emplace(key, std::move(curves)).first;
   }
   if (!profile_key_.empty()) {
-    measured_decode_ = cached->second.measured_decode;
-    measured_verify_ = cached->second.measured_verify;
-    measured_draft_ = cached->second.measured_draft;
-    measured_pipelined_ = cached->second.measured_pipelined;
-    // This engine's graphs are captured anew (a new KV cache drops the old ones).
-    for (MeasuredTimes* times : {&measured_decode_, &measured_verify_, &measured_draft_, &measured_pipelined_}) {
-      times->skip_next_first_times();
-    }
+    measured_ = cached->second.measured;
+    measured_.skip_next_first_times();  // a new KV cache drops the old graphs
   }
   if (config_.decode_curve.empty()) config_.decode_curve = cached->second.decode;
   if (config_.verify_curve.empty()) config_.verify_curve = cached->second.verify;
@@ -312,7 +305,7 @@ int32_t Speculator::paying_depth(int64_t sequences) const {
   // Plain steps as the loop runs them (plain_step_times); drafting steps are synchronous.
   const std::vector<StepTimePoint> decode = plain_step_times().correct(config_.decode_curve);
   const std::vector<StepTimePoint> verify = verify_times().correct(config_.verify_curve);
-  const std::vector<StepTimePoint> draft = measured_draft_.correct(config_.draft_curve);
+  const std::vector<StepTimePoint> draft = measured_.draft.correct(config_.draft_curve);
   double best_rate = s / step_seconds(decode, sequences);
   int32_t best_depth = 0;
   double expected = 1.0;  // tokens per sequence with d drafts verified
@@ -338,7 +331,7 @@ SpeculativeStats Speculator::stats() const {
   if (config_.varlen) {
     stats.decode_curve = plain_step_times().correct(config_.decode_curve);
     stats.verify_curve = verify_times().correct(config_.verify_curve);
-    stats.draft_curve = measured_draft_.correct(config_.draft_curve);
+    stats.draft_curve = measured_.draft.correct(config_.draft_curve);
   }
   return stats;
 }
@@ -372,7 +365,7 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
   int32_t depth_limit = config_.num_tokens;
   if (config_.varlen && pipelined_run_ > 0 && run_steps_ > 0 && run_decode_only_) {
     const double seconds = seconds_since(run_start_);
-    measured_pipelined_.observe(run_tokens_ / run_steps_, seconds / static_cast<double>(run_steps_));
+    measured_.pipelined.observe(run_tokens_ / run_steps_, seconds / static_cast<double>(run_steps_));
     if (run_bucket_ != 0) arms_[run_bucket_][0].add(static_cast<double>(run_tokens_) / seconds);
   }
   // A new run starts only from a decision; without one (no sequence may draft) the next step is
@@ -447,7 +440,7 @@ void Speculator::draft(const BuiltBatch& built, int64_t population, const std::f
     std::vector<float> confidence(outputs, -1.0f);
     const auto called = std::chrono::steady_clock::now();
     model_.forward_draft(draft.batch, draft.hidden_rows, input, {nullptr, tokens.data(), confidence.data()});
-    measured_draft_.observe(draft.batch.num_tokens(), seconds_since(called));
+    measured_.draft.observe(draft.batch.num_tokens(), seconds_since(called));
     ++stats_.draft_calls;
     for (size_t j = 0; j < draft.drafting.size(); ++j) {
       Request& r = *draft.drafting[j];
@@ -507,7 +500,7 @@ void Speculator::record_step(int64_t decode_rows, int64_t draft_rows, bool decod
     run_decode_only_ = run_decode_only_ && decode_only;
   }
   if (!decode_only || launched_ahead) return;
-  (draft_rows > 0 ? verify_times() : measured_decode_).observe(decode_rows + draft_rows, seconds);
+  (draft_rows > 0 ? verify_times() : measured_.decode).observe(decode_rows + draft_rows, seconds);
   // The steps of a pipelined run count for the arm together, when the run ends.
   if (pending_bucket_ == 0 || pipelined_run_ > 0) return;
   arms_[pending_bucket_][pending_drafted_ ? 1 : 0].add(static_cast<double>(tokens) /

@@ -109,6 +109,16 @@ class MeasuredTimes {
   std::map<int64_t, Bucket> buckets_;
 };
 
+// The step times an engine measured, kept beside the profile for the process's next engine of the
+// same shape.
+struct MeasuredStepTimes {
+  MeasuredTimes decode, verify, draft;
+  MeasuredTimes pipelined;  // decode steps in pipelined runs: a run's time over its steps
+  // Carried to a new engine, whose graphs are captured anew: each table's next first time of each
+  // bucket is not kept.
+  void skip_next_first_times();
+};
+
 class Speculator {
  public:
   // First drafts verified (prior included) before the varlen budget trusts the measured acceptance.
@@ -178,11 +188,11 @@ class Speculator {
   // What a plain step costs in this loop: pipelined runs' times once measured (when the engine
   // pipelines), else synchronous steps'.
   const MeasuredTimes& plain_step_times() const {
-    return pipelined_ && !measured_pipelined_.empty() ? measured_pipelined_ : measured_decode_;
+    return pipelined_ && !measured_.pipelined.empty() ? measured_.pipelined : measured_.decode;
   }
   // The table a step's time goes to: verify steps of one-token sequences are decode steps.
-  MeasuredTimes& verify_times() { return rows_split_ ? measured_decode_ : measured_verify_; }
-  const MeasuredTimes& verify_times() const { return rows_split_ ? measured_decode_ : measured_verify_; }
+  MeasuredTimes& verify_times() { return rows_split_ ? measured_.decode : measured_.verify; }
+  const MeasuredTimes& verify_times() const { return rows_split_ ? measured_.decode : measured_.verify; }
   // Drafts verified at position k (0-based), prior included, and the acceptance there given the
   // earlier drafts were accepted (an even prior while few were verified).
   int64_t proposed_at(size_t k) const;
@@ -191,11 +201,9 @@ class Speculator {
   CausalLM& model_;
   KvCacheManager& kv_;
   SpeculativeConfig config_;
-  MeasuredTimes measured_decode_, measured_verify_, measured_draft_;
+  MeasuredStepTimes measured_;
   bool rows_split_;  // CausalLM::rows_may_share_sequences
-  // Decode steps in pipelined runs (a run's time over its steps), when the engine pipelines.
-  bool pipelined_;
-  MeasuredTimes measured_pipelined_;
+  bool pipelined_;   // the engine runs steps that draft nothing pipelined
   std::string profile_key_;  // every curve profiled: where the measured tables are kept (profile())
   // Per power-of-two bucket of decoding sequences, the tokens per second of its last steps
   // (drafting included) with [1] drafting, and without [0]: synchronous steps, or pipelined runs
