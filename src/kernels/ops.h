@@ -330,6 +330,10 @@ inline int64_t payload_row_bytes(DType dtype, int64_t width) {
      alias gate or up. */                                                                                     \
   void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out);                          \
                                                                                                               \
+  /* out[i] = gelu(gate[i]) * up[i], the exact GELU x * (1 + erf(x / sqrt(2))) / 2 (PyTorch's nn.GELU(), the    \
+     Qwen2-VL patch merger's); out may alias gate or up. */                                                      \
+  void gelu_mul(const float* gate, const float* up, int64_t count, float* out);                               \
+                                                                                                              \
   /* out[i] = a[i] + b[i]; out may alias a or b. */                                                           \
   void add(const float* a, const float* b, int64_t count, float* out);                                        \
                                                                                                               \

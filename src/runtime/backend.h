@@ -229,6 +229,7 @@ class Backend {
   }
   virtual void silu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
   virtual void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  virtual void gelu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
   virtual void add(const float* a, const float* b, int64_t count, float* out) = 0;
   virtual void scale(const float* x, int64_t count, float factor, float* out) = 0;
   virtual void softcap(const float* x, int64_t count, float cap, float* out) = 0;

@@ -129,6 +129,10 @@ class ForwardingBackend : public Backend {
     on_call("gelu_tanh_mul");
     inner_->gelu_tanh_mul(gate, up, count, out);
   }
+  void gelu_mul(const float* gate, const float* up, int64_t count, float* out) override {
+    on_call("gelu_mul");
+    inner_->gelu_mul(gate, up, count, out);
+  }
   void add(const float* a, const float* b, int64_t count, float* out) override {
     on_call("add");
     inner_->add(a, b, count, out);

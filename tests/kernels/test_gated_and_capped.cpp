@@ -1,4 +1,4 @@
-// GeLU-tanh gated product (Gemma's GeGLU), scaling and logit soft-capping: the reference against
+// GeLU-tanh gated product (Gemma's GeGLU), the exact GELU's, scaling and logit soft-capping: the reference against
 // values computed independently, the cpu kernels against the reference over odd sizes and aliasing.
 #include <algorithm>
 #include <cmath>
@@ -24,6 +24,37 @@ TEST(RefGeluTanhMul, KnownValues) {
   // torch.nn.functional.gelu(torch.tensor(1.0, dtype=torch.float64), approximate="tanh") = 0.8411919906082768
   EXPECT_FLOAT_EQ(out[1], 0.8411919906082768f);
   for (int i = 2; i < 5; ++i) EXPECT_FLOAT_EQ(out[i], static_cast<float>(gelu_tanh(gate[i]) * up[i])) << i;
+}
+
+TEST(RefGeluMul, KnownValues) {
+  const float gate[5] = {0.0f, 1.0f, -1.0f, 3.0f, -9.0f};
+  const float up[5] = {5.0f, 1.0f, 2.0f, -0.5f, 1.0f};
+  float out[5];
+  ref::gelu_mul(gate, up, 5, out);
+  EXPECT_EQ(out[0], 0.0f);
+  // x erfc(-x / sqrt(2)) / 2 in float64 by Python's math.erfc at 1, -1, 3 and -9.
+  EXPECT_FLOAT_EQ(out[1], 0.8413447460685429f);
+  EXPECT_FLOAT_EQ(out[2], -0.15865525393145707f * 2.0f);
+  EXPECT_FLOAT_EQ(out[3], 2.99595030590511f * -0.5f);
+  EXPECT_FLOAT_EQ(out[4], -1.015729565358458e-18f) << "no cancellation far in the negative tail";
+}
+
+TEST(GeluMul, CpuMatchesRef) {
+  for (int64_t count : {1, 17, 100003}) {
+    const auto gate = testing::random_floats(static_cast<size_t>(count), 28, -12.0f, 12.0f);
+    const auto up = testing::random_floats(static_cast<size_t>(count), 29, -3.0f, 3.0f);
+    std::vector<float> expected(gate.size());
+    ref::gelu_mul(gate.data(), up.data(), count, expected.data());
+    std::vector<float> actual = up;  // out aliases up
+    cpu::gelu_mul(gate.data(), actual.data(), count, actual.data());
+    // erfc in float32 within a few ulp, then three multiplies; in the negative tail the rounding of
+    // its argument x / sqrt(2) (relative eps) moves erfc by its log-derivative, about x^2 eps.
+    std::vector<double> tolerance(expected.size());
+    for (size_t i = 0; i < tolerance.size(); ++i) {
+      tolerance[i] = (8.0 + 2.0 * gate[i] * gate[i]) * testing::kEpsF32 * std::fabs(expected[i]);
+    }
+    testing::expect_within(actual, expected, tolerance, "gelu_mul count " + std::to_string(count));
+  }
 }
 
 TEST(RefSoftcap, KnownValuesAndBound) {

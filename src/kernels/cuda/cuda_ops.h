@@ -26,6 +26,7 @@ void rope(float* x, const int32_t* positions, int64_t num_tokens, int32_t num_he
           int32_t rotary_dim, const float* inv_freq, float attention_scaling, RopeLayout layout, cudaStream_t stream);
 void silu_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream);
 void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream);
+void gelu_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream);
 void add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream);
 void scale(const float* x, int64_t count, float factor, float* out, cudaStream_t stream);
 void softcap(const float* x, int64_t count, float cap, float* out, cudaStream_t stream);

@@ -30,6 +30,14 @@ __global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t
   }
 }
 
+__global__ void gelu_mul_kernel(const float* gate, const float* up, int64_t count, float* out) {
+  constexpr float kSqrtHalf = 0.7071067811865476f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + erff(g * kSqrtHalf)) * up[i];
+  }
+}
+
 __global__ void add_kernel(const float* a, const float* b, int64_t count, float* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     out[i] = a[i] + b[i];
@@ -190,6 +198,12 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out
   if (count == 0) return;
   gelu_tanh_mul_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count, out);
   DI_CUDA_CHECK_LAUNCH("gelu_tanh_mul_kernel");
+}
+
+void gelu_mul(const float* gate, const float* up, int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  gelu_mul_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(gate, up, count, out);
+  DI_CUDA_CHECK_LAUNCH("gelu_mul_kernel");
 }
 
 void add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream) {

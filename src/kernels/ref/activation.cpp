@@ -25,6 +25,13 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out
   }
 }
 
+void gelu_mul(const float* gate, const float* up, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(0.5 * g * std::erfc(-g / std::numbers::sqrt2) * static_cast<double>(up[i]));
+  }
+}
+
 void add(const float* a, const float* b, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
 }

@@ -75,6 +75,10 @@ std::string matmul_group_op_name(std::initializer_list<MatmulOutput> outputs, in
     OpTimer timer("gelu_tanh_mul");                                                                              \
     kernels::ns::gelu_tanh_mul(gate, up, count, out);                                                            \
   }                                                                                                              \
+  void gelu_mul(const float* gate, const float* up, int64_t count, float* out) override {                        \
+    OpTimer timer("gelu_mul");                                                                                   \
+    kernels::ns::gelu_mul(gate, up, count, out);                                                                 \
+  }                                                                                                              \
   void add(const float* a, const float* b, int64_t count, float* out) override {                                 \
     OpTimer timer("add");                                                                                        \
     kernels::ns::add(a, b, count, out);                                                                          \

@@ -149,6 +149,9 @@ class CudaBackend final : public Backend {
   void gelu_tanh_mul(const float* gate, const float* up, int64_t count, float* out) override {
     kc::gelu_tanh_mul(gate, up, count, out, stream_.for_op());
   }
+  void gelu_mul(const float* gate, const float* up, int64_t count, float* out) override {
+    kc::gelu_mul(gate, up, count, out, stream_.for_op());
+  }
   void add(const float* a, const float* b, int64_t count, float* out) override {
     kc::add(a, b, count, out, stream_.for_op());
   }
