@@ -23,7 +23,7 @@ special token. Template variables come from the request: "add_generation_prompt"
 model_identity, date, date_string, tools_in_user_message).
 The family is read from DIR's tokenizer_config.json (or chat_template.jinja, config.json);
 --family overrides it: deepseek_v3, deepseek_r1, deepseek_v3_1, qwen3, llama3, llama3_1,
-llama3_2, gpt_oss, gemma3.
+llama3_2, gpt_oss, gemma3, qwen2_vl.
 )";
 
 using Json = nlohmann::ordered_json;
@@ -33,7 +33,8 @@ Result<ChatFamily> family_from_args(const Args& args, const std::string& model_d
   if (!name) return detect_chat_family(model_dir);
   if (auto family = find_chat_family(*name)) return *family;
   return Error{"--family: unknown family '" + *name +
-               "' (deepseek_v3, deepseek_r1, deepseek_v3_1, qwen3, llama3, llama3_1, llama3_2, gpt_oss, gemma3)"};
+               "' (deepseek_v3, deepseek_r1, deepseek_v3_1, qwen3, llama3, llama3_1, llama3_2, gpt_oss, gemma3, "
+               "qwen2_vl)"};
 }
 
 Result<std::string> render(const Args& args) {

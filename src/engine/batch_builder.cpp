@@ -18,11 +18,20 @@ void append_padded_table(std::vector<int32_t>& rows, const std::vector<int32_t>&
                  [](int32_t block) { return std::max(block, 0); });
 }
 
+// An image token's M-RoPE height and width positions at a row of the step.
+struct MropeRow {
+  int32_t row = 0;
+  int32_t height = 0;
+  int32_t width = 0;
+};
+
 // The request's images that run in [first_position, end), the step's rows from first_row on: their
 // encoder rows in place of the placeholders' embeddings (encoded by this step when no step before
-// did), and each placeholder seeing the rest of its image (lookahead, made for the whole step at
-// the first image).
-void add_images(const Request& request, int32_t first_position, int32_t end, int32_t first_row, BuiltBatch& built) {
+// did); each placeholder of a bidirectional image seeing the rest of its image (lookahead, made for
+// the whole step at the first image); an M-RoPE image's tokens at their grid's positions (the
+// temporal one in positions, the others in mrope_rows).
+void add_images(const Request& request, int32_t first_position, int32_t end, int32_t first_row, BuiltBatch& built,
+                std::vector<MropeRow>& mrope_rows) {
   ForwardBatch& batch = built.batch;
   for (const PromptImage& image : request.images()) {
     const int32_t begin = std::max(first_position, image.first_token);
@@ -32,12 +41,23 @@ void add_images(const Request& request, int32_t first_position, int32_t end, int
              "a step ends inside the image at tokens " << image.first_token << " + " << image.num_tokens);
     EncodedImage& encoded = *image.image;
     if (!encoded.ready.load()) {
-      batch.images_to_encode.push_back({encoded.pixels.data(), encoded.rows.data(), &encoded.ready, image.image});
+      batch.images_to_encode.push_back(
+          {encoded.pixels.data(), encoded.grid, encoded.rows.data(), &encoded.ready, image.image});
       built.encoded_images.push_back(image.image);
     }
     const auto hidden = static_cast<int64_t>(encoded.rows.size()) / image.num_tokens;
     batch.embedding_rows.push_back({first_row + begin - first_position, stop - begin,
                                     encoded.rows.data() + int64_t{begin - image.first_token} * hidden, image.image});
+    if (image.mrope_rows > 0) {
+      const int32_t start = request.rope_position(image.first_token);
+      for (int32_t p = begin; p < stop; ++p) {
+        const int32_t index = p - image.first_token;
+        const int32_t row = first_row + p - first_position;
+        batch.positions[static_cast<size_t>(row)] = start;
+        mrope_rows.push_back({row, start + index / image.mrope_columns, start + index % image.mrope_columns});
+      }
+    }
+    if (!image.bidirectional) continue;
     batch.lookahead.resize(batch.token_ids.size(), 0);
     for (int32_t p = begin; p < stop; ++p) {
       batch.lookahead[static_cast<size_t>(first_row + p - first_position)] = image.end_token() - 1 - p;
@@ -67,6 +87,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
   batch.seq_ids.reserve(num_seqs);
   built.rows.reserve(num_seqs);
   batch.query_start.push_back(0);
+  std::vector<MropeRow> mrope_rows;
   for (const ScheduledSequence& s : scheduled.scheduled) {
     const Request& request = *s.request;
     const std::vector<int32_t>& table = kv_cache.block_table(request.seq_id);
@@ -90,7 +111,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
       DI_CHECK(block >= 0, "position " << pos << " of sequence " << request.seq_id << " has no block");
       batch.token_ids.push_back(pos < num_tokens ? request.token_at(pos)
                                                  : request.drafts[static_cast<size_t>(pos - num_tokens)]);
-      batch.positions.push_back(pos);
+      batch.positions.push_back(request.rope_position(pos));
       batch.slot_mapping.push_back(block * block_size + pos % block_size);
       if (!swa_table.empty()) {
         const int32_t swa_block = swa_table[static_cast<size_t>(pos / block_size)];
@@ -110,7 +131,7 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     batch.seq_ids.push_back(request.seq_id);
     append_padded_table(batch.block_table, table, max_blocks);
     if (!swa_table.empty()) append_padded_table(batch.swa_block_table, swa_table, max_blocks);
-    add_images(request, rows.first_position, end, first_row, built);
+    add_images(request, rows.first_position, end, first_row, built, mrope_rows);
     rows.samples = end == num_tokens + s.num_drafts;
     // Prompt logprobs: logits at position p score prompt token p + 1.
     if (request.params.prompt_logprobs && rows.first_position < request.num_prompt_tokens() - 1) {
@@ -127,6 +148,18 @@ BuiltBatch build_forward_batch(const SchedulerOutput& scheduled, const KvCacheMa
     built.rows.push_back(rows);
   }
   if (!batch.lookahead.empty()) batch.lookahead.resize(batch.token_ids.size(), 0);
+  if (!mrope_rows.empty()) {
+    // Text tokens take their one position in every section.
+    const size_t n = batch.positions.size();
+    batch.mrope_positions.resize(2 * n);
+    std::copy(batch.positions.begin(), batch.positions.end(), batch.mrope_positions.begin());
+    std::copy(batch.positions.begin(), batch.positions.end(),
+              batch.mrope_positions.begin() + static_cast<ptrdiff_t>(n));
+    for (const MropeRow& r : mrope_rows) {
+      batch.mrope_positions[static_cast<size_t>(r.row)] = r.height;
+      batch.mrope_positions[n + static_cast<size_t>(r.row)] = r.width;
+    }
+  }
   return built;
 }
 

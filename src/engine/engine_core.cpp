@@ -999,16 +999,18 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   if (!images.empty() && m.config.mode != EngineMode::kNormal) {
     return Error{"a prefill or decode worker takes no images yet; send images to a server without --role"};
   }
-  if (!images.empty() && image_format->tokens_per_image > m.config.scheduler.max_num_batched_tokens) {
-    return Error{"an image takes " + std::to_string(image_format->tokens_per_image) +
-                 " tokens, which must run in one step, but max_num_batched_tokens is " +
-                 std::to_string(m.config.scheduler.max_num_batched_tokens)};
-  }
   std::vector<PromptImage> prompt_images;
   if (image_format != nullptr) {
     auto taken = m.images.take(prompt, std::move(images), *image_format, m.model.config().hidden_size);
     if (!taken.ok()) return taken.error();
     prompt_images = std::move(*taken);
+  }
+  for (const PromptImage& image : prompt_images) {
+    if (image.num_tokens > m.config.scheduler.max_num_batched_tokens) {
+      return Error{"an image takes " + std::to_string(image.num_tokens) +
+                   " tokens, which must run in one step, but max_num_batched_tokens is " +
+                   std::to_string(m.config.scheduler.max_num_batched_tokens)};
+    }
   }
   if (params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};

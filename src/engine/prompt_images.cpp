@@ -28,7 +28,6 @@ std::vector<ImagePlaceholders> image_placeholders(std::span<const int32_t> promp
 Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_t>& prompt,
                                                         std::vector<ImageInput> images, const ImageInputFormat& format,
                                                         int64_t hidden_size) {
-  const int64_t num_pixels = int64_t{3} * format.image_size * format.image_size;
   const auto num_prompt = static_cast<int32_t>(prompt.size());
   std::vector<PromptImage> taken;
   int32_t previous_end = 0;
@@ -36,7 +35,15 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
   for (size_t i = 0; i < images.size(); ++i) {
     ImageInput& input = images[i];
     const std::string name = "image " + std::to_string(i);
-    const int64_t end = int64_t{input.first_token} + format.tokens_per_image;
+    const ImageGrid& grid = input.grid;
+    if (format.tokens_per_image == 0 && (grid.frames != 1 || grid.rows <= 0 || grid.columns <= 0 ||
+                                         grid.rows % format.merge_size != 0 || grid.columns % format.merge_size != 0)) {
+      return Error{name + " has a grid of " + std::to_string(grid.frames) + " x " + std::to_string(grid.rows) + " x " +
+                   std::to_string(grid.columns) + " patches; a still image is 1 x rows x columns, both " +
+                   "multiples of the merge size " + std::to_string(format.merge_size)};
+    }
+    const int32_t num_tokens = format.tokens_for(grid);
+    const int64_t end = int64_t{input.first_token} + num_tokens;
     if (input.first_token < previous_end || end >= num_prompt) {
       return Error{name + " at prompt token " + std::to_string(input.first_token) +
                    " overlaps the image before it or does not end before the prompt's last token"};
@@ -45,20 +52,30 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
       if (prompt[static_cast<size_t>(t)] != format.image_token_id) {
         return Error{name + ": prompt token " + std::to_string(t) + " is " +
                      std::to_string(prompt[static_cast<size_t>(t)]) + ", not the image placeholder " +
-                     std::to_string(format.image_token_id) + " (an image takes " +
-                     std::to_string(format.tokens_per_image) + " in a row)"};
+                     std::to_string(format.image_token_id) + " (this image takes " + std::to_string(num_tokens) +
+                     " in a row)"};
       }
     }
+    const int64_t num_pixels = format.pixel_count(grid);
     if (static_cast<int64_t>(input.pixels.size()) != num_pixels) {
+      const std::string shape =
+          format.preprocessor == ImageInputFormat::Preprocessor::kGemma3
+              ? "3 x " + std::to_string(format.image_size) + " x " + std::to_string(format.image_size)
+              : std::to_string(grid.frames) + " x " + std::to_string(grid.rows) + " x " + std::to_string(grid.columns) +
+                    " patches of " + std::to_string(num_pixels / (int64_t{grid.frames} * grid.rows * grid.columns));
       return Error{name + " has " + std::to_string(input.pixels.size()) + " pixel values; the encoder takes " +
-                   std::to_string(num_pixels) + " (3 x " + std::to_string(format.image_size) + " x " +
-                   std::to_string(format.image_size) + ")"};
+                   std::to_string(num_pixels) + " (" + shape + ")"};
     }
     previous_end = static_cast<int32_t>(end);
-    placeholders += format.tokens_per_image;
+    placeholders += num_tokens;
     PromptImage image;
     image.first_token = input.first_token;
-    image.num_tokens = format.tokens_per_image;
+    image.num_tokens = num_tokens;
+    image.bidirectional = format.bidirectional;
+    if (format.mrope) {
+      image.mrope_rows = grid.rows / format.merge_size;
+      image.mrope_columns = grid.columns / format.merge_size;
+    }
     image.hash = image_content_hash(input);
     const auto found =
         std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == image.hash; });
@@ -67,7 +84,8 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
     } else {
       auto encoded = std::make_shared<EncodedImage>();
       encoded->pixels = std::move(input.pixels);
-      encoded->rows.resize(static_cast<size_t>(int64_t{format.tokens_per_image} * hidden_size));
+      encoded->grid = grid;
+      encoded->rows.resize(static_cast<size_t>(int64_t{num_tokens} * hidden_size));
       entries_.emplace_front(image.hash, std::move(encoded));
       if (entries_.size() > capacity_) entries_.pop_back();
     }

@@ -26,6 +26,7 @@ namespace deepinfer {
 struct ImageInput {
   int32_t first_token = 0;
   std::vector<float> pixels;
+  ImageGrid grid = {};  // the preprocessor's grid of patches (ImageInputFormat::tokens_for)
   std::optional<BlockHash> hash = std::nullopt;
   std::vector<uint8_t> file = {};
 };

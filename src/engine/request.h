@@ -2,6 +2,7 @@
 // becomes n of these (sample_index 0..n-1) sharing the prompt's KV blocks.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "deepinfer/sampling_params.h"
 #include "kvcache/prefix_hash.h"
 #include "kvstore/page_format.h"
+#include "model/model.h"
 #include "sampling/logits_processor.h"
 
 namespace deepinfer {
@@ -24,6 +26,7 @@ class PrefillKvSink;  // engine/prefill_kv_export.h
 struct EncodedImage {
   // As the model's preprocessor made them (CausalLM::encode_image); dropped once encoded.
   std::vector<float> pixels;
+  ImageGrid grid;           // the pixels' grid of patches (Qwen2-VL's image_grid_thw)
   std::vector<float> rows;  // [tokens, hidden_size]: the encoder's output once ready
   // Set by the step that encoded it (ForwardBatch::ImageToEncode::ready). Every step built while
   // it is unset asks to encode it; the first to run does, and later ones find it set (steps run
@@ -32,16 +35,24 @@ struct EncodedImage {
 };
 
 // An image of a prompt (multimodal models, CausalLM::image_input): its placeholder tokens
-// [first_token, first_token + num_tokens) take the encoder's rows instead of their embeddings and
-// see each other both ways; hash names its pixels (SHA-256), which stand for those tokens in the
-// prefix cache's block hashes.
+// [first_token, first_token + num_tokens) take the encoder's rows instead of their embeddings
+// (and see each other both ways when bidirectional); hash names its pixels (SHA-256), which stand
+// for those tokens in the prefix cache's block hashes.
 struct PromptImage {
   int32_t first_token = 0;
   int32_t num_tokens = 0;
   std::shared_ptr<EncodedImage> image;
   BlockHash hash{};
+  bool bidirectional = true;  // ImageInputFormat::bidirectional
+  // ImageInputFormat::mrope: the still image's merged grid, mrope_rows x mrope_columns tokens in
+  // row-major order; 0: its tokens take 1D positions.
+  int32_t mrope_rows = 0;
+  int32_t mrope_columns = 0;
 
   int32_t end_token() const { return first_token + num_tokens; }
+  // The rope positions the image spans: M-RoPE places token (r, c) at (s, s + r, s + c) from the
+  // image's first position s, and the text after it at s + max(rows, columns).
+  int32_t rope_span() const { return mrope_rows > 0 ? std::max(mrope_rows, mrope_columns) : num_tokens; }
 };
 
 enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
@@ -108,6 +119,16 @@ struct Request {
   // The prompt's images, in order and apart, inside the prompt (after set_prompt).
   void set_images(std::vector<PromptImage> images);
   const std::vector<PromptImage>& images() const { return images_; }
+  // The position token pos rotates by: pos, less what the M-RoPE images wholly before it give back
+  // (num_tokens - rope_span() each). An image's own tokens take theirs from its grid.
+  int32_t rope_position(int32_t pos) const {
+    int32_t shift = 0;
+    for (const PromptImage& image : images_) {
+      if (image.end_token() > pos) break;
+      shift += image.num_tokens - image.rope_span();
+    }
+    return pos - shift;
+  }
   // What the prefix cache hashes: the tokens, except that an image's placeholders are ids made
   // from its hash (negative, so no token id matches them), so another image misses.
   std::span<const int32_t> cache_tokens() const { return images_.empty() ? all_tokens() : cache_token_ids_; }

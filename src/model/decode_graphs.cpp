@@ -10,7 +10,8 @@ namespace deepinfer {
 bool DecodeGraphs::can_run(const ForwardBatch& batch) {
   const int32_t num_seqs = batch.num_seqs();
   if (num_seqs == 0 || num_seqs > kMaxBatch || batch.num_tokens() != num_seqs || !batch.swa_seq_len.empty() ||
-      !batch.embedding_rows.empty() || !batch.images_to_encode.empty() || !batch.lookahead.empty()) {
+      !batch.embedding_rows.empty() || !batch.images_to_encode.empty() || !batch.lookahead.empty() ||
+      !batch.mrope_positions.empty()) {
     return false;
   }
   if (batch.logit_rows.size() != static_cast<size_t>(num_seqs)) return false;

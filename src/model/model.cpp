@@ -46,10 +46,10 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
 std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
 
 Result<std::optional<ImageInputFormat>> image_input_format(const ModelConfig& config) {
-  if (config.architecture != "Gemma3ForConditionalGeneration" || !config.vision) {
-    return std::optional<ImageInputFormat>();
-  }
-  auto format = archs::gemma3_image_format(config);
+  const bool gemma3 = config.architecture == "Gemma3ForConditionalGeneration" && config.vision;
+  const bool qwen2_5_vl = config.architecture == "Qwen2_5_VLForConditionalGeneration" && config.qwen2_vl_vision;
+  if (!gemma3 && !qwen2_5_vl) return std::optional<ImageInputFormat>();
+  auto format = gemma3 ? archs::gemma3_image_format(config) : archs::qwen2_5_vl_image_format(config);
   if (!format.ok()) return format.error();
   return std::optional<ImageInputFormat>(*format);
 }

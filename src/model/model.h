@@ -19,6 +19,16 @@
 
 namespace deepinfer {
 
+// An image's grid of patches as its preprocessor cut it (Qwen2-VL's image_grid_thw: temporal
+// patches, rows and columns of patches); a fixed-size encoder's images (Gemma 3) take the default.
+struct ImageGrid {
+  int32_t frames = 1;
+  int32_t rows = 0;
+  int32_t columns = 0;
+
+  bool operator==(const ImageGrid&) const = default;
+};
+
 // One forward step over a batch of sequences, described on the host. The engine fills it; the
 // model copies it to the backend. Shapes as in kernels::PagedBatch.
 struct ForwardBatch {
@@ -66,6 +76,7 @@ struct ForwardBatch {
   // ready flag is unset, which it then sets (a step launched before it may have encoded it).
   struct ImageToEncode {
     const float* pixels = nullptr;
+    ImageGrid grid;
     float* rows = nullptr;
     std::atomic<bool>* ready = nullptr;
     std::shared_ptr<const void> owner = nullptr;
@@ -74,6 +85,10 @@ struct ForwardBatch {
   // [num_tokens] or empty: how many keys past its own position each token sees
   // (kernels::PagedBatch::lookahead): an image's tokens see the whole image.
   std::vector<int32_t> lookahead;
+  // [2, num_tokens] or empty: M-RoPE's height and width positions of each token, positions being its
+  // temporal ones (Qwen2-VL's text model); set only on steps that hold an image's tokens, the one
+  // place the three differ.
+  std::vector<int32_t> mrope_positions;
   // Called after each decoder layer of this step with its index in the model's layer order, once
   // that layer's KV writes are enqueued, so a prefill's KV can leave layer by layer (a PROMPT
   // engine streaming it, engine/prefill_kv_export.h). A step with it set runs eagerly (no decode
@@ -108,15 +123,40 @@ struct ExpertTokenCounts {
 
 // How a multimodal model takes images (CausalLM::image_input).
 struct ImageInputFormat {
-  enum class Preprocessor : uint8_t { kGemma3 };  // image/preprocess.h's preprocess_gemma3
+  // image/preprocess.h's preprocess_gemma3 or try_preprocess_qwen2_vl.
+  enum class Preprocessor : uint8_t { kGemma3, kQwen2Vl };
   Preprocessor preprocessor = Preprocessor::kGemma3;
-  int32_t image_size = 0;        // pixels per side of the square the encoder takes
-  int32_t tokens_per_image = 0;  // rows encode_image writes, placeholders an image takes
-  int32_t image_token_id = -1;   // the placeholder token, tokens_per_image times in a row
+  int32_t image_size = 0;        // Gemma 3: pixels per side of the square the encoder takes
+  int32_t tokens_per_image = 0;  // Gemma 3: the rows every image becomes; 0: each its own (tokens_for)
+  int32_t image_token_id = -1;   // the placeholder token, one per row, in a row
   // The tokens the prompt puts around the placeholders (Gemma 3's <start_of_image> and
-  // <end_of_image>); -1: none.
+  // <end_of_image>, Qwen2-VL's <|vision_start|> and <|vision_end|>); -1: none.
   int32_t begin_token_id = -1;
   int32_t end_token_id = -1;
+  // Qwen2-VL's dynamic resolution: patches of patch_size pixels, temporal_patch_size frames deep,
+  // merge_size x merge_size of them to a row; the processor's bounds on the resized pixel count.
+  int32_t patch_size = 0;
+  int32_t temporal_patch_size = 1;
+  int32_t merge_size = 1;
+  int64_t min_pixels = 0;
+  int64_t max_pixels = 0;
+  // Gemma 3: an image's tokens see each other both ways (ForwardBatch::lookahead); Qwen2-VL's are
+  // causal.
+  bool bidirectional = true;
+  // Qwen2-VL: the image's tokens take M-RoPE positions from their place in its merged grid
+  // (ForwardBatch::mrope_positions), and the text after it continues from its largest.
+  bool mrope = false;
+
+  // The rows an image of this grid becomes.
+  int32_t tokens_for(const ImageGrid& grid) const {
+    if (tokens_per_image > 0) return tokens_per_image;
+    return grid.frames * grid.rows * grid.columns / (merge_size * merge_size);
+  }
+  // The float32 values the encoder takes for an image of this grid.
+  int64_t pixel_count(const ImageGrid& grid) const {
+    if (preprocessor == Preprocessor::kGemma3) return int64_t{3} * image_size * image_size;
+    return int64_t{grid.frames} * grid.rows * grid.columns * 3 * temporal_patch_size * patch_size * patch_size;
+  }
 };
 
 // The image format of a model with this config, from config.json alone (what a router, which loads
@@ -130,7 +170,7 @@ class ImageEncoder {
   virtual ~ImageEncoder() = default;
   virtual const ImageInputFormat& format() const = 0;
   // CausalLM::encode_image.
-  virtual void encode(const float* pixels, float* rows) = 0;
+  virtual void encode(const float* pixels, const ImageGrid& grid, float* rows) = 0;
 };
 
 struct KvCacheShape {
@@ -223,11 +263,11 @@ class CausalLM {
   }
   // Multimodal models: how images enter the prompt; null when the model reads none.
   virtual const ImageInputFormat* image_input() const { return nullptr; }
-  // Runs the image encoder on one preprocessed image (channels first, image_input()->image_size
-  // pixels a side, as its preprocessor makes them) and writes the rows that stand in for its
-  // placeholder tokens, [tokens_per_image, hidden_size] float32 in host memory. Waits for the
-  // device; not thread-safe with forward.
-  virtual void encode_image(const float* /*pixels*/, float* /*rows*/) {
+  // Runs the image encoder on one preprocessed image (image_input()->pixel_count(grid) values as
+  // its preprocessor makes them: Gemma 3's channels-first square, Qwen2-VL's patch rows of this
+  // grid) and writes the rows that stand in for its placeholder tokens, [tokens_for(grid),
+  // hidden_size] float32 in host memory. Waits for the device; not thread-safe with forward.
+  virtual void encode_image(const float* /*pixels*/, const ImageGrid& /*grid*/, float* /*rows*/) {
     throw std::logic_error("this model has no image encoder");
   }
   // Runs the batch; writes logits [logit_rows.size(), vocab_size] float32 to host memory.

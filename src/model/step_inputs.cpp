@@ -36,6 +36,9 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
            "swa_seq_len must be shaped as seq_len");
   DI_CHECK(batch.lookahead.empty() || (batch.lookahead.size() == batch.token_ids.size() && shape == nullptr),
            "lookahead must have one entry per token, and a padded step takes none");
+  DI_CHECK(
+      batch.mrope_positions.empty() || (batch.mrope_positions.size() == 2 * batch.token_ids.size() && shape == nullptr),
+      "mrope_positions must be [2, num_tokens], and a padded step takes none");
   DI_CHECK(batch.embedding_rows.empty() || shape == nullptr, "a padded step takes no embedding rows");
   const bool takes_draws = !batch.token_from_draw.empty();
   DI_CHECK(!takes_draws || batch.token_from_draw.size() == batch.token_ids.size(),
@@ -87,6 +90,7 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   const size_t token_from_draw =
       append(batch.token_from_draw, -1, num_tokens - static_cast<int32_t>(batch.token_from_draw.size()));
   const size_t lookahead = append(batch.lookahead, 0, 0);
+  const size_t mrope_positions = append(batch.mrope_positions, 0, 0);
   // Embedding rows' floats, bit for bit.
   std::vector<size_t> embedding_offsets;
   for (const ForwardBatch::EmbeddingRows& e : batch.embedding_rows) {
@@ -163,6 +167,7 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   device.paged.max_query_len = num_dummies > 0 ? 1 : 0;
   device.paged.rows_share_sequences = batch.rows_share_sequences;
   if (!batch.lookahead.empty()) device.paged.lookahead = base + lookahead;
+  if (!batch.mrope_positions.empty()) device.mrope_positions = view(base + mrope_positions, 2 * tokens);
   for (int32_t s = 0; s < real_seqs; ++s) {
     const auto s_index = static_cast<size_t>(s);
     device.paged.max_query_len =

@@ -207,7 +207,10 @@ ParseResult finish_chat_request(ApiRequest request, ChatInput input, const Model
   }
   auto options = chat_options(model.family, input);
   if (!options.ok()) return from_error(options.error());
-  if (model.image_input != nullptr) options->image_tokens = model.image_input->tokens_per_image;
+  if (model.image_input != nullptr) {
+    for (const ImageInput& image : request.images)
+      options->image_tokens.push_back(model.image_input->tokens_for(image.grid));
+  }
   auto segments = render_chat(model.family, conversation, *options);
   if (!segments.ok()) {
     return bad_request(input.prompt_field, std::string(chat_family_name(model.family)) +

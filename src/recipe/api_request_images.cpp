@@ -174,10 +174,12 @@ std::optional<ApiError> place_images(ApiRequest& request, const ModelContext& mo
     // that lacks them as added tokens spells them as text instead).
     const bool delimited = (format.begin_token_id < 0 || (t > 0 && ids[t - 1] == format.begin_token_id)) &&
                            (format.end_token_id < 0 || (end < ids.size() && ids[end] == format.end_token_id));
-    if (end - t != static_cast<size_t>(format.tokens_per_image) || !delimited) {
+    const int32_t expected =
+        placed < request.images.size() ? format.tokens_for(request.images[placed].grid) : format.tokens_per_image;
+    if (end - t != static_cast<size_t>(expected) || !delimited) {
       return bad_request(field, field + ": the prompt holds " + std::to_string(end - t) +
                                     " image placeholder tokens at token " + std::to_string(t) +
-                                    " that are not one image of " + std::to_string(format.tokens_per_image) +
+                                    " that are not one image of " + std::to_string(expected) +
                                     " between the model's image delimiters (does the tokenizer have them?)");
     }
     if (placed < request.images.size()) request.images[placed].first_token = static_cast<int32_t>(t);
@@ -203,16 +205,31 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
       file, ImageDecodeOptions{.max_pixels = model.images.max_pixels, .declared_media_type = media_type});
   if (!image.ok()) return api::bad_request(path, path + ": " + image.error().message);
   if (model.image_input != nullptr) {
+    const ImageInputFormat& format = *model.image_input;
     ImageInput input;
     input.first_token = -1;  // placed once the prompt is encoded (place_images)
-    if (model.images.preprocess) {
-      switch (model.image_input->preprocessor) {
-        case ImageInputFormat::Preprocessor::kGemma3:
-          input.pixels = preprocess_gemma3(*image, model.image_input->image_size);
-          break;
+    if (format.preprocessor == ImageInputFormat::Preprocessor::kQwen2Vl) {
+      Qwen2VlProcessorConfig processor;
+      processor.patch_size = format.patch_size;
+      processor.temporal_patch_size = format.temporal_patch_size;
+      processor.merge_size = format.merge_size;
+      processor.min_pixels = format.min_pixels;
+      processor.max_pixels = format.max_pixels;
+      // The grid (how many tokens the image takes) from the resized size alone, so a router that
+      // makes no pixels places the image as its worker will.
+      auto size = try_qwen2_vl_smart_resize(image->height, image->width, format.patch_size * format.merge_size,
+                                            format.min_pixels, format.max_pixels);
+      if (!size.ok()) return api::bad_request(path, path + ": " + size.error().message);
+      input.grid = {1, size->first / format.patch_size, size->second / format.patch_size};
+      if (model.images.preprocess) {
+        auto pixels = try_preprocess_qwen2_vl(*image, processor);
+        if (!pixels.ok()) return api::bad_request(path, path + ": " + pixels.error().message);
+        input.pixels = std::move(pixels->pixel_values);
       }
-      input.hash = image_content_hash(input);
+    } else if (model.images.preprocess) {
+      input.pixels = preprocess_gemma3(*image, format.image_size);
     }
+    if (model.images.preprocess) input.hash = image_content_hash(input);
     input.file = std::move(file);
     images.push_back(std::move(input));
     return std::nullopt;

@@ -29,6 +29,7 @@ constexpr FamilyName kFamilyNames[] = {
     {ChatFamily::kLlama32, "llama3_2"},
     {ChatFamily::kGptOss, "gpt_oss"},
     {ChatFamily::kGemma3, "gemma3"},
+    {ChatFamily::kQwen2Vl, "qwen2_vl"},
 };
 
 std::string supported_names() {
@@ -133,6 +134,10 @@ std::optional<ChatFamily> find_chat_family_of_template(std::string_view t) {
     return ChatFamily::kQwen3;
   }
   if (contains(t, "<start_of_turn>") && contains(t, "first_user_prefix")) return ChatFamily::kGemma3;
+  if (contains(t, "<|im_start|>") && contains(t, "<|vision_start|><|image_pad|><|vision_end|>") &&
+      !contains(t, "<tool_call>")) {
+    return ChatFamily::kQwen2Vl;
+  }
   if (contains(t, "<|start_header_id|>")) {
     if (!contains(t, "Cutting Knowledge Date")) return ChatFamily::kLlama3;
     return contains(t, "strftime_now") ? ChatFamily::kLlama32 : ChatFamily::kLlama31;
@@ -168,6 +173,7 @@ Result<ChatFamily> detect_chat_family(const std::string& model_dir) {
     if (model_type == "gpt_oss") return ChatFamily::kGptOss;
     if (model_type == "qwen3" || model_type == "qwen3_moe") return ChatFamily::kQwen3;
     if (model_type == "gemma3" || model_type == "gemma3_text") return ChatFamily::kGemma3;
+    if (model_type == "qwen2_5_vl" || model_type == "qwen2_vl") return ChatFamily::kQwen2Vl;
   }
   return Error{"cannot pick a chat format for " + model_dir + ": " + config_path.string() +
                " has no chat_template, there is no chat_template.jinja" +
@@ -213,7 +219,11 @@ Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const 
   }
   auto options = parse_chat_options(variables);
   if (!options.ok()) return options.error();
-  options->image_tokens = image_tokens;
+  if (image_tokens > 0) {
+    size_t images = 0;
+    for (const Message& message : conversation->messages) images += message.image_parts.size();
+    options->image_tokens.assign(images, image_tokens);
+  }
   auto segments = render_chat(family, *conversation, *options);
   if (!segments.ok()) return Error{std::string(chat_family_name(family)) + " template: " + segments.error().message};
   return segments;
@@ -230,12 +240,12 @@ Result<CalendarDate> chat_date(const ChatOptions& options) {
 Result<std::vector<PromptSegment>> render_chat(ChatFamily family, const Conversation& conversation,
                                                const ChatOptions& options) {
   if (conversation.messages.empty()) return Error{"messages: must not be empty"};
-  const bool has_images = std::any_of(conversation.messages.begin(), conversation.messages.end(),
-                                      [](const Message& m) { return !m.image_parts.empty(); });
-  if (has_images && family != ChatFamily::kGemma3) {
+  size_t images = 0;
+  for (const Message& message : conversation.messages) images += message.image_parts.size();
+  if (images > 0 && family != ChatFamily::kGemma3 && family != ChatFamily::kQwen2Vl) {
     return Error{"the " + std::string(chat_family_name(family)) + " template places no images"};
   }
-  if (has_images && options.image_tokens <= 0) return Error{"the served model takes no images"};
+  if (images > options.image_tokens.size()) return Error{"the served model takes no images"};
   switch (family) {
     case ChatFamily::kDeepSeekV3:
       return render_deepseek_v3(conversation, options);
@@ -255,6 +265,8 @@ Result<std::vector<PromptSegment>> render_chat(ChatFamily family, const Conversa
       return render_gpt_oss(conversation, options);
     case ChatFamily::kGemma3:
       return render_gemma3(conversation, options);
+    case ChatFamily::kQwen2Vl:
+      return render_qwen2_vl(conversation, options);
   }
   return Error{"unknown chat family"};
 }

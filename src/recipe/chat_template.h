@@ -25,6 +25,7 @@ enum class ChatFamily {
   kLlama32,      // Llama 3.2 Instruct: as 3.1, "Today Date" from the clock
   kGptOss,       // GPT-OSS harmony: channels, reasoning effort, TypeScript tool namespace
   kGemma3,       // Gemma 3 Instruct: <start_of_turn> turns, the system text in the first one, no tools
+  kQwen2Vl,      // Qwen2-VL / Qwen2.5-VL Instruct: ChatML, a default system turn, images, no tools
 };
 
 // The family's name as the CLI and tests spell it ("deepseek_v3", "qwen3", "gpt_oss", ...).
@@ -51,9 +52,9 @@ struct ChatOptions {
   std::optional<std::string> date;
   std::optional<std::string> date_string;  // Llama 3.1+ "Today Date" verbatim, e.g. "26 Jul 2024"
   bool tools_in_user_message = true;       // Llama 3.1+: tool list in the first user turn
-  // The placeholder tokens one image takes (the served model's ImageInputFormat::tokens_per_image);
-  // 0: the model takes no images, and a conversation with image parts is refused.
-  int32_t image_tokens = 0;
+  // The placeholder tokens each image takes, in the conversation's order (the served model's
+  // ImageInputFormat::tokens_for each image); fewer entries than images: the conversation is refused.
+  std::vector<int32_t> image_tokens;
 };
 
 // Reads ChatOptions from a JSON object of template variables (add_generation_prompt, thinking,
@@ -64,7 +65,7 @@ Result<ChatOptions> parse_chat_options(const nlohmann::ordered_json& variables);
 // "add_generation_prompt", "reasoning_effort"}) rendered with the family's template; the template
 // variables are chat_template_kwargs plus the top-level add_generation_prompt and reasoning_effort
 // (the kwargs win, as in vLLM). Errors name the request field or the template's complaint.
-// image_tokens: ChatOptions::image_tokens (the placeholders an image takes; 0: images refused).
+// image_tokens: the placeholders every image takes (ChatOptions::image_tokens; 0: images refused).
 Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const nlohmann::ordered_json& request,
                                                        int32_t image_tokens = 0);
 

@@ -15,7 +15,7 @@ namespace {
 // the parts run together (the template loops over them). An image part is the template's
 // <start_of_image>, which the processor replaces with "\n\n<start_of_image>", the image's
 // placeholder tokens, "<end_of_image>\n\n".
-void turn_content(const Message& message, int32_t image_tokens, PromptBuilder& b) {
+void turn_content(const Message& message, const std::vector<int32_t>& image_tokens, size_t& image, PromptBuilder& b) {
   if (message.content_parts.empty()) {
     b.text(python_trim(content_or_empty(message)));
     return;
@@ -26,7 +26,8 @@ void turn_content(const Message& message, int32_t image_tokens, PromptBuilder& b
       ++next_image;
       b.text("\n\n");
       b.fixed("<start_of_image>");
-      for (int32_t t = 0; t < image_tokens; ++t) b.fixed("<image_soft_token>");
+      for (int32_t t = 0; t < image_tokens[image]; ++t) b.fixed("<image_soft_token>");
+      ++image;
       b.fixed("<end_of_image>");
       b.text("\n\n");
     } else {
@@ -50,6 +51,7 @@ RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& 
     first_user_prefix.append("\n\n");
     first = 1;
   }
+  size_t image = 0;
   PromptBuilder b(
       {"<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<image_soft_token>", "<end_of_image>"});
   b.fixed("<bos>");
@@ -64,7 +66,7 @@ RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& 
     b.fixed(message.role == Role::kAssistant ? "model" : role_name(message.role));
     b.fixed("\n");
     if (i == first) b.text(first_user_prefix);
-    turn_content(message, options.image_tokens, b);
+    turn_content(message, options.image_tokens, image, b);
     b.fixed("<end_of_turn>\n");
   }
   if (options.add_generation_prompt) b.fixed("<start_of_turn>model\n");

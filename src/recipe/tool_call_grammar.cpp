@@ -148,6 +148,7 @@ std::optional<Json> tool_call_grammar(const ToolCallGrammarInput& input) {
       return b.gpt_oss();
     case ChatFamily::kLlama3:
     case ChatFamily::kGemma3:
+    case ChatFamily::kQwen2Vl:
       break;
   }
   return std::nullopt;

@@ -6,6 +6,7 @@
 #include <climits>
 #include <filesystem>
 #include <string_view>
+#include <tuple>
 
 #include "core/mapped_file.h"
 #include "weights/hf_config_moe.h"
@@ -27,7 +28,9 @@ constexpr int64_t kDefaultGemma3Pattern = 6;
 constexpr int64_t kMaxLayers = 65536;
 
 std::optional<RopeType> find_rope_type(std::string_view name) {
-  if (name == "default") return RopeType::kDefault;
+  // Qwen2-VL's published configs say "mrope": default frequencies over M-RoPE's sections
+  // (transformers reads it as "default" too).
+  if (name == "default" || name == "mrope") return RopeType::kDefault;
   if (name == "linear") return RopeType::kLinear;
   if (name == "dynamic") return RopeType::kDynamic;
   if (name == "llama3") return RopeType::kLlama3;
@@ -61,6 +64,7 @@ Result<RopeConfig> parse_rope_object(const JsonFields& own, const JsonFields& sh
   std::optional<int64_t> original_max;
   DI_ASSIGN(original_max, shared.optional_positive_int("original_max_position_embeddings"));
   rope.original_max_position_embeddings = original_max.value_or(0);
+  DI_ASSIGN(rope.mrope_section, own.non_negative_int_or_list("mrope_section"));
 
   if (rope.type != RopeType::kDefault && !own.has("factor")) return own.missing("factor");
   DI_ASSIGN(rope.factor, own.positive_number("factor", 1.0));
@@ -137,7 +141,8 @@ Result<std::vector<int32_t>> parse_sliding_windows(const JsonFields& fields, std
   if (window && *window > INT32_MAX) return fields.invalid("sliding_window", "at most 2147483647", *window);
   // Qwen models carry sliding_window even when off; use_sliding_window gates it.
   const bool qwen =
-      is_one_of(model_type, {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}) || fields.has("use_sliding_window");
+      is_one_of(model_type, {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_5_vl", "qwen2_5_vl_text"}) ||
+      fields.has("use_sliding_window");
   if (qwen) {
     bool use_sliding_window = false;
     DI_ASSIGN(use_sliding_window, fields.boolean("use_sliding_window", false));
@@ -222,6 +227,51 @@ Result<std::optional<DType>> parse_dtype(const JsonFields& fields) {
     return fields.invalid(key, "one of float32, bfloat16, float16", *name);
   }
   return dtype;
+}
+
+// A Qwen2.5-VL vision_config.
+Result<std::optional<Qwen2VlVisionConfig>> parse_qwen2_vl_vision(const json& raw, const JsonFields& top,
+                                                                 const std::string& source_name) {
+  const auto it = raw.find("vision_config");
+  if (it == raw.end() || !it->is_object()) return std::optional<Qwen2VlVisionConfig>();
+  // transformers 5 names it qwen2_5_vl_vision; published checkpoints qwen2_5_vl, or nothing.
+  const std::string model_type = it->value("model_type", std::string());
+  if (model_type != "qwen2_5_vl_vision" && model_type != "qwen2_5_vl" &&
+      !(model_type.empty() && raw.value("model_type", std::string()) == "qwen2_5_vl")) {
+    return std::optional<Qwen2VlVisionConfig>();
+  }
+  const JsonFields fields(source_name, *it, "vision_config.");
+  Qwen2VlVisionConfig vision;
+  const std::pair<const char*, int64_t*> sizes[] = {{"depth", &vision.depth},
+                                                    {"hidden_size", &vision.hidden_size},
+                                                    {"intermediate_size", &vision.intermediate_size},
+                                                    {"num_heads", &vision.num_heads},
+                                                    {"in_chans", &vision.in_channels},
+                                                    {"in_channels", &vision.in_channels},
+                                                    {"patch_size", &vision.patch_size},
+                                                    {"temporal_patch_size", &vision.temporal_patch_size},
+                                                    {"spatial_merge_size", &vision.spatial_merge_size},
+                                                    {"window_size", &vision.window_size},
+                                                    {"out_hidden_size", &vision.out_hidden_size}};
+  for (const auto& [key, target] : sizes) {
+    std::optional<int64_t> value;
+    DI_ASSIGN(value, fields.optional_positive_int(key));
+    if (value) *target = *value;
+  }
+  if (fields.has("fullatt_block_indexes")) {
+    DI_ASSIGN(vision.fullatt_block_indexes, fields.non_negative_int_or_list("fullatt_block_indexes"));
+  }
+  std::optional<std::string> activation;
+  DI_ASSIGN(activation, fields.optional_string("hidden_act"));
+  if (activation) vision.hidden_act = *activation;
+  if (const json* rope = fields.find("rope_parameters"); rope != nullptr && rope->is_object()) {
+    const JsonFields rope_fields(source_name, *rope, "vision_config.rope_parameters.");
+    DI_ASSIGN(vision.rope_theta, rope_fields.positive_number("rope_theta", vision.rope_theta));
+  }
+  DI_ASSIGN(vision.image_token_id, top.optional_non_negative_int("image_token_id"));
+  DI_ASSIGN(vision.vision_start_token_id, top.optional_non_negative_int("vision_start_token_id"));
+  DI_ASSIGN(vision.vision_end_token_id, top.optional_non_negative_int("vision_end_token_id"));
+  return std::optional<Qwen2VlVisionConfig>(vision);
 }
 
 // A SigLIP vision_config (other towers' configs are left for their own parsers).
@@ -327,7 +377,7 @@ Result<ModelConfig> ModelConfig::parse(const std::string& json_text, const std::
   DI_TRY(parse_shape(fields, config));
   DI_TRY(parse_rope(fields, source_name, config));
   DI_ASSIGN(config.tie_word_embeddings, fields.boolean("tie_word_embeddings", family.starts_with("gemma")));
-  if (family == "qwen2" || family == "gpt_oss") {
+  if (family == "qwen2" || family == "gpt_oss" || family == "qwen2_5_vl" || family == "qwen2_5_vl_text") {
     config.attention_bias = true;  // their attention layers always have biases, whatever the field says
   } else if (family == "qwen2_moe") {
     DI_ASSIGN(config.attention_bias, fields.boolean("qkv_bias", true));
@@ -341,6 +391,7 @@ Result<ModelConfig> ModelConfig::parse(const std::string& json_text, const std::
   DI_ASSIGN(config.eos_token_ids, fields.non_negative_int_or_list("eos_token_id"));
   DI_ASSIGN(config.bos_token_id, fields.optional_non_negative_int("bos_token_id"));
   DI_ASSIGN(config.vision, parse_vision(raw, top, source_name));
+  DI_ASSIGN(config.qwen2_vl_vision, parse_qwen2_vl_vision(raw, top, source_name));
   config.raw = std::move(raw);
   return config;
 }
@@ -367,6 +418,32 @@ Result<void> merge_generation_config(const std::string& dir, ModelConfig& config
   return {};
 }
 
+// A Qwen2.5-VL directory's preprocessor_config.json bounds the resized pixel count (min_pixels /
+// max_pixels, or size.shortest_edge / longest_edge as transformers 5 writes them); absent: the
+// processor's defaults.
+Result<void> merge_preprocessor_config(const std::string& dir, ModelConfig& config) {
+  if (!config.qwen2_vl_vision) return {};
+  const std::string path = (std::filesystem::path(dir) / "preprocessor_config.json").string();
+  if (!std::filesystem::exists(path)) return {};
+  Result<std::string> text = read_text_file(path);
+  if (!text.ok()) return text.error();
+  const json parsed = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) return Error{path + ": not a JSON object"};
+  JsonFields fields(path, parsed);
+  const auto size = parsed.find("size");
+  JsonFields sizes = size != parsed.end() && size->is_object() ? JsonFields(path, *size, "size.") : fields;
+  Qwen2VlVisionConfig& vision = *config.qwen2_vl_vision;
+  for (const auto& [key, size_key, target] : {std::tuple{"min_pixels", "shortest_edge", &vision.min_pixels},
+                                              std::tuple{"max_pixels", "longest_edge", &vision.max_pixels}}) {
+    std::optional<int64_t> value;
+    DI_ASSIGN(value, fields.optional_positive_int(key));
+    if (!value) DI_ASSIGN(value, sizes.optional_positive_int(size_key));
+    if (value) *target = *value;
+  }
+  if (vision.min_pixels > vision.max_pixels) return Error{path + ": min_pixels is over max_pixels"};
+  return {};
+}
+
 }  // namespace
 
 Result<ModelConfig> ModelConfig::load(const std::string& dir) {
@@ -376,6 +453,7 @@ Result<ModelConfig> ModelConfig::load(const std::string& dir) {
   Result<ModelConfig> config = parse(*text, path);
   if (!config.ok()) return config;
   DI_TRY(merge_generation_config(dir, *config));
+  DI_TRY(merge_preprocessor_config(dir, *config));
   return config;
 }
 

@@ -33,6 +33,9 @@ struct RopeConfig {
   double mscale_all_dim = 0.0;
   bool truncate = true;                    // yarn: round the correction range (transformers default)
   double partial_rotary_factor = 1.0;
+  // M-RoPE (Qwen2-VL): the rotary frequencies in consecutive sections taking the temporal, height
+  // and width positions; empty: one position for all.
+  std::vector<int64_t> mrope_section;
 
   bool operator==(const RopeConfig&) const = default;
 };
@@ -97,6 +100,32 @@ struct VisionConfig {
   int64_t num_patches() const { return patches_per_side() * patches_per_side(); }
 };
 
+// vision_config of a Qwen2.5-VL checkpoint (model_type qwen2_5_vl), transformers' defaults where a
+// field is absent, and the top-level image token ids. As for VisionConfig, only types are checked
+// here; the tower checks its shape when it loads.
+struct Qwen2VlVisionConfig {
+  int64_t depth = 32;
+  int64_t hidden_size = 3584;  // the tower's width (published checkpoints: 1280)
+  int64_t intermediate_size = 3420;
+  int64_t num_heads = 16;
+  int64_t in_channels = 3;  // in_channels, or the older in_chans
+  int64_t patch_size = 14;
+  int64_t temporal_patch_size = 2;
+  int64_t spatial_merge_size = 2;
+  int64_t window_size = 112;  // pixels a side of a windowed block's attention window
+  std::vector<int64_t> fullatt_block_indexes = {7, 15, 23, 31};
+  int64_t out_hidden_size = 3584;  // the merger's output: the text model's width
+  std::string hidden_act = "silu";
+  double rope_theta = 10000.0;
+  // Qwen2VLImageProcessor's bounds on an image's resized pixel count (its defaults, or the
+  // directory's preprocessor_config.json when ModelConfig::load finds one).
+  int64_t min_pixels = 56 * 56;
+  int64_t max_pixels = 28 * 28 * 1280;
+  std::optional<int64_t> image_token_id;
+  std::optional<int64_t> vision_start_token_id;
+  std::optional<int64_t> vision_end_token_id;
+};
+
 struct ModelConfig {
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama"
@@ -128,6 +157,7 @@ struct ModelConfig {
   std::optional<MlaConfig> mla;  // set when the config has kv_lora_rank
   std::optional<Fp8Config> fp8;  // set for quantization_config.quant_method "fp8"
   std::optional<VisionConfig> vision;    // set for a SigLIP vision_config
+  std::optional<Qwen2VlVisionConfig> qwen2_vl_vision;  // set for a Qwen2.5-VL vision_config
   int64_t num_nextn_predict_layers = 0;  // DeepSeek-V3's MTP layers after the decoder layers
   std::optional<DType> dtype;  // "dtype" or "torch_dtype"
   std::vector<int64_t> eos_token_ids;

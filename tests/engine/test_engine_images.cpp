@@ -17,15 +17,16 @@ namespace {
 constexpr int32_t kImageToken = 396;
 constexpr int32_t kImageBegin = 7;  // the fixture's prompts hold the image at tokens 7..10
 
-nlohmann::json expected_greedy() {
-  std::ifstream in(fixture_dir("gemma3_vision") + "/expected.json");
+nlohmann::json expected_greedy(const std::string& fixture = "gemma3_vision") {
+  std::ifstream in(fixture_dir(fixture) + "/expected.json");
   return nlohmann::json::parse(in)["greedy"];
 }
 
 // got equals transformers' greedy tokens up to and including the first near-tie (margin < 1e-3),
 // after which the two may legitimately diverge.
-void expect_transformers_tokens(const std::vector<int32_t>& got, const std::string& what) {
-  const nlohmann::json want = expected_greedy();
+void expect_transformers_tokens(const std::vector<int32_t>& got, const std::string& what,
+                                const std::string& fixture = "gemma3_vision") {
+  const nlohmann::json want = expected_greedy(fixture);
   const auto tokens = want["tokens"].get<std::vector<int32_t>>();
   const auto margins = want["margins"].get<std::vector<double>>();
   ASSERT_EQ(got.size(), tokens.size()) << what;
@@ -48,10 +49,12 @@ SamplingParams greedy(int32_t max_tokens) {
 // Runs one request with the image and returns its tokens and how many prompt tokens were cached.
 std::pair<std::vector<int32_t>, int32_t> run_image_request(EngineCore& engine, int64_t id,
                                                            const std::vector<int32_t>& prompt,
-                                                           std::vector<float> pixels, int32_t max_tokens) {
+                                                           std::vector<float> pixels, int32_t max_tokens,
+                                                           ImageGrid grid = {}) {
   std::vector<ImageInput> images(1);
   images[0].first_token = kImageBegin;
   images[0].pixels = std::move(pixels);
+  images[0].grid = grid;
   auto added = engine.add_request(id, prompt, greedy(max_tokens), 0, "", TrafficClass::kDefault,
                                   PrefillHandover::kCopyKv, nullptr, std::move(images));
   EXPECT_TRUE(added.ok()) << added.error().message;
@@ -131,6 +134,40 @@ TEST(EngineImages, GreedyMatchesTransformersAtEveryChunking) {
   }
 }
 
+// Qwen2.5-VL (the qwen2_5_vl fixture, image at tokens 7..12 in a 4 x 6 patch grid): the image's
+// tokens causal, the text after it at M-RoPE's shifted positions, as transformers' get_rope_index
+// places them (image.json), and greedy decoding as transformers'.
+TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) {
+  std::ifstream in(fixture_dir("qwen2_5_vl") + "/image.json");
+  const nlohmann::json info = nlohmann::json::parse(in);
+  const auto position_ids = info["position_ids"].get<std::vector<std::vector<int32_t>>>();
+  std::ifstream expected(fixture_dir("qwen2_5_vl") + "/expected.json");
+  const auto score = nlohmann::json::parse(expected)["score"]["tokens"].get<std::vector<int32_t>>();
+  Request request;
+  request.set_prompt(score);
+  request.set_images({PromptImage{7, 6, std::make_shared<EncodedImage>(), {}, false, 2, 3}});
+  for (int32_t p = 0; p < static_cast<int32_t>(score.size()); ++p) {
+    if (p >= 7 && p < 13) continue;  // the image's own, from its grid (the greedy run below)
+    EXPECT_EQ(request.rope_position(p), position_ids[0][static_cast<size_t>(p)]) << p;
+  }
+
+  TestModel loaded = load_test_model("qwen2_5_vl", false);
+  const nlohmann::json want = expected_greedy("qwen2_5_vl");
+  const auto prompt = want["prompt"].get<std::vector<int32_t>>();
+  const auto num_tokens = static_cast<int32_t>(want["tokens"].size());
+  const std::vector<float> pixels = read_float_file(fixture_dir("qwen2_5_vl") + "/pixel_values.f32");
+  // 2048: one chunk; 9: the first ends before the image; 6: the image's chunk is the image.
+  for (int32_t budget : {2048, 9, 6}) {
+    for (bool async : {false, true}) {
+      EngineConfig config = small_engine_config(16, 4, budget);
+      config.async_scheduling = async;
+      EngineCore engine(*loaded.model, nullptr, config);
+      const auto got = run_image_request(engine, 0, prompt, pixels, num_tokens, ImageGrid{1, 4, 6}).first;
+      expect_transformers_tokens(got, "budget " + std::to_string(budget) + (async ? " async" : ""), "qwen2_5_vl");
+    }
+  }
+}
+
 // Four requests at once over a cache too small for them all (preemptions recompute images whose
 // encodings they keep), small steps, the pipelined loop, n = 2 (the second sample forked from the
 // first's prompt) and a request with another image: every sample with the fixture's image gives
@@ -197,7 +234,7 @@ TEST(EngineImages, BadImagesAreRefusedByName) {
     return added.ok() ? std::string() : added.error().message;
   };
   EXPECT_EQ(refusal(6, fixture_pixels(), prompt),
-            "image 0: prompt token 6 is 394, not the image placeholder 396 (an image takes 4 in a row)");
+            "image 0: prompt token 6 is 394, not the image placeholder 396 (this image takes 4 in a row)");
   EXPECT_EQ(refusal(kImageBegin, std::vector<float>(10), prompt),
             "image 0 has 10 pixel values; the encoder takes 9408 (3 x 56 x 56)");
   EXPECT_EQ(refusal(-1, {}, prompt), "the prompt holds 4 image placeholder tokens (396) but its 0 images take 0");

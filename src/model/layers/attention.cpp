@@ -41,6 +41,10 @@ DeviceBatch DeviceBatch::upload(Backend& backend, const ForwardBatch& batch, int
   DeviceBatch device;
   device.token_ids = upload_vector(backend, batch.token_ids);
   device.positions = upload_vector(backend, batch.positions);
+  if (!batch.mrope_positions.empty()) {
+    DI_CHECK(batch.mrope_positions.size() == 2 * batch.token_ids.size(), "mrope_positions must be [2, num_tokens]");
+    device.mrope_positions = upload_vector(backend, batch.mrope_positions);
+  }
   device.slot_mapping = upload_vector(backend, batch.slot_mapping);
   device.query_start = upload_vector(backend, batch.query_start);
   device.seq_len = upload_vector(backend, batch.seq_len);
@@ -134,7 +138,9 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   layer.rotary_dim_ = rope.rotary_dim;
   layer.rope_attention_scaling_ = rope.attention_scaling;
   const int64_t hidden = config.hidden_size;
-  auto stacked = load_stacked_qkv(source, prefix, layer.q_dim(), layer.kv_dim(), hidden, options.qkv_bias);
+  // M-RoPE rotates q and k apart from the front end, which needs them contiguous: no stacking.
+  auto stacked = load_stacked_qkv(source, prefix, layer.q_dim(), layer.kv_dim(), hidden,
+                                  options.qkv_bias || !rope.mrope_section.empty());
   if (!stacked.ok()) return stacked.error();
   layer.qkv_ = *stacked;
   if (!layer.qkv_) {
@@ -186,6 +192,16 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
     layer.params_.sinks = layer.sinks_.as<float>();
   }
   layer.inv_freq_ = upload_vector(backend, rope.inv_freq);
+  size_t section_begin = 0;
+  for (size_t s = 0; s < rope.mrope_section.size(); ++s) {
+    const auto section_end = section_begin + static_cast<size_t>(rope.mrope_section[s]);
+    std::vector<float> masked(rope.inv_freq.size(), 0.0f);
+    std::copy(rope.inv_freq.begin() + static_cast<ptrdiff_t>(section_begin),
+              rope.inv_freq.begin() + static_cast<ptrdiff_t>(section_end),
+              masked.begin() + static_cast<ptrdiff_t>(section_begin));
+    layer.mrope_inv_freq_[s] = upload_vector(backend, masked);
+    section_begin = section_end;
+  }
   return layer;
 }
 
@@ -323,6 +339,20 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
   front.positions = batch.positions.as<int32_t>();
   front.rotary_dim = rotary_dim_;
   front.inv_freq = inv_freq_.as<float>();
+  if (batch.mrope_positions.data() != nullptr && mrope_inv_freq_[0].data() != nullptr) {
+    // The height and width sections here, the temporal one in the front end.
+    DI_CHECK(!qkv_, "M-RoPE needs q and k apart");
+    const auto* rows = batch.mrope_positions.as<int32_t>();
+    for (int32_t s = 1; s < 3; ++s) {
+      const int32_t* positions = rows + (s - 1) * n;
+      const float* inv_freq = mrope_inv_freq_[s].as<float>();
+      backend.rope(front.q, positions, n, params_.num_heads, params_.head_dim, rotary_dim_, inv_freq, 1.0f,
+                   kernels::RopeLayout::kRotateHalf);
+      backend.rope(front.k, positions, n, params_.num_kv_heads, params_.head_dim, rotary_dim_, inv_freq, 1.0f,
+                   kernels::RopeLayout::kRotateHalf);
+    }
+    front.inv_freq = mrope_inv_freq_[0].as<float>();
+  }
   front.attention_scaling = rope_attention_scaling_;
   front.slot_mapping = slots.as<int32_t>();
   front.cache_dtype = params_.cache_dtype;

@@ -16,6 +16,7 @@ namespace deepinfer {
 struct DeviceBatch {
   DeviceBuffer token_ids;     // [num_tokens] i32
   DeviceBuffer positions;     // [num_tokens] i32
+  DeviceBuffer mrope_positions;  // [2, num_tokens] i32 or empty (ForwardBatch::mrope_positions)
   DeviceBuffer slot_mapping;  // [num_tokens] i32
   DeviceBuffer query_start;   // [num_seqs + 1] i32
   DeviceBuffer seq_len;       // [num_seqs] i32
@@ -142,6 +143,10 @@ class AttentionLayer {
   int32_t rotary_dim_ = 0;
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
+  // M-RoPE (RopeTable::mrope_section): inv_freq_ with every entry outside the temporal, height or
+  // width section zeroed. A zero frequency leaves its pair as it is, so rotating by each in turn
+  // with its own positions is M-RoPE, exactly.
+  DeviceBuffer mrope_inv_freq_[3];
   DeviceBuffer sinks_;     // [num_heads] f32, when the layer has sinks
   KvCacheScales cache_scales_;  // params_.cache_scales' buffers
   bool swa_tables_ = false;  // reads the batch's sliding-window tables

@@ -480,7 +480,7 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
            "images for a model that reads none");
   for (const ForwardBatch::ImageToEncode& image : batch.images_to_encode) {
     if (image.ready->load()) continue;
-    image_encoder_->encode(image.pixels, image.rows);
+    image_encoder_->encode(image.pixels, image.grid, image.rows);
     image.ready->store(true);
   }
   StepExtras extras;

@@ -97,7 +97,7 @@ class DenseDecoder final : public CausalLM {
   std::unique_ptr<PendingCopies> read_handover_layer_blocks_later(int32_t layer, const std::vector<int32_t>& block_ids,
                                                                   uint8_t* host) const override;
   const ImageInputFormat* image_input() const override { return image_encoder_ ? &image_encoder_->format() : nullptr; }
-  void encode_image(const float* pixels, float* rows) override;
+  void encode_image(const float* pixels, const ImageGrid& grid, float* rows) override;
   void forward(const ForwardBatch& batch, float* logits) override;
   // Samples on the backend from the logits the forward left there; the token ids and host rows
   // come back in one readback (dense_decoder_sampling.cpp).

@@ -6,9 +6,9 @@
 
 namespace deepinfer {
 
-void DenseDecoder::encode_image(const float* pixels, float* rows) {
+void DenseDecoder::encode_image(const float* pixels, const ImageGrid& grid, float* rows) {
   DI_CHECK(image_encoder_, "this model has no image encoder");
-  image_encoder_->encode(pixels, rows);
+  image_encoder_->encode(pixels, grid, rows);
 }
 
 void DenseDecoder::forward(const ForwardBatch& batch, float* logits) {

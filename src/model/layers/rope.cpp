@@ -99,6 +99,15 @@ Result<RopeTable> make_rope_table(const RopeConfig& rope, int64_t head_dim, int6
                    "supported: default, linear, llama3, yarn"};
   }
   table.inv_freq.assign(inv_freq.begin(), inv_freq.end());
+  if (!rope.mrope_section.empty()) {
+    int64_t covered = 0;
+    for (int64_t size : rope.mrope_section) covered += size;
+    if (rope.mrope_section.size() != 3 || covered != dim / 2 || table.attention_scaling != 1.0f) {
+      return Error{"rope: mrope_section must be 3 sizes (temporal, height, width) summing to rotary_dim / 2 = " +
+                   std::to_string(dim / 2) + " over unscaled frequencies"};
+    }
+    table.mrope_section.assign(rope.mrope_section.begin(), rope.mrope_section.end());
+  }
   return table;
 }
 

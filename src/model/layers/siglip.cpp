@@ -287,7 +287,7 @@ Result<std::unique_ptr<Gemma3ImageEncoder>> Gemma3ImageEncoder::load(const Model
   return encoder;
 }
 
-void Gemma3ImageEncoder::encode(const float* pixels, float* rows) {
+void Gemma3ImageEncoder::encode(const float* pixels, const ImageGrid& /*grid*/, float* rows) {
   DeviceBuffer patches = allocate_elements<float>(backend_, num_patches_ * vision_hidden_);
   DeviceBuffer projected = allocate_elements<float>(backend_, int64_t{format_.tokens_per_image} * text_hidden_);
   tower_.forward(backend_, pixels, patches.as<float>());

@@ -76,7 +76,7 @@ class Gemma3ImageEncoder final : public ImageEncoder {
   // says images look like to the prompt (archs::gemma3_image_format).
   static Result<std::unique_ptr<Gemma3ImageEncoder>> load(const ModelSource& source, ImageInputFormat format);
   const ImageInputFormat& format() const override { return format_; }
-  void encode(const float* pixels, float* rows) override;
+  void encode(const float* pixels, const ImageGrid& grid, float* rows) override;
 
  private:
   Gemma3ImageEncoder(Backend& backend, SiglipVisionTower tower, Gemma3Projector projector, ImageInputFormat format,

@@ -6,7 +6,8 @@
 // through every API gives one prompt (the count Hugging Face tokenizers give for the expanded
 // Gemma 3 prompt) and one greedy answer, and a repeat hits the prefix cache through the image;
 // through `deepinfer router` and a registered worker, which preprocesses the relayed image file,
-// the same answer.
+// the same answer. Then on a Qwen2.5-VL (the qwen2_5_vl fixture, whose images take as many tokens
+// as their resized size has merged patches, at M-RoPE positions): the same through every API.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
@@ -182,5 +183,53 @@ describe('images on a multimodal Gemma 3', () => {
       await router.stop();
       redis.child.kill('SIGKILL');
     }
+  });
+});
+
+describe('images on a Qwen2.5-VL', () => {
+  const fixture = new URL('../../data/qwen2_5_vl', import.meta.url).pathname;
+  let vision;
+  let visionOpenai;
+  let visionAnthropic;
+  before(async () => {
+    vision = await startServer([], fixture);
+    visionOpenai = new OpenAI({ baseURL: `${vision.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    visionAnthropic = new Anthropic({ baseURL: vision.url, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(async () => { await vision.stop(); });
+
+  test('every API places the image and answers the same', async () => {
+    // The Qwen2-VL template and Qwen2VLProcessor's expansion: the 37 x 53 PNG resized to 56 x 84,
+    // 4 x 6 patches merged into 6 tokens; counted by Hugging Face tokenizers over the fixture's.
+    const { Tokenizer } = createRequire(new URL('../package.json', import.meta.url))('@anush008/tokenizers');
+    const tokenizer = Tokenizer.fromFile(`${fixture}/tokenizer.json`);
+    const prompt = '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is this?' +
+      '<|vision_start|>' + '<|image_pad|>'.repeat(6) + '<|vision_end|><|im_end|>\n<|im_start|>assistant\n';
+    const promptTokens = (await tokenizer.encode(prompt, null, { addSpecialTokens: false })).getIds().length;
+    const url = `data:image/png;base64,${pngBase64}`;
+    const chat = await visionOpenai.chat.completions.create({
+      model: MODEL, max_tokens: 6, temperature: 0, messages: [
+        { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
+    });
+    assert.equal(chat.usage.prompt_tokens, promptTokens);
+    const response = await visionOpenai.responses.create({
+      model: MODEL, max_output_tokens: 6, temperature: 0,
+      input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' },
+                                         { type: 'input_image', image_url: url, detail: 'auto' }] }],
+    });
+    assert.equal(response.usage.input_tokens, promptTokens);
+    assert.equal(response.output_text, chat.choices[0].message.content);
+    const message = await visionAnthropic.messages.create({
+      model: MODEL, max_tokens: 6, temperature: 0,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
+                                           { type: 'image', source: { type: 'base64', media_type: 'image/png',
+                                                                      data: pngBase64 } }] }],
+    });
+    assert.equal(message.usage.input_tokens + message.usage.cache_read_input_tokens, promptTokens);
+    assert.equal(message.content[0].text, chat.choices[0].message.content);
+    await rejects400(visionOpenai.chat.completions.create({
+      model: MODEL, max_tokens: 2, messages: [
+        { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
+    }), `messages[0].content[0]: ${truncated}`);
   });
 });

@@ -1,0 +1,333 @@
+// Qwen2.5-VL's tower and merger on the backend's ops. A window (or the whole image) is a sequence
+// of the paged attention op whose every token looks ahead to the sequence's end, as SigLIP's patches
+// do (model/layers/siglip.cpp); each sequence gets pages of its own in a scratch cache. The 2D rope
+// is the rope op run twice, once with the row positions and a frequency table zero outside the
+// row's part, once with the columns': a zero frequency leaves its pair as it is.
+#include "model/layers/qwen2_vl_vision.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/check.h"
+#include "runtime/device_upload.h"
+
+namespace deepinfer {
+namespace {
+
+// Keys a page of the tower's KV holds: any size works; 16 suits every backend's attention.
+constexpr int32_t kTowerBlockSize = 16;
+
+// A PagedBatch over sequences laid one after another in the rows, each on pages of its own, with
+// the index arrays it points to.
+struct TowerBatch {
+  DeviceBuffer query_start, seq_len, block_table, lookahead, slots;
+  kernels::PagedBatch paged;
+  int32_t num_blocks = 0;
+
+  static TowerBatch make(Backend& backend, const std::vector<int32_t>& lengths) {
+    std::vector<int32_t> query_start = {0}, seq_len, lookahead, slots;
+    int32_t max_blocks = 0;
+    for (int32_t length : lengths) max_blocks = std::max(max_blocks, (length + kTowerBlockSize - 1) / kTowerBlockSize);
+    std::vector<int32_t> table(lengths.size() * static_cast<size_t>(max_blocks), 0);
+    TowerBatch batch;
+    int32_t max_length = 0;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const int32_t length = lengths[s];
+      const int32_t blocks = (length + kTowerBlockSize - 1) / kTowerBlockSize;
+      for (int32_t b = 0; b < blocks; ++b)
+        table[s * static_cast<size_t>(max_blocks) + static_cast<size_t>(b)] = batch.num_blocks + b;
+      for (int32_t p = 0; p < length; ++p) {
+        lookahead.push_back(length - 1 - p);
+        slots.push_back(batch.num_blocks * kTowerBlockSize + p);
+      }
+      batch.num_blocks += blocks;
+      query_start.push_back(query_start.back() + length);
+      seq_len.push_back(length);
+      max_length = std::max(max_length, length);
+    }
+    batch.query_start = upload_vector(backend, query_start);
+    batch.seq_len = upload_vector(backend, seq_len);
+    batch.block_table = upload_vector(backend, table);
+    batch.lookahead = upload_vector(backend, lookahead);
+    batch.slots = upload_vector(backend, slots);
+    kernels::PagedBatch& paged = batch.paged;
+    paged.num_seqs = static_cast<int32_t>(lengths.size());
+    paged.query_start = batch.query_start.as<int32_t>();
+    paged.seq_len = batch.seq_len.as<int32_t>();
+    paged.block_table = batch.block_table.as<int32_t>();
+    paged.max_blocks_per_seq = max_blocks;
+    paged.block_size = kTowerBlockSize;
+    paged.num_tokens = query_start.back();
+    paged.max_query_len = max_length;
+    paged.lookahead = batch.lookahead.as<int32_t>();
+    return batch;
+  }
+};
+
+// The processor's rows are merge groups (2 x 2 patches) in row-major order of groups. The tower
+// runs them window by window: window_groups lists the groups in that order (transformers'
+// window_index), window_lengths each window's patch count.
+struct WindowOrder {
+  std::vector<int32_t> window_groups;
+  std::vector<int32_t> window_lengths;
+};
+
+WindowOrder window_order(const ImageGrid& grid, int32_t merge, int32_t groups_per_window) {
+  const int32_t group_rows = grid.rows / merge;
+  const int32_t group_columns = grid.columns / merge;
+  WindowOrder order;
+  for (int32_t f = 0; f < grid.frames; ++f) {
+    for (int32_t wy = 0; wy < group_rows; wy += groups_per_window) {
+      for (int32_t wx = 0; wx < group_columns; wx += groups_per_window) {
+        int32_t count = 0;
+        for (int32_t r = wy; r < std::min(wy + groups_per_window, group_rows); ++r) {
+          for (int32_t c = wx; c < std::min(wx + groups_per_window, group_columns); ++c) {
+            order.window_groups.push_back((f * group_rows + r) * group_columns + c);
+            ++count;
+          }
+        }
+        order.window_lengths.push_back(count * merge * merge);
+      }
+    }
+  }
+  return order;
+}
+
+// Splits a checkpoint's stacked [3 * width, ...] q|k|v tensor (rows) into three Linear parts.
+Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const std::string& prefix, int64_t width) {
+  auto weight = read_tensor_f32(source, prefix + ".weight", {3 * width, width});
+  if (!weight.ok()) return weight.error();
+  auto bias = read_tensor_f32(source, prefix + ".bias", {3 * width});
+  if (!bias.ok()) return bias.error();
+  auto stored = source.weights->get(prefix + ".weight", {3 * width, width});
+  if (!stored.ok()) return stored.error();
+  const DType dtype = host_rewrite_dtype(stored->dtype);
+  std::array<Linear, 3> parts;
+  const char* names[] = {"q", "k", "v"};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto rows = static_cast<ptrdiff_t>(width * width);
+    const std::vector<float> w(weight->begin() + static_cast<ptrdiff_t>(i) * rows,
+                               weight->begin() + static_cast<ptrdiff_t>(i + 1) * rows);
+    const std::vector<float> b(bias->begin() + static_cast<ptrdiff_t>(i) * width,
+                               bias->begin() + static_cast<ptrdiff_t>(i + 1) * width);
+    const std::string name = prefix + "[" + names[i] + "]";
+    auto w_view = load_host_tensor(source, name + ".weight", width, width, w, dtype);
+    if (!w_view.ok()) return w_view.error();
+    auto b_view = load_host_tensor(source, name + ".bias", 0, width, b, dtype);
+    if (!b_view.ok()) return b_view.error();
+    parts[i].weight = *w_view;
+    parts[i].bias = *b_view;
+    parts[i].in_features = width;
+    parts[i].out_features = width;
+  }
+  return parts;
+}
+
+}  // namespace
+
+Result<WeightStore> qwen2_vl_vision_weights(const WeightStore& checkpoint) {
+  return checkpoint.with_prefixes_renamed({{"model.visual.", "visual."}});
+}
+
+Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const ModelSource& source,
+                                                                       ImageInputFormat format) {
+  DI_CHECK(source.config.qwen2_vl_vision.has_value() && source.backend != nullptr,
+           "Qwen2VlImageEncoder needs a Qwen2.5-VL vision_config");
+  const Qwen2VlVisionConfig& c = *source.config.qwen2_vl_vision;
+  const int64_t hidden = c.hidden_size;
+  if (hidden % c.num_heads != 0 || (hidden / c.num_heads) % 4 != 0) {
+    return Error{"vision_config: hidden_size " + std::to_string(hidden) + " over " + std::to_string(c.num_heads) +
+                 " heads must give a head width divisible by 4 (2D rope splits each rotary half in two)"};
+  }
+  if (c.hidden_act != "silu") {
+    return Error{"vision_config: hidden_act '" + c.hidden_act + "' is not supported (Qwen2.5-VL's tower runs silu)"};
+  }
+  if (c.in_channels != 3) return Error{"vision_config: in_channels must be 3 (RGB)"};
+  std::unique_ptr<Qwen2VlImageEncoder> encoder(new Qwen2VlImageEncoder(*source.backend));
+  encoder->weights_ = source.weights;
+  encoder->arena_ = source.arena;
+  encoder->config_ = c;
+  encoder->format_ = format;
+  const std::string prefix = "visual.";
+
+  const int64_t patch_width = 3 * c.temporal_patch_size * c.patch_size * c.patch_size;
+  const std::string patch_name = prefix + "patch_embed.proj.weight";
+  const std::vector<int64_t> patch_shape = {hidden, 3, c.temporal_patch_size, c.patch_size, c.patch_size};
+  auto patch_weight = read_tensor_f32(source, patch_name, patch_shape);
+  if (!patch_weight.ok()) return patch_weight.error();
+  auto patch_stored = source.weights->get(patch_name, patch_shape);
+  if (!patch_stored.ok()) return patch_stored.error();
+  auto patch_view =
+      load_host_tensor(source, patch_name, hidden, patch_width, *patch_weight, host_rewrite_dtype(patch_stored->dtype));
+  if (!patch_view.ok()) return patch_view.error();
+  encoder->patch_embedding_.weight = *patch_view;
+  encoder->patch_embedding_.in_features = patch_width;
+  encoder->patch_embedding_.out_features = hidden;
+
+  constexpr double kNormEps = 1e-6;  // transformers' Qwen2RMSNorm(eps=1e-6) in every block and the merger
+  for (int64_t i = 0; i < c.depth; ++i) {
+    const std::string block = prefix + "blocks." + std::to_string(i) + ".";
+    auto norm1 = RmsNorm::load(source, block + "norm1.weight", hidden, kNormEps);
+    if (!norm1.ok()) return norm1.error();
+    auto norm2 = RmsNorm::load(source, block + "norm2.weight", hidden, kNormEps);
+    if (!norm2.ok()) return norm2.error();
+    auto qkv = load_split_qkv(source, block + "attn.qkv", hidden);
+    if (!qkv.ok()) return qkv.error();
+    auto proj = Linear::load(source, block + "attn.proj", hidden, hidden, true);
+    auto gate = Linear::load(source, block + "mlp.gate_proj", c.intermediate_size, hidden, true);
+    auto up = Linear::load(source, block + "mlp.up_proj", c.intermediate_size, hidden, true);
+    auto down = Linear::load(source, block + "mlp.down_proj", hidden, c.intermediate_size, true);
+    for (const Result<Linear>* linear : {&proj, &gate, &up, &down}) {
+      if (!linear->ok()) return linear->error();
+    }
+    encoder->blocks_.push_back({*norm1, *norm2, (*qkv)[0], (*qkv)[1], (*qkv)[2], *proj, *gate, *up, *down});
+    encoder->full_attention_.push_back(std::find(c.fullatt_block_indexes.begin(), c.fullatt_block_indexes.end(), i) !=
+                                       c.fullatt_block_indexes.end());
+  }
+  const int64_t merged_width = hidden * c.spatial_merge_size * c.spatial_merge_size;
+  auto merger_norm = RmsNorm::load(source, prefix + "merger.ln_q.weight", hidden, kNormEps);
+  if (!merger_norm.ok()) return merger_norm.error();
+  auto fc1 = Linear::load(source, prefix + "merger.mlp.0", merged_width, merged_width, true);
+  if (!fc1.ok()) return fc1.error();
+  auto fc2 = Linear::load(source, prefix + "merger.mlp.2", c.out_hidden_size, merged_width, true);
+  if (!fc2.ok()) return fc2.error();
+  encoder->merger_norm_ = *merger_norm;
+  encoder->merger_fc1_ = *fc1;
+  encoder->merger_fc2_ = *fc2;
+  const std::optional<TensorView> fc2_stored = source.weights->find(prefix + "merger.mlp.2.weight");
+  encoder->rows_in_bf16_ = fc2_stored && fc2_stored->dtype == DType::kBF16;
+
+  // transformers' Qwen2_5_VisionRotaryEmbedding(head_dim / 2): a quarter of the head's width in
+  // frequencies, each used for the row and again for the column.
+  const int64_t head_dim = hidden / c.num_heads;
+  const int64_t quarter = head_dim / 4;
+  std::vector<float> row(static_cast<size_t>(head_dim / 2), 0.0f);
+  std::vector<float> column(row.size(), 0.0f);
+  for (int64_t j = 0; j < quarter; ++j) {
+    const auto f = static_cast<float>(
+        1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(head_dim / 2)));
+    row[static_cast<size_t>(j)] = f;
+    column[static_cast<size_t>(quarter + j)] = f;
+  }
+  encoder->row_inv_freq_ = upload_vector(*source.backend, row);
+  encoder->column_inv_freq_ = upload_vector(*source.backend, column);
+  kernels::AttentionParams& params = encoder->params_;
+  params.num_heads = static_cast<int32_t>(c.num_heads);
+  params.num_kv_heads = params.num_heads;
+  params.head_dim = static_cast<int32_t>(head_dim);
+  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  params.allow_bf16 = !encoder->blocks_.empty() && encoder->blocks_[0].proj.weight.dtype != DType::kF32;
+  // The tower's keys live for one call: float32 whatever --kv-cache-dtype says.
+  params.cache_dtype = DType::kF32;
+  return encoder;
+}
+
+void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, float* rows) {
+  Backend& backend = backend_;
+  const Qwen2VlVisionConfig& c = config_;
+  const auto merge = static_cast<int32_t>(c.spatial_merge_size);
+  const int32_t unit = merge * merge;
+  const int64_t n = int64_t{grid.frames} * grid.rows * grid.columns;
+  const int64_t groups = n / unit;
+  const int64_t hidden = c.hidden_size;
+  const int64_t patch_width = patch_embedding_.in_features;
+  DI_CHECK(grid.rows % merge == 0 && grid.columns % merge == 0 && n > 0, "the grid is not whole merge groups");
+
+  const auto groups_per_window =
+      std::max<int32_t>(1, static_cast<int32_t>(c.window_size / c.spatial_merge_size / c.patch_size));
+  const WindowOrder order = window_order(grid, merge, groups_per_window);
+  // The rows in window order, each with its patch's row and column in the grid.
+  std::vector<int32_t> permutation, row_positions, column_positions;
+  const int32_t group_columns = grid.columns / merge;
+  for (int32_t g : order.window_groups) {
+    const int32_t group_in_frame = g % ((grid.rows / merge) * group_columns);
+    for (int32_t u = 0; u < unit; ++u) {
+      permutation.push_back(g * unit + u);
+      row_positions.push_back(group_in_frame / group_columns * merge + u / merge);
+      column_positions.push_back(group_in_frame % group_columns * merge + u % merge);
+    }
+  }
+  std::vector<int32_t> restore(static_cast<size_t>(groups));
+  for (size_t j = 0; j < order.window_groups.size(); ++j)
+    restore[static_cast<size_t>(order.window_groups[j])] = static_cast<int32_t>(j);
+  const TowerBatch windows = TowerBatch::make(backend, order.window_lengths);
+  const TowerBatch whole =
+      TowerBatch::make(backend, std::vector<int32_t>(static_cast<size_t>(grid.frames), grid.rows * grid.columns));
+  const DeviceBuffer permutation_ids = upload_vector(backend, permutation);
+  const DeviceBuffer restore_ids = upload_vector(backend, restore);
+  const DeviceBuffer row_ids = upload_vector(backend, row_positions);
+  const DeviceBuffer column_ids = upload_vector(backend, column_positions);
+
+  const int64_t intermediate = c.intermediate_size;
+  const int64_t merged_width = hidden * unit;
+  DeviceBuffer x = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer embedded = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer normed = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer q = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer k = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer v = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer attended = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer delta = allocate_elements<float>(backend, n * hidden);
+  DeviceBuffer gate = allocate_elements<float>(backend, std::max(n * intermediate, groups * merged_width));
+  DeviceBuffer up = allocate_elements<float>(backend, n * intermediate);
+  const size_t cache_bytes = static_cast<size_t>(std::max(windows.num_blocks, whole.num_blocks)) * kTowerBlockSize *
+                             static_cast<size_t>(hidden) * sizeof(float);
+  DeviceBuffer k_cache = backend.allocate(cache_bytes);
+  DeviceBuffer v_cache = backend.allocate(cache_bytes);
+
+  const DeviceBuffer patches = upload_vector(backend, std::vector<float>(pixels, pixels + n * patch_width));
+  patch_embedding_.forward(backend, patches.as<float>(), n, embedded.as<float>());
+  const kernels::WeightView embedded_rows{embedded.as<float>(), DType::kF32, n, hidden};
+  backend.embedding(embedded_rows, permutation_ids.as<int32_t>(), n, x.as<float>());
+
+  const int32_t heads = params_.num_heads;
+  const int32_t head_dim = params_.head_dim;
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    const Block& l = blocks_[b];
+    const TowerBatch& batch = full_attention_[b] ? whole : windows;
+    l.norm1.forward(backend, x.as<float>(), n, normed.as<float>());
+    backend.matmul_group(normed.as<float>(), n,
+                         {{l.q.weight, l.q.bias, q.as<float>()},
+                          {l.k.weight, l.k.bias, k.as<float>()},
+                          {l.v.weight, l.v.bias, v.as<float>()}});
+    for (float* t : {q.as<float>(), k.as<float>()}) {
+      backend.rope(t, row_ids.as<int32_t>(), n, heads, head_dim, head_dim, row_inv_freq_.as<float>(), 1.0f,
+                   kernels::RopeLayout::kRotateHalf);
+      backend.rope(t, column_ids.as<int32_t>(), n, heads, head_dim, head_dim, column_inv_freq_.as<float>(), 1.0f,
+                   kernels::RopeLayout::kRotateHalf);
+    }
+    backend.write_kv(k.as<float>(), v.as<float>(), batch.slots.as<int32_t>(), n, hidden, params_.cache_dtype, {},
+                     k_cache.data(), v_cache.data());
+    backend.paged_attention(q.as<float>(), k_cache.data(), v_cache.data(), batch.paged, params_, attended.as<float>());
+    l.proj.forward(backend, attended.as<float>(), n, delta.as<float>());
+    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+    l.norm2.forward(backend, x.as<float>(), n, normed.as<float>());
+    backend.matmul_group(normed.as<float>(), n,
+                         {{l.gate.weight, l.gate.bias, gate.as<float>()}, {l.up.weight, l.up.bias, up.as<float>()}});
+    backend.silu_mul(gate.as<float>(), up.as<float>(), n * intermediate, gate.as<float>());
+    l.down.forward(backend, gate.as<float>(), n, delta.as<float>());
+    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+  }
+
+  // The merger over each group's unit rows side by side, then the groups back in grid order.
+  merger_norm_.forward(backend, x.as<float>(), n, normed.as<float>());
+  merger_fc1_.forward(backend, normed.as<float>(), groups, gate.as<float>());
+  const DeviceBuffer ones =
+      upload_vector(backend, std::vector<float>(static_cast<size_t>(groups * merged_width), 1.0f));
+  backend.gelu_mul(gate.as<float>(), ones.as<float>(), groups * merged_width, gate.as<float>());
+  const int64_t out_width = c.out_hidden_size;
+  DeviceBuffer merged = allocate_elements<float>(backend, groups * out_width);
+  DeviceBuffer restored = allocate_elements<float>(backend, groups * out_width);
+  merger_fc2_.forward(backend, gate.as<float>(), groups, merged.as<float>());
+  const kernels::WeightView merged_rows{merged.as<float>(), DType::kF32, groups, out_width};
+  backend.embedding(merged_rows, restore_ids.as<int32_t>(), groups, restored.as<float>());
+  const int64_t count = groups * out_width;
+  backend.copy_to_host(rows, restored.data(), static_cast<size_t>(count) * sizeof(float));
+  // transformers casts the image features to the text embeddings' dtype before it puts them in.
+  if (rows_in_bf16_) {
+    for (int64_t i = 0; i < count; ++i) rows[i] = bf16_to_f32(f32_to_bf16(rows[i]));
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,61 @@
+// Qwen2.5-VL's image encoder: a vision transformer over the image's 14 x 14 patches (two frames
+// deep: a still image fills both) and the patch merger into the text model's width.
+// The tower: the patch embedding (a convolution of stride = kernel, run as a product over the
+// flattened patches), blocks of RMSNorm, attention with 2D rope (each head's rotary half split
+// between the patch's row and its column) and a SiLU-gated MLP, biases everywhere but the
+// embedding. Most blocks attend within windows of window_size pixels (merged tokens grouped window
+// by window), the fullatt_block_indexes blocks over the whole image. The merger: RMSNorm, each
+// 2 x 2 patch group concatenated into one row, a two-layer MLP with the exact GELU between.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layers/linear.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+// The encoder's tensors of a Qwen2_5_VLForConditionalGeneration checkpoint under "visual." in
+// every layout transformers has saved it: published checkpoints and transformers 5 (visual.*),
+// 4.52-4.57 (model.visual.*).
+Result<WeightStore> qwen2_vl_vision_weights(const WeightStore& checkpoint);
+
+class Qwen2VlImageEncoder final : public ImageEncoder {
+ public:
+  // source: the checkpoint's tensors as qwen2_vl_vision_weights names them, its config's
+  // qwen2_vl_vision set; format: archs::qwen2_5_vl_image_format's.
+  static Result<std::unique_ptr<Qwen2VlImageEncoder>> load(const ModelSource& source, ImageInputFormat format);
+  const ImageInputFormat& format() const override { return format_; }
+  // pixels: [grid patches, 3 * temporal_patch_size * patch_size^2] in the processor's row order
+  // (merge groups of 2 x 2 patches together, groups row-major); rows: [tokens_for(grid), text
+  // hidden], the merged tokens row-major over the grid.
+  void encode(const float* pixels, const ImageGrid& grid, float* rows) override;
+
+ private:
+  struct Block {
+    RmsNorm norm1, norm2;
+    Linear q, k, v, proj, gate, up, down;
+  };
+  explicit Qwen2VlImageEncoder(Backend& backend) : backend_(backend) {}
+
+  Backend& backend_;
+  std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
+  std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
+  Qwen2VlVisionConfig config_;
+  ImageInputFormat format_;
+  Linear patch_embedding_;  // [hidden, 3 * temporal_patch_size * patch_size^2], no bias
+  std::vector<Block> blocks_;
+  std::vector<bool> full_attention_;  // per block
+  RmsNorm merger_norm_;
+  Linear merger_fc1_, merger_fc2_;
+  // The rotary frequencies of a head's rotary half: the first half of the entries turned by the
+  // patch's row, the second by its column; each table zero outside its own part.
+  DeviceBuffer row_inv_freq_, column_inv_freq_;
+  kernels::AttentionParams params_;
+  bool rows_in_bf16_ = false;  // a bf16 checkpoint: the rows are rounded to bf16, as its embeddings
+};
+
+}  // namespace deepinfer

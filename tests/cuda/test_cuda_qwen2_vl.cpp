@@ -1,0 +1,17 @@
+// Qwen2.5-VL on CUDA against transformers (tests/model/qwen2_vl_check.h): the fixture's float32
+// weights, so no product rounds to bf16.
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "qwen2_vl_check.h"
+
+namespace deepinfer {
+namespace {
+
+TEST(CudaQwen2Vl, EncoderAndImagePromptMatchTransformers) {
+  std::unique_ptr<Backend> backend = testing::cuda_backend();
+  testing::expect_qwen2_vl_matches_transformers(*backend, 1e-4);
+}
+
+}  // namespace
+}  // namespace deepinfer
