@@ -20,7 +20,7 @@ the model's chat template makes of it (no newline added), or with --tokens its t
 JSON array. Control tokens come only from the template: text in messages is never encoded as a
 special token. Template variables come from the request: "add_generation_prompt" (default true),
 "reasoning_effort", and "chat_template_kwargs" (enable_thinking / thinking, reasoning_effort,
-model_identity, date, date_string, tools_in_user_message).
+model_identity, date, date_string, tools_in_user_message, add_vision_id).
 The family is read from DIR's tokenizer_config.json (or chat_template.jinja, config.json);
 --family overrides it: deepseek_v3, deepseek_r1, deepseek_v3_1, qwen3, llama3, llama3_1,
 llama3_2, gpt_oss, gemma3, qwen2_vl.

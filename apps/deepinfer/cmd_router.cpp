@@ -63,9 +63,10 @@ refused in /metrics); at start-up such workers are an error. The page size is th
 prompt blocks are hashed; the context length bounds prompt + max_tokens and sets the default
 max_tokens (before any worker is listed: the model's own).
 --worker-api-key: the key the workers were started with (--api-key on serve), if any.
-Images (a Gemma 3 multimodal directory): each image part is decoded and placed here, and its file
-relayed with the request to a --role both worker, which preprocesses and encodes it; prefill and
-decode workers refuse images. --max-image-pixels, --max-images-per-request as on serve.
+Images (a Gemma 3 multimodal or Qwen2.5-VL directory): each image part is decoded and placed here
+(image URLs fetched here with --allow-image-urls), and its file relayed with the request to a --role
+both worker, which preprocesses and encodes it; prefill and decode workers refuse images.
+--max-image-pixels, --max-images-per-request, --allow-image-urls as on serve.
 --ui: the web playground at GET / as on `deepinfer serve --ui`; its live figures are the workers'
 last reports (requests running and waiting summed, KV use averaged, cached over prompt tokens).
 The first line printed is "deepinfer router: listening on http://HOST:PORT".

@@ -25,11 +25,12 @@ struct MropeRow {
   int32_t width = 0;
 };
 
-// The request's images that run in [first_position, end), the step's rows from first_row on: their
-// encoder rows in place of the placeholders' embeddings (encoded by this step when no step before
-// did); each placeholder of a bidirectional image seeing the rest of its image (lookahead, made for
-// the whole step at the first image); an M-RoPE image's tokens at their grid's positions (the
-// temporal one in positions, the others in mrope_rows).
+// The request's images that run in [first_position, end), the step's rows from first_row on (the
+// whole of a bidirectional image, any part of a causal one): their encoder rows in place of the
+// placeholders' embeddings (encoded by this step when no step before did); each placeholder of a
+// bidirectional image seeing the rest of its image (lookahead, made for the whole step at the
+// first image); an M-RoPE image's tokens at their grid's positions (the temporal one in positions,
+// the others in mrope_rows).
 void add_images(const Request& request, int32_t first_position, int32_t end, int32_t first_row, BuiltBatch& built,
                 std::vector<MropeRow>& mrope_rows) {
   ForwardBatch& batch = built.batch;
@@ -37,7 +38,7 @@ void add_images(const Request& request, int32_t first_position, int32_t end, int
     const int32_t begin = std::max(first_position, image.first_token);
     const int32_t stop = std::min(end, image.end_token());
     if (begin >= stop) continue;
-    DI_CHECK(stop == image.end_token(),
+    DI_CHECK(!image.bidirectional || stop == image.end_token(),
              "a step ends inside the image at tokens " << image.first_token << " + " << image.num_tokens);
     EncodedImage& encoded = *image.image;
     if (!encoded.ready.load()) {

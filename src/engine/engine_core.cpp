@@ -24,9 +24,11 @@
 namespace deepinfer {
 namespace {
 
-// Recent images whose encodings a request with the same pixels reuses (a Gemma 3 image's rows and
-// pixels take ~12 MB, so a few dozen).
+// Recent images whose encodings a request with the same pixels reuses: a few dozen, within 1 GiB
+// of pixels and rows (a Gemma 3 image takes ~12 MB; a Qwen2.5-VL-7B one from ~1 MB to ~540 MB at
+// the published max_pixels).
 constexpr size_t kEncodedImagesKept = 32;
+constexpr size_t kEncodedImageBytesKept = size_t{1} << 30;
 
 // The context length: the config's max_model_len, else the model's max_position_embeddings.
 int64_t resolve_max_model_len(const CausalLM& model, const EngineConfig& config) {
@@ -926,7 +928,7 @@ struct EngineCore::Impl {
   std::vector<int64_t> finished_groups;  // finished requests still to erase (erase_finished_groups)
   int64_t num_overlapped_steps = 0;
   // Encodings of recent images by their pixels' hash (a multimodal model).
-  PromptImageCache images{kEncodedImagesKept};
+  PromptImageCache images{kEncodedImagesKept, kEncodedImageBytesKept};
   // Last: destroyed first, so its thread is done with the model before anything else goes.
   ModelRunner runner;
 };
@@ -999,18 +1001,19 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   if (!images.empty() && m.config.mode != EngineMode::kNormal) {
     return Error{"a prefill or decode worker takes no images yet; send images to a server without --role"};
   }
+  // A bidirectional image's tokens run in one step (a fixed number: Gemma 3's); a causal image's
+  // may take several.
+  if (!images.empty() && image_format->bidirectional &&
+      image_format->tokens_per_image > m.config.scheduler.max_num_batched_tokens) {
+    return Error{"an image takes " + std::to_string(image_format->tokens_per_image) +
+                 " tokens, which must run in one step, but max_num_batched_tokens is " +
+                 std::to_string(m.config.scheduler.max_num_batched_tokens)};
+  }
   std::vector<PromptImage> prompt_images;
   if (image_format != nullptr) {
     auto taken = m.images.take(prompt, std::move(images), *image_format, m.model.config().hidden_size);
     if (!taken.ok()) return taken.error();
     prompt_images = std::move(*taken);
-  }
-  for (const PromptImage& image : prompt_images) {
-    if (image.num_tokens > m.config.scheduler.max_num_batched_tokens) {
-      return Error{"an image takes " + std::to_string(image.num_tokens) +
-                   " tokens, which must run in one step, but max_num_batched_tokens is " +
-                   std::to_string(m.config.scheduler.max_num_batched_tokens)};
-    }
   }
   if (params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};

@@ -36,11 +36,16 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
     ImageInput& input = images[i];
     const std::string name = "image " + std::to_string(i);
     const ImageGrid& grid = input.grid;
+    // 2^15 patches a side keeps every count in int32 (the processor's max_pixels keeps real images
+    // far below).
+    constexpr int32_t kMaxPatchesPerSide = 1 << 15;
     if (format.tokens_per_image == 0 && (grid.frames != 1 || grid.rows <= 0 || grid.columns <= 0 ||
-                                         grid.rows % format.merge_size != 0 || grid.columns % format.merge_size != 0)) {
+                                         grid.rows % format.merge_size != 0 || grid.columns % format.merge_size != 0 ||
+                                         grid.rows > kMaxPatchesPerSide || grid.columns > kMaxPatchesPerSide)) {
       return Error{name + " has a grid of " + std::to_string(grid.frames) + " x " + std::to_string(grid.rows) + " x " +
                    std::to_string(grid.columns) + " patches; a still image is 1 x rows x columns, both " +
-                   "multiples of the merge size " + std::to_string(format.merge_size)};
+                   "multiples of the merge size " + std::to_string(format.merge_size) + " and at most " +
+                   std::to_string(kMaxPatchesPerSide)};
     }
     const int32_t num_tokens = format.tokens_for(grid);
     const int64_t end = int64_t{input.first_token} + num_tokens;
@@ -78,7 +83,7 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
     }
     image.hash = image_content_hash(input);
     const auto found =
-        std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == image.hash; });
+        std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.hash == image.hash; });
     if (found != entries_.end()) {
       entries_.splice(entries_.begin(), entries_, found);
     } else {
@@ -86,10 +91,15 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
       encoded->pixels = std::move(input.pixels);
       encoded->grid = grid;
       encoded->rows.resize(static_cast<size_t>(int64_t{num_tokens} * hidden_size));
-      entries_.emplace_front(image.hash, std::move(encoded));
-      if (entries_.size() > capacity_) entries_.pop_back();
+      const size_t bytes = (encoded->pixels.size() + encoded->rows.size()) * sizeof(float);
+      entries_.push_front({image.hash, std::move(encoded), bytes});
+      bytes_ += bytes;
+      while (entries_.size() > 1 && (entries_.size() > capacity_ || bytes_ > capacity_bytes_)) {
+        bytes_ -= entries_.back().bytes;
+        entries_.pop_back();
+      }
     }
-    image.image = entries_.front().second;
+    image.image = entries_.front().image;
     taken.push_back(std::move(image));
   }
   const int64_t in_prompt = std::count(prompt.begin(), prompt.end(), format.image_token_id);

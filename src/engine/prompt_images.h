@@ -31,13 +31,20 @@ struct ImageInput {
   std::vector<uint8_t> file = {};
 };
 
-// The SHA-256 an image is known by: its hash when given, else of its pixels, or of its file when it
-// has none (a router's, which preprocesses nothing and names images only for its own prefix
-// routing). Inline, so the API layer, whose fuzzers link no engine objects, hashes with it too.
+// The SHA-256 an image is known by: its hash when given, else of its grid and pixels (the same
+// values cut into another grid are another image: a plain 448 x 224 image and a 224 x 448 one), or
+// of its file when it has no pixels (a router's, which preprocesses nothing and names images only
+// for its own prefix routing). Inline, so the API layer, whose fuzzers link no engine objects,
+// hashes with it too.
 inline BlockHash image_content_hash(const ImageInput& image) {
   if (image.hash) return *image.hash;
   if (image.pixels.empty()) return sha256(image.file);
-  return sha256({reinterpret_cast<const uint8_t*>(image.pixels.data()), image.pixels.size() * sizeof(float)});
+  Sha256 hash;
+  for (int32_t extent : {image.grid.frames, image.grid.rows, image.grid.columns}) {
+    hash.update_u64le(static_cast<uint64_t>(static_cast<uint32_t>(extent)));
+  }
+  hash.update(image.pixels.data(), image.pixels.size() * sizeof(float));
+  return hash.finish();
 }
 
 // Each image's placeholder run in prompt (from first_token, as long as prompt repeats that token)
@@ -47,17 +54,25 @@ std::vector<ImagePlaceholders> image_placeholders(std::span<const int32_t> promp
 
 class PromptImageCache {
  public:
-  explicit PromptImageCache(size_t capacity) : capacity_(capacity) {}
+  PromptImageCache(size_t capacity, size_t capacity_bytes) : capacity_(capacity), capacity_bytes_(capacity_bytes) {}
   // The images as the request's PromptImages, each sharing the encoding of an earlier request's
-  // identical pixels while the cache holds it (capacity images, least recently sent first out).
+  // identical pixels while the cache holds it (capacity images, and capacity_bytes of pixels and
+  // rows as each image came in, least recently sent first out; the newest always stays).
   // Errors name the image: placeholders that are not format's (or not where it says), overlapping
   // or out-of-order images, the wrong number of pixels, placeholder tokens outside any image.
   Result<std::vector<PromptImage>> take(const std::vector<int32_t>& prompt, std::vector<ImageInput> images,
                                         const ImageInputFormat& format, int64_t hidden_size);
 
  private:
+  struct Entry {
+    BlockHash hash;
+    std::shared_ptr<EncodedImage> image;
+    size_t bytes = 0;
+  };
   size_t capacity_;
-  std::list<std::pair<BlockHash, std::shared_ptr<EncodedImage>>> entries_;  // most recent first
+  size_t capacity_bytes_;
+  size_t bytes_ = 0;
+  std::list<Entry> entries_;  // most recent first
 };
 
 }  // namespace deepinfer

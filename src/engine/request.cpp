@@ -23,7 +23,7 @@ void Request::set_images(std::vector<PromptImage> images) {
 
 int32_t Request::chunk_end(int32_t begin, int32_t end) const {
   for (const PromptImage& image : images_) {
-    if (image.first_token < end && end < image.end_token()) {
+    if (image.bidirectional && image.first_token < end && end < image.end_token()) {
       return image.first_token > begin ? image.first_token : image.end_token();
     }
   }

@@ -133,9 +133,10 @@ struct Request {
   // from its hash (negative, so no token id matches them), so another image misses.
   std::span<const int32_t> cache_tokens() const { return images_.empty() ? all_tokens() : cache_token_ids_; }
   std::span<const int32_t> prompt_cache_tokens() const { return cache_tokens().first(prompt_size()); }
-  // Where a prefill chunk over [begin, end) may end: not inside an image, whose tokens run in one
-  // forward so they see each other. Before an image that starts past begin, else after the image
-  // (past end: the chunk grows to hold it, which the scheduler allows only in a step it leads).
+  // Where a prefill chunk over [begin, end) may end: not inside a bidirectional image, whose tokens
+  // run in one forward so they see each other. Before such an image that starts past begin, else
+  // after the image (past end: the chunk grows to hold it, which the scheduler allows only in a
+  // step it leads). A causal image's tokens (Qwen2.5-VL's) may run over several chunks.
   int32_t chunk_end(int32_t begin, int32_t end) const;
   // Pipelined scheduling: while the next step is scheduled, the token a step in flight draws for
   // this sequence stands at the end as kPendingToken (its value reaches the next step on the model

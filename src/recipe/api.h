@@ -54,7 +54,10 @@ struct ImageInputOptions {
   // Off (a router): each image's file is kept as sent (ImageInput::file) for the worker that runs
   // the request to decode and preprocess again, instead of its pixels.
   bool preprocess = true;
-  bool allow_urls = false;                       // serve --allow-image-urls (fetching is not implemented)
+  // serve --allow-image-urls: the server fetches http(s) image URLs (server/image_fetch.h) and puts
+  // each file in the body as a data: URL before the request is parsed; an http(s) URL the parser
+  // still finds is refused.
+  bool allow_urls = false;
 };
 
 // What the recipe needs to know about the served model. tokenizer, max_model_len and vocab_size
@@ -132,6 +135,19 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
 
 std::variant<ApiRequest, ApiError> parse_api_request(ApiKind kind, const nlohmann::ordered_json& body,
                                                      const ModelContext& model);
+
+// An http(s) URL of an image part: the part as errors name it ("messages[1].content[0]"), the JSON
+// pointer of the URL string in the body, and the URL.
+struct RemoteImageUrl {
+  std::string path;
+  std::string pointer;
+  std::string url;
+};
+// The body's http(s) image URLs in order (Chat image_url, Responses input_image, Messages url
+// sources), for a server that fetches them; errors as parse_api_request's for too many image parts
+// or an image part Chat Completions does not take.
+std::variant<std::vector<RemoteImageUrl>, ApiError> remote_image_urls(ApiKind kind, const nlohmann::ordered_json& body,
+                                                                      const ModelContext& model);
 
 // Turns one request's engine outputs into its API's response. One builder per request; not
 // thread-safe. Feed it every RequestOutput of the request in order (streaming or not).

@@ -35,19 +35,17 @@ std::variant<ImageSource, ApiError> read_data_url(std::string_view url, const st
   return ImageSource{"", std::string(media_type), std::string(url.substr(comma + 1))};
 }
 
-std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const std::string& path,
-                                                const ModelContext& model) {
+bool is_remote_url(std::string_view url) { return url.starts_with("http://") || url.starts_with("https://"); }
+
+// An http(s) URL reaches here only when the server does not fetch it: with --allow-image-urls the
+// server layer has put the fetched file in its place as a data: URL (remote_image_urls).
+std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const std::string& path) {
   if (url.rfind("data:", 0) == 0) return read_data_url(url, path);
-  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
-    if (!model.images.allow_urls) {
-      return bad_request(path,
-                         path +
-                             ": image URLs are not fetched unless the server is started with "
-                             "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
-    }
-    return bad_request(path, path +
-                                 ": fetching image URLs is not implemented (--allow-image-urls is set); send the image "
-                                 "inline as a data: URL (data:image/png;base64,...)");
+  if (is_remote_url(url)) {
+    return bad_request(path,
+                       path +
+                           ": image URLs are not fetched unless the server is started with "
+                           "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
   }
   return bad_request(path, path + ": expected a data: URL (data:image/png;base64,...) or an http(s) URL");
 }
@@ -55,7 +53,7 @@ std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const st
 std::optional<ApiError> read_image(ImageSource source, const std::string& path, const ModelContext& model,
                                    std::vector<ImageInput>& images) {
   if (!source.url.empty()) {
-    auto resolved = resolve_url(source.url, path, model);
+    auto resolved = resolve_url(source.url, path);
     if (auto* e = std::get_if<ApiError>(&resolved)) return *e;
     source = std::get<ImageSource>(std::move(resolved));
   }
@@ -110,18 +108,23 @@ std::variant<ImageSource, ApiError> messages_image_source(const Json& block, con
   return ImageSource{"", (*source)["media_type"].get<std::string>(), (*source)["data"].get<std::string>()};
 }
 
-}  // namespace
+// An image part of a request body: the part, where it is (for messages) and its JSON pointer.
+struct ImagePart {
+  const Json* part = nullptr;
+  std::string path;     // "messages[1].content[0]"
+  std::string pointer;  // "/messages/1/content/0"
+};
 
-std::optional<ApiError> read_image_parts(ApiKind kind, const Json& body, const ModelContext& model,
-                                         std::vector<ImageInput>& images) {
+// The body's image parts in order, counted before any is read; an error past max_images, or for
+// Hugging Face's {"type": "image"}, which carries no image in Chat Completions.
+std::variant<std::vector<ImagePart>, ApiError> find_image_parts(ApiKind kind, const Json& body, int32_t max_images) {
   const char* items_field = kind == ApiKind::kResponses ? "input" : "messages";
   const char* image_type = kind == ApiKind::kChatCompletions ? "image_url"
                            : kind == ApiKind::kResponses     ? "input_image"
                                                              : "image";
+  std::vector<ImagePart> parts;
   const Json* items = find_field(body, items_field);
-  if (items == nullptr || !items->is_array()) return std::nullopt;  // the API's own parser names it
-  // The image parts, counted before any is decoded.
-  std::vector<std::pair<const Json*, std::string>> parts;
+  if (items == nullptr || !items->is_array()) return parts;  // the API's own parser names it
   for (size_t i = 0; i < items->size(); ++i) {
     const Json& item = (*items)[i];
     const Json* content = item.is_object() ? find_field(item, "content") : nullptr;
@@ -139,16 +142,30 @@ std::optional<ApiError> read_image_parts(ApiKind kind, const Json& body, const M
                                                ".type: Chat Completions images are {\"type\": \"image_url\", "
                                                "\"image_url\": {\"url\": \"data:image/...;base64,...\"}}");
       }
-      if (type == image_type) parts.emplace_back(&part, path);
+      if (type == image_type) {
+        parts.push_back(
+            {&part, path, "/" + std::string(items_field) + "/" + std::to_string(i) + "/content/" + std::to_string(j)});
+      }
     }
   }
-  if (parts.size() > static_cast<size_t>(model.images.max_images)) {
-    return bad_request(parts[static_cast<size_t>(model.images.max_images)].second,
-                       parts[static_cast<size_t>(model.images.max_images)].second + ": the request holds " +
-                           std::to_string(parts.size()) + " images; the server takes at most " +
-                           std::to_string(model.images.max_images) + " (--max-images-per-request)");
+  if (parts.size() > static_cast<size_t>(max_images)) {
+    const std::string& path = parts[static_cast<size_t>(max_images)].path;
+    return bad_request(path, path + ": the request holds " + std::to_string(parts.size()) +
+                                 " images; the server takes at most " + std::to_string(max_images) +
+                                 " (--max-images-per-request)");
   }
-  for (const auto& [part, path] : parts) {
+  return parts;
+}
+
+}  // namespace
+
+std::optional<ApiError> read_image_parts(ApiKind kind, const Json& body, const ModelContext& model,
+                                         std::vector<ImageInput>& images) {
+  auto found = find_image_parts(kind, body, model.images.max_images);
+  if (auto* e = std::get_if<ApiError>(&found)) return *e;
+  for (const ImagePart& image : std::get<std::vector<ImagePart>>(found)) {
+    const Json* part = image.part;
+    const std::string& path = image.path;
     auto source = kind == ApiKind::kChatCompletions ? chat_image_source(*part, path)
                   : kind == ApiKind::kResponses     ? responses_image_source(*part, path)
                                                     : messages_image_source(*part, path);
@@ -209,22 +226,25 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
     ImageInput input;
     input.first_token = -1;  // placed once the prompt is encoded (place_images)
     if (format.preprocessor == ImageInputFormat::Preprocessor::kQwen2Vl) {
-      Qwen2VlProcessorConfig processor;
-      processor.patch_size = format.patch_size;
-      processor.temporal_patch_size = format.temporal_patch_size;
-      processor.merge_size = format.merge_size;
-      processor.min_pixels = format.min_pixels;
-      processor.max_pixels = format.max_pixels;
-      // The grid (how many tokens the image takes) from the resized size alone, so a router that
-      // makes no pixels places the image as its worker will.
-      auto size = try_qwen2_vl_smart_resize(image->height, image->width, format.patch_size * format.merge_size,
-                                            format.min_pixels, format.max_pixels);
-      if (!size.ok()) return api::bad_request(path, path + ": " + size.error().message);
-      input.grid = {1, size->first / format.patch_size, size->second / format.patch_size};
       if (model.images.preprocess) {
+        Qwen2VlProcessorConfig processor;
+        processor.patch_size = format.patch_size;
+        processor.temporal_patch_size = format.temporal_patch_size;
+        processor.merge_size = format.merge_size;
+        processor.min_pixels = format.min_pixels;
+        processor.max_pixels = format.max_pixels;
         auto pixels = try_preprocess_qwen2_vl(*image, processor);
         if (!pixels.ok()) return api::bad_request(path, path + ": " + pixels.error().message);
+        const auto& [frames, rows, columns] = pixels->grid_thw;
+        input.grid = {static_cast<int32_t>(frames), static_cast<int32_t>(rows), static_cast<int32_t>(columns)};
         input.pixels = std::move(pixels->pixel_values);
+      } else {
+        // A router makes no pixels: the grid (how many tokens the image takes) from the resized
+        // size alone, so it places the image as its worker will.
+        auto size = try_qwen2_vl_smart_resize(image->height, image->width, format.patch_size * format.merge_size,
+                                              format.min_pixels, format.max_pixels);
+        if (!size.ok()) return api::bad_request(path, path + ": " + size.error().message);
+        input.grid = {1, size->first / format.patch_size, size->second / format.patch_size};
       }
     } else if (model.images.preprocess) {
       input.pixels = preprocess_gemma3(*image, format.image_size);
@@ -244,6 +264,32 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
         .append(" vision encoder");
   }
   return api::bad_request(path, refusal);
+}
+
+std::variant<std::vector<RemoteImageUrl>, ApiError> remote_image_urls(ApiKind kind, const nlohmann::ordered_json& body,
+                                                                      const ModelContext& model) {
+  auto found = api::find_image_parts(kind, body, model.images.max_images);
+  if (auto* e = std::get_if<ApiError>(&found)) return *e;
+  std::vector<RemoteImageUrl> urls;
+  for (const api::ImagePart& image : std::get<std::vector<api::ImagePart>>(found)) {
+    // Where each API keeps the URL; a part of the wrong shape is left for the parser to name.
+    const nlohmann::ordered_json& part = *image.part;
+    std::string field;
+    if (kind == ApiKind::kChatCompletions) {
+      const nlohmann::ordered_json* image_url = api::find_field(part, "image_url");
+      field = image_url != nullptr && image_url->is_object() ? "/image_url/url" : "/image_url";
+    } else if (kind == ApiKind::kResponses) {
+      field = "/image_url";
+    } else {
+      field = "/source/url";
+    }
+    const nlohmann::ordered_json::json_pointer pointer(image.pointer + field);
+    if (body.contains(pointer) && body[pointer].is_string() &&
+        api::is_remote_url(body[pointer].get_ref<const std::string&>())) {
+      urls.push_back({image.path, image.pointer + field, body[pointer].get<std::string>()});
+    }
+  }
+  return urls;
 }
 
 }  // namespace deepinfer

@@ -187,7 +187,9 @@ Result<ChatOptions> parse_chat_options(const nlohmann::ordered_json& variables) 
   if (!variables.is_object()) return Error{"chat template variables: expected an object"};
   std::optional<bool> add_generation_prompt;
   std::optional<bool> tools_in_user_message;
+  std::optional<bool> add_vision_id;
   DI_TRY(read_bool(variables, "add_generation_prompt", &add_generation_prompt));
+  DI_TRY(read_bool(variables, "add_vision_id", &add_vision_id));
   DI_TRY(read_bool(variables, "enable_thinking", &options.thinking));
   DI_TRY(read_bool(variables, "thinking", &options.thinking));
   DI_TRY(read_bool(variables, "tools_in_user_message", &tools_in_user_message));
@@ -197,6 +199,7 @@ Result<ChatOptions> parse_chat_options(const nlohmann::ordered_json& variables) 
   DI_TRY(read_string(variables, "date_string", &options.date_string));
   options.add_generation_prompt = add_generation_prompt.value_or(true);
   options.tools_in_user_message = tools_in_user_message.value_or(true);
+  options.add_vision_id = add_vision_id.value_or(false);
   if (options.reasoning_effort && *options.reasoning_effort != "low" && *options.reasoning_effort != "medium" &&
       *options.reasoning_effort != "high") {
     return Error{"reasoning_effort: expected low, medium or high, got '" + *options.reasoning_effort + "'"};
@@ -219,11 +222,14 @@ Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const 
   }
   auto options = parse_chat_options(variables);
   if (!options.ok()) return options.error();
-  if (image_tokens > 0) {
-    size_t images = 0;
-    for (const Message& message : conversation->messages) images += message.image_parts.size();
-    options->image_tokens.assign(images, image_tokens);
+  size_t images = 0;
+  for (const Message& message : conversation->messages) images += message.image_parts.size();
+  if (images > 0 && image_tokens == kImageTokensBySize) {
+    return Error{
+        "this model's images take as many tokens as their size gives, and images are not decoded here: "
+        "a generation request's usage counts them"};
   }
+  if (image_tokens > 0) options->image_tokens.assign(images, image_tokens);
   auto segments = render_chat(family, *conversation, *options);
   if (!segments.ok()) return Error{std::string(chat_family_name(family)) + " template: " + segments.error().message};
   return segments;

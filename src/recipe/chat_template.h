@@ -52,20 +52,25 @@ struct ChatOptions {
   std::optional<std::string> date;
   std::optional<std::string> date_string;  // Llama 3.1+ "Today Date" verbatim, e.g. "26 Jul 2024"
   bool tools_in_user_message = true;       // Llama 3.1+: tool list in the first user turn
+  bool add_vision_id = false;              // Qwen2-VL: "Picture N: " before each image
   // The placeholder tokens each image takes, in the conversation's order (the served model's
   // ImageInputFormat::tokens_for each image); fewer entries than images: the conversation is refused.
   std::vector<int32_t> image_tokens;
 };
 
 // Reads ChatOptions from a JSON object of template variables (add_generation_prompt, thinking,
-// enable_thinking, reasoning_effort, model_identity, date, date_string, tools_in_user_message).
+// enable_thinking, reasoning_effort, model_identity, date, date_string, tools_in_user_message,
+// add_vision_id).
 Result<ChatOptions> parse_chat_options(const nlohmann::ordered_json& variables);
 
 // A whole OpenAI chat request ({"messages", "tools", "chat_template_kwargs",
 // "add_generation_prompt", "reasoning_effort"}) rendered with the family's template; the template
 // variables are chat_template_kwargs plus the top-level add_generation_prompt and reasoning_effort
 // (the kwargs win, as in vLLM). Errors name the request field or the template's complaint.
-// image_tokens: the placeholders every image takes (ChatOptions::image_tokens; 0: images refused).
+// image_tokens: the placeholders every image takes (ChatOptions::image_tokens; 0: images refused;
+// kImageTokensBySize: the model's images take as many as their size gives, which a request's JSON
+// alone does not tell, so they are refused naming that).
+inline constexpr int32_t kImageTokensBySize = -1;
 Result<std::vector<PromptSegment>> render_chat_request(ChatFamily family, const nlohmann::ordered_json& request,
                                                        int32_t image_tokens = 0);
 

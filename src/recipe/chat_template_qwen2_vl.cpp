@@ -1,7 +1,8 @@
 // Qwen2-VL and Qwen2.5-VL Instruct prompts (their shared chat_template): ChatML turns, a default
 // system turn when the first message is not one, each content part in order (text as sent, an
 // image as <|vision_start|><|image_pad|><|vision_end|>, whose pad Qwen2VLProcessor then repeats
-// once per merged patch of that image), no tools and no thinking.
+// once per merged patch of that image; "Picture N: " before it with add_vision_id), no tools and
+// no thinking.
 #include <string>
 
 #include "recipe/chat_template_families.h"
@@ -25,6 +26,7 @@ RenderResult render_qwen2_vl(const Conversation& conversation, const ChatOptions
       for (size_t p = 0; p < message.content_parts.size(); ++p) {
         if (next_image < message.image_parts.size() && message.image_parts[next_image] == p) {
           ++next_image;
+          if (options.add_vision_id) b.fixed("Picture " + std::to_string(image + 1) + ": ");
           b.fixed("<|vision_start|>");
           for (int32_t t = 0; t < options.image_tokens[image]; ++t) b.fixed("<|image_pad|>");
           b.fixed("<|vision_end|>");

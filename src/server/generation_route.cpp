@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/logging.h"
+#include "server/image_fetch.h"
 #include "server/running_request.h"
 #include "server/server_context.h"
 
@@ -226,13 +227,17 @@ class GenerationHandler {
 
 }  // namespace
 
-std::variant<ApiRequest, ApiError> parse_generation_request(const HttpRequest& request, ApiKind kind,
-                                                            const ServerContext& context) {
+asio::awaitable<std::variant<ApiRequest, ApiError>> parse_generation_request(const HttpRequest& request, ApiKind kind,
+                                                                             const ServerContext& context) {
   auto body = parse_json_body(kind, request.body());
-  if (ApiError* error = std::get_if<ApiError>(&body)) return std::move(*error);
+  if (ApiError* error = std::get_if<ApiError>(&body)) co_return std::move(*error);
+  if (context.model.images.allow_urls) {
+    const ImageFetchLimits limits{context.config.max_body_bytes};
+    if (auto error = co_await inline_image_urls(kind, std::get<Json>(body), context.model, limits)) co_return *error;
+  }
   ModelContext model = context.model;
   model.max_model_len = served_max_model_len(context);
-  return parse_api_request(kind, std::get<Json>(body), model);
+  co_return parse_api_request(kind, std::get<Json>(body), model);
 }
 
 asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,
@@ -241,7 +246,7 @@ asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& re
   GenerationHandler handler(stream, request, kind, context);
   std::string failure;
   try {
-    if (!parsed) parsed = parse_generation_request(request, kind, context);
+    if (!parsed) parsed = co_await parse_generation_request(request, kind, context);
     co_return co_await handler.run(std::move(*parsed));
   } catch (const std::exception& e) {
     failure = e.what();

@@ -93,7 +93,7 @@ asio::awaitable<bool> route_to_rank(TcpStream& stream, const HttpRequest& reques
   // gets its error from rank 0, and one whose parse fails on a bug gets rank 0's 500.
   std::optional<std::variant<ApiRequest, ApiError>> parsed;
   try {
-    parsed = parse_generation_request(request, kind, context);
+    parsed = co_await parse_generation_request(request, kind, context);
   } catch (const std::exception&) {
   }
   const ApiRequest* api = parsed ? std::get_if<ApiRequest>(&*parsed) : nullptr;

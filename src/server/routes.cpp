@@ -54,8 +54,11 @@ HttpResponse tokenize(const HttpRequest& request, const ServerContext& context, 
   const Tokenizer* tokenizer = context.model.tokenizer;
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
+    const ImageInputFormat* images = context.model.image_input;
     auto segments = render_chat_request(context.model.family, body,
-                                        context.model.image_input ? context.model.image_input->tokens_per_image : 0);
+                                        images == nullptr              ? 0
+                                        : images->tokens_per_image > 0 ? images->tokens_per_image
+                                                                       : kImageTokensBySize);
     if (!segments.ok()) return bad_request(request, segments.error().message, "messages");
     auto encoded = encode_prompt(*tokenizer, *segments, context.model.pool);
     if (!encoded.ok()) return bad_request(request, encoded.error().message, "messages");

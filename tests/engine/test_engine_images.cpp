@@ -77,7 +77,7 @@ Request request_with_images(uint8_t first_hash_byte) {
   return r;
 }
 
-TEST(EngineImages, ChunksNeverEndInsideAnImage) {
+TEST(EngineImages, ChunksNeverEndInsideABidirectionalImage) {
   const Request r = request_with_images(1);
   EXPECT_EQ(r.chunk_end(0, 8), 8);
   EXPECT_EQ(r.chunk_end(0, 10), 10);
@@ -87,6 +87,46 @@ TEST(EngineImages, ChunksNeverEndInsideAnImage) {
   EXPECT_EQ(r.chunk_end(20, 27), 25);
   EXPECT_EQ(r.chunk_end(25, 26), 30);
   EXPECT_EQ(r.chunk_end(30, 40), 40);
+  // A causal image (Qwen2.5-VL's) may end a chunk anywhere.
+  Request causal;
+  causal.set_prompt(std::vector<int32_t>(40, 7));
+  causal.set_images({PromptImage{10, 10, std::make_shared<EncodedImage>(), {}, false, 2, 5}});
+  EXPECT_EQ(causal.chunk_end(0, 15), 15);
+  EXPECT_EQ(causal.chunk_end(12, 14), 14);
+}
+
+// The same values cut into another grid are another image (a plain 448 x 224 image and a 224 x 448
+// one give equal pixel arrays).
+TEST(EngineImages, TheGridNamesTheImageToo) {
+  ImageInput a;
+  a.pixels = std::vector<float>(16, 0.5f);
+  a.grid = {1, 2, 8};
+  ImageInput b = a;
+  b.grid = {1, 8, 2};
+  EXPECT_NE(image_content_hash(a), image_content_hash(b));
+  EXPECT_EQ(image_content_hash(a), image_content_hash(ImageInput(a)));
+}
+
+// The encoder cache keeps what fits its bytes (here two images of 3 pixel values and 1 row value),
+// least recently sent first out.
+TEST(EngineImages, TheEncoderCacheKeepsWithinItsBytes) {
+  ImageInputFormat format;
+  format.image_size = 1;
+  format.tokens_per_image = 1;
+  format.image_token_id = 5;
+  PromptImageCache cache(32, 2 * 4 * sizeof(float));
+  const auto take = [&](float value) {
+    std::vector<ImageInput> images(1);
+    images[0].first_token = 1;
+    images[0].pixels = std::vector<float>(3, value);
+    return cache.take({1, 5, 2}, std::move(images), format, 1).value()[0].image;
+  };
+  const auto first = take(1.0f);
+  const auto second = take(2.0f);
+  EXPECT_EQ(take(1.0f), first) << "kept: two fit";
+  take(3.0f);
+  EXPECT_EQ(take(1.0f), first) << "the most recently sent stays";
+  EXPECT_NE(take(2.0f), second) << "the least recently sent went";
 }
 
 TEST(EngineImages, CacheTokensNameTheImage) {
@@ -156,8 +196,9 @@ TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) {
   const auto prompt = want["prompt"].get<std::vector<int32_t>>();
   const auto num_tokens = static_cast<int32_t>(want["tokens"].size());
   const std::vector<float> pixels = read_float_file(fixture_dir("qwen2_5_vl") + "/pixel_values.f32");
-  // 2048: one chunk; 9: the first ends before the image; 6: the image's chunk is the image.
-  for (int32_t budget : {2048, 9, 6}) {
+  // 2048: one chunk; 7: the first ends before the image, which then runs whole; 9 and 4: chunks
+  // that end inside the image (its tokens are causal, so they may).
+  for (int32_t budget : {2048, 7, 9, 4}) {
     for (bool async : {false, true}) {
       EngineConfig config = small_engine_config(16, 4, budget);
       config.async_scheduling = async;

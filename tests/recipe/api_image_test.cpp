@@ -137,7 +137,10 @@ TEST(ApiImages, PixelLimitIsTheServers) {
                model);
 }
 
-TEST(ApiImages, UrlsAreNeverFetched) {
+// The parser fetches nothing: an http(s) URL is refused (the server fetches them first when
+// --allow-image-urls is set, through remote_image_urls: each URL's part and JSON pointer, where a
+// data: URL then stands in for it).
+TEST(ApiImages, UrlsAreNeverFetchedByTheParser) {
   expect_error(ApiKind::kChatCompletions, chat_body("https://example.com/cat.png"), "messages[1].content[1]",
                "messages[1].content[1]: image URLs are not fetched unless the server is started with "
                "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
@@ -145,12 +148,25 @@ TEST(ApiImages, UrlsAreNeverFetched) {
                "messages[2].content[0]",
                "messages[2].content[0]: image URLs are not fetched unless the server is started with "
                "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
-  ModelContext model = qwen3();
-  model.images.allow_urls = true;
-  expect_error(ApiKind::kResponses, responses_body("https://example.com/cat.png"), "input[0].content[0]",
-               "input[0].content[0]: fetching image URLs is not implemented (--allow-image-urls is set); send the "
-               "image inline as a data: URL (data:image/png;base64,...)",
-               model);
+  const std::string refusal = ": model tiny does not accept images (it has no vision encoder)";
+  for (auto [kind, body, path, pointer] :
+       {std::tuple{ApiKind::kChatCompletions, chat_body("https://example.com/cat.png"), "messages[1].content[1]",
+                   "/messages/1/content/1/image_url/url"},
+        std::tuple{ApiKind::kResponses, responses_body("https://example.com/cat.png"), "input[0].content[0]",
+                   "/input/0/content/0/image_url"},
+        std::tuple{ApiKind::kMessages, messages_body(Json{{"type", "url"}, {"url", "https://example.com/cat.png"}}),
+                   "messages[2].content[0]", "/messages/2/content/0/source/url"}}) {
+    auto found = remote_image_urls(kind, body, qwen3());
+    ASSERT_TRUE(std::holds_alternative<std::vector<RemoteImageUrl>>(found)) << path;
+    const auto& urls = std::get<std::vector<RemoteImageUrl>>(found);
+    ASSERT_EQ(urls.size(), 1u) << path;
+    EXPECT_EQ(urls[0].path, path);
+    EXPECT_EQ(urls[0].pointer, pointer);
+    EXPECT_EQ(urls[0].url, "https://example.com/cat.png");
+    body[Json::json_pointer(pointer)] = "data:image/png;base64," + png_base64();
+    expect_error(kind, body, path, path + refusal);
+    EXPECT_TRUE(std::get<std::vector<RemoteImageUrl>>(remote_image_urls(kind, body, qwen3())).empty()) << path;
+  }
 }
 
 const Tokenizer& gemma3_tokenizer() {
@@ -264,7 +280,8 @@ ModelContext qwen2_5_vl_with_images() {
 
 // Qwen2.5-VL: each image at the run of <|image_pad|> its grid takes (the 37 x 53 PNG resized to
 // 56 x 84: 4 x 6 patches, 6 tokens) between <|vision_start|> and <|vision_end|>, the prompt as the
-// model's own template and Qwen2VLProcessor's expansion make it, the pixels as the processor's.
+// model's own template and Qwen2VLProcessor's expansion make it (with and without add_vision_id's
+// "Picture N: "), the pixels as the processor's.
 TEST(ApiImages, Qwen2VlPlacesImagesAsItsTemplateAndProcessorDo) {
   const RgbImage decoded = try_decode_image(image_bytes("rgb_37x53.png"), {}).value();
   const Qwen2VlPixels pixels = try_preprocess_qwen2_vl(decoded).value();
@@ -294,14 +311,18 @@ TEST(ApiImages, Qwen2VlPlacesImagesAsItsTemplateAndProcessorDo) {
   const Json messages_oracle = {
       {{"role", "system"}, {"content", "Be brief."}},
       {{"role", "user"}, {"content", {{{"type", "image"}}, {{"type", "text"}, {"text", "What is this?"}}}}}};
+  Json numbered = chat;
+  numbered["chat_template_kwargs"] = {{"add_vision_id", true}};
   for (const auto& [kind, body, oracle_messages, num_images] :
        {std::tuple{ApiKind::kChatCompletions, chat, chat_oracle, size_t{2}},
+        std::tuple{ApiKind::kChatCompletions, numbered, chat_oracle, size_t{2}},
         std::tuple{ApiKind::kMessages, messages, messages_oracle, size_t{1}}}) {
     auto parsed = parse_api_request(kind, body, qwen2_5_vl_with_images());
     if (auto* e = std::get_if<ApiError>(&parsed)) FAIL() << e->message;
     const ApiRequest& request = std::get<ApiRequest>(parsed);
+    const Json kwargs = body.value("chat_template_kwargs", Json::object());
     const auto oracle =
-        run_jinja_oracle({OracleCase{"qwen2_vl", oracle_messages, Json::array(), true, Json::object(), true, 6}});
+        run_jinja_oracle({OracleCase{"qwen2_vl", oracle_messages, Json::array(), true, kwargs, true, 6}});
     ASSERT_EQ(oracle.size(), 1u);
     ASSERT_TRUE(oracle[0].ok) << oracle[0].error;
     EXPECT_EQ(request.prompt_token_ids, oracle[0].ids);

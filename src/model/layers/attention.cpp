@@ -15,11 +15,12 @@ namespace deepinfer {
 namespace {
 
 // q, k and v stacked into one device weight when the backend makes one (16-bit weights, no biases,
-// not FP8: those are dequantised per tensor by load_tensor); nullopt otherwise.
+// not FP8: those are dequantised per tensor by load_tensor) and the layer may take them stacked;
+// nullopt otherwise.
 Result<std::optional<kernels::WeightView>> load_stacked_qkv(const ModelSource& source, const std::string& prefix,
                                                             int64_t q_dim, int64_t kv_dim, int64_t hidden,
-                                                            bool has_bias) {
-  if (has_bias) return std::optional<kernels::WeightView>{};
+                                                            bool has_bias, bool may_stack) {
+  if (has_bias || !may_stack) return std::optional<kernels::WeightView>{};
   std::vector<TensorView> parts;
   for (const auto& [name, rows] : {std::pair{".q_proj", q_dim}, std::pair{".k_proj", kv_dim}, std::pair{".v_proj", kv_dim}}) {
     auto tensor = source.weights->get(prefix + name + ".weight", {rows, hidden});
@@ -138,9 +139,14 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   layer.rotary_dim_ = rope.rotary_dim;
   layer.rope_attention_scaling_ = rope.attention_scaling;
   const int64_t hidden = config.hidden_size;
-  // M-RoPE rotates q and k apart from the front end, which needs them contiguous: no stacking.
-  auto stacked = load_stacked_qkv(source, prefix, layer.q_dim(), layer.kv_dim(), hidden,
-                                  options.qkv_bias || !rope.mrope_section.empty());
+  // M-RoPE rotates q and k before the front end, which needs them contiguous (no stacking) and
+  // must not normalise them afterwards (no qk-norm: that comes before the rope).
+  const bool mrope = !rope.mrope_section.empty();
+  if (mrope && options.qk_norm) {
+    return Error{prefix + ": M-RoPE (mrope_section) with q/k norms is not supported"};
+  }
+  auto stacked =
+      load_stacked_qkv(source, prefix, layer.q_dim(), layer.kv_dim(), hidden, options.qkv_bias, /*may_stack=*/!mrope);
   if (!stacked.ok()) return stacked.error();
   layer.qkv_ = *stacked;
   if (!layer.qkv_) {

@@ -1,6 +1,5 @@
 // Qwen2.5-VL's tower and merger on the backend's ops. A window (or the whole image) is a sequence
-// of the paged attention op whose every token looks ahead to the sequence's end, as SigLIP's patches
-// do (model/layers/siglip.cpp); each sequence gets pages of its own in a scratch cache. The 2D rope
+// of the tower's attention (model/layers/vision_attention.h). The 2D rope
 // is the rope op run twice, once with the row positions and a frequency table zero outside the
 // row's part, once with the columns': a zero frequency leaves its pair as it is.
 #include "model/layers/qwen2_vl_vision.h"
@@ -10,60 +9,11 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "model/layers/vision_attention.h"
 #include "runtime/device_upload.h"
 
 namespace deepinfer {
 namespace {
-
-// Keys a page of the tower's KV holds: any size works; 16 suits every backend's attention.
-constexpr int32_t kTowerBlockSize = 16;
-
-// A PagedBatch over sequences laid one after another in the rows, each on pages of its own, with
-// the index arrays it points to.
-struct TowerBatch {
-  DeviceBuffer query_start, seq_len, block_table, lookahead, slots;
-  kernels::PagedBatch paged;
-  int32_t num_blocks = 0;
-
-  static TowerBatch make(Backend& backend, const std::vector<int32_t>& lengths) {
-    std::vector<int32_t> query_start = {0}, seq_len, lookahead, slots;
-    int32_t max_blocks = 0;
-    for (int32_t length : lengths) max_blocks = std::max(max_blocks, (length + kTowerBlockSize - 1) / kTowerBlockSize);
-    std::vector<int32_t> table(lengths.size() * static_cast<size_t>(max_blocks), 0);
-    TowerBatch batch;
-    int32_t max_length = 0;
-    for (size_t s = 0; s < lengths.size(); ++s) {
-      const int32_t length = lengths[s];
-      const int32_t blocks = (length + kTowerBlockSize - 1) / kTowerBlockSize;
-      for (int32_t b = 0; b < blocks; ++b)
-        table[s * static_cast<size_t>(max_blocks) + static_cast<size_t>(b)] = batch.num_blocks + b;
-      for (int32_t p = 0; p < length; ++p) {
-        lookahead.push_back(length - 1 - p);
-        slots.push_back(batch.num_blocks * kTowerBlockSize + p);
-      }
-      batch.num_blocks += blocks;
-      query_start.push_back(query_start.back() + length);
-      seq_len.push_back(length);
-      max_length = std::max(max_length, length);
-    }
-    batch.query_start = upload_vector(backend, query_start);
-    batch.seq_len = upload_vector(backend, seq_len);
-    batch.block_table = upload_vector(backend, table);
-    batch.lookahead = upload_vector(backend, lookahead);
-    batch.slots = upload_vector(backend, slots);
-    kernels::PagedBatch& paged = batch.paged;
-    paged.num_seqs = static_cast<int32_t>(lengths.size());
-    paged.query_start = batch.query_start.as<int32_t>();
-    paged.seq_len = batch.seq_len.as<int32_t>();
-    paged.block_table = batch.block_table.as<int32_t>();
-    paged.max_blocks_per_seq = max_blocks;
-    paged.block_size = kTowerBlockSize;
-    paged.num_tokens = query_start.back();
-    paged.max_query_len = max_length;
-    paged.lookahead = batch.lookahead.as<int32_t>();
-    return batch;
-  }
-};
 
 // The processor's rows are merge groups (2 x 2 patches) in row-major order of groups. The tower
 // runs them window by window: window_groups lists the groups in that order (transformers'
@@ -251,9 +201,9 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
   std::vector<int32_t> restore(static_cast<size_t>(groups));
   for (size_t j = 0; j < order.window_groups.size(); ++j)
     restore[static_cast<size_t>(order.window_groups[j])] = static_cast<int32_t>(j);
-  const TowerBatch windows = TowerBatch::make(backend, order.window_lengths);
-  const TowerBatch whole =
-      TowerBatch::make(backend, std::vector<int32_t>(static_cast<size_t>(grid.frames), grid.rows * grid.columns));
+  const VisionAttentionBatch windows = VisionAttentionBatch::make(backend, order.window_lengths);
+  const VisionAttentionBatch whole = VisionAttentionBatch::make(
+      backend, std::vector<int32_t>(static_cast<size_t>(grid.frames), grid.rows * grid.columns));
   const DeviceBuffer permutation_ids = upload_vector(backend, permutation);
   const DeviceBuffer restore_ids = upload_vector(backend, restore);
   const DeviceBuffer row_ids = upload_vector(backend, row_positions);
@@ -271,8 +221,8 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
   DeviceBuffer delta = allocate_elements<float>(backend, n * hidden);
   DeviceBuffer gate = allocate_elements<float>(backend, std::max(n * intermediate, groups * merged_width));
   DeviceBuffer up = allocate_elements<float>(backend, n * intermediate);
-  const size_t cache_bytes = static_cast<size_t>(std::max(windows.num_blocks, whole.num_blocks)) * kTowerBlockSize *
-                             static_cast<size_t>(hidden) * sizeof(float);
+  const size_t cache_bytes =
+      static_cast<size_t>(std::max(windows.cache_rows(), whole.cache_rows()) * hidden) * sizeof(float);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
   DeviceBuffer v_cache = backend.allocate(cache_bytes);
 
@@ -285,7 +235,7 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
   const int32_t head_dim = params_.head_dim;
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const Block& l = blocks_[b];
-    const TowerBatch& batch = full_attention_[b] ? whole : windows;
+    const VisionAttentionBatch& batch = full_attention_[b] ? whole : windows;
     l.norm1.forward(backend, x.as<float>(), n, normed.as<float>());
     backend.matmul_group(normed.as<float>(), n,
                          {{l.q.weight, l.q.bias, q.as<float>()},
@@ -297,9 +247,8 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
       backend.rope(t, column_ids.as<int32_t>(), n, heads, head_dim, head_dim, column_inv_freq_.as<float>(), 1.0f,
                    kernels::RopeLayout::kRotateHalf);
     }
-    backend.write_kv(k.as<float>(), v.as<float>(), batch.slots.as<int32_t>(), n, hidden, params_.cache_dtype, {},
-                     k_cache.data(), v_cache.data());
-    backend.paged_attention(q.as<float>(), k_cache.data(), v_cache.data(), batch.paged, params_, attended.as<float>());
+    batch.attend(backend, q.as<float>(), k.as<float>(), v.as<float>(), params_, k_cache.data(), v_cache.data(),
+                 attended.as<float>());
     l.proj.forward(backend, attended.as<float>(), n, delta.as<float>());
     backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
     l.norm2.forward(backend, x.as<float>(), n, normed.as<float>());

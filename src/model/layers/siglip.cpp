@@ -1,6 +1,6 @@
 // SigLIP's tower and Gemma 3's projector on the backend's ops. Attention where every patch sees
-// every patch is the paged attention op over the patches as one sequence whose every token looks
-// ahead to the last patch (PagedBatch::lookahead, as Gemma 3's image tokens in the text model).
+// every patch is the tower's attention over the patches as one sequence
+// (model/layers/vision_attention.h, as Gemma 3's image tokens see each other in the text model).
 #include "model/layers/siglip.h"
 
 #include <cmath>
@@ -11,9 +11,6 @@
 
 namespace deepinfer {
 namespace {
-
-// Keys a page of the tower's KV holds: any size works; 16 suits every backend's attention.
-constexpr int32_t kTowerBlockSize = 16;
 
 // The rows of one image's patches, [num_patches, channels * patch^2], each patch's values in the
 // convolution weight's (channel, row, column) order; patches row-major over the grid.
@@ -112,34 +109,13 @@ Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, con
   if (!post.ok()) return post.error();
   tower.post_norm_ = *post;
 
-  // The patches as one sequence of n new tokens whose lookahead reaches the last patch: each query
-  // sees all n keys, and the kernels share each key tile among the queries.
   Backend& backend = *source.backend;
   const int64_t n = config.num_patches();
-  const auto count = static_cast<int32_t>(n);
-  const auto blocks = static_cast<int32_t>((n + kTowerBlockSize - 1) / kTowerBlockSize);
   std::vector<int32_t> ids(static_cast<size_t>(n));
   std::iota(ids.begin(), ids.end(), 0);
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::vector<int32_t> lookahead(static_cast<size_t>(n));
-  for (int32_t t = 0; t < count; ++t) lookahead[static_cast<size_t>(t)] = count - 1 - t;
-  tower.query_start_ = upload_vector(backend, std::vector<int32_t>{0, count});
   tower.patch_ids_ = upload_vector(backend, ids);
-  tower.seq_len_ = upload_vector(backend, std::vector<int32_t>{count});
-  tower.block_table_ = upload_vector(backend, table);
-  tower.lookahead_ = upload_vector(backend, lookahead);
+  tower.attention_ = VisionAttentionBatch::make(backend, {static_cast<int32_t>(n)});
   tower.ones_ = upload_vector(backend, std::vector<float>(static_cast<size_t>(n * config.intermediate_size), 1.0f));
-  kernels::PagedBatch& batch = tower.batch_;
-  batch.num_seqs = 1;
-  batch.query_start = tower.query_start_.as<int32_t>();
-  batch.seq_len = tower.seq_len_.as<int32_t>();
-  batch.block_table = tower.block_table_.as<int32_t>();
-  batch.max_blocks_per_seq = blocks;
-  batch.block_size = kTowerBlockSize;
-  batch.num_tokens = count;
-  batch.max_query_len = count;
-  batch.lookahead = tower.lookahead_.as<int32_t>();
   kernels::AttentionParams& params = tower.params_;
   params.num_heads = static_cast<int32_t>(config.num_attention_heads);
   params.num_kv_heads = params.num_heads;
@@ -164,8 +140,8 @@ void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* ou
   DeviceBuffer attended = allocate_elements<float>(backend, n * hidden);
   DeviceBuffer delta = allocate_elements<float>(backend, n * hidden);
   DeviceBuffer mlp = allocate_elements<float>(backend, n * c.intermediate_size);
-  const size_t cache_bytes = static_cast<size_t>(batch_.max_blocks_per_seq) * kTowerBlockSize *
-                             static_cast<size_t>(hidden) * dtype_size_bytes(params_.cache_dtype);
+  const size_t cache_bytes =
+      static_cast<size_t>(attention_.cache_rows() * hidden) * dtype_size_bytes(params_.cache_dtype);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
   DeviceBuffer v_cache = backend.allocate(cache_bytes);
 
@@ -181,9 +157,8 @@ void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* ou
                          {{l.q.weight, l.q.bias, q.as<float>()},
                           {l.k.weight, l.k.bias, k.as<float>()},
                           {l.v.weight, l.v.bias, v.as<float>()}});
-    backend.write_kv(k.as<float>(), v.as<float>(), patch_ids_.as<int32_t>(), n, hidden, params_.cache_dtype, {},
-                     k_cache.data(), v_cache.data());
-    backend.paged_attention(q.as<float>(), k_cache.data(), v_cache.data(), batch_, params_, attended.as<float>());
+    attention_.attend(backend, q.as<float>(), k.as<float>(), v.as<float>(), params_, k_cache.data(), v_cache.data(),
+                      attended.as<float>());
     l.out.forward(backend, attended.as<float>(), n, delta.as<float>());
     backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
     l.norm2.forward(backend, x.as<float>(), n, normed.as<float>());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/layers/linear.h"
+#include "model/layers/vision_attention.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -41,11 +42,10 @@ class SiglipVisionTower {
   kernels::WeightView positions_;  // [num_patches, hidden]
   std::vector<Layer> layers_;
   LayerNorm post_norm_;
-  // What every call shares, made at load: the position ids 0..n-1 (also the KV slots), the patches
-  // as one sequence whose lookahead reaches the last patch, the attention batch over it, and the
-  // ones gelu_tanh_mul multiplies by.
-  DeviceBuffer patch_ids_, query_start_, seq_len_, block_table_, lookahead_, ones_;
-  kernels::PagedBatch batch_;
+  // What every call shares, made at load: the position ids 0..n-1, the patches as one sequence of
+  // the tower's attention, and the ones gelu_tanh_mul multiplies by.
+  DeviceBuffer patch_ids_, ones_;
+  VisionAttentionBatch attention_;
   kernels::AttentionParams params_;
 };
 

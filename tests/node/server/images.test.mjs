@@ -8,8 +8,12 @@
 // through `deepinfer router` and a registered worker, which preprocesses the relayed image file,
 // the same answer. Then on a Qwen2.5-VL (the qwen2_5_vl fixture, whose images take as many tokens
 // as their resized size has merged patches, at M-RoPE positions): the same through every API.
+// Last, with --allow-image-urls, the server fetches http image URLs (from a local HTTP server
+// here): the same answer as the image sent inline, redirects followed, and each failure a 400
+// naming the part, the URL and the problem.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { createRequire } from 'node:module';
 import Anthropic from '@anthropic-ai/sdk';
@@ -227,9 +231,91 @@ describe('images on a Qwen2.5-VL', () => {
     });
     assert.equal(message.usage.input_tokens + message.usage.cache_read_input_tokens, promptTokens);
     assert.equal(message.content[0].text, chat.choices[0].message.content);
+    // /tokenize decodes no images, and a Qwen image's token count depends on its size.
+    const tokenized = await fetch(`${vision.url}/tokenize`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }] }),
+    });
+    assert.equal(tokenized.status, 400);
+    assert.ok((await tokenized.text()).includes("this model's images take as many tokens as their size gives"));
     await rejects400(visionOpenai.chat.completions.create({
       model: MODEL, max_tokens: 2, messages: [
         { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
     }), `messages[0].content[0]: ${truncated}`);
+  });
+});
+
+describe('image URLs fetched with --allow-image-urls', () => {
+  const fixture = new URL('../../data/gemma3_vision', import.meta.url).pathname;
+  const maxBodyBytes = 2 * png.length;
+  let files;
+  let filesUrl;
+  let vision;
+  let client;
+  let anthropicClient;
+  before(async () => {
+    files = createServer((request, response) => {
+      if (request.url === '/image.png') {
+        response.writeHead(200, { 'content-type': 'image/png' });
+        response.end(png);
+      } else if (request.url === '/moved') {
+        response.writeHead(302, { location: '/image.png' });
+        response.end();
+      } else if (request.url === '/page') {
+        response.writeHead(200, { 'content-type': 'text/html' });
+        response.end('hello, world');
+      } else if (request.url === '/big') {
+        response.writeHead(200, { 'content-type': 'image/png' });
+        response.end(Buffer.concat([png, png, png]));
+      } else {
+        response.writeHead(404);
+        response.end();
+      }
+    });
+    await new Promise((resolve) => files.listen(0, '127.0.0.1', resolve));
+    filesUrl = `http://127.0.0.1:${files.address().port}`;
+    vision = await startServer(['--allow-image-urls', '--max-body-bytes', String(maxBodyBytes)], fixture);
+    client = new OpenAI({ baseURL: `${vision.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    anthropicClient = new Anthropic({ baseURL: vision.url, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(async () => {
+    await vision.stop();
+    files.close();
+  });
+
+  const ask = (url) => client.chat.completions.create({
+    model: MODEL, max_tokens: 6, temperature: 0, messages: [
+      { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
+  });
+
+  test('a fetched image answers as the same image inline', async () => {
+    const inline = await ask(`data:image/png;base64,${pngBase64}`);
+    for (const path of ['/image.png', '/moved']) {
+      const fetched = await ask(`${filesUrl}${path}`);
+      assert.equal(fetched.choices[0].message.content, inline.choices[0].message.content, path);
+      assert.equal(fetched.usage.prompt_tokens, inline.usage.prompt_tokens, path);
+    }
+    const message = await anthropicClient.messages.create({
+      model: MODEL, max_tokens: 6, temperature: 0,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
+                                           { type: 'image', source: { type: 'url', url: `${filesUrl}/image.png` } }] }],
+    });
+    assert.equal(message.content[0].text, inline.choices[0].message.content);
+  });
+
+  test('a URL that cannot be fetched is a 400 naming the part, the URL and why', async () => {
+    const part = 'messages[0].content[1]';
+    await rejects400(ask(`${filesUrl}/missing`), `${part}: fetching ${filesUrl}/missing: HTTP 404 Not Found`);
+    await rejects400(ask(`${filesUrl}/big`),
+                     `${part}: fetching ${filesUrl}/big: the file is over ${maxBodyBytes} bytes (--max-body-bytes)`);
+    await rejects400(ask(`${filesUrl}/page`),
+                     `${part}: image data is not a JPEG, PNG, WebP or GIF file (it begins with bytes 68 65 6c 6c`);
+    const closed = createServer();
+    await new Promise((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const closedUrl = `http://127.0.0.1:${closed.address().port}/image.png`;
+    await new Promise((resolve) => closed.close(resolve));
+    await rejects400(ask(closedUrl), `${part}: fetching ${closedUrl}: cannot connect to 127.0.0.1:`);
+    const served = await ask(`${filesUrl}/image.png`);
+    assert.equal(served.choices.length, 1);
   });
 });
