@@ -71,8 +71,8 @@ larger ones get 400 before they are decoded. --max-images-per-request: the most 
 request may hold (default 8), counted before any is decoded. Models with an image encoder (Gemma 3
 multimodal and Qwen2.5-VL checkpoints) take images through every API; others refuse them
 (docs/images.md). http(s) image URLs are refused unless --allow-image-urls is given: then the server
-fetches each (10 s, --max-body-bytes, 3 redirects, https verified against the system's CAs), from
-any host a client names, its own network included.
+fetches each (10 s a URL, the body with the files in it within --max-body-bytes, 3 redirects,
+https verified against the system's CAs), from any host a client names, its own network included.
 --shutdown-timeout: on SIGTERM / SIGINT the server stops accepting, ends every open request with
 an error (503, or an error event on a stream), writes the KV store's queued pages and exits;
 past this many seconds (default 5) it exits anyway, logging what was stuck. A second signal

@@ -2,6 +2,7 @@
 // and Anthropic image blocks. Each is read (data: URL or base64 source) and decoded at parse time,
 // so a bad image is a 400 naming its part; a model with an image encoder gets it preprocessed as
 // its processor would, a text-only model refuses a good one.
+#include <cctype>
 #include <string_view>
 
 #include "core/base64.h"
@@ -35,7 +36,15 @@ std::variant<ImageSource, ApiError> read_data_url(std::string_view url, const st
   return ImageSource{"", std::string(media_type), std::string(url.substr(comma + 1))};
 }
 
-bool is_remote_url(std::string_view url) { return url.starts_with("http://") || url.starts_with("https://"); }
+// http:// or https://, the scheme in any case.
+bool is_remote_url(std::string_view url) {
+  const auto lower = [&](size_t n) {
+    std::string head(url.substr(0, n));
+    for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return head;
+  };
+  return lower(7) == "http://" || lower(8) == "https://";
+}
 
 // An http(s) URL reaches here only when the server does not fetch it: with --allow-image-urls the
 // server layer has put the fetched file in its place as a data: URL (remote_image_urls).
@@ -50,8 +59,26 @@ std::variant<ImageSource, ApiError> resolve_url(const std::string& url, const st
   return bad_request(path, path + ": expected a data: URL (data:image/png;base64,...) or an http(s) URL");
 }
 
+// A good image sent to a model that reads none.
+ApiError refuse_images(const std::string& path, const ModelContext& model) {
+  std::string refusal = path;
+  refusal.append(": model ").append(model.served_name);
+  if (model.skipped_vision_encoder.empty()) {
+    refusal.append(" does not accept images (it has no vision encoder)");
+  } else {
+    refusal.append(" does not accept images yet: its language model is served without its ")
+        .append(model.skipped_vision_encoder)
+        .append(" vision encoder");
+  }
+  return bad_request(path, refusal);
+}
+
 std::optional<ApiError> read_image(ImageSource source, const std::string& path, const ModelContext& model,
                                    std::vector<ImageInput>& images) {
+  // A URL the server would fetch only to refuse what it finds: refused unfetched.
+  if (model.images.allow_urls && model.image_input == nullptr && is_remote_url(source.url)) {
+    return refuse_images(path, model);
+  }
   if (!source.url.empty()) {
     auto resolved = resolve_url(source.url, path);
     if (auto* e = std::get_if<ApiError>(&resolved)) return *e;
@@ -254,20 +281,14 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
     images.push_back(std::move(input));
     return std::nullopt;
   }
-  std::string refusal = path;
-  refusal.append(": model ").append(model.served_name);
-  if (model.skipped_vision_encoder.empty()) {
-    refusal.append(" does not accept images (it has no vision encoder)");
-  } else {
-    refusal.append(" does not accept images yet: its language model is served without its ")
-        .append(model.skipped_vision_encoder)
-        .append(" vision encoder");
-  }
-  return api::bad_request(path, refusal);
+  return api::refuse_images(path, model);
 }
 
 std::variant<std::vector<RemoteImageUrl>, ApiError> remote_image_urls(ApiKind kind, const nlohmann::ordered_json& body,
                                                                       const ModelContext& model) {
+  // Completions reads no messages, and a model without an image encoder refuses its images
+  // unfetched (read_image_parts).
+  if (kind == ApiKind::kCompletions || model.image_input == nullptr) return std::vector<RemoteImageUrl>{};
   auto found = api::find_image_parts(kind, body, model.images.max_images);
   if (auto* e = std::get_if<ApiError>(&found)) return *e;
   std::vector<RemoteImageUrl> urls;

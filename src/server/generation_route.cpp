@@ -228,16 +228,20 @@ class GenerationHandler {
 }  // namespace
 
 asio::awaitable<std::variant<ApiRequest, ApiError>> parse_generation_request(const HttpRequest& request, ApiKind kind,
-                                                                             const ServerContext& context) {
+                                                                             const ServerContext& context,
+                                                                             std::string* fetched_body) {
   auto body = parse_json_body(kind, request.body());
   if (ApiError* error = std::get_if<ApiError>(&body)) co_return std::move(*error);
+  Json& json = std::get<Json>(body);
   if (context.model.images.allow_urls) {
-    const ImageFetchLimits limits{context.config.max_body_bytes};
-    if (auto error = co_await inline_image_urls(kind, std::get<Json>(body), context.model, limits)) co_return *error;
+    auto fetched = co_await inline_image_urls(kind, json, static_cast<int64_t>(request.body().size()), context.model,
+                                              context.config.max_body_bytes);
+    if (auto* error = std::get_if<ApiError>(&fetched)) co_return std::move(*error);
+    if (std::get<bool>(fetched) && fetched_body != nullptr) *fetched_body = json.dump();
   }
   ModelContext model = context.model;
   model.max_model_len = served_max_model_len(context);
-  co_return parse_api_request(kind, std::get<Json>(body), model);
+  co_return parse_api_request(kind, json, model);
 }
 
 asio::awaitable<bool> handle_generation(TcpStream& stream, const HttpRequest& request, ApiKind kind,

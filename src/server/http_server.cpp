@@ -92,8 +92,9 @@ asio::awaitable<bool> route_to_rank(TcpStream& stream, const HttpRequest& reques
   // Parsed once here: its prompt tokens weigh it and name its blocks. A request that does not parse
   // gets its error from rank 0, and one whose parse fails on a bug gets rank 0's 500.
   std::optional<std::variant<ApiRequest, ApiError>> parsed;
+  std::string fetched_body;  // the body with its image URLs fetched, which the rank then need not fetch
   try {
-    parsed = co_await parse_generation_request(request, kind, context);
+    parsed = co_await parse_generation_request(request, kind, context, &fetched_body);
   } catch (const std::exception&) {
   }
   const ApiRequest* api = parsed ? std::get_if<ApiRequest>(&*parsed) : nullptr;
@@ -106,7 +107,13 @@ asio::awaitable<bool> route_to_rank(TcpStream& stream, const HttpRequest& reques
   if (outstanding.rank == 0) {
     co_return co_await handle_generation(stream, request, kind, context, std::move(parsed));
   }
-  co_return co_await relay_to_rank(stream, request, kind, outstanding.rank, context.router->address(outstanding.rank),
+  if (fetched_body.empty()) {
+    co_return co_await relay_to_rank(stream, request, kind, outstanding.rank, context.router->address(outstanding.rank),
+                                     context);
+  }
+  HttpRequest relayed = request;
+  relayed.body() = std::move(fetched_body);
+  co_return co_await relay_to_rank(stream, relayed, kind, outstanding.rank, context.router->address(outstanding.rank),
                                    context);
 }
 

@@ -4,8 +4,10 @@
 #include <openssl/ssl.h>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -14,8 +16,12 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
+#include <cctype>
 #include <charconv>
 #include <chrono>
+#include <memory>
+#include <thread>
+#include <utility>
 #include <variant>
 
 #include "core/base64.h"
@@ -27,7 +33,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace ssl = asio::ssl;
-using asio::experimental::awaitable_operators::operator||;
 using Json = nlohmann::ordered_json;
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
@@ -39,12 +44,29 @@ struct Url {
   std::string target;  // path and query
 };
 
+// Whether text begins with prefix, ASCII letters in any case.
+bool starts_with_nocase(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
 Result<Url> parse_url(std::string_view text) {
+  // The URL goes into the request line and the Host header as written: no space, control or
+  // non-ASCII byte may (they would let a URL write its own header lines).
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte >= 0x7f) {
+      return Error{"the URL holds a space, control or non-ASCII byte (percent-encode it)"};
+    }
+  }
   Url url;
-  if (text.starts_with("https://")) {
+  if (starts_with_nocase(text, "https://")) {
     url.tls = true;
     text.remove_prefix(8);
-  } else if (text.starts_with("http://")) {
+  } else if (starts_with_nocase(text, "http://")) {
     text.remove_prefix(7);
   } else {
     return Error{"only http:// and https:// URLs are fetched"};
@@ -82,14 +104,63 @@ Result<Url> parse_url(std::string_view text) {
   return url;
 }
 
-// A redirect's Location against the URL it came from: absolute, scheme-relative or a path.
+// A redirect's Location against the URL it came from: absolute (any scheme, which parse_url then
+// judges), scheme-relative, an absolute path, a query, or a path relative to the directory.
 std::string resolve_location(const Url& from, std::string_view location) {
-  if (location.starts_with("http://") || location.starts_with("https://")) return std::string(location);
+  const size_t colon = location.find(':');
+  if (colon != std::string_view::npos && location.find_first_of("/?#") > colon) return std::string(location);
   const std::string scheme = from.tls ? "https:" : "http:";
   if (location.starts_with("//")) return scheme + std::string(location);
   if (location.starts_with("/")) return scheme + "//" + from.authority + std::string(location);
-  const std::string base = from.target.substr(0, from.target.rfind('/') + 1);
-  return scheme + "//" + from.authority + base + std::string(location);
+  const std::string path = from.target.substr(0, from.target.find('?'));
+  if (location.starts_with("?")) return scheme + "//" + from.authority + path + std::string(location);
+  return scheme + "//" + from.authority + path.substr(0, path.rfind('/') + 1) + std::string(location);
+}
+
+// One TLS context for every fetch (the CA store read once); an Error when the store cannot be read.
+Result<ssl::context*> tls_context() {
+  static const auto context = [] {
+    auto made = std::make_unique<ssl::context>(ssl::context::tls_client);
+    boost::system::error_code ec;
+    made->set_default_verify_paths(ec);
+    made->set_verify_mode(ssl::verify_peer);
+    return std::make_pair(std::move(made), ec);
+  }();
+  if (context.second) return Error{"TLS: the system's CA certificates cannot be read: " + context.second.message()};
+  return context.first.get();
+}
+
+// The host's addresses, looked up on a thread of its own so that the deadline bounds the wait (a
+// name lookup cannot be cancelled) and a slow name server holds up no other lookup.
+asio::awaitable<Result<asio::ip::tcp::resolver::results_type>> look_up(const Url& url,
+                                                                       std::chrono::steady_clock::time_point deadline) {
+  struct Lookup {
+    explicit Lookup(asio::any_io_executor executor) : timer(executor) {}
+    asio::steady_timer timer;
+    bool done = false;
+    boost::system::error_code ec;
+    asio::ip::tcp::resolver::results_type results;
+  };
+  auto executor = co_await asio::this_coro::executor;
+  auto lookup = std::make_shared<Lookup>(executor);
+  lookup->timer.expires_at(deadline);
+  // The work guard keeps the executor's context running until the answer is posted back.
+  std::thread([lookup, host = url.host, port = url.port, work = asio::make_work_guard(executor)] {
+    asio::io_context local;
+    asio::ip::tcp::resolver resolver(local);
+    boost::system::error_code ec;
+    auto results = resolver.resolve(host, port, ec);
+    asio::post(work.get_executor(), [lookup, ec, results = std::move(results)] {
+      lookup->done = true;
+      lookup->ec = ec;
+      lookup->results = results;
+      lookup->timer.cancel();
+    });
+  }).detach();
+  co_await lookup->timer.async_wait(kTuple);
+  if (!lookup->done) co_return Error{"no answer within the time limit (looking up " + url.host + ")"};
+  if (lookup->ec) co_return Error{"cannot resolve " + url.host + ": " + lookup->ec.message()};
+  co_return lookup->results;
 }
 
 using Response = http::response<http::vector_body<uint8_t>>;
@@ -125,29 +196,24 @@ asio::awaitable<Result<Response>> exchange(Stream& stream, const Url& url, const
 
 asio::awaitable<Result<Response>> get(const Url& url, const ImageFetchLimits& limits,
                                       std::chrono::steady_clock::time_point deadline) {
-  auto executor = co_await asio::this_coro::executor;
-  asio::ip::tcp::resolver resolver(executor);
-  asio::steady_timer timer(executor, deadline);
-  auto resolved = co_await (resolver.async_resolve(url.host, url.port, kTuple) || timer.async_wait(kTuple));
-  if (resolved.index() == 1)
-    co_return Error{"no answer within " + std::to_string(static_cast<int>(limits.timeout_s)) + " s (looking up " +
-                    url.host + ")"};
-  auto [resolve_error, endpoints] = std::get<0>(std::move(resolved));
-  if (resolve_error) co_return Error{"cannot resolve " + url.host + ": " + resolve_error.message()};
-  beast::tcp_stream tcp(executor);
+  auto endpoints = co_await look_up(url, deadline);
+  if (!endpoints.ok()) co_return endpoints.error();
+  beast::tcp_stream tcp(co_await asio::this_coro::executor);
   tcp.expires_at(deadline);
-  auto [connect_error, endpoint] = co_await tcp.async_connect(endpoints, kTuple);
+  auto [connect_error, endpoint] = co_await tcp.async_connect(*endpoints, kTuple);
   (void)endpoint;
   if (connect_error) {
     co_return Error{"cannot connect to " + url.authority + ": " + describe(connect_error, limits)};
   }
   if (!url.tls) co_return co_await exchange(tcp, url, limits);
-  ssl::context context(ssl::context::tls_client);
-  context.set_default_verify_paths();
-  context.set_verify_mode(ssl::verify_peer);
-  beast::ssl_stream<beast::tcp_stream> stream(std::move(tcp), context);
+  auto context = tls_context();
+  if (!context.ok()) co_return context.error();
+  beast::ssl_stream<beast::tcp_stream> stream(std::move(tcp), **context);
   stream.set_verify_callback(ssl::host_name_verification(url.host));
-  if (SSL_set_tlsext_host_name(stream.native_handle(), url.host.c_str()) != 1) {
+  // Server Name Indication names hosts, never address literals (RFC 6066).
+  boost::system::error_code not_an_address;
+  asio::ip::make_address(url.host, not_an_address);
+  if (not_an_address && SSL_set_tlsext_host_name(stream.native_handle(), url.host.c_str()) != 1) {
     co_return Error{"TLS: cannot send the host name " + url.host};
   }
   auto [handshake_error] = co_await stream.async_handshake(ssl::stream_base::client, kTuple);
@@ -157,7 +223,7 @@ asio::awaitable<Result<Response>> get(const Url& url, const ImageFetchLimits& li
 
 }  // namespace
 
-asio::awaitable<Result<FetchedImage>> fetch_image_url(std::string url, ImageFetchLimits limits) {
+asio::awaitable<Result<std::vector<uint8_t>>> fetch_image_url(std::string url, ImageFetchLimits limits) {
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limits.timeout_s));
@@ -174,31 +240,45 @@ asio::awaitable<Result<FetchedImage>> fetch_image_url(std::string url, ImageFetc
         co_return Error{"more than " + std::to_string(kMaxImageRedirects) + " redirects"};
       }
       url = resolve_location(*parsed, location->value());
+      if (parsed->tls && !starts_with_nocase(url, "https://")) {
+        co_return Error{"a redirect from https to " + url + " (refused: it would drop TLS)"};
+      }
       continue;
     }
     if (status != 200) {
       co_return Error{"HTTP " + std::to_string(status) + " " + std::string(response->reason())};
     }
-    co_return FetchedImage{std::move(response->body()), std::string((*response)[http::field::content_type])};
+    co_return std::move(response->body());
   }
 }
 
-asio::awaitable<std::optional<ApiError>> inline_image_urls(ApiKind kind, Json& body, const ModelContext& model,
-                                                           ImageFetchLimits limits) {
+asio::awaitable<std::variant<bool, ApiError>> inline_image_urls(ApiKind kind, Json& body, int64_t body_bytes,
+                                                                const ModelContext& model, int64_t max_body_bytes) {
   auto found = remote_image_urls(kind, body, model);
   if (auto* e = std::get_if<ApiError>(&found)) co_return *e;
-  for (const RemoteImageUrl& remote : std::get<std::vector<RemoteImageUrl>>(found)) {
-    auto fetched = co_await fetch_image_url(remote.url, limits);
+  const auto& urls = std::get<std::vector<RemoteImageUrl>>(found);
+  // Each file goes in as base64 (4 bytes for 3) in place of its URL; the file's magic bytes decide
+  // its type (a Content-Type the client did not write is no declaration of the client's).
+  const std::string prefix = "data:;base64,";
+  int64_t room = max_body_bytes - body_bytes;
+  for (const RemoteImageUrl& remote : urls) {
+    const auto fail = [&](const std::string& message) {
+      return ApiError{400, "invalid_request_error", remote.path,
+                      remote.path + ": fetching " + remote.url + ": " + message};
+    };
+    const int64_t base64_room = room + static_cast<int64_t>(remote.url.size()) - static_cast<int64_t>(prefix.size());
+    const std::string over = "the request with its images is over " + std::to_string(max_body_bytes) +
+                             " bytes, the files as base64 (--max-body-bytes)";
+    if (base64_room < 4) co_return fail(over);
+    auto fetched = co_await fetch_image_url(remote.url, ImageFetchLimits{base64_room / 4 * 3});
     if (!fetched.ok()) {
-      co_return ApiError{400, "invalid_request_error", remote.path,
-                         remote.path + ": fetching " + remote.url + ": " + fetched.error().message};
+      co_return fail(fetched.error().message.starts_with("the file is over") ? over : fetched.error().message);
     }
-    // "image/png; charset=..." declares image/png; anything not an image type declares nothing.
-    std::string media_type = fetched->content_type.substr(0, fetched->content_type.find(';'));
-    if (!media_type.starts_with("image/")) media_type.clear();
-    body[Json::json_pointer(remote.pointer)] = "data:" + media_type + ";base64," + encode_base64(fetched->bytes);
+    std::string data_url = prefix + encode_base64(*fetched);
+    room -= static_cast<int64_t>(data_url.size()) - static_cast<int64_t>(remote.url.size());
+    body[Json::json_pointer(remote.pointer)] = std::move(data_url);
   }
-  co_return std::nullopt;
+  co_return !urls.empty();
 }
 
 }  // namespace deepinfer::server

@@ -90,10 +90,10 @@ HttpResponse make_error_response(const HttpRequest& request, ApiKind kind, const
 boost::asio::awaitable<bool> write_response(TcpStream& stream, HttpResponse response, double timeout_s);
 
 // A generation request's body, validated and rendered into prompt tokens (its image URLs fetched
-// first when the server allows them: server/image_fetch.h).
-boost::asio::awaitable<std::variant<ApiRequest, ApiError>> parse_generation_request(const HttpRequest& request,
-                                                                                    ApiKind kind,
-                                                                                    const ServerContext& context);
+// first when the server allows them: server/image_fetch.h; fetched_body, when given, gets the body
+// with the fetched files in place of their URLs, left alone when there were none).
+boost::asio::awaitable<std::variant<ApiRequest, ApiError>> parse_generation_request(
+    const HttpRequest& request, ApiKind kind, const ServerContext& context, std::string* fetched_body = nullptr);
 
 // The generation endpoints (/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages):
 // parse (unless parsed is given), admit, stream or collect, answer. Records the request in the

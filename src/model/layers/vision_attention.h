@@ -19,7 +19,7 @@ class VisionAttentionBatch {
   // Sequences of these lengths, in order, over the tower's rows.
   static VisionAttentionBatch make(Backend& backend, const std::vector<int32_t>& lengths);
 
-  // The scratch cache's rows (of num_heads * head_dim values each) that attend needs.
+  // The scratch cache's rows (of num_kv_heads * head_dim values each) that attend needs.
   int64_t cache_rows() const { return int64_t{num_blocks_} * kBlockSize; }
   // q, k, v, out: [tokens, num_heads * head_dim] float32 rows in the sequences' order; k_cache and
   // v_cache: cache_rows() rows of params.cache_dtype.

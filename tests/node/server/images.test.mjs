@@ -261,6 +261,12 @@ describe('image URLs fetched with --allow-image-urls', () => {
       } else if (request.url === '/moved') {
         response.writeHead(302, { location: '/image.png' });
         response.end();
+      } else if (request.url === '/loop') {
+        response.writeHead(302, { location: '/loop' });
+        response.end();
+      } else if (request.url === '/mislabeled') {
+        response.writeHead(200, { 'content-type': 'image/jpeg' });  // the magic bytes decide
+        response.end(png);
       } else if (request.url === '/page') {
         response.writeHead(200, { 'content-type': 'text/html' });
         response.end('hello, world');
@@ -290,7 +296,7 @@ describe('image URLs fetched with --allow-image-urls', () => {
 
   test('a fetched image answers as the same image inline', async () => {
     const inline = await ask(`data:image/png;base64,${pngBase64}`);
-    for (const path of ['/image.png', '/moved']) {
+    for (const path of ['/image.png', '/moved', '/mislabeled']) {
       const fetched = await ask(`${filesUrl}${path}`);
       assert.equal(fetched.choices[0].message.content, inline.choices[0].message.content, path);
       assert.equal(fetched.usage.prompt_tokens, inline.usage.prompt_tokens, path);
@@ -306,8 +312,12 @@ describe('image URLs fetched with --allow-image-urls', () => {
   test('a URL that cannot be fetched is a 400 naming the part, the URL and why', async () => {
     const part = 'messages[0].content[1]';
     await rejects400(ask(`${filesUrl}/missing`), `${part}: fetching ${filesUrl}/missing: HTTP 404 Not Found`);
-    await rejects400(ask(`${filesUrl}/big`),
-                     `${part}: fetching ${filesUrl}/big: the file is over ${maxBodyBytes} bytes (--max-body-bytes)`);
+    await rejects400(ask(`${filesUrl}/big`), `${part}: fetching ${filesUrl}/big: the request with its images is over ` +
+                     `${maxBodyBytes} bytes, the files as base64 (--max-body-bytes)`);
+    await rejects400(ask(`${filesUrl}/loop`), `${part}: fetching ${filesUrl}/loop: more than 3 redirects`);
+    // A URL may not write its own request lines.
+    await rejects400(ask(`${filesUrl}/image.png HTTP/1.1\r\nX-Injected: 1`),
+                     'the URL holds a space, control or non-ASCII byte (percent-encode it)');
     await rejects400(ask(`${filesUrl}/page`),
                      `${part}: image data is not a JPEG, PNG, WebP or GIF file (it begins with bytes 68 65 6c 6c`);
     const closed = createServer();
