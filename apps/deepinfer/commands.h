@@ -12,6 +12,7 @@ int run_tokenize(int argc, char** argv);
 int run_detokenize(int argc, char** argv);
 int run_serve(int argc, char** argv);
 int run_bench_serve(int argc, char** argv);
+int run_bench_images(int argc, char** argv);
 int run_lb_sim(int argc, char** argv);
 int run_router(int argc, char** argv);
 

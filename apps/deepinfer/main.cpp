@@ -29,6 +29,7 @@ commands:
   router     the cluster's entry point: the same APIs, each request run on a worker registered in
              Redis (deepinfer serve --register URL): --redis redis://HOST:PORT [--policy NAME]
   bench serve  load a running server, vLLM benchmark_serving style: --url http://127.0.0.1:8000
+  bench images the image encoder's speed on one image: --model DIR [--device cuda] [--width W] [--height H]
   lb-sim     replay a request trace through simulated prefill/decode instances under each
              load-balancing policy: --trace FILE.jsonl [--prefill-instances N] [--rate-scale X]
 
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
     if (command == "generate") return run_generate(argc - 1, argv + 1);
     if (command == "score") return run_score(argc - 1, argv + 1);
     if (command == "bench" && argc > 2 && std::strcmp(argv[2], "serve") == 0) return run_bench_serve(argc - 2, argv + 2);
+    if (command == "bench" && argc > 2 && std::strcmp(argv[2], "images") == 0) {
+      return run_bench_images(argc - 2, argv + 2);
+    }
     if (command == "bench") return run_bench(argc - 1, argv + 1);
     if (command == "serve") return run_serve(argc - 1, argv + 1);
     if (command == "tokenize") return run_tokenize(argc - 1, argv + 1);

@@ -145,12 +145,28 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"score --model " + llama + " --tokens 1 --top-logprobs 0", "--top-logprobs"},
       {"score --model " + llama + " --tokens 1 --kv-cache-dtype fp16", "--kv-cache-dtype: 'fp16' is not a KV cache"},
       {"generate --model " + llama + " --tokens 1 --kv-cache-dtype int8", "--kv-cache-dtype: 'int8' is not a KV cache"},
+      {"bench images --model " + llama, "the model at --model has no image encoder"},
+      {"bench images --model " + fixture("qwen2_5_vl") + " --runs 0", "--runs at least 1"},
   };
   for (const auto& [args, message] : cases) {
     const RunResult r = run_cli(args);
     EXPECT_NE(r.exit_code, 0) << args;
     EXPECT_NE(r.out.find(message), std::string::npos) << args << "\n got: " << r.out;
   }
+}
+
+// bench images times the encoder on an image preprocessed as the model's processor does: a 300 x 200
+// image takes Qwen2VLImageProcessor's 308 x 196 (22 x 14 patches, 77 tokens).
+TEST(Cli, BenchImagesTimesTheEncoder) {
+  const RunResult r = run_cli("bench images --model " + fixture("qwen2_5_vl") + " --width 300 --height 200 --runs 3");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t start = r.out.find("{\"device\"");  // the report's line, among the loader's progress lines
+  ASSERT_NE(start, std::string::npos) << r.out;
+  const nlohmann::json report = nlohmann::json::parse(r.out.substr(start, r.out.find('\n', start) - start));
+  EXPECT_EQ(report["grid"], nlohmann::json::array({1, 14, 22}));
+  EXPECT_EQ(report["tokens"], 77);
+  EXPECT_EQ(report["runs_ms"].size(), 3u);
+  EXPECT_GT(report["median_ms"].get<double>(), 0.0);
 }
 
 TEST(Cli, BrokenModelDirectoriesGiveClearErrors) {
