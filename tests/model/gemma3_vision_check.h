@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -32,6 +33,35 @@ inline double relative_error(const std::vector<float>& got, const std::vector<fl
     scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
   }
   return diff / scale;
+}
+
+// The logits of tokens run through lm in chunks [cuts[c], cuts[c + 1]) over one contiguous cache,
+// the image's rows at [image_begin, image_end) in place of those tokens' embeddings; extend adds
+// what the model's images need to each chunk's batch (lookahead, M-RoPE positions).
+inline std::vector<float> logits_with_image_rows(
+    CausalLM& lm, const std::vector<int32_t>& tokens, const std::vector<float>& rows, int32_t image_begin,
+    int32_t image_end, const std::vector<int32_t>& cuts,
+    const std::function<void(ForwardBatch& batch, int32_t begin, int32_t end)>& extend) {
+  constexpr int32_t kBlockSize = 16;
+  const auto count = static_cast<int32_t>(tokens.size());
+  const int32_t num_blocks = (count + kBlockSize - 1) / kBlockSize;
+  const int64_t hidden = lm.config().hidden_size;
+  const int64_t vocab = lm.config().vocab_size;
+  lm.allocate_kv_cache({num_blocks, kBlockSize});
+  std::vector<float> logits(static_cast<size_t>(count * vocab));
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const std::vector<int32_t> chunk(tokens.begin() + cuts[c], tokens.begin() + cuts[c + 1]);
+    ForwardBatch batch = contiguous_sequence_batch(chunk, cuts[c], num_blocks);
+    const int32_t first = std::max(image_begin, cuts[c]);
+    const int32_t end = std::min(image_end, cuts[c + 1]);
+    if (first < end) {
+      batch.embedding_rows.push_back(
+          {first - cuts[c], end - first, rows.data() + (first - image_begin) * hidden, nullptr});
+    }
+    extend(batch, cuts[c], cuts[c + 1]);
+    lm.forward(batch, logits.data() + static_cast<size_t>(cuts[c]) * static_cast<size_t>(vocab));
+  }
+  return logits;
 }
 
 // Runs the fixture's tower and projector on backend; each stage within bound of transformers'.
@@ -116,28 +146,14 @@ inline void expect_gemma3_image_prompt_matches_transformers(Backend& backend, do
   constexpr int32_t kImageBegin = 7;
   constexpr int32_t kImageEnd = 11;
   for (int32_t t = kImageBegin; t < kImageEnd; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
-  constexpr int32_t kBlockSize = 16;
-  const int32_t num_blocks = (count + kBlockSize - 1) / kBlockSize;
   const auto run = [&](const std::vector<int32_t>& cuts, bool lookahead) {
-    lm.allocate_kv_cache({num_blocks, kBlockSize});
-    std::vector<float> logits(static_cast<size_t>(count * vocab));
-    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const std::vector<int32_t> chunk(tokens.begin() + cuts[c], tokens.begin() + cuts[c + 1]);
-      ForwardBatch batch = contiguous_sequence_batch(chunk, cuts[c], num_blocks);
-      const int32_t first = std::max(kImageBegin, cuts[c]);
-      const int32_t end = std::min(kImageEnd, cuts[c + 1]);
-      if (first < end) {
-        batch.embedding_rows.push_back(
-            {first - cuts[c], end - first, rows.data() + (first - kImageBegin) * hidden, nullptr});
-      }
-      if (lookahead) {
-        for (int32_t p = cuts[c]; p < cuts[c + 1]; ++p) {
-          batch.lookahead.push_back(p >= kImageBegin && p < kImageEnd ? kImageEnd - 1 - p : 0);
-        }
-      }
-      lm.forward(batch, logits.data() + static_cast<size_t>(cuts[c]) * static_cast<size_t>(vocab));
-    }
-    return logits;
+    return logits_with_image_rows(
+        lm, tokens, rows, kImageBegin, kImageEnd, cuts, [&](ForwardBatch& batch, int32_t begin, int32_t end) {
+          if (!lookahead) return;
+          for (int32_t p = begin; p < end; ++p) {
+            batch.lookahead.push_back(p >= kImageBegin && p < kImageEnd ? kImageEnd - 1 - p : 0);
+          }
+        });
   };
   for (const std::vector<int32_t>& cuts : {std::vector<int32_t>{0, count}, std::vector<int32_t>{0, 5, 20, count}}) {
     SCOPED_TRACE("chunks ending at " + std::to_string(cuts[1]));

@@ -64,35 +64,20 @@ inline void expect_qwen2_vl_matches_transformers(Backend& backend, double rows_b
   constexpr int32_t kImageBegin = 7;
   constexpr int32_t kImageEnd = 13;
   for (int32_t t = kImageBegin; t < kImageEnd; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
-  constexpr int32_t kBlockSize = 16;
-  const int32_t num_blocks = (count + kBlockSize - 1) / kBlockSize;
   const auto run = [&](const std::vector<int32_t>& cuts, bool mrope) {
-    lm.allocate_kv_cache({num_blocks, kBlockSize});
-    std::vector<float> logits(static_cast<size_t>(count * vocab));
-    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const std::vector<int32_t> chunk(tokens.begin() + cuts[c], tokens.begin() + cuts[c + 1]);
-      ForwardBatch batch = contiguous_sequence_batch(chunk, cuts[c], num_blocks);
-      const int32_t first = std::max(kImageBegin, cuts[c]);
-      const int32_t end = std::min(kImageEnd, cuts[c + 1]);
-      if (first < end) {
-        batch.embedding_rows.push_back(
-            {first - cuts[c], end - first, rows.data() + (first - kImageBegin) * hidden, nullptr});
-      }
-      if (mrope) {
-        for (int32_t p = cuts[c]; p < cuts[c + 1]; ++p) {
-          batch.positions[static_cast<size_t>(p - cuts[c])] = position_ids[0][static_cast<size_t>(p)];
-        }
-        if (first < end) {
+    return logits_with_image_rows(
+        lm, tokens, rows, kImageBegin, kImageEnd, cuts, [&](ForwardBatch& batch, int32_t begin, int32_t end) {
+          if (!mrope) return;
+          for (int32_t p = begin; p < end; ++p) {
+            batch.positions[static_cast<size_t>(p - begin)] = position_ids[0][static_cast<size_t>(p)];
+          }
+          if (std::max(begin, kImageBegin) >= std::min(end, kImageEnd)) return;
           for (int32_t section = 1; section < 3; ++section) {
-            for (int32_t p = cuts[c]; p < cuts[c + 1]; ++p) {
+            for (int32_t p = begin; p < end; ++p) {
               batch.mrope_positions.push_back(position_ids[static_cast<size_t>(section)][static_cast<size_t>(p)]);
             }
           }
-        }
-      }
-      lm.forward(batch, logits.data() + static_cast<size_t>(cuts[c]) * static_cast<size_t>(vocab));
-    }
-    return logits;
+        });
   };
   for (const std::vector<int32_t>& cuts : {std::vector<int32_t>{0, count}, std::vector<int32_t>{0, 7, 13, 20, count}}) {
     SCOPED_TRACE("chunks ending at " + std::to_string(cuts[1]));

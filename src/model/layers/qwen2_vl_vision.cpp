@@ -211,57 +211,49 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
 
   const int64_t intermediate = c.intermediate_size;
   const int64_t merged_width = hidden * unit;
-  DeviceBuffer x = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer embedded = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer normed = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer q = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer k = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer v = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer attended = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer delta = allocate_elements<float>(backend, n * hidden);
+  VisionTowerBuffers b(backend, n, hidden, std::max(windows.cache_rows(), whole.cache_rows()));
   DeviceBuffer gate = allocate_elements<float>(backend, std::max(n * intermediate, groups * merged_width));
   DeviceBuffer up = allocate_elements<float>(backend, n * intermediate);
-  const size_t cache_bytes =
-      static_cast<size_t>(std::max(windows.cache_rows(), whole.cache_rows()) * hidden) * sizeof(float);
-  DeviceBuffer k_cache = backend.allocate(cache_bytes);
-  DeviceBuffer v_cache = backend.allocate(cache_bytes);
+  float* x = b.x.as<float>();
+  float* normed = b.normed.as<float>();
+  float* delta = b.delta.as<float>();
 
+  // The patches' product, its rows then put in window order (attended is free until the first block).
   const DeviceBuffer patches = upload_vector(backend, std::vector<float>(pixels, pixels + n * patch_width));
-  patch_embedding_.forward(backend, patches.as<float>(), n, embedded.as<float>());
-  const kernels::WeightView embedded_rows{embedded.as<float>(), DType::kF32, n, hidden};
-  backend.embedding(embedded_rows, permutation_ids.as<int32_t>(), n, x.as<float>());
+  patch_embedding_.forward(backend, patches.as<float>(), n, b.attended.as<float>());
+  const kernels::WeightView embedded_rows{b.attended.as<float>(), DType::kF32, n, hidden};
+  backend.embedding(embedded_rows, permutation_ids.as<int32_t>(), n, x);
 
   const int32_t heads = params_.num_heads;
   const int32_t head_dim = params_.head_dim;
-  for (size_t b = 0; b < blocks_.size(); ++b) {
-    const Block& l = blocks_[b];
-    const VisionAttentionBatch& batch = full_attention_[b] ? whole : windows;
-    l.norm1.forward(backend, x.as<float>(), n, normed.as<float>());
-    backend.matmul_group(normed.as<float>(), n,
-                         {{l.q.weight, l.q.bias, q.as<float>()},
-                          {l.k.weight, l.k.bias, k.as<float>()},
-                          {l.v.weight, l.v.bias, v.as<float>()}});
-    for (float* t : {q.as<float>(), k.as<float>()}) {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& l = blocks_[i];
+    const VisionAttentionBatch& batch = full_attention_[i] ? whole : windows;
+    l.norm1.forward(backend, x, n, normed);
+    backend.matmul_group(normed, n,
+                         {{l.q.weight, l.q.bias, b.q.as<float>()},
+                          {l.k.weight, l.k.bias, b.k.as<float>()},
+                          {l.v.weight, l.v.bias, b.v.as<float>()}});
+    for (float* t : {b.q.as<float>(), b.k.as<float>()}) {
       backend.rope(t, row_ids.as<int32_t>(), n, heads, head_dim, head_dim, row_inv_freq_.as<float>(), 1.0f,
                    kernels::RopeLayout::kRotateHalf);
       backend.rope(t, column_ids.as<int32_t>(), n, heads, head_dim, head_dim, column_inv_freq_.as<float>(), 1.0f,
                    kernels::RopeLayout::kRotateHalf);
     }
-    batch.attend(backend, q.as<float>(), k.as<float>(), v.as<float>(), params_, k_cache.data(), v_cache.data(),
-                 attended.as<float>());
-    l.proj.forward(backend, attended.as<float>(), n, delta.as<float>());
-    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
-    l.norm2.forward(backend, x.as<float>(), n, normed.as<float>());
-    backend.matmul_group(normed.as<float>(), n,
+    batch.attend(backend, b, params_);
+    l.proj.forward(backend, b.attended.as<float>(), n, delta);
+    backend.add(x, delta, n * hidden, x);
+    l.norm2.forward(backend, x, n, normed);
+    backend.matmul_group(normed, n,
                          {{l.gate.weight, l.gate.bias, gate.as<float>()}, {l.up.weight, l.up.bias, up.as<float>()}});
     backend.silu_mul(gate.as<float>(), up.as<float>(), n * intermediate, gate.as<float>());
-    l.down.forward(backend, gate.as<float>(), n, delta.as<float>());
-    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+    l.down.forward(backend, gate.as<float>(), n, delta);
+    backend.add(x, delta, n * hidden, x);
   }
 
   // The merger over each group's unit rows side by side, then the groups back in grid order.
-  merger_norm_.forward(backend, x.as<float>(), n, normed.as<float>());
-  merger_fc1_.forward(backend, normed.as<float>(), groups, gate.as<float>());
+  merger_norm_.forward(backend, x, n, normed);
+  merger_fc1_.forward(backend, normed, groups, gate.as<float>());
   const DeviceBuffer ones =
       upload_vector(backend, std::vector<float>(static_cast<size_t>(groups * merged_width), 1.0f));
   backend.gelu_mul(gate.as<float>(), ones.as<float>(), groups * merged_width, gate.as<float>());

@@ -132,42 +132,34 @@ void SiglipVisionTower::forward(Backend& backend, const float* pixels, float* ou
   const VisionConfig& c = config_;
   const int64_t n = c.num_patches();
   const int64_t hidden = c.hidden_size;
-  DeviceBuffer x = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer normed = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer q = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer k = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer v = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer attended = allocate_elements<float>(backend, n * hidden);
-  DeviceBuffer delta = allocate_elements<float>(backend, n * hidden);
+  VisionTowerBuffers b(backend, n, hidden, attention_.cache_rows());
   DeviceBuffer mlp = allocate_elements<float>(backend, n * c.intermediate_size);
-  const size_t cache_bytes =
-      static_cast<size_t>(attention_.cache_rows() * hidden) * dtype_size_bytes(params_.cache_dtype);
-  DeviceBuffer k_cache = backend.allocate(cache_bytes);
-  DeviceBuffer v_cache = backend.allocate(cache_bytes);
+  float* x = b.x.as<float>();
+  float* normed = b.normed.as<float>();
+  float* delta = b.delta.as<float>();
 
   // Embeddings: the patches' product plus each patch's position row.
   const DeviceBuffer patches = upload_vector(backend, flattened_patches(c, pixels));
-  patch_embedding_.forward(backend, patches.as<float>(), n, x.as<float>());
-  backend.embedding(positions_, patch_ids_.as<int32_t>(), n, delta.as<float>());
-  backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+  patch_embedding_.forward(backend, patches.as<float>(), n, x);
+  backend.embedding(positions_, patch_ids_.as<int32_t>(), n, delta);
+  backend.add(x, delta, n * hidden, x);
 
   for (const Layer& l : layers_) {
-    l.norm1.forward(backend, x.as<float>(), n, normed.as<float>());
-    backend.matmul_group(normed.as<float>(), n,
-                         {{l.q.weight, l.q.bias, q.as<float>()},
-                          {l.k.weight, l.k.bias, k.as<float>()},
-                          {l.v.weight, l.v.bias, v.as<float>()}});
-    attention_.attend(backend, q.as<float>(), k.as<float>(), v.as<float>(), params_, k_cache.data(), v_cache.data(),
-                      attended.as<float>());
-    l.out.forward(backend, attended.as<float>(), n, delta.as<float>());
-    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
-    l.norm2.forward(backend, x.as<float>(), n, normed.as<float>());
-    l.fc1.forward(backend, normed.as<float>(), n, mlp.as<float>());
+    l.norm1.forward(backend, x, n, normed);
+    backend.matmul_group(normed, n,
+                         {{l.q.weight, l.q.bias, b.q.as<float>()},
+                          {l.k.weight, l.k.bias, b.k.as<float>()},
+                          {l.v.weight, l.v.bias, b.v.as<float>()}});
+    attention_.attend(backend, b, params_);
+    l.out.forward(backend, b.attended.as<float>(), n, delta);
+    backend.add(x, delta, n * hidden, x);
+    l.norm2.forward(backend, x, n, normed);
+    l.fc1.forward(backend, normed, n, mlp.as<float>());
     backend.gelu_tanh_mul(mlp.as<float>(), ones_.as<float>(), n * c.intermediate_size, mlp.as<float>());
-    l.fc2.forward(backend, mlp.as<float>(), n, delta.as<float>());
-    backend.add(x.as<float>(), delta.as<float>(), n * hidden, x.as<float>());
+    l.fc2.forward(backend, mlp.as<float>(), n, delta);
+    backend.add(x, delta, n * hidden, x);
   }
-  post_norm_.forward(backend, x.as<float>(), n, out);
+  post_norm_.forward(backend, x, n, out);
 }
 
 Result<Gemma3Projector> Gemma3Projector::load(const ModelSource& source, const std::string& prefix,

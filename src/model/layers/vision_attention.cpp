@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "runtime/device_upload.h"
 
 namespace deepinfer {
@@ -47,12 +48,25 @@ VisionAttentionBatch VisionAttentionBatch::make(Backend& backend, const std::vec
   return batch;
 }
 
-void VisionAttentionBatch::attend(Backend& backend, const float* q, const float* k, const float* v,
-                                  const kernels::AttentionParams& params, void* k_cache, void* v_cache,
-                                  float* out) const {
+VisionTowerBuffers::VisionTowerBuffers(Backend& backend, int64_t rows, int64_t width, int64_t cache_rows)
+    : x(allocate_elements<float>(backend, rows * width)),
+      normed(allocate_elements<float>(backend, rows * width)),
+      q(allocate_elements<float>(backend, rows * width)),
+      k(allocate_elements<float>(backend, rows * width)),
+      v(allocate_elements<float>(backend, rows * width)),
+      attended(allocate_elements<float>(backend, rows * width)),
+      delta(allocate_elements<float>(backend, rows * width)),
+      k_cache(allocate_elements<float>(backend, cache_rows * width)),
+      v_cache(allocate_elements<float>(backend, cache_rows * width)) {}
+
+void VisionAttentionBatch::attend(Backend& backend, VisionTowerBuffers& buffers,
+                                  const kernels::AttentionParams& params) const {
+  DI_CHECK(params.cache_dtype == DType::kF32, "a tower's scratch cache is float32");
   const int64_t width = int64_t{params.num_kv_heads} * params.head_dim;
-  backend.write_kv(k, v, slots_.as<int32_t>(), paged_.num_tokens, width, params.cache_dtype, {}, k_cache, v_cache);
-  backend.paged_attention(q, k_cache, v_cache, paged_, params, out);
+  backend.write_kv(buffers.k.as<float>(), buffers.v.as<float>(), slots_.as<int32_t>(), paged_.num_tokens, width,
+                   params.cache_dtype, {}, buffers.k_cache.data(), buffers.v_cache.data());
+  backend.paged_attention(buffers.q.as<float>(), buffers.k_cache.data(), buffers.v_cache.data(), paged_, params,
+                          buffers.attended.as<float>());
 }
 
 }  // namespace deepinfer

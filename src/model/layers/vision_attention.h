@@ -11,6 +11,14 @@
 
 namespace deepinfer {
 
+// A tower's buffers for one image of rows float32 rows of width values: the residual stream, the
+// normed rows, q, k, v, attention's output, a sub-layer's output, and attention's scratch K/V cache
+// (cache_rows rows each).
+struct VisionTowerBuffers {
+  VisionTowerBuffers(Backend& backend, int64_t rows, int64_t width, int64_t cache_rows);
+  DeviceBuffer x, normed, q, k, v, attended, delta, k_cache, v_cache;
+};
+
 class VisionAttentionBatch {
  public:
   // Keys a page of the scratch cache holds: any size works; 16 suits every backend's attention.
@@ -21,10 +29,9 @@ class VisionAttentionBatch {
 
   // The scratch cache's rows (of num_kv_heads * head_dim values each) that attend needs.
   int64_t cache_rows() const { return int64_t{num_blocks_} * kBlockSize; }
-  // q, k, v, out: [tokens, num_heads * head_dim] float32 rows in the sequences' order; k_cache and
-  // v_cache: cache_rows() rows of params.cache_dtype.
-  void attend(Backend& backend, const float* q, const float* k, const float* v, const kernels::AttentionParams& params,
-              void* k_cache, void* v_cache, float* out) const;
+  // buffers.q, k, v: [tokens, num_heads * head_dim] rows in the sequences' order, attended into
+  // buffers.attended; the buffers' cache holds at least cache_rows() rows (params.cache_dtype kF32).
+  void attend(Backend& backend, VisionTowerBuffers& buffers, const kernels::AttentionParams& params) const;
 
  private:
   DeviceBuffer query_start_, seq_len_, block_table_, lookahead_, slots_;

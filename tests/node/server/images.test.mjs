@@ -100,57 +100,72 @@ describe('image parts on a text-only model', () => {
   });
 });
 
+// A server on a multimodal fixture with its two clients, started before the suite's tests.
+function visionServer(fixture, args = []) {
+  const server = { fixture };
+  before(async () => {
+    server.process = await startServer(args, fixture);
+    server.url = server.process.url;
+    server.openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    server.anthropic = new Anthropic({ baseURL: server.url, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(async () => { await server.process.stop(); });
+  return server;
+}
+
+// The token count Hugging Face tokenizers give prompt over the fixture's tokenizer.
+async function countTokens(fixture, prompt) {
+  const { Tokenizer } = createRequire(new URL('../package.json', import.meta.url))('@anush008/tokenizers');
+  const tokenizer = Tokenizer.fromFile(`${fixture}/tokenizer.json`);
+  return (await tokenizer.encode(prompt, null, { addSpecialTokens: false })).getIds().length;
+}
+
+// "What is this?" and the PNG through Chat, Responses and Messages: each prompt promptTokens long
+// (Anthropic counts the cached part apart), one greedy answer; returns the chat completion.
+async function sameAnswerThroughEveryApi(server, promptTokens) {
+  const url = `data:image/png;base64,${pngBase64}`;
+  const chat = await server.openai.chat.completions.create({
+    model: MODEL, max_tokens: 6, temperature: 0, messages: [
+      { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
+  });
+  assert.equal(chat.usage.prompt_tokens, promptTokens);
+  const response = await server.openai.responses.create({
+    model: MODEL, max_output_tokens: 6, temperature: 0,
+    input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' },
+                                       { type: 'input_image', image_url: url, detail: 'auto' }] }],
+  });
+  assert.equal(response.usage.input_tokens, promptTokens);
+  assert.equal(response.output_text, chat.choices[0].message.content);
+  const message = await server.anthropic.messages.create({
+    model: MODEL, max_tokens: 6, temperature: 0,
+    messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
+                                         { type: 'image', source: { type: 'base64', media_type: 'image/png',
+                                                                    data: pngBase64 } }] }],
+  });
+  assert.equal(message.usage.input_tokens + message.usage.cache_read_input_tokens, promptTokens);
+  assert.equal(message.content[0].text, chat.choices[0].message.content);
+  return chat;
+}
+
 describe('images on a multimodal Gemma 3', () => {
   const fixture = new URL('../../data/gemma3_vision', import.meta.url).pathname;
-  let vision;
-  let visionOpenai;
-  let visionAnthropic;
-  before(async () => {
-    vision = await startServer([], fixture);
-    visionOpenai = new OpenAI({ baseURL: `${vision.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-    visionAnthropic = new Anthropic({ baseURL: vision.url, apiKey: 'unused', maxRetries: 0 });
-  });
-  after(async () => { await vision.stop(); });
+  const vision = visionServer(fixture);
 
   test('every API places the image and answers the same', async () => {
-    // Gemma 3's template and Gemma3Processor's expansion (4 image tokens in this fixture), counted by
-    // Hugging Face tokenizers over the fixture's tokenizer.
-    const { Tokenizer } = createRequire(new URL('../package.json', import.meta.url))('@anush008/tokenizers');
-    const tokenizer = Tokenizer.fromFile(`${fixture}/tokenizer.json`);
-    const prompt = '<bos><start_of_turn>user\nWhat is this?\n\n<start_of_image>' + '<image_soft_token>'.repeat(4) +
-      '<end_of_image>\n\n<end_of_turn>\n<start_of_turn>model\n';
-    const promptTokens = (await tokenizer.encode(prompt, null, { addSpecialTokens: false })).getIds().length;
-    const url = `data:image/png;base64,${pngBase64}`;
-    const chat = await visionOpenai.chat.completions.create({
-      model: MODEL, max_tokens: 6, temperature: 0, messages: [
-        { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
-    });
-    assert.equal(chat.usage.prompt_tokens, promptTokens);
+    // Gemma 3's template and Gemma3Processor's expansion (4 image tokens in this fixture).
+    const promptTokens = await countTokens(fixture, '<bos><start_of_turn>user\nWhat is this?\n\n<start_of_image>' +
+      '<image_soft_token>'.repeat(4) + '<end_of_image>\n\n<end_of_turn>\n<start_of_turn>model\n');
+    const chat = await sameAnswerThroughEveryApi(vision, promptTokens);
     assert.equal(chat.usage.completion_tokens, 6);
-    const response = await visionOpenai.responses.create({
-      model: MODEL, max_output_tokens: 6, temperature: 0,
-      input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' },
-                                         { type: 'input_image', image_url: url, detail: 'auto' }] }],
-    });
-    assert.equal(response.usage.input_tokens, promptTokens);
-    assert.equal(response.output_text, chat.choices[0].message.content);
-    const message = await visionAnthropic.messages.create({
-      model: MODEL, max_tokens: 6, temperature: 0,
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
-                                           { type: 'image', source: { type: 'base64', media_type: 'image/png',
-                                                                      data: pngBase64 } }] }],
-    });
-    // Anthropic counts the tokens read from the cache apart (the requests before hit it).
-    assert.equal(message.usage.input_tokens + message.usage.cache_read_input_tokens, promptTokens);
-    assert.equal(message.content[0].text, chat.choices[0].message.content);
     // The repeats found the prompt's blocks up to the one holding its last token (16-token blocks).
-    const again = await visionOpenai.chat.completions.create({
+    const url = `data:image/png;base64,${pngBase64}`;
+    const again = await vision.openai.chat.completions.create({
       model: MODEL, max_tokens: 6, temperature: 0, messages: [
         { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
     });
     assert.equal(again.usage.prompt_tokens_details?.cached_tokens, Math.floor((promptTokens - 1) / 16) * 16);
     assert.equal(again.choices[0].message.content, chat.choices[0].message.content);
-    await rejects400(visionOpenai.chat.completions.create({
+    await rejects400(vision.openai.chat.completions.create({
       model: MODEL, max_tokens: 2, messages: [
         { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
     }), `messages[0].content[0]: ${truncated}`);
@@ -167,7 +182,7 @@ describe('images on a multimodal Gemma 3', () => {
           { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${pngBase64}` } },
                                     { type: 'text', text: 'Describe it.' }] }],
       };
-      const direct = await visionOpenai.chat.completions.create(request);
+      const direct = await vision.openai.chat.completions.create(request);
       const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0 });
       let routed;
       for (const deadline = Date.now() + 15000; !routed; await new Promise((r) => setTimeout(r, 100))) {
@@ -192,53 +207,24 @@ describe('images on a multimodal Gemma 3', () => {
 
 describe('images on a Qwen2.5-VL', () => {
   const fixture = new URL('../../data/qwen2_5_vl', import.meta.url).pathname;
-  let vision;
-  let visionOpenai;
-  let visionAnthropic;
-  before(async () => {
-    vision = await startServer([], fixture);
-    visionOpenai = new OpenAI({ baseURL: `${vision.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-    visionAnthropic = new Anthropic({ baseURL: vision.url, apiKey: 'unused', maxRetries: 0 });
-  });
-  after(async () => { await vision.stop(); });
+  const vision = visionServer(fixture);
 
   test('every API places the image and answers the same', async () => {
     // The Qwen2-VL template and Qwen2VLProcessor's expansion: the 37 x 53 PNG resized to 56 x 84,
-    // 4 x 6 patches merged into 6 tokens; counted by Hugging Face tokenizers over the fixture's.
-    const { Tokenizer } = createRequire(new URL('../package.json', import.meta.url))('@anush008/tokenizers');
-    const tokenizer = Tokenizer.fromFile(`${fixture}/tokenizer.json`);
-    const prompt = '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is this?' +
-      '<|vision_start|>' + '<|image_pad|>'.repeat(6) + '<|vision_end|><|im_end|>\n<|im_start|>assistant\n';
-    const promptTokens = (await tokenizer.encode(prompt, null, { addSpecialTokens: false })).getIds().length;
-    const url = `data:image/png;base64,${pngBase64}`;
-    const chat = await visionOpenai.chat.completions.create({
-      model: MODEL, max_tokens: 6, temperature: 0, messages: [
-        { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
-    });
-    assert.equal(chat.usage.prompt_tokens, promptTokens);
-    const response = await visionOpenai.responses.create({
-      model: MODEL, max_output_tokens: 6, temperature: 0,
-      input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' },
-                                         { type: 'input_image', image_url: url, detail: 'auto' }] }],
-    });
-    assert.equal(response.usage.input_tokens, promptTokens);
-    assert.equal(response.output_text, chat.choices[0].message.content);
-    const message = await visionAnthropic.messages.create({
-      model: MODEL, max_tokens: 6, temperature: 0,
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
-                                           { type: 'image', source: { type: 'base64', media_type: 'image/png',
-                                                                      data: pngBase64 } }] }],
-    });
-    assert.equal(message.usage.input_tokens + message.usage.cache_read_input_tokens, promptTokens);
-    assert.equal(message.content[0].text, chat.choices[0].message.content);
+    // 4 x 6 patches merged into 6 tokens.
+    const promptTokens = await countTokens(fixture, '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' +
+      '<|im_start|>user\nWhat is this?<|vision_start|>' + '<|image_pad|>'.repeat(6) +
+      '<|vision_end|><|im_end|>\n<|im_start|>assistant\n');
+    await sameAnswerThroughEveryApi(vision, promptTokens);
     // /tokenize decodes no images, and a Qwen image's token count depends on its size.
+    const url = `data:image/png;base64,${pngBase64}`;
     const tokenized = await fetch(`${vision.url}/tokenize`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }] }),
     });
     assert.equal(tokenized.status, 400);
     assert.ok((await tokenized.text()).includes("this model's images take as many tokens as their size gives"));
-    await rejects400(visionOpenai.chat.completions.create({
+    await rejects400(vision.openai.chat.completions.create({
       model: MODEL, max_tokens: 2, messages: [
         { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
     }), `messages[0].content[0]: ${truncated}`);
@@ -248,11 +234,9 @@ describe('images on a Qwen2.5-VL', () => {
 describe('image URLs fetched with --allow-image-urls', () => {
   const fixture = new URL('../../data/gemma3_vision', import.meta.url).pathname;
   const maxBodyBytes = 2 * png.length;
+  const vision = visionServer(fixture, ['--allow-image-urls', '--max-body-bytes', String(maxBodyBytes)]);
   let files;
   let filesUrl;
-  let vision;
-  let client;
-  let anthropicClient;
   before(async () => {
     files = createServer((request, response) => {
       if (request.url === '/image.png') {
@@ -280,16 +264,10 @@ describe('image URLs fetched with --allow-image-urls', () => {
     });
     await new Promise((resolve) => files.listen(0, '127.0.0.1', resolve));
     filesUrl = `http://127.0.0.1:${files.address().port}`;
-    vision = await startServer(['--allow-image-urls', '--max-body-bytes', String(maxBodyBytes)], fixture);
-    client = new OpenAI({ baseURL: `${vision.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-    anthropicClient = new Anthropic({ baseURL: vision.url, apiKey: 'unused', maxRetries: 0 });
   });
-  after(async () => {
-    await vision.stop();
-    files.close();
-  });
+  after(() => { files.close(); });
 
-  const ask = (url) => client.chat.completions.create({
+  const ask = (url) => vision.openai.chat.completions.create({
     model: MODEL, max_tokens: 6, temperature: 0, messages: [
       { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
   });
@@ -301,7 +279,7 @@ describe('image URLs fetched with --allow-image-urls', () => {
       assert.equal(fetched.choices[0].message.content, inline.choices[0].message.content, path);
       assert.equal(fetched.usage.prompt_tokens, inline.usage.prompt_tokens, path);
     }
-    const message = await anthropicClient.messages.create({
+    const message = await vision.anthropic.messages.create({
       model: MODEL, max_tokens: 6, temperature: 0,
       messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
                                            { type: 'image', source: { type: 'url', url: `${filesUrl}/image.png` } }] }],
