@@ -3,11 +3,10 @@
 
 #include <openssl/ssl.h>
 
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -20,6 +19,7 @@
 #include <charconv>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <variant>
@@ -130,35 +130,51 @@ Result<ssl::context*> tls_context() {
   return context.first.get();
 }
 
+// Name lookups in flight at once (each on a thread of its own); more are refused.
+constexpr int32_t kMaxLookups = 64;
+std::atomic<int32_t> lookups_in_flight{0};
+
 // The host's addresses, looked up on a thread of its own so that the deadline bounds the wait (a
-// name lookup cannot be cancelled) and a slow name server holds up no other lookup.
+// name lookup cannot be cancelled) and a slow name server holds up no other lookup. The thread
+// touches no object of the server's event loop (which may be gone before a lookup returns): it
+// leaves its answer in the shared state, which the coroutine checks every few milliseconds.
 asio::awaitable<Result<asio::ip::tcp::resolver::results_type>> look_up(const Url& url,
                                                                        std::chrono::steady_clock::time_point deadline) {
   struct Lookup {
-    explicit Lookup(asio::any_io_executor executor) : timer(executor) {}
-    asio::steady_timer timer;
+    std::mutex mutex;
     bool done = false;
     boost::system::error_code ec;
     asio::ip::tcp::resolver::results_type results;
   };
-  auto executor = co_await asio::this_coro::executor;
-  auto lookup = std::make_shared<Lookup>(executor);
-  lookup->timer.expires_at(deadline);
-  // The work guard keeps the executor's context running until the answer is posted back.
-  std::thread([lookup, host = url.host, port = url.port, work = asio::make_work_guard(executor)] {
+  if (lookups_in_flight.fetch_add(1) >= kMaxLookups) {
+    lookups_in_flight.fetch_sub(1);
+    co_return Error{"too many image URL lookups in flight (" + std::to_string(kMaxLookups) + "); try again"};
+  }
+  auto lookup = std::make_shared<Lookup>();
+  std::thread([lookup, host = url.host, port = url.port] {
     asio::io_context local;
     asio::ip::tcp::resolver resolver(local);
     boost::system::error_code ec;
     auto results = resolver.resolve(host, port, ec);
-    asio::post(work.get_executor(), [lookup, ec, results = std::move(results)] {
-      lookup->done = true;
-      lookup->ec = ec;
-      lookup->results = results;
-      lookup->timer.cancel();
-    });
+    lookups_in_flight.fetch_sub(1);
+    const std::lock_guard lock(lookup->mutex);
+    lookup->done = true;
+    lookup->ec = ec;
+    lookup->results = std::move(results);
   }).detach();
-  co_await lookup->timer.async_wait(kTuple);
-  if (!lookup->done) co_return Error{"no answer within the time limit (looking up " + url.host + ")"};
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    {
+      const std::lock_guard lock(lookup->mutex);
+      if (lookup->done) break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      co_return Error{"no answer within the time limit (looking up " + url.host + ")"};
+    }
+    timer.expires_after(std::chrono::milliseconds(5));
+    co_await timer.async_wait(kTuple);
+  }
+  const std::lock_guard lock(lookup->mutex);
   if (lookup->ec) co_return Error{"cannot resolve " + url.host + ": " + lookup->ec.message()};
   co_return lookup->results;
 }

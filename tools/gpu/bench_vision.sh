@@ -61,7 +61,8 @@ for size in sizes:
         continue
     ours = json.load(open(path))
     grid = torch.tensor([ours["grid"]], device="cuda")
-    pixels = torch.randn(ours["patches"], 3 * 2 * 14 * 14, dtype=torch.bfloat16)
+    # float32, as Qwen2VLImageProcessor gives them and the engine uploads them.
+    pixels = torch.randn(ours["patches"], 3 * 2 * 14 * 14, dtype=torch.float32)
     times = []
     with torch.no_grad():
         for i in range(2 + runs):
@@ -69,7 +70,7 @@ for size in sizes:
             start = time.perf_counter()
             result = visual(pixels.cuda(), grid_thw=grid)
             rows = result if torch.is_tensor(result) else result.pooler_output if hasattr(result, "pooler_output") else result[0]
-            rows.float().cpu()
+            rows = rows.float().cpu()
             torch.cuda.synchronize()
             if i >= 2:
                 times.append((time.perf_counter() - start) * 1000.0)
@@ -78,7 +79,7 @@ for size in sizes:
                       "tokens": ours["tokens"], "runs": runs, "deepinfer_median_ms": ours["median_ms"],
                       "transformers_median_ms": peer, "transformers_runs_ms": times,
                       "deepinfer_runs_ms": ours["runs_ms"], "transformers_attention": visual.config._attn_implementation,
-                      "transformers_version": transformers.__version__,
+                      "transformers_version": transformers.__version__, "transformers_rows": list(rows.shape),
                       "speedup_vs_transformers": peer / ours["median_ms"]}))
 PY
 cat "$JSON"
