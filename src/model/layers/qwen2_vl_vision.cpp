@@ -254,9 +254,12 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
   // The merger over each group's unit rows side by side, then the groups back in grid order.
   merger_norm_.forward(backend, x, n, normed);
   merger_fc1_.forward(backend, normed, groups, gate.as<float>());
-  const DeviceBuffer ones =
-      upload_vector(backend, std::vector<float>(static_cast<size_t>(groups * merged_width), 1.0f));
-  backend.gelu_mul(gate.as<float>(), ones.as<float>(), groups * merged_width, gate.as<float>());
+  // The ones gelu_mul multiplies by, kept for the next image (uploaded again only for a larger one).
+  const auto gelu_count = static_cast<size_t>(groups * merged_width);
+  if (ones_.size_bytes() < gelu_count * sizeof(float)) {
+    ones_ = upload_vector(backend, std::vector<float>(gelu_count, 1.0f));
+  }
+  backend.gelu_mul(gate.as<float>(), ones_.as<float>(), groups * merged_width, gate.as<float>());
   const int64_t out_width = c.out_hidden_size;
   DeviceBuffer merged = allocate_elements<float>(backend, groups * out_width);
   DeviceBuffer restored = allocate_elements<float>(backend, groups * out_width);

@@ -56,6 +56,7 @@ class Qwen2VlImageEncoder final : public ImageEncoder {
   DeviceBuffer row_inv_freq_, column_inv_freq_;
   kernels::AttentionParams params_;
   bool rows_in_bf16_ = false;  // a bf16 checkpoint: the rows are rounded to bf16, as its embeddings
+  DeviceBuffer ones_;          // what the merger's gelu_mul multiplies by, as many as the largest image took
 };
 
 }  // namespace deepinfer
