@@ -10,7 +10,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "image/preprocess.h"
+#include "recipe/api.h"
 #include "session.h"
 
 namespace deepinfer::cli {
@@ -59,23 +59,10 @@ int run_bench_images(int argc, char** argv) {
   std::mt19937 random(1234);
   std::uniform_int_distribution<int> byte(0, 255);
   for (uint8_t& value : image.pixels) value = static_cast<uint8_t>(byte(random));
-  std::vector<float> pixels;
-  ImageGrid grid;
-  if (format->preprocessor == ImageInputFormat::Preprocessor::kQwen2Vl) {
-    Qwen2VlProcessorConfig processor;
-    processor.patch_size = format->patch_size;
-    processor.temporal_patch_size = format->temporal_patch_size;
-    processor.merge_size = format->merge_size;
-    processor.min_pixels = format->min_pixels;
-    processor.max_pixels = format->max_pixels;
-    auto processed = try_preprocess_qwen2_vl(image, processor);
-    if (!processed.ok()) return report_error("bench images", processed.error());
-    pixels = std::move(processed->pixel_values);
-    const auto& [frames, rows, columns] = processed->grid_thw;
-    grid = {static_cast<int32_t>(frames), static_cast<int32_t>(rows), static_cast<int32_t>(columns)};
-  } else {
-    pixels = preprocess_gemma3(image, format->image_size);
-  }
+  auto preprocessed = preprocess_image(image, *format);
+  if (!preprocessed.ok()) return report_error("bench images", preprocessed.error());
+  const std::vector<float>& pixels = preprocessed->pixels;
+  const ImageGrid grid = preprocessed->grid;
   const int32_t tokens = format->tokens_for(grid);
   std::vector<float> rows(static_cast<size_t>(int64_t{tokens} * model.config().hidden_size));
   constexpr int kWarmups = 2;

@@ -129,6 +129,12 @@ struct ApiRequest {
 // naming path when the file is bad
 // or the model takes no images. The APIs' image parts come through here, and a worker reads the
 // files a router relays with it.
+// image as format's processor makes it for its encoder (first_token -1, no hash): the pixels and
+// their grid, or with make_pixels off (a router, which encodes nothing) the grid alone, from the
+// resized size, so the image is placed as its worker will place it. Errors are the processor's (an
+// image too small or too elongated for Qwen2-VL's).
+Result<ImageInput> preprocess_image(const RgbImage& image, const ImageInputFormat& format, bool make_pixels = true);
+
 std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::string& media_type,
                                         const std::string& path, const ModelContext& model,
                                         std::vector<ImageInput>& images);

@@ -2,6 +2,7 @@
 // and Anthropic image blocks. Each is read (data: URL or base64 source) and decoded at parse time,
 // so a bad image is a 400 naming its part; a model with an image encoder gets it preprocessed as
 // its processor would, a text-only model refuses a good one.
+#include <algorithm>
 #include <cctype>
 #include <string_view>
 
@@ -38,12 +39,12 @@ std::variant<ImageSource, ApiError> read_data_url(std::string_view url, const st
 
 // http:// or https://, the scheme in any case.
 bool is_remote_url(std::string_view url) {
-  const auto lower = [&](size_t n) {
-    std::string head(url.substr(0, n));
-    for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return head;
+  const auto scheme_is = [&](std::string_view scheme) {
+    return url.size() >= scheme.size() && std::equal(scheme.begin(), scheme.end(), url.begin(), [](char s, char u) {
+             return s == std::tolower(static_cast<unsigned char>(u));
+           });
   };
-  return lower(7) == "http://" || lower(8) == "https://";
+  return scheme_is("http://") || scheme_is("https://");
 }
 
 // An http(s) URL reaches here only when the server does not fetch it: with --allow-image-urls the
@@ -242,6 +243,35 @@ std::optional<ApiError> place_images(ApiRequest& request, const ModelContext& mo
 
 namespace deepinfer {
 
+Result<ImageInput> preprocess_image(const RgbImage& image, const ImageInputFormat& format, bool make_pixels) {
+  ImageInput input;
+  input.first_token = -1;  // placed once the prompt is encoded (place_images)
+  if (format.preprocessor == ImageInputFormat::Preprocessor::kGemma3) {
+    if (make_pixels) input.pixels = preprocess_gemma3(image, format.image_size);
+    return input;
+  }
+  if (!make_pixels) {
+    // The grid (how many tokens the image takes) from the resized size alone.
+    auto size = try_qwen2_vl_smart_resize(image.height, image.width, format.patch_size * format.merge_size,
+                                          format.min_pixels, format.max_pixels);
+    if (!size.ok()) return size.error();
+    input.grid = {1, size->first / format.patch_size, size->second / format.patch_size};
+    return input;
+  }
+  Qwen2VlProcessorConfig processor;
+  processor.patch_size = format.patch_size;
+  processor.temporal_patch_size = format.temporal_patch_size;
+  processor.merge_size = format.merge_size;
+  processor.min_pixels = format.min_pixels;
+  processor.max_pixels = format.max_pixels;
+  auto pixels = try_preprocess_qwen2_vl(image, processor);
+  if (!pixels.ok()) return pixels.error();
+  const auto& [frames, rows, columns] = pixels->grid_thw;
+  input.grid = {static_cast<int32_t>(frames), static_cast<int32_t>(rows), static_cast<int32_t>(columns)};
+  input.pixels = std::move(pixels->pixel_values);
+  return input;
+}
+
 std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::string& media_type,
                                         const std::string& path, const ModelContext& model,
                                         std::vector<ImageInput>& images) {
@@ -249,36 +279,11 @@ std::optional<ApiError> read_image_file(std::vector<uint8_t> file, const std::st
       file, ImageDecodeOptions{.max_pixels = model.images.max_pixels, .declared_media_type = media_type});
   if (!image.ok()) return api::bad_request(path, path + ": " + image.error().message);
   if (model.image_input != nullptr) {
-    const ImageInputFormat& format = *model.image_input;
-    ImageInput input;
-    input.first_token = -1;  // placed once the prompt is encoded (place_images)
-    if (format.preprocessor == ImageInputFormat::Preprocessor::kQwen2Vl) {
-      if (model.images.preprocess) {
-        Qwen2VlProcessorConfig processor;
-        processor.patch_size = format.patch_size;
-        processor.temporal_patch_size = format.temporal_patch_size;
-        processor.merge_size = format.merge_size;
-        processor.min_pixels = format.min_pixels;
-        processor.max_pixels = format.max_pixels;
-        auto pixels = try_preprocess_qwen2_vl(*image, processor);
-        if (!pixels.ok()) return api::bad_request(path, path + ": " + pixels.error().message);
-        const auto& [frames, rows, columns] = pixels->grid_thw;
-        input.grid = {static_cast<int32_t>(frames), static_cast<int32_t>(rows), static_cast<int32_t>(columns)};
-        input.pixels = std::move(pixels->pixel_values);
-      } else {
-        // A router makes no pixels: the grid (how many tokens the image takes) from the resized
-        // size alone, so it places the image as its worker will.
-        auto size = try_qwen2_vl_smart_resize(image->height, image->width, format.patch_size * format.merge_size,
-                                              format.min_pixels, format.max_pixels);
-        if (!size.ok()) return api::bad_request(path, path + ": " + size.error().message);
-        input.grid = {1, size->first / format.patch_size, size->second / format.patch_size};
-      }
-    } else if (model.images.preprocess) {
-      input.pixels = preprocess_gemma3(*image, format.image_size);
-    }
-    if (model.images.preprocess) input.hash = image_content_hash(input);
-    input.file = std::move(file);
-    images.push_back(std::move(input));
+    auto input = preprocess_image(*image, *model.image_input, model.images.preprocess);
+    if (!input.ok()) return api::bad_request(path, path + ": " + input.error().message);
+    if (model.images.preprocess) input->hash = image_content_hash(*input);
+    input->file = std::move(file);
+    images.push_back(std::move(*input));
     return std::nullopt;
   }
   return api::refuse_images(path, model);

@@ -234,9 +234,7 @@ asio::awaitable<std::variant<ApiRequest, ApiError>> parse_generation_request(con
   if (ApiError* error = std::get_if<ApiError>(&body)) co_return std::move(*error);
   Json& json = std::get<Json>(body);
   if (context.model.images.allow_urls) {
-    // The budget counts the body as it would be relayed (re-serialised), not as it came.
-    auto fetched = co_await inline_image_urls(kind, json, static_cast<int64_t>(json.dump().size()), context.model,
-                                              context.config.max_body_bytes);
+    auto fetched = co_await inline_image_urls(kind, json, context.model, context.config.max_body_bytes);
     if (auto* error = std::get_if<ApiError>(&fetched)) co_return std::move(*error);
     if (std::get<bool>(fetched) && fetched_body != nullptr) *fetched_body = json.dump();
   }

@@ -15,7 +15,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
-#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <memory>
@@ -44,13 +43,9 @@ struct Url {
   std::string target;  // path and query
 };
 
-// Whether text begins with prefix, ASCII letters in any case.
+// Whether text begins with prefix (ASCII letters in any case).
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
-  if (text.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) return false;
-  }
-  return true;
+  return text.size() >= prefix.size() && beast::iequals(text.substr(0, prefix.size()), prefix);
 }
 
 Result<Url> parse_url(std::string_view text) {
@@ -268,15 +263,16 @@ asio::awaitable<Result<std::vector<uint8_t>>> fetch_image_url(std::string url, I
   }
 }
 
-asio::awaitable<std::variant<bool, ApiError>> inline_image_urls(ApiKind kind, Json& body, int64_t body_bytes,
-                                                                const ModelContext& model, int64_t max_body_bytes) {
+asio::awaitable<std::variant<bool, ApiError>> inline_image_urls(ApiKind kind, Json& body, const ModelContext& model,
+                                                                int64_t max_body_bytes) {
   auto found = remote_image_urls(kind, body, model);
   if (auto* e = std::get_if<ApiError>(&found)) co_return *e;
   const auto& urls = std::get<std::vector<RemoteImageUrl>>(found);
   // Each file goes in as base64 (4 bytes for 3) in place of its URL; the file's magic bytes decide
   // its type (a Content-Type the client did not write is no declaration of the client's).
   const std::string prefix = "data:;base64,";
-  int64_t room = max_body_bytes - body_bytes;
+  if (urls.empty()) co_return false;
+  int64_t room = max_body_bytes - static_cast<int64_t>(body.dump().size());
   for (const RemoteImageUrl& remote : urls) {
     const auto fail = [&](const std::string& message) {
       return ApiError{400, "invalid_request_error", remote.path,
@@ -294,7 +290,7 @@ asio::awaitable<std::variant<bool, ApiError>> inline_image_urls(ApiKind kind, Js
     room -= static_cast<int64_t>(data_url.size()) - static_cast<int64_t>(remote.url.size());
     body[Json::json_pointer(remote.pointer)] = std::move(data_url);
   }
-  co_return !urls.empty();
+  co_return true;
 }
 
 }  // namespace deepinfer::server

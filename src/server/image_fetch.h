@@ -31,11 +31,11 @@ inline constexpr int32_t kMaxImageRedirects = 3;
 boost::asio::awaitable<Result<std::vector<uint8_t>>> fetch_image_url(std::string url, ImageFetchLimits limits);
 
 // Each of body's http(s) image URLs (in order) replaced by the fetched file as a data: URL (the
-// file's magic bytes decide its type), the body (body_bytes as sent) growing to at most
-// max_body_bytes; a 400 naming the part when one cannot be fetched or does not fit, or for what
-// remote_image_urls refuses. Returns whether any URL was replaced.
+// file's magic bytes decide its type), the body as serialised again (as it would be relayed)
+// growing to at most max_body_bytes; a 400 naming the part when one cannot be fetched or does not
+// fit, or for what remote_image_urls refuses. Returns whether any URL was replaced.
 boost::asio::awaitable<std::variant<bool, ApiError>> inline_image_urls(ApiKind kind, nlohmann::ordered_json& body,
-                                                                       int64_t body_bytes, const ModelContext& model,
+                                                                       const ModelContext& model,
                                                                        int64_t max_body_bytes);
 
 }  // namespace deepinfer::server
