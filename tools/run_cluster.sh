@@ -3,8 +3,9 @@
 # 127.0.0.1:${PORT:-8000} and its workers (`deepinfer serve --register`) on the embedded default
 # model; prints the router's URL and stops everything on Ctrl-C (docs/cluster.md). By default one
 # prefill and one decode worker (prefill/decode disaggregation, the KV pushed over TCP); --workers N
-# starts N workers of role both instead, which run whole requests.
-#   tools/run_cluster.sh [--prefill N] [--decode M] [--kv-transfer push|store] | [--workers N]
+# starts N workers of role both instead, which run whole requests; --encoders E adds E image
+# encoders (`serve --role encoder`, for a multimodal --model: docs/images.md).
+#   tools/run_cluster.sh [--prefill N] [--decode M] [--kv-transfer push|store] | [--workers N] [--encoders E]
 #                        [--policy seeds|round-robin|least-loaded|prefix-affinity]
 #                        [--cli build/bin/deepinfer] [--model DIR] [-- extra flags for every worker]
 # --kv-transfer store: the KV goes through the persistent KV store, on a directory every worker shares.
@@ -13,6 +14,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cli="$root/build/bin/deepinfer"
 model="$root/models/default"
 workers=0
+encoders=0
 prefill=1
 decode=1
 kv_transfer=push
@@ -22,6 +24,7 @@ worker_flags=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
+    --encoders) encoders="$2"; shift 2 ;;
     --prefill) prefill="$2"; shift 2 ;;
     --decode) decode="$2"; shift 2 ;;
     --kv-transfer) kv_transfer="$2"; shift 2 ;;
@@ -32,8 +35,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "run_cluster.sh: unknown flag '$1' (see the comment at the top of the script)" >&2; exit 2 ;;
   esac
 done
-for count in "$workers" "$prefill" "$decode"; do
-  [[ "$count" =~ ^[0-9]+$ ]] || { echo "run_cluster.sh: --workers, --prefill and --decode take a number" >&2; exit 2; }
+for count in "$workers" "$prefill" "$decode" "$encoders"; do
+  [[ "$count" =~ ^[0-9]+$ ]] || { echo "run_cluster.sh: --workers, --prefill, --decode and --encoders take a number" >&2; exit 2; }
 done
 [[ "$kv_transfer" == push || "$kv_transfer" == store ]] || { echo "run_cluster.sh: --kv-transfer is push or store" >&2; exit 2; }
 # role:count of the workers to start
@@ -44,6 +47,7 @@ else
   roles=(); for ((w = 0; w < prefill; w++)); do roles+=(prefill); done
   for ((w = 0; w < decode; w++)); do roles+=(decode); done
 fi
+for ((w = 0; w < encoders; w++)); do roles+=(encoder); done
 [[ -x "$cli" ]] || { echo "run_cluster.sh: $cli not found; run 'make build' first" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "run_cluster.sh: redis-server not found; run 'make deps'" >&2; exit 1; }
 
@@ -85,7 +89,9 @@ pids=("$redis_pid")
 store_flags=()
 [[ "$kv_transfer" == store ]] && store_flags=(--kv-cache-dir "$logs/kv-store")
 for ((w = 0; w < ${#roles[@]}; w++)); do
-  "$cli" serve --model "$model" --port 0 --register "$redis_url" --role "${roles[$w]}" "${store_flags[@]}" \
+  role_flags=("${store_flags[@]}")
+  [[ "${roles[$w]}" == encoder ]] && role_flags=()  # an encoder has no KV store
+  "$cli" serve --model "$model" --port 0 --register "$redis_url" --role "${roles[$w]}" "${role_flags[@]}" \
     "${worker_flags[@]}" >"$logs/worker$w-${roles[$w]}.log" 2>&1 &
   pids+=($!)
 done

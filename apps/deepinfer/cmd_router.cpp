@@ -17,6 +17,7 @@
 #include "server/token_api.h"
 #include "server/worker_pool.h"
 #include "server/worker_registry.h"
+#include "server/encoder_selector.h"
 #include "server/worker_selector.h"
 #include "server_flags.h"
 #include "session.h"
@@ -64,8 +65,10 @@ prompt blocks are hashed; the context length bounds prompt + max_tokens and sets
 max_tokens (before any worker is listed: the model's own).
 --worker-api-key: the key the workers were started with (--api-key on serve), if any.
 Images (a Gemma 3 multimodal or Qwen2.5-VL directory): each image part is decoded and placed here
-(image URLs fetched here with --allow-image-urls), and its file relayed with the request to a --role
-both worker, which preprocesses and encodes it; prefill and decode workers refuse images.
+(image URLs fetched here with --allow-image-urls). With image encoders registered (serve --role
+encoder on the same model), a request's image files go to the one with the fewest image tokens
+outstanding, and the worker gets its rows; without one (or when none takes them, --max-attempts
+tried), the files go to the worker, which preprocesses and encodes them.
 --max-image-pixels, --max-images-per-request, --allow-image-urls as on serve.
 --ui: the web playground at GET / as on `deepinfer serve --ui`; its live figures are the workers'
 last reports (requests running and waiting summed, KV use averaged, cached over prompt tokens).
@@ -202,16 +205,21 @@ int run_router(int argc, char** argv) {
   pool_options.worker_api_key = args->find("--worker-api-key");
   pool_options.max_attempts = static_cast<int32_t>(*max_attempts);
   pool_options.request_timeout_s = config->request_timeout_s;
-  server::WorkerPool pool(selector, &metrics, pool_options);
+  pool_options.image_format = context.model.image_input;
+  server::EncoderSelector encoders(context.model.served_name);
+  server::WorkerPool pool(selector, &encoders, &metrics, pool_options);
   context.worker = &pool;
   context.cluster = &selector;
+  context.encoders = &encoders;
 
   server::HttpServer http_server(context);
   auto port = http_server.listen();
   if (!port.ok()) return report_error("router", port.error());
-  auto watcher = server::RegistryWatcher::start(registry, [&selector](const std::vector<server::WorkerRecord>& listed) {
-    for (const std::string& line : selector.update(listed)) DI_LOG(kWarn, "router: " << line);
-  });
+  auto watcher =
+      server::RegistryWatcher::start(registry, [&selector, &encoders](const std::vector<server::WorkerRecord>& listed) {
+        for (const std::string& line : selector.update(listed)) DI_LOG(kWarn, "router: " << line);
+        for (const std::string& line : encoders.update(listed)) DI_LOG(kWarn, "router: " << line);
+      });
   if (!watcher.ok()) return report_error("router", Error{"--redis: " + watcher.error().message});
   // Workers listed at start-up that disagree with the flags or with each other stop the router: a
   // cluster set up that way is a mistake to fix now. One that joins later is refused and logged.

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "data_parallel_flags.h"
+#include "serve_encoder.h"
 #include "server_flags.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
@@ -51,8 +52,8 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                         [--expert-parallel-transport auto|nccl|host]
                         [--expert-parallel-payload auto|float32|bf16|fp8]
                         [--data-parallel-routing least-loaded|prefix-affinity]]
-                       [--register redis://HOST:PORT [--advertise-host H] [--role both|prefill|decode]
-                        [--kv-port N]]
+                       [--register redis://HOST:PORT [--advertise-host H] [--role both|prefill|decode|encoder]
+                        [--kv-port N]] [--max-internal-body-bytes N]
 Serves the model over HTTP/1.1: POST /v1/chat/completions, /v1/completions, /v1/responses,
 /v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus).
 The model directory needs tokenizer.json (and tokenizer_config.json for the chat format).
@@ -113,6 +114,14 @@ directory, --block-size and KV dtype; a role's worker answers only the router. W
 --data-parallel-size N a role's ranks each register as a worker of their own (rank 0 at
 --advertise-host with --kv-port, the others at --data-parallel-host with any free KV port), named
 as one DP group, which the router's policy treats as one (the seeds' quota pull between groups).
+--role encoder (docs/images.md): a multimodal checkpoint's image encoder as a service of its own:
+only its vision weights load (no text model, engine or KV cache); it answers POST
+/internal/v1/encode (image files in, the encoder's rows out), /health and /metrics, one image at a
+time, at most --max-queued-requests images queued (more: 429). With --register it joins the
+cluster as an image encoder: a router of the same model sends it a request's images and gives the
+worker the rows, which then runs no encoder. --max-image-pixels and --max-images-per-request apply.
+--max-internal-body-bytes: the body limit of the internal routes a router calls (/internal/*,
+whose requests may carry an encoder's rows: megabytes an image; default 268435456).
 --check-invariants: assert the engine's KV bookkeeping every time it goes idle (tests).
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
@@ -210,16 +219,16 @@ struct Registration {
 
 Result<std::optional<Registration>> registration_from_args(const Args& args, const server::ServerConfig& config) {
   const std::string role = args.find("--role").value_or("both");
-  if (role != "both" && role != "prefill" && role != "decode") {
-    return Error{"--role must be both, prefill or decode, got '" + role + "'"};
+  if (role != "both" && role != "prefill" && role != "decode" && role != "encoder") {
+    return Error{"--role must be both, prefill, decode or encoder, got '" + role + "'"};
   }
   if (args.has("--kv-port") && role != "decode") return Error{"--kv-port is for --role decode"};
   auto kv_port = non_negative_flag(args, "--kv-port", 0);
   if (!kv_port.ok()) return kv_port.error();
   if (*kv_port > 65535) return Error{"--kv-port must be a port number (0-65535)"};
   if (!args.has("--register")) {
-    if (args.has("--advertise-host") || args.has("--role")) {
-      return Error{"--advertise-host and --role need --register redis://HOST:PORT"};
+    if (args.has("--advertise-host") || (args.has("--role") && role != "encoder")) {
+      return Error{"--advertise-host and --role " + role + " need --register redis://HOST:PORT"};
     }
     return std::optional<Registration>();
   }
@@ -304,6 +313,18 @@ int run_serve(int argc, char** argv) {
       return report_error("serve", Error{"--register: " + reachable.error().message});
     }
   }
+  const std::string model_dir = args->find("--model").value_or(kDefaultModelDir);
+  if (!args->has("--model") && !std::filesystem::exists(model_dir)) {
+    return report_error("serve", Error{std::string("no --model given and the default model ") + kDefaultModelDir +
+                                       " is not there; pass --model DIR (a Hugging Face model directory)"});
+  }
+  if (args->find("--role") == "encoder") {
+    std::optional<EncoderRegistration> encoder_registration;
+    if (registration->has_value()) {
+      encoder_registration = EncoderRegistration{(*registration)->registry, (*registration)->advertise_host};
+    }
+    return serve_image_encoder(*args, *config, model_dir, encoder_registration);
+  }
   auto engine_cfg = engine_config(*args);
   if (!engine_cfg.ok()) return report_error("serve", engine_cfg.error());
   LocalRanks ranks;
@@ -340,11 +361,6 @@ int run_serve(int argc, char** argv) {
   auto images = image_input_from_args(*args);
   if (!images.ok()) return report_error("serve", images.error());
 
-  const std::string model_dir = args->find("--model").value_or(kDefaultModelDir);
-  if (!args->has("--model") && !std::filesystem::exists(model_dir)) {
-    return report_error("serve", Error{std::string("no --model given and the default model ") + kDefaultModelDir +
-                                       " is not there; pass --model DIR (a Hugging Face model directory)"});
-  }
   auto kv_store = kv_store_config_from_args(*args, model_dir);
   if (!kv_store.ok()) return report_error("serve", kv_store.error());
   engine_cfg->kv_store = *kv_store;

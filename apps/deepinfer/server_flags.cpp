@@ -17,8 +17,8 @@ Result<int64_t> non_negative_flag(const Args& args, const char* flag, int64_t fa
 
 std::set<std::string> server_value_flags(std::set<std::string> extra) {
   extra.insert({"--host", "--port", "--served-model-name", "--api-key", "--max-queued-requests", "--max-queued-tokens",
-                "--request-timeout", "--max-body-bytes", "--io-threads", "--max-n", "--shutdown-timeout",
-                "--max-image-pixels", "--max-images-per-request"});
+                "--request-timeout", "--max-body-bytes", "--max-internal-body-bytes", "--io-threads", "--max-n",
+                "--shutdown-timeout", "--max-image-pixels", "--max-images-per-request"});
   return extra;
 }
 
@@ -43,6 +43,9 @@ Result<server::ServerConfig> server_config_from_args(const Args& args) {
   auto body = non_negative_flag(args, "--max-body-bytes", config.max_body_bytes);
   if (!body.ok()) return body.error();
   config.max_body_bytes = *body;
+  auto internal_body = non_negative_flag(args, "--max-internal-body-bytes", config.max_internal_body_bytes);
+  if (!internal_body.ok()) return internal_body.error();
+  config.max_internal_body_bytes = *internal_body;
   auto shutdown = args.get_double("--shutdown-timeout", config.shutdown_timeout_s);
   if (!shutdown.ok()) return shutdown.error();
   if (!(*shutdown > 0 && *shutdown <= 3600)) return Error{"--shutdown-timeout must be in (0, 3600] seconds"};

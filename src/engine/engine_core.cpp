@@ -551,7 +551,9 @@ struct EngineCore::Impl {
     // No step reads an image's pixels once its rows are ready (a step that asked to encode it
     // finds it ready), and this step's images are.
     for (const std::shared_ptr<EncodedImage>& image : step.built.encoded_images) {
-      if (image->ready.load()) image->pixels = {};
+      if (!image->ready.load() || image->pixels.empty()) continue;  // another step encoded it
+      image->pixels = {};
+      ++num_encoded_images;
     }
     process_step(step, result, outputs);
     if (speculator) draft_after(step, followed);
@@ -861,11 +863,11 @@ struct EngineCore::Impl {
   // server; it appends the first token the prefill worker drew. KV not carried: the prompt is
   // looked up (prefix cache, store) and computed as for any request.
   Result<void> add_prefilled_samples(PrefilledRequest p, int32_t priority, std::string cache_salt,
-                                     TrafficClass kv_cache_class, EngineCore& engine) {
+                                     TrafficClass kv_cache_class, std::vector<ImageInput> images, EngineCore& engine) {
     // Prompt logprobs came with the delivered first token.
     if (p.first_token_delivered) p.params.prompt_logprobs.reset();
     DI_TRY(engine.add_request(p.request_id, p.prompt_token_ids, p.params, priority, std::move(cache_salt),
-                              kv_cache_class));
+                              kv_cache_class, PrefillHandover::kCopyKv, nullptr, std::move(images)));
     Request& r = sequences.at(groups.at(p.request_id).seq_ids.front())->request;
     if (p.first_token_delivered) r.delivered_first_token = p.first_token;
     if (p.kv_not_carried) return {};
@@ -892,14 +894,15 @@ struct EngineCore::Impl {
     // (what commit_computed keeps), as the PROMPT engine sent.
     const int32_t swa_start =
         kv.has_swa_tables() ? swa_window_start(model.config(), r.num_prompt_tokens(), config.block_size) : 0;
-    if (!kv.allocate_imported(r.seq_id, r.prompt_token_ids(), r.num_prompt_tokens(), r.cache_salt, swa_start,
+    // An image's placeholders name its blocks by the image (Request::cache_tokens).
+    if (!kv.allocate_imported(r.seq_id, r.prompt_cache_tokens(), r.num_prompt_tokens(), r.cache_salt, swa_start,
                               &cached)) {
       return false;
     }
     write_prefilled_kv(model, kv, r.seq_id, p, cached);
     r.num_computed_tokens = num_computed;
     r.num_cached_tokens = cached;
-    kv.commit_computed(r.seq_id, r.prompt_token_ids(), r.num_computed_tokens);
+    kv.commit_computed(r.seq_id, r.cache_tokens(), r.num_computed_tokens);
     return true;
   }
 
@@ -927,6 +930,7 @@ struct EngineCore::Impl {
   std::optional<InFlight> in_flight;  // the step launched and not collected yet (pipelined mode)
   std::vector<int64_t> finished_groups;  // finished requests still to erase (erase_finished_groups)
   int64_t num_overlapped_steps = 0;
+  int64_t num_encoded_images = 0;
   // Encodings of recent images by their pixels' hash (a multimodal model).
   PromptImageCache images{kEncodedImagesKept, kEncodedImageBytesKept};
   // Last: destroyed first, so its thread is done with the model before anything else goes.
@@ -998,9 +1002,6 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   if (m.groups.count(request_id) != 0) return Error{"request id " + std::to_string(request_id) + " is already in use"};
   const ImageInputFormat* image_format = m.model.image_input();
   if (!images.empty() && image_format == nullptr) return Error{"the model takes no images"};
-  if (!images.empty() && m.config.mode != EngineMode::kNormal) {
-    return Error{"a prefill or decode worker takes no images yet; send images to a server without --role"};
-  }
   // A bidirectional image's tokens run in one step (a fixed number: Gemma 3's); a causal image's
   // may take several.
   if (!images.empty() && image_format->bidirectional &&
@@ -1077,7 +1078,7 @@ bool EngineCore::has_unfinished_requests() const {
 std::vector<PrefilledRequest> EngineCore::take_prefilled() { return std::exchange(impl_->prefilled, {}); }
 
 Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t priority, std::string cache_salt,
-                                               TrafficClass kv_cache_class) {
+                                               TrafficClass kv_cache_class, std::vector<ImageInput> images) {
   Impl& m = *impl_;
   if (m.config.mode == EngineMode::kPrompt) return Error{"a PROMPT engine takes no prefilled requests"};
   if (m.config.mode == EngineMode::kNormal && !p.kv_not_carried) {
@@ -1089,14 +1090,20 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
     DI_TRY(check_prefilled_kv(m.model, p, m.config.block_size));
   }
   if (m.groups.count(p.request_id) != 0) return Error{"request id " + std::to_string(p.request_id) + " is already in use"};
-  if (const ImageInputFormat* format = m.model.image_input();
-      format != nullptr && std::find(p.prompt_token_ids.begin(), p.prompt_token_ids.end(), format->image_token_id) !=
-                               p.prompt_token_ids.end()) {
-    return Error{
-        "the prefilled request's prompt holds image placeholders: images do not cross a prefill/decode split yet"};
+  if (p.params.n > 1) {
+    return m.add_prefilled_samples(std::move(p), priority, std::move(cache_salt), kv_cache_class, std::move(images),
+                                   *this);
   }
-  if (p.params.n > 1)
-    return m.add_prefilled_samples(std::move(p), priority, std::move(cache_salt), kv_cache_class, *this);
+  // The prompt's images: for the positions its tokens after them take (M-RoPE), its blocks' names,
+  // and a prompt computed again here (KV not carried, or preempted).
+  const ImageInputFormat* image_format = m.model.image_input();
+  if (!images.empty() && image_format == nullptr) return Error{"the model takes no images"};
+  std::vector<PromptImage> prompt_images;
+  if (image_format != nullptr) {
+    auto taken = m.images.take(p.prompt_token_ids, std::move(images), *image_format, m.model.config().hidden_size);
+    if (!taken.ok()) return taken.error();
+    prompt_images = std::move(*taken);
+  }
   if (p.params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
     DI_TRY(m.ensure_structured());
@@ -1104,6 +1111,7 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   Impl::Group& group = m.groups[p.request_id];
   Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, cache_salt);
   seq->request.kv_cache_class = kv_cache_class;
+  seq->request.set_images(std::move(prompt_images));
   group.seq_ids.push_back(seq->request.seq_id);
   Request& r = seq->request;
   if (!p.kv_not_carried && !m.import_prefilled_kv(r, p, r.num_prompt_tokens())) {
@@ -1144,6 +1152,7 @@ EngineStats EngineCore::stats() const {
   s.prefix_cache = impl_->kv.stats();
   s.num_preemptions = impl_->num_preemptions;
   s.num_overlapped_steps = impl_->num_overlapped_steps;
+  s.num_encoded_images = impl_->num_encoded_images;
   if (impl_->speculator) s.speculative = impl_->speculator->stats();
   if (impl_->offload) {
     s.kv_store = impl_->offload->stats();

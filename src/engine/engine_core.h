@@ -152,6 +152,9 @@ struct EngineStats {
   std::optional<KvStoreStats> kv_store;  // per-tier counters when the store is on
   // Steps launched while the one before was still running (EngineConfig::async_scheduling).
   int64_t num_overlapped_steps = 0;
+  // Images the engine ran through the model's image encoder (not those that came encoded, nor
+  // repeats its encoder cache served).
+  int64_t num_encoded_images = 0;
   std::optional<SpeculativeStats> speculative;  // when speculative decoding is on
 };
 
@@ -199,9 +202,11 @@ class EngineCore {
   // (kv_not_carried: COMPLETION or NORMAL mode). With params.n > 1 the PROMPT engine ran sample 0
   // alone: the request runs with all n samples, sample 0 taking the KV and computing only the
   // prompt's last token, whose logits the others fork from; sample 0 goes on from first_token.
-  // cache_salt and kv_cache_class as for add_request.
+  // cache_salt, kv_cache_class and images (the prompt's, as the PROMPT engine had them) as for
+  // add_request.
   Result<void> add_prefilled_request(PrefilledRequest prefilled, int32_t priority = 0, std::string cache_salt = "",
-                                     TrafficClass kv_cache_class = TrafficClass::kDefault);
+                                     TrafficClass kv_cache_class = TrafficClass::kDefault,
+                                     std::vector<ImageInput> images = {});
 
   EngineStats stats() const;
   const EngineConfig& config() const;

@@ -62,7 +62,13 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
       }
     }
     const int64_t num_pixels = format.pixel_count(grid);
-    if (static_cast<int64_t>(input.pixels.size()) != num_pixels) {
+    const bool encoded_elsewhere = !input.rows.empty();
+    if (encoded_elsewhere && (!input.hash || static_cast<int64_t>(input.rows.size()) != num_tokens * hidden_size)) {
+      return Error{name + " comes encoded with " + std::to_string(input.rows.size()) + " values" +
+                   (input.hash ? "" : " and no hash") + "; this model takes " + std::to_string(num_tokens) + " x " +
+                   std::to_string(hidden_size) + " for its grid, and its hash"};
+    }
+    if (!encoded_elsewhere && static_cast<int64_t>(input.pixels.size()) != num_pixels) {
       const std::string shape =
           format.preprocessor == ImageInputFormat::Preprocessor::kGemma3
               ? "3 x " + std::to_string(format.image_size) + " x " + std::to_string(format.image_size)
@@ -90,7 +96,12 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
       auto encoded = std::make_shared<EncodedImage>();
       encoded->pixels = std::move(input.pixels);
       encoded->grid = grid;
-      encoded->rows.resize(static_cast<size_t>(int64_t{num_tokens} * hidden_size));
+      if (encoded_elsewhere) {
+        encoded->rows = std::move(input.rows);
+        encoded->ready.store(true);
+      } else {
+        encoded->rows.resize(static_cast<size_t>(int64_t{num_tokens} * hidden_size));
+      }
       const size_t bytes = (encoded->pixels.size() + encoded->rows.size()) * sizeof(float);
       entries_.push_front({image.hash, std::move(encoded), bytes});
       bytes_ += bytes;

@@ -22,13 +22,16 @@ namespace deepinfer {
 // SHA-256 (the API layer hashes on its own thread; the engine hashes what comes without one).
 // file: the image's file as sent, which a request relayed to another process carries instead of
 // the pixels (the worker preprocesses it again; a router, which holds no model, makes no pixels:
-// recipe/api.h, ImageInputOptions::preprocess).
+// recipe/api.h, ImageInputOptions::preprocess). rows: the encoder's output, when an image encoder
+// service ran it already ([tokens_for(grid), hidden_size]; then no pixels, and hash is the one
+// the service computed from its pixels, so the prefix cache names the image as when encoded here).
 struct ImageInput {
   int32_t first_token = 0;
   std::vector<float> pixels;
   ImageGrid grid = {};  // the preprocessor's grid of patches (ImageInputFormat::tokens_for)
   std::optional<BlockHash> hash = std::nullopt;
   std::vector<uint8_t> file = {};
+  std::vector<float> rows = {};
 };
 
 // The SHA-256 an image is known by: its hash when given, else of its grid and pixels (the same
@@ -58,8 +61,9 @@ class PromptImageCache {
   // The images as the request's PromptImages, each sharing the encoding of an earlier request's
   // identical pixels while the cache holds it (capacity images, and capacity_bytes of pixels and
   // rows as each image came in, least recently sent first out; the newest always stays).
-  // Errors name the image: placeholders that are not format's (or not where it says), overlapping
-  // or out-of-order images, the wrong number of pixels, placeholder tokens outside any image.
+  // An image that comes encoded (ImageInput::rows) is ready as it is. Errors name the image:
+  // placeholders that are not format's (or not where it says), overlapping or out-of-order images,
+  // the wrong number of pixels or rows, placeholder tokens outside any image.
   Result<std::vector<PromptImage>> take(const std::vector<int32_t>& prompt, std::vector<ImageInput> images,
                                         const ImageInputFormat& format, int64_t hidden_size);
 

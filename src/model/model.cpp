@@ -1,5 +1,5 @@
-// load_model: config.json -> registry -> architecture builder; image_input_format; ExpertTokenCounts'
-// summaries.
+// load_model: config.json -> registry -> architecture builder; image_input_format and
+// load_image_encoder; ExpertTokenCounts' summaries.
 #include "model/model.h"
 
 #include <algorithm>
@@ -9,9 +9,9 @@
 #include <numeric>
 
 #include "core/check.h"
-
 #include "model/archs/archs.h"
 #include "model/expert_parallel.h"
+#include "model/image_encoder_model.h"
 #include "model/layers/linear.h"
 
 namespace deepinfer {
@@ -45,13 +45,54 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, Backend& ba
 
 std::vector<std::string> supported_architectures() { return archs::registered_architectures(); }
 
+namespace {
+
+// The multimodal architectures: how their config places images, and their encoder alone.
+struct ImageArchitecture {
+  Result<ImageInputFormat> (*format)(const ModelConfig&);
+  archs::ImageEncoderBuilder encoder;
+};
+
+// Null when the config's architecture reads no images (or its vision part is absent).
+const ImageArchitecture* image_architecture(const ModelConfig& config) {
+  static constexpr ImageArchitecture kGemma3{&archs::gemma3_image_format, &archs::build_gemma3_image_encoder};
+  static constexpr ImageArchitecture kQwen2_5_Vl{&archs::qwen2_5_vl_image_format,
+                                                 &archs::build_qwen2_5_vl_image_encoder};
+  if (config.architecture == "Gemma3ForConditionalGeneration" && config.vision) return &kGemma3;
+  if (config.architecture == "Qwen2_5_VLForConditionalGeneration" && config.qwen2_vl_vision) return &kQwen2_5_Vl;
+  return nullptr;
+}
+
+}  // namespace
+
 Result<std::optional<ImageInputFormat>> image_input_format(const ModelConfig& config) {
-  const bool gemma3 = config.architecture == "Gemma3ForConditionalGeneration" && config.vision;
-  const bool qwen2_5_vl = config.architecture == "Qwen2_5_VLForConditionalGeneration" && config.qwen2_vl_vision;
-  if (!gemma3 && !qwen2_5_vl) return std::optional<ImageInputFormat>();
-  auto format = gemma3 ? archs::gemma3_image_format(config) : archs::qwen2_5_vl_image_format(config);
+  const ImageArchitecture* architecture = image_architecture(config);
+  if (architecture == nullptr) return std::optional<ImageInputFormat>();
+  auto format = architecture->format(config);
   if (!format.ok()) return format.error();
   return std::optional<ImageInputFormat>(*format);
+}
+
+Result<ImageEncoderModel> load_image_encoder(const std::string& dir, Backend& backend, bool show_progress) {
+  auto config = ModelConfig::load(dir);
+  if (!config.ok()) return config.error();
+  const ImageArchitecture* architecture = image_architecture(*config);
+  if (architecture == nullptr) {
+    return Error{dir + "/config.json: architecture '" + config->architecture +
+                 "' has no image encoder to serve (Gemma3ForConditionalGeneration and "
+                 "Qwen2_5_VLForConditionalGeneration with a vision_config have one)"};
+  }
+  auto weights = WeightStore::open_dir(dir, show_progress);
+  if (!weights.ok()) return weights.error();
+  ModelSource source;
+  source.config = std::move(*config);
+  source.weights = std::make_shared<const WeightStore>(std::move(*weights));
+  source.backend = &backend;
+  source.arena = std::make_shared<WeightArena>();
+  auto encoder = architecture->encoder(source);
+  if (!encoder.ok()) return encoder.error();
+  return ImageEncoderModel{std::move(source.config), std::move(*encoder), std::move(source.weights),
+                           std::move(source.arena)};
 }
 
 size_t ExpertTokenCounts::busiest_count(double fraction, size_t num_experts) {

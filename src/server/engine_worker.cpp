@@ -151,7 +151,7 @@ void EngineWorker::admit(Pending pending) {
       if (s.prefilled) {
         s.prefilled->request_id = pending.request_id;
         added = engine_.add_prefilled_request(std::move(*s.prefilled), s.priority, std::move(s.cache_salt),
-                                              s.kv_cache_class);
+                                              s.kv_cache_class, std::move(s.images));
       } else if (engine_.config().mode == EngineMode::kPrompt && !s.kv_handoff) {
         added = Error{
             "this worker only prefills for a cluster router (serve --role prefill); send requests to the "
@@ -310,6 +310,7 @@ void EngineWorker::publish_gauges() {
   gauges.prefix_hit_tokens = stats.prefix_cache.hit_tokens;
   gauges.num_preemptions = stats.num_preemptions;
   gauges.num_overlapped_steps = stats.num_overlapped_steps;
+  gauges.num_encoded_images = stats.num_encoded_images;
   gauges.kv_store = stats.kv_store;
   gauges.speculative = stats.speculative;
   metrics_.set_engine(gauges);

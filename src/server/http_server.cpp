@@ -15,6 +15,8 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "server/encode_api.h"
+#include "server/image_encoder_service.h"
 #include "server/playground.h"
 #include "server/rank_router.h"
 #include "server/token_api.h"
@@ -56,7 +58,8 @@ constexpr Route kRoutes[] = {
     {"/v1/models", http::verb::get, std::nullopt, true},
     {"/tokenize", http::verb::post, std::nullopt, true},
     {"/detokenize", http::verb::post, std::nullopt, true},
-    {kTokenApiPath, http::verb::post, std::nullopt, true},  // a cluster router's requests (token_api.h)
+    {kTokenApiPath, http::verb::post, std::nullopt, true},   // a cluster router's requests (token_api.h)
+    {kEncodeApiPath, http::verb::post, std::nullopt, true},  // an image encoder's (encode_api.h)
     {"/health", http::verb::get, std::nullopt, false},
     {"/metrics", http::verb::get, std::nullopt, false},
 };
@@ -152,6 +155,18 @@ asio::awaitable<bool> dispatch(TcpStream& stream, const HttpRequest& request, Se
     const ApiError error = api_error(kind, 401, "invalid API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     co_return co_await write_response(stream, make_error_response(request, kind, error), timeout_s);
   }
+  const bool encoder_route = route->path == kEncodeApiPath || route->path == "/health" || route->path == "/metrics";
+  if ((context.encoder != nullptr) != encoder_route && (context.encoder != nullptr || route->path == kEncodeApiPath)) {
+    context.metrics->record_request(std::string(route->path), 404);
+    const std::string message =
+        context.encoder != nullptr
+            ? "this server is an image encoder (serve --role encoder): it answers " + std::string(kEncodeApiPath) +
+                  ", /health and /metrics; send requests to a router or a worker"
+            : std::string(kEncodeApiPath) + " is served by image encoders (serve --role encoder)";
+    const ApiError error{404, "not_found_error", "", message};
+    co_return co_await write_response(stream, make_error_response(request, kind, error), timeout_s);
+  }
+  if (route->path == kEncodeApiPath) co_return co_await handle_image_encoding(stream, request, context);
   if (route->path == kTokenApiPath) co_return co_await handle_token_generation(stream, request, context);
   if (route->api && context.router != nullptr) co_return co_await route_to_rank(stream, request, *route->api, context);
   if (route->api) co_return co_await handle_generation(stream, request, *route->api, context);
@@ -195,11 +210,19 @@ asio::awaitable<void> serve_connection(TcpStream stream, ServerContext& context)
   boost::beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.body_limit(static_cast<uint64_t>(config.max_body_bytes));
+    // The larger of the two limits until the target is known (a header's Content-Length is checked
+    // against it as it is read), then the route's.
+    parser.body_limit(static_cast<uint64_t>(std::max(config.max_body_bytes, config.max_internal_body_bytes)));
     stream.expires_after(seconds(config.idle_timeout_s));
     auto [header_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kTuple);
-    const std::string too_large = "request body is over the limit of " + std::to_string(config.max_body_bytes) +
-                                  " bytes (--max-body-bytes)";
+    const bool internal = std::string_view(parser.get().target()).starts_with("/internal/");
+    const int64_t limit = internal ? config.max_internal_body_bytes : config.max_body_bytes;
+    const std::string too_large = "request body is over the limit of " + std::to_string(limit) + " bytes (" +
+                                  (internal ? "--max-internal-body-bytes" : "--max-body-bytes") + ")";
+    if (!header_error && parser.content_length() && *parser.content_length() > static_cast<uint64_t>(limit)) {
+      header_error = http::error::body_limit;
+    }
+    if (!header_error) parser.body_limit(static_cast<uint64_t>(limit));
     if (header_error == http::error::body_limit) {
       co_await refuse(stream, context, 413, too_large);
       break;
@@ -301,7 +324,11 @@ void HttpServer::begin_shutdown(const char* signal_name) {
     boost::system::error_code error;
     acceptor_.close(error);
   });
-  context_.worker->shutdown("the server is shutting down");
+  if (context_.encoder != nullptr) {
+    context_.encoder->shutdown("the server is shutting down");
+  } else {
+    context_.worker->shutdown("the server is shutting down");
+  }
   asio::co_spawn(io_, close_connections(), log_failure("the shutdown"));
 }
 

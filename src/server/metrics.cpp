@@ -171,7 +171,11 @@ void Histogram::render(const std::string& name, std::string& out) const {
   out += name + "_count " + std::to_string(count_) + '\n';
 }
 
-Metrics::Metrics() : ttft_(latency_bounds()), inter_token_(latency_bounds()), e2e_(latency_bounds()) {}
+Metrics::Metrics()
+    : ttft_(latency_bounds()),
+      inter_token_(latency_bounds()),
+      e2e_(latency_bounds()),
+      image_encode_(latency_bounds()) {}
 
 void Metrics::record_request(const std::string& endpoint, int status) {
   std::lock_guard lock(mutex_);
@@ -186,6 +190,16 @@ void Metrics::set_engine(const EngineGauges& gauges) {
 EngineGauges Metrics::engine() const {
   std::lock_guard lock(mutex_);
   return engine_;
+}
+
+void Metrics::set_encoder(const EncoderGauges& gauges) {
+  std::lock_guard lock(mutex_);
+  encoder_ = gauges;
+}
+
+void Metrics::observe_image_encode(double seconds) {
+  std::lock_guard lock(mutex_);
+  image_encode_.observe(seconds);
 }
 
 void Metrics::add_prompt_tokens(int64_t num_tokens) {
@@ -246,6 +260,18 @@ std::string Metrics::render() const {
   inter_token_.render("deepinfer_inter_token_latency_seconds", out);
   header(out, "deepinfer_e2e_request_latency_seconds", "histogram", "From admission to the last token.");
   e2e_.render("deepinfer_e2e_request_latency_seconds", out);
+  header(out, "deepinfer_images_encoded_total", "counter",
+         "Images run through this process's image encoder (not those that came encoded or hit its encoder cache).");
+  sample(out, "deepinfer_images_encoded_total",
+         static_cast<double>(engine_.num_encoded_images + (encoder_ ? encoder_->encoded_images : 0)));
+  if (encoder_) {
+    header(out, "deepinfer_encoder_queued_images", "gauge", "Images queued at this image encoder or being encoded.");
+    sample(out, "deepinfer_encoder_queued_images", static_cast<double>(encoder_->queued_images));
+    header(out, "deepinfer_encoder_queued_tokens", "gauge", "The rows the queued images become.");
+    sample(out, "deepinfer_encoder_queued_tokens", static_cast<double>(encoder_->queued_tokens));
+    header(out, "deepinfer_image_encode_seconds", "histogram", "One image through the image encoder.");
+    image_encode_.render("deepinfer_image_encode_seconds", out);
+  }
   if (engine_.kv_store) render_kv_store(out, *engine_.kv_store);
   if (engine_.speculative) render_speculative(out, *engine_.speculative);
   return out;

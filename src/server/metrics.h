@@ -43,6 +43,14 @@ struct EngineGauges {
   int64_t num_overlapped_steps = 0;  // EngineStats::num_overlapped_steps
   std::optional<KvStoreStats> kv_store;  // absent: the server runs without --kv-cache-dir
   std::optional<SpeculativeStats> speculative;  // absent: without --speculative-tokens
+  int64_t num_encoded_images = 0;               // EngineStats::num_encoded_images
+};
+
+// An image encoder service's (serve --role encoder: image_encoder_service.h) queue and count.
+struct EncoderGauges {
+  int64_t queued_images = 0;  // waiting or being encoded
+  int64_t queued_tokens = 0;  // the rows they become
+  int64_t encoded_images = 0;
 };
 
 class Metrics {
@@ -52,6 +60,8 @@ class Metrics {
   void record_request(const std::string& endpoint, int status);
   void set_engine(const EngineGauges& gauges);
   EngineGauges engine() const;
+  void set_encoder(const EncoderGauges& gauges);
+  void observe_image_encode(double seconds);
   void add_prompt_tokens(int64_t num_tokens);
   void add_generation_tokens(int64_t num_tokens);
   void observe_ttft(double seconds);
@@ -65,11 +75,13 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, int64_t> requests_;
   EngineGauges engine_;
+  std::optional<EncoderGauges> encoder_;  // an image encoder service's
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;
   Histogram ttft_;
   Histogram inter_token_;
   Histogram e2e_;
+  Histogram image_encode_;
 };
 
 }  // namespace deepinfer::server

@@ -8,9 +8,11 @@
 #include "core/thread_pool.h"
 #include "recipe/chat_template.h"
 #include "recipe/prompt.h"
+#include "server/encoder_selector.h"
+#include "server/image_encoder_service.h"
 #include "server/rank_router.h"
-#include "server/worker_selector.h"
 #include "server/server_context.h"
+#include "server/worker_selector.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -160,7 +162,8 @@ std::optional<HttpResponse> handle_info_route(const HttpRequest& request, Server
   std::string_view path = request.target();
   path = path.substr(0, path.find('?'));
   if (path == "/health") {
-    const std::optional<std::string> unavailable = context.worker->unavailable();
+    const std::optional<std::string> unavailable =
+        context.encoder != nullptr ? context.encoder->unavailable() : context.worker->unavailable();
     if (!unavailable) return make_response(request, http::status::ok, "");
     return make_error_response(request, ApiKind::kChatCompletions, api_error(ApiKind::kChatCompletions, 503, *unavailable));
   }
@@ -169,6 +172,7 @@ std::optional<HttpResponse> handle_info_route(const HttpRequest& request, Server
     std::string text = context.metrics->render();
     if (context.router != nullptr) context.router->render_metrics(text);
     if (context.cluster != nullptr) context.cluster->render_metrics(text);
+    if (context.encoders != nullptr) context.encoders->render_metrics(text);
     return make_response(request, http::status::ok, std::move(text), "text/plain; version=0.0.4");
   }
   if (path != "/tokenize" && path != "/detokenize") return std::nullopt;

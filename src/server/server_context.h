@@ -23,8 +23,10 @@ namespace deepinfer::server {
 
 class RankRouter;      // server/rank_router.h
 class WorkerSelector;  // server/worker_selector.h
+class EncoderSelector;  // server/encoder_selector.h
 class KvTransport;     // server/kv_transport.h
 class PrefilledInbox;  // server/prefilled_inbox.h
+class ImageEncoderService;  // server/image_encoder_service.h
 
 namespace http = boost::beast::http;
 using HttpRequest = http::request<http::string_body>;
@@ -39,6 +41,9 @@ struct ServerConfig {
   int64_t max_queued_tokens = 1 << 20;
   double request_timeout_s = 600.0;     // from admission to the last token
   int64_t max_body_bytes = 8 << 20;
+  // The internal routes' (/internal/*: a router's requests to its workers), whose bodies may carry
+  // an image encoder's rows (megabytes an image: encode_api.h).
+  int64_t max_internal_body_bytes = int64_t{256} << 20;
   int32_t num_io_threads = 2;
   int32_t stream_buffer_outputs = 1024;  // engine outputs a request may have unsent
   double write_timeout_s = 30.0;         // one write to a client that stopped reading
@@ -53,10 +58,15 @@ struct ServerContext {
   ModelContext model;
   // Runs the generation requests: the engine thread (serve) or the cluster's workers (router).
   GenerationBackend* worker = nullptr;
+  // An image encoder service (serve --role encoder): it answers the encode route, /health and
+  // /metrics only, and worker is null.
+  ImageEncoderService* encoder = nullptr;
   // A data-parallel server's front (rank 0): sends generation requests to the ranks; null otherwise.
   RankRouter* router = nullptr;
   // A cluster router (deepinfer router): its choice of worker, for /metrics; null otherwise.
   WorkerSelector* cluster = nullptr;
+  // A cluster router's image encoders, for /metrics; null otherwise.
+  const EncoderSelector* encoders = nullptr;
   Metrics* metrics = nullptr;
   // A disaggregated cluster worker (serve --role prefill|decode, docs/cluster.md). Prefill: sends
   // a prefilled request's KV to its decode worker (push mode), and waits until the persistent

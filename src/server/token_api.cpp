@@ -13,6 +13,7 @@
 #include "core/base64.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
+#include "server/encode_api.h"
 #include "server/kv_transport.h"
 #include "server/prefilled_inbox.h"
 #include "server/running_request.h"
@@ -156,7 +157,9 @@ Json submission_to_json(const Submission& submission) {
   if (!submission.images.empty()) {
     Json images = Json::array();
     for (const ImageInput& image : submission.images) {
-      images.push_back(Json{{"first_token", image.first_token}, {"file", encode_base64(image.file)}});
+      Json relayed = image.rows.empty() ? Json{{"file", encode_base64(image.file)}} : encoded_image_to_json(image);
+      relayed["first_token"] = image.first_token;
+      images.push_back(std::move(relayed));
     }
     json["images"] = std::move(images);
   }
@@ -214,10 +217,17 @@ Result<Submission> submission_from_json(const Json& json) {
     if (auto it = json.find("images"); it != json.end()) {
       for (const Json& image : *it) {
         ImageInput input;
+        if (image.contains("rows")) {
+          Result<ImageInput> encoded = encoded_image_from_json(image);
+          if (!encoded.ok())
+            throw nlohmann::json::other_error::create(501, "images: " + encoded.error().message, &image);
+          input = std::move(*encoded);
+        } else {
+          Result<std::vector<uint8_t>> file = try_decode_base64(image.at("file").get<std::string>());
+          if (!file.ok()) throw nlohmann::json::other_error::create(501, "images: " + file.error().message, &image);
+          input.file = std::move(*file);
+        }
         input.first_token = image.at("first_token").get<int32_t>();
-        Result<std::vector<uint8_t>> file = try_decode_base64(image.at("file").get<std::string>());
-        if (!file.ok()) throw nlohmann::json::other_error::create(501, "images: " + file.error().message, &image);
-        input.file = std::move(*file);
         submission.images.push_back(std::move(input));
       }
     }
@@ -318,9 +328,6 @@ namespace {
 
 // Why this worker cannot take a disaggregated request, or nullopt.
 std::optional<std::string> refuse_role(const Submission& submission, const ServerContext& context) {
-  if (!submission.images.empty() && (submission.kv_handoff || submission.continues)) {
-    return "images do not cross a prefill/decode split yet: register --role both workers for requests with images";
-  }
   if (submission.images.size() > static_cast<size_t>(context.model.images.max_images)) {
     return "the request holds " + std::to_string(submission.images.size()) + " images; this worker takes at most " +
            std::to_string(context.model.images.max_images) + " (--max-images-per-request)";
@@ -432,10 +439,15 @@ asio::awaitable<bool> handle_token_generation(TcpStream& stream, const HttpReque
     HttpResponse response = plain(http::status::bad_request, *refusal);
     co_return co_await write_response(stream, std::move(response), timeout_s);
   }
-  // The router relays each image's file: decoded and preprocessed here, for this worker's model.
+  // The router relays each image's file, decoded and preprocessed here for this worker's model, or
+  // an image encoder's rows for it, which the engine takes as they are.
   std::vector<ImageInput> images;
   for (size_t i = 0; i < submission->images.size(); ++i) {
     ImageInput& relayed = submission->images[i];
+    if (!relayed.rows.empty()) {
+      images.push_back(std::move(relayed));
+      continue;
+    }
     if (auto error =
             read_image_file(std::move(relayed.file), "", "images[" + std::to_string(i) + "]", context.model, images)) {
       context.metrics->record_request(endpoint, 400);

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "core/logging.h"
+#include "server/encode_api.h"
 #include "server/token_api.h"
 
 namespace deepinfer::server {
@@ -279,8 +280,8 @@ void stop_relay(WorkerPool::Relay& relay) {
 
 }  // namespace
 
-WorkerPool::WorkerPool(WorkerSelector& selector, Metrics* metrics, WorkerPoolOptions options)
-    : selector_(selector), metrics_(metrics), options_(std::move(options)) {
+WorkerPool::WorkerPool(WorkerSelector& selector, EncoderSelector* encoders, Metrics* metrics, WorkerPoolOptions options)
+    : selector_(selector), encoders_(encoders), metrics_(metrics), options_(std::move(options)) {
   // Transfer ids name a pushed KV on the decode worker: unique across routers and restarts.
   std::random_device random;
   transfer_id_prefix_ = std::to_string(random()) + "-" + std::to_string(random()) + "-";
@@ -356,6 +357,89 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
   }
 }
 
+asio::awaitable<bool> WorkerPool::encode_images(Relay& relay) {
+  std::vector<ImageInput>& images = relay.submission.images;
+  int64_t tokens = 0;
+  for (const ImageInput& image : images) tokens += options_.image_format->tokens_for(image.grid);
+  const std::string body = encode_request_to_json(images).dump();
+  std::vector<std::string> tried;
+  std::string failure = "no image encoder is live";
+  while (static_cast<int32_t>(tried.size()) < options_.max_attempts && !relay.aborted) {
+    const std::optional<EncoderLease> lease = encoders_->acquire(tokens, tried);
+    if (!lease) break;
+    tried.push_back(lease->id);
+    const std::string where = "image encoder " + lease->id;
+    relay.upstream.emplace(co_await asio::this_coro::executor);
+    beast::tcp_stream& upstream = *relay.upstream;
+    boost::system::error_code ec;
+    const auto address = asio::ip::make_address(lease->host, ec);
+    if (!ec) {
+      upstream.expires_after(options_.connect_timeout);
+      std::tie(ec) = co_await upstream.async_connect(asio::ip::tcp::endpoint(address, lease->port), kTuple);
+    }
+    http::response<http::string_body> response;
+    if (!ec && !relay.aborted) {
+      http::request<http::string_body> request{http::verb::post, std::string(kEncodeApiPath), 11};
+      request.set(http::field::host, lease->host + ":" + std::to_string(lease->port));
+      request.set(http::field::content_type, "application/json");
+      if (options_.worker_api_key) request.set(http::field::authorization, "Bearer " + *options_.worker_api_key);
+      request.keep_alive(false);
+      request.body() = body;
+      request.prepare_payload();
+      // The encoder answers once the images are through: within the request's own timeout.
+      upstream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(options_.request_timeout_s)));
+      std::tie(ec, std::ignore) = co_await http::async_write(upstream, request, kTuple);
+      if (!ec && !relay.aborted) {
+        beast::flat_buffer buffer;
+        http::response_parser<http::string_body> parser;
+        parser.body_limit(boost::none);
+        std::tie(ec, std::ignore) = co_await http::async_read(upstream, buffer, parser, kTuple);
+        response = parser.release();
+      }
+    }
+    relay.upstream.reset();
+    encoders_->release(*lease);
+    if (relay.aborted) co_return false;
+    const int status = static_cast<int>(response.result_int());
+    const auto json = nlohmann::json::parse(response.body(), nullptr, false);
+    const std::string said = json.is_object() && json.contains("error") && json["error"].is_string()
+                                 ? json["error"].get<std::string>()
+                                 : "HTTP " + std::to_string(status);
+    if (!ec && status == 400) {  // an image this encoder's limits refuse: the client's to fix
+      co_await deliver(relay, error_event(400, where + ": " + said));
+      co_return false;
+    }
+    Result<std::vector<ImageInput>> encoded =
+        ec              ? Result<std::vector<ImageInput>>(Error{"cannot be reached: " + ec.message()})
+        : status != 200 ? Result<std::vector<ImageInput>>(Error{"refused the images: " + said})
+                        : encode_response_from_json(json, images.size());
+    for (size_t i = 0; encoded.ok() && i < images.size(); ++i) {
+      const ImageGrid& want = images[i].grid;
+      const ImageGrid& got = (*encoded)[i].grid;
+      if (got.frames != want.frames || got.rows != want.rows || got.columns != want.columns) {
+        encoded = Error{"gave images[" + std::to_string(i) +
+                        "] another grid than the router placed (a different "
+                        "preprocessor_config.json?)"};
+      }
+    }
+    if (encoded.ok()) {
+      for (size_t i = 0; i < images.size(); ++i) {
+        (*encoded)[i].first_token = images[i].first_token;
+        images[i] = std::move((*encoded)[i]);
+      }
+      relay.body = submission_to_json(relay.submission).dump();
+      co_return true;
+    }
+    failure = where + " " + encoded.error().message;
+    if (status != 429) encoders_->mark_failed(lease->id);
+  }
+  if (relay.aborted) co_return false;
+  encoders_->count_fallback();
+  DI_LOG(kWarn, "router: " << failure << "; the worker encodes the request's images itself");
+  co_return true;
+}
+
 WorkerPool::~WorkerPool() = default;
 
 Admission WorkerPool::submit(Submission submission) {
@@ -376,6 +460,13 @@ Admission WorkerPool::submit(Submission submission) {
   }
   relay->transfer_id = transfer_id_prefix_ + std::to_string(relay->id);
   auto run = [this, relay]() -> asio::awaitable<void> {
+    const bool encode = encoders_ != nullptr && options_.image_format != nullptr && !relay->submission.images.empty() &&
+                        encoders_->num_live() > 0;
+    if (encode && !co_await encode_images(*relay)) {
+      std::lock_guard lock(mutex_);
+      open_.erase(relay->id);
+      co_return;
+    }
     std::vector<std::string> tried;
     std::string last_failure;
     const auto give_up_at =

@@ -18,6 +18,8 @@
 // marked failed (not chosen again until a newer heartbeat) and the request goes to another one,
 // up to max_attempts workers; one that fails after events were relayed ends the request with a
 // 502 event naming it (a stream ends with the API's error event, never a hang).
+// Images: with image encoders registered (serve --role encoder), a request's image files go to the
+// least-loaded one first (EncoderSelector), and the worker gets the encoder's rows.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -29,6 +31,7 @@
 #include <optional>
 #include <string>
 
+#include "server/encoder_selector.h"
 #include "server/generation_backend.h"
 #include "server/metrics.h"
 #include "server/worker_selector.h"
@@ -43,13 +46,19 @@ struct WorkerPoolOptions {
   // How a disaggregated request's KV goes from its prefill worker to its decode worker.
   KvTransferMode kv_transfer = KvTransferMode::kPush;
   double request_timeout_s = 600.0;  // how long the policy may hold a request
+  // The model's image format (the router's config.json), which says how many rows an image becomes:
+  // what an image encoder is weighed by. Null: the model takes no images.
+  const ImageInputFormat* image_format = nullptr;
 };
 
 class WorkerPool : public GenerationBackend {
  public:
-  // selector and metrics (may be null) must outlive the pool. metrics gets the router's TTFT,
-  // inter-token and end-to-end latencies and token counts, as the engine thread records serve's.
-  WorkerPool(WorkerSelector& selector, Metrics* metrics, WorkerPoolOptions options);
+  // selector, encoders and metrics (both may be null) must outlive the pool. metrics gets the
+  // router's TTFT, inter-token and end-to-end latencies and token counts, as the engine thread
+  // records serve's. encoders: a request with images has them encoded by a live image encoder
+  // first, and sends its worker the rows instead of the files; with none live (or none that takes
+  // them, max_attempts tried) the files go, and the worker encodes them itself.
+  WorkerPool(WorkerSelector& selector, EncoderSelector* encoders, Metrics* metrics, WorkerPoolOptions options);
   ~WorkerPool() override;
 
   Admission submit(Submission submission) override;
@@ -70,7 +79,12 @@ class WorkerPool : public GenerationBackend {
   // events, or with none left, the request ends with a 502 event.
   boost::asio::awaitable<void> run_decode(Relay& relay, WorkerLease decode, Handover& handover);
 
+  // The request's images through an image encoder (encoders_ set, images given): false when the
+  // request ended on the way (aborted, or a 400 event for an image the encoder refused).
+  boost::asio::awaitable<bool> encode_images(Relay& relay);
+
   WorkerSelector& selector_;
+  EncoderSelector* encoders_;
   Metrics* metrics_;
   WorkerPoolOptions options_;
   mutable std::mutex mutex_;

@@ -25,7 +25,8 @@ struct WorkerRecord {
   std::string id;  // "host:port", unique in a cluster
   std::string host;
   uint16_t port = 0;
-  // "both" (whole requests), or "prefill" / "decode" (disaggregated: docs/cluster.md).
+  // "both" (whole requests), "prefill" / "decode" (disaggregated: docs/cluster.md), or "encoder"
+  // (an image encoder service: encode_api.h; its load is its queue of images, in tokens).
   std::string role = "both";
   uint16_t kv_port = 0;       // a decode worker's KV receiver (kv_transport.h); 0: none
   std::string model;          // the served model name; a router routes only to its own model's

@@ -36,6 +36,7 @@ std::vector<std::string> WorkerSelector::update(const std::vector<WorkerRecord>&
   std::lock_guard lock(mutex_);
   std::map<std::string, const WorkerRecord*> listed;
   for (const WorkerRecord& record : records) {
+    if (record.role == "encoder") continue;  // image encoders: the EncoderSelector's
     if (record.model != options_.model) {
       if (!workers_.contains(record.id)) {
         log.push_back("worker " + record.id + " serves model '" + record.model + "', not '" + options_.model +

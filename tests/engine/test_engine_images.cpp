@@ -209,6 +209,118 @@ TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) {
   }
 }
 
+// An image that comes encoded (an image encoder service's rows: ImageInput::rows, with the hash
+// the service computed from its pixels) runs no encoder here and gives the same tokens, and the
+// same prefix cache names as the pixels; rows of the wrong size are refused by name.
+TEST(EngineImages, RowsEncodedElsewhereGiveTheSameTokens) {
+  TestModel loaded = load_test_model("qwen2_5_vl", false);
+  const nlohmann::json want = expected_greedy("qwen2_5_vl");
+  const auto prompt = want["prompt"].get<std::vector<int32_t>>();
+  const auto num_tokens = static_cast<int32_t>(want["tokens"].size());
+  const ImageGrid grid{1, 4, 6};
+  ImageInput image;
+  image.first_token = kImageBegin;
+  image.grid = grid;
+  image.pixels = read_float_file(fixture_dir("qwen2_5_vl") + "/pixel_values.f32");
+  image.hash = image_content_hash(image);
+  image.rows.resize(static_cast<size_t>(6 * loaded.model->config().hidden_size));
+  loaded.model->encode_image(image.pixels.data(), grid, image.rows.data());
+  image.pixels.clear();
+  for (bool async : {false, true}) {
+    EngineConfig config = small_engine_config(16, 4, 9);
+    config.async_scheduling = async;
+    EngineCore engine(*loaded.model, nullptr, config);
+    const auto run = [&](int64_t id, ImageInput input) {
+      auto added = engine.add_request(id, prompt, greedy(num_tokens), 0, "", TrafficClass::kDefault,
+                                      PrefillHandover::kCopyKv, nullptr, {std::move(input)});
+      EXPECT_TRUE(added.ok()) << added.error().message;
+      OutputCollector collector;
+      run_engine(engine, collector);
+      return collector.runs()[id];
+    };
+    expect_transformers_tokens(run(0, image).samples[0].token_ids, async ? "async" : "sync", "qwen2_5_vl");
+    EXPECT_EQ(engine.stats().num_encoded_images, 0);
+    // The same image as pixels hits the blocks the rows filled (one hash for both).
+    ImageInput pixels = image;
+    pixels.rows.clear();
+    pixels.pixels = read_float_file(fixture_dir("qwen2_5_vl") + "/pixel_values.f32");
+    pixels.hash.reset();
+    const RequestRun again = run(1, pixels);
+    EXPECT_EQ(again.num_cached_tokens, 12);  // the 14-token prompt's blocks but the last token's
+    expect_transformers_tokens(again.samples.at(0).token_ids, "pixels after rows", "qwen2_5_vl");
+  }
+  EngineCore engine(*loaded.model, nullptr, small_engine_config(16, 4, 9));
+  ImageInput short_rows = image;
+  short_rows.rows.pop_back();
+  auto refused = engine.add_request(0, prompt, greedy(2), 0, "", TrafficClass::kDefault, PrefillHandover::kCopyKv,
+                                    nullptr, {short_rows});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("image 0 comes encoded with 383 values; this model takes 6 x 64"),
+            std::string::npos)
+      << refused.error().message;
+}
+
+// A prompt with an image split between a PROMPT engine and a COMPLETION engine: the prefill runs the
+// image, the completion engine takes its KV with the image (named in its blocks, and placing the
+// tokens after it at M-RoPE positions) and the tokens are transformers'; a NORMAL engine given the
+// request without its KV computes the prompt, image included. Without the image the completion
+// engine refuses the request, naming the placeholders.
+TEST(EngineImages, ImagesCrossAPromptCompletionSplit) {
+  TestModel prompt_model = load_test_model("qwen2_5_vl", false);
+  TestModel completion_model = load_test_model("qwen2_5_vl", false);
+  const nlohmann::json want = expected_greedy("qwen2_5_vl");
+  const auto prompt = want["prompt"].get<std::vector<int32_t>>();
+  const auto num_tokens = static_cast<int32_t>(want["tokens"].size());
+  const auto image = [] {
+    ImageInput input;
+    input.first_token = kImageBegin;
+    input.grid = ImageGrid{1, 4, 6};
+    input.pixels = read_float_file(fixture_dir("qwen2_5_vl") + "/pixel_values.f32");
+    return input;
+  };
+  EngineConfig prompt_config = small_engine_config(16, 4, 9);
+  prompt_config.mode = EngineMode::kPrompt;
+  EngineCore prompt_engine(*prompt_model.model, nullptr, prompt_config);
+  ASSERT_TRUE(prompt_engine
+                  .add_request(0, prompt, greedy(num_tokens), 0, "", TrafficClass::kDefault, PrefillHandover::kCopyKv,
+                               nullptr, {image()})
+                  .ok());
+  OutputCollector prefill;
+  run_engine(prompt_engine, prefill);
+  std::vector<PrefilledRequest> prefilled = prompt_engine.take_prefilled();
+  ASSERT_EQ(prefilled.size(), 1u);
+  const int32_t first_token = prefilled[0].first_token;
+
+  EngineConfig completion_config = small_engine_config(16, 4, 9);
+  completion_config.mode = EngineMode::kCompletion;
+  EngineCore completion_engine(*completion_model.model, nullptr, completion_config);
+  auto refused = completion_engine.add_prefilled_request(prefilled[0]);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("the prompt holds 6 image placeholder tokens"), std::string::npos)
+      << refused.error().message;
+  PrefilledRequest recompute = prefilled[0];
+  ASSERT_TRUE(
+      completion_engine.add_prefilled_request(std::move(prefilled[0]), 0, "", TrafficClass::kDefault, {image()}).ok());
+  OutputCollector completion;
+  run_engine(completion_engine, completion);
+  std::vector<int32_t> tokens = completion.runs()[0].samples[0].token_ids;
+  ASSERT_FALSE(tokens.empty());
+  EXPECT_EQ(tokens.front(), first_token);
+  expect_transformers_tokens(tokens, "completion after the prefill", "qwen2_5_vl");
+  EXPECT_EQ(completion_engine.stats().num_encoded_images, 0);  // the KV came: nothing to encode
+
+  recompute.request_id = 1;
+  recompute.kv.clear();
+  recompute.swa_kv.clear();
+  recompute.kv_not_carried = true;
+  EngineCore normal_engine(*completion_model.model, nullptr, small_engine_config(16, 4, 9));
+  ASSERT_TRUE(normal_engine.add_prefilled_request(std::move(recompute), 0, "", TrafficClass::kDefault, {image()}).ok());
+  OutputCollector recomputed;
+  run_engine(normal_engine, recomputed);
+  expect_transformers_tokens(recomputed.runs()[1].samples[0].token_ids, "recomputed prompt", "qwen2_5_vl");
+  EXPECT_EQ(normal_engine.stats().num_encoded_images, 1);
+}
+
 // Four requests at once over a cache too small for them all (preemptions recompute images whose
 // encodings they keep), small steps, the pipelined loop, n = 2 (the second sample forked from the
 // first's prompt) and a request with another image: every sample with the fixture's image gives

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+
+#include "server/encode_api.h"
 
 namespace deepinfer::server {
 namespace {
@@ -93,6 +96,55 @@ TEST(TokenApi, DisaggregatedFieldsRoundTrip) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("push or store, got 'carrier-pigeon'"), std::string::npos)
       << refused.error().message;
+}
+
+// An image encoder's rows travel as little-endian float32 bits (NaN, -0 and denormals included),
+// beside the file of an image sent as one; the hash and grid with them.
+TEST(TokenApi, EncodedImagesRoundTripBitForBit) {
+  Submission submission;
+  submission.prompt_token_ids = {1, 7, 7, 7, 2};
+  ImageInput encoded;
+  encoded.first_token = 1;
+  encoded.grid = ImageGrid{1, 2, 6};
+  encoded.rows = {1.5f,    -0.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::quiet_NaN(),
+                  3.4e38f, -7.25f};
+  encoded.hash = sha256(std::vector<uint8_t>{1, 2, 3});
+  ImageInput file;
+  file.first_token = 3;
+  file.file = {0x89, 'P', 'N', 'G'};
+  submission.images = {encoded, file};
+  auto back = submission_from_json(nlohmann::json::parse(submission_to_json(submission).dump()));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_EQ(back->images.size(), 2u);
+  const ImageInput& got = back->images[0];
+  EXPECT_EQ(got.first_token, 1);
+  EXPECT_EQ(got.grid.rows, 2);
+  EXPECT_EQ(got.grid.columns, 6);
+  EXPECT_EQ(got.hash, encoded.hash);
+  ASSERT_EQ(got.rows.size(), encoded.rows.size());
+  EXPECT_EQ(std::memcmp(got.rows.data(), encoded.rows.data(), encoded.rows.size() * sizeof(float)), 0);
+  EXPECT_TRUE(got.file.empty());
+  EXPECT_EQ(back->images[1].first_token, 3);
+  EXPECT_EQ(back->images[1].file, file.file);
+  EXPECT_TRUE(back->images[1].rows.empty());
+  // What an encoder answers, in order; another count than asked for is an error.
+  const nlohmann::json answer{{"images", {encoded_image_to_json(encoded)}}};
+  auto images = encode_response_from_json(answer, 1);
+  ASSERT_TRUE(images.ok()) << images.error().message;
+  EXPECT_EQ((*images)[0].hash, encoded.hash);
+  EXPECT_FALSE(encode_response_from_json(answer, 2).ok());
+  for (const auto& [field, value, says] :
+       {std::tuple{"hash", nlohmann::json("abc"), "hash must be 64 hex digits"},
+        std::tuple{"hash", nlohmann::json(std::string(64, 'G')), "hash must be 64 lowercase hex digits"},
+        std::tuple{"rows", nlohmann::json("AAA="), "rows must be a whole number of float32 values"},
+        std::tuple{"rows", nlohmann::json("@@@@"), "rows: "},
+        std::tuple{"grid", nlohmann::json::array({1, 2}), "grid must be [frames, rows, columns]"}}) {
+    nlohmann::json bad = encoded_image_to_json(encoded);
+    bad[field] = value;
+    auto refused = encoded_image_from_json(bad);
+    ASSERT_FALSE(refused.ok()) << field;
+    EXPECT_NE(refused.error().message.find(says), std::string::npos) << refused.error().message;
+  }
 }
 
 TEST(TokenApi, EventsRoundTripBitForBit) {

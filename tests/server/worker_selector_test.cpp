@@ -51,14 +51,18 @@ TEST(WorkerSelector, RoutesOnlyToListedWorkersOfItsModelAndRole) {
   WorkerRecord other_model = worker("127.0.0.1", 3);
   other_model.model = "other";
   WorkerRecord unknown_role = worker("127.0.0.1", 4);
-  unknown_role.role = "encoder";
+  unknown_role.role = "vision";
   WorkerRecord prefill = worker("127.0.0.1", 5);
   prefill.role = "prefill";
-  const std::vector<std::string> log = s.update({worker("127.0.0.1", 1), other_model, unknown_role, prefill});
+  WorkerRecord encoder = worker("127.0.0.1", 6);  // the EncoderSelector's, without a block size
+  encoder.role = "encoder";
+  encoder.block_size = 0;
+  const std::vector<std::string> log = s.update({worker("127.0.0.1", 1), other_model, unknown_role, prefill, encoder});
+  EXPECT_TRUE(s.refused().empty());
   EXPECT_EQ(s.num_registered(), 2u);
   ASSERT_EQ(log.size(), 4u);
   EXPECT_NE(log[0].find("serves model 'other'"), std::string::npos) << log[0];
-  EXPECT_NE(log[1].find("unknown role 'encoder'"), std::string::npos) << log[1];
+  EXPECT_NE(log[1].find("unknown role 'vision'"), std::string::npos) << log[1];
   EXPECT_NE(log[2].find("127.0.0.1:1 joined"), std::string::npos) << log[2];
   // A prefill worker without a decode worker: requests run whole on the role-both worker.
   for (int i = 0; i < 3; ++i) {

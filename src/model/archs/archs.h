@@ -23,6 +23,12 @@ Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_gemma3_multimodal(const ModelSource& source);
 Result<std::unique_ptr<CausalLM>> build_qwen2_5_vl(const ModelSource& source);
 
+// A multimodal architecture's image encoder alone, from the checkpoint's vision weights (the
+// config's vision part must be set); what load_image_encoder runs.
+using ImageEncoderBuilder = Result<std::shared_ptr<ImageEncoder>> (*)(const ModelSource& source);
+Result<std::shared_ptr<ImageEncoder>> build_gemma3_image_encoder(const ModelSource& source);
+Result<std::shared_ptr<ImageEncoder>> build_qwen2_5_vl_image_encoder(const ModelSource& source);
+
 // What a Gemma3ForConditionalGeneration config's images look like to the prompt (config.vision
 // must be set); errors name the config field.
 Result<ImageInputFormat> gemma3_image_format(const ModelConfig& config);

@@ -24,18 +24,6 @@ int32_t token_index(const nlohmann::json& raw, const char* key) {
   return it != raw.end() && it->is_number_integer() ? it->get<int32_t>() : -1;
 }
 
-Result<std::shared_ptr<ImageEncoder>> load_image_encoder(const ModelSource& source) {
-  auto format = gemma3_image_format(source.config);
-  if (!format.ok()) return format.error();
-  auto vision_weights = gemma3_vision_weights(*source.weights);
-  if (!vision_weights.ok()) return vision_weights.error();
-  ModelSource vision_source = source;
-  vision_source.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
-  auto encoder = Gemma3ImageEncoder::load(vision_source, *format);
-  if (!encoder.ok()) return encoder.error();
-  return std::shared_ptr<ImageEncoder>(std::move(*encoder));
-}
-
 Result<std::unique_ptr<CausalLM>> load_gemma3(const ModelSource& source, std::shared_ptr<ImageEncoder> image_encoder) {
   const ModelConfig& config = source.config;
   // At the top of a text model's config.json, or in a multimodal one's text_config.
@@ -83,6 +71,18 @@ Result<ImageInputFormat> gemma3_image_format(const ModelConfig& config) {
   return format;
 }
 
+Result<std::shared_ptr<ImageEncoder>> build_gemma3_image_encoder(const ModelSource& source) {
+  auto format = gemma3_image_format(source.config);
+  if (!format.ok()) return format.error();
+  auto vision_weights = gemma3_vision_weights(*source.weights);
+  if (!vision_weights.ok()) return vision_weights.error();
+  ModelSource vision_source = source;
+  vision_source.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
+  auto encoder = Gemma3ImageEncoder::load(vision_source, *format);
+  if (!encoder.ok()) return encoder.error();
+  return std::shared_ptr<ImageEncoder>(std::move(*encoder));
+}
+
 Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelSource& source) { return load_gemma3(source, nullptr); }
 
 Result<std::unique_ptr<CausalLM>> build_gemma3_multimodal(const ModelSource& source) {
@@ -97,7 +97,7 @@ Result<std::unique_ptr<CausalLM>> build_gemma3_multimodal(const ModelSource& sou
   text.config.final_logit_softcapping.reset();
   std::shared_ptr<ImageEncoder> image_encoder;
   if (source.config.vision) {
-    auto encoder = load_image_encoder(source);
+    auto encoder = build_gemma3_image_encoder(source);
     if (!encoder.ok()) return encoder.error();
     image_encoder = std::move(*encoder);
   }

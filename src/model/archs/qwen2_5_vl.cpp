@@ -34,6 +34,18 @@ Result<ImageInputFormat> qwen2_5_vl_image_format(const ModelConfig& config) {
   return format;
 }
 
+Result<std::shared_ptr<ImageEncoder>> build_qwen2_5_vl_image_encoder(const ModelSource& source) {
+  auto format = qwen2_5_vl_image_format(source.config);
+  if (!format.ok()) return format.error();
+  auto vision_weights = qwen2_vl_vision_weights(*source.weights);
+  if (!vision_weights.ok()) return vision_weights.error();
+  ModelSource vision = source;
+  vision.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
+  auto encoder = Qwen2VlImageEncoder::load(vision, *format);
+  if (!encoder.ok()) return encoder.error();
+  return std::shared_ptr<ImageEncoder>(std::move(*encoder));
+}
+
 Result<std::unique_ptr<CausalLM>> build_qwen2_5_vl(const ModelSource& source) {
   if (source.config.rope.mrope_section.empty()) {
     return Error{"config.json: Qwen2.5-VL's rope_parameters (or rope_scaling) has no mrope_section"};
@@ -45,15 +57,9 @@ Result<std::unique_ptr<CausalLM>> build_qwen2_5_vl(const ModelSource& source) {
   DenseDecoderOptions options;
   options.qkv_bias = true;
   if (source.config.qwen2_vl_vision) {
-    auto format = qwen2_5_vl_image_format(source.config);
-    if (!format.ok()) return format.error();
-    auto vision_weights = qwen2_vl_vision_weights(*source.weights);
-    if (!vision_weights.ok()) return vision_weights.error();
-    ModelSource vision = source;
-    vision.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
-    auto encoder = Qwen2VlImageEncoder::load(vision, *format);
+    auto encoder = build_qwen2_5_vl_image_encoder(source);
     if (!encoder.ok()) return encoder.error();
-    options.image_encoder = std::shared_ptr<ImageEncoder>(std::move(*encoder));
+    options.image_encoder = std::move(*encoder);
   }
   return DenseDecoder::load(text, options);
 }

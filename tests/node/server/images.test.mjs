@@ -8,9 +8,13 @@
 // through `deepinfer router` and a registered worker, which preprocesses the relayed image file,
 // the same answer. Then on a Qwen2.5-VL (the qwen2_5_vl fixture, whose images take as many tokens
 // as their resized size has merged patches, at M-RoPE positions): the same through every API.
-// Last, with --allow-image-urls, the server fetches http image URLs (from a local HTTP server
-// here): the same answer as the image sent inline, redirects followed, and each failure a 400
-// naming the part, the URL and the problem.
+// Then an image encoder of its own (serve --role encoder) behind the router: the worker takes its
+// rows and gives the single server's answer and logprobs; with the encoder killed, the worker
+// encodes the files itself. Then across a prefill/decode split: the prefill worker runs the image
+// and the decode worker continues at its M-RoPE positions, with and without the encoder. Last,
+// with --allow-image-urls, the server fetches http image URLs
+// (from a local HTTP server here): the same answer as the image sent inline, redirects followed,
+// and each failure a 400 naming the part, the URL and the problem.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -19,7 +23,7 @@ import { createRequire } from 'node:module';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { startRedis } from './cluster_harness.mjs';
-import { MODEL, startCommand, startServer } from './harness.mjs';
+import { MODEL, metrics, startCommand, startServer } from './harness.mjs';
 
 const png = readFileSync(new URL('../../data/image/rgb_37x53.png', import.meta.url));
 const pngBase64 = png.toString('base64');
@@ -228,6 +232,130 @@ describe('images on a Qwen2.5-VL', () => {
       model: MODEL, max_tokens: 2, messages: [
         { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
     }), `messages[0].content[0]: ${truncated}`);
+  });
+});
+
+describe('the image encoder as a service of its own (serve --role encoder)', () => {
+  const fixture = new URL('../../data/qwen2_5_vl', import.meta.url).pathname;
+  const vision = visionServer(fixture);
+
+  test('a router sends the images to the encoder and the worker its rows: the same answer, bit for bit', async () => {
+    const redis = await startRedis();
+    const router = await startCommand(['router', '--redis', redis.url, '--model', fixture, '--port', '0',
+                                       '--served-model-name', MODEL, '--registry-poll-ms', '100']);
+    const encoder = await startServer(['--register', redis.url, '--role', 'encoder', '--max-body-bytes', '100',
+                                       '--max-internal-body-bytes', '100000'], fixture);
+    const worker = await startServer(['--register', redis.url], fixture);
+    try {
+      // The internal routes have a body limit of their own (an encoder's answer, the rows, is not bounded).
+      const big = await fetch(`${encoder.url}/internal/v1/encode`, {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ images: [{ file: 'A'.repeat(100004) }] }) });
+      assert.equal(big.status, 413);
+      assert.ok((await big.text()).includes('over the limit of 100000 bytes (--max-internal-body-bytes)'));
+      // The encoder serves only its own route, /health and /metrics.
+      assert.equal((await fetch(`${encoder.url}/health`)).status, 200);
+      const chat = await fetch(`${encoder.url}/v1/chat/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL }) });
+      assert.equal(chat.status, 404);
+      assert.ok((await chat.text()).includes('this server is an image encoder (serve --role encoder)'));
+      const bad = await fetch(`${encoder.url}/internal/v1/encode`, {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ images: [{ file: truncatedBase64 }] }) });
+      assert.equal(bad.status, 400);
+      assert.ok((await bad.text()).includes(`images[0]: ${truncated}`));
+      for (const deadline = Date.now() + 15000; ; await new Promise((r) => setTimeout(r, 100))) {
+        const m = await metrics(router.url);
+        if (m['deepinfer_router_encoders{state="live"}'] === 1 && m['deepinfer_router_workers{state="live"}'] === 1) break;
+        assert.ok(Date.now() < deadline, 'the router did not list the encoder and the worker');
+      }
+      const request = {
+        model: MODEL, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2, messages: [
+          { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${pngBase64}` } },
+                                    { type: 'text', text: 'Describe it.' }] }],
+      };
+      const direct = await vision.openai.chat.completions.create(request);
+      const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const routed = await client.chat.completions.create(request);
+      assert.equal(routed.choices[0].message.content, direct.choices[0].message.content);
+      assert.deepEqual(routed.choices[0].logprobs, direct.choices[0].logprobs);
+      assert.equal(routed.usage.prompt_tokens, direct.usage.prompt_tokens);
+      assert.equal((await metrics(encoder.url)).deepinfer_images_encoded_total, 1);
+      assert.equal((await metrics(worker.url)).deepinfer_images_encoded_total, 0);
+      // The encoder is killed (its key outlives it for up to 3 s): the router cannot reach it and the
+      // worker encodes the files itself, with the same answer.
+      encoder.child.kill('SIGKILL');
+      const fallback = await client.chat.completions.create({ ...request, messages: [
+        { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${pngBase64}` } },
+                                  { type: 'text', text: 'Describe it again.' }] }] });
+      const again = await vision.openai.chat.completions.create({ ...request, messages: [
+        { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${pngBase64}` } },
+                                  { type: 'text', text: 'Describe it again.' }] }] });
+      assert.equal(fallback.choices[0].message.content, again.choices[0].message.content);
+      const m = await metrics(router.url);
+      assert.equal(m.deepinfer_router_image_fallbacks_total, 1);
+      assert.equal(m['deepinfer_encoder_failures_total{worker="' + new URL(encoder.url).host + '"}'], 1);
+    } finally {
+      await worker.stop();
+      await router.stop();
+      redis.child.kill('SIGKILL');
+    }
+  });
+});
+
+describe('images across a prefill/decode split', () => {
+  const fixture = new URL('../../data/qwen2_5_vl', import.meta.url).pathname;
+  const vision = visionServer(fixture, ['--batch-invariant']);
+
+  test('the prefill worker runs the image, the decode worker continues at its M-RoPE positions', async () => {
+    const redis = await startRedis();
+    const role = (name) => ['--batch-invariant', '--register', redis.url, '--role', name];
+    const router = await startCommand(['router', '--redis', redis.url, '--model', fixture, '--port', '0',
+                                       '--served-model-name', MODEL, '--registry-poll-ms', '100']);
+    const prefill = await startServer(role('prefill'), fixture);
+    const decode = await startServer(role('decode'), fixture);
+    let encoder;
+    try {
+      const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const ask = (text) => ({
+        model: MODEL, max_tokens: 8, temperature: 0, logprobs: true, messages: [
+          { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${pngBase64}` } },
+                                    { type: 'text', text }] }],
+      });
+      const listed = async (encoders) => {
+        for (const deadline = Date.now() + 15000; ; await new Promise((r) => setTimeout(r, 100))) {
+          const m = await metrics(router.url);
+          if (m['deepinfer_router_workers{state="live"}'] === 2 &&
+              (m['deepinfer_router_encoders{state="live"}'] ?? 0) === encoders) return;
+          assert.ok(Date.now() < deadline, 'the router did not list the workers');
+        }
+      };
+      await listed(0);
+      // The image's files go to both: the prefill worker encodes it, the decode worker only names it.
+      const direct = await vision.openai.chat.completions.create(ask('Describe it.'));
+      const split = await client.chat.completions.create(ask('Describe it.'));
+      assert.equal(split.choices[0].message.content, direct.choices[0].message.content);
+      assert.deepEqual(split.choices[0].logprobs, direct.choices[0].logprobs);
+      assert.equal(split.usage.prompt_tokens, direct.usage.prompt_tokens);
+      assert.equal((await metrics(prefill.url)).deepinfer_images_encoded_total, 1);
+      assert.equal((await metrics(decode.url)).deepinfer_images_encoded_total, 0);
+      // With an image encoder, both take its rows.
+      encoder = await startServer(['--register', redis.url, '--role', 'encoder'], fixture);
+      await listed(1);
+      const other = await vision.openai.chat.completions.create(ask('And now?'));
+      const encoded = await client.chat.completions.create(ask('And now?'));
+      assert.equal(encoded.choices[0].message.content, other.choices[0].message.content);
+      assert.deepEqual(encoded.choices[0].logprobs, other.choices[0].logprobs);
+      assert.equal((await metrics(encoder.url)).deepinfer_images_encoded_total, 1);
+      assert.equal((await metrics(prefill.url)).deepinfer_images_encoded_total, 1);
+      assert.equal((await metrics(decode.url)).deepinfer_images_encoded_total, 0);
+    } finally {
+      if (encoder) await encoder.stop();
+      await decode.stop();
+      await prefill.stop();
+      await router.stop();
+      redis.child.kill('SIGKILL');
+    }
   });
 });
 
