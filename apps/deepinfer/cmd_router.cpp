@@ -206,6 +206,7 @@ int run_router(int argc, char** argv) {
   pool_options.max_attempts = static_cast<int32_t>(*max_attempts);
   pool_options.request_timeout_s = config->request_timeout_s;
   pool_options.image_format = context.model.image_input;
+  pool_options.row_width = model_config->hidden_size;
   server::EncoderSelector encoders(context.model.served_name);
   server::WorkerPool pool(selector, &encoders, &metrics, pool_options);
   context.worker = &pool;

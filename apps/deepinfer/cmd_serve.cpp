@@ -227,8 +227,9 @@ Result<std::optional<Registration>> registration_from_args(const Args& args, con
   if (!kv_port.ok()) return kv_port.error();
   if (*kv_port > 65535) return Error{"--kv-port must be a port number (0-65535)"};
   if (!args.has("--register")) {
-    if (args.has("--advertise-host") || (args.has("--role") && role != "encoder")) {
-      return Error{"--advertise-host and --role " + role + " need --register redis://HOST:PORT"};
+    if (args.has("--advertise-host")) return Error{"--advertise-host needs --register redis://HOST:PORT"};
+    if (args.has("--role") && role != "encoder") {
+      return Error{"--role " + role + " needs --register redis://HOST:PORT (only --role encoder serves alone)"};
     }
     return std::optional<Registration>();
   }
@@ -250,6 +251,7 @@ struct WorkerIdentity {
   std::string served_name;
   int32_t block_size = 0;
   int32_t max_model_len = 0;
+  int64_t max_body_bytes = 0;  // the token-level API's (--max-internal-body-bytes)
   std::string dp_group;  // a disaggregated role's rank: its group (empty: one engine, or a front)
   int32_t dp_rank = 0;
 };
@@ -267,6 +269,7 @@ Result<std::unique_ptr<server::WorkerHeartbeat>> start_heartbeat(const Registrat
   identity.model = worker_identity.served_name;
   identity.block_size = worker_identity.block_size;
   identity.max_model_len = worker_identity.max_model_len;
+  identity.max_body_bytes = worker_identity.max_body_bytes;
   if (!worker_identity.dp_group.empty()) {
     identity.dp_group = worker_identity.dp_group;
     identity.dp_rank = worker_identity.dp_rank;
@@ -476,6 +479,7 @@ int run_serve(int argc, char** argv) {
     identity.served_name = context.model.served_name;
     identity.block_size = engine->config().block_size;
     identity.max_model_len = context.model.max_model_len;
+    identity.max_body_bytes = config->max_internal_body_bytes;
     if (role != "both") identity.dp_group = dp_group_name;
     identity.dp_rank = data_parallel->rank;
     auto started = start_heartbeat(**registration, *port, identity, kv_pool_tokens, *worker, metrics);

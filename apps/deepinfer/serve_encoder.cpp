@@ -16,8 +16,10 @@ namespace deepinfer::cli {
 
 int serve_image_encoder(const Args& args, const server::ServerConfig& config, const std::string& model_dir,
                         const std::optional<EncoderRegistration>& registration) {
-  for (const char* flag : {"--data-parallel-size", "--kv-cache-dir", "--kv-cache-backend", "--speculative-tokens",
-                           "--ui", "--allow-image-urls"}) {
+  for (const char* flag :
+       {"--data-parallel-size", "--kv-cache-dir", "--kv-cache-backend", "--speculative-tokens", "--ui",
+        "--allow-image-urls", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--kv-cache-bytes",
+        "--kv-cache-dtype", "--block-size", "--gpu-memory-utilization"}) {
     if (args.has(flag)) {
       return report_error("serve", Error{std::string(flag) + " does not apply to --role encoder (it runs the image "
                                                              "encoder only: no engine, KV cache or public API)"});
@@ -34,7 +36,7 @@ int serve_image_encoder(const Args& args, const server::ServerConfig& config, co
   if (!model.ok()) return report_error("serve", model.error());
 
   server::Metrics metrics;
-  server::ImageEncoderService service(*model, metrics, config.max_queued_requests);
+  server::ImageEncoderService service(*model, metrics, config.max_queued_requests, config.max_queued_tokens);
   server::ServerContext context;
   context.config = config;
   context.model.served_name = served_model_name(args, model_dir);

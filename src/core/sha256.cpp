@@ -62,4 +62,16 @@ std::string to_hex(const Sha256Digest& digest) {
   return out;
 }
 
+std::optional<Sha256Digest> digest_from_hex(std::string_view hex) {
+  Sha256Digest digest{};
+  if (hex.size() != 2 * digest.size()) return std::nullopt;
+  for (size_t i = 0; i < hex.size(); ++i) {
+    const char c = hex[i];
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    digest[i / 2] = static_cast<uint8_t>(digest[i / 2] * 16 + digit);
+  }
+  return digest;
+}
+
 }  // namespace deepinfer

@@ -4,8 +4,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 struct evp_md_ctx_st;
 
@@ -35,5 +37,7 @@ class Sha256 {
 Sha256Digest sha256(std::span<const uint8_t> data);
 // 64 lowercase hex digits.
 std::string to_hex(const Sha256Digest& digest);
+// to_hex's inverse; nullopt for anything but 64 lowercase hex digits.
+std::optional<Sha256Digest> digest_from_hex(std::string_view hex);
 
 }  // namespace deepinfer

@@ -46,9 +46,12 @@ void add_images(const Request& request, int32_t first_position, int32_t end, int
           {encoded.pixels.data(), encoded.grid, encoded.rows.data(), &encoded.ready, image.image});
       built.encoded_images.push_back(image.image);
     }
-    const auto hidden = static_cast<int64_t>(encoded.rows.size()) / image.num_tokens;
+    // The rows are [sets, image tokens, hidden] (ImageInputFormat::encoded_values).
+    const int64_t set_stride = static_cast<int64_t>(encoded.rows.size()) / image.num_sets;
+    const int64_t hidden = set_stride / image.num_tokens;
     batch.embedding_rows.push_back({first_row + begin - first_position, stop - begin,
-                                    encoded.rows.data() + int64_t{begin - image.first_token} * hidden, image.image});
+                                    encoded.rows.data() + int64_t{begin - image.first_token} * hidden, image.image,
+                                    image.num_sets, set_stride});
     if (image.mrope_rows > 0) {
       const int32_t start = request.rope_position(image.first_token);
       for (int32_t p = begin; p < stop; ++p) {

@@ -886,6 +886,23 @@ struct EngineCore::Impl {
     return {};
   }
 
+  // A request's images as its PromptImages (PromptImageCache::take), or why not: the model reads
+  // none, or a bidirectional image (Gemma 3's, whose tokens must run in one step) is longer than a step.
+  Result<std::vector<PromptImage>> take_images(const std::vector<int32_t>& prompt, std::vector<ImageInput> images) {
+    const ImageInputFormat* format = model.image_input();
+    if (format == nullptr) {
+      if (!images.empty()) return Error{"the model takes no images"};
+      return std::vector<PromptImage>();
+    }
+    if (!images.empty() && format->bidirectional &&
+        format->tokens_per_image > config.scheduler.max_num_batched_tokens) {
+      return Error{"an image takes " + std::to_string(format->tokens_per_image) +
+                   " tokens, which must run in one step, but max_num_batched_tokens is " +
+                   std::to_string(config.scheduler.max_num_batched_tokens)};
+    }
+    return this->images.take(prompt, std::move(images), *format, model.config().hidden_size);
+  }
+
   // Allocates r's prompt blocks and writes p's KV into those this engine's prefix cache did not
   // already hold; r then counts num_computed of its tokens computed. False: no free blocks.
   bool import_prefilled_kv(Request& r, const PrefilledRequest& p, int32_t num_computed) {
@@ -1000,22 +1017,8 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
         "--kv-cache-backend)"};
   }
   if (m.groups.count(request_id) != 0) return Error{"request id " + std::to_string(request_id) + " is already in use"};
-  const ImageInputFormat* image_format = m.model.image_input();
-  if (!images.empty() && image_format == nullptr) return Error{"the model takes no images"};
-  // A bidirectional image's tokens run in one step (a fixed number: Gemma 3's); a causal image's
-  // may take several.
-  if (!images.empty() && image_format->bidirectional &&
-      image_format->tokens_per_image > m.config.scheduler.max_num_batched_tokens) {
-    return Error{"an image takes " + std::to_string(image_format->tokens_per_image) +
-                 " tokens, which must run in one step, but max_num_batched_tokens is " +
-                 std::to_string(m.config.scheduler.max_num_batched_tokens)};
-  }
-  std::vector<PromptImage> prompt_images;
-  if (image_format != nullptr) {
-    auto taken = m.images.take(prompt, std::move(images), *image_format, m.model.config().hidden_size);
-    if (!taken.ok()) return taken.error();
-    prompt_images = std::move(*taken);
-  }
+  auto prompt_images = m.take_images(prompt, std::move(images));
+  if (!prompt_images.ok()) return prompt_images.error();
   if (params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
     DI_TRY(m.ensure_structured());
@@ -1026,7 +1029,7 @@ Result<void> EngineCore::add_request(int64_t request_id, std::vector<int32_t> pr
   for (int32_t i = 0; i < params.n; ++i) {
     Impl::Sequence* seq = m.make_sequence(request_id, i, prompt, params, priority, cache_salt);
     seq->request.kv_cache_class = kv_cache_class;
-    seq->request.set_images(prompt_images);
+    seq->request.set_images(*prompt_images);
     seq->request.kv_through_store = handover == PrefillHandover::kThroughStore;
     seq->request.kv_sink = kv_sink;
     group.seq_ids.push_back(seq->request.seq_id);
@@ -1096,14 +1099,8 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   }
   // The prompt's images: for the positions its tokens after them take (M-RoPE), its blocks' names,
   // and a prompt computed again here (KV not carried, or preempted).
-  const ImageInputFormat* image_format = m.model.image_input();
-  if (!images.empty() && image_format == nullptr) return Error{"the model takes no images"};
-  std::vector<PromptImage> prompt_images;
-  if (image_format != nullptr) {
-    auto taken = m.images.take(p.prompt_token_ids, std::move(images), *image_format, m.model.config().hidden_size);
-    if (!taken.ok()) return taken.error();
-    prompt_images = std::move(*taken);
-  }
+  auto prompt_images = m.take_images(p.prompt_token_ids, std::move(images));
+  if (!prompt_images.ok()) return prompt_images.error();
   if (p.params.structured_output) {
     if (m.tokenizer == nullptr) return Error{"structured output needs the model's tokenizer (tokenizer.json)"};
     DI_TRY(m.ensure_structured());
@@ -1111,7 +1108,7 @@ Result<void> EngineCore::add_prefilled_request(PrefilledRequest p, int32_t prior
   Impl::Group& group = m.groups[p.request_id];
   Impl::Sequence* seq = m.make_sequence(p.request_id, 0, p.prompt_token_ids, p.params, priority, cache_salt);
   seq->request.kv_cache_class = kv_cache_class;
-  seq->request.set_images(std::move(prompt_images));
+  seq->request.set_images(std::move(*prompt_images));
   group.seq_ids.push_back(seq->request.seq_id);
   Request& r = seq->request;
   if (!p.kv_not_carried && !m.import_prefilled_kv(r, p, r.num_prompt_tokens())) {

@@ -63,10 +63,12 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
     }
     const int64_t num_pixels = format.pixel_count(grid);
     const bool encoded_elsewhere = !input.rows.empty();
-    if (encoded_elsewhere && (!input.hash || static_cast<int64_t>(input.rows.size()) != num_tokens * hidden_size)) {
+    const int64_t num_values = format.encoded_values(grid, hidden_size);
+    if (encoded_elsewhere && (!input.hash || static_cast<int64_t>(input.rows.size()) != num_values)) {
       return Error{name + " comes encoded with " + std::to_string(input.rows.size()) + " values" +
-                   (input.hash ? "" : " and no hash") + "; this model takes " + std::to_string(num_tokens) + " x " +
-                   std::to_string(hidden_size) + " for its grid, and its hash"};
+                   (input.hash ? "" : " and no hash") + "; this model takes " +
+                   (format.deepstack_layers > 0 ? std::to_string(1 + format.deepstack_layers) + " x " : "") +
+                   std::to_string(num_tokens) + " x " + std::to_string(hidden_size) + " for its grid, and its hash"};
     }
     if (!encoded_elsewhere && static_cast<int64_t>(input.pixels.size()) != num_pixels) {
       const std::string shape =
@@ -83,6 +85,7 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
     image.first_token = input.first_token;
     image.num_tokens = num_tokens;
     image.bidirectional = format.bidirectional;
+    image.num_sets = 1 + format.deepstack_layers;
     if (format.mrope) {
       image.mrope_rows = grid.rows / format.merge_size;
       image.mrope_columns = grid.columns / format.merge_size;
@@ -100,7 +103,7 @@ Result<std::vector<PromptImage>> PromptImageCache::take(const std::vector<int32_
         encoded->rows = std::move(input.rows);
         encoded->ready.store(true);
       } else {
-        encoded->rows.resize(static_cast<size_t>(int64_t{num_tokens} * hidden_size));
+        encoded->rows.resize(static_cast<size_t>(num_values));
       }
       const size_t bytes = (encoded->pixels.size() + encoded->rows.size()) * sizeof(float);
       entries_.push_front({image.hash, std::move(encoded), bytes});

@@ -48,6 +48,7 @@ struct PromptImage {
   // row-major order; 0: its tokens take 1D positions.
   int32_t mrope_rows = 0;
   int32_t mrope_columns = 0;
+  int32_t num_sets = 1;  // 1 + ImageInputFormat::deepstack_layers: the image's sets of rows
 
   int32_t end_token() const { return first_token + num_tokens; }
   // The rope positions the image spans: M-RoPE places token (r, c) at (s, s + r, s + c) from the

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/sha256.h"
 #include "kvstore/durable_file.h"
 
 namespace deepinfer {
@@ -20,28 +21,6 @@ namespace fs = std::filesystem;
 
 // A temp file this old belongs to a writer that died (a live one renames within seconds).
 constexpr int64_t kStaleTempSeconds = 600;
-
-std::optional<BlockHash> parse_hex_hash(std::string_view text) {
-  BlockHash hash{};
-  if (text.size() != hash.size() * 2) return std::nullopt;
-  for (size_t i = 0; i < hash.size(); ++i) {
-    int value = 0;
-    for (int k = 0; k < 2; ++k) {
-      const char c = text[2 * i + static_cast<size_t>(k)];
-      int digit = 0;
-      if (c >= '0' && c <= '9') {
-        digit = c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        digit = c - 'a' + 10;
-      } else {
-        return std::nullopt;
-      }
-      value = value * 16 + digit;
-    }
-    hash[i] = static_cast<uint8_t>(value);
-  }
-  return hash;
-}
 
 void set_mtime(int fd, int64_t unix_s) {
   const timespec times[2] = {{static_cast<time_t>(unix_s), 0}, {static_cast<time_t>(unix_s), 0}};
@@ -93,7 +72,7 @@ void DiskTier::rebuild_index() {
     std::error_code shard_ec;
     for (const auto& file : fs::directory_iterator(shard.path(), shard_ec)) {
       const std::string stem = file.path().stem().string();
-      const std::optional<BlockHash> hash = parse_hex_hash(stem);
+      const std::optional<BlockHash> hash = digest_from_hex(stem);
       if (!hash || file.path().extension() != ".page") continue;
       if (adopt_file(*hash, file.path().string())) {
         ++num_rebuilt_pages_;

@@ -16,7 +16,7 @@ struct ImageEncoderModel {
   std::shared_ptr<const WeightStore> weights;
   std::shared_ptr<WeightArena> arena;
   // The width of the rows the encoder writes: the text model's hidden size, whose embeddings the
-  // rows stand in for.
+  // rows stand in for (ImageInputFormat::encoded_values).
   int64_t row_width() const { return config.hidden_size; }
 };
 

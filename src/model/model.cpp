@@ -56,10 +56,11 @@ struct ImageArchitecture {
 // Null when the config's architecture reads no images (or its vision part is absent).
 const ImageArchitecture* image_architecture(const ModelConfig& config) {
   static constexpr ImageArchitecture kGemma3{&archs::gemma3_image_format, &archs::build_gemma3_image_encoder};
-  static constexpr ImageArchitecture kQwen2_5_Vl{&archs::qwen2_5_vl_image_format,
-                                                 &archs::build_qwen2_5_vl_image_encoder};
+  static constexpr ImageArchitecture kQwen2_5_Vl{&archs::qwen_vl_image_format, &archs::build_qwen2_5_vl_image_encoder};
+  static constexpr ImageArchitecture kQwen3Vl{&archs::qwen_vl_image_format, &archs::build_qwen3_vl_image_encoder};
   if (config.architecture == "Gemma3ForConditionalGeneration" && config.vision) return &kGemma3;
   if (config.architecture == "Qwen2_5_VLForConditionalGeneration" && config.qwen2_vl_vision) return &kQwen2_5_Vl;
+  if (config.architecture == "Qwen3VLForConditionalGeneration" && config.qwen2_vl_vision) return &kQwen3Vl;
   return nullptr;
 }
 
@@ -79,8 +80,9 @@ Result<ImageEncoderModel> load_image_encoder(const std::string& dir, Backend& ba
   const ImageArchitecture* architecture = image_architecture(*config);
   if (architecture == nullptr) {
     return Error{dir + "/config.json: architecture '" + config->architecture +
-                 "' has no image encoder to serve (Gemma3ForConditionalGeneration and "
-                 "Qwen2_5_VLForConditionalGeneration with a vision_config have one)"};
+                 "' has no image encoder to serve (Gemma3ForConditionalGeneration, "
+                 "Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration with a vision_config "
+                 "have one)"};
   }
   auto weights = WeightStore::open_dir(dir, show_progress);
   if (!weights.ok()) return weights.error();

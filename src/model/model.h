@@ -2,6 +2,7 @@
 // which picks the architecture from config.json through the registry (model/archs/registry.cpp).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -63,12 +64,15 @@ struct ForwardBatch {
   // Rows that stand in for some tokens' embeddings, an image's placeholder tokens (what
   // CausalLM::encode_image wrote): token row first_token + i takes row i of rows ([num_tokens,
   // hidden_size] float32, host memory, read during the call that takes the batch; owner, when set,
-  // keeps them alive as long as the batch).
+  // keeps them alive as long as the batch). num_sets > 1 (ImageInputFormat::deepstack_layers):
+  // set s of the same rows, rows + s * set_stride, is added to the output of decoder layer s - 1.
   struct EmbeddingRows {
     int32_t first_token = 0;
     int32_t num_tokens = 0;
     const float* rows = nullptr;
     std::shared_ptr<const void> owner = nullptr;
+    int32_t num_sets = 1;
+    int64_t set_stride = 0;
   };
   std::vector<EmbeddingRows> embedding_rows;
   // Images the call that takes the batch encodes first (CausalLM::encode_image: pixels in, rows
@@ -146,11 +150,22 @@ struct ImageInputFormat {
   // Qwen2-VL: the image's tokens take M-RoPE positions from their place in its merged grid
   // (ForwardBatch::mrope_positions), and the text after it continues from its largest.
   bool mrope = false;
+  // The Qwen2-VL family's normalisation (preprocessor_config.json's image_mean / image_std).
+  std::array<float, 3> image_mean = {0.48145466f, 0.4578275f, 0.40821073f};  // OpenAI CLIP's
+  std::array<float, 3> image_std = {0.26862954f, 0.26130258f, 0.27577711f};
+  // Qwen3-VL's DeepStack: the encoder also gives each image token this many more rows, one for each
+  // of the first decoder layers, added to that layer's output (ForwardBatch::EmbeddingRows::num_sets).
+  int32_t deepstack_layers = 0;
 
   // The rows an image of this grid becomes.
   int32_t tokens_for(const ImageGrid& grid) const {
     if (tokens_per_image > 0) return tokens_per_image;
     return grid.frames * grid.rows * grid.columns / (merge_size * merge_size);
+  }
+  // The float32 values the encoder writes for an image of this grid: [1 + deepstack_layers,
+  // tokens_for(grid), hidden] (CausalLM::encode_image).
+  int64_t encoded_values(const ImageGrid& grid, int64_t hidden) const {
+    return int64_t{1 + deepstack_layers} * tokens_for(grid) * hidden;
   }
   // The float32 values the encoder takes for an image of this grid.
   int64_t pixel_count(const ImageGrid& grid) const {
@@ -266,7 +281,8 @@ class CausalLM {
   // Runs the image encoder on one preprocessed image (image_input()->pixel_count(grid) values as
   // its preprocessor makes them: Gemma 3's channels-first square, Qwen2-VL's patch rows of this
   // grid) and writes the rows that stand in for its placeholder tokens, [tokens_for(grid),
-  // hidden_size] float32 in host memory. Waits for the device; not thread-safe with forward.
+  // hidden_size] float32 in host memory (then each DeepStack layer's as many:
+  // ImageInputFormat::encoded_values). Waits for the device; not thread-safe with forward.
   virtual void encode_image(const float* /*pixels*/, const ImageGrid& /*grid*/, float* /*rows*/) {
     throw std::logic_error("this model has no image encoder");
   }

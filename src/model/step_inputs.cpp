@@ -95,12 +95,16 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   std::vector<size_t> embedding_offsets;
   for (const ForwardBatch::EmbeddingRows& e : batch.embedding_rows) {
     DI_CHECK(e.num_tokens > 0 && e.first_token >= 0 && e.first_token + e.num_tokens <= batch.num_tokens() &&
-                 e.rows != nullptr && extras.hidden_size > 0,
+                 e.rows != nullptr && extras.hidden_size > 0 && e.num_sets >= 1,
              "embedding rows " << e.first_token << " + " << e.num_tokens << " outside the step's tokens");
     embedding_offsets.push_back(host_.size());
+    // Each set's rows one after another.
     const size_t count = static_cast<size_t>(e.num_tokens) * static_cast<size_t>(extras.hidden_size);
-    host_.resize(host_.size() + count);
-    std::memcpy(host_.data() + embedding_offsets.back(), e.rows, count * sizeof(float));
+    host_.resize(host_.size() + count * static_cast<size_t>(e.num_sets));
+    for (int32_t set = 0; set < e.num_sets; ++set) {
+      std::memcpy(host_.data() + embedding_offsets.back() + static_cast<size_t>(set) * count,
+                  e.rows + set * e.set_stride, count * sizeof(float));
+    }
   }
 
   // The draws' parameters, 8-byte aligned (the buffer's base is).
@@ -155,7 +159,8 @@ DeviceBatch StepInputs::upload(Backend& backend, const ForwardBatch& batch, int3
   device.draw_of_token = base + token_from_draw;
   for (size_t i = 0; i < batch.embedding_rows.size(); ++i) {
     device.embedding_rows.push_back({batch.embedding_rows[i].first_token, batch.embedding_rows[i].num_tokens,
-                                     reinterpret_cast<const float*>(base + embedding_offsets[i])});
+                                     reinterpret_cast<const float*>(base + embedding_offsets[i]),
+                                     batch.embedding_rows[i].num_sets});
   }
   device.paged.num_seqs = num_seqs;
   device.paged.query_start = device.query_start.as<int32_t>();

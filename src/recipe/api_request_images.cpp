@@ -264,6 +264,8 @@ Result<ImageInput> preprocess_image(const RgbImage& image, const ImageInputForma
   processor.merge_size = format.merge_size;
   processor.min_pixels = format.min_pixels;
   processor.max_pixels = format.max_pixels;
+  processor.image_mean = format.image_mean;
+  processor.image_std = format.image_std;
   auto pixels = try_preprocess_qwen2_vl(image, processor);
   if (!pixels.ok()) return pixels.error();
   const auto& [frames, rows, columns] = pixels->grid_thw;

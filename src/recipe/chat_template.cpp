@@ -30,6 +30,7 @@ constexpr FamilyName kFamilyNames[] = {
     {ChatFamily::kGptOss, "gpt_oss"},
     {ChatFamily::kGemma3, "gemma3"},
     {ChatFamily::kQwen2Vl, "qwen2_vl"},
+    {ChatFamily::kQwen3Vl, "qwen3_vl"},
 };
 
 std::string supported_names() {
@@ -134,9 +135,10 @@ std::optional<ChatFamily> find_chat_family_of_template(std::string_view t) {
     return ChatFamily::kQwen3;
   }
   if (contains(t, "<start_of_turn>") && contains(t, "first_user_prefix")) return ChatFamily::kGemma3;
-  if (contains(t, "<|im_start|>") && contains(t, "<|vision_start|><|image_pad|><|vision_end|>") &&
-      !contains(t, "<tool_call>")) {
-    return ChatFamily::kQwen2Vl;
+  if (contains(t, "<|im_start|>") && contains(t, "<|vision_start|><|image_pad|><|vision_end|>")) {
+    if (!contains(t, "<tool_call>")) return ChatFamily::kQwen2Vl;
+    // Qwen3-VL Instruct's; the Thinking models' (render_content, <think>) is another format.
+    if (!contains(t, "<think>")) return ChatFamily::kQwen3Vl;
   }
   if (contains(t, "<|start_header_id|>")) {
     if (!contains(t, "Cutting Knowledge Date")) return ChatFamily::kLlama3;
@@ -174,6 +176,7 @@ Result<ChatFamily> detect_chat_family(const std::string& model_dir) {
     if (model_type == "qwen3" || model_type == "qwen3_moe") return ChatFamily::kQwen3;
     if (model_type == "gemma3" || model_type == "gemma3_text") return ChatFamily::kGemma3;
     if (model_type == "qwen2_5_vl" || model_type == "qwen2_vl") return ChatFamily::kQwen2Vl;
+    if (model_type == "qwen3_vl") return ChatFamily::kQwen3Vl;
   }
   return Error{"cannot pick a chat format for " + model_dir + ": " + config_path.string() +
                " has no chat_template, there is no chat_template.jinja" +
@@ -248,7 +251,7 @@ Result<std::vector<PromptSegment>> render_chat(ChatFamily family, const Conversa
   if (conversation.messages.empty()) return Error{"messages: must not be empty"};
   size_t images = 0;
   for (const Message& message : conversation.messages) images += message.image_parts.size();
-  if (images > 0 && family != ChatFamily::kGemma3 && family != ChatFamily::kQwen2Vl) {
+  if (images > 0 && family != ChatFamily::kGemma3 && family != ChatFamily::kQwen2Vl && family != ChatFamily::kQwen3Vl) {
     return Error{"the " + std::string(chat_family_name(family)) + " template places no images"};
   }
   if (images > options.image_tokens.size()) return Error{"the served model takes no images"};
@@ -273,6 +276,8 @@ Result<std::vector<PromptSegment>> render_chat(ChatFamily family, const Conversa
       return render_gemma3(conversation, options);
     case ChatFamily::kQwen2Vl:
       return render_qwen2_vl(conversation, options);
+    case ChatFamily::kQwen3Vl:
+      return render_qwen3_vl(conversation, options);
   }
   return Error{"unknown chat family"};
 }

@@ -26,6 +26,7 @@ enum class ChatFamily {
   kGptOss,       // GPT-OSS harmony: channels, reasoning effort, TypeScript tool namespace
   kGemma3,       // Gemma 3 Instruct: <start_of_turn> turns, the system text in the first one, no tools
   kQwen2Vl,      // Qwen2-VL / Qwen2.5-VL Instruct: ChatML, a default system turn, images, no tools
+  kQwen3Vl,      // Qwen3-VL Instruct: ChatML, no default system turn, images, tools as <tool_call> JSON
 };
 
 // The family's name as the CLI and tests spell it ("deepseek_v3", "qwen3", "gpt_oss", ...).

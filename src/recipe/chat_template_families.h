@@ -20,6 +20,7 @@ RenderResult render_llama31(const Conversation& conversation, const ChatOptions&
 RenderResult render_gpt_oss(const Conversation& conversation, const ChatOptions& options);
 RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& options);
 RenderResult render_qwen2_vl(const Conversation& conversation, const ChatOptions& options);
+RenderResult render_qwen3_vl(const Conversation& conversation, const ChatOptions& options);
 
 struct CalendarDate {
   int year = 0;

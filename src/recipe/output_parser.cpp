@@ -75,7 +75,7 @@ class TaggedParser : public OutputParser {
   std::vector<std::string_view> call_start_markers() const {
     if (!parsing_.parse_tool_calls) return {};
     if (deepseek_) return {kDsCallsBegin, kDsCallBegin};
-    if (family_ == ChatFamily::kQwen3) return {kQwenCallOpen};
+    if (family_ == ChatFamily::kQwen3 || family_ == ChatFamily::kQwen3Vl) return {kQwenCallOpen};
     if (llama_) return {kPythonTag};
     return {};
   }

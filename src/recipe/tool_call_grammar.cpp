@@ -140,6 +140,7 @@ std::optional<Json> tool_call_grammar(const ToolCallGrammarInput& input) {
     case ChatFamily::kDeepSeekV31:
       return b.deepseek();
     case ChatFamily::kQwen3:
+    case ChatFamily::kQwen3Vl:
       return b.qwen3();
     case ChatFamily::kLlama31:
     case ChatFamily::kLlama32:

@@ -1,6 +1,7 @@
 // The image encoder's wire format and route.
 #include "server/encode_api.h"
 
+#include <algorithm>
 #include <bit>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "core/base64.h"
+#include "core/dtype.h"
 #include "core/sha256.h"
 #include "server/image_encoder_service.h"
 
@@ -27,21 +29,6 @@ static_assert(std::endian::native == std::endian::little, "the encoded rows trav
   throw nlohmann::json::other_error::create(501, what, &where);
 }
 
-BlockHash hash_from_hex(const std::string& hex, const Json& where) {
-  BlockHash hash{};
-  if (hex.size() != 2 * hash.size()) bad("hash must be 64 hex digits", where);
-  for (size_t i = 0; i < hash.size(); ++i) {
-    unsigned value = 0;
-    for (const char c : hex.substr(2 * i, 2)) {
-      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (digit < 0) bad("hash must be 64 lowercase hex digits", where);
-      value = value * 16 + static_cast<unsigned>(digit);
-    }
-    hash[i] = static_cast<uint8_t>(value);
-  }
-  return hash;
-}
-
 }  // namespace
 
 Json encode_request_to_json(const std::vector<ImageInput>& images) {
@@ -51,11 +38,24 @@ Json encode_request_to_json(const std::vector<ImageInput>& images) {
 }
 
 Json encoded_image_to_json(const ImageInput& image) {
-  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(image.rows.data()),
-                                       image.rows.size() * sizeof(float));
-  return Json{{"grid", {image.grid.frames, image.grid.rows, image.grid.columns}},
-              {"hash", to_hex(image_content_hash(image))},
-              {"rows", encode_base64(bytes)}};
+  Json json{{"grid", {image.grid.frames, image.grid.rows, image.grid.columns}},
+            {"hash", to_hex(image_content_hash(image))}};
+  // Rows a bf16 checkpoint's encoder rounded to bf16 travel as their 16 high bits: half the bytes,
+  // the same values.
+  const bool bf16 = std::all_of(image.rows.begin(), image.rows.end(),
+                                [](float v) { return (std::bit_cast<uint32_t>(v) & 0xffffu) == 0; });
+  if (bf16) {
+    std::vector<uint16_t> high(image.rows.size());
+    for (size_t i = 0; i < high.size(); ++i)
+      high[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(image.rows[i]) >> 16);
+    json["dtype"] = "bf16";
+    json["rows"] = encode_base64({reinterpret_cast<const uint8_t*>(high.data()), high.size() * sizeof(uint16_t)});
+  } else {
+    json["dtype"] = "f32";
+    json["rows"] =
+        encode_base64({reinterpret_cast<const uint8_t*>(image.rows.data()), image.rows.size() * sizeof(float)});
+  }
+  return json;
 }
 
 Result<ImageInput> encoded_image_from_json(const Json& json) {
@@ -64,13 +64,24 @@ Result<ImageInput> encoded_image_from_json(const Json& json) {
     const Json& grid = json.at("grid");
     if (!grid.is_array() || grid.size() != 3) bad("grid must be [frames, rows, columns]", json);
     image.grid = ImageGrid{grid[0].get<int32_t>(), grid[1].get<int32_t>(), grid[2].get<int32_t>()};
-    image.hash = hash_from_hex(json.at("hash").get<std::string>(), json);
+    image.hash = digest_from_hex(json.at("hash").get<std::string>());
+    if (!image.hash) bad("hash must be 64 lowercase hex digits", json);
+    const std::string dtype = json.contains("dtype") ? json.at("dtype").get<std::string>() : "f32";
+    if (dtype != "f32" && dtype != "bf16") bad("dtype must be f32 or bf16", json);
+    const size_t width = dtype == "bf16" ? sizeof(uint16_t) : sizeof(float);
     Result<std::vector<uint8_t>> bytes = try_decode_base64(json.at("rows").get<std::string>());
     if (!bytes.ok()) bad("rows: " + bytes.error().message, json);
-    if (bytes->empty() || bytes->size() % sizeof(float) != 0)
-      bad("rows must be a whole number of float32 values", json);
-    image.rows.resize(bytes->size() / sizeof(float));
-    std::memcpy(image.rows.data(), bytes->data(), bytes->size());
+    if (bytes->empty() || bytes->size() % width != 0) bad("rows must be a whole number of " + dtype + " values", json);
+    image.rows.resize(bytes->size() / width);
+    if (dtype == "f32") {
+      std::memcpy(image.rows.data(), bytes->data(), bytes->size());
+    } else {
+      for (size_t i = 0; i < image.rows.size(); ++i) {
+        uint16_t high = 0;
+        std::memcpy(&high, bytes->data() + 2 * i, sizeof(high));
+        image.rows[i] = bf16_to_f32(high);
+      }
+    }
     return image;
   } catch (const nlohmann::json::exception& e) {
     return Error{std::string("bad encoded image: ") + e.what()};
@@ -114,6 +125,10 @@ asio::awaitable<bool> handle_image_encoding(TcpStream& stream, const HttpRequest
     refused = refuse(http::status::bad_request,
                      "the request holds " + std::to_string(files->size()) + " images; this encoder takes at most " +
                          std::to_string(context.model.images.max_images) + " (--max-images-per-request)");
+  } else if (std::optional<Refusal> full = context.encoder->refusal(static_cast<int64_t>(files->size()), 0)) {
+    // Before any image is decoded: an overloaded encoder answers at once.
+    refused =
+        refuse(full->overloaded ? http::status::too_many_requests : http::status::service_unavailable, full->message);
   }
   for (size_t i = 0; !refused && i < files->size(); ++i) {
     const std::string name = "images[" + std::to_string(i) + "]";
@@ -150,7 +165,8 @@ asio::awaitable<bool> handle_image_encoding(TcpStream& stream, const HttpRequest
   }
   EncodedRows rows = done.get();
   if (!rows.ok()) {
-    HttpResponse response = refuse(http::status::service_unavailable, rows.error().message);
+    // This request's encoding failed (the encoder may still serve others: /health says when not).
+    HttpResponse response = refuse(http::status::internal_server_error, rows.error().message);
     co_return co_await write_response(stream, std::move(response), timeout_s);
   }
   Json encoded = Json::array();

@@ -2,10 +2,12 @@
 // a request's image files to kEncodeApiPath, {"images": [{"file": base64}, ...]}, and gets each
 // image's encoder output back, {"images": [encoded image, ...]} in the same order, which it then
 // sends its prefill or role "both" worker in the token-level API's "images" instead of the file.
-// An encoded image: {"grid": [frames, rows, columns], "hash": 64 hex digits, "rows": base64 of
-// the rows as little-endian float32}. The rows are the encoder's float32 output as is, so a worker
-// that takes them computes what it would from the file; the hash is the one the engine names the
-// image by in its prefix cache (image_content_hash of the pixels), so both hit the same blocks.
+// An encoded image: {"grid": [frames, rows, columns], "hash": 64 hex digits, "dtype": "f32" or
+// "bf16", "rows": base64 of the rows, little-endian}. The rows are the encoder's float32 output as
+// is (bf16: every value is one, as a bf16 checkpoint's encoder rounds them, so only their high 16
+// bits travel), so a worker that takes them computes what it would from the file; the hash is the
+// one the engine names the image by in its prefix cache (image_content_hash of the pixels), so both
+// hit the same blocks. A worker trusts both: its token-level API belongs behind --api-key.
 // Refusals are plain JSON, {"error": message}: 400 (a bad file, naming images[i]), 429 (the
 // encoder's queue is full), 503 (unavailable).
 #pragma once

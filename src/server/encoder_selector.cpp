@@ -53,7 +53,10 @@ std::optional<EncoderLease> EncoderSelector::acquire(int64_t tokens, const std::
 void EncoderSelector::release(const EncoderLease& lease) {
   std::lock_guard lock(mutex_);
   auto it = encoders_.find(lease.id);
-  if (it != encoders_.end()) it->second.outstanding_tokens -= lease.tokens;
+  // At least 0: an encoder that left and came back under the same id while the lease was out
+  // starts its count afresh.
+  if (it != encoders_.end())
+    it->second.outstanding_tokens = std::max<int64_t>(0, it->second.outstanding_tokens - lease.tokens);
 }
 
 void EncoderSelector::mark_failed(const std::string& id) {

@@ -215,7 +215,10 @@ asio::awaitable<void> serve_connection(TcpStream stream, ServerContext& context)
     parser.body_limit(static_cast<uint64_t>(std::max(config.max_body_bytes, config.max_internal_body_bytes)));
     stream.expires_after(seconds(config.idle_timeout_s));
     auto [header_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kTuple);
-    const bool internal = std::string_view(parser.get().target()).starts_with("/internal/");
+    // The internal routes' larger limit only where they are served (not on a router) and, behind an
+    // API key, only for a caller that sent it.
+    const bool internal = std::string_view(parser.get().target()).starts_with("/internal/") &&
+                          context.cluster == nullptr && authorized(parser.get(), config);
     const int64_t limit = internal ? config.max_internal_body_bytes : config.max_body_bytes;
     const std::string too_large = "request body is over the limit of " + std::to_string(limit) + " bytes (" +
                                   (internal ? "--max-internal-body-bytes" : "--max-body-bytes") + ")";

@@ -9,8 +9,9 @@
 
 namespace deepinfer::server {
 
-ImageEncoderService::ImageEncoderService(ImageEncoderModel& model, Metrics& metrics, int32_t max_queued_images)
-    : model_(model), metrics_(metrics), max_queued_images_(max_queued_images) {
+ImageEncoderService::ImageEncoderService(ImageEncoderModel& model, Metrics& metrics, int32_t max_queued_images,
+                                         int64_t max_queued_tokens)
+    : model_(model), metrics_(metrics), max_queued_images_(max_queued_images), max_queued_tokens_(max_queued_tokens) {
   {
     std::lock_guard lock(mutex_);
     publish_locked();
@@ -32,12 +33,7 @@ std::variant<std::future<EncodedRows>, Refusal> ImageEncoderService::submit(std:
   std::future<EncodedRows> rows = job.rows.get_future();
   {
     std::lock_guard lock(mutex_);
-    if (unavailable_) return Refusal{false, *unavailable_};
-    if (queued_images_ > 0 && queued_images_ + count > max_queued_images_) {
-      return Refusal{true, "this image encoder has " + std::to_string(queued_images_) +
-                               " images queued; it takes at most " + std::to_string(max_queued_images_) +
-                               " (--max-queued-requests)"};
-    }
+    if (std::optional<Refusal> refused = refusal_locked(count, job.tokens)) return *refused;
     queued_images_ += count;
     queued_tokens_ += job.tokens;
     queue_.push_back(std::move(job));
@@ -45,6 +41,27 @@ std::variant<std::future<EncodedRows>, Refusal> ImageEncoderService::submit(std:
   }
   wake_.notify_one();
   return rows;
+}
+
+std::optional<Refusal> ImageEncoderService::refusal(int64_t num_images, int64_t num_tokens) const {
+  std::lock_guard lock(mutex_);
+  return refusal_locked(num_images, num_tokens);
+}
+
+std::optional<Refusal> ImageEncoderService::refusal_locked(int64_t num_images, int64_t num_tokens) const {
+  if (unavailable_) return Refusal{false, *unavailable_};
+  // A request that arrives at an empty queue is always taken.
+  if (queued_images_ > 0 && queued_images_ + num_images > max_queued_images_) {
+    return Refusal{true, "this image encoder has " + std::to_string(queued_images_) +
+                             " images queued; it takes at most " + std::to_string(max_queued_images_) +
+                             " (--max-queued-requests)"};
+  }
+  if (queued_images_ > 0 && queued_tokens_ + num_tokens > max_queued_tokens_) {
+    return Refusal{true, "this image encoder has images of " + std::to_string(queued_tokens_) +
+                             " tokens queued; it takes at most " + std::to_string(max_queued_tokens_) +
+                             " (--max-queued-tokens)"};
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> ImageEncoderService::unavailable() const {
@@ -94,7 +111,7 @@ EncodedRows ImageEncoderService::encode(const std::vector<ImageInput>& images) {
   std::vector<std::vector<float>> rows;
   for (const ImageInput& image : images) {
     const auto started = std::chrono::steady_clock::now();
-    rows.emplace_back(static_cast<size_t>(int64_t{format.tokens_for(image.grid)} * model_.row_width()));
+    rows.emplace_back(static_cast<size_t>(format.encoded_values(image.grid, model_.row_width())));
     model_.encoder->encode(image.pixels.data(), image.grid, rows.back().data());
     metrics_.observe_image_encode(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }

@@ -1,8 +1,8 @@
 // The image encoder service of `deepinfer serve --role encoder` (docs/images.md): one thread owns a
 // multimodal checkpoint's image encoder and runs the images the encode route queues, a request's
 // images together, in arrival order (the route's HTTP threads decode and preprocess them). The
-// queue is bounded: past max_queued_images a request is refused as overloaded, and a router then
-// tries another encoder or has its worker encode the image itself.
+// queue is bounded in images and in the tokens they become: past either a request is refused as
+// overloaded, and a router then tries another encoder or has its worker encode the image itself.
 #pragma once
 
 #include <chrono>
@@ -25,13 +25,14 @@
 
 namespace deepinfer::server {
 
-// Each image's rows ([tokens_for(grid), row width] float32), in the request's order.
+// Each image's rows (ImageInputFormat::encoded_values float32 values), in the request's order.
 using EncodedRows = Result<std::vector<std::vector<float>>>;
 
 class ImageEncoderService {
  public:
-  // Starts the thread; model and metrics must outlive the service.
-  ImageEncoderService(ImageEncoderModel& model, Metrics& metrics, int32_t max_queued_images);
+  // Starts the thread; model and metrics must outlive the service. The queue holds at most
+  // max_queued_images images and max_queued_tokens of the tokens they become.
+  ImageEncoderService(ImageEncoderModel& model, Metrics& metrics, int32_t max_queued_images, int64_t max_queued_tokens);
   // stop() without a deadline.
   ~ImageEncoderService();
   ImageEncoderService(const ImageEncoderService&) = delete;
@@ -41,6 +42,9 @@ class ImageEncoderService {
   // queue is full (overloaded; a request arriving at an empty queue is always taken), or the service
   // is unavailable. The future gets the rows, or the encoder's error.
   std::variant<std::future<EncodedRows>, Refusal> submit(std::vector<ImageInput> images);
+  // Thread-safe: why submit would refuse this many images now (checked again by submit), so a
+  // request is refused before its images are decoded.
+  std::optional<Refusal> refusal(int64_t num_images, int64_t num_tokens) const;
   // Thread-safe: why every request is refused (the device was lost, shutdown began), or nullopt.
   std::optional<std::string> unavailable() const;
   // Thread-safe: refuses new requests with reason and fails the queued ones with it; the image
@@ -60,6 +64,7 @@ class ImageEncoderService {
     std::promise<EncodedRows> rows;
   };
 
+  std::optional<Refusal> refusal_locked(int64_t num_images, int64_t num_tokens) const;
   void loop();
   EncodedRows encode(const std::vector<ImageInput>& images);
   void publish_locked();
@@ -67,6 +72,7 @@ class ImageEncoderService {
   ImageEncoderModel& model_;
   Metrics& metrics_;
   const int32_t max_queued_images_;
+  const int64_t max_queued_tokens_;
 
   mutable std::mutex mutex_;  // guards the fields below, down to thread_done_
   std::condition_variable wake_;

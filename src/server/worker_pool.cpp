@@ -51,6 +51,9 @@ struct WorkerPool::Relay {
   std::shared_ptr<OutputChannel> channel;
   Submission submission;    // without its channel: a disaggregated request's two requests derive from it
   std::string body;         // the token-level request of a whole one, serialised once
+  // The request's images as files, kept when an image encoder's rows replaced them in submission:
+  // what a worker whose body limit the rows pass gets instead (body_for).
+  std::vector<ImageInput> image_files;
   std::string transfer_id;  // a disaggregated request's pushed KV, on its decode worker
   RoutedRequest routed;
   Metrics* metrics = nullptr;
@@ -272,6 +275,23 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
   co_return result;
 }
 
+// submission's body for the worker of lease (serialised: what the caller has of it already). When an
+// encoder's rows make it larger than the worker takes, the same request with the image files, which
+// the worker encodes itself.
+std::string body_for(const WorkerPool::Relay& relay, Submission submission, const WorkerLease& lease,
+                     const std::string* serialised = nullptr) {
+  std::string body = serialised != nullptr ? *serialised : submission_to_json(submission).dump();
+  if (relay.image_files.empty() || lease.max_body_bytes <= 0 ||
+      static_cast<int64_t>(body.size()) <= lease.max_body_bytes) {
+    return body;
+  }
+  DI_LOG(kWarn, "router: the request with its images' rows is " << body.size() << " bytes, over the "
+                                                                << lease.max_body_bytes << " worker " << lease.id
+                                                                << " takes; it gets the image files");
+  submission.images = relay.image_files;
+  return submission_to_json(submission).dump();
+}
+
 void stop_relay(WorkerPool::Relay& relay) {
   relay.aborted = true;
   boost::system::error_code ignored;
@@ -287,7 +307,8 @@ WorkerPool::WorkerPool(WorkerSelector& selector, EncoderSelector* encoders, Metr
   transfer_id_prefix_ = std::to_string(random()) + "-" + std::to_string(random()) + "-";
 }
 
-std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& decode) const {
+std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& prefill_lease,
+                                             const WorkerLease& decode) const {
   Submission prefill = relay.submission;
   // A PROMPT engine runs one sample: sample 0. The decode worker forks the others from the prompt's
   // last block, with the seed sample 0's first token was drawn with.
@@ -300,7 +321,7 @@ std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& de
     handoff.port = decode.kv_port;
   }
   prefill.kv_handoff = std::move(handoff);
-  return submission_to_json(prefill).dump();
+  return body_for(relay, std::move(prefill), prefill_lease);
 }
 
 asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, Handover& handover) {
@@ -346,7 +367,7 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
       co_await deliver(relay, error_event(502, message + "; the output so far is incomplete"));
       co_return;
     }
-    const std::string body = submission_to_json(continuation).dump();
+    const std::string body = body_for(relay, continuation, *next);
     const AttemptResult result = co_await attempt(relay, *next, options_, body, Stage::kDecode, handover);
     if (result.mark_failed) selector_.mark_failed(next->id);
     selector_.release(*next);
@@ -357,49 +378,58 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
   }
 }
 
-asio::awaitable<bool> WorkerPool::encode_images(Relay& relay) {
+asio::awaitable<bool> WorkerPool::encode_images(Relay& relay, std::chrono::steady_clock::time_point deadline) {
   std::vector<ImageInput>& images = relay.submission.images;
   int64_t tokens = 0;
   for (const ImageInput& image : images) tokens += options_.image_format->tokens_for(image.grid);
   const std::string body = encode_request_to_json(images).dump();
+  // Given back however the attempt ends.
+  struct Lease {
+    EncoderSelector& encoders;
+    EncoderLease lease;
+    ~Lease() { encoders.release(lease); }
+  };
   std::vector<std::string> tried;
   std::string failure = "no image encoder is live";
-  while (static_cast<int32_t>(tried.size()) < options_.max_attempts && !relay.aborted) {
-    const std::optional<EncoderLease> lease = encoders_->acquire(tokens, tried);
-    if (!lease) break;
-    tried.push_back(lease->id);
-    const std::string where = "image encoder " + lease->id;
+  while (static_cast<int32_t>(tried.size()) < options_.max_attempts && !relay.aborted &&
+         std::chrono::steady_clock::now() < deadline) {
+    const std::optional<EncoderLease> acquired = encoders_->acquire(tokens, tried);
+    if (!acquired) break;
+    const Lease held{*encoders_, *acquired};
+    const EncoderLease& lease = held.lease;
+    tried.push_back(lease.id);
+    const std::string where = "image encoder " + lease.id;
     relay.upstream.emplace(co_await asio::this_coro::executor);
     beast::tcp_stream& upstream = *relay.upstream;
     boost::system::error_code ec;
-    const auto address = asio::ip::make_address(lease->host, ec);
+    const auto address = asio::ip::make_address(lease.host, ec);
     if (!ec) {
       upstream.expires_after(options_.connect_timeout);
-      std::tie(ec) = co_await upstream.async_connect(asio::ip::tcp::endpoint(address, lease->port), kTuple);
+      std::tie(ec) = co_await upstream.async_connect(asio::ip::tcp::endpoint(address, lease.port), kTuple);
     }
     http::response<http::string_body> response;
     if (!ec && !relay.aborted) {
       http::request<http::string_body> request{http::verb::post, std::string(kEncodeApiPath), 11};
-      request.set(http::field::host, lease->host + ":" + std::to_string(lease->port));
+      request.set(http::field::host, lease.host + ":" + std::to_string(lease.port));
       request.set(http::field::content_type, "application/json");
       if (options_.worker_api_key) request.set(http::field::authorization, "Bearer " + *options_.worker_api_key);
       request.keep_alive(false);
       request.body() = body;
       request.prepare_payload();
-      // The encoder answers once the images are through: within the request's own timeout.
-      upstream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(options_.request_timeout_s)));
+      // The encoder answers once the images are through: within what is left of the request's time.
+      upstream.expires_at(deadline);
       std::tie(ec, std::ignore) = co_await http::async_write(upstream, request, kTuple);
       if (!ec && !relay.aborted) {
         beast::flat_buffer buffer;
         http::response_parser<http::string_body> parser;
-        parser.body_limit(boost::none);
+        // The rows as float32 in base64 (4 x 4 / 3 bytes a value), and room for the JSON around them.
+        const int64_t values = int64_t{1 + options_.image_format->deepstack_layers} * tokens * options_.row_width;
+        parser.body_limit(static_cast<uint64_t>(values * 6 + (int64_t{1} << 20)));
         std::tie(ec, std::ignore) = co_await http::async_read(upstream, buffer, parser, kTuple);
         response = parser.release();
       }
     }
     relay.upstream.reset();
-    encoders_->release(*lease);
     if (relay.aborted) co_return false;
     const int status = static_cast<int>(response.result_int());
     const auto json = nlohmann::json::parse(response.body(), nullptr, false);
@@ -412,7 +442,7 @@ asio::awaitable<bool> WorkerPool::encode_images(Relay& relay) {
     }
     Result<std::vector<ImageInput>> encoded =
         ec              ? Result<std::vector<ImageInput>>(Error{"cannot be reached: " + ec.message()})
-        : status != 200 ? Result<std::vector<ImageInput>>(Error{"refused the images: " + said})
+        : status != 200 ? Result<std::vector<ImageInput>>(Error{"did not encode the images: " + said})
                         : encode_response_from_json(json, images.size());
     for (size_t i = 0; encoded.ok() && i < images.size(); ++i) {
       const ImageGrid& want = images[i].grid;
@@ -424,6 +454,7 @@ asio::awaitable<bool> WorkerPool::encode_images(Relay& relay) {
       }
     }
     if (encoded.ok()) {
+      relay.image_files = images;
       for (size_t i = 0; i < images.size(); ++i) {
         (*encoded)[i].first_token = images[i].first_token;
         images[i] = std::move((*encoded)[i]);
@@ -432,7 +463,9 @@ asio::awaitable<bool> WorkerPool::encode_images(Relay& relay) {
       co_return true;
     }
     failure = where + " " + encoded.error().message;
-    if (status != 429) encoders_->mark_failed(lease->id);
+    // Gone or going away: no new images go there until it heartbeats again. Busy (429), or this
+    // request's own trouble: only this request goes elsewhere.
+    if (ec || status == 503) encoders_->mark_failed(lease.id);
   }
   if (relay.aborted) co_return false;
   encoders_->count_fallback();
@@ -460,18 +493,19 @@ Admission WorkerPool::submit(Submission submission) {
   }
   relay->transfer_id = transfer_id_prefix_ + std::to_string(relay->id);
   auto run = [this, relay]() -> asio::awaitable<void> {
+    // One deadline for the encoder and the policy's hold.
+    const auto give_up_at =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(options_.request_timeout_s));
     const bool encode = encoders_ != nullptr && options_.image_format != nullptr && !relay->submission.images.empty() &&
                         encoders_->num_live() > 0;
-    if (encode && !co_await encode_images(*relay)) {
+    if (encode && !co_await encode_images(*relay, give_up_at)) {
       std::lock_guard lock(mutex_);
       open_.erase(relay->id);
       co_return;
     }
     std::vector<std::string> tried;
     std::string last_failure;
-    const auto give_up_at =
-        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                               std::chrono::duration<double>(options_.request_timeout_s));
     while (!relay->aborted) {
       WorkerSelector::Selection selection = selector_.acquire(relay->routed, tried);
       asio::steady_timer wait(co_await asio::this_coro::executor);
@@ -499,8 +533,7 @@ Admission WorkerPool::submit(Submission submission) {
       const WorkerLease lease = selection.lease;
       Handover handover;
       std::optional<WorkerLease> decode;
-      const std::string* body = &relay->body;
-      std::string prefill_body;
+      std::string body = body_for(*relay, relay->submission, lease, &relay->body);
       Stage stage = Stage::kWhole;
       if (lease.role == "prefill") {
         decode = selector_.acquire_decode(relay->routed);
@@ -511,17 +544,17 @@ Admission WorkerPool::submit(Submission submission) {
           break;
         }
         stage = Stage::kPrefill;
-        prefill_body = prefill_request_body(*relay, *decode);
-        body = &prefill_body;
+        body = prefill_request_body(*relay, lease, *decode);
       }
-      AttemptResult result = co_await attempt(*relay, lease, options_, *body, stage, handover);
+      AttemptResult result = co_await attempt(*relay, lease, options_, body, stage, handover);
       // Marked before its load is released: a release offers held requests again, and another
       // connection's request may be choosing right now; neither may pick a worker that just failed.
       if (result.mark_failed) selector_.mark_failed(lease.id);
       selector_.release(lease);
       std::string attempted = lease.id;
       if (decode && handover.runs_whole && !relay->aborted) {
-        result = co_await attempt(*relay, *decode, options_, relay->body, Stage::kWhole, handover);
+        result = co_await attempt(*relay, *decode, options_, body_for(*relay, relay->submission, *decode, &relay->body),
+                                  Stage::kWhole, handover);
         if (result.mark_failed) selector_.mark_failed(decode->id);
         selector_.release(*decode);
         attempted = decode->id;

@@ -49,6 +49,7 @@ struct WorkerPoolOptions {
   // The model's image format (the router's config.json), which says how many rows an image becomes:
   // what an image encoder is weighed by. Null: the model takes no images.
   const ImageInputFormat* image_format = nullptr;
+  int64_t row_width = 0;  // the text model's hidden size: an encoder's rows are that wide
 };
 
 class WorkerPool : public GenerationBackend {
@@ -71,7 +72,7 @@ class WorkerPool : public GenerationBackend {
 
  private:
   // A disaggregated request's body for its prefill worker: where its KV goes.
-  std::string prefill_request_body(Relay& relay, const WorkerLease& decode) const;
+  std::string prefill_request_body(Relay& relay, const WorkerLease& prefill, const WorkerLease& decode) const;
   // Its decode stage, once the prefill worker is done with the KV (handed over, or lost): relays
   // the decode worker's events and releases its lease. When the KV did not reach `decode`, or
   // `decode` fails before its first event, another decode worker continues (store mode: loading
@@ -79,9 +80,9 @@ class WorkerPool : public GenerationBackend {
   // events, or with none left, the request ends with a 502 event.
   boost::asio::awaitable<void> run_decode(Relay& relay, WorkerLease decode, Handover& handover);
 
-  // The request's images through an image encoder (encoders_ set, images given): false when the
-  // request ended on the way (aborted, or a 400 event for an image the encoder refused).
-  boost::asio::awaitable<bool> encode_images(Relay& relay);
+  // The request's images through an image encoder (encoders_ set, images given) by deadline: false
+  // when the request ended on the way (aborted, or a 400 event for an image the encoder refused).
+  boost::asio::awaitable<bool> encode_images(Relay& relay, std::chrono::steady_clock::time_point deadline);
 
   WorkerSelector& selector_;
   EncoderSelector* encoders_;

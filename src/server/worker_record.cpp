@@ -24,6 +24,7 @@ Json worker_record_to_json(const WorkerRecord& r) {
               {"kv_tokens_used", l.kv_tokens_used},
               {"kv_tokens_free", l.kv_tokens_free},
               {"cached_tokens", l.cached_tokens}}}};
+  if (r.max_body_bytes > 0) json["max_body_bytes"] = r.max_body_bytes;
   if (!r.dp_group.empty()) {
     json["dp_group"] = r.dp_group;
     json["dp_rank"] = r.dp_rank;
@@ -42,6 +43,7 @@ Result<WorkerRecord> worker_record_from_json(const Json& json) {
     r.block_size = json.at("block_size").get<int32_t>();
     r.max_model_len = json.at("max_model_len").get<int32_t>();
     if (auto it = json.find("kv_port"); it != json.end()) r.kv_port = it->get<uint16_t>();
+    if (auto it = json.find("max_body_bytes"); it != json.end()) r.max_body_bytes = it->get<int64_t>();
     if (auto it = json.find("dp_group"); it != json.end()) {
       r.dp_group = it->get<std::string>();
       r.dp_rank = json.at("dp_rank").get<int32_t>();

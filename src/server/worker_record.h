@@ -37,6 +37,8 @@ struct WorkerRecord {
   // the rank. Empty for a single engine, and for a role "both" group, which registers its front.
   std::string dp_group;
   int32_t dp_rank = 0;
+  // The body its token-level API takes (serve --max-internal-body-bytes); 0: not said.
+  int64_t max_body_bytes = 0;
   int64_t heartbeat = 0;  // counts up with every heartbeat: a newer one proves the worker alive
   WorkerLoadReport load;
 };

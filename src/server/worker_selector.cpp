@@ -206,6 +206,7 @@ WorkerLease WorkerSelector::lease_on_locked(Worker& chosen, const RoutedRequest&
   lease.port = chosen.record.port;
   lease.role = chosen.record.role;
   lease.kv_port = chosen.record.kv_port;
+  lease.max_body_bytes = chosen.record.max_body_bytes;
   lease.tokens = request.tokens;
   lease.prompt_tokens = request.prompt_tokens;
   // A decode worker continuing a prefill computes no prompt (store mode: only what the store lacks).

@@ -56,6 +56,7 @@ struct WorkerLease {
   uint16_t port = 0;
   std::string role;      // "both", "prefill" (then a decode lease goes with it) or "decode"
   uint16_t kv_port = 0;  // a decode worker's KV receiver
+  int64_t max_body_bytes = 0;  // WorkerRecord::max_body_bytes
   int64_t tokens = 0;
   int64_t prompt_tokens = 0;
   double prefill_ms = 0;

@@ -65,6 +65,7 @@ Result<RopeConfig> parse_rope_object(const JsonFields& own, const JsonFields& sh
   DI_ASSIGN(original_max, shared.optional_positive_int("original_max_position_embeddings"));
   rope.original_max_position_embeddings = original_max.value_or(0);
   DI_ASSIGN(rope.mrope_section, own.non_negative_int_or_list("mrope_section"));
+  DI_ASSIGN(rope.mrope_interleaved, own.boolean("mrope_interleaved", false));
 
   if (rope.type != RopeType::kDefault && !own.has("factor")) return own.missing("factor");
   DI_ASSIGN(rope.factor, own.positive_number("factor", 1.0));
@@ -229,19 +230,38 @@ Result<std::optional<DType>> parse_dtype(const JsonFields& fields) {
   return dtype;
 }
 
-// A Qwen2.5-VL vision_config.
+// A Qwen2.5-VL or Qwen3-VL vision_config.
 Result<std::optional<Qwen2VlVisionConfig>> parse_qwen2_vl_vision(const json& raw, const JsonFields& top,
                                                                  const std::string& source_name) {
   const auto it = raw.find("vision_config");
   if (it == raw.end() || !it->is_object()) return std::optional<Qwen2VlVisionConfig>();
-  // transformers 5 names it qwen2_5_vl_vision; published checkpoints qwen2_5_vl, or nothing.
+  // transformers 5 names Qwen2.5-VL's qwen2_5_vl_vision; published checkpoints qwen2_5_vl, or
+  // nothing. Qwen3-VL's is qwen3_vl.
   const std::string model_type = it->value("model_type", std::string());
-  if (model_type != "qwen2_5_vl_vision" && model_type != "qwen2_5_vl" &&
-      !(model_type.empty() && raw.value("model_type", std::string()) == "qwen2_5_vl")) {
+  const std::string top_type = raw.value("model_type", std::string());
+  const bool qwen3 = model_type == "qwen3_vl" || (model_type.empty() && top_type == "qwen3_vl");
+  if (!qwen3 && model_type != "qwen2_5_vl_vision" && model_type != "qwen2_5_vl" &&
+      !(model_type.empty() && top_type == "qwen2_5_vl")) {
     return std::optional<Qwen2VlVisionConfig>();
   }
   const JsonFields fields(source_name, *it, "vision_config.");
   Qwen2VlVisionConfig vision;
+  if (qwen3) {  // Qwen3VLVisionConfig's and the Qwen3-VL processor's defaults
+    vision.qwen3 = true;
+    vision.depth = 27;
+    vision.hidden_size = 1152;
+    vision.intermediate_size = 4304;
+    vision.patch_size = 16;
+    vision.out_hidden_size = 3584;
+    vision.hidden_act = "gelu_pytorch_tanh";
+    vision.num_position_embeddings = 2304;
+    vision.deepstack_visual_indexes = {8, 16, 24};
+    vision.fullatt_block_indexes.clear();
+    vision.min_pixels = 65536;
+    vision.max_pixels = 16777216;
+    vision.image_mean = {0.5, 0.5, 0.5};
+    vision.image_std = {0.5, 0.5, 0.5};
+  }
   const std::pair<const char*, int64_t*> sizes[] = {{"depth", &vision.depth},
                                                     {"hidden_size", &vision.hidden_size},
                                                     {"intermediate_size", &vision.intermediate_size},
@@ -252,7 +272,8 @@ Result<std::optional<Qwen2VlVisionConfig>> parse_qwen2_vl_vision(const json& raw
                                                     {"temporal_patch_size", &vision.temporal_patch_size},
                                                     {"spatial_merge_size", &vision.spatial_merge_size},
                                                     {"window_size", &vision.window_size},
-                                                    {"out_hidden_size", &vision.out_hidden_size}};
+                                                    {"out_hidden_size", &vision.out_hidden_size},
+                                                    {"num_position_embeddings", &vision.num_position_embeddings}};
   for (const auto& [key, target] : sizes) {
     std::optional<int64_t> value;
     DI_ASSIGN(value, fields.optional_positive_int(key));
@@ -260,6 +281,9 @@ Result<std::optional<Qwen2VlVisionConfig>> parse_qwen2_vl_vision(const json& raw
   }
   if (fields.has("fullatt_block_indexes")) {
     DI_ASSIGN(vision.fullatt_block_indexes, fields.non_negative_int_or_list("fullatt_block_indexes"));
+  }
+  if (fields.has("deepstack_visual_indexes")) {
+    DI_ASSIGN(vision.deepstack_visual_indexes, fields.non_negative_int_or_list("deepstack_visual_indexes"));
   }
   std::optional<std::string> activation;
   DI_ASSIGN(activation, fields.optional_string("hidden_act"));
@@ -418,9 +442,9 @@ Result<void> merge_generation_config(const std::string& dir, ModelConfig& config
   return {};
 }
 
-// A Qwen2.5-VL directory's preprocessor_config.json bounds the resized pixel count (min_pixels /
-// max_pixels, or size.shortest_edge / longest_edge as transformers 5 writes them); absent: the
-// processor's defaults.
+// A Qwen2.5-VL or Qwen3-VL directory's preprocessor_config.json bounds the resized pixel count
+// (min_pixels / max_pixels, or size.shortest_edge / longest_edge as transformers 5 writes them) and
+// gives the normalisation (image_mean, image_std); absent: the processor's defaults.
 Result<void> merge_preprocessor_config(const std::string& dir, ModelConfig& config) {
   if (!config.qwen2_vl_vision) return {};
   const std::string path = (std::filesystem::path(dir) / "preprocessor_config.json").string();
@@ -441,6 +465,19 @@ Result<void> merge_preprocessor_config(const std::string& dir, ModelConfig& conf
     if (value) *target = *value;
   }
   if (vision.min_pixels > vision.max_pixels) return Error{path + ": min_pixels is over max_pixels"};
+  for (const auto& [key, target] :
+       {std::pair{"image_mean", &vision.image_mean}, std::pair{"image_std", &vision.image_std}}) {
+    const auto values = parsed.find(key);
+    if (values == parsed.end()) continue;
+    const bool three_numbers = values->is_array() && values->size() == 3 &&
+                               std::all_of(values->begin(), values->end(), [](const json& v) { return v.is_number(); });
+    if (!three_numbers) return Error{path + ": " + key + " must be 3 numbers (red, green, blue)"};
+    *target = values->get<std::vector<double>>();
+    if (std::string_view(key) == "image_std" &&
+        std::any_of(target->begin(), target->end(), [](double v) { return v <= 0; })) {
+      return Error{path + ": image_std must be positive"};
+    }
+  }
   return {};
 }
 

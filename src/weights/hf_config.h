@@ -36,6 +36,10 @@ struct RopeConfig {
   // M-RoPE (Qwen2-VL): the rotary frequencies in consecutive sections taking the temporal, height
   // and width positions; empty: one position for all.
   std::vector<int64_t> mrope_section;
+  // Qwen3-VL: the sections interleaved (frequency i takes the height position when i % 3 == 1 and
+  // i < 3 x its section, the width position when i % 3 == 2 and i < 3 x its section, else the
+  // temporal one) instead of consecutive.
+  bool mrope_interleaved = false;
 
   bool operator==(const RopeConfig&) const = default;
 };
@@ -100,10 +104,15 @@ struct VisionConfig {
   int64_t num_patches() const { return patches_per_side() * patches_per_side(); }
 };
 
-// vision_config of a Qwen2.5-VL checkpoint (model_type qwen2_5_vl), transformers' defaults where a
-// field is absent, and the top-level image token ids. As for VisionConfig, only types are checked
-// here; the tower checks its shape when it loads.
+// vision_config of a Qwen2.5-VL (model_type qwen2_5_vl) or Qwen3-VL (qwen3_vl) checkpoint,
+// transformers' defaults where a field is absent, and the top-level image token ids. As for
+// VisionConfig, only types are checked here; the tower checks its shape when it loads.
 struct Qwen2VlVisionConfig {
+  // Qwen3-VL's tower: LayerNorm blocks with a GELU MLP, learned position embeddings interpolated to
+  // the grid, no windows, and DeepStack mergers.
+  bool qwen3 = false;
+  int64_t num_position_embeddings = 0;                 // Qwen3-VL: a square grid of learned positions
+  std::vector<int64_t> deepstack_visual_indexes = {};  // Qwen3-VL: the blocks DeepStack reads
   int64_t depth = 32;
   int64_t hidden_size = 3584;  // the tower's width (published checkpoints: 1280)
   int64_t intermediate_size = 3420;
@@ -121,6 +130,8 @@ struct Qwen2VlVisionConfig {
   // directory's preprocessor_config.json when ModelConfig::load finds one).
   int64_t min_pixels = 56 * 56;
   int64_t max_pixels = 28 * 28 * 1280;
+  std::vector<double> image_mean = {0.48145466, 0.4578275, 0.40821073};  // OpenAI CLIP's (Qwen3-VL: 0.5)
+  std::vector<double> image_std = {0.26862954, 0.26130258, 0.27577711};
   std::optional<int64_t> image_token_id;
   std::optional<int64_t> vision_start_token_id;
   std::optional<int64_t> vision_end_token_id;

@@ -36,12 +36,13 @@ inline double relative_error(const std::vector<float>& got, const std::vector<fl
 }
 
 // The logits of tokens run through lm in chunks [cuts[c], cuts[c + 1]) over one contiguous cache,
-// the image's rows at [image_begin, image_end) in place of those tokens' embeddings; extend adds
-// what the model's images need to each chunk's batch (lookahead, M-RoPE positions).
+// the image's rows at [image_begin, image_end) in place of those tokens' embeddings (num_sets > 1:
+// rows holds that many sets of them, the others DeepStack's); extend adds what the model's images
+// need to each chunk's batch (lookahead, M-RoPE positions).
 inline std::vector<float> logits_with_image_rows(
     CausalLM& lm, const std::vector<int32_t>& tokens, const std::vector<float>& rows, int32_t image_begin,
     int32_t image_end, const std::vector<int32_t>& cuts,
-    const std::function<void(ForwardBatch& batch, int32_t begin, int32_t end)>& extend) {
+    const std::function<void(ForwardBatch& batch, int32_t begin, int32_t end)>& extend, int32_t num_sets = 1) {
   constexpr int32_t kBlockSize = 16;
   const auto count = static_cast<int32_t>(tokens.size());
   const int32_t num_blocks = (count + kBlockSize - 1) / kBlockSize;
@@ -55,8 +56,8 @@ inline std::vector<float> logits_with_image_rows(
     const int32_t first = std::max(image_begin, cuts[c]);
     const int32_t end = std::min(image_end, cuts[c + 1]);
     if (first < end) {
-      batch.embedding_rows.push_back(
-          {first - cuts[c], end - first, rows.data() + (first - image_begin) * hidden, nullptr});
+      batch.embedding_rows.push_back({first - cuts[c], end - first, rows.data() + (first - image_begin) * hidden,
+                                      nullptr, num_sets, (image_end - image_begin) * hidden});
     }
     extend(batch, cuts[c], cuts[c + 1]);
     lm.forward(batch, logits.data() + static_cast<size_t>(cuts[c]) * static_cast<size_t>(vocab));

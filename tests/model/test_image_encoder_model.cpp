@@ -35,7 +35,7 @@ TEST_P(ImageEncoderModelTest, AloneGivesTransformersRowsAsTheWholeModelDoes) {
   EXPECT_EQ(format.image_token_id, (*whole)->image_input()->image_token_id);
   const std::vector<float> pixels = testing::read_float_file(dir + "/pixel_values.f32");
   ASSERT_EQ(static_cast<int64_t>(pixels.size()), format.pixel_count(fixture.grid));
-  const auto size = static_cast<size_t>(format.tokens_for(fixture.grid) * alone->row_width());
+  const auto size = static_cast<size_t>(format.encoded_values(fixture.grid, alone->row_width()));
   std::vector<float> rows(size);
   std::vector<float> whole_rows(size);
   alone->encoder->encode(pixels.data(), fixture.grid, rows.data());

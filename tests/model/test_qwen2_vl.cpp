@@ -17,7 +17,7 @@ class Qwen2Vl : public ::testing::TestWithParam<std::string> {};
 TEST_P(Qwen2Vl, EncoderAndImagePromptMatchTransformers) {
   auto backend = make_backend(GetParam());
   ASSERT_TRUE(backend.ok()) << backend.error().message;
-  testing::expect_qwen2_vl_matches_transformers(**backend, 5e-6);
+  testing::expect_qwen_vl_matches_transformers(**backend, 5e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(HostBackends, Qwen2Vl, ::testing::Values("cpu", "ref"));

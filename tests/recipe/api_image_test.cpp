@@ -322,6 +322,67 @@ TEST(ApiImages, Qwen2VlPlacesImagesAsItsTemplateAndProcessorDo) {
   }
 }
 
+// Qwen3-VL: its own template (no default system turn, tools in the system turn) and its processor
+// (16-pixel patches, mean = std = 0.5, Qwen3-VL's pixel bounds): the 37 x 53 PNG resized to
+// 224 x 320, 14 x 20 patches merged into 70 tokens, between <|vision_start|> and <|vision_end|>.
+TEST(ApiImages, Qwen3VlPlacesImagesAsItsTemplateAndProcessorDo) {
+  static const ImageInputFormat format = [] {
+    ImageInputFormat f = *qwen2_5_vl_with_images().image_input;
+    f.patch_size = 16;
+    f.min_pixels = 65536;
+    f.max_pixels = 16777216;
+    f.image_mean = f.image_std = {0.5f, 0.5f, 0.5f};
+    return f;
+  }();
+  ModelContext model = qwen2_5_vl_with_images();
+  model.family = ChatFamily::kQwen3Vl;
+  model.image_input = &format;
+  Qwen2VlProcessorConfig processor;
+  processor.patch_size = 16;
+  processor.min_pixels = format.min_pixels;
+  processor.max_pixels = format.max_pixels;
+  processor.image_mean = processor.image_std = {0.5f, 0.5f, 0.5f};
+  const RgbImage decoded = try_decode_image(image_bytes("rgb_37x53.png"), {}).value();
+  const Qwen2VlPixels pixels = try_preprocess_qwen2_vl(decoded, processor).value();
+  ASSERT_EQ(pixels.grid_thw, (std::array<int64_t, 3>{1, 20, 14}));
+  const Json image_url = {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + png_base64()}}}};
+  const Json tool = {
+      {"type", "function"},
+      {"function", {{"name", "zoom"}, {"parameters", {{"type", "object"}, {"properties", Json::object()}}}}}};
+  const Json chat = {
+      {"model", "tiny"},
+      {"tools", {tool}},
+      {"messages",
+       {{{"role", "system"}, {"content", "Be brief."}},
+        {{"role", "user"},
+         {"content",
+          {{{"type", "text"}, {"text", "Compare "}}, image_url, {{"type", "text"}, {"text", " with "}}, image_url}}}}}};
+  const Json oracle_messages = {{{"role", "system"}, {"content", "Be brief."}},
+                                {{"role", "user"},
+                                 {"content",
+                                  {{{"type", "text"}, {"text", "Compare "}},
+                                   {{"type", "image"}},
+                                   {{"type", "text"}, {"text", " with "}},
+                                   {{"type", "image"}}}}}};
+  for (const Json& kwargs : {Json::object(), Json{{"add_vision_id", true}}}) {
+    Json body = chat;
+    if (!kwargs.empty()) body["chat_template_kwargs"] = kwargs;
+    auto parsed = parse_api_request(ApiKind::kChatCompletions, body, model);
+    if (auto* e = std::get_if<ApiError>(&parsed)) FAIL() << e->message;
+    const ApiRequest& request = std::get<ApiRequest>(parsed);
+    const auto oracle =
+        run_jinja_oracle({OracleCase{"qwen3_vl", oracle_messages, Json::array({tool}), true, kwargs, true, 70}});
+    ASSERT_EQ(oracle.size(), 1u);
+    ASSERT_TRUE(oracle[0].ok) << oracle[0].error;
+    EXPECT_EQ(request.prompt_token_ids, oracle[0].ids);
+    ASSERT_EQ(request.images.size(), 2u);
+    for (const ImageInput& image : request.images) {
+      EXPECT_EQ(image.pixels, pixels.pixel_values);
+      EXPECT_EQ(image.grid, (ImageGrid{1, 20, 14}));
+    }
+  }
+}
+
 // What the server fetches with --allow-image-urls: each image URL's part and JSON pointer (any
 // case of the scheme), where a data: URL then stands in for it; none for Completions.
 TEST(ApiImages, RemoteUrlsAreListedForTheServerToFetch) {

@@ -56,6 +56,7 @@ TEST(DetectChatFamily, OfficialTemplatesInEitherPlace) {
       {"deepseek_r1.jinja", ChatFamily::kDeepSeekR1}, {"deepseek_v3_1.jinja", ChatFamily::kDeepSeekV31},
       {"llama3_1.jinja", ChatFamily::kLlama31},       {"llama3_2.jinja", ChatFamily::kLlama32},
       {"gpt_oss.jinja", ChatFamily::kGptOss},         {"qwen2_vl.jinja", ChatFamily::kQwen2Vl},
+      {"qwen3_vl.jinja", ChatFamily::kQwen3Vl},
   };
   for (const auto& [file, family] : cases) {
     auto in_config = detect_chat_family(make_model_dir(file, {{"tokenizer_config.json", config_with_template(file)}}));

@@ -55,7 +55,7 @@ TEST_P(ChatTemplateOracleTest, MatchesJinjaTemplateByteForByte) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ChatTemplateOracleTest,
                          ::testing::Values("deepseek_v3", "deepseek_r1", "deepseek_v3_1", "qwen3", "llama3", "llama3_1",
-                                           "llama3_2", "gpt_oss", "gemma3", "qwen2_vl"));
+                                           "llama3_2", "gpt_oss", "gemma3", "qwen2_vl", "qwen3_vl"));
 
 }  // namespace
 }  // namespace deepinfer::test

@@ -17,7 +17,8 @@ std::string tokenizer_package(const std::string& family) {
   if (family.starts_with("deepseek")) return "deepseek_v3";
   if (family.starts_with("llama3")) return "llama3";
   if (family == "gpt_oss") return "gptoss";
-  if (family == "qwen2_vl") return "qwen3";  // Qwen3's vocabulary holds Qwen2.5-VL's special tokens
+  // Qwen3's vocabulary holds Qwen2.5-VL's and Qwen3-VL's special tokens.
+  if (family == "qwen2_vl" || family == "qwen3_vl") return "qwen3";
   return family;
 }
 
@@ -91,7 +92,7 @@ TEST_P(EncodePromptTest, IdsMatchHuggingFaceUnlessTextSpellsATokenLiteral) {
 
 INSTANTIATE_TEST_SUITE_P(Families, EncodePromptTest,
                          ::testing::Values("deepseek_v3", "deepseek_r1", "deepseek_v3_1", "qwen3", "llama3", "llama3_1",
-                                           "llama3_2", "gpt_oss", "gemma3", "qwen2_vl"));
+                                           "llama3_2", "gpt_oss", "gemma3", "qwen2_vl", "qwen3_vl"));
 
 }  // namespace
 }  // namespace deepinfer::test

@@ -104,7 +104,9 @@ std::vector<OracleResult> run_jinja_oracle(const std::vector<OracleCase>& cases)
 
 // The families whose templates loop over a list of content parts themselves; the others are
 // given the parts joined, as the renderers join them.
-bool reads_content_parts(const std::string& family) { return family == "gemma3" || family == "qwen2_vl"; }
+bool reads_content_parts(const std::string& family) {
+  return family == "gemma3" || family == "qwen2_vl" || family == "qwen3_vl";
+}
 
 const ConversationSetRun& conversation_set_run(const std::string& family, bool tokenize) {
   static std::map<std::pair<std::string, bool>, ConversationSetRun> runs;

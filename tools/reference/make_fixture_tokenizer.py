@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Writes a tokenizer for the gemma3_vision or qwen2_5_vl fixture (vocab 397), so `deepinfer serve`
+"""Writes a tokenizer for the gemma3_vision, qwen2_5_vl or qwen3_vl fixture (vocab 397), so `deepinfer serve`
 can run the fixture behind the chat APIs: a byte-level BPE without merges over the 256 bytes, the
 family's control tokens at the ids the fixture's config names (Gemma 3: <start_of_image> 394,
-<end_of_image> 395, <image_soft_token> 396; Qwen2.5-VL: <|vision_start|> 394, <|vision_end|> 395,
-<|image_pad|> 396) and its turn markers, and unused added tokens in between. Standard library only;
+<end_of_image> 395, <image_soft_token> 396; Qwen2.5-VL and Qwen3-VL: <|vision_start|> 394,
+<|vision_end|> 395, <|image_pad|> 396) and its turn markers, and unused added tokens in between. Standard library only;
 the tests check it against Hugging Face tokenizers (tests/node).
 
 Usage: python3 tools/reference/make_fixture_tokenizer.py tests/data/gemma3_vision
        python3 tools/reference/make_fixture_tokenizer.py tests/data/qwen2_5_vl
+       python3 tools/reference/make_fixture_tokenizer.py tests/data/qwen3_vl
 """
 import json
 import os
@@ -20,11 +21,13 @@ CONTROL = {
     "qwen2_5_vl": {0: "<|endoftext|>", 390: "<|im_start|>", 391: "<|im_end|>", 393: "<|video_pad|>",
                    394: "<|vision_start|>", 395: "<|vision_end|>", 396: "<|image_pad|>"},
 }
+CONTROL["qwen3_vl"] = CONTROL["qwen2_5_vl"]
 SPECIAL = {
     "gemma3_vision": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
                       "add_bos_token": False},
     "qwen2_5_vl": {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
 }
+SPECIAL["qwen3_vl"] = SPECIAL["qwen2_5_vl"]
 FIRST_BYTE_ID = 4
 
 

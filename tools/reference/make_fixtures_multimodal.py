@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 # Builds the image-input fixtures under tests/data/ (gemma3_vision: Gemma3ForConditionalGeneration
 # with a SigLIP tower; qwen2_5_vl: Qwen2_5_VLForConditionalGeneration with its windowed vision
-# transformer and M-RoPE): tiny random transformers models, one synthetic image each, and what
+# transformer and M-RoPE; qwen3_vl: Qwen3VLForConditionalGeneration with its interpolated position
+# embeddings, DeepStack features and interleaved M-RoPE): tiny random transformers models, one synthetic image each, and what
 # transformers computes for them, stage by stage, so an engine can be checked one stage at a time:
 #   pixel_values.f32    the image processor's output for image.png (float32, row-major)
 #   vision_hidden.f32   the vision tower's last hidden state (before the projector / merger)
 #   image_features.f32  the rows that replace the image tokens in the language model's input
+#   deepstack_features.f32  qwen3_vl: the rows added to the first decoder layers' outputs
 #   expected.json       make_fixtures.py's format over a sequence holding the image's tokens
 #   image.json          shapes, token ids, where the image sits, and what each mechanism moves
 # Needs torch + transformers + Pillow; see README.md.
+import inspect
 import json
 import os
 import sys
@@ -80,7 +83,7 @@ def reinit(model, seed):
         for name, param in model.named_parameters():
             if id(param) in done:
                 continue
-            if "position_embedding" in name:
+            if "position_embedding" in name or "pos_embed" in name:
                 scale = 0.5
             elif "mm_input_projection" in name:
                 scale = 0.2
@@ -291,10 +294,121 @@ def qwen2_5_vl(out, seed):
     return name, outdir, info
 
 
+def image_features_of(model, pixel_values, grid):
+    """The vision side's rows (and Qwen3-VL's DeepStack rows) whatever this transformers returns."""
+    with torch.no_grad():
+        out = model.model.get_image_features(pixel_values, grid)
+    deepstack = None
+    if isinstance(out, tuple):
+        out, deepstack = out[0], out[1]
+    elif not torch.is_tensor(out):
+        deepstack = getattr(out, "deepstack_features", None)
+        out = out.pooler_output if getattr(out, "pooler_output", None) is not None else out[0]
+    if isinstance(out, (list, tuple)):
+        out = torch.cat(list(out))
+    return out, deepstack
+
+
+def qwen3_vl(out, seed):
+    """A 96 x 64 image: 6 x 4 patches of 16 (temporal patch 2), merged 2 x 2 into 6 tokens; position
+    embeddings of a 4 x 4 grid interpolated to it; DeepStack features from vision blocks 0 and 2
+    added after text layers 0 and 1; interleaved M-RoPE sections [2, 3, 3]; q/k norms."""
+    name = "qwen3_vl"
+    text = dict(mf.COMMON)
+    text.update(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                              "mrope_section": [2, 3, 3], "mrope_interleaved": True})
+    vision = dict(depth=3, hidden_size=32, intermediate_size=37, num_heads=2, in_channels=3, patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, hidden_act="gelu_pytorch_tanh",
+                  num_position_embeddings=16, deepstack_visual_indexes=[0, 2])
+    config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE,
+                                        vision_start_token_id=BOI, vision_end_token_id=EOI, video_token_id=393,
+                                        tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = transformers.Qwen3VLForConditionalGeneration._from_config(config, attn_implementation="eager")
+    reinit(model, seed)
+    model.eval()
+    outdir = os.path.join(out, name)
+    mf.save_fixture(model, outdir, name)
+    loaded = transformers.Qwen3VLForConditionalGeneration.from_pretrained(outdir, attn_implementation="eager",
+                                                                          dtype=torch.float32).eval()
+
+    image = synthetic_image(96, 64, seed)
+    image.save(os.path.join(outdir, "image.png"))
+    bounds = {"shortest_edge": 64 * 64, "longest_edge": 32 * 32 * 64}
+    processor = transformers.Qwen2VLImageProcessor(patch_size=16, merge_size=2, temporal_patch_size=2,
+                                                   image_mean=[0.5] * 3, image_std=[0.5] * 3, size=bounds)
+    processor.save_pretrained(outdir)  # preprocessor_config.json: the engine reads its bounds, mean and std
+    processed = processor(images=[image], return_tensors="pt")
+    pixel_values = processed["pixel_values"].to(torch.float32)
+    grid = processed["image_grid_thw"]
+    info = {"pixel_values_shape": write_f32(os.path.join(outdir, "pixel_values.f32"), pixel_values),
+            "image_grid_thw": [int(v) for v in grid[0]],
+            "processor": {"size": bounds, "mean": [0.5] * 3, "std": [0.5] * 3, "patch_size": 16,
+                          "made_by": f"transformers {type(processor).__name__}"}}
+    merged = int(grid[0].prod()) // 4
+    features, deepstack = image_features_of(loaded, pixel_values, grid)
+    info["image_features_shape"] = write_f32(os.path.join(outdir, "image_features.f32"), features.reshape(merged, 64))
+    assert deepstack is not None and len(deepstack) == 2, f"DeepStack features: {type(deepstack)}"
+    info["deepstack_features_shape"] = write_f32(os.path.join(outdir, "deepstack_features.f32"),
+                                                 torch.stack([d.reshape(merged, 64) for d in deepstack]))
+
+    gen = torch.Generator().manual_seed(seed)
+    before = text_tokens(gen, 6)
+    image_run = [BOI] + [IMAGE] * merged + [EOI]
+    tokens = before + image_run + text_tokens(gen, mf.SCORE_LEN - len(before) - len(image_run))
+    image_span = [len(before) + 1, len(before) + 1 + merged]
+    takes_types = "mm_token_type_ids" in inspect.signature(loaded.model.get_rope_index).parameters
+
+    def inputs(length, with_types=True):
+        extra = {"pixel_values": pixel_values, "image_grid_thw": grid}
+        if takes_types:
+            types = torch.zeros(1, length, dtype=torch.long)
+            types[0, image_span[0]:image_span[1]] = 1
+            extra["mm_token_type_ids"] = types
+        return extra
+
+    def logits_of(ids, with_types=True):
+        with torch.no_grad():
+            return loaded(input_ids=torch.tensor([ids]), use_cache=False, **inputs(len(ids))).logits[0].float()
+
+    logits = logits_of(tokens)
+    rope_inputs = {k: v for k, v in inputs(len(tokens)).items() if k != "pixel_values"}
+    with torch.no_grad():
+        position_ids, delta = loaded.model.get_rope_index(
+            input_ids=torch.tensor([tokens]), attention_mask=torch.ones(1, len(tokens), dtype=torch.long),
+            **rope_inputs)
+    info["position_ids"] = [[int(v) for v in row[0]] for row in position_ids]
+    info["rope_deltas"] = int(delta.reshape(-1)[0])
+    assert info["rope_deltas"] != 0, "the image's positions are 1D: M-RoPE is not exercised"
+    with torch.no_grad():
+        blank_inputs = dict(inputs(len(tokens)), pixel_values=pixel_values * 0)
+        blank = loaded(input_ids=torch.tensor([tokens]), use_cache=False, **blank_inputs).logits[0].float()
+        # DeepStack's share: the same main rows without the rows added to the decoder layers.
+        saved = loaded.model.visual.deepstack_visual_indexes
+        loaded.model.visual.deepstack_visual_indexes = []
+        try:
+            no_deepstack = loaded(input_ids=torch.tensor([tokens]), use_cache=False,
+                                  **inputs(len(tokens))).logits[0].float()
+            deepstack_moves = float((logits - no_deepstack).abs().max())
+        except Exception as e:  # a transformers that zips the layers and features
+            print(f"{name}: logits without DeepStack unavailable ({type(e).__name__}: {e})")
+            deepstack_moves = None
+        loaded.model.visual.deepstack_visual_indexes = saved
+    prompt = tokens[:image_span[1] + 1]
+    greedy, cache_diff = greedy_section(loaded, prompt, inputs, logits_of)
+    mf.write_expected(os.path.join(outdir, "expected.json"),
+                      {"name": name, "architecture": "Qwen3VLForConditionalGeneration", "config_format": "new",
+                       "score": score_section(logits, tokens), "greedy": greedy})
+    info.update(image_token_id=IMAGE, vision_start_token_id=BOI, vision_end_token_id=EOI, image_tokens=[image_span],
+                blank_image_moves_logits_by=float((logits - blank).abs().max()),
+                deepstack_moves_logits_by=deepstack_moves, mm_token_type_ids=takes_types, cached_vs_full=cache_diff)
+    return name, outdir, info
+
+
 def main():
     args = mf.start("Write the image-input fixtures.")
     failed = False
-    for index, build in enumerate((gemma3_vision, qwen2_5_vl)):
+    for index, build in enumerate((gemma3_vision, qwen2_5_vl, qwen3_vl)):
         if args.only and build.__name__ not in args.only:
             continue
         try:

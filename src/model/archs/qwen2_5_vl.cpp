@@ -10,8 +10,8 @@
 
 namespace deepinfer::archs {
 
-Result<ImageInputFormat> qwen2_5_vl_image_format(const ModelConfig& config) {
-  DI_CHECK(config.qwen2_vl_vision.has_value(), "qwen2_5_vl_image_format needs a Qwen2.5-VL vision_config");
+Result<ImageInputFormat> qwen_vl_image_format(const ModelConfig& config) {
+  DI_CHECK(config.qwen2_vl_vision.has_value(), "qwen_vl_image_format needs a Qwen-VL vision_config");
   const Qwen2VlVisionConfig& vision = *config.qwen2_vl_vision;
   const auto token = [&](const std::optional<int64_t>& id, const char* field) -> Result<int32_t> {
     if (!id || *id >= config.vocab_size) {
@@ -29,13 +29,18 @@ Result<ImageInputFormat> qwen2_5_vl_image_format(const ModelConfig& config) {
   format.merge_size = static_cast<int32_t>(vision.spatial_merge_size);
   format.min_pixels = vision.min_pixels;
   format.max_pixels = vision.max_pixels;
+  for (size_t c = 0; c < 3; ++c) {
+    format.image_mean[c] = static_cast<float>(vision.image_mean[c]);
+    format.image_std[c] = static_cast<float>(vision.image_std[c]);
+  }
+  format.deepstack_layers = static_cast<int32_t>(vision.deepstack_visual_indexes.size());
   format.bidirectional = false;
   format.mrope = true;
   return format;
 }
 
 Result<std::shared_ptr<ImageEncoder>> build_qwen2_5_vl_image_encoder(const ModelSource& source) {
-  auto format = qwen2_5_vl_image_format(source.config);
+  auto format = qwen_vl_image_format(source.config);
   if (!format.ok()) return format.error();
   auto vision_weights = qwen2_vl_vision_weights(*source.weights);
   if (!vision_weights.ok()) return vision_weights.error();

@@ -8,7 +8,7 @@
 namespace deepinfer::archs {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, Builder>, 12> kRegistry = {{
+constexpr std::array<std::pair<std::string_view, Builder>, 13> kRegistry = {{
     {"LlamaForCausalLM", &build_llama},
     {"Qwen2ForCausalLM", &build_qwen2},
     {"Qwen3ForCausalLM", &build_qwen3},
@@ -21,6 +21,7 @@ constexpr std::array<std::pair<std::string_view, Builder>, 12> kRegistry = {{
     {"Gemma3ForCausalLM", &build_gemma3},
     {"Gemma3ForConditionalGeneration", &build_gemma3_multimodal},
     {"Qwen2_5_VLForConditionalGeneration", &build_qwen2_5_vl},
+    {"Qwen3VLForConditionalGeneration", &build_qwen3_vl},
 }};
 
 }  // namespace

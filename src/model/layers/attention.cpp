@@ -139,12 +139,9 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   layer.rotary_dim_ = rope.rotary_dim;
   layer.rope_attention_scaling_ = rope.attention_scaling;
   const int64_t hidden = config.hidden_size;
-  // M-RoPE rotates q and k before the front end, which needs them contiguous (no stacking) and
-  // must not normalise them afterwards (no qk-norm: that comes before the rope).
-  const bool mrope = !rope.mrope_section.empty();
-  if (mrope && options.qk_norm) {
-    return Error{prefix + ": M-RoPE (mrope_section) with q/k norms is not supported"};
-  }
+  // M-RoPE rotates q and k before the front end, which needs them contiguous (no stacking); with
+  // q/k norms it normalises them itself first, as the norms come before the rope.
+  const bool mrope = !rope.mrope_axis.empty();
   auto stacked =
       load_stacked_qkv(source, prefix, layer.q_dim(), layer.kv_dim(), hidden, options.qkv_bias, /*may_stack=*/!mrope);
   if (!stacked.ok()) return stacked.error();
@@ -198,15 +195,12 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
     layer.params_.sinks = layer.sinks_.as<float>();
   }
   layer.inv_freq_ = upload_vector(backend, rope.inv_freq);
-  size_t section_begin = 0;
-  for (size_t s = 0; s < rope.mrope_section.size(); ++s) {
-    const auto section_end = section_begin + static_cast<size_t>(rope.mrope_section[s]);
+  for (int8_t axis = 0; mrope && axis < 3; ++axis) {
     std::vector<float> masked(rope.inv_freq.size(), 0.0f);
-    std::copy(rope.inv_freq.begin() + static_cast<ptrdiff_t>(section_begin),
-              rope.inv_freq.begin() + static_cast<ptrdiff_t>(section_end),
-              masked.begin() + static_cast<ptrdiff_t>(section_begin));
-    layer.mrope_inv_freq_[s] = upload_vector(backend, masked);
-    section_begin = section_end;
+    for (size_t i = 0; i < masked.size(); ++i) {
+      if (rope.mrope_axis[i] == axis) masked[i] = rope.inv_freq[i];
+    }
+    layer.mrope_inv_freq_[axis] = upload_vector(backend, masked);
   }
   return layer;
 }
@@ -336,7 +330,13 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
   front.num_heads = params_.num_heads;
   front.num_kv_heads = params_.num_kv_heads;
   front.head_dim = params_.head_dim;
-  if (q_norm_) {
+  const bool mrope = batch.mrope_positions.data() != nullptr && mrope_inv_freq_[0].data() != nullptr;
+  if (q_norm_ && mrope) {
+    // Normalised here, before the height and width rotations below (the front end rotates after it
+    // normalises).
+    q_norm_->forward(backend, front.q, n * params_.num_heads, front.q);
+    k_norm_->forward(backend, front.k, n * params_.num_kv_heads, front.k);
+  } else if (q_norm_) {
     front.q_norm = q_norm_->weight;
     front.k_norm = k_norm_->weight;
     front.norm_weight_offset = q_norm_->weight_offset;
@@ -345,7 +345,7 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
   front.positions = batch.positions.as<int32_t>();
   front.rotary_dim = rotary_dim_;
   front.inv_freq = inv_freq_.as<float>();
-  if (batch.mrope_positions.data() != nullptr && mrope_inv_freq_[0].data() != nullptr) {
+  if (mrope) {
     // The height and width sections here, the temporal one in the front end.
     DI_CHECK(!qkv_, "M-RoPE needs q and k apart");
     const auto* rows = batch.mrope_positions.as<int32_t>();

@@ -34,6 +34,7 @@ struct DeviceBatch {
     int32_t first_token = 0;
     int32_t num_tokens = 0;
     const float* rows = nullptr;
+    int32_t num_sets = 1;  // set s at rows + s * num_tokens * hidden (ForwardBatch::EmbeddingRows)
   };
   std::vector<EmbeddingRows> embedding_rows;
   // The step's draws when they came with it (StepInputs), in the same buffer; null otherwise.
@@ -143,7 +144,7 @@ class AttentionLayer {
   int32_t rotary_dim_ = 0;
   float rope_attention_scaling_ = 1.0f;
   DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
-  // M-RoPE (RopeTable::mrope_section): inv_freq_ with every entry outside the temporal, height or
+  // M-RoPE (RopeTable::mrope_axis): inv_freq_ with every entry outside the temporal, height or
   // width section zeroed. A zero frequency leaves its pair as it is, so rotating by each in turn
   // with its own positions is M-RoPE, exactly.
   DeviceBuffer mrope_inv_freq_[3];

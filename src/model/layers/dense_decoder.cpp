@@ -563,10 +563,21 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
                             static_cast<size_t>(int64_t{image.num_tokens} * hidden) * sizeof(float));
   }
   const bool residual_stream = runs_residual_stream(num_tokens);
+  // DeepStack (Qwen3-VL): an image's set i + 1 of rows joins its tokens' hidden state after layer i,
+  // through the residual, or through the layer's output the next norm adds to it.
+  const auto add_deepstack_rows = [&](size_t i) {
+    for (const DeviceBatch::EmbeddingRows& image : batch.embedding_rows) {
+      if (static_cast<int32_t>(i) + 1 >= image.num_sets) continue;
+      float* target = (residual_stream ? residual : delta) + int64_t{image.first_token} * hidden;
+      const int64_t count = int64_t{image.num_tokens} * hidden;
+      backend_.add(target, image.rows + static_cast<int64_t>(i + 1) * count, count, target);
+    }
+  };
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     if (residual_stream) {
       enqueue_residual_layer(layer, batch);
+      add_deepstack_rows(i);
       if (after_layer != nullptr) (*after_layer)(static_cast<int32_t>(i));
       continue;
     }
@@ -586,6 +597,7 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
       layer.post_attention_norm.add_forward(backend_, residual, delta, num_tokens, normed);
       std::visit([&](const auto& f) { f.forward(backend_, normed, num_tokens, scratch, delta); }, layer.ffn);
     }
+    add_deepstack_rows(i);
     if (after_layer != nullptr) (*after_layer)(static_cast<int32_t>(i));
   }
   if (residual_stream) {

@@ -44,7 +44,8 @@ WindowOrder window_order(const ImageGrid& grid, int32_t merge, int32_t groups_pe
   return order;
 }
 
-// Splits a checkpoint's stacked [3 * width, ...] q|k|v tensor (rows) into three Linear parts.
+}  // namespace
+
 Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const std::string& prefix, int64_t width) {
   auto weight = read_tensor_f32(source, prefix + ".weight", {3 * width, width});
   if (!weight.ok()) return weight.error();
@@ -74,7 +75,59 @@ Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const st
   return parts;
 }
 
-}  // namespace
+Result<Linear> load_patch_embedding(const ModelSource& source, const std::string& prefix, const Qwen2VlVisionConfig& c,
+                                    bool bias) {
+  const int64_t hidden = c.hidden_size;
+  const int64_t patch_width = 3 * c.temporal_patch_size * c.patch_size * c.patch_size;
+  const std::string name = prefix + ".weight";
+  const std::vector<int64_t> shape = {hidden, 3, c.temporal_patch_size, c.patch_size, c.patch_size};
+  auto weight = read_tensor_f32(source, name, shape);
+  if (!weight.ok()) return weight.error();
+  auto stored = source.weights->get(name, shape);
+  if (!stored.ok()) return stored.error();
+  auto view = load_host_tensor(source, name, hidden, patch_width, *weight, host_rewrite_dtype(stored->dtype));
+  if (!view.ok()) return view.error();
+  Linear embedding;
+  embedding.weight = *view;
+  embedding.in_features = patch_width;
+  embedding.out_features = hidden;
+  if (bias) {
+    auto values = read_tensor_f32(source, prefix + ".bias", {hidden});
+    if (!values.ok()) return values.error();
+    auto bias_view = load_host_tensor(source, prefix + ".bias", 0, hidden, *values, host_rewrite_dtype(stored->dtype));
+    if (!bias_view.ok()) return bias_view.error();
+    embedding.bias = *bias_view;
+  }
+  return embedding;
+}
+
+std::array<std::vector<float>, 2> vision_rope_tables(int64_t head_dim, double theta) {
+  // transformers' VisionRotaryEmbedding(head_dim / 2): a quarter of the head's width in
+  // frequencies, each used for the row and again for the column.
+  const int64_t quarter = head_dim / 4;
+  std::array<std::vector<float>, 2> tables{std::vector<float>(static_cast<size_t>(head_dim / 2), 0.0f),
+                                           std::vector<float>(static_cast<size_t>(head_dim / 2), 0.0f)};
+  for (int64_t j = 0; j < quarter; ++j) {
+    const auto f =
+        static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(head_dim / 2)));
+    tables[0][static_cast<size_t>(j)] = f;
+    tables[1][static_cast<size_t>(quarter + j)] = f;
+  }
+  return tables;
+}
+
+void merge_group_positions(const ImageGrid& grid, int32_t merge, const std::vector<int32_t>& groups,
+                           std::vector<int32_t>& rows, std::vector<int32_t>& columns) {
+  const int32_t group_columns = grid.columns / merge;
+  const int32_t unit = merge * merge;
+  for (int32_t g : groups) {
+    const int32_t group_in_frame = g % ((grid.rows / merge) * group_columns);
+    for (int32_t u = 0; u < unit; ++u) {
+      rows.push_back(group_in_frame / group_columns * merge + u / merge);
+      columns.push_back(group_in_frame % group_columns * merge + u % merge);
+    }
+  }
+}
 
 Result<WeightStore> qwen2_vl_vision_weights(const WeightStore& checkpoint) {
   return checkpoint.with_prefixes_renamed({{"model.visual.", "visual."}});
@@ -94,6 +147,7 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
     return Error{"vision_config: hidden_act '" + c.hidden_act + "' is not supported (Qwen2.5-VL's tower runs silu)"};
   }
   if (c.in_channels != 3) return Error{"vision_config: in_channels must be 3 (RGB)"};
+  if (c.qwen3) return Error{"vision_config: model_type qwen3_vl is Qwen3-VL's tower, not Qwen2.5-VL's"};
   std::unique_ptr<Qwen2VlImageEncoder> encoder(new Qwen2VlImageEncoder(*source.backend));
   encoder->weights_ = source.weights;
   encoder->arena_ = source.arena;
@@ -101,19 +155,9 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
   encoder->format_ = format;
   const std::string prefix = "visual.";
 
-  const int64_t patch_width = 3 * c.temporal_patch_size * c.patch_size * c.patch_size;
-  const std::string patch_name = prefix + "patch_embed.proj.weight";
-  const std::vector<int64_t> patch_shape = {hidden, 3, c.temporal_patch_size, c.patch_size, c.patch_size};
-  auto patch_weight = read_tensor_f32(source, patch_name, patch_shape);
-  if (!patch_weight.ok()) return patch_weight.error();
-  auto patch_stored = source.weights->get(patch_name, patch_shape);
-  if (!patch_stored.ok()) return patch_stored.error();
-  auto patch_view =
-      load_host_tensor(source, patch_name, hidden, patch_width, *patch_weight, host_rewrite_dtype(patch_stored->dtype));
-  if (!patch_view.ok()) return patch_view.error();
-  encoder->patch_embedding_.weight = *patch_view;
-  encoder->patch_embedding_.in_features = patch_width;
-  encoder->patch_embedding_.out_features = hidden;
+  auto patch_embedding = load_patch_embedding(source, prefix + "patch_embed.proj", c, /*bias=*/false);
+  if (!patch_embedding.ok()) return patch_embedding.error();
+  encoder->patch_embedding_ = *patch_embedding;
 
   constexpr double kNormEps = 1e-6;  // transformers' Qwen2RMSNorm(eps=1e-6) in every block and the merger
   for (int64_t i = 0; i < c.depth; ++i) {
@@ -148,20 +192,10 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
   const std::optional<TensorView> fc2_stored = source.weights->find(prefix + "merger.mlp.2.weight");
   encoder->rows_in_bf16_ = fc2_stored && fc2_stored->dtype == DType::kBF16;
 
-  // transformers' Qwen2_5_VisionRotaryEmbedding(head_dim / 2): a quarter of the head's width in
-  // frequencies, each used for the row and again for the column.
   const int64_t head_dim = hidden / c.num_heads;
-  const int64_t quarter = head_dim / 4;
-  std::vector<float> row(static_cast<size_t>(head_dim / 2), 0.0f);
-  std::vector<float> column(row.size(), 0.0f);
-  for (int64_t j = 0; j < quarter; ++j) {
-    const auto f = static_cast<float>(
-        1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(head_dim / 2)));
-    row[static_cast<size_t>(j)] = f;
-    column[static_cast<size_t>(quarter + j)] = f;
-  }
-  encoder->row_inv_freq_ = upload_vector(*source.backend, row);
-  encoder->column_inv_freq_ = upload_vector(*source.backend, column);
+  const std::array<std::vector<float>, 2> rope = vision_rope_tables(head_dim, c.rope_theta);
+  encoder->row_inv_freq_ = upload_vector(*source.backend, rope[0]);
+  encoder->column_inv_freq_ = upload_vector(*source.backend, rope[1]);
   kernels::AttentionParams& params = encoder->params_;
   params.num_heads = static_cast<int32_t>(c.num_heads);
   params.num_kv_heads = params.num_heads;
@@ -189,15 +223,10 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
   const WindowOrder order = window_order(grid, merge, groups_per_window);
   // The rows in window order, each with its patch's row and column in the grid.
   std::vector<int32_t> permutation, row_positions, column_positions;
-  const int32_t group_columns = grid.columns / merge;
   for (int32_t g : order.window_groups) {
-    const int32_t group_in_frame = g % ((grid.rows / merge) * group_columns);
-    for (int32_t u = 0; u < unit; ++u) {
-      permutation.push_back(g * unit + u);
-      row_positions.push_back(group_in_frame / group_columns * merge + u / merge);
-      column_positions.push_back(group_in_frame % group_columns * merge + u % merge);
-    }
+    for (int32_t u = 0; u < unit; ++u) permutation.push_back(g * unit + u);
   }
+  merge_group_positions(grid, merge, order.window_groups, row_positions, column_positions);
   std::vector<int32_t> restore(static_cast<size_t>(groups));
   for (size_t j = 0; j < order.window_groups.size(); ++j)
     restore[static_cast<size_t>(order.window_groups[j])] = static_cast<int32_t>(j);

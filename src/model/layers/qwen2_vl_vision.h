@@ -8,6 +8,7 @@
 // 2 x 2 patch group concatenated into one row, a two-layer MLP with the exact GELU between.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +19,22 @@
 
 namespace deepinfer {
 
+// What the Qwen-VL towers (this one and Qwen3-VL's, qwen3_vl_vision.h) load and compute alike.
+// A checkpoint's stacked [3 * width, width] q|k|v (prefix.weight, prefix.bias) as three Linears.
+Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const std::string& prefix, int64_t width);
+// The patch embedding (prefix.weight, a [hidden, 3, temporal, patch, patch] convolution of stride =
+// kernel) as a product over the flattened patches, with prefix.bias when bias.
+Result<Linear> load_patch_embedding(const ModelSource& source, const std::string& prefix, const Qwen2VlVisionConfig& c,
+                                    bool bias);
+// The 2D rope's frequency tables over a head's rotary half ([head_dim / 2] each): the first quarter
+// of the head's width in frequencies turned by the patch's row, the next by its column, each table
+// zero outside its own part (the rope op run with each in turn is the 2D rope).
+std::array<std::vector<float>, 2> vision_rope_tables(int64_t head_dim, double theta);
+// Each patch's row and column in the grid for the merge groups (indexes in row-major order of
+// groups), in order, the merge x merge patches of a group row-major: the processor's row order.
+void merge_group_positions(const ImageGrid& grid, int32_t merge, const std::vector<int32_t>& groups,
+                           std::vector<int32_t>& rows, std::vector<int32_t>& columns);
+
 // The encoder's tensors of a Qwen2_5_VLForConditionalGeneration checkpoint under "visual." in
 // every layout transformers has saved it: published checkpoints and transformers 5 (visual.*),
 // 4.52-4.57 (model.visual.*).
@@ -26,7 +43,7 @@ Result<WeightStore> qwen2_vl_vision_weights(const WeightStore& checkpoint);
 class Qwen2VlImageEncoder final : public ImageEncoder {
  public:
   // source: the checkpoint's tensors as qwen2_vl_vision_weights names them, its config's
-  // qwen2_vl_vision set; format: archs::qwen2_5_vl_image_format's.
+  // qwen2_vl_vision set; format: archs::qwen_vl_image_format's.
   static Result<std::unique_ptr<Qwen2VlImageEncoder>> load(const ModelSource& source, ImageInputFormat format);
   const ImageInputFormat& format() const override { return format_; }
   // pixels: [grid patches, 3 * temporal_patch_size * patch_size^2] in the processor's row order

@@ -106,7 +106,17 @@ Result<RopeTable> make_rope_table(const RopeConfig& rope, int64_t head_dim, int6
       return Error{"rope: mrope_section must be 3 sizes (temporal, height, width) summing to rotary_dim / 2 = " +
                    std::to_string(dim / 2) + " over unscaled frequencies"};
     }
-    table.mrope_section.assign(rope.mrope_section.begin(), rope.mrope_section.end());
+    const auto& sections = rope.mrope_section;
+    table.mrope_axis.assign(static_cast<size_t>(dim / 2), 0);
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      int8_t& axis = table.mrope_axis[static_cast<size_t>(i)];
+      if (rope.mrope_interleaved) {  // transformers' apply_interleaved_mrope
+        if (i % 3 == 1 && i < 3 * sections[1]) axis = 1;
+        if (i % 3 == 2 && i < 3 * sections[2]) axis = 2;
+      } else {
+        axis = i < sections[0] ? 0 : i < sections[0] + sections[1] ? 1 : 2;
+      }
+    }
   }
   return table;
 }

@@ -14,9 +14,10 @@ struct RopeTable {
   std::vector<float> inv_freq;  // [rotary_dim / 2]
   float attention_scaling = 1.0f;
   int32_t rotary_dim = 0;
-  // M-RoPE: how many of inv_freq's entries, in order, take the temporal, height and width
-  // positions (RopeConfig::mrope_section); empty: every entry takes the token's one position.
-  std::vector<int32_t> mrope_section;
+  // M-RoPE: which of the token's positions each of inv_freq's entries takes, 0 (temporal), 1
+  // (height) or 2 (width), from RopeConfig::mrope_section, consecutive or interleaved; empty:
+  // every entry takes the token's one position.
+  std::vector<int8_t> mrope_axis;
 };
 
 // Follows transformers' rope init functions (default, linear, llama3, yarn) in float64 and

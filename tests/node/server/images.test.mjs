@@ -104,6 +104,10 @@ describe('image parts on a text-only model', () => {
   });
 });
 
+// An image encoder service (serve --role encoder, which takes no engine flags) on a fixture.
+const startEncoder = (fixture, args) => startCommand(['serve', '--model', fixture, '--port', '0', '--served-model-name',
+                                                      MODEL, '--role', 'encoder', '--threads', '1', ...args]);
+
 // A server on a multimodal fixture with its two clients, started before the suite's tests.
 function visionServer(fixture, args = []) {
   const server = { fixture };
@@ -243,8 +247,8 @@ describe('the image encoder as a service of its own (serve --role encoder)', () 
     const redis = await startRedis();
     const router = await startCommand(['router', '--redis', redis.url, '--model', fixture, '--port', '0',
                                        '--served-model-name', MODEL, '--registry-poll-ms', '100']);
-    const encoder = await startServer(['--register', redis.url, '--role', 'encoder', '--max-body-bytes', '100',
-                                       '--max-internal-body-bytes', '100000'], fixture);
+    const encoder = await startEncoder(fixture, ['--register', redis.url, '--max-body-bytes', '100',
+                                                 '--max-internal-body-bytes', '100000']);
     const worker = await startServer(['--register', redis.url], fixture);
     try {
       // The internal routes have a body limit of their own (an encoder's answer, the rows, is not bounded).
@@ -340,7 +344,7 @@ describe('images across a prefill/decode split', () => {
       assert.equal((await metrics(prefill.url)).deepinfer_images_encoded_total, 1);
       assert.equal((await metrics(decode.url)).deepinfer_images_encoded_total, 0);
       // With an image encoder, both take its rows.
-      encoder = await startServer(['--register', redis.url, '--role', 'encoder'], fixture);
+      encoder = await startEncoder(fixture, ['--register', redis.url]);
       await listed(1);
       const other = await vision.openai.chat.completions.create(ask('And now?'));
       const encoded = await client.chat.completions.create(ask('And now?'));
