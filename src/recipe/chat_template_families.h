@@ -21,6 +21,9 @@ RenderResult render_gpt_oss(const Conversation& conversation, const ChatOptions&
 RenderResult render_gemma3(const Conversation& conversation, const ChatOptions& options);
 RenderResult render_qwen2_vl(const Conversation& conversation, const ChatOptions& options);
 RenderResult render_qwen3_vl(const Conversation& conversation, const ChatOptions& options);
+// Qwen's tools block of the system turn ("# Tools ... </tool_call><|im_end|>\n": Qwen3's and
+// Qwen3-VL's templates, the same text), each tool as Python's json.dumps.
+void render_qwen_tools(const std::vector<nlohmann::ordered_json>& tools, PromptBuilder& b);
 
 struct CalendarDate {
   int year = 0;

@@ -33,17 +33,7 @@ void render_tools_system(const Conversation& conversation, PromptBuilder& b) {
     b.text(*first.content);
     b.fixed("\n\n");
   }
-  b.fixed(
-      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-  for (const nlohmann::ordered_json& tool : conversation.tools) {
-    b.fixed("\n");
-    b.text(python_json(tool));
-  }
-  b.fixed(
-      "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-      "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-      "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+  render_qwen_tools(conversation.tools, b);
 }
 
 void render_assistant(const Message& message, bool after_last_query, bool is_last, PromptBuilder& b) {
@@ -83,6 +73,20 @@ void render_assistant(const Message& message, bool after_last_query, bool is_las
 }
 
 }  // namespace
+
+void render_qwen_tools(const std::vector<nlohmann::ordered_json>& tools, PromptBuilder& b) {
+  b.fixed(
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+  for (const nlohmann::ordered_json& tool : tools) {
+    b.fixed("\n");
+    b.text(python_json(tool));
+  }
+  b.fixed(
+      "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+      "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+      "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+}
 
 RenderResult render_qwen3(const Conversation& conversation, const ChatOptions& options) {
   PromptBuilder b({"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",

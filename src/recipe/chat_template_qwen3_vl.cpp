@@ -6,7 +6,6 @@
 #include <string>
 
 #include "recipe/chat_template_families.h"
-#include "recipe/python_compat.h"
 
 namespace deepinfer {
 namespace {
@@ -51,17 +50,7 @@ RenderResult render_qwen3_vl(const Conversation& conversation, const ChatOptions
       render_content(first, false, options, image, b);
       b.fixed("\n\n");
     }
-    b.fixed(
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-    for (const nlohmann::ordered_json& tool : conversation.tools) {
-      b.fixed("\n");
-      b.text(python_json(tool));
-    }
-    b.fixed(
-        "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-        "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-        "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    render_qwen_tools(conversation.tools, b);
   } else if (first.role == Role::kSystem) {
     b.fixed("<|im_start|>system\n");
     render_content(first, false, options, image, b);

@@ -31,6 +31,14 @@ Result<std::shared_ptr<ImageEncoder>> build_gemma3_image_encoder(const ModelSour
 Result<std::shared_ptr<ImageEncoder>> build_qwen2_5_vl_image_encoder(const ModelSource& source);
 Result<std::shared_ptr<ImageEncoder>> build_qwen3_vl_image_encoder(const ModelSource& source);
 
+// A Qwen-VL checkpoint's vision side: its tensors as the towers name them (visual.*), and the image
+// format of its config (qwen_vl_image_format).
+struct QwenVlVision {
+  ModelSource source;
+  ImageInputFormat format;
+};
+Result<QwenVlVision> qwen_vl_vision(const ModelSource& source);
+
 // What a Gemma3ForConditionalGeneration config's images look like to the prompt (config.vision
 // must be set); errors name the config field.
 Result<ImageInputFormat> gemma3_image_format(const ModelConfig& config);

@@ -39,14 +39,20 @@ Result<ImageInputFormat> qwen_vl_image_format(const ModelConfig& config) {
   return format;
 }
 
-Result<std::shared_ptr<ImageEncoder>> build_qwen2_5_vl_image_encoder(const ModelSource& source) {
+Result<QwenVlVision> qwen_vl_vision(const ModelSource& source) {
   auto format = qwen_vl_image_format(source.config);
   if (!format.ok()) return format.error();
   auto vision_weights = qwen2_vl_vision_weights(*source.weights);
   if (!vision_weights.ok()) return vision_weights.error();
   ModelSource vision = source;
   vision.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
-  auto encoder = Qwen2VlImageEncoder::load(vision, *format);
+  return QwenVlVision{std::move(vision), *format};
+}
+
+Result<std::shared_ptr<ImageEncoder>> build_qwen2_5_vl_image_encoder(const ModelSource& source) {
+  auto vision = qwen_vl_vision(source);
+  if (!vision.ok()) return vision.error();
+  auto encoder = Qwen2VlImageEncoder::load(vision->source, vision->format);
   if (!encoder.ok()) return encoder.error();
   return std::shared_ptr<ImageEncoder>(std::move(*encoder));
 }

@@ -6,19 +6,14 @@
 // positions from their place in the merged grid, as Qwen2.5-VL's.
 #include "model/archs/archs.h"
 #include "model/layers/dense_decoder.h"
-#include "model/layers/qwen2_vl_vision.h"
 #include "model/layers/qwen3_vl_vision.h"
 
 namespace deepinfer::archs {
 
 Result<std::shared_ptr<ImageEncoder>> build_qwen3_vl_image_encoder(const ModelSource& source) {
-  auto format = qwen_vl_image_format(source.config);
-  if (!format.ok()) return format.error();
-  auto vision_weights = qwen2_vl_vision_weights(*source.weights);
-  if (!vision_weights.ok()) return vision_weights.error();
-  ModelSource vision = source;
-  vision.weights = std::make_shared<const WeightStore>(std::move(*vision_weights));
-  auto encoder = Qwen3VlImageEncoder::load(vision, *format);
+  auto vision = qwen_vl_vision(source);
+  if (!vision.ok()) return vision.error();
+  auto encoder = Qwen3VlImageEncoder::load(vision->source, vision->format);
   if (!encoder.ok()) return encoder.error();
   return std::shared_ptr<ImageEncoder>(std::move(*encoder));
 }

@@ -101,19 +101,27 @@ Result<Linear> load_patch_embedding(const ModelSource& source, const std::string
   return embedding;
 }
 
-std::array<std::vector<float>, 2> vision_rope_tables(int64_t head_dim, double theta) {
-  // transformers' VisionRotaryEmbedding(head_dim / 2): a quarter of the head's width in
-  // frequencies, each used for the row and again for the column.
+VisionRope2d VisionRope2d::upload(Backend& backend, int64_t head_dim, double theta) {
   const int64_t quarter = head_dim / 4;
-  std::array<std::vector<float>, 2> tables{std::vector<float>(static_cast<size_t>(head_dim / 2), 0.0f),
-                                           std::vector<float>(static_cast<size_t>(head_dim / 2), 0.0f)};
+  std::vector<float> row(static_cast<size_t>(head_dim / 2), 0.0f);
+  std::vector<float> column(row.size(), 0.0f);
   for (int64_t j = 0; j < quarter; ++j) {
     const auto f =
         static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(head_dim / 2)));
-    tables[0][static_cast<size_t>(j)] = f;
-    tables[1][static_cast<size_t>(quarter + j)] = f;
+    row[static_cast<size_t>(j)] = f;
+    column[static_cast<size_t>(quarter + j)] = f;
   }
-  return tables;
+  return VisionRope2d{upload_vector(backend, row), upload_vector(backend, column)};
+}
+
+void VisionRope2d::apply(Backend& backend, float* q, float* k, const int32_t* rows, const int32_t* columns, int64_t n,
+                         int32_t heads, int32_t head_dim) const {
+  for (float* t : {q, k}) {
+    backend.rope(t, rows, n, heads, head_dim, head_dim, row_inv_freq.as<float>(), 1.0f,
+                 kernels::RopeLayout::kRotateHalf);
+    backend.rope(t, columns, n, heads, head_dim, head_dim, column_inv_freq.as<float>(), 1.0f,
+                 kernels::RopeLayout::kRotateHalf);
+  }
 }
 
 void merge_group_positions(const ImageGrid& grid, int32_t merge, const std::vector<int32_t>& groups,
@@ -192,18 +200,9 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
   const std::optional<TensorView> fc2_stored = source.weights->find(prefix + "merger.mlp.2.weight");
   encoder->rows_in_bf16_ = fc2_stored && fc2_stored->dtype == DType::kBF16;
 
-  const int64_t head_dim = hidden / c.num_heads;
-  const std::array<std::vector<float>, 2> rope = vision_rope_tables(head_dim, c.rope_theta);
-  encoder->row_inv_freq_ = upload_vector(*source.backend, rope[0]);
-  encoder->column_inv_freq_ = upload_vector(*source.backend, rope[1]);
-  kernels::AttentionParams& params = encoder->params_;
-  params.num_heads = static_cast<int32_t>(c.num_heads);
-  params.num_kv_heads = params.num_heads;
-  params.head_dim = static_cast<int32_t>(head_dim);
-  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  params.allow_bf16 = !encoder->blocks_.empty() && encoder->blocks_[0].proj.weight.dtype != DType::kF32;
-  // The tower's keys live for one call: float32 whatever --kv-cache-dtype says.
-  params.cache_dtype = DType::kF32;
+  encoder->rope_ = VisionRope2d::upload(*source.backend, hidden / c.num_heads, c.rope_theta);
+  encoder->params_ = vision_attention_params(
+      hidden, c.num_heads, encoder->blocks_.empty() ? DType::kF32 : encoder->blocks_[0].proj.weight.dtype);
   return encoder;
 }
 
@@ -263,12 +262,8 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
                          {{l.q.weight, l.q.bias, b.q.as<float>()},
                           {l.k.weight, l.k.bias, b.k.as<float>()},
                           {l.v.weight, l.v.bias, b.v.as<float>()}});
-    for (float* t : {b.q.as<float>(), b.k.as<float>()}) {
-      backend.rope(t, row_ids.as<int32_t>(), n, heads, head_dim, head_dim, row_inv_freq_.as<float>(), 1.0f,
-                   kernels::RopeLayout::kRotateHalf);
-      backend.rope(t, column_ids.as<int32_t>(), n, heads, head_dim, head_dim, column_inv_freq_.as<float>(), 1.0f,
-                   kernels::RopeLayout::kRotateHalf);
-    }
+    rope_.apply(backend, b.q.as<float>(), b.k.as<float>(), row_ids.as<int32_t>(), column_ids.as<int32_t>(), n, heads,
+                head_dim);
     batch.attend(backend, b, params_);
     l.proj.forward(backend, b.attended.as<float>(), n, delta);
     backend.add(x, delta, n * hidden, x);

@@ -26,10 +26,18 @@ Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const st
 // kernel) as a product over the flattened patches, with prefix.bias when bias.
 Result<Linear> load_patch_embedding(const ModelSource& source, const std::string& prefix, const Qwen2VlVisionConfig& c,
                                     bool bias);
-// The 2D rope's frequency tables over a head's rotary half ([head_dim / 2] each): the first quarter
-// of the head's width in frequencies turned by the patch's row, the next by its column, each table
-// zero outside its own part (the rope op run with each in turn is the 2D rope).
-std::array<std::vector<float>, 2> vision_rope_tables(int64_t head_dim, double theta);
+// The 2D rope: the first quarter of each head's width in frequencies turned by the patch's row, the
+// next by its column (transformers' VisionRotaryEmbedding(head_dim / 2)). Run as the rope op twice,
+// with a frequency table zero outside the row's part, then the column's: a zero frequency leaves
+// its pair as it is.
+struct VisionRope2d {
+  DeviceBuffer row_inv_freq, column_inv_freq;  // [head_dim / 2] each
+
+  static VisionRope2d upload(Backend& backend, int64_t head_dim, double theta);
+  // Rotates q and k ([n, heads * head_dim]) by each patch's row and column.
+  void apply(Backend& backend, float* q, float* k, const int32_t* rows, const int32_t* columns, int64_t n,
+             int32_t heads, int32_t head_dim) const;
+};
 // Each patch's row and column in the grid for the merge groups (indexes in row-major order of
 // groups), in order, the merge x merge patches of a group row-major: the processor's row order.
 void merge_group_positions(const ImageGrid& grid, int32_t merge, const std::vector<int32_t>& groups,
@@ -68,9 +76,7 @@ class Qwen2VlImageEncoder final : public ImageEncoder {
   std::vector<bool> full_attention_;  // per block
   RmsNorm merger_norm_;
   Linear merger_fc1_, merger_fc2_;
-  // The rotary frequencies of a head's rotary half: the first half of the entries turned by the
-  // patch's row, the second by its column; each table zero outside its own part.
-  DeviceBuffer row_inv_freq_, column_inv_freq_;
+  VisionRope2d rope_;
   kernels::AttentionParams params_;
   bool rows_in_bf16_ = false;  // a bf16 checkpoint: the rows are rounded to bf16, as its embeddings
   DeviceBuffer ones_;          // what the merger's gelu_mul multiplies by, as many as the largest image took

@@ -117,18 +117,9 @@ Result<std::unique_ptr<Qwen3VlImageEncoder>> Qwen3VlImageEncoder::load(const Mod
   const std::optional<TensorView> fc2_stored = source.weights->find(prefix + "merger.linear_fc2.weight");
   encoder->rows_in_bf16_ = fc2_stored && fc2_stored->dtype == DType::kBF16;
 
-  const int64_t head_dim = hidden / c.num_heads;
-  const std::array<std::vector<float>, 2> rope = vision_rope_tables(head_dim, c.rope_theta);
-  encoder->row_inv_freq_ = upload_vector(*source.backend, rope[0]);
-  encoder->column_inv_freq_ = upload_vector(*source.backend, rope[1]);
-  kernels::AttentionParams& params = encoder->params_;
-  params.num_heads = static_cast<int32_t>(c.num_heads);
-  params.num_kv_heads = params.num_heads;
-  params.head_dim = static_cast<int32_t>(head_dim);
-  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  params.allow_bf16 = !encoder->blocks_.empty() && encoder->blocks_[0].proj.weight.dtype != DType::kF32;
-  // The tower's keys live for one call: float32 whatever --kv-cache-dtype says.
-  params.cache_dtype = DType::kF32;
+  encoder->rope_ = VisionRope2d::upload(*source.backend, hidden / c.num_heads, c.rope_theta);
+  encoder->params_ = vision_attention_params(
+      hidden, c.num_heads, encoder->blocks_.empty() ? DType::kF32 : encoder->blocks_[0].proj.weight.dtype);
   return encoder;
 }
 
@@ -240,12 +231,8 @@ void Qwen3VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
                          {{l.q.weight, l.q.bias, b.q.as<float>()},
                           {l.k.weight, l.k.bias, b.k.as<float>()},
                           {l.v.weight, l.v.bias, b.v.as<float>()}});
-    for (float* t : {b.q.as<float>(), b.k.as<float>()}) {
-      backend.rope(t, row_ids.as<int32_t>(), n, heads, head_dim, head_dim, row_inv_freq_.as<float>(), 1.0f,
-                   kernels::RopeLayout::kRotateHalf);
-      backend.rope(t, column_ids.as<int32_t>(), n, heads, head_dim, head_dim, column_inv_freq_.as<float>(), 1.0f,
-                   kernels::RopeLayout::kRotateHalf);
-    }
+    rope_.apply(backend, b.q.as<float>(), b.k.as<float>(), row_ids.as<int32_t>(), column_ids.as<int32_t>(), n, heads,
+                head_dim);
     whole.attend(backend, b, params_);
     l.proj.forward(backend, b.attended.as<float>(), n, delta);
     backend.add(x, delta, n * hidden, x);

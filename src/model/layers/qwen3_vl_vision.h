@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/layers/linear.h"
+#include "model/layers/qwen2_vl_vision.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -56,7 +57,7 @@ class Qwen3VlImageEncoder final : public ImageEncoder {
   Merger merger_;
   // deepstack_[j]: the merger after block config_.deepstack_visual_indexes[j].
   std::vector<Merger> deepstack_;
-  DeviceBuffer row_inv_freq_, column_inv_freq_;  // vision_rope_tables
+  VisionRope2d rope_;
   kernels::AttentionParams params_;
   bool tanh_gelu_ = true;      // the blocks' MLP: gelu_pytorch_tanh, else the exact GELU
   bool rows_in_bf16_ = false;  // a bf16 checkpoint: the rows are rounded to bf16, as its embeddings

@@ -116,15 +116,8 @@ Result<SiglipVisionTower> SiglipVisionTower::load(const ModelSource& source, con
   tower.patch_ids_ = upload_vector(backend, ids);
   tower.attention_ = VisionAttentionBatch::make(backend, {static_cast<int32_t>(n)});
   tower.ones_ = upload_vector(backend, std::vector<float>(static_cast<size_t>(n * config.intermediate_size), 1.0f));
-  kernels::AttentionParams& params = tower.params_;
-  params.num_heads = static_cast<int32_t>(config.num_attention_heads);
-  params.num_kv_heads = params.num_heads;
-  params.head_dim = static_cast<int32_t>(hidden / config.num_attention_heads);
-  params.scale = 1.0f / std::sqrt(static_cast<float>(params.head_dim));
-  params.allow_bf16 = !tower.layers_.empty() && tower.layers_[0].q.weight.dtype != DType::kF32;
-  // The tower's keys live for one call and take a few MB: float32 whatever --kv-cache-dtype says
-  // (an fp8 cache without scales would lose the rows).
-  params.cache_dtype = DType::kF32;
+  tower.params_ = vision_attention_params(hidden, config.num_attention_heads,
+                                          tower.layers_.empty() ? DType::kF32 : tower.layers_[0].q.weight.dtype);
   return tower;
 }
 

@@ -2,11 +2,23 @@
 #include "model/layers/vision_attention.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "runtime/device_upload.h"
 
 namespace deepinfer {
+
+kernels::AttentionParams vision_attention_params(int64_t hidden, int64_t num_heads, DType weight_dtype) {
+  kernels::AttentionParams params;
+  params.num_heads = static_cast<int32_t>(num_heads);
+  params.num_kv_heads = params.num_heads;
+  params.head_dim = static_cast<int32_t>(hidden / num_heads);
+  params.scale = 1.0f / std::sqrt(static_cast<float>(params.head_dim));
+  params.allow_bf16 = weight_dtype != DType::kF32;
+  params.cache_dtype = DType::kF32;
+  return params;
+}
 
 VisionAttentionBatch VisionAttentionBatch::make(Backend& backend, const std::vector<int32_t>& lengths) {
   int32_t max_blocks = 0;

@@ -19,6 +19,11 @@ struct VisionTowerBuffers {
   DeviceBuffer x, normed, q, k, v, attended, delta, k_cache, v_cache;
 };
 
+// Attention's parameters for a tower of hidden width over num_heads heads (every head its own keys),
+// bf16 tensor cores allowed when the tower's weights are 16-bit; the keys live for one call, so the
+// scratch cache is float32 whatever --kv-cache-dtype says.
+kernels::AttentionParams vision_attention_params(int64_t hidden, int64_t num_heads, DType weight_dtype);
+
 class VisionAttentionBatch {
  public:
   // Keys a page of the scratch cache holds: any size works; 16 suits every backend's attention.
