@@ -64,7 +64,7 @@ int run_bench_images(int argc, char** argv) {
   const std::vector<float>& pixels = preprocessed->pixels;
   const ImageGrid grid = preprocessed->grid;
   const int32_t tokens = format->tokens_for(grid);
-  std::vector<float> rows(static_cast<size_t>(int64_t{tokens} * model.config().hidden_size));
+  std::vector<float> rows(static_cast<size_t>(format->encoded_values(grid, model.config().hidden_size)));
   constexpr int kWarmups = 2;
   std::vector<double> milliseconds;
   for (int64_t i = 0; i < kWarmups + *runs; ++i) {

@@ -23,8 +23,9 @@ namespace deepinfer {
 // file: the image's file as sent, which a request relayed to another process carries instead of
 // the pixels (the worker preprocesses it again; a router, which holds no model, makes no pixels:
 // recipe/api.h, ImageInputOptions::preprocess). rows: the encoder's output, when an image encoder
-// service ran it already ([tokens_for(grid), hidden_size]; then no pixels, and hash is the one
-// the service computed from its pixels, so the prefix cache names the image as when encoded here).
+// service ran it already (ImageInputFormat::encoded_values of them; then no pixels, and hash is the
+// one the service computed from its pixels, so the prefix cache names the image as when encoded
+// here).
 struct ImageInput {
   int32_t first_token = 0;
   std::vector<float> pixels;

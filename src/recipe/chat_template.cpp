@@ -160,6 +160,13 @@ Result<ChatFamily> detect_chat_family(const std::string& model_dir) {
     if (!text.ok()) return text.error();
     source = std::move(*text);
   }
+  // Multimodal checkpoints (Qwen2.5-VL, Qwen3-VL) keep their processor's template here.
+  if (!source && std::filesystem::exists(dir / "chat_template.json")) {
+    where = (dir / "chat_template.json").string();
+    auto processor = read_json_file(where);
+    if (!processor.ok()) return processor.error();
+    source = template_of_config(*processor);
+  }
   if (source) {
     if (auto family = find_chat_family_of_template(*source)) return *family;
     return Error{"the chat template in " + where +

@@ -165,8 +165,10 @@ asio::awaitable<bool> handle_image_encoding(TcpStream& stream, const HttpRequest
   }
   EncodedRows rows = done.get();
   if (!rows.ok()) {
-    // This request's encoding failed (the encoder may still serve others: /health says when not).
-    HttpResponse response = refuse(http::status::internal_server_error, rows.error().message);
+    // The encoder is gone (shutdown, a lost device): 503; only this request's encoding failed: 500.
+    const auto status =
+        context.encoder->unavailable() ? http::status::service_unavailable : http::status::internal_server_error;
+    HttpResponse response = refuse(status, rows.error().message);
     co_return co_await write_response(stream, std::move(response), timeout_s);
   }
   Json encoded = Json::array();

@@ -9,7 +9,8 @@
 // one the engine names the image by in its prefix cache (image_content_hash of the pixels), so both
 // hit the same blocks. A worker trusts both: its token-level API belongs behind --api-key.
 // Refusals are plain JSON, {"error": message}: 400 (a bad file, naming images[i]), 429 (the
-// encoder's queue is full), 503 (unavailable).
+// encoder's queue is full), 500 (this request's encoding failed), 503 (unavailable: shutting down,
+// or its device lost).
 #pragma once
 
 #include <boost/asio/awaitable.hpp>

@@ -278,7 +278,7 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
 // submission's body for the worker of lease (serialised: what the caller has of it already). When an
 // encoder's rows make it larger than the worker takes, the same request with the image files, which
 // the worker encodes itself.
-std::string body_for(const WorkerPool::Relay& relay, Submission submission, const WorkerLease& lease,
+std::string body_for(const WorkerPool::Relay& relay, const Submission& submission, const WorkerLease& lease,
                      const std::string* serialised = nullptr) {
   std::string body = serialised != nullptr ? *serialised : submission_to_json(submission).dump();
   if (relay.image_files.empty() || lease.max_body_bytes <= 0 ||
@@ -288,8 +288,9 @@ std::string body_for(const WorkerPool::Relay& relay, Submission submission, cons
   DI_LOG(kWarn, "router: the request with its images' rows is " << body.size() << " bytes, over the "
                                                                 << lease.max_body_bytes << " worker " << lease.id
                                                                 << " takes; it gets the image files");
-  submission.images = relay.image_files;
-  return submission_to_json(submission).dump();
+  Submission with_files = submission;
+  with_files.images = relay.image_files;
+  return submission_to_json(with_files).dump();
 }
 
 void stop_relay(WorkerPool::Relay& relay) {
@@ -321,7 +322,7 @@ std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& pr
     handoff.port = decode.kv_port;
   }
   prefill.kv_handoff = std::move(handoff);
-  return body_for(relay, std::move(prefill), prefill_lease);
+  return body_for(relay, prefill, prefill_lease);
 }
 
 asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, Handover& handover) {
@@ -463,9 +464,9 @@ asio::awaitable<bool> WorkerPool::encode_images(Relay& relay, std::chrono::stead
       co_return true;
     }
     failure = where + " " + encoded.error().message;
-    // Gone or going away: no new images go there until it heartbeats again. Busy (429), or this
-    // request's own trouble: only this request goes elsewhere.
-    if (ec || status == 503) encoders_->mark_failed(lease.id);
+    // Gone or going away: no new images go there until it heartbeats again. Busy (429), slow (past
+    // the request's deadline), or this request's own trouble: only this request goes elsewhere.
+    if ((ec && ec != beast::error::timeout) || status == 503) encoders_->mark_failed(lease.id);
   }
   if (relay.aborted) co_return false;
   encoders_->count_fallback();
@@ -533,7 +534,7 @@ Admission WorkerPool::submit(Submission submission) {
       const WorkerLease lease = selection.lease;
       Handover handover;
       std::optional<WorkerLease> decode;
-      std::string body = body_for(*relay, relay->submission, lease, &relay->body);
+      std::string body;
       Stage stage = Stage::kWhole;
       if (lease.role == "prefill") {
         decode = selector_.acquire_decode(relay->routed);
@@ -545,6 +546,8 @@ Admission WorkerPool::submit(Submission submission) {
         }
         stage = Stage::kPrefill;
         body = prefill_request_body(*relay, lease, *decode);
+      } else {
+        body = body_for(*relay, relay->submission, lease, &relay->body);
       }
       AttemptResult result = co_await attempt(*relay, lease, options_, body, stage, handover);
       // Marked before its load is released: a release offers held requests again, and another

@@ -69,7 +69,7 @@ inline void expect_qwen_vl_matches_transformers(Backend& backend, double rows_bo
   std::cout << backend.name() << ": image rows " << rows_error << " (largest error over largest value)\n";
   EXPECT_LT(rows_error, rows_bound) << "encode_image's rows";
 
-  const nlohmann::json expected = load_expected("qwen2_5_vl");
+  const nlohmann::json expected = load_expected(fixture);
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
   const auto count = static_cast<int32_t>(tokens.size());
   const auto position_ids = info["position_ids"].get<std::vector<std::vector<int32_t>>>();

@@ -68,7 +68,22 @@ TEST(DetectChatFamily, OfficialTemplatesInEitherPlace) {
                         {"chat_template.jinja", read_file(recipe_test_path("templates/" + std::string(file)))}}));
     ASSERT_TRUE(in_jinja.ok()) << file << ": " << in_jinja.error().message;
     EXPECT_EQ(*in_jinja, family) << file;
+    // A processor's chat_template.json, as multimodal checkpoints keep it.
+    auto in_processor = detect_chat_family(
+        make_model_dir(std::string(file) + "_processor",
+                       {{"tokenizer_config.json", "{}"}, {"chat_template.json", config_with_template(file)}}));
+    ASSERT_TRUE(in_processor.ok()) << file << ": " << in_processor.error().message;
+    EXPECT_EQ(*in_processor, family) << file;
   }
+  // Qwen3-VL Thinking's template (<think> in the generation prompt) is not Instruct's: refused.
+  std::string thinking = read_file(recipe_test_path("templates/qwen3_vl.jinja"));
+  const std::string prompt = "{{- '<|im_start|>assistant\\n' }}";
+  ASSERT_NE(thinking.find(prompt), std::string::npos);
+  thinking.replace(thinking.find(prompt), prompt.size(), "{{- '<|im_start|>assistant\\n<think>\\n' }}");
+  const auto refused = detect_chat_family(
+      make_model_dir("qwen3_vl_thinking", {{"tokenizer_config.json", Json{{"chat_template", thinking}}.dump()}}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("is not one deepinfer renders"), std::string::npos) << refused.error().message;
   const Json named = {
       {"chat_template", Json::array({Json{{"name", "tool_use"}, {"template", "{{ x }}"}},
                                      Json{{"name", "default"},

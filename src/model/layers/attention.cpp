@@ -331,9 +331,9 @@ float* AttentionLayer::attend(Backend& backend, const DeviceBatch& batch, float*
   front.num_kv_heads = params_.num_kv_heads;
   front.head_dim = params_.head_dim;
   const bool mrope = batch.mrope_positions.data() != nullptr && mrope_inv_freq_[0].data() != nullptr;
-  if (q_norm_ && mrope) {
+  if (q_norm_ && mrope_inv_freq_[0].data() != nullptr) {
     // Normalised here, before the height and width rotations below (the front end rotates after it
-    // normalises).
+    // normalises); on every step, so a token's norm is the same arithmetic whatever shares its step.
     q_norm_->forward(backend, front.q, n * params_.num_heads, front.q);
     k_norm_->forward(backend, front.k, n * params_.num_kv_heads, front.k);
   } else if (q_norm_) {

@@ -156,6 +156,10 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
   }
   if (c.in_channels != 3) return Error{"vision_config: in_channels must be 3 (RGB)"};
   if (c.qwen3) return Error{"vision_config: model_type qwen3_vl is Qwen3-VL's tower, not Qwen2.5-VL's"};
+  if (c.out_hidden_size != source.config.hidden_size) {
+    return Error{"vision_config: out_hidden_size " + std::to_string(c.out_hidden_size) +
+                 " is not the text model's hidden_size " + std::to_string(source.config.hidden_size)};
+  }
   std::unique_ptr<Qwen2VlImageEncoder> encoder(new Qwen2VlImageEncoder(*source.backend));
   encoder->weights_ = source.weights;
   encoder->arena_ = source.arena;

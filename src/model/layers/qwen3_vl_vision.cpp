@@ -59,11 +59,17 @@ Result<std::unique_ptr<Qwen3VlImageEncoder>> Qwen3VlImageEncoder::load(const Mod
     return Error{"vision_config: num_position_embeddings " + std::to_string(c.num_position_embeddings) +
                  " is not a square grid of positions"};
   }
-  for (int64_t index : c.deepstack_visual_indexes) {
-    if (index >= c.depth) {
+  for (size_t j = 0; j < c.deepstack_visual_indexes.size(); ++j) {
+    const int64_t index = c.deepstack_visual_indexes[j];
+    if (index >= c.depth ||
+        std::count(c.deepstack_visual_indexes.begin(), c.deepstack_visual_indexes.end(), index) > 1) {
       return Error{"vision_config: deepstack_visual_indexes names block " + std::to_string(index) + " of " +
-                   std::to_string(c.depth)};
+                   std::to_string(c.depth) + " twice or past the last"};
     }
+  }
+  if (c.out_hidden_size != source.config.hidden_size) {
+    return Error{"vision_config: out_hidden_size " + std::to_string(c.out_hidden_size) +
+                 " is not the text model's hidden_size " + std::to_string(source.config.hidden_size)};
   }
   std::unique_ptr<Qwen3VlImageEncoder> encoder(new Qwen3VlImageEncoder(*source.backend));
   encoder->weights_ = source.weights;
