@@ -10,14 +10,15 @@
 // as their resized size has merged patches, at M-RoPE positions): the same through every API.
 // Then an image encoder of its own (serve --role encoder) behind the router: the worker takes its
 // rows and gives the single server's answer and logprobs; with the encoder killed, the worker
-// encodes the files itself. Then across a prefill/decode split: the prefill worker runs the image
-// and the decode worker continues at its M-RoPE positions, with and without the encoder. Last,
-// with --allow-image-urls, the server fetches http image URLs
-// (from a local HTTP server here): the same answer as the image sent inline, redirects followed,
-// and each failure a 400 naming the part, the URL and the problem.
+// encodes the files itself; a worker whose body limit the rows would pass gets the file instead.
+// Then across a prefill/decode split: the prefill worker runs the image and the decode worker
+// continues at its M-RoPE positions, with and without the encoder. Last, with --allow-image-urls,
+// the server fetches http image URLs (from a local HTTP server here): the same answer as the image
+// sent inline, redirects followed, and each failure a 400 naming the part, the URL and the problem.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
+import zlib from 'node:zlib';
 import { after, before, describe, test } from 'node:test';
 import { createRequire } from 'node:module';
 import Anthropic from '@anthropic-ai/sdk';
@@ -301,6 +302,61 @@ describe('the image encoder as a service of its own (serve --role encoder)', () 
       assert.equal(m['deepinfer_encoder_failures_total{worker="' + new URL(encoder.url).host + '"}'], 1);
     } finally {
       await worker.stop();
+      await router.stop();
+      redis.child.kill('SIGKILL');
+    }
+  });
+});
+
+// A PNG of one colour (a few hundred bytes whatever its size): its file is much smaller than the
+// encoder's rows for it.
+function solidPng(width, height) {
+  const chunk = (type, data) => {
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(data.length);
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(zlib.crc32(Buffer.concat([Buffer.from(type), data])));
+    return Buffer.concat([length, Buffer.from(type), data, crc]);
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(width, 0);
+  header.writeUInt32BE(height, 4);
+  header.set([8, 2, 0, 0, 0], 8);  // 8-bit RGB
+  const row = Buffer.concat([Buffer.from([0]), Buffer.alloc(3 * width, 0x5a)]);
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', header),
+                        chunk('IDAT', zlib.deflateSync(Buffer.concat(Array(height).fill(row)))), chunk('IEND', Buffer.alloc(0))]);
+}
+
+describe('a worker whose body limit the rows pass', () => {
+  const fixture = new URL('../../data/qwen2_5_vl', import.meta.url).pathname;
+  const vision = visionServer(fixture);
+
+  test('gets the image file instead, and encodes it itself', async () => {
+    const redis = await startRedis();
+    const router = await startCommand(['router', '--redis', redis.url, '--model', fixture, '--port', '0',
+                                       '--served-model-name', MODEL, '--registry-poll-ms', '100']);
+    const encoder = await startEncoder(fixture, ['--register', redis.url]);
+    // Room for the request with the small file, not with the encoder's rows (6 tokens x 64 floats).
+    const worker = await startServer(['--register', redis.url, '--max-internal-body-bytes', '1500'], fixture);
+    try {
+      for (const deadline = Date.now() + 15000; ; await new Promise((r) => setTimeout(r, 100))) {
+        const m = await metrics(router.url);
+        if (m['deepinfer_router_encoders{state="live"}'] === 1 && m['deepinfer_router_workers{state="live"}'] === 1) break;
+        assert.ok(Date.now() < deadline, 'the router did not list the encoder and the worker');
+      }
+      const request = {
+        model: MODEL, max_tokens: 4, temperature: 0, messages: [
+          { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${solidPng(84, 56).toString('base64')}` } }] }],
+      };
+      const direct = await vision.openai.chat.completions.create(request);
+      const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const routed = await client.chat.completions.create(request);
+      assert.equal(routed.choices[0].message.content, direct.choices[0].message.content);
+      assert.equal((await metrics(encoder.url)).deepinfer_images_encoded_total, 1);
+      assert.equal((await metrics(worker.url)).deepinfer_images_encoded_total, 1);
+    } finally {
+      await worker.stop();
+      await encoder.stop();
       await router.stop();
       redis.child.kill('SIGKILL');
     }
