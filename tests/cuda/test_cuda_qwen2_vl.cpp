@@ -10,7 +10,7 @@ namespace {
 
 TEST(CudaQwen2Vl, EncoderAndImagePromptMatchTransformers) {
   std::unique_ptr<Backend> backend = testing::cuda_backend();
-  testing::expect_qwen2_vl_matches_transformers(*backend, 1e-4);
+  testing::expect_qwen_vl_matches_transformers(*backend, 1e-4);
 }
 
 }  // namespace
