@@ -87,8 +87,9 @@ void EncoderSelector::render_metrics(std::string& out) const {
   out += "deepinfer_router_encoders{state=\"registered\"} " + std::to_string(encoders_.size()) + "\n";
   out += "deepinfer_router_encoders{state=\"live\"} " + std::to_string(live) + "\n";
   out +=
-      "# HELP deepinfer_router_image_fallbacks_total Requests whose images went to their worker as files, "
-      "no image encoder taking them.\n# TYPE deepinfer_router_image_fallbacks_total counter\n";
+      "# HELP deepinfer_router_image_fallbacks_total Times a request's images went to a worker as files: no image "
+      "encoder took them, or their rows would pass the worker's body limit.\n"
+      "# TYPE deepinfer_router_image_fallbacks_total counter\n";
   out += "deepinfer_router_image_fallbacks_total " + std::to_string(fallbacks_) + "\n";
   const auto per_encoder = [&](const char* name, const char* type, const char* help, auto value) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";

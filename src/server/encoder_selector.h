@@ -37,7 +37,8 @@ class EncoderSelector {
   void release(const EncoderLease& lease);
   void mark_failed(const std::string& id);
   size_t num_live() const;
-  // A request's images went to its worker as files: no encoder could take them.
+  // A request's images went to a worker as files: no encoder could take them, or their rows would
+  // pass the worker's body limit.
   void count_fallback();
 
   // Prometheus lines: encoders registered and live, the fallbacks, and per encoder (label worker="host:port") the

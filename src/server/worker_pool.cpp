@@ -277,9 +277,9 @@ asio::awaitable<AttemptResult> attempt(WorkerPool::Relay& relay, const WorkerLea
 
 // submission's body for the worker of lease (serialised: what the caller has of it already). When an
 // encoder's rows make it larger than the worker takes, the same request with the image files, which
-// the worker encodes itself.
+// the worker encodes itself (counted as a fallback by encoders).
 std::string body_for(const WorkerPool::Relay& relay, const Submission& submission, const WorkerLease& lease,
-                     const std::string* serialised = nullptr) {
+                     EncoderSelector* encoders, const std::string* serialised = nullptr) {
   std::string body = serialised != nullptr ? *serialised : submission_to_json(submission).dump();
   if (relay.image_files.empty() || lease.max_body_bytes <= 0 ||
       static_cast<int64_t>(body.size()) <= lease.max_body_bytes) {
@@ -288,6 +288,7 @@ std::string body_for(const WorkerPool::Relay& relay, const Submission& submissio
   DI_LOG(kWarn, "router: the request with its images' rows is " << body.size() << " bytes, over the "
                                                                 << lease.max_body_bytes << " worker " << lease.id
                                                                 << " takes; it gets the image files");
+  if (encoders != nullptr) encoders->count_fallback();
   Submission with_files = submission;
   with_files.images = relay.image_files;
   return submission_to_json(with_files).dump();
@@ -322,7 +323,7 @@ std::string WorkerPool::prefill_request_body(Relay& relay, const WorkerLease& pr
     handoff.port = decode.kv_port;
   }
   prefill.kv_handoff = std::move(handoff);
-  return body_for(relay, prefill, prefill_lease);
+  return body_for(relay, prefill, prefill_lease, encoders_);
 }
 
 asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, Handover& handover) {
@@ -368,7 +369,7 @@ asio::awaitable<void> WorkerPool::run_decode(Relay& relay, WorkerLease decode, H
       co_await deliver(relay, error_event(502, message + "; the output so far is incomplete"));
       co_return;
     }
-    const std::string body = body_for(relay, continuation, *next);
+    const std::string body = body_for(relay, continuation, *next, encoders_);
     const AttemptResult result = co_await attempt(relay, *next, options_, body, Stage::kDecode, handover);
     if (result.mark_failed) selector_.mark_failed(next->id);
     selector_.release(*next);
@@ -547,7 +548,7 @@ Admission WorkerPool::submit(Submission submission) {
         stage = Stage::kPrefill;
         body = prefill_request_body(*relay, lease, *decode);
       } else {
-        body = body_for(*relay, relay->submission, lease, &relay->body);
+        body = body_for(*relay, relay->submission, lease, encoders_, &relay->body);
       }
       AttemptResult result = co_await attempt(*relay, lease, options_, body, stage, handover);
       // Marked before its load is released: a release offers held requests again, and another
@@ -556,8 +557,9 @@ Admission WorkerPool::submit(Submission submission) {
       selector_.release(lease);
       std::string attempted = lease.id;
       if (decode && handover.runs_whole && !relay->aborted) {
-        result = co_await attempt(*relay, *decode, options_, body_for(*relay, relay->submission, *decode, &relay->body),
-                                  Stage::kWhole, handover);
+        result = co_await attempt(*relay, *decode, options_,
+                                  body_for(*relay, relay->submission, *decode, encoders_, &relay->body), Stage::kWhole,
+                                  handover);
         if (result.mark_failed) selector_.mark_failed(decode->id);
         selector_.release(*decode);
         attempted = decode->id;

@@ -354,6 +354,7 @@ describe('a worker whose body limit the rows pass', () => {
       assert.equal(routed.choices[0].message.content, direct.choices[0].message.content);
       assert.equal((await metrics(encoder.url)).deepinfer_images_encoded_total, 1);
       assert.equal((await metrics(worker.url)).deepinfer_images_encoded_total, 1);
+      assert.equal((await metrics(router.url)).deepinfer_router_image_fallbacks_total, 1);
     } finally {
       await worker.stop();
       await encoder.stop();
