@@ -46,15 +46,32 @@ WindowOrder window_order(const ImageGrid& grid, int32_t merge, int32_t groups_pe
 
 }  // namespace
 
-Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const std::string& prefix, int64_t width) {
-  auto weight = read_tensor_f32(source, prefix + ".weight", {3 * width, width});
+Result<void> check_qwen_vl_tower(const ModelSource& source) {
+  const Qwen2VlVisionConfig& c = *source.config.qwen2_vl_vision;
+  if (c.hidden_size % c.num_heads != 0 || (c.hidden_size / c.num_heads) % 4 != 0) {
+    return Error{"vision_config: hidden_size " + std::to_string(c.hidden_size) + " over " +
+                 std::to_string(c.num_heads) +
+                 " heads must give a head width divisible by 4 (2D rope splits each rotary half in two)"};
+  }
+  if (c.in_channels != 3) return Error{"vision_config: in_channels must be 3 (RGB)"};
+  if (c.out_hidden_size != source.config.hidden_size) {
+    return Error{"vision_config: out_hidden_size " + std::to_string(c.out_hidden_size) +
+                 " is not the text model's hidden_size " + std::to_string(source.config.hidden_size)};
+  }
+  return {};
+}
+
+Result<QwenVlAttention> QwenVlAttention::load(const ModelSource& source, const std::string& prefix, int64_t width) {
+  const std::string qkv = prefix + ".qkv";
+  auto weight = read_tensor_f32(source, qkv + ".weight", {3 * width, width});
   if (!weight.ok()) return weight.error();
-  auto bias = read_tensor_f32(source, prefix + ".bias", {3 * width});
+  auto bias = read_tensor_f32(source, qkv + ".bias", {3 * width});
   if (!bias.ok()) return bias.error();
-  auto stored = source.weights->get(prefix + ".weight", {3 * width, width});
+  auto stored = source.weights->get(qkv + ".weight", {3 * width, width});
   if (!stored.ok()) return stored.error();
   const DType dtype = host_rewrite_dtype(stored->dtype);
-  std::array<Linear, 3> parts;
+  QwenVlAttention attention;
+  Linear* parts[] = {&attention.q, &attention.k, &attention.v};
   const char* names[] = {"q", "k", "v"};
   for (size_t i = 0; i < 3; ++i) {
     const auto rows = static_cast<ptrdiff_t>(width * width);
@@ -62,17 +79,32 @@ Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const st
                                weight->begin() + static_cast<ptrdiff_t>(i + 1) * rows);
     const std::vector<float> b(bias->begin() + static_cast<ptrdiff_t>(i) * width,
                                bias->begin() + static_cast<ptrdiff_t>(i + 1) * width);
-    const std::string name = prefix + "[" + names[i] + "]";
+    const std::string name = qkv + "[" + names[i] + "]";
     auto w_view = load_host_tensor(source, name + ".weight", width, width, w, dtype);
     if (!w_view.ok()) return w_view.error();
     auto b_view = load_host_tensor(source, name + ".bias", 0, width, b, dtype);
     if (!b_view.ok()) return b_view.error();
-    parts[i].weight = *w_view;
-    parts[i].bias = *b_view;
-    parts[i].in_features = width;
-    parts[i].out_features = width;
+    parts[i]->weight = *w_view;
+    parts[i]->bias = *b_view;
+    parts[i]->in_features = width;
+    parts[i]->out_features = width;
   }
-  return parts;
+  auto proj = Linear::load(source, prefix + ".proj", width, width, /*bias=*/true);
+  if (!proj.ok()) return proj.error();
+  attention.proj = *proj;
+  return attention;
+}
+
+void QwenVlAttention::forward(Backend& backend, const float* normed, int64_t n, VisionTowerBuffers& b,
+                              const VisionRope2d& rope, const int32_t* rows, const int32_t* columns,
+                              const VisionAttentionBatch& batch, const kernels::AttentionParams& params,
+                              float* out) const {
+  backend.matmul_group(
+      normed, n,
+      {{q.weight, q.bias, b.q.as<float>()}, {k.weight, k.bias, b.k.as<float>()}, {v.weight, v.bias, b.v.as<float>()}});
+  rope.apply(backend, b.q.as<float>(), b.k.as<float>(), rows, columns, n, params.num_heads, params.head_dim);
+  batch.attend(backend, b, params);
+  proj.forward(backend, b.attended.as<float>(), n, out);
 }
 
 Result<Linear> load_patch_embedding(const ModelSource& source, const std::string& prefix, const Qwen2VlVisionConfig& c,
@@ -147,19 +179,11 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
            "Qwen2VlImageEncoder needs a Qwen2.5-VL vision_config");
   const Qwen2VlVisionConfig& c = *source.config.qwen2_vl_vision;
   const int64_t hidden = c.hidden_size;
-  if (hidden % c.num_heads != 0 || (hidden / c.num_heads) % 4 != 0) {
-    return Error{"vision_config: hidden_size " + std::to_string(hidden) + " over " + std::to_string(c.num_heads) +
-                 " heads must give a head width divisible by 4 (2D rope splits each rotary half in two)"};
-  }
+  DI_TRY(check_qwen_vl_tower(source));
   if (c.hidden_act != "silu") {
     return Error{"vision_config: hidden_act '" + c.hidden_act + "' is not supported (Qwen2.5-VL's tower runs silu)"};
   }
-  if (c.in_channels != 3) return Error{"vision_config: in_channels must be 3 (RGB)"};
   if (c.qwen3) return Error{"vision_config: model_type qwen3_vl is Qwen3-VL's tower, not Qwen2.5-VL's"};
-  if (c.out_hidden_size != source.config.hidden_size) {
-    return Error{"vision_config: out_hidden_size " + std::to_string(c.out_hidden_size) +
-                 " is not the text model's hidden_size " + std::to_string(source.config.hidden_size)};
-  }
   std::unique_ptr<Qwen2VlImageEncoder> encoder(new Qwen2VlImageEncoder(*source.backend));
   encoder->weights_ = source.weights;
   encoder->arena_ = source.arena;
@@ -178,16 +202,15 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
     if (!norm1.ok()) return norm1.error();
     auto norm2 = RmsNorm::load(source, block + "norm2.weight", hidden, kNormEps);
     if (!norm2.ok()) return norm2.error();
-    auto qkv = load_split_qkv(source, block + "attn.qkv", hidden);
-    if (!qkv.ok()) return qkv.error();
-    auto proj = Linear::load(source, block + "attn.proj", hidden, hidden, true);
+    auto attention = QwenVlAttention::load(source, block + "attn", hidden);
+    if (!attention.ok()) return attention.error();
     auto gate = Linear::load(source, block + "mlp.gate_proj", c.intermediate_size, hidden, true);
     auto up = Linear::load(source, block + "mlp.up_proj", c.intermediate_size, hidden, true);
     auto down = Linear::load(source, block + "mlp.down_proj", hidden, c.intermediate_size, true);
-    for (const Result<Linear>* linear : {&proj, &gate, &up, &down}) {
+    for (const Result<Linear>* linear : {&gate, &up, &down}) {
       if (!linear->ok()) return linear->error();
     }
-    encoder->blocks_.push_back({*norm1, *norm2, (*qkv)[0], (*qkv)[1], (*qkv)[2], *proj, *gate, *up, *down});
+    encoder->blocks_.push_back({*norm1, *norm2, *attention, *gate, *up, *down});
     encoder->full_attention_.push_back(std::find(c.fullatt_block_indexes.begin(), c.fullatt_block_indexes.end(), i) !=
                                        c.fullatt_block_indexes.end());
   }
@@ -206,7 +229,7 @@ Result<std::unique_ptr<Qwen2VlImageEncoder>> Qwen2VlImageEncoder::load(const Mod
 
   encoder->rope_ = VisionRope2d::upload(*source.backend, hidden / c.num_heads, c.rope_theta);
   encoder->params_ = vision_attention_params(
-      hidden, c.num_heads, encoder->blocks_.empty() ? DType::kF32 : encoder->blocks_[0].proj.weight.dtype);
+      hidden, c.num_heads, encoder->blocks_.empty() ? DType::kF32 : encoder->blocks_[0].attention.proj.weight.dtype);
   return encoder;
 }
 
@@ -256,20 +279,12 @@ void Qwen2VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
   const kernels::WeightView embedded_rows{b.attended.as<float>(), DType::kF32, n, hidden};
   backend.embedding(embedded_rows, permutation_ids.as<int32_t>(), n, x);
 
-  const int32_t heads = params_.num_heads;
-  const int32_t head_dim = params_.head_dim;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block& l = blocks_[i];
     const VisionAttentionBatch& batch = full_attention_[i] ? whole : windows;
     l.norm1.forward(backend, x, n, normed);
-    backend.matmul_group(normed, n,
-                         {{l.q.weight, l.q.bias, b.q.as<float>()},
-                          {l.k.weight, l.k.bias, b.k.as<float>()},
-                          {l.v.weight, l.v.bias, b.v.as<float>()}});
-    rope_.apply(backend, b.q.as<float>(), b.k.as<float>(), row_ids.as<int32_t>(), column_ids.as<int32_t>(), n, heads,
-                head_dim);
-    batch.attend(backend, b, params_);
-    l.proj.forward(backend, b.attended.as<float>(), n, delta);
+    l.attention.forward(backend, normed, n, b, rope_, row_ids.as<int32_t>(), column_ids.as<int32_t>(), batch, params_,
+                        delta);
     backend.add(x, delta, n * hidden, x);
     l.norm2.forward(backend, x, n, normed);
     backend.matmul_group(normed, n,

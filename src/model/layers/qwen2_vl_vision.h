@@ -15,13 +15,31 @@
 #include <vector>
 
 #include "model/layers/linear.h"
+#include "model/layers/vision_attention.h"
 #include "model/model.h"
 
 namespace deepinfer {
 
 // What the Qwen-VL towers (this one and Qwen3-VL's, qwen3_vl_vision.h) load and compute alike.
-// A checkpoint's stacked [3 * width, width] q|k|v (prefix.weight, prefix.bias) as three Linears.
-Result<std::array<Linear, 3>> load_split_qkv(const ModelSource& source, const std::string& prefix, int64_t width);
+// What both towers' configs must be: a head width divisible by 4 (the 2D rope), RGB, and the merger's
+// output as wide as the text model. Errors name the field.
+Result<void> check_qwen_vl_tower(const ModelSource& source);
+
+struct VisionRope2d;
+
+// A block's attention: the checkpoint's stacked q|k|v (prefix.qkv, with biases) split in three,
+// and the output product (prefix.proj).
+struct QwenVlAttention {
+  Linear q, k, v, proj;
+
+  static Result<QwenVlAttention> load(const ModelSource& source, const std::string& prefix, int64_t width);
+  // normed: [n, width]; b.q, b.k, b.v and b.attended take the step's values; out gets the output
+  // product. rows, columns: each patch's place in the grid (the 2D rope); batch: which patches see
+  // which.
+  void forward(Backend& backend, const float* normed, int64_t n, VisionTowerBuffers& b, const VisionRope2d& rope,
+               const int32_t* rows, const int32_t* columns, const VisionAttentionBatch& batch,
+               const kernels::AttentionParams& params, float* out) const;
+};
 // The patch embedding (prefix.weight, a [hidden, 3, temporal, patch, patch] convolution of stride =
 // kernel) as a product over the flattened patches, with prefix.bias when bias.
 Result<Linear> load_patch_embedding(const ModelSource& source, const std::string& prefix, const Qwen2VlVisionConfig& c,
@@ -62,7 +80,8 @@ class Qwen2VlImageEncoder final : public ImageEncoder {
  private:
   struct Block {
     RmsNorm norm1, norm2;
-    Linear q, k, v, proj, gate, up, down;
+    QwenVlAttention attention;
+    Linear gate, up, down;
   };
   explicit Qwen2VlImageEncoder(Backend& backend) : backend_(backend) {}
 

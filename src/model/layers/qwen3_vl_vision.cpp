@@ -45,15 +45,11 @@ Result<std::unique_ptr<Qwen3VlImageEncoder>> Qwen3VlImageEncoder::load(const Mod
       "Qwen3VlImageEncoder needs a Qwen3-VL vision_config");
   const Qwen2VlVisionConfig& c = *source.config.qwen2_vl_vision;
   const int64_t hidden = c.hidden_size;
-  if (hidden % c.num_heads != 0 || (hidden / c.num_heads) % 4 != 0) {
-    return Error{"vision_config: hidden_size " + std::to_string(hidden) + " over " + std::to_string(c.num_heads) +
-                 " heads must give a head width divisible by 4 (2D rope splits each rotary half in two)"};
-  }
+  DI_TRY(check_qwen_vl_tower(source));
   if (c.hidden_act != "gelu_pytorch_tanh" && c.hidden_act != "gelu") {
     return Error{"vision_config: hidden_act '" + c.hidden_act +
                  "' is not supported (Qwen3-VL's tower runs gelu_pytorch_tanh or gelu)"};
   }
-  if (c.in_channels != 3) return Error{"vision_config: in_channels must be 3 (RGB)"};
   const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(c.num_position_embeddings))));
   if (c.num_position_embeddings <= 0 || side * side != c.num_position_embeddings) {
     return Error{"vision_config: num_position_embeddings " + std::to_string(c.num_position_embeddings) +
@@ -67,16 +63,13 @@ Result<std::unique_ptr<Qwen3VlImageEncoder>> Qwen3VlImageEncoder::load(const Mod
                    std::to_string(c.depth) + " twice or past the last"};
     }
   }
-  if (c.out_hidden_size != source.config.hidden_size) {
-    return Error{"vision_config: out_hidden_size " + std::to_string(c.out_hidden_size) +
-                 " is not the text model's hidden_size " + std::to_string(source.config.hidden_size)};
-  }
   std::unique_ptr<Qwen3VlImageEncoder> encoder(new Qwen3VlImageEncoder(*source.backend));
   encoder->weights_ = source.weights;
   encoder->arena_ = source.arena;
   encoder->config_ = c;
   encoder->format_ = format;
   encoder->tanh_gelu_ = c.hidden_act == "gelu_pytorch_tanh";
+  encoder->position_side_ = static_cast<int32_t>(side);
   const std::string prefix = "visual.";
 
   auto patch_embedding = load_patch_embedding(source, prefix + "patch_embed.proj", c, /*bias=*/true);
@@ -92,15 +85,14 @@ Result<std::unique_ptr<Qwen3VlImageEncoder>> Qwen3VlImageEncoder::load(const Mod
     if (!norm1.ok()) return norm1.error();
     auto norm2 = LayerNorm::load(source, block + "norm2", hidden, kNormEps);
     if (!norm2.ok()) return norm2.error();
-    auto qkv = load_split_qkv(source, block + "attn.qkv", hidden);
-    if (!qkv.ok()) return qkv.error();
-    auto proj = load_linear(source, block + "attn.proj", hidden, hidden);
+    auto attention = QwenVlAttention::load(source, block + "attn", hidden);
+    if (!attention.ok()) return attention.error();
     auto fc1 = load_linear(source, block + "mlp.linear_fc1", c.intermediate_size, hidden);
     auto fc2 = load_linear(source, block + "mlp.linear_fc2", hidden, c.intermediate_size);
-    for (const Result<Linear>* linear : {&proj, &fc1, &fc2}) {
+    for (const Result<Linear>* linear : {&fc1, &fc2}) {
       if (!linear->ok()) return linear->error();
     }
-    encoder->blocks_.push_back({*norm1, *norm2, (*qkv)[0], (*qkv)[1], (*qkv)[2], *proj, *fc1, *fc2});
+    encoder->blocks_.push_back({*norm1, *norm2, *attention, *fc1, *fc2});
   }
   const int64_t merged_width = hidden * c.spatial_merge_size * c.spatial_merge_size;
   const auto load_merger = [&](const std::string& name, int64_t norm_width) -> Result<Merger> {
@@ -125,13 +117,13 @@ Result<std::unique_ptr<Qwen3VlImageEncoder>> Qwen3VlImageEncoder::load(const Mod
 
   encoder->rope_ = VisionRope2d::upload(*source.backend, hidden / c.num_heads, c.rope_theta);
   encoder->params_ = vision_attention_params(
-      hidden, c.num_heads, encoder->blocks_.empty() ? DType::kF32 : encoder->blocks_[0].proj.weight.dtype);
+      hidden, c.num_heads, encoder->blocks_.empty() ? DType::kF32 : encoder->blocks_[0].attention.proj.weight.dtype);
   return encoder;
 }
 
 std::vector<float> Qwen3VlImageEncoder::position_rows(const ImageGrid& grid) const {
   const int64_t hidden = config_.hidden_size;
-  const auto side = static_cast<int32_t>(std::llround(std::sqrt(static_cast<double>(config_.num_position_embeddings))));
+  const int32_t side = position_side_;
   const std::vector<float> ys = linspace(static_cast<float>(side - 1), grid.rows);
   const std::vector<float> xs = linspace(static_cast<float>(side - 1), grid.columns);
   // The grid's rows in row-major order first, as transformers builds them.
@@ -227,20 +219,12 @@ void Qwen3VlImageEncoder::encode(const float* pixels, const ImageGrid& grid, flo
   const DeviceBuffer positions = upload_vector(backend, position_rows(grid));
   backend.add(x, positions.as<float>(), n * hidden, x);
 
-  const int32_t heads = params_.num_heads;
-  const int32_t head_dim = params_.head_dim;
   int64_t next_set = 1;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block& l = blocks_[i];
     l.norm1.forward(backend, x, n, normed);
-    backend.matmul_group(normed, n,
-                         {{l.q.weight, l.q.bias, b.q.as<float>()},
-                          {l.k.weight, l.k.bias, b.k.as<float>()},
-                          {l.v.weight, l.v.bias, b.v.as<float>()}});
-    rope_.apply(backend, b.q.as<float>(), b.k.as<float>(), row_ids.as<int32_t>(), column_ids.as<int32_t>(), n, heads,
-                head_dim);
-    whole.attend(backend, b, params_);
-    l.proj.forward(backend, b.attended.as<float>(), n, delta);
+    l.attention.forward(backend, normed, n, b, rope_, row_ids.as<int32_t>(), column_ids.as<int32_t>(), whole, params_,
+                        delta);
     backend.add(x, delta, n * hidden, x);
     l.norm2.forward(backend, x, n, normed);
     l.fc1.forward(backend, normed, n, mlp.as<float>());

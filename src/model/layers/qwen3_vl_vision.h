@@ -32,7 +32,8 @@ class Qwen3VlImageEncoder final : public ImageEncoder {
  private:
   struct Block {
     LayerNorm norm1, norm2;
-    Linear q, k, v, proj, fc1, fc2;
+    QwenVlAttention attention;
+    Linear fc1, fc2;
   };
   struct Merger {
     LayerNorm norm;  // over one patch's row (the final merger) or a whole group's (DeepStack's)
@@ -53,6 +54,7 @@ class Qwen3VlImageEncoder final : public ImageEncoder {
   ImageInputFormat format_;
   Linear patch_embedding_;
   std::vector<float> position_embeddings_;  // [num_position_embeddings, hidden], host
+  int32_t position_side_ = 0;               // the square grid's side
   std::vector<Block> blocks_;
   Merger merger_;
   // deepstack_[j]: the merger after block config_.deepstack_visual_indexes[j].
