@@ -235,11 +235,12 @@ Result<std::optional<Qwen2VlVisionConfig>> parse_qwen2_vl_vision(const json& raw
                                                                  const std::string& source_name) {
   const auto it = raw.find("vision_config");
   if (it == raw.end() || !it->is_object()) return std::optional<Qwen2VlVisionConfig>();
-  // transformers 5 names Qwen2.5-VL's qwen2_5_vl_vision; published checkpoints qwen2_5_vl, or
-  // nothing. Qwen3-VL's is qwen3_vl.
+  // transformers 5 names Qwen2.5-VL's qwen2_5_vl_vision and Qwen3-VL's qwen3_vl_vision; published
+  // checkpoints qwen2_5_vl / qwen3_vl, or nothing.
   const std::string model_type = it->value("model_type", std::string());
   const std::string top_type = raw.value("model_type", std::string());
-  const bool qwen3 = model_type == "qwen3_vl" || (model_type.empty() && top_type == "qwen3_vl");
+  const bool qwen3 =
+      model_type == "qwen3_vl_vision" || model_type == "qwen3_vl" || (model_type.empty() && top_type == "qwen3_vl");
   if (!qwen3 && model_type != "qwen2_5_vl_vision" && model_type != "qwen2_5_vl" &&
       !(model_type.empty() && top_type == "qwen2_5_vl")) {
     return std::optional<Qwen2VlVisionConfig>();

@@ -174,14 +174,15 @@ TEST(EngineImages, GreedyMatchesTransformersAtEveryChunking) {
   }
 }
 
-// Qwen2.5-VL (the qwen2_5_vl fixture, image at tokens 7..12 in a 4 x 6 patch grid): the image's
-// tokens causal, the text after it at M-RoPE's shifted positions, as transformers' get_rope_index
-// places them (image.json), and greedy decoding as transformers'.
-TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) {
-  std::ifstream in(fixture_dir("qwen2_5_vl") + "/image.json");
+// Qwen2.5-VL and Qwen3-VL (the qwen2_5_vl and qwen3_vl fixtures, image at tokens 7..12 in a 4 x 6
+// patch grid): the image's tokens causal, the text after it at M-RoPE's shifted positions, as
+// transformers' get_rope_index places them (image.json), and greedy decoding as transformers' (Qwen3-VL:
+// its DeepStack rows added after the first layers wherever a chunk holds image tokens).
+void expect_qwen_vl_positions_and_greedy(const std::string& fixture) {
+  std::ifstream in(fixture_dir(fixture) + "/image.json");
   const nlohmann::json info = nlohmann::json::parse(in);
   const auto position_ids = info["position_ids"].get<std::vector<std::vector<int32_t>>>();
-  std::ifstream expected(fixture_dir("qwen2_5_vl") + "/expected.json");
+  std::ifstream expected(fixture_dir(fixture) + "/expected.json");
   const auto score = nlohmann::json::parse(expected)["score"]["tokens"].get<std::vector<int32_t>>();
   Request request;
   request.set_prompt(score);
@@ -191,11 +192,11 @@ TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) {
     EXPECT_EQ(request.rope_position(p), position_ids[0][static_cast<size_t>(p)]) << p;
   }
 
-  TestModel loaded = load_test_model("qwen2_5_vl", false);
-  const nlohmann::json want = expected_greedy("qwen2_5_vl");
+  TestModel loaded = load_test_model(fixture, false);
+  const nlohmann::json want = expected_greedy(fixture);
   const auto prompt = want["prompt"].get<std::vector<int32_t>>();
   const auto num_tokens = static_cast<int32_t>(want["tokens"].size());
-  const std::vector<float> pixels = read_float_file(fixture_dir("qwen2_5_vl") + "/pixel_values.f32");
+  const std::vector<float> pixels = read_float_file(fixture_dir(fixture) + "/pixel_values.f32");
   // 2048: one chunk; 7: the first ends before the image, which then runs whole; 9 and 4: chunks
   // that end inside the image (its tokens are causal, so they may).
   for (int32_t budget : {2048, 7, 9, 4}) {
@@ -204,10 +205,14 @@ TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) {
       config.async_scheduling = async;
       EngineCore engine(*loaded.model, nullptr, config);
       const auto got = run_image_request(engine, 0, prompt, pixels, num_tokens, ImageGrid{1, 4, 6}).first;
-      expect_transformers_tokens(got, "budget " + std::to_string(budget) + (async ? " async" : ""), "qwen2_5_vl");
+      expect_transformers_tokens(got, "budget " + std::to_string(budget) + (async ? " async" : ""), fixture);
     }
   }
 }
+
+TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_positions_and_greedy("qwen2_5_vl"); }
+
+TEST(EngineImages, Qwen3VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_positions_and_greedy("qwen3_vl"); }
 
 // An image that comes encoded (an image encoder service's rows: ImageInput::rows, with the hash
 // the service computed from its pixels) runs no encoder here and gives the same tokens, and the

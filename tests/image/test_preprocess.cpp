@@ -70,6 +70,28 @@ TEST(ImagePreprocess, Gemma3AtTheVisionFixturesSizeEqualsTransformers) {
   EXPECT_LE(max_error, kTolerance);
 }
 
+// The qwen3_vl model fixture's 96 x 64 image with Qwen3-VL's processor settings (16-pixel patches,
+// mean and std 0.5, its preprocessor_config.json's bounds), against transformers' Qwen2VLImageProcessor
+// with the same settings (tools/reference/make_fixtures_multimodal.py): the size is a multiple of 32,
+// so the resize keeps every pixel and the patch order, rescale and normalisation are compared.
+TEST(ImagePreprocess, Qwen3VlAtTheVisionFixturesSizeEqualsTransformers) {
+  const std::vector<float> want = test::read_f32_fixture("../qwen3_vl/pixel_values.f32");
+  Qwen2VlProcessorConfig config;
+  config.patch_size = 16;
+  config.min_pixels = 64 * 64;
+  config.max_pixels = 32 * 32 * 64;
+  config.image_mean = {0.5f, 0.5f, 0.5f};
+  config.image_std = {0.5f, 0.5f, 0.5f};
+  Result<Qwen2VlPixels> got = try_preprocess_qwen2_vl(test::decode_fixture("../qwen3_vl/image.png"), config);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_EQ(got->grid_thw, (std::array<int64_t, 3>{1, 4, 6}));
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(got->pixel_values.size(), want.size());
+  float max_error = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) max_error = std::max(max_error, std::abs(got->pixel_values[i] - want[i]));
+  EXPECT_LE(max_error, kTolerance);
+}
+
 TEST(ImagePreprocess, SmartResizeFollowsTransformers) {
   // Rounded to multiples of 28 (Python rounds half to even: 42 / 28 = 1.5 -> 2, 70 / 28 = 2.5 -> 2).
   EXPECT_EQ(*try_qwen2_vl_smart_resize(42, 70, 28, 56 * 56, 14 * 14 * 4 * 1280), (std::pair{56, 56}));

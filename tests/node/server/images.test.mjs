@@ -7,7 +7,8 @@
 // Gemma 3 prompt) and one greedy answer, and a repeat hits the prefix cache through the image;
 // through `deepinfer router` and a registered worker, which preprocesses the relayed image file,
 // the same answer. Then on a Qwen2.5-VL (the qwen2_5_vl fixture, whose images take as many tokens
-// as their resized size has merged patches, at M-RoPE positions): the same through every API.
+// as their resized size has merged patches, at M-RoPE positions) and a Qwen3-VL (qwen3_vl: its own
+// template, 16-pixel patches, DeepStack): the same through every API.
 // Then an image encoder of its own (serve --role encoder) behind the router: the worker takes its
 // rows and gives the single server's answer and logprobs; with the encoder killed, the worker
 // encodes the files itself; a worker whose body limit the rows would pass gets the file instead.
@@ -237,6 +238,19 @@ describe('images on a Qwen2.5-VL', () => {
       model: MODEL, max_tokens: 2, messages: [
         { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${truncatedBase64}` } }] }],
     }), `messages[0].content[0]: ${truncated}`);
+  });
+});
+
+describe('images on a Qwen3-VL', () => {
+  const fixture = new URL('../../data/qwen3_vl', import.meta.url).pathname;
+  const vision = visionServer(fixture);
+
+  test('every API places the image and answers the same', async () => {
+    // The Qwen3-VL template (no default system turn) and its processor's expansion: the 37 x 53 PNG
+    // resized to 64 x 96 (16-pixel patches merged 2 x 2), 4 x 6 patches merged into 6 tokens.
+    const promptTokens = await countTokens(fixture, '<|im_start|>user\nWhat is this?<|vision_start|>' +
+      '<|image_pad|>'.repeat(6) + '<|vision_end|><|im_end|>\n<|im_start|>assistant\n');
+    await sameAnswerThroughEveryApi(vision, promptTokens);
   });
 });
 
