@@ -1,7 +1,7 @@
 // deepinfer-make-random-model: writes a Hugging Face checkpoint (config.json + model.safetensors)
 // shaped like a Llama / Mistral / Qwen2 / Qwen3 model, or a MoE one (DeepSeek-V2/V3, Qwen3-MoE,
 // Mixtral, GPT-OSS), with random weights, for benchmarks.
-// Usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8] [--seed N]
+// Usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8|mxfp4] [--seed N]
 //        [--router-skew SHARE]
 #include <algorithm>
 #include <atomic>
@@ -31,12 +31,14 @@ namespace deepinfer::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8] [--seed N]\n"
-    "                                   [--router-skew SHARE]\n"
+    "usage: deepinfer-make-random-model --config CONFIG.json --out DIR [--dtype bf16|f32|f16|fp8|mxfp4]\n"
+    "                                   [--seed N] [--router-skew SHARE]\n"
     "Writes DIR/config.json and DIR/model.safetensors with every tensor of the config's architecture\n"
     "(Llama, Mistral, Qwen2, Qwen3; DeepSeek-V2/V3, Qwen3-MoE, Mixtral, GPT-OSS): weights ~ normal(0, 0.02),\n"
     "norm weights ~ 1 + normal(0, 0.02). fp8: the projections in e4m3 with a float32 weight_scale_inv per\n"
-    "128 x 128 block (DeepSeek-V3's published format), everything else bf16.\n"
+    "128 x 128 block (DeepSeek-V3's published format), everything else bf16. mxfp4 (GPT-OSS): the experts\n"
+    "as e2m1 codes ~ uniform with an e8m0 scale of 2^-7 per 32 (GPT-OSS's published format, an RMS near\n"
+    "0.02), everything else bf16.\n"
     "--router-skew SHARE (MoE, e.g. 0.5): router biases drawn so that the busiest tenth of each layer's\n"
     "experts takes SHARE of the routed tokens (GPT-OSS's router bias; other families need\n"
     "\"topk_method\": \"noaux_tc\" in the config, whose e_score_correction_bias steers the choice).\n";
@@ -85,11 +87,22 @@ struct Chunk {
   int64_t end;
 };
 
+// MXFP4 experts: uniform e2m1 codes (RMS 2.93) times 2^(kMxfp4Scale - 127).
+constexpr uint8_t kMxfp4Scale = 120;
+
 void fill_chunk(const Chunk& chunk, const DenseTensor& spec, TensorView& view, uint64_t seed) {
   SplitMix64 rng(mix64(seed ^ mix64((static_cast<uint64_t>(chunk.tensor_index) << 32) ^
                                     static_cast<uint64_t>(chunk.begin / kChunkElements))));
   const float mean = spec.role == TensorRole::kNorm ? 1.0f : 0.0f;
   void* dst = const_cast<void*>(view.data);
+  if (view.dtype == DType::kU8) {  // MXFP4 codes or scales
+    auto* bytes = static_cast<uint8_t*>(dst);
+    const bool scales = spec.hf_name.ends_with("_scales");
+    for (int64_t i = chunk.begin; i < chunk.end; ++i) {
+      bytes[i] = scales ? kMxfp4Scale : static_cast<uint8_t>(rng.next() >> 56);
+    }
+    return;
+  }
   for (int64_t i = chunk.begin; i < chunk.end; i += 2) {
     const auto [a, b] = normal_pair(rng.next());
     store(dst, view.dtype, i, mean + kWeightStd * a);
@@ -123,7 +136,39 @@ Result<DType> parse_dtype(const std::string& name) {
   if (name == "f16") return DType::kF16;
   if (name == "f32") return DType::kF32;
   if (name == "fp8") return DType::kF8E4M3;
-  return Error{"--dtype must be bf16, f16, f32 or fp8, got '" + name + "'"};
+  if (name == "mxfp4") return DType::kMxfp4;
+  return Error{"--dtype must be bf16, f16, f32, fp8 or mxfp4, got '" + name + "'"};
+}
+
+// GPT-OSS's experts [num_experts, in, out] as its MXFP4 checkpoints publish them: `_blocks` U8
+// [num_experts, out, in / 32, 16] and `_scales` U8 [num_experts, out, in / 32].
+Result<void> split_mxfp4_experts(std::vector<DenseTensor>& tensors) {
+  std::vector<DenseTensor> out;
+  bool any = false;
+  for (DenseTensor& spec : tensors) {
+    const bool expert =
+        spec.hf_name.ends_with("mlp.experts.gate_up_proj") || spec.hf_name.ends_with("mlp.experts.down_proj");
+    if (!expert) {
+      out.push_back(std::move(spec));
+      continue;
+    }
+    if (spec.shape.size() != 3 || spec.shape[1] % 32 != 0) {
+      return Error{spec.hf_name + ": MXFP4 experts need [experts, in, out], in a multiple of 32"};
+    }
+    const int64_t in = spec.shape[1];
+    DenseTensor blocks = spec;
+    blocks.hf_name += "_blocks";
+    blocks.shape = {spec.shape[0], spec.shape[2], in / 32, 16};
+    DenseTensor scales = spec;
+    scales.hf_name += "_scales";
+    scales.shape = {spec.shape[0], spec.shape[2], in / 32};
+    out.push_back(std::move(blocks));
+    out.push_back(std::move(scales));
+    any = true;
+  }
+  if (!any) return Error{"--dtype mxfp4 takes GPT-OSS configs (mlp.experts.gate_up_proj / down_proj)"};
+  tensors = std::move(out);
+  return {};
 }
 
 // DeepSeek-V3's FP8 checkpoints quantise the projections; embeddings, the output head, norms, biases
@@ -183,6 +228,7 @@ const char* torch_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kBF16:
     case DType::kF8E4M3:
+    case DType::kMxfp4:
       return "bfloat16";
     case DType::kF16: return "float16";
     default: return "float32";
@@ -198,6 +244,12 @@ Result<void> write_config(const ModelConfig& config, DType dtype, const std::str
                                   {"fmt", "e4m3"},
                                   {"activation_scheme", "dynamic"},
                                   {"weight_block_size", {kFp8Block, kFp8Block}}};
+  }
+  if (dtype == DType::kMxfp4) {
+    raw["quantization_config"] = {
+        {"quant_method", "mxfp4"},
+        {"modules_to_not_convert",
+         {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
   }
   std::ofstream out(path, std::ios::trunc);
   out << raw.dump(2) << "\n";
@@ -236,6 +288,10 @@ Result<void> run(int argc, char** argv) {
   if (!config.ok()) return config.error();
   auto layout = config->moe ? moe_layout(*config) : dense_layout(*config);
   if (!layout.ok()) return Error{config_path + ": " + layout.error().message};
+  if (*dtype == DType::kMxfp4) {
+    if (auto split = split_mxfp4_experts(layout->tensors); !split.ok())
+      return Error{config_path + ": " + split.error().message};
+  }
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<uint8_t[]>> buffers;
@@ -244,8 +300,12 @@ Result<void> run(int argc, char** argv) {
   for (const DenseTensor& spec : layout->tensors) {
     TensorView view;
     view.name = spec.hf_name;
-    // FP8 projections are drawn in float32, then quantised below.
-    view.dtype = *dtype != DType::kF8E4M3 ? *dtype : is_fp8_projection(spec) ? DType::kF32 : DType::kBF16;
+    // FP8 projections are drawn in float32, then quantised below; MXFP4 codes and scales are bytes.
+    if (*dtype == DType::kMxfp4) {
+      view.dtype = spec.hf_name.ends_with("_blocks") || spec.hf_name.ends_with("_scales") ? DType::kU8 : DType::kBF16;
+    } else {
+      view.dtype = *dtype != DType::kF8E4M3 ? *dtype : is_fp8_projection(spec) ? DType::kF32 : DType::kBF16;
+    }
     view.shape = spec.shape;
     view.size_bytes = static_cast<size_t>(view.numel()) * dtype_size_bytes(view.dtype);
     buffers.emplace_back(new uint8_t[view.size_bytes]);

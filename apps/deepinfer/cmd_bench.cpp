@@ -21,7 +21,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer bench --model DIR [--prompt-tokens N] [--decode-tokens N] [--repeats R]
                        [--device cpu|ref|cuda] [--threads N] [--batch-invariant] [--profile]
                        [--kv-cache-dtype auto|float32|bfloat16|fp8]
-                       [--no-cuda-graphs] [--no-fused-decode] [--no-products] [--host-sampling]
+                       [--no-cuda-graphs] [--no-fused-decode] [--no-products] [--host-sampling] [--dequantize-weights]
                        [--batches LIST] [--contexts LIST] [--prefill LIST] [--steps N]
                        [--engine-batches LIST] [--engine-tokens N] [--[no-]async-scheduling]  (cuda)
        deepinfer bench --model DIR --speculative-tokens K (--draft-text FILE | --draft-replay RATE)
@@ -42,7 +42,10 @@ with --host-sampling: every logits row copied back and sampled on the host) and,
 sampler, the same steps pipelined (each enqueued before the one ahead of it is waited for, as the
 engine's --async-scheduling loop runs them: "pipelined_tok_s" and its bandwidth fractions);
 decode_product lines time each linear-layer shape alone at 1-8 rows, and for a MoE model
-expert_products lines its routed experts alone at 1-256 tokens (--no-products skips both).
+expert_products lines its routed experts' shapes alone at 1-256 tokens, in bf16 whatever the
+checkpoint's dtype (--no-products skips both).
+--dequantize-weights: FP8 and MXFP4 weights load dequantised, the baseline their packed kernels are
+measured against.
 --no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
 kernels (the unfused sequence, to measure the fusion against). Last, engine_loop lines: at each
 --engine-batches size (default 1,64,256; 0 skips) that many requests of 32 random prompt tokens

@@ -23,7 +23,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: deepinfer generate --model DIR (--prompt TEXT [--chat] | --tokens 1,2,3) [--max-tokens N]
                           [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
                           [--ignore-eos] [--device cpu|ref|cuda] [--threads N] [--batch-invariant]
-                          [--no-cuda-graphs] [--host-sampling] [--[no-]async-scheduling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
+                          [--no-cuda-graphs] [--host-sampling] [--dequantize-weights] [--[no-]async-scheduling] [--json-schema FILE|JSON | --json-object | --regex R | --grammar FILE | --choice a,b]
                           [--kv-cache-dir DIR] [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                           [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
                           [--swa-replay-tokens N|exact] [--speculative-tokens K] [--spec-varlen on|off]
@@ -59,6 +59,8 @@ never holds more than --max-num-seqs sequences of --max-model-len; CPU only for 
 runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
 instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host
 and sampled there (default: drawn on the device, only token ids come back; the same tokens).
+--dequantize-weights: FP8 and MXFP4 checkpoints load dequantised (bf16 / float32) instead of packed
+(two to four times the memory; on CUDA today MXFP4 experts run prompts faster that way).
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.
@@ -161,6 +163,7 @@ int run_generate(int argc, char** argv) {
   if (!kv_cache_dtype.ok()) return report_error("generate", kv_cache_dtype.error());
   config.kv_cache_dtype = *kv_cache_dtype;
   config.cuda_graphs = !args->has("--no-cuda-graphs");
+  config.packed_weights = !args->has("--dequantize-weights");
   config.device_sampling = !args->has("--host-sampling");
   auto async_scheduling = async_scheduling_from_args(*args);
   if (!async_scheduling.ok()) return report_error("generate", async_scheduling.error());

@@ -39,7 +39,8 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                        [--max-num-batched-tokens N] [--max-model-len N] [--kv-cache-bytes N]
                        [--kv-cache-dtype auto|float32|bfloat16|fp8]
                        [--gpu-memory-utilization F] [--block-size N] [--io-threads N] [--device cpu|ref|cuda] [--threads N]
-                       [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--[no-]async-scheduling] [--check-invariants]
+                       [--batch-invariant] [--no-cuda-graphs] [--host-sampling] [--dequantize-weights]
+                       [--[no-]async-scheduling] [--check-invariants]
                        [--kv-cache-dir DIR]
                        [--kv-cache-host-bytes N] [--kv-cache-disk-bytes N]
                        [--kv-cache-backend disk|redis://host:port] [--kv-cache-load auto|always]
@@ -99,6 +100,8 @@ CPU, bf16 for 16-bit models on CUDA, float32 there with --batch-invariant). fp8 
 the checkpoint's per-layer k_scale / v_scale (one per tensor, kv head or column), else scale 1: a
 quarter of float32's bytes, so up to four times the tokens in the same --kv-cache-bytes (the cache
 never holds more than --max-num-seqs sequences of --max-model-len; CPU only for now).
+--dequantize-weights: FP8 and MXFP4 checkpoints load dequantised (bf16 / float32) instead of packed
+(two to four times the weights' memory; on CUDA today MXFP4 experts run prompts faster that way).
 --register redis://HOST:PORT: join a serving cluster as a worker (docs/cluster.md): the server keeps a
 key in that Redis with its address (--advertise-host, default --host) and load (queued tokens,
 running and waiting requests, KV usage, cached tokens), refreshed every second and expiring after

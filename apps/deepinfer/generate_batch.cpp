@@ -116,6 +116,7 @@ int run_generate_batch(const Args& args, const SamplingParams& defaults, const D
   if (!kv_cache_dtype.ok()) return report_error("generate", kv_cache_dtype.error());
   config.kv_cache_dtype = *kv_cache_dtype;
   config.cuda_graphs = !args.has("--no-cuda-graphs");
+  config.packed_weights = !args.has("--dequantize-weights");
   config.device_sampling = !args.has("--host-sampling");
   auto async_scheduling = async_scheduling_from_args(args);
   if (!async_scheduling.ok()) return report_error("generate", async_scheduling.error());

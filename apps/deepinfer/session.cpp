@@ -15,7 +15,7 @@ std::set<std::string> model_value_flags(std::set<std::string> extra) {
 }
 
 std::set<std::string> model_bool_flags(std::set<std::string> extra) {
-  extra.insert({"--batch-invariant", "--no-cuda-graphs", "--host-sampling"});
+  extra.insert({"--batch-invariant", "--no-cuda-graphs", "--host-sampling", "--dequantize-weights"});
   return extra;
 }
 
@@ -125,6 +125,7 @@ Result<BackendOptions> backend_options_from_args(const Args& args) {
   options.batch_invariant = args.has("--batch-invariant");
   options.graphs = !args.has("--no-cuda-graphs");
   options.fused_decode = !args.has("--no-fused-decode");  // a bench flag: measures the fusion
+  options.packed_weights = !args.has("--dequantize-weights");
   auto kv_cache_dtype = kv_cache_dtype_from_args(args);
   if (!kv_cache_dtype.ok()) return kv_cache_dtype.error();
   options.kv_cache_dtype = parse_kv_cache_dtype(*kv_cache_dtype).value();

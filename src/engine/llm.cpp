@@ -101,6 +101,7 @@ Result<std::unique_ptr<LLM>> LLM::open(const LLMConfig& config) {
   BackendOptions backend_options;
   backend_options.batch_invariant = config.batch_invariant;
   backend_options.graphs = config.cuda_graphs;
+  backend_options.packed_weights = config.packed_weights;
   auto kv_cache_dtype = parse_kv_cache_dtype(config.kv_cache_dtype);
   if (!kv_cache_dtype.ok()) return Error{"kv_cache_dtype: " + kv_cache_dtype.error().message};
   backend_options.kv_cache_dtype = *kv_cache_dtype;

@@ -147,7 +147,8 @@ class Backend {
   // Whether matmul (use kMatmul) or moe_experts (kExperts) read weights of this block-quantised
   // dtype (kF8E4M3, kMxfp4; kernels::WeightView has the layouts) as stored, dequantising inside the
   // kernels: the loader then keeps them packed (load_packed_weight) instead of dequantising them at
-  // load. Host backends do unless BackendOptions::packed_weights is off; CUDA reads FP8 in matmul.
+  // load. Host backends do unless BackendOptions::packed_weights is off; CUDA reads FP8 in matmul and
+  // MXFP4 in moe_experts.
   virtual bool reads_packed_weights(DType /*dtype*/, WeightUse /*use*/) const { return false; }
   // Makes a packed weight (kernels::WeightView's block-quantised layout, its data and scales in
   // host memory that outlives the view) usable by the ops; only where reads_packed_weights. Host

@@ -4,14 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "run_cli.h"
 
@@ -117,6 +117,29 @@ TEST(Cli, Fp8KvCacheGeneratesAndScores) {
   ASSERT_EQ(f32.exit_code, 0) << f32.out;
   EXPECT_EQ(top_ids(bf16.out).size(), 3u);
   EXPECT_EQ(top_ids(bf16.out), top_ids(f32.out));
+}
+
+// --dequantize-weights reaches the backend: the MXFP4 fixture's experts then load dequantised, and
+// both loads give the same tokens (the packed kernels are bit-identical at decode sizes), transformers'
+// greedy ones.
+TEST(Cli, DequantizeWeightsGivesTheSameGreedyTokens) {
+  std::ifstream in(fixture("gpt_oss_mxfp4") + "/expected.json");
+  const nlohmann::json greedy = nlohmann::json::parse(in)["greedy"];
+  const std::string args = "generate --model " + fixture("gpt_oss_mxfp4") + " --tokens " +
+                           join_ids(greedy["prompt"].get<std::vector<int32_t>>()) + " --max-tokens " +
+                           std::to_string(greedy["max_tokens"].get<int32_t>());
+  const RunResult packed = run_cli(args, false);
+  const RunResult dequantised = run_cli(args + " --dequantize-weights", false);
+  ASSERT_EQ(packed.exit_code, 0) << packed.out;
+  ASSERT_EQ(dequantised.exit_code, 0) << dequantised.out;
+  const std::string got = packed.out.substr(0, packed.out.find('\n'));
+  EXPECT_EQ(dequantised.out.substr(0, dequantised.out.find('\n')), got);
+  // transformers' tokens up to the first near-tie (margin < 1e-3), after which the two may part.
+  std::vector<int32_t> want = greedy["tokens"].get<std::vector<int32_t>>();
+  const auto margins = greedy["margins"].get<std::vector<double>>();
+  const auto tie = std::find_if(margins.begin(), margins.end(), [](double m) { return m < 1e-3; });
+  if (tie != margins.end()) want.resize(static_cast<size_t>(tie - margins.begin()) + 1);
+  EXPECT_EQ(got.substr(0, join_ids(want).size()), join_ids(want));
 }
 
 TEST(Cli, HelpAndVersion) {

@@ -120,11 +120,14 @@ class CudaFp8 : public ::testing::Test {
   std::mt19937 rng_{2027};
 };
 
-TEST_F(CudaFp8, BackendKeepsFp8ForMatmulOnly) {
+TEST_F(CudaFp8, BackendKeepsFp8ForMatmulAndMxfp4ForExperts) {
   EXPECT_TRUE(backend_->reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul));
   EXPECT_FALSE(backend_->reads_packed_weights(DType::kF8E4M3, WeightUse::kExperts));
   EXPECT_FALSE(backend_->reads_packed_weights(DType::kMxfp4, WeightUse::kMatmul));
-  EXPECT_FALSE(cuda_backend(/*batch_invariant=*/true)->reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul));
+  EXPECT_TRUE(backend_->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts));
+  const auto invariant = cuda_backend(/*batch_invariant=*/true);
+  EXPECT_FALSE(invariant->reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul));
+  EXPECT_FALSE(invariant->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts));
 }
 
 // Decode sizes: every row count of the three tile widths, row counts that are not multiples of 16,

@@ -25,10 +25,12 @@ struct Loaded {
   std::unique_ptr<CausalLM> model;
 };
 
-Loaded load_on(const std::string& dir, const std::string& device, bool batch_invariant = false) {
+Loaded load_on(const std::string& dir, const std::string& device, bool batch_invariant = false,
+               bool packed_weights = true) {
   Loaded loaded;
   BackendOptions options;
   options.batch_invariant = batch_invariant;
+  options.packed_weights = packed_weights;
   loaded.backend = std::move(make_backend(device, options).value());
   auto model = load_model(dir, *loaded.backend, false);
   if (!model.ok()) throw std::runtime_error(model.error().message);
@@ -42,11 +44,18 @@ std::vector<float> score(CausalLM& model, const std::vector<int32_t>& tokens, in
   return generator.append(tokens, true).value();
 }
 
+// A float32 fixture, held to transformers' float32 run within logprob_close: gpt_oss_mxfp4's
+// experts load dequantised here, as the packed kernels round x to f16 (CudaMxfp4 checks them, and
+// the bf16 copies below read them packed).
+Loaded load_fixture(const std::string& name) {
+  return load_on(fixture_dir(name), "cuda", false, /*packed_weights=*/name != "gpt_oss_mxfp4");
+}
+
 class CudaFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaFixture, ScoreMatchesTransformers) {
   const nlohmann::json expected = load_expected(GetParam());
-  Loaded loaded = load_on(fixture_dir(GetParam()), "cuda");
+  Loaded loaded = load_fixture(GetParam());
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
   const std::vector<float> logits = score(*loaded.model, tokens);
   const int64_t vocab = loaded.model->config().vocab_size;
@@ -65,7 +74,7 @@ TEST_P(CudaFixture, ScoreMatchesTransformers) {
 
 TEST_P(CudaFixture, GreedyMatchesTransformersUpToFirstNearTie) {
   const nlohmann::json expected = load_expected(GetParam());
-  Loaded loaded = load_on(fixture_dir(GetParam()), "cuda");
+  Loaded loaded = load_fixture(GetParam());
   const auto& greedy = expected["greedy"];
   Generator generator(*loaded.model, 4);
   expect_greedy_matches(greedy, generator);
@@ -74,7 +83,7 @@ TEST_P(CudaFixture, GreedyMatchesTransformersUpToFirstNearTie) {
 // Chunked prefill over a cached prefix and other page sizes give the same logits as one pass.
 TEST_P(CudaFixture, ChunkingAndBlockSizeDoNotChangeLogits) {
   const nlohmann::json expected = load_expected(GetParam());
-  Loaded loaded = load_on(fixture_dir(GetParam()), "cuda");
+  Loaded loaded = load_fixture(GetParam());
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
   const std::vector<float> reference = score(*loaded.model, tokens, 128, 512);
   for (const auto& [block_size, chunk] : std::vector<std::pair<int32_t, int32_t>>{{1, 5}, {16, 7}, {3, 32}}) {
@@ -88,7 +97,7 @@ TEST_P(CudaFixture, ChunkingAndBlockSizeDoNotChangeLogits) {
 TEST_P(CudaFixture, Bf16AgreesWithFloat32Path) {
   const nlohmann::json expected = load_expected(GetParam());
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
-  Loaded f32 = load_on(fixture_dir(GetParam()), "cuda");
+  Loaded f32 = load_fixture(GetParam());
   Loaded bf16 = load_on(write_bf16_copy(fixture_dir(GetParam()), GetParam()), "cuda");
   const std::vector<float> a = score(*f32.model, tokens);
   const std::vector<float> b = score(*bf16.model, tokens);
@@ -142,6 +151,38 @@ TEST_P(CudaFixture, Bf16DecodeStepsAgreeWithBf16Prefill) {
 
 INSTANTIATE_TEST_SUITE_P(Transformers, CudaFixture, ::testing::ValuesIn(fixture_names()),
                          [](const auto& info) { return info.param; });
+
+// GPT-OSS's published MXFP4 experts read packed (kernels/cuda/moe_mxfp4.cu) against transformers'
+// float32 run of the dequantised checkpoint: the same top-1 at every scored position (but near-ties),
+// every listed
+// logprob within 2e-3, greedy decoding up to the first near-tie.
+TEST(CudaMxfp4, FixtureFollowsTransformers) {
+  const nlohmann::json expected = load_expected("gpt_oss_mxfp4");
+  Loaded loaded = load_on(fixture_dir("gpt_oss_mxfp4"), "cuda");
+  ASSERT_TRUE(loaded.backend->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts));
+  const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
+  const std::vector<float> logits = score(*loaded.model, tokens);
+  const int64_t vocab = loaded.model->config().vocab_size;
+  const auto& positions = expected["score"]["positions"];
+  ASSERT_EQ(logits.size(), positions.size() * static_cast<size_t>(vocab));
+  double worst = 0.0;
+  for (size_t pos = 0; pos < positions.size(); ++pos) {
+    const std::vector<double> got = log_softmax(logits.data() + pos * static_cast<size_t>(vocab), vocab);
+    const auto top = static_cast<int32_t>(std::max_element(got.begin(), got.end()) - got.begin());
+    const auto& want_top = positions[pos]["top"];
+    if (want_top[0][1].get<double>() - want_top[1][1].get<double>() > 4e-3) {  // not a near-tie
+      EXPECT_EQ(top, want_top[0][0].get<int32_t>()) << "pos " << pos;
+    }
+    for (const auto& entry : positions[pos]["top"]) {
+      const double diff = std::abs(got[static_cast<size_t>(entry[0].get<int32_t>())] - entry[1].get<double>());
+      worst = std::max(worst, diff);
+      EXPECT_LE(diff, 2e-3) << "pos " << pos << " id " << entry[0];
+    }
+  }
+  std::printf("MXFP4 experts packed vs transformers: largest logprob difference %.3g\n", worst);
+  Generator generator(*loaded.model, 4);
+  expect_greedy_matches(expected["greedy"], generator);
+}
 
 // One sequence of a hand-built batch: its tokens so far and its own disjoint blocks.
 struct Seq {

@@ -5,7 +5,8 @@
 // expert: bf16 on the wgmma kernel with biases and both activations, f16 SiLU experts without
 // biases on cuBLAS; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
 // biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
-// not depend on their batch; routing and experts in one call against the two calls apart.
+// not depend on their batch; routing and experts in one call against the two calls apart; MXFP4
+// experts (GPT-OSS) read packed, on the streamed tiles and dequantised for the grouped GEMMs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "cuda_test_util.h"
 #include "kernels/ops.h"
@@ -172,11 +174,14 @@ struct Shape {
 // Float32 accumulation over both products; for 16-bit weights a value whose float32 value
 // straddles a rounding boundary may round the other way: an activation (one ulp of the dtype, times
 // a down weight of at most 1/sqrt(inter), in a few terms), and with rounded_outputs (the grouped
-// GEMMs) a gate, up or down output (one ulp of it, in a few slots). max_h, max_y: oracle's.
-double output_tolerance(const Shape& s, DType dtype, double max_h, double max_y, bool rounded_outputs) {
+// GEMMs) a gate, up or down output (one ulp of it, in a few slots). max_h, max_y: oracle's;
+// max_down: the largest |down weight| (0: the random layers' 1/sqrt(inter)).
+double output_tolerance(const Shape& s, DType dtype, double max_h, double max_y, bool rounded_outputs,
+                        double max_down = 0.0) {
   const double ulp = dtype == DType::kBF16 ? 1.0 / 256 : dtype == DType::kF16 ? 1.0 / 2048 : 0.0;
-  return 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) +
-         4 * ulp * max_h / std::sqrt(static_cast<double>(s.inter)) + (rounded_outputs ? 4 * ulp * max_y : 0.0);
+  if (max_down == 0.0) max_down = 1.0 / std::sqrt(static_cast<double>(s.inter));
+  return 1e-6 + 8 * kEps32 * static_cast<double>(s.hidden + s.inter) * (1.0 + max_h) + 4 * ulp * max_h * max_down +
+         (rounded_outputs ? 4 * ulp * max_y : 0.0);
 }
 
 // The per-expert counters after run(): 7 each to start, plus the routed rows.
@@ -361,6 +366,176 @@ TEST(CudaMoeExperts, InvariantRowsDoNotDependOnBatch) {
       EXPECT_EQ(std::memcmp(part.data(), batch.data(), part.size() * sizeof(float)), 0)
           << dtype_name(dtype) << ": the first " << n << " tokens differ from the same tokens in a batch of 300";
     }
+  }
+}
+
+// MXFP4 experts as GPT-OSS publishes them: e2m1 codes, an e8m0 scale per 32 values (2^-8-2^-1,
+// one block in 16 at 2^-12, 2^4-2^11 below its row's largest), bf16 biases; high_scales puts down
+// row 0 of every expert at 2^23-2^33, where an f16 of code * scale would overflow (past 2^15).
+struct Mxfp4Layer {
+  static constexpr int kLowScale = 115;
+  std::vector<std::vector<uint8_t>> codes[3];
+  std::vector<std::vector<uint8_t>> scales[3];
+  std::vector<HostWeight> biases[3];
+  std::vector<kernels::WeightView> host[6];
+  kernels::MoeExperts host_experts;
+  double max_down = 0.0;  // the largest |down weight| outside high_scales' rows
+
+  Mxfp4Layer(std::mt19937& rng, int64_t hidden, int64_t inter, bool bias, bool high_scales) {
+    const int64_t shapes[3][2] = {{inter, hidden}, {inter, hidden}, {hidden, inter}};
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_int_distribution<int> scale(119, 126);
+    max_down = 6.0 * std::ldexp(1.0, 126 - 127);
+    for (int p = 0; p < 3; ++p) {
+      const int64_t rows = shapes[p][0];
+      const int64_t cols = shapes[p][1];
+      for (int32_t e = 0; e < kNumExperts; ++e) {
+        std::vector<uint8_t> c(static_cast<size_t>(rows * cols / 2));
+        for (uint8_t& v : c) v = static_cast<uint8_t>(byte(rng));
+        std::vector<uint8_t> s(static_cast<size_t>(rows * cols / kernels::kMxfp4Block));
+        for (size_t i = 0; i < s.size(); ++i) {
+          s[i] = static_cast<uint8_t>(byte(rng) % 16 == 0 ? kLowScale : scale(rng));
+          if (high_scales && p == 2 && static_cast<int64_t>(i) < cols / kernels::kMxfp4Block) {
+            s[i] = static_cast<uint8_t>(150 + byte(rng) % 11);
+          }
+        }
+        codes[p].push_back(std::move(c));
+        scales[p].push_back(std::move(s));
+      }
+      for (int32_t e = 0; e < kNumExperts; ++e) {
+        kernels::WeightView view;
+        view.data = codes[p][static_cast<size_t>(e)].data();
+        view.dtype = DType::kMxfp4;
+        view.rows = rows;
+        view.cols = cols;
+        view.scales = scales[p][static_cast<size_t>(e)].data();
+        view.scale_block_rows = 1;
+        view.scale_block_cols = static_cast<int32_t>(kernels::kMxfp4Block);
+        host[p].push_back(view);
+      }
+      if (!bias) continue;
+      for (int32_t e = 0; e < kNumExperts; ++e) {
+        biases[p].push_back(
+            make_weight(random_floats(rng, static_cast<size_t>(rows), -0.5f, 0.5f), DType::kBF16, 1, rows));
+      }
+      for (const HostWeight& w : biases[p]) host[3 + p].push_back(w.view());
+    }
+    host_experts.num_experts = kNumExperts;
+    host_experts.top_k = kTopK;
+    host_experts.hidden = hidden;
+    host_experts.intermediate = inter;
+    host_experts.activation = kernels::ExpertActivation::kClampedSwiglu;
+    host_experts.gate = host[0].data();
+    host_experts.up = host[1].data();
+    host_experts.down = host[2].data();
+    if (bias) {
+      host_experts.gate_bias = host[3].data();
+      host_experts.up_bias = host[4].data();
+      host_experts.down_bias = host[5].data();
+    }
+  }
+};
+
+struct DeviceMxfp4Layer {
+  std::vector<kernels::WeightView> views[6];
+  kernels::MoeExperts experts;
+
+  DeviceMxfp4Layer(Backend& backend, const Mxfp4Layer& layer) : experts(layer.host_experts) {
+    for (int p = 0; p < 3; ++p) {
+      for (const kernels::WeightView& w : layer.host[p]) views[p].push_back(backend.load_packed_weight(w).value());
+      for (const HostWeight& w : layer.biases[p]) views[3 + p].push_back(load(backend, w));
+    }
+    experts.gate = views[0].data();
+    experts.up = views[1].data();
+    experts.down = views[2].data();
+    if (experts.gate_bias != nullptr) {
+      experts.gate_bias = views[3].data();
+      experts.up_bias = views[4].data();
+      experts.down_bias = views[5].data();
+    }
+  }
+};
+
+// Decode-sized steps on the streamed tiles (x and the activations rounded to f16, the codes and
+// scales exact), one n-tile of 8 rows up to 8 tokens and four above; from 64 rows per expert the
+// grouped GEMMs over the experts dequantised to bf16 (exact for these scales), a few experts at a
+// time where a layer's bf16 copy passes 256 MiB (GPT-OSS's 2880 x 2880: five at a time, so the
+// twelve experts routed to take three passes). The oracle covers the first tokens of the largest
+// shape only, which route to at least 11 of the 12 experts.
+TEST(CudaMoeExperts, Mxfp4ExpertsMatchTheirDequantisation) {
+  std::mt19937 rng(2880);
+  auto backend = cuda_backend();
+  ASSERT_TRUE(backend->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts));
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> tokens;
+    int64_t checked_tokens;  // 0: all
+  };
+  using kernels::ExpertActivation;
+  const Case cases[] = {{{64, 32, false, ExpertActivation::kClampedSwiglu}, {1, 2, 5, 64, 300}, 0},
+                        {{96, 160, true, ExpertActivation::kClampedSwiglu}, {1, 5, 120, 300}, 0},
+                        {{2880, 2880, true, ExpertActivation::kClampedSwiglu}, {1, 5, 16, 300}, 6}};
+  for (const Case& c : cases) {
+    const Shape& s = c.shape;
+    const Mxfp4Layer layer(rng, s.hidden, s.inter, s.bias, false);
+    const DeviceMxfp4Layer device(*backend, layer);
+    for (int64_t num_tokens : c.tokens) {
+      const auto x = random_floats(rng, static_cast<size_t>(num_tokens * s.hidden));
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      random_routing(rng, num_tokens, ids, weights);
+      const bool on_grouped_gemm = num_tokens * kTopK >= 64 * kNumExperts;
+      const DType rounding = on_grouped_gemm ? DType::kBF16 : DType::kF16;
+      const int64_t checked = c.checked_tokens > 0 ? std::min(c.checked_tokens, num_tokens) : num_tokens;
+      if (on_grouped_gemm && checked < num_tokens) {
+        const std::set<int32_t> experts(ids.begin(), ids.begin() + checked * kTopK);
+        ASSERT_GE(experts.size(), 11u) << "the checked tokens should cover every pass of the grouped GEMMs";
+      }
+      double max_h = 0.0;
+      double max_y = 0.0;
+      const std::vector<float> want =
+          oracle(x, checked, ids, weights, layer.host_experts, rounding, on_grouped_gemm, max_h, max_y);
+      std::vector<int64_t> counts;
+      std::vector<float> got = run(*backend, device.experts, x, num_tokens, ids, weights, &counts);
+      got.resize(want.size());
+      const std::string what = "mxfp4 " + std::to_string(s.hidden) + "x" + std::to_string(s.inter) +
+                               (s.bias ? " +bias" : "") + " tokens " + std::to_string(num_tokens);
+      expect_close(got, want, output_tolerance(s, rounding, max_h, max_y, on_grouped_gemm, layer.max_down), 1e-5, what);
+      EXPECT_EQ(counts, expected_counts(ids)) << what;
+    }
+  }
+}
+
+// Scales up to 2^33 on the streamed tiles: the f16 values are scaled by their row's largest scale,
+// so none overflows. Output column 0 (down row 0) is held to its own weights' tolerance.
+TEST(CudaMoeExperts, Mxfp4HighScalesStayFinite) {
+  std::mt19937 rng(140);
+  auto backend = cuda_backend();
+  const Shape s{256, 96, true, kernels::ExpertActivation::kClampedSwiglu};
+  const Mxfp4Layer layer(rng, s.hidden, s.inter, s.bias, true);
+  const DeviceMxfp4Layer device(*backend, layer);
+  for (int64_t num_tokens : {1, 5}) {
+    const auto x = random_floats(rng, static_cast<size_t>(num_tokens * s.hidden));
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    random_routing(rng, num_tokens, ids, weights);
+    double max_h = 0.0;
+    double max_y = 0.0;
+    const std::vector<float> want =
+        oracle(x, num_tokens, ids, weights, layer.host_experts, DType::kF16, false, max_h, max_y);
+    ASSERT_GT(max_y, 1e9) << "down row 0 should pass the f16 range many times over";
+    const std::vector<float> got = run(*backend, device.experts, x, num_tokens, ids, weights, nullptr);
+    std::vector<float> got_rest, want_rest, got_first, want_first;
+    for (size_t i = 0; i < got.size(); ++i) {
+      (i % static_cast<size_t>(s.hidden) == 0 ? got_first : got_rest).push_back(got[i]);
+      (i % static_cast<size_t>(s.hidden) == 0 ? want_first : want_rest).push_back(want[i]);
+    }
+    const std::string what = "mxfp4 high scales, tokens " + std::to_string(num_tokens);
+    expect_close(got_rest, want_rest, output_tolerance(s, DType::kF16, max_h, 0.0, false, layer.max_down), 1e-5,
+                 what + ", columns 1..");
+    expect_close(got_first, want_first,
+                 output_tolerance(s, DType::kF16, max_h, 0.0, false, 6.0 * std::ldexp(1.0, 160 - 127)), 1e-5,
+                 what + ", column 0");
   }
 }
 

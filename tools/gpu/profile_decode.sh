@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu/profile_decode.sh: which kernels a decode step launches on the H200 and how long each
 # takes. Profiles `deepinfer bench --device cuda` decode at batch 1 and 64 (BATCHES), ctx 1024, on a
-# random bf16 model of CONFIG (default bench/configs/llama3-8b.json). With Nsight Systems (nsys):
+# random model of CONFIG (default bench/configs/llama3-8b.json) in DTYPE (default bf16; fp8, mxfp4: see
+# deepinfer-make-random-model). With Nsight Systems (nsys):
 # per-kernel summaries go to $OUT/profile_b<batch>.csv. Without it: the CUPTI trace library (bench/kernel_trace.cpp) records
 # every kernel and tools/gpu/kernel_timeline.py prints one decode step kernel by kernel with the
 # gaps between them ($OUT/timeline_b<batch>.txt). The top of each goes to stdout and profile.txt.
@@ -29,7 +30,7 @@ if [ -z "$BIN" ]; then
 fi
 MODEL=/tmp/deepinfer-profile-model
 rm -rf "$MODEL"
-"$BIN/deepinfer-make-random-model" --config "${CONFIG:-bench/configs/llama3-8b.json}" --out "$MODEL" --dtype bf16 \
+"$BIN/deepinfer-make-random-model" --config "${CONFIG:-bench/configs/llama3-8b.json}" --out "$MODEL" --dtype "${DTYPE:-bf16}" \
   > "$OUT/make_model.log" 2>&1 || { note "profile_decode: model generation failed (make_model.log)"; exit 1; }
 if [ -z "$NSYS" ]; then
   TRACE_LIB=$(ls "$BIN"/libdeepinfer-kernel-trace.so 2>/dev/null | head -1)

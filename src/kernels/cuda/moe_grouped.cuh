@@ -1,6 +1,6 @@
-// Device pieces shared by the grouped expert kernels (moe_rowwise.cu, moe_mma.cu, moe_mma_stream.cu): finding a
-// block's tile from the device-side offsets, the expert activation (element conversions:
-// device_util.cuh).
+// Device pieces shared by the grouped expert kernels (moe_rowwise.cu, moe_mma.cu, moe_mma_stream.cu,
+// moe_mxfp4.cu): finding a block's tile from the device-side offsets, the expert activation, the
+// streamed tiles' outputs (element conversions: device_util.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,6 +43,43 @@ __device__ __forceinline__ float expert_activation(float g, float u, ExpertActiv
   return (u + 1.0f) * g / (1.0f + expf(-alpha * g));
 }
 
+// The streamed tensor-core tiles' outputs (moe_mma_stream.cu, moe_mxfp4.cu): acc[j] of lane (g, t)
+// holds [0], [1] weight row g at the tile's rows 8j + 2t, + 1 and [2], [3] row g + 8 at the same
+// rows; gate|up: rows g and g + 8 are column col_lo's gate and up rows, down: columns col_lo and
+// col_hi. lo_factor and hi_factor scale the two weight rows' sums (MXFP4's per-row exponents).
+template <int kNTiles, bool kGateUp>
+__device__ __forceinline__ void store_streamed_tile(const float (&acc)[kNTiles][4], const ExpertTile& tile,
+                                                    const ExpertPointers& p, const GroupedExperts& experts,
+                                                    int64_t n_out, int64_t col_lo, int64_t col_hi, int t,
+                                                    float lo_factor, float hi_factor, float* out) {
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int r = 8 * j + 2 * t + s;
+      if (r >= tile.num_rows) continue;
+      float* dst = out + int64_t{tile.row_begin + r} * n_out;
+      if constexpr (kGateUp) {
+        if (col_lo >= n_out) continue;
+        float gate = acc[j][s] * lo_factor;
+        float up = acc[j][2 + s] * hi_factor;
+        if (p.gate_bias != nullptr) gate += load_as_f32(p.gate_bias, experts.bias_dtype, col_lo);
+        if (p.up_bias != nullptr) up += load_as_f32(p.up_bias, experts.bias_dtype, col_lo);
+        dst[col_lo] = expert_activation(gate, up, experts.activation, experts.swiglu_alpha, experts.swiglu_limit);
+      } else {
+        const int64_t cols[2] = {col_lo, col_hi};
+        const float factors[2] = {lo_factor, hi_factor};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (cols[h] >= n_out) continue;
+          const float bias = p.down_bias != nullptr ? load_as_f32(p.down_bias, experts.bias_dtype, cols[h]) : 0.0f;
+          dst[cols[h]] = acc[j][2 * h + s] * factors[h] + bias;
+        }
+      }
+    }
+  }
+}
+
 // launch.template operator()<W, kGateUp>() with W the element type of 16-bit dtype (kBF16: bf16,
 // otherwise f16) and kGateUp = gate_up: the tensor-core launches' instantiations.
 template <typename Launch>
@@ -58,10 +95,12 @@ void with_16bit_weights(DType dtype, bool gate_up, Launch&& launch) {
 // out = y [num_rows, hidden] from h. Requires bf16 or f16 weights.
 void mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                  bool gate_up, float* out, cudaStream_t stream);
-// The streamed tensor-core launches (moe_mma_stream.cu), same contract; moe_stream_fits(experts)
-// and a 16-byte aligned input.
+// The streamed tensor-core launches (moe_mma_stream.cu; MXFP4 experts: moe_mxfp4.cu), same
+// contract; moe_stream_fits(experts) and a 16-byte aligned input.
 void stream_mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                         bool gate_up, float* out, cudaStream_t stream);
+void stream_mxfp4_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                          bool gate_up, float* out, cudaStream_t stream);
 int32_t moe_stream_rows_per_tile();
 
 }  // namespace deepinfer::kernels::cuda

@@ -137,32 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     current = next;
   }
 
-  // acc[j]: [0], [1] row g at tokens 8j + 2t, + 1; [2], [3] row g + 8 at the same tokens.
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int r = 8 * j + 2 * t + s;
-      if (r >= tile.num_rows) continue;
-      float* dst = out + int64_t{tile.row_begin + r} * n_out;
-      if constexpr (kGateUp) {
-        if (col_lo >= n_out) continue;
-        float gate = acc[j][s];
-        float up = acc[j][2 + s];
-        if (p->gate_bias != nullptr) gate += load_as_f32(p->gate_bias, experts.bias_dtype, col_lo);
-        if (p->up_bias != nullptr) up += load_as_f32(p->up_bias, experts.bias_dtype, col_lo);
-        dst[col_lo] = expert_activation(gate, up, experts.activation, experts.swiglu_alpha, experts.swiglu_limit);
-      } else {
-        const int64_t cols[2] = {col_lo, col_hi};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (cols[h] >= n_out) continue;
-          const float bias = p->down_bias != nullptr ? load_as_f32(p->down_bias, experts.bias_dtype, cols[h]) : 0.0f;
-          dst[cols[h]] = acc[j][2 * h + s] + bias;
-        }
-      }
-    }
-  }
+  store_streamed_tile<kNTiles, kGateUp>(acc, tile, *p, experts, n_out, col_lo, col_hi, t, 1.0f, 1.0f, out);
 }
 
 template <typename W, bool kGateUp>
@@ -182,6 +157,9 @@ void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& g
 int32_t moe_stream_rows_per_tile() { return kTileRows; }
 
 bool moe_stream_fits(const GroupedExperts& experts) {
+  if (experts.weight_dtype == DType::kMxfp4) {
+    return experts.aligned && experts.hidden % kMxfp4Block == 0 && experts.intermediate % kMxfp4Block == 0;
+  }
   return (experts.weight_dtype == DType::kBF16 || experts.weight_dtype == DType::kF16) && experts.aligned &&
          experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
 }
@@ -189,8 +167,13 @@ bool moe_stream_fits(const GroupedExperts& experts) {
 void stream_mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                         bool gate_up, float* out, cudaStream_t stream) {
   DI_CHECK(moe_stream_fits(experts),
-           "the streamed tensor-core expert kernel takes aligned bf16 or f16 weights, rows a multiple of 8 long");
+           "the streamed tensor-core expert kernel takes aligned bf16, f16 or MXFP4 weights, rows a multiple of 8 "
+           "long (MXFP4: of 32)");
   DI_CHECK(reinterpret_cast<uintptr_t>(in) % 16 == 0, "the streamed tensor-core expert kernel's input is unaligned");
+  if (experts.weight_dtype == DType::kMxfp4) {
+    stream_mxfp4_grouped(in, experts, grouping, num_rows, gate_up, out, stream);
+    return;
+  }
   with_16bit_weights(experts.weight_dtype, gate_up, [&]<typename W, bool kGateUp>() {
     launch<W, kGateUp>(in, experts, grouping, num_rows, out, stream);
   });

@@ -64,10 +64,33 @@ struct ExpertPointers {
   const void* gate_bias = nullptr;  // [intermediate]
   const void* up_bias = nullptr;    // [intermediate]
   const void* down_bias = nullptr;  // [hidden]
+  // MXFP4 weights' scales in the device layout (mxfp4_device_scale_bytes); null otherwise.
+  const uint8_t* gate_scales = nullptr;
+  const uint8_t* up_scales = nullptr;
+  const uint8_t* down_scales = nullptr;
 };
 
-// All experts of a layer as the grouped kernels see them. Every expert shares weight_dtype; every
-// bias present has bias_dtype.
+// An MXFP4 matrix [rows, cols] on the device: the e2m1 codes as in the checkpoint (kernels/ops.h
+// WeightView), and one scales buffer holding the e8m0 scales [rows, cols / kMxfp4Block] followed by
+// each row's largest scale [rows] (at mxfp4_row_max_offset): the kernels multiply 16-bit values by
+// 2^(scale - row's largest), never above 1, and the row's sums by 2^(row's largest - 127), so no
+// scale overflows a half. Bytes of that buffer:
+__host__ __device__ inline int64_t mxfp4_device_scale_bytes(int64_t rows, int64_t cols) {
+  return rows * (cols / kMxfp4Block) + rows;
+}
+__host__ __device__ inline int64_t mxfp4_row_max_offset(int64_t rows, int64_t cols) {
+  return rows * (cols / kMxfp4Block);
+}
+// Fills the row maxima of such a buffer on the host (its first mxfp4_row_max_offset bytes the scales).
+void fill_mxfp4_row_max(uint8_t* scales, int64_t rows, int64_t cols);
+
+// out [rows, cols] bf16 = an MXFP4 matrix in the device layout, each value e2m1 * 2^(scale - 127)
+// (exact where bf16 holds it): the grouped GEMMs' weights for MXFP4 experts (moe_mxfp4.cu).
+void dequantize_mxfp4_bf16(const void* codes, const uint8_t* scales, int64_t rows, int64_t cols, void* out,
+                           cudaStream_t stream);
+
+// All experts of a layer as the grouped kernels see them. Every expert shares weight_dtype (kF32,
+// kBF16, kF16, or kMxfp4 with the scales in ExpertPointers); every bias present has bias_dtype.
 struct GroupedExperts {
   const ExpertPointers* experts = nullptr;  // [num_experts] device
   int32_t num_experts = 0;
@@ -89,7 +112,8 @@ struct GroupedExperts {
 // kTensorCoreStream's fit; at every size in batch-invariant mode). kTensorCoreStream: 32-row tiles
 // on the tensor cores with the weights loaded straight into the MMAs' registers (moe_stream_fits:
 // aligned bf16/f16 rows of a multiple of 8 elements; a 16-byte aligned input), memory-bound, for
-// decode batches of 4 to 20 rows per expert.
+// decode batches of 4 to 20 rows per expert; MXFP4 experts take it at every size short of the grouped
+// GEMMs (the codes decoded to f16 and scaled in registers, x rounded to f16, float32 accumulation).
 enum class MoeKernel : uint8_t { kRowwise, kTensorCore, kTensorCoreStream };
 
 bool moe_stream_fits(const GroupedExperts& experts);

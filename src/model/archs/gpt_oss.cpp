@@ -3,7 +3,8 @@
 // bias, softmax over the top-k router logits, experts with biases and the clamped SwiGLU
 // ((up + 1) * gate * sigmoid(1.702 gate) with gate <= limit, |up| <= limit; gate and up
 // interleaved in gate_up_proj). Experts load unquantised (bf16 / f32, as transformers saves
-// them) or from the published checkpoints' MXFP4 (`*_blocks` / `*_scales`, quant_method "mxfp4"),
+// them) or from the published checkpoints' MXFP4 (`*_blocks` / `*_scales`, quant_method "mxfp4"):
+// kept packed where the backend reads MXFP4 experts (the CPU kernels; CUDA's moe_mxfp4.cu), else
 // dequantised to bf16 at load, which holds those values exactly.
 #include "model/archs/archs.h"
 #include "model/layers/dense_decoder.h"

@@ -77,6 +77,23 @@ Result<kernels::WeightView> CudaBackend::load_weight(const TensorView& tensor) {
 }
 
 Result<kernels::WeightView> CudaBackend::load_packed_weight(const kernels::WeightView& packed) {
+  const auto upload_copy = [&](const void* src, size_t bytes) {
+    void* device = allocator_.allocate(bytes);
+    weights_.push_back(device);
+    upload(device, src, bytes);
+    return device;
+  };
+  if (packed.dtype == DType::kMxfp4 && reads_packed_weights(DType::kMxfp4, WeightUse::kExperts) &&
+      packed.scales != nullptr && packed.cols % kernels::kMxfp4Block == 0) {
+    const int64_t scale_bytes = kc::mxfp4_row_max_offset(packed.rows, packed.cols);
+    std::vector<uint8_t> scales(static_cast<size_t>(kc::mxfp4_device_scale_bytes(packed.rows, packed.cols)));
+    std::copy_n(static_cast<const uint8_t*>(packed.scales), scale_bytes, scales.begin());
+    kc::fill_mxfp4_row_max(scales.data(), packed.rows, packed.cols);
+    kernels::WeightView view = packed;
+    view.data = upload_copy(packed.data, static_cast<size_t>(packed.rows * packed.cols / 2));
+    view.scales = upload_copy(scales.data(), scales.size());
+    return view;
+  }
   if (!reads_packed_weights(packed.dtype, WeightUse::kMatmul) || packed.scales == nullptr) {
     return Backend::load_packed_weight(packed);
   }
@@ -93,12 +110,6 @@ Result<kernels::WeightView> CudaBackend::load_packed_weight(const kernels::Weigh
     tensor.size_bytes = values.size() * sizeof(float);
     return load_weight(tensor);
   }
-  const auto upload_copy = [&](const void* src, size_t bytes) {
-    void* device = allocator_.allocate(bytes);
-    weights_.push_back(device);
-    upload(device, src, bytes);
-    return device;
-  };
   kernels::WeightView view = packed;
   view.data = upload_copy(packed.data, static_cast<size_t>(packed.rows * packed.cols));
   const int64_t scale_count = (packed.rows + packed.scale_block_rows - 1) / packed.scale_block_rows *

@@ -66,14 +66,18 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<HostSlabPool> make_pinned_pool(size_t region_bytes, size_t slab_bytes) override;
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override;
-  // FP8 block-scaled matrices stay FP8 for matmul (kernels/cuda/gemv_fp8.h), not in the
-  // batch-invariant mode (whose products are cuBLASLt's at every M) nor with
-  // BackendOptions::packed_weights off; experts are dequantised at load for now.
+  // FP8 block-scaled matrices stay FP8 for matmul (kernels/cuda/gemv_fp8.h) and MXFP4 experts stay
+  // MXFP4 (kernels/cuda/moe_mxfp4.cu), not in the batch-invariant mode (whose products are cuBLASLt's
+  // and the tensor-core kernel's at every M) nor with BackendOptions::packed_weights off; FP8
+  // experts are dequantised at load for now.
   bool reads_packed_weights(DType dtype, WeightUse use) const override {
-    return packed_weights_ && !batch_invariant_ && dtype == DType::kF8E4M3 && use == WeightUse::kMatmul;
+    if (!packed_weights_ || batch_invariant_) return false;
+    return (dtype == DType::kF8E4M3 && use == WeightUse::kMatmul) ||
+           (dtype == DType::kMxfp4 && use == WeightUse::kExperts);
   }
   // A layout the FP8 kernels do not take (scale blocks other than 128 columns by a multiple of 16
-  // rows) is dequantised to float32 here, as the loader would have.
+  // rows) is dequantised to float32 here, as the loader would have. MXFP4 scales go up in the
+  // device layout (kernels/cuda/moe_ops.h: mxfp4_device_scale_bytes).
   Result<kernels::WeightView> load_packed_weight(const kernels::WeightView& packed) override;
   void release_weight(const kernels::WeightView& weight) override;
   // 16-bit parts are stacked (cuda_mlp.cpp); float32 models keep separate products.
@@ -283,6 +287,7 @@ class CudaBackend final : public Backend {
     kc::MoeKernel kernel = kc::MoeKernel::kRowwise;
     bool on_grouped_gemm = false;
     bool on_wgmma = false;  // the grouped GEMMs' kernel, where they run
+    DType gemm_dtype = DType::kBF16;  // the grouped GEMMs' operands and outputs: the weights', bf16 for MXFP4
     float* h = nullptr;
     float* y = nullptr;
     kc::MoeGrouping grouping;
@@ -294,8 +299,11 @@ class CudaBackend final : public Backend {
   // moe_experts' products of prefill-sized eager steps as grouped GEMMs: reads the grouping's
   // offsets back, gathers the rows' inputs in grouped order, then on the wgmma kernel the activated
   // gate|up into step.h and down into step.y; on cuBLAS gate|up into step.h, the activation rounded
-  // for down, down. h and y hold the weights' 16-bit dtype.
+  // for down, down. h and y hold step.gemm_dtype. MXFP4 experts run a few at a time, dequantised to
+  // bf16 into a workspace of at most kMxfp4DequantisedBytes (one expert if larger).
   void grouped_gemm_expert_products(const float* x, const kernels::MoeExperts& experts, const MoeStep& step);
+  void mxfp4_grouped_gemms(const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts, const MoeStep& step,
+                           const kc::WgmmaEpilogue& activation, const void* rounded);
   kc::MoeGroupedGemm moe_gemm_;
   std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
   // moe_route_and_group's count of finished router blocks: zero between launches, which one stream

@@ -29,6 +29,10 @@ constexpr int64_t kStreamedRowsPerExpert = 20;
 // reading the grouping's offsets back (a prompt chunk: 384 rows per expert for
 // DeepSeek-V2-Lite's 4K prompt).
 constexpr int64_t kGroupedGemmRowsPerExpert = 64;
+// The bf16 copy of MXFP4 experts their grouped GEMMs read, a chunk of experts at a time: within the
+// allocator's cached sizes, so prompt steps reuse one block (a larger one would be freed each time,
+// which synchronises the device, and would describe its address to the GEMMs' TMA anew).
+constexpr int64_t kMxfp4DequantisedBytes = static_cast<int64_t>(DeviceAllocator::kUncachedBytes);
 
 const void* data_of(const kernels::WeightView* views, int32_t e) { return views ? views[e].data : nullptr; }
 
@@ -61,6 +65,11 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
     kc::ExpertPointers& p = host[static_cast<size_t>(e)];
     p = {experts.gate[e].data, experts.up[e].data, experts.down[e].data, data_of(experts.gate_bias, e),
          data_of(experts.up_bias, e), data_of(experts.down_bias, e)};
+    if (dtype == DType::kMxfp4) {
+      p.gate_scales = static_cast<const uint8_t*>(experts.gate[e].scales);
+      p.up_scales = static_cast<const uint8_t*>(experts.up[e].scales);
+      p.down_scales = static_cast<const uint8_t*>(experts.down[e].scales);
+    }
     DI_CHECK(experts.gate[e].dtype == dtype && experts.up[e].dtype == dtype && experts.down[e].dtype == dtype,
              "expert " << e << "'s weights differ in dtype from expert 0's");
     aligned = aligned && aligned16(p.gate) && aligned16(p.up) && aligned16(p.down);
@@ -72,7 +81,8 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
   ExpertTable& table = expert_tables_[experts.gate];
   const auto same = [](const kc::ExpertPointers& a, const kc::ExpertPointers& b) {
     return a.gate == b.gate && a.up == b.up && a.down == b.down && a.gate_bias == b.gate_bias &&
-           a.up_bias == b.up_bias && a.down_bias == b.down_bias;
+           a.up_bias == b.up_bias && a.down_bias == b.down_bias && a.gate_scales == b.gate_scales &&
+           a.up_scales == b.up_scales && a.down_scales == b.down_scales;
   };
   if (!std::equal(host.begin(), host.end(), table.host.begin(), table.host.end(), same)) {
     const size_t bytes = host.size() * sizeof(kc::ExpertPointers);
@@ -101,8 +111,13 @@ CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, c
   step.num_rows = num_tokens * experts.top_k;
   step.grouped = grouped_experts(experts);
   // Batch-invariant mode keeps one kernel for every batch, so a row's numbers never depend on it.
-  const bool tensor_cores = step.grouped.weight_dtype == DType::kBF16 || step.grouped.weight_dtype == DType::kF16;
-  if (!tensor_cores || (!batch_invariant_ && step.num_rows < kTensorCoreRowsPerExpert * experts.num_experts)) {
+  const DType dtype = step.grouped.weight_dtype;
+  const bool mxfp4 = dtype == DType::kMxfp4;  // never in batch-invariant mode (reads_packed_weights)
+  const bool tensor_cores = dtype == DType::kBF16 || dtype == DType::kF16;
+  if (mxfp4) {
+    DI_CHECK(!batch_invariant_, "MXFP4 experts are dequantised at load in the batch-invariant mode");
+    step.kernel = kc::MoeKernel::kTensorCoreStream;
+  } else if (!tensor_cores || (!batch_invariant_ && step.num_rows < kTensorCoreRowsPerExpert * experts.num_experts)) {
     step.kernel = kc::MoeKernel::kRowwise;
   } else if (!batch_invariant_ && step.num_rows < kStreamedRowsPerExpert * experts.num_experts &&
              kc::moe_stream_fits(step.grouped) && aligned16(x)) {
@@ -110,15 +125,22 @@ CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, c
   } else {
     step.kernel = kc::MoeKernel::kTensorCore;
   }
-  // Grouped GEMMs: bf16 experts on the wgmma kernel (biases and both activations), other 16-bit
-  // plain SiLU-gated experts on cuBLAS's (GPT-OSS's biases and clamped SwiGLU in f16 keep the mma
-  // kernels).
-  step.on_wgmma = kc::MoeGroupedGemm::on_wgmma(step.grouped.weight_dtype, experts.hidden, experts.intermediate,
-                                               step.grouped.aligned);
-  const bool cublas_fits = step.grouped.aligned && experts.activation == kernels::ExpertActivation::kSiluGated &&
-                           !has_biases(experts) && experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
-  step.on_grouped_gemm = tensor_cores && !batch_invariant_ && !capturing_ && (step.on_wgmma || cublas_fits) &&
+  // Grouped GEMMs: bf16 experts on the wgmma kernel (biases and both activations), MXFP4 ones
+  // dequantised to bf16 for it, other 16-bit plain SiLU-gated experts on cuBLAS's (GPT-OSS's biases
+  // and clamped SwiGLU in f16 keep the mma kernels).
+  step.gemm_dtype = mxfp4 ? DType::kBF16 : dtype;
+  step.on_wgmma =
+      kc::MoeGroupedGemm::on_wgmma(step.gemm_dtype, experts.hidden, experts.intermediate, step.grouped.aligned);
+  const bool cublas_fits = !mxfp4 && step.grouped.aligned &&
+                           experts.activation == kernels::ExpertActivation::kSiluGated && !has_biases(experts) &&
+                           experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
+  step.on_grouped_gemm = (tensor_cores || mxfp4) && !batch_invariant_ && !capturing_ &&
+                         (step.on_wgmma || cublas_fits) &&
                          step.num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
+  if (mxfp4 && !step.on_grouped_gemm) {
+    DI_CHECK(kc::moe_stream_fits(step.grouped), "MXFP4 experts need 16-byte aligned codes");
+    DI_CHECK(aligned16(x), "MXFP4 experts need a 16-byte aligned input");
+  }
   // Workspace (kernels::moe_workspace_floats): h (or the grouped GEMMs' 16-bit h or gate|up, in
   // fewer bytes), y, then the grouping's ints.
   step.h = align16(workspace);                                      // [num_rows, intermediate]
@@ -139,8 +161,8 @@ void CudaBackend::moe_products(const float* x, int64_t num_tokens, const float* 
     kc::grouped_gate_up(x, step.grouped, step.grouping, step.num_rows, step.kernel, step.h, stream_.for_op());
     kc::grouped_down(step.h, step.grouped, step.grouping, step.num_rows, step.kernel, step.y, stream_.for_op());
   }
-  kc::moe_combine(step.y, step.on_grouped_gemm ? step.grouped.weight_dtype : DType::kF32, step.grouping.position,
-                  expert_weights, num_tokens, experts.top_k, experts.hidden, out, stream_.for_op());
+  kc::moe_combine(step.y, step.on_grouped_gemm ? step.gemm_dtype : DType::kF32, step.grouping.position, expert_weights,
+                  num_tokens, experts.top_k, experts.hidden, out, stream_.for_op());
 }
 
 void CudaBackend::moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids,
@@ -181,7 +203,7 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
   const std::vector<kc::ExpertPointers>& pointers = expert_tables_.at(experts.gate).host;
   const int64_t hidden = experts.hidden;
   const int64_t inter = experts.intermediate;
-  const DType dtype = step.grouped.weight_dtype;
+  const DType dtype = step.gemm_dtype;
   // One rounded buffer: the rows' inputs, then (on cuBLAS, once gate|up has read them) the activations.
   void* rounded = take_workspace(static_cast<size_t>(rows * std::max(hidden, inter)) * dtype_size_bytes(dtype));
   try {
@@ -193,9 +215,13 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
       activation.activation = experts.activation;
       activation.swiglu_alpha = experts.swiglu_alpha;
       activation.swiglu_limit = experts.swiglu_limit;
-      moe_gemm_.gate_up_activated(pointers, offsets, hidden, inter, activation, rounded, step.h, stream_.for_op());
-      moe_gemm_.down_biased(pointers, offsets, hidden, inter, step.grouped.bias_dtype, step.h, step.y,
-                            stream_.for_op());
+      if (step.grouped.weight_dtype == DType::kMxfp4) {
+        mxfp4_grouped_gemms(offsets, experts, step, activation, rounded);
+      } else {
+        moe_gemm_.gate_up_activated(pointers, offsets, hidden, inter, activation, rounded, step.h, stream_.for_op());
+        moe_gemm_.down_biased(pointers, offsets, hidden, inter, step.grouped.bias_dtype, step.h, step.y,
+                              stream_.for_op());
+      }
     } else {
       moe_gemm_.gate_up(pointers, offsets, hidden, inter, dtype, rounded, step.h, stream_.for_op());
       kc::glu_rounded(step.h, dtype, rows, inter, false, dtype, rounded, stream_.for_op());
@@ -206,6 +232,58 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
     throw;
   }
   give_back_workspace(rounded);
+}
+
+void CudaBackend::mxfp4_grouped_gemms(const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts,
+                                      const MoeStep& step, const kc::WgmmaEpilogue& activation, const void* rounded) {
+  const std::vector<kc::ExpertPointers>& packed = expert_tables_.at(experts.gate).host;
+  const int64_t hidden = experts.hidden;
+  const int64_t inter = experts.intermediate;
+  const int64_t expert_values = 3 * hidden * inter;  // gate, up, down
+  std::vector<int32_t> with_rows;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    if (offsets[e + 1] > offsets[e]) with_rows.push_back(static_cast<int32_t>(e));
+  }
+  if (with_rows.empty()) return;
+  const auto per_chunk = static_cast<size_t>(
+      std::clamp<int64_t>(kMxfp4DequantisedBytes / (expert_values * static_cast<int64_t>(sizeof(uint16_t))), 1,
+                          static_cast<int64_t>(with_rows.size())));
+  auto* dequantised =
+      static_cast<uint16_t*>(take_workspace(per_chunk * static_cast<size_t>(expert_values) * sizeof(uint16_t)));
+  try {
+    for (size_t first = 0; first < with_rows.size(); first += per_chunk) {
+      const size_t last = std::min(first + per_chunk, with_rows.size());
+      // The chunk's experts in bf16: the experts from its first to its last, those between without
+      // rows; every other expert's rows are left out of this pass (clamped to none).
+      std::vector<kc::ExpertPointers> pointers = packed;
+      const int32_t begin = offsets[static_cast<size_t>(with_rows[first])];
+      const int32_t end = offsets[static_cast<size_t>(with_rows[last - 1]) + 1];
+      std::vector<int32_t> chunk_offsets(offsets.size());
+      for (size_t e = 0; e < offsets.size(); ++e) chunk_offsets[e] = std::clamp(offsets[e], begin, end);
+      for (size_t i = first; i < last; ++i) {
+        const auto e = static_cast<size_t>(with_rows[i]);
+        uint16_t* gate = dequantised + (i - first) * static_cast<size_t>(expert_values);
+        uint16_t* up = gate + inter * hidden;
+        uint16_t* down = up + inter * hidden;
+        const kc::ExpertPointers& p = packed[e];
+        kc::dequantize_mxfp4_bf16(p.gate, p.gate_scales, inter, hidden, gate, stream_.for_op());
+        kc::dequantize_mxfp4_bf16(p.up, p.up_scales, inter, hidden, up, stream_.for_op());
+        kc::dequantize_mxfp4_bf16(p.down, p.down_scales, hidden, inter, down, stream_.for_op());
+        kc::ExpertPointers& q = pointers[e];
+        q.gate = gate;
+        q.up = up;
+        q.down = down;
+      }
+      moe_gemm_.gate_up_activated(pointers, chunk_offsets, hidden, inter, activation, rounded, step.h,
+                                  stream_.for_op());
+      moe_gemm_.down_biased(pointers, chunk_offsets, hidden, inter, step.grouped.bias_dtype, step.h, step.y,
+                            stream_.for_op());
+    }
+  } catch (...) {
+    give_back_workspace(dequantised);
+    throw;
+  }
+  give_back_workspace(dequantised);
 }
 
 }  // namespace deepinfer
