@@ -10,6 +10,8 @@
 #   deepstack_features.f32  qwen3_vl: the rows added to the first decoder layers' outputs
 #   expected.json       make_fixtures.py's format over a sequence holding the image's tokens
 #   image.json          shapes, token ids, where the image sits, and what each mechanism moves
+#   image2.png, pixel_values2.f32, two_images.json  a second image and a prompt holding both: its
+#                       logprobs, where each image sits (Qwen: its M-RoPE positions)
 # Needs torch + transformers + Pillow; see README.md.
 import inspect
 import json
@@ -122,6 +124,64 @@ def text_tokens(gen, count):
     return [int(t) for t in torch.randint(0, TEXT_IDS, (count,), generator=gen)]
 
 
+def two_image_prompt(seed, first_run, second_run):
+    """A prompt holding two images (issue 28's second fixture prompt): 4 text tokens, the fixture's
+    image, 3 text tokens, image2.png, text up to SCORE_LEN; returns it and the images' token spans."""
+    gen = torch.Generator().manual_seed(seed + 1)  # its own stream: the fixture's other prompts stay as they were
+    first_text = text_tokens(gen, 4)
+    mid = text_tokens(gen, 3)
+    tokens = first_text + first_run + mid + second_run
+    tokens += text_tokens(gen, mf.SCORE_LEN - len(tokens))
+    a0 = len(first_text) + 1
+    b0 = len(first_text) + len(first_run) + len(mid) + 1
+    return tokens, [[a0, a0 + len(first_run) - 2], [b0, b0 + len(second_run) - 2]]
+
+
+def write_two_images(outdir, tokens, spans, logits, blank_second_logits, extra):
+    """two_images.json: the two-image prompt's logprobs (score_section's format), where each image
+    sits, and how far blanking the second image moves the logits (the check that it is read)."""
+    moved = float((logits - blank_second_logits).abs().max())
+    assert moved > 1e-3, f"the second image moves the logits by only {moved}"
+    record = {"image_tokens": spans, "second_image": "image2.png", "second_pixel_values": "pixel_values2.f32",
+              "second_image_moves_logits_by": moved, "score": score_section(logits, tokens)}
+    record.update(extra)
+    with open(os.path.join(outdir, "two_images.json"), "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    return {"spans": spans, "second_image_moves_logits_by": moved}
+
+
+def qwen_two_images(loaded, outdir, seed, first, second_image, process, takes_types=True):
+    """The two-image prompt on a Qwen-VL model: first = (pixel_values, grid, merged tokens) of the
+    fixture's image, process(image) -> (pixel_values, grid) for image2.png; also the M-RoPE positions
+    get_rope_index gives the prompt."""
+    second_image.save(os.path.join(outdir, "image2.png"))
+    values, grid = process(second_image)
+    merged = int(grid[0].prod()) // 4
+    tokens, spans = two_image_prompt(seed, [BOI] + [IMAGE] * first[2] + [EOI], [BOI] + [IMAGE] * merged + [EOI])
+    grids = torch.cat([first[1], grid])
+    types = torch.zeros(1, len(tokens), dtype=torch.long)
+    for begin, end in spans:
+        types[0, begin:end] = 1
+    extra_inputs = {"image_grid_thw": grids}
+    if takes_types:
+        extra_inputs["mm_token_type_ids"] = types
+
+    def logits_with(second_values):
+        with torch.no_grad():
+            return loaded(input_ids=torch.tensor([tokens]), use_cache=False,
+                          pixel_values=torch.cat([first[0], second_values]), **extra_inputs).logits[0].float()
+
+    with torch.no_grad():
+        position_ids, _ = loaded.model.get_rope_index(input_ids=torch.tensor([tokens]),
+                                                       attention_mask=torch.ones(1, len(tokens), dtype=torch.long),
+                                                       **extra_inputs)
+    extra = {"second_image_grid_thw": [int(v) for v in grid[0]],
+             "second_pixel_values_shape": write_f32(os.path.join(outdir, "pixel_values2.f32"), values),
+             "position_ids": [[int(v) for v in row[0]] for row in position_ids]}
+    return write_two_images(outdir, tokens, spans, logits_with(values), logits_with(values * 0), extra)
+
+
 def gemma3_vision(out, seed):
     """SigLIP 56 x 56 in 14-pixel patches (16 patches, 2 layers of width 32), pooled 2 x 2 into 4
     image tokens; the Gemma 3 text model of make_fixtures_swa.py's gemma3."""
@@ -205,6 +265,26 @@ def gemma3_vision(out, seed):
                 token_type_ids="1 on the image tokens, given to every forward (bidirectional attention inside the image)",
                 bidirectional_moves_logits_by=causal_only, blank_image_moves_logits_by=image_moves,
                 cached_vs_full=cache_diff)
+
+    second = synthetic_image(56, 56, seed + 1)
+    second.save(os.path.join(outdir, "image2.png"))
+    if made_by.startswith("transformers"):
+        second_values = processor(images=[second], return_tensors="pt")["pixel_values"].to(torch.float32)
+    else:
+        second_values = torch.from_numpy(normalised(second, [0.5] * 3, [0.5] * 3)[None])
+    two, spans = two_image_prompt(seed, image_run, image_run)
+    two_types = torch.zeros(1, len(two), dtype=torch.long)
+    for begin, end in spans:
+        two_types[0, begin:end] = 1
+
+    def two_logits(values):
+        with torch.no_grad():
+            return loaded(input_ids=torch.tensor([two]), use_cache=False, pixel_values=torch.cat([pixel_values, values]),
+                          token_type_ids=two_types).logits[0].float()
+
+    info["two_images"] = write_two_images(
+        outdir, two, spans, two_logits(second_values), two_logits(second_values * 0),
+        {"second_pixel_values_shape": write_f32(os.path.join(outdir, "pixel_values2.f32"), second_values[0])})
     return name, outdir, info
 
 
@@ -291,6 +371,16 @@ def qwen2_5_vl(out, seed):
                        "score": score_section(logits, tokens), "greedy": greedy})
     info.update(image_token_id=IMAGE, vision_start_token_id=BOI, vision_end_token_id=EOI, image_tokens=[image_span],
                 blank_image_moves_logits_by=float((logits - blank).abs().max()), cached_vs_full=cache_diff)
+
+    def process(image):
+        if made_by.startswith("transformers"):
+            processed2 = processor(images=[image], return_tensors="pt")
+            return processed2["pixel_values"].to(torch.float32), processed2["image_grid_thw"]
+        return qwen2_vl_patches(image)
+
+    # A 56 x 56 second image: 4 x 4 patches, 4 tokens.
+    info["two_images"] = qwen_two_images(loaded, outdir, seed, (pixel_values, grid, merged),
+                                         synthetic_image(56, 56, seed + 1), process)
     return name, outdir, info
 
 
@@ -402,6 +492,14 @@ def qwen3_vl(out, seed):
     info.update(image_token_id=IMAGE, vision_start_token_id=BOI, vision_end_token_id=EOI, image_tokens=[image_span],
                 blank_image_moves_logits_by=float((logits - blank).abs().max()),
                 deepstack_moves_logits_by=deepstack_moves, mm_token_type_ids=takes_types, cached_vs_full=cache_diff)
+
+    def process(image):
+        processed2 = processor(images=[image], return_tensors="pt")
+        return processed2["pixel_values"].to(torch.float32), processed2["image_grid_thw"]
+
+    # A 64 x 64 second image: 4 x 4 patches of 16, 4 tokens.
+    info["two_images"] = qwen_two_images(loaded, outdir, seed, (pixel_values, grid, merged),
+                                         synthetic_image(64, 64, seed + 1), process, takes_types)
     return name, outdir, info
 
 
