@@ -44,8 +44,7 @@ engine's --async-scheduling loop runs them: "pipelined_tok_s" and its bandwidth 
 decode_product lines time each linear-layer shape alone at 1-8 rows, and for a MoE model
 expert_products lines its routed experts' shapes alone at 1-256 tokens, in bf16 whatever the
 checkpoint's dtype (--no-products skips both).
---dequantize-weights: FP8 and MXFP4 weights load dequantised, the baseline their packed kernels are
-measured against.
+--dequantize-weights: FP8 and MXFP4 weights load dequantised instead of packed.
 --no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
 kernels (the unfused sequence, to measure the fusion against). Last, engine_loop lines: at each
 --engine-batches size (default 1,64,256; 0 skips) that many requests of 32 random prompt tokens

@@ -77,7 +77,7 @@ struct LLMConfig {
   // --device cuda: decode steps replay captured CUDA graphs (false: op by op, for debugging).
   bool cuda_graphs = true;
   // FP8 and MXFP4 weights stay packed where the backend reads them so (false: dequantised at load,
-  // two to four times the memory; BackendOptions::packed_weights).
+  // two to eight times the memory; BackendOptions::packed_weights).
   bool packed_weights = true;
   // Tokens are drawn where the logits are (EngineConfig::device_sampling); false: on the host.
   bool device_sampling = true;

@@ -9,9 +9,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "run_cli.h"
 

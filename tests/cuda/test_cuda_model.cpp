@@ -154,8 +154,7 @@ INSTANTIATE_TEST_SUITE_P(Transformers, CudaFixture, ::testing::ValuesIn(fixture_
 
 // GPT-OSS's published MXFP4 experts read packed (kernels/cuda/moe_mxfp4.cu) against transformers'
 // float32 run of the dequantised checkpoint: the same top-1 at every scored position (but near-ties),
-// every listed
-// logprob within 2e-3, greedy decoding up to the first near-tie.
+// every listed logprob within 2e-3, greedy decoding up to the first near-tie.
 TEST(CudaMxfp4, FixtureFollowsTransformers) {
   const nlohmann::json expected = load_expected("gpt_oss_mxfp4");
   Loaded loaded = load_on(fixture_dir("gpt_oss_mxfp4"), "cuda");

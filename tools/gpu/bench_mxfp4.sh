@@ -23,6 +23,7 @@ if [ "${TESTS:-1}" != 0 ]; then
 fi
 : > "$OUT/mxfp4_bench.jsonl"
 rm -rf "$MODELS" && mkdir -p "$MODELS"
+trap 'rm -rf "$MODELS"' EXIT  # 55 GB, whatever ends the script
 for dtype in mxfp4 bf16; do
   "$BIN/deepinfer-make-random-model" --config bench/configs/gpt-oss-20b.json --out "$MODELS/$dtype" --dtype "$dtype" \
     >> "$OUT/mxfp4.log" 2>&1 || { echo "model generation ($dtype) failed" | tee -a "$SUMMARY"; exit 1; }

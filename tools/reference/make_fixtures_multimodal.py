@@ -124,10 +124,20 @@ def text_tokens(gen, count):
     return [int(t) for t in torch.randint(0, TEXT_IDS, (count,), generator=gen)]
 
 
+def guarded(build_two_images):
+    """The two-image part's record, or its error: a failure there must not cost the fixture its
+    image.json (main reports it and exits non-zero)."""
+    try:
+        return build_two_images()
+    except Exception as e:  # reported by main after image.json is written
+        traceback.print_exc()
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def two_image_prompt(seed, first_run, second_run):
     """A prompt holding two images (issue 28's second fixture prompt): 4 text tokens, the fixture's
     image, 3 text tokens, image2.png, text up to SCORE_LEN; returns it and the images' token spans."""
-    gen = torch.Generator().manual_seed(seed + 1)  # its own stream: the fixture's other prompts stay as they were
+    gen = torch.Generator().manual_seed(seed + 1000)  # its own stream: the other prompts stay as they were
     first_text = text_tokens(gen, 4)
     mid = text_tokens(gen, 3)
     tokens = first_text + first_run + mid + second_run
@@ -266,25 +276,28 @@ def gemma3_vision(out, seed):
                 bidirectional_moves_logits_by=causal_only, blank_image_moves_logits_by=image_moves,
                 cached_vs_full=cache_diff)
 
-    second = synthetic_image(56, 56, seed + 1)
-    second.save(os.path.join(outdir, "image2.png"))
-    if made_by.startswith("transformers"):
-        second_values = processor(images=[second], return_tensors="pt")["pixel_values"].to(torch.float32)
-    else:
-        second_values = torch.from_numpy(normalised(second, [0.5] * 3, [0.5] * 3)[None])
-    two, spans = two_image_prompt(seed, image_run, image_run)
-    two_types = torch.zeros(1, len(two), dtype=torch.long)
-    for begin, end in spans:
-        two_types[0, begin:end] = 1
+    def two_images():
+        second = synthetic_image(56, 56, seed + 1000)
+        second.save(os.path.join(outdir, "image2.png"))
+        if made_by.startswith("transformers"):
+            second_values = processor(images=[second], return_tensors="pt")["pixel_values"].to(torch.float32)
+        else:
+            second_values = torch.from_numpy(normalised(second, [0.5] * 3, [0.5] * 3)[None])
+        two, spans = two_image_prompt(seed, image_run, image_run)
+        two_types = torch.zeros(1, len(two), dtype=torch.long)
+        for begin, end in spans:
+            two_types[0, begin:end] = 1
 
-    def two_logits(values):
-        with torch.no_grad():
-            return loaded(input_ids=torch.tensor([two]), use_cache=False, pixel_values=torch.cat([pixel_values, values]),
-                          token_type_ids=two_types).logits[0].float()
+        def two_logits(values):
+            with torch.no_grad():
+                return loaded(input_ids=torch.tensor([two]), use_cache=False,
+                              pixel_values=torch.cat([pixel_values, values]), token_type_ids=two_types).logits[0].float()
 
-    info["two_images"] = write_two_images(
-        outdir, two, spans, two_logits(second_values), two_logits(second_values * 0),
-        {"second_pixel_values_shape": write_f32(os.path.join(outdir, "pixel_values2.f32"), second_values[0])})
+        return write_two_images(
+            outdir, two, spans, two_logits(second_values), two_logits(second_values * 0),
+            {"second_pixel_values_shape": write_f32(os.path.join(outdir, "pixel_values2.f32"), second_values[0])})
+
+    info["two_images"] = guarded(two_images)
     return name, outdir, info
 
 
@@ -379,8 +392,8 @@ def qwen2_5_vl(out, seed):
         return qwen2_vl_patches(image)
 
     # A 56 x 56 second image: 4 x 4 patches, 4 tokens.
-    info["two_images"] = qwen_two_images(loaded, outdir, seed, (pixel_values, grid, merged),
-                                         synthetic_image(56, 56, seed + 1), process)
+    info["two_images"] = guarded(lambda: qwen_two_images(loaded, outdir, seed, (pixel_values, grid, merged),
+                                                         synthetic_image(56, 56, seed + 1000), process))
     return name, outdir, info
 
 
@@ -498,8 +511,8 @@ def qwen3_vl(out, seed):
         return processed2["pixel_values"].to(torch.float32), processed2["image_grid_thw"]
 
     # A 64 x 64 second image: 4 x 4 patches of 16, 4 tokens.
-    info["two_images"] = qwen_two_images(loaded, outdir, seed, (pixel_values, grid, merged),
-                                         synthetic_image(64, 64, seed + 1), process, takes_types)
+    info["two_images"] = guarded(lambda: qwen_two_images(loaded, outdir, seed, (pixel_values, grid, merged),
+                                                         synthetic_image(64, 64, seed + 1000), process, takes_types))
     return name, outdir, info
 
 
@@ -518,6 +531,9 @@ def main():
         with open(os.path.join(outdir, "image.json"), "w") as f:
             json.dump(info, f, indent=1, sort_keys=True)
             f.write("\n")
+        if "error" in info.get("two_images", {}):
+            print(f"{name}: the two-image prompt failed: {info['two_images']['error']}")
+            failed = True
         sizes = {f: os.path.getsize(os.path.join(outdir, f)) for f in sorted(os.listdir(outdir))}
         print(f"{name}: {json.dumps(info, sort_keys=True)}\n{name}: files {sizes}")
         print(f"{name}: tensors {mf.tensor_names(os.path.join(outdir, 'model.safetensors'))}")

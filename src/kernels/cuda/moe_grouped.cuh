@@ -43,6 +43,19 @@ __device__ __forceinline__ float expert_activation(float g, float u, ExpertActiv
   return (u + 1.0f) * g / (1.0f + expf(-alpha * g));
 }
 
+// The input rows of a streamed tile's n-tiles for lane group g: row 8j + g of the tile (its last
+// row again past its end), the token's row of x for gate|up, the grouped row of h for down.
+template <int kNTiles, bool kGateUp>
+__device__ __forceinline__ void streamed_input_rows(const float* in, const GroupedExperts& experts,
+                                                    const MoeGrouping& grouping, const ExpertTile& tile, int g,
+                                                    int64_t k_in, const float* (&rows)[kNTiles]) {
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+    const int32_t i = tile.row_begin + min(8 * j + g, tile.num_rows - 1);
+    rows[j] = kGateUp ? in + int64_t{grouping.rows[i] / experts.top_k} * k_in : in + int64_t{i} * k_in;
+  }
+}
+
 // The streamed tensor-core tiles' outputs (moe_mma_stream.cu, moe_mxfp4.cu): acc[j] of lane (g, t)
 // holds [0], [1] weight row g at the tile's rows 8j + 2t, + 1 and [2], [3] row g + 8 at the same
 // rows; gate|up: rows g and g + 8 are column col_lo's gate and up rows, down: columns col_lo and

@@ -102,11 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   if (!has_tile) return;
 
   const float* x_rows[kNTiles];
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j) {
-    const int32_t i = tile.row_begin + min(8 * j + g, tile.num_rows - 1);
-    x_rows[j] = kGateUp ? in + int64_t{grouping.rows[i] / experts.top_k} * k_in : in + int64_t{i} * k_in;
-  }
+  streamed_input_rows<kNTiles, kGateUp>(in, experts, grouping, tile, g, k_in, x_rows);
   const int n_tiles = (tile.num_rows + 7) / 8;
   float acc[kNTiles][4] = {};
   constexpr int64_t kGroupK = int64_t{kUnroll} * kSpanK;

@@ -12,8 +12,8 @@
 // row's sums take 64 * 2^(row's largest - 127) at the end. The values are exact down to 2^-17 of
 // the row's largest block scale, rounded below (f16 subnormals) and dropped under 2^-24 of it. A
 // word's even codes feed one product and its odd codes the next, x packed alike, so each dot
-// product keeps its terms. The byte savings are the point (a batch-1 step reads a quarter of the
-// bf16 weights' bytes), yet on the H100 the kernel still runs slower than bf16's, probably bound
+// product keeps its terms. The byte savings are the point (a step reads 0.27x of the bf16 experts'
+// bytes), yet on the H100 the kernel still runs slower than bf16's, probably bound
 // by its conversions per byte (docs/benchmarks.md, "MXFP4 experts kept packed").
 #include <cuda_fp8.h>
 
@@ -125,11 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const int max_lo = (kGateUp ? p->gate_scales : p->down_scales)[row_max_offset + row_lo];
   const int max_hi = (kGateUp ? p->up_scales : p->down_scales)[row_max_offset + row_hi];
   const float* x_rows[kNTiles];
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j) {
-    const int32_t i = tile.row_begin + min(8 * j + g, tile.num_rows - 1);
-    x_rows[j] = kGateUp ? in + int64_t{grouping.rows[i] / experts.top_k} * k_in : in + int64_t{i} * k_in;
-  }
+  streamed_input_rows<kNTiles, kGateUp>(in, experts, grouping, tile, g, k_in, x_rows);
   const int n_tiles = (tile.num_rows + 7) / 8;
   float acc[kNTiles][4] = {};
   constexpr int64_t kGroupK = int64_t{kUnroll} * kSpanK;
