@@ -171,15 +171,24 @@ void bench_expert_products(Backend& backend, const ModelConfig& c, const DeviceP
   const int64_t inter = c.moe->moe_intermediate_size;
   const auto num_experts = static_cast<int32_t>(c.moe->num_experts);
   const auto top_k = static_cast<int32_t>(c.moe->num_experts_per_tok);
+  // MXFP4 checkpoints' experts as the backend keeps them (zero codes, unit scales), else bf16.
+  const bool mxfp4 = c.mxfp4_experts && backend.reads_packed_weights(DType::kMxfp4, WeightUse::kExperts);
   std::vector<uint16_t> zeros;
   const TensorView gate_tensor = zero_bf16_tensor("experts.gate_proj", inter, hidden, zeros);
   TensorView down_tensor = gate_tensor;
   down_tensor.name = "experts.down_proj";
   down_tensor.shape = {hidden, inter};
+  const std::vector<uint8_t> codes(static_cast<size_t>(inter * hidden / 2), 0);
+  const std::vector<uint8_t> scales(static_cast<size_t>(inter * hidden / kernels::kMxfp4Block), 127);
+  const auto packed_view = [&](int64_t rows, int64_t cols) {
+    return kernels::WeightView{codes.data(), DType::kMxfp4, rows, cols, scales.data(), 1,
+                               static_cast<int32_t>(kernels::kMxfp4Block)};
+  };
   std::vector<kernels::WeightView> gate, up, down;
   for (int32_t e = 0; e < num_experts; ++e) {
     for (auto [views, tensor] : {std::pair{&gate, &gate_tensor}, {&up, &gate_tensor}, {&down, &down_tensor}}) {
-      auto weight = backend.load_weight(*tensor);
+      auto weight = mxfp4 ? backend.load_packed_weight(packed_view(tensor->shape[0], tensor->shape[1]))
+                          : backend.load_weight(*tensor);
       if (!weight.ok()) throw UserError(weight.error());
       views->push_back(*weight);
     }
@@ -214,12 +223,15 @@ void bench_expert_products(Backend& backend, const ModelConfig& c, const DeviceP
         },
         out);
     const int64_t read = std::min<int64_t>(num_experts, tokens * top_k);
-    const double bytes = static_cast<double>(read) * 3.0 * static_cast<double>(inter * hidden) * sizeof(uint16_t);
+    const double expert_bytes = static_cast<double>(kernels::weight_bytes(gate[0]) + kernels::weight_bytes(up[0]) +
+                                                    kernels::weight_bytes(down[0]));
+    const double bytes = static_cast<double>(read) * expert_bytes;
     std::printf(
-        "{\"kind\":\"expert_products\",\"tokens\":%lld,\"top_k\":%d,\"experts_read\":%lld,\"hidden\":%lld,"
-        "\"intermediate\":%lld,\"us\":%.2f,\"tb_s\":%.3f,\"copy_fraction\":%.3f,\"read_fraction\":%.3f,"
-        "\"graph\":%s}\n",
-        static_cast<long long>(tokens), top_k, static_cast<long long>(read), static_cast<long long>(hidden),
+        "{\"kind\":\"expert_products\",\"weights\":\"%s\",\"tokens\":%lld,\"top_k\":%d,\"experts_read\":%lld,"
+        "\"hidden\":%lld,\"intermediate\":%lld,\"us\":%.2f,\"tb_s\":%.3f,\"copy_fraction\":%.3f,"
+        "\"read_fraction\":%.3f,\"graph\":%s}\n",
+        mxfp4 ? "mxfp4" : "bf16", static_cast<long long>(tokens), top_k, static_cast<long long>(read),
+        static_cast<long long>(hidden),
         static_cast<long long>(inter), seconds * 1e6, bytes / seconds / 1e12, bytes / seconds / peaks.copy_bytes_per_s,
         bytes / seconds / peaks.read_bytes_per_s, backend.can_capture() ? "true" : "false");
     std::fflush(stdout);

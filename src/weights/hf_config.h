@@ -167,6 +167,7 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;  // set when the config names a number of experts
   std::optional<MlaConfig> mla;  // set when the config has kv_lora_rank
   std::optional<Fp8Config> fp8;  // set for quantization_config.quant_method "fp8"
+  bool mxfp4_experts = false;    // quantization_config.quant_method "mxfp4" (GPT-OSS's published experts)
   std::optional<VisionConfig> vision;    // set for a SigLIP vision_config
   std::optional<Qwen2VlVisionConfig> qwen2_vl_vision;  // set for a Qwen2.5-VL vision_config
   int64_t num_nextn_predict_layers = 0;  // DeepSeek-V3's MTP layers after the decoder layers

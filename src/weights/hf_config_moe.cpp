@@ -92,7 +92,9 @@ Result<void> parse_fp8(const JsonFields& fields, ModelConfig& config) {
   const nlohmann::json* quant = fields.find("quantization_config");
   if (quant == nullptr) return {};
   if (!quant->is_object()) return fields.invalid("quantization_config", "an object", *quant);
-  if (quant->value("quant_method", std::string()) != "fp8") return {};
+  const std::string method = quant->value("quant_method", std::string());
+  config.mxfp4_experts = method == "mxfp4";
+  if (method != "fp8") return {};
   Fp8Config fp8;
   if (quant->contains("weight_block_size")) {
     const nlohmann::json& block = (*quant)["weight_block_size"];

@@ -1,4 +1,4 @@
-// config.json's MoE / MLA / FP8 fields: each family's spelling and defaults, the layer pattern,
+// config.json's MoE / MLA / FP8 / MXFP4 fields: each family's spelling and defaults, the layer pattern,
 // and errors that name the field.
 #include <gtest/gtest.h>
 
@@ -64,6 +64,12 @@ TEST(HfConfigMoe, QwenMixtralAndGptOssSpellings) {
   const ModelConfig oss = parse(R"("model_type": "gpt_oss", "num_local_experts": 32, "experts_per_token": 4)");
   ASSERT_TRUE(oss.moe);
   EXPECT_EQ(oss.moe->num_experts_per_tok, 4);
+  EXPECT_FALSE(oss.mxfp4_experts);
+  // The published GPT-OSS checkpoints' quantization_config.
+  const ModelConfig published = parse(R"("model_type": "gpt_oss", "num_local_experts": 32, "experts_per_token": 4,
+      "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]})");
+  EXPECT_TRUE(published.mxfp4_experts);
+  EXPECT_FALSE(published.fp8.has_value());
   EXPECT_TRUE(parse(R"("model_type": "qwen3")").moe == std::nullopt);
 }
 
