@@ -33,6 +33,27 @@ std::vector<float> rounded(const std::vector<float>& values, DType dtype) {
   return make_weight(values, dtype, 1, static_cast<int64_t>(values.size())).rounded;
 }
 
+// experts over views (gate, up, down, then the biases, which count when bias): the layer's shape and
+// activation, the pointers into views.
+kernels::MoeExperts experts_over(const std::vector<kernels::WeightView> (&views)[6], int64_t hidden, int64_t inter,
+                                 bool bias, kernels::ExpertActivation activation) {
+  kernels::MoeExperts experts;
+  experts.num_experts = kNumExperts;
+  experts.top_k = kTopK;
+  experts.hidden = hidden;
+  experts.intermediate = inter;
+  experts.activation = activation;
+  experts.gate = views[0].data();
+  experts.up = views[1].data();
+  experts.down = views[2].data();
+  if (bias) {
+    experts.gate_bias = views[3].data();
+    experts.up_bias = views[4].data();
+    experts.down_bias = views[5].data();
+  }
+  return experts;
+}
+
 // A layer of experts on the host (the oracle's views) and on each backend.
 struct Layer {
   std::vector<HostWeight> weights[6];  // gate, up, down, gate_bias, up_bias, down_bias
@@ -51,19 +72,7 @@ struct Layer {
         host[p].push_back(weights[p].back().view());
       }
     }
-    host_experts.num_experts = kNumExperts;
-    host_experts.top_k = kTopK;
-    host_experts.hidden = hidden;
-    host_experts.intermediate = inter;
-    host_experts.activation = activation;
-    host_experts.gate = host[0].data();
-    host_experts.up = host[1].data();
-    host_experts.down = host[2].data();
-    if (bias) {
-      host_experts.gate_bias = host[3].data();
-      host_experts.up_bias = host[4].data();
-      host_experts.down_bias = host[5].data();
-    }
+    host_experts = experts_over(host, hidden, inter, bias, activation);
   }
 };
 
@@ -76,14 +85,8 @@ struct DeviceLayer {
     for (int p = 0; p < 6; ++p) {
       for (const HostWeight& w : layer.weights[p]) views[p].push_back(load(backend, w));
     }
-    experts.gate = views[0].data();
-    experts.up = views[1].data();
-    experts.down = views[2].data();
-    if (experts.gate_bias != nullptr) {
-      experts.gate_bias = views[3].data();
-      experts.up_bias = views[4].data();
-      experts.down_bias = views[5].data();
-    }
+    experts = experts_over(views, experts.hidden, experts.intermediate, experts.gate_bias != nullptr,
+                           experts.activation);
   }
 };
 
@@ -420,19 +423,7 @@ struct Mxfp4Layer {
       }
       for (const HostWeight& w : biases[p]) host[3 + p].push_back(w.view());
     }
-    host_experts.num_experts = kNumExperts;
-    host_experts.top_k = kTopK;
-    host_experts.hidden = hidden;
-    host_experts.intermediate = inter;
-    host_experts.activation = kernels::ExpertActivation::kClampedSwiglu;
-    host_experts.gate = host[0].data();
-    host_experts.up = host[1].data();
-    host_experts.down = host[2].data();
-    if (bias) {
-      host_experts.gate_bias = host[3].data();
-      host_experts.up_bias = host[4].data();
-      host_experts.down_bias = host[5].data();
-    }
+    host_experts = experts_over(host, hidden, inter, bias, kernels::ExpertActivation::kClampedSwiglu);
   }
 };
 
@@ -445,14 +436,8 @@ struct DeviceMxfp4Layer {
       for (const kernels::WeightView& w : layer.host[p]) views[p].push_back(backend.load_packed_weight(w).value());
       for (const HostWeight& w : layer.biases[p]) views[3 + p].push_back(load(backend, w));
     }
-    experts.gate = views[0].data();
-    experts.up = views[1].data();
-    experts.down = views[2].data();
-    if (experts.gate_bias != nullptr) {
-      experts.gate_bias = views[3].data();
-      experts.up_bias = views[4].data();
-      experts.down_bias = views[5].data();
-    }
+    experts = experts_over(views, experts.hidden, experts.intermediate, experts.gate_bias != nullptr,
+                           experts.activation);
   }
 };
 
