@@ -172,7 +172,8 @@ void bench_expert_products(Backend& backend, const ModelConfig& c, const DeviceP
   const auto num_experts = static_cast<int32_t>(c.moe->num_experts);
   const auto top_k = static_cast<int32_t>(c.moe->num_experts_per_tok);
   // MXFP4 checkpoints' experts as the backend keeps them (zero codes, unit scales), else bf16.
-  const bool mxfp4 = c.mxfp4_experts && backend.reads_packed_weights(DType::kMxfp4, WeightUse::kExperts);
+  const bool mxfp4 = c.mxfp4_experts && backend.reads_packed_weights(DType::kMxfp4, WeightUse::kExperts) &&
+                     hidden % kernels::kMxfp4Block == 0 && inter % kernels::kMxfp4Block == 0;
   std::vector<uint16_t> zeros;
   const TensorView gate_tensor = zero_bf16_tensor("experts.gate_proj", inter, hidden, zeros);
   TensorView down_tensor = gate_tensor;

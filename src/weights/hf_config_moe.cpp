@@ -88,7 +88,8 @@ Result<void> parse_mla(const JsonFields& fields, ModelConfig& config) {
   return {};
 }
 
-Result<void> parse_fp8(const JsonFields& fields, ModelConfig& config) {
+// quantization_config: FP8's block shape (DeepSeek-V3, Qwen3-FP8), or GPT-OSS's MXFP4 experts.
+Result<void> parse_quantization(const JsonFields& fields, ModelConfig& config) {
   const nlohmann::json* quant = fields.find("quantization_config");
   if (quant == nullptr) return {};
   if (!quant->is_object()) return fields.invalid("quantization_config", "an object", *quant);
@@ -121,7 +122,7 @@ bool MoeConfig::is_moe_layer(int64_t layer) const {
 Result<void> parse_moe_fields(const JsonFields& fields, ModelConfig& config) {
   DI_TRY(parse_moe(fields, config));
   DI_TRY(parse_mla(fields, config));
-  DI_TRY(parse_fp8(fields, config));
+  DI_TRY(parse_quantization(fields, config));
   DI_ASSIGN(config.num_nextn_predict_layers, non_negative_or(fields, "num_nextn_predict_layers", 0));
   return {};
 }

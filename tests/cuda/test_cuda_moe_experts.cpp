@@ -54,6 +54,15 @@ kernels::MoeExperts experts_over(const std::vector<kernels::WeightView> (&views)
   return experts;
 }
 
+// The host layer's experts (shape, activation and its parameters) over a backend's copies of its views.
+kernels::MoeExperts experts_over(const std::vector<kernels::WeightView> (&views)[6], const kernels::MoeExperts& host) {
+  kernels::MoeExperts experts =
+      experts_over(views, host.hidden, host.intermediate, host.gate_bias != nullptr, host.activation);
+  experts.swiglu_alpha = host.swiglu_alpha;
+  experts.swiglu_limit = host.swiglu_limit;
+  return experts;
+}
+
 // A layer of experts on the host (the oracle's views) and on each backend.
 struct Layer {
   std::vector<HostWeight> weights[6];  // gate, up, down, gate_bias, up_bias, down_bias
@@ -81,12 +90,11 @@ struct DeviceLayer {
   std::vector<kernels::WeightView> views[6];
   kernels::MoeExperts experts;
 
-  DeviceLayer(Backend& backend, const Layer& layer) : experts(layer.host_experts) {
+  DeviceLayer(Backend& backend, const Layer& layer) {
     for (int p = 0; p < 6; ++p) {
       for (const HostWeight& w : layer.weights[p]) views[p].push_back(load(backend, w));
     }
-    experts = experts_over(views, experts.hidden, experts.intermediate, experts.gate_bias != nullptr,
-                           experts.activation);
+    experts = experts_over(views, layer.host_experts);
   }
 };
 
@@ -431,13 +439,12 @@ struct DeviceMxfp4Layer {
   std::vector<kernels::WeightView> views[6];
   kernels::MoeExperts experts;
 
-  DeviceMxfp4Layer(Backend& backend, const Mxfp4Layer& layer) : experts(layer.host_experts) {
+  DeviceMxfp4Layer(Backend& backend, const Mxfp4Layer& layer) {
     for (int p = 0; p < 3; ++p) {
       for (const kernels::WeightView& w : layer.host[p]) views[p].push_back(backend.load_packed_weight(w).value());
       for (const HostWeight& w : layer.biases[p]) views[3 + p].push_back(load(backend, w));
     }
-    experts = experts_over(views, experts.hidden, experts.intermediate, experts.gate_bias != nullptr,
-                           experts.activation);
+    experts = experts_over(views, layer.host_experts);
   }
 };
 
