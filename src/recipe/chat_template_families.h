@@ -24,6 +24,14 @@ RenderResult render_qwen3_vl(const Conversation& conversation, const ChatOptions
 // Qwen's tools block of the system turn ("# Tools ... </tool_call><|im_end|>\n": Qwen3's and
 // Qwen3-VL's templates, the same text), each tool as Python's json.dumps.
 void render_qwen_tools(const std::vector<nlohmann::ordered_json>& tools, PromptBuilder& b);
+// Qwen's <tool_call> JSON blocks of an assistant turn (Qwen3's and Qwen3-VL's templates): a newline
+// before each, but before the first when the turn has no content.
+void render_qwen_tool_calls(const std::vector<ToolCall>& calls, bool has_content, PromptBuilder& b);
+// A message's content parts in order as Qwen-VL's templates write them: text as sent, an image as
+// <|vision_start|>, its options.image_tokens pads and <|vision_end|> ("Picture N: " before it with
+// add_vision_id), or nothing where !with_images. image: the images written so far.
+void render_qwen_vl_parts(const Message& message, bool with_images, const ChatOptions& options, size_t& image,
+                          PromptBuilder& b);
 
 struct CalendarDate {
   int year = 0;

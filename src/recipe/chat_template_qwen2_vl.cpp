@@ -9,6 +9,24 @@
 
 namespace deepinfer {
 
+void render_qwen_vl_parts(const Message& message, bool with_images, const ChatOptions& options, size_t& image,
+                          PromptBuilder& b) {
+  size_t next_image = 0;
+  for (size_t p = 0; p < message.content_parts.size(); ++p) {
+    if (next_image < message.image_parts.size() && message.image_parts[next_image] == p) {
+      ++next_image;
+      if (!with_images) continue;
+      if (options.add_vision_id) b.fixed("Picture " + std::to_string(image + 1) + ": ");
+      b.fixed("<|vision_start|>");
+      for (int32_t t = 0; t < options.image_tokens[image]; ++t) b.fixed("<|image_pad|>");
+      b.fixed("<|vision_end|>");
+      ++image;
+    } else {
+      b.text(message.content_parts[p]);
+    }
+  }
+}
+
 // Kept quirks: tool calls are dropped, tool results are turns of role "tool", and an assistant
 // message sent as parts is written part by part like any other.
 RenderResult render_qwen2_vl(const Conversation& conversation, const ChatOptions& options) {
@@ -22,19 +40,7 @@ RenderResult render_qwen2_vl(const Conversation& conversation, const ChatOptions
     if (message.content_parts.empty()) {
       b.text(content_or_empty(message));
     } else {
-      size_t next_image = 0;
-      for (size_t p = 0; p < message.content_parts.size(); ++p) {
-        if (next_image < message.image_parts.size() && message.image_parts[next_image] == p) {
-          ++next_image;
-          if (options.add_vision_id) b.fixed("Picture " + std::to_string(image + 1) + ": ");
-          b.fixed("<|vision_start|>");
-          for (int32_t t = 0; t < options.image_tokens[image]; ++t) b.fixed("<|image_pad|>");
-          b.fixed("<|vision_end|>");
-          ++image;
-        } else {
-          b.text(message.content_parts[p]);
-        }
-      }
+      render_qwen_vl_parts(message, true, options, image, b);
     }
     b.fixed("<|im_end|>\n");
   }

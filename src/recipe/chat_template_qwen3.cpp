@@ -60,19 +60,22 @@ void render_assistant(const Message& message, bool after_last_query, bool is_las
     b.text(content);
   }
   // The separator tests the content before that lstrip, as the template does.
-  for (size_t i = 0; i < message.tool_calls.size(); ++i) {
-    if (i > 0 || !content.empty()) b.fixed("\n");
-    const ToolCall& call = message.tool_calls[i];
-    b.fixed("<tool_call>\n{\"name\": \"");
-    b.text(call.name);
-    b.fixed("\", \"arguments\": ");
-    b.text(call.arguments);
-    b.fixed("}\n</tool_call>");
-  }
+  render_qwen_tool_calls(message.tool_calls, !content.empty(), b);
   b.fixed("<|im_end|>\n");
 }
 
 }  // namespace
+
+void render_qwen_tool_calls(const std::vector<ToolCall>& calls, bool has_content, PromptBuilder& b) {
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (i > 0 || has_content) b.fixed("\n");
+    b.fixed("<tool_call>\n{\"name\": \"");
+    b.text(calls[i].name);
+    b.fixed("\", \"arguments\": ");
+    b.text(calls[i].arguments);
+    b.fixed("}\n</tool_call>");
+  }
+}
 
 void render_qwen_tools(const std::vector<nlohmann::ordered_json>& tools, PromptBuilder& b) {
   b.fixed(

@@ -18,20 +18,7 @@ void render_content(const Message& message, bool with_images, const ChatOptions&
     b.text(content_or_empty(message));
     return;
   }
-  size_t next_image = 0;
-  for (size_t p = 0; p < message.content_parts.size(); ++p) {
-    if (next_image < message.image_parts.size() && message.image_parts[next_image] == p) {
-      ++next_image;
-      if (!with_images) continue;
-      if (options.add_vision_id) b.fixed("Picture " + std::to_string(image + 1) + ": ");
-      b.fixed("<|vision_start|>");
-      for (int32_t t = 0; t < options.image_tokens[image]; ++t) b.fixed("<|image_pad|>");
-      b.fixed("<|vision_end|>");
-      ++image;
-    } else {
-      b.text(message.content_parts[p]);
-    }
-  }
+  render_qwen_vl_parts(message, with_images, options, image, b);
 }
 
 }  // namespace
@@ -71,15 +58,7 @@ RenderResult render_qwen3_vl(const Conversation& conversation, const ChatOptions
         b.fixed("<|im_start|>assistant\n");
         render_content(message, false, options, image, b);
         const bool has_content = !message.content_parts.empty() || !content_or_empty(message).empty();
-        for (size_t c = 0; c < message.tool_calls.size(); ++c) {
-          if (c > 0 || has_content) b.fixed("\n");
-          const ToolCall& call = message.tool_calls[c];
-          b.fixed("<tool_call>\n{\"name\": \"");
-          b.text(call.name);
-          b.fixed("\", \"arguments\": ");
-          b.text(call.arguments);
-          b.fixed("}\n</tool_call>");
-        }
+        render_qwen_tool_calls(message.tool_calls, has_content, b);
         b.fixed("<|im_end|>\n");
         break;
       }
