@@ -134,6 +134,18 @@ def guarded(build_two_images):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def saved_model(model_class, config, out, name, seed):
+    """A random model_class of config, saved as the fixture out/name and loaded back in float32 (what
+    the engine reads); returns the fixture's directory and the loaded model."""
+    torch.manual_seed(seed)
+    model = model_class._from_config(config, attn_implementation="eager")
+    reinit(model, seed)
+    model.eval()
+    outdir = os.path.join(out, name)
+    mf.save_fixture(model, outdir, name)
+    return outdir, model_class.from_pretrained(outdir, attn_implementation="eager", dtype=torch.float32).eval()
+
+
 def two_image_prompt(seed, first_run, second_run):
     """A prompt holding two images (issue 28's second fixture prompt): 4 text tokens, the fixture's
     image, 3 text tokens, image2.png, text up to SCORE_LEN; returns it and the images' token spans."""
@@ -208,14 +220,7 @@ def gemma3_vision(out, seed):
     config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
                                        boi_token_index=BOI, eoi_token_index=EOI, image_token_index=IMAGE,
                                        tie_word_embeddings=True)
-    torch.manual_seed(seed)
-    model = transformers.Gemma3ForConditionalGeneration._from_config(config, attn_implementation="eager")
-    reinit(model, seed)
-    model.eval()
-    outdir = os.path.join(out, name)
-    mf.save_fixture(model, outdir, name)
-    loaded = transformers.Gemma3ForConditionalGeneration.from_pretrained(outdir, attn_implementation="eager",
-                                                                         dtype=torch.float32).eval()
+    outdir, loaded = saved_model(transformers.Gemma3ForConditionalGeneration, config, out, name, seed)
 
     image = synthetic_image(56, 56, seed)
     image.save(os.path.join(outdir, "image.png"))
@@ -313,14 +318,7 @@ def qwen2_5_vl(out, seed):
                   out_hidden_size=64, hidden_act="silu")
     config = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE,
                                            vision_start_token_id=BOI, vision_end_token_id=EOI, video_token_id=393)
-    torch.manual_seed(seed)
-    model = transformers.Qwen2_5_VLForConditionalGeneration._from_config(config, attn_implementation="eager")
-    reinit(model, seed)
-    model.eval()
-    outdir = os.path.join(out, name)
-    mf.save_fixture(model, outdir, name)
-    loaded = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(outdir, attn_implementation="eager",
-                                                                             dtype=torch.float32).eval()
+    outdir, loaded = saved_model(transformers.Qwen2_5_VLForConditionalGeneration, config, out, name, seed)
 
     image = synthetic_image(84, 56, seed)
     image.save(os.path.join(outdir, "image.png"))
@@ -426,14 +424,7 @@ def qwen3_vl(out, seed):
     config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE,
                                         vision_start_token_id=BOI, vision_end_token_id=EOI, video_token_id=393,
                                         tie_word_embeddings=False)
-    torch.manual_seed(seed)
-    model = transformers.Qwen3VLForConditionalGeneration._from_config(config, attn_implementation="eager")
-    reinit(model, seed)
-    model.eval()
-    outdir = os.path.join(out, name)
-    mf.save_fixture(model, outdir, name)
-    loaded = transformers.Qwen3VLForConditionalGeneration.from_pretrained(outdir, attn_implementation="eager",
-                                                                          dtype=torch.float32).eval()
+    outdir, loaded = saved_model(transformers.Qwen3VLForConditionalGeneration, config, out, name, seed)
 
     image = synthetic_image(96, 64, seed)
     image.save(os.path.join(outdir, "image.png"))
