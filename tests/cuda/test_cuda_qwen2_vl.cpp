@@ -18,5 +18,15 @@ TEST(CudaQwen3Vl, EncoderAndImagePromptMatchTransformers) {
   testing::expect_qwen_vl_matches_transformers(*backend, 1e-4, "qwen3_vl");
 }
 
+TEST(CudaQwen2Vl, TwoImagePromptMatchesTransformers) {
+  std::unique_ptr<Backend> backend = testing::cuda_backend();
+  testing::expect_qwen_vl_two_image_prompt_matches_transformers(*backend, "qwen2_5_vl");
+}
+
+TEST(CudaQwen3Vl, TwoImagePromptMatchesTransformers) {
+  std::unique_ptr<Backend> backend = testing::cuda_backend();
+  testing::expect_qwen_vl_two_image_prompt_matches_transformers(*backend, "qwen3_vl");
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -18,5 +18,10 @@ TEST(CudaSiglip, ImagePromptMatchesTransformers) {
   testing::expect_gemma3_image_prompt_matches_transformers(*backend, 1e-4);
 }
 
+TEST(CudaSiglip, TwoImagePromptMatchesTransformers) {
+  std::unique_ptr<Backend> backend = testing::cuda_backend();
+  testing::expect_gemma3_two_image_prompt_matches_transformers(*backend);
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -214,6 +214,42 @@ TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_
 
 TEST(EngineImages, Qwen3VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_positions_and_greedy("qwen3_vl"); }
 
+// The fixtures' two-image prompts (two_images.json: the 4 x 6 patch image, then image2.png at its
+// own grid): the text between and after the images at the positions transformers' get_rope_index
+// gives, each image moving what follows it by its own merged grid's larger side.
+TEST(EngineImages, QwenVlTwoImagePositionsMatchTransformers) {
+  for (const std::string fixture : {"qwen2_5_vl", "qwen3_vl"}) {
+    SCOPED_TRACE(fixture);
+    std::ifstream in(fixture_dir(fixture) + "/two_images.json");
+    const nlohmann::json two = nlohmann::json::parse(in);
+    const auto position_ids = two["position_ids"].get<std::vector<std::vector<int32_t>>>();
+    const auto tokens = two["score"]["tokens"].get<std::vector<int32_t>>();
+    const auto second_grid = two["second_image_grid_thw"].get<std::vector<int32_t>>();
+    const auto spans = two["image_tokens"].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(spans.size(), 2u);
+    const int32_t merged[2][2] = {{2, 3}, {second_grid[1] / 2, second_grid[2] / 2}};
+    std::vector<PromptImage> images;
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(spans[i][1] - spans[i][0], merged[i][0] * merged[i][1]);
+      PromptImage image;
+      image.first_token = spans[i][0];
+      image.num_tokens = spans[i][1] - spans[i][0];
+      image.image = std::make_shared<EncodedImage>();
+      image.bidirectional = false;
+      image.mrope_rows = merged[i][0];
+      image.mrope_columns = merged[i][1];
+      images.push_back(image);
+    }
+    Request request;
+    request.set_prompt(tokens);
+    request.set_images(images);
+    for (int32_t p = 0; p < static_cast<int32_t>(tokens.size()); ++p) {
+      if ((p >= spans[0][0] && p < spans[0][1]) || (p >= spans[1][0] && p < spans[1][1])) continue;
+      EXPECT_EQ(request.rope_position(p), position_ids[0][static_cast<size_t>(p)]) << p;
+    }
+  }
+}
+
 // An image that comes encoded (an image encoder service's rows: ImageInput::rows, with the hash
 // the service computed from its pixels) runs no encoder here and gives the same tokens, and the
 // same prefix cache names as the pixels; rows of the wrong size are refused by name.

@@ -30,6 +30,15 @@ void expect_sampled_values_near(const std::vector<float>& actual, const nlohmann
   EXPECT_EQ(num_far, 0u) << "max error " << max_error;
 }
 
+// All of got against a model fixture's pixel values (transformers' processor output).
+void expect_equal_values(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(got.size(), want.size());
+  float max_error = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) max_error = std::max(max_error, std::abs(got[i] - want[i]));
+  EXPECT_LE(max_error, kTolerance);
+}
+
 TEST(ImagePreprocess, Qwen2VlEqualsTransformers) {
   ASSERT_FALSE(test::image_manifest()["qwen2_vl"].empty());
   for (const auto& entry : test::image_manifest()["qwen2_vl"]) {
@@ -61,13 +70,12 @@ TEST(ImagePreprocess, Gemma3EqualsTransformers) {
 // Gemma3ImageProcessor gave for it (tools/reference/make_fixtures_multimodal.py): the same size,
 // so the resize keeps every pixel and only the rescale and normalisation are compared.
 TEST(ImagePreprocess, Gemma3AtTheVisionFixturesSizeEqualsTransformers) {
-  const std::vector<float> want = test::read_f32_fixture("../gemma3_vision/pixel_values.f32");
-  const std::vector<float> got = preprocess_gemma3(test::decode_fixture("../gemma3_vision/image.png"), 56);
-  ASSERT_FALSE(want.empty());
-  ASSERT_EQ(got.size(), want.size());
-  float max_error = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) max_error = std::max(max_error, std::abs(got[i] - want[i]));
-  EXPECT_LE(max_error, kTolerance);
+  for (const std::string name : {"image", "image2"}) {
+    SCOPED_TRACE(name);
+    const std::string values = name == "image" ? "pixel_values.f32" : "pixel_values2.f32";
+    expect_equal_values(preprocess_gemma3(test::decode_fixture("../gemma3_vision/" + name + ".png"), 56),
+                        test::read_f32_fixture("../gemma3_vision/" + values));
+  }
 }
 
 // The qwen3_vl model fixture's 96 x 64 image with Qwen3-VL's processor settings (16-pixel patches,
@@ -85,11 +93,32 @@ TEST(ImagePreprocess, Qwen3VlAtTheVisionFixturesSizeEqualsTransformers) {
   Result<Qwen2VlPixels> got = try_preprocess_qwen2_vl(test::decode_fixture("../qwen3_vl/image.png"), config);
   ASSERT_TRUE(got.ok()) << got.error().message;
   EXPECT_EQ(got->grid_thw, (std::array<int64_t, 3>{1, 4, 6}));
-  ASSERT_FALSE(want.empty());
-  ASSERT_EQ(got->pixel_values.size(), want.size());
-  float max_error = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) max_error = std::max(max_error, std::abs(got->pixel_values[i] - want[i]));
-  EXPECT_LE(max_error, kTolerance);
+  expect_equal_values(got->pixel_values, want);
+  // image2.png, 64 x 64: also a multiple of 32.
+  got = try_preprocess_qwen2_vl(test::decode_fixture("../qwen3_vl/image2.png"), config);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_EQ(got->grid_thw, (std::array<int64_t, 3>{1, 4, 4}));
+  expect_equal_values(got->pixel_values, test::read_f32_fixture("../qwen3_vl/pixel_values2.f32"));
+}
+
+// The qwen2_5_vl model fixture's second image (image2.png, 64 x 64) with Qwen2.5-VL's settings
+// (14-pixel patches, min_pixels 56 x 56, max_pixels 28 x 28 x 64: make_fixtures_multimodal.py's
+// processor), against transformers' Qwen2VLImageProcessor: 64 is no multiple of 28, so the image is
+// resized to 56 x 56 first (bicubic), then patched; the first image, 84 x 56, keeps its size.
+TEST(ImagePreprocess, Qwen2VlResizedFixtureImageEqualsTransformers) {
+  Qwen2VlProcessorConfig config;
+  config.min_pixels = 56 * 56;
+  config.max_pixels = 28 * 28 * 64;
+  const std::pair<const char*, std::array<int64_t, 3>> cases[] = {{"image", {1, 4, 6}}, {"image2", {1, 4, 4}}};
+  for (const auto& [name, grid] : cases) {
+    SCOPED_TRACE(name);
+    Result<Qwen2VlPixels> got =
+        try_preprocess_qwen2_vl(test::decode_fixture(std::string("../qwen2_5_vl/") + name + ".png"), config);
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    EXPECT_EQ(got->grid_thw, grid);
+    const std::string values = std::string(name) == "image" ? "pixel_values.f32" : "pixel_values2.f32";
+    expect_equal_values(got->pixel_values, test::read_f32_fixture("../qwen2_5_vl/" + values));
+  }
 }
 
 TEST(ImagePreprocess, SmartResizeFollowsTransformers) {

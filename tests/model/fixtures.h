@@ -17,10 +17,13 @@ namespace deepinfer::testing {
 
 inline std::string fixture_dir(const std::string& name) { return std::string(DEEPINFER_TEST_DATA_DIR) + "/" + name; }
 
-inline nlohmann::json load_expected(const std::string& name) {
-  std::ifstream in(fixture_dir(name) + "/expected.json");
+// A JSON file of fixture name (expected.json, image.json, two_images.json, ...).
+inline nlohmann::json fixture_json(const std::string& name, const std::string& file) {
+  std::ifstream in(fixture_dir(name) + "/" + file);
   return nlohmann::json::parse(in);
 }
+
+inline nlohmann::json load_expected(const std::string& name) { return fixture_json(name, "expected.json"); }
 
 // Every fixture directory holding its own text model, sorted; the suite checks the required ones are
 // among them. (Fixtures of a shipped model under models/ have no config.json here; image-input

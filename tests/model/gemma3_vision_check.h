@@ -35,13 +35,21 @@ inline double relative_error(const std::vector<float>& got, const std::vector<fl
   return diff / scale;
 }
 
+// An image's rows (what CausalLM::encode_image wrote) and the prompt positions [begin, end) of its
+// placeholder tokens.
+struct ImageRowsAt {
+  std::vector<float> rows;
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+
 // The logits of tokens run through lm in chunks [cuts[c], cuts[c + 1]) over one contiguous cache,
-// the image's rows at [image_begin, image_end) in place of those tokens' embeddings (num_sets > 1:
-// rows holds that many sets of them, the others DeepStack's); extend adds what the model's images
-// need to each chunk's batch (lookahead, M-RoPE positions).
-inline std::vector<float> logits_with_image_rows(
-    CausalLM& lm, const std::vector<int32_t>& tokens, const std::vector<float>& rows, int32_t image_begin,
-    int32_t image_end, const std::vector<int32_t>& cuts,
+// each image's rows in place of its tokens' embeddings (num_sets > 1: rows holds that many sets of
+// them, the others DeepStack's); extend adds what the model's images need to each chunk's batch
+// (lookahead, M-RoPE positions).
+inline std::vector<float> logits_with_images(
+    CausalLM& lm, const std::vector<int32_t>& tokens, const std::vector<ImageRowsAt>& images,
+    const std::vector<int32_t>& cuts,
     const std::function<void(ForwardBatch& batch, int32_t begin, int32_t end)>& extend, int32_t num_sets = 1) {
   constexpr int32_t kBlockSize = 16;
   const auto count = static_cast<int32_t>(tokens.size());
@@ -53,16 +61,48 @@ inline std::vector<float> logits_with_image_rows(
   for (size_t c = 0; c + 1 < cuts.size(); ++c) {
     const std::vector<int32_t> chunk(tokens.begin() + cuts[c], tokens.begin() + cuts[c + 1]);
     ForwardBatch batch = contiguous_sequence_batch(chunk, cuts[c], num_blocks);
-    const int32_t first = std::max(image_begin, cuts[c]);
-    const int32_t end = std::min(image_end, cuts[c + 1]);
-    if (first < end) {
-      batch.embedding_rows.push_back({first - cuts[c], end - first, rows.data() + (first - image_begin) * hidden,
-                                      nullptr, num_sets, (image_end - image_begin) * hidden});
+    for (const ImageRowsAt& image : images) {
+      const int32_t first = std::max(image.begin, cuts[c]);
+      const int32_t end = std::min(image.end, cuts[c + 1]);
+      if (first >= end) continue;
+      batch.embedding_rows.push_back({first - cuts[c], end - first, image.rows.data() + (first - image.begin) * hidden,
+                                      nullptr, num_sets, (image.end - image.begin) * hidden});
     }
     extend(batch, cuts[c], cuts[c + 1]);
     lm.forward(batch, logits.data() + static_cast<size_t>(cuts[c]) * static_cast<size_t>(vocab));
   }
   return logits;
+}
+
+// The largest |a - b| of two logits runs: how far a change to the inputs moved them.
+inline double largest_change(const std::vector<float>& a, const std::vector<float>& b) {
+  double moved = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, static_cast<double>(std::fabs(a[i] - b[i])));
+  return moved;
+}
+
+// The image spans of a fixture's two-image prompt (two_images.json's image_tokens).
+inline std::vector<std::pair<int32_t, int32_t>> two_image_spans(const nlohmann::json& two) {
+  std::vector<std::pair<int32_t, int32_t>> spans;
+  for (const auto& span : two["image_tokens"]) spans.emplace_back(span[0].get<int32_t>(), span[1].get<int32_t>());
+  return spans;
+}
+
+// Gemma 3's logits of tokens holding images: each image's tokens see the whole image (lookahead:
+// bidirectional attention inside an image) unless bidirectional is false.
+inline std::vector<float> gemma3_logits(CausalLM& lm, const std::vector<int32_t>& tokens,
+                                        const std::vector<ImageRowsAt>& images, const std::vector<int32_t>& cuts,
+                                        bool bidirectional = true) {
+  return logits_with_images(lm, tokens, images, cuts, [&](ForwardBatch& batch, int32_t begin, int32_t end) {
+    if (!bidirectional) return;
+    for (int32_t p = begin; p < end; ++p) {
+      int32_t ahead = 0;
+      for (const ImageRowsAt& image : images) {
+        if (p >= image.begin && p < image.end) ahead = image.end - 1 - p;
+      }
+      batch.lookahead.push_back(ahead);
+    }
+  });
 }
 
 // Runs the fixture's tower and projector on backend; each stage within bound of transformers'.
@@ -144,27 +184,55 @@ inline void expect_gemma3_image_prompt_matches_transformers(Backend& backend, do
   const nlohmann::json expected = load_expected("gemma3_vision");
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
   const auto count = static_cast<int32_t>(tokens.size());
-  constexpr int32_t kImageBegin = 7;
-  constexpr int32_t kImageEnd = 11;
-  for (int32_t t = kImageBegin; t < kImageEnd; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
-  const auto run = [&](const std::vector<int32_t>& cuts, bool lookahead) {
-    return logits_with_image_rows(
-        lm, tokens, rows, kImageBegin, kImageEnd, cuts, [&](ForwardBatch& batch, int32_t begin, int32_t end) {
-          if (!lookahead) return;
-          for (int32_t p = begin; p < end; ++p) {
-            batch.lookahead.push_back(p >= kImageBegin && p < kImageEnd ? kImageEnd - 1 - p : 0);
-          }
-        });
-  };
+  const std::vector<ImageRowsAt> images = {{rows, 7, 11}};
+  for (int32_t t = 7; t < 11; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
   for (const std::vector<int32_t>& cuts : {std::vector<int32_t>{0, count}, std::vector<int32_t>{0, 5, 20, count}}) {
     SCOPED_TRACE("chunks ending at " + std::to_string(cuts[1]));
-    expect_matches_score(expected["score"], run(cuts, true), vocab);
+    expect_matches_score(expected["score"], gemma3_logits(lm, tokens, images, cuts), vocab);
   }
-  const std::vector<float> with = run({0, count}, true);
-  const std::vector<float> causal = run({0, count}, false);
-  double moved = 0.0;
-  for (size_t i = 0; i < with.size(); ++i) moved = std::max(moved, static_cast<double>(std::fabs(with[i] - causal[i])));
-  EXPECT_GT(moved, 0.01) << "the image's bidirectional attention moved no logit";
+  EXPECT_GT(largest_change(gemma3_logits(lm, tokens, images, {0, count}),
+                           gemma3_logits(lm, tokens, images, {0, count}, false)),
+            0.01)
+      << "the image's bidirectional attention moved no logit";
+}
+
+// The fixture's two-image prompt (two_images.json: text, the fixture's image, text, image2.png,
+// text) through load_model on backend: each image encoded from its processor pixels and placed at
+// its tokens gives every position's logprobs as transformers', in one forward or in chunks cut at
+// each image; zeroing the second image's rows moves the logits (it is read).
+inline void expect_gemma3_two_image_prompt_matches_transformers(Backend& backend) {
+  const std::string dir = fixture_dir("gemma3_vision");
+  auto model = load_model(dir, backend, false);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  CausalLM& lm = **model;
+  const int64_t hidden = lm.config().hidden_size;
+  const nlohmann::json two = fixture_json("gemma3_vision", "two_images.json");
+  const auto tokens = two["score"]["tokens"].get<std::vector<int32_t>>();
+  const auto count = static_cast<int32_t>(tokens.size());
+  const auto spans = two_image_spans(two);
+  ASSERT_EQ(spans.size(), 2u);
+  std::vector<ImageRowsAt> images;
+  for (const char* pixel_file : {"pixel_values.f32", "pixel_values2.f32"}) {
+    const auto [begin, end] = spans[images.size()];
+    ASSERT_EQ(end - begin, 4);
+    for (int32_t t = begin; t < end; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
+    const std::vector<float> pixels = read_float_file(dir + "/" + pixel_file);
+    ASSERT_EQ(pixels.size(), static_cast<size_t>(3 * 56 * 56)) << pixel_file;
+    ImageRowsAt image{std::vector<float>(static_cast<size_t>(4 * hidden)), begin, end};
+    lm.encode_image(pixels.data(), {}, image.rows.data());
+    images.push_back(std::move(image));
+  }
+  for (const std::vector<int32_t>& cuts :
+       {std::vector<int32_t>{0, count}, std::vector<int32_t>{0, spans[0].first, spans[1].first, count}}) {
+    SCOPED_TRACE("chunks ending at " + std::to_string(cuts[1]));
+    expect_matches_score(two["score"], gemma3_logits(lm, tokens, images, cuts), lm.config().vocab_size);
+  }
+  std::vector<ImageRowsAt> second_zeroed = images;
+  std::fill(second_zeroed[1].rows.begin(), second_zeroed[1].rows.end(), 0.0f);
+  EXPECT_GT(largest_change(gemma3_logits(lm, tokens, images, {0, count}),
+                           gemma3_logits(lm, tokens, second_zeroed, {0, count})),
+            0.01)
+      << "the second image moved no logit";
 }
 
 }  // namespace deepinfer::testing

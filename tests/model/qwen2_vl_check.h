@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -24,9 +23,37 @@
 
 namespace deepinfer::testing {
 
-inline nlohmann::json qwen_vl_image_info(const std::string& fixture = "qwen2_5_vl") {
-  std::ifstream in(fixture_dir(fixture) + "/image.json");
-  return nlohmann::json::parse(in);
+// An ImageGrid of the fixture's [t, h, w] (image.json's image_grid_thw, two_images.json's
+// second_image_grid_thw).
+inline ImageGrid qwen_vl_grid(const nlohmann::json& thw) {
+  const auto values = thw.get<std::vector<int32_t>>();
+  return {values[0], values[1], values[2]};
+}
+
+// Qwen-VL's logits of tokens holding images at the M-RoPE positions transformers' get_rope_index
+// gave them (position_ids, [3][tokens]; empty: 1D positions), num_sets sets of rows per image (1:
+// without DeepStack's).
+inline std::vector<float> qwen_vl_logits(CausalLM& lm, const std::vector<int32_t>& tokens,
+                                         const std::vector<ImageRowsAt>& images, const std::vector<int32_t>& cuts,
+                                         const std::vector<std::vector<int32_t>>& position_ids, int32_t num_sets) {
+  return logits_with_images(
+      lm, tokens, images, cuts,
+      [&](ForwardBatch& batch, int32_t begin, int32_t end) {
+        if (position_ids.empty()) return;
+        for (int32_t p = begin; p < end; ++p) {
+          batch.positions[static_cast<size_t>(p - begin)] = position_ids[0][static_cast<size_t>(p)];
+        }
+        const bool holds_image = std::any_of(images.begin(), images.end(), [&](const ImageRowsAt& image) {
+          return std::max(begin, image.begin) < std::min(end, image.end);
+        });
+        if (!holds_image) return;
+        for (size_t section = 1; section < 3; ++section) {
+          for (int32_t p = begin; p < end; ++p) {
+            batch.mrope_positions.push_back(position_ids[section][static_cast<size_t>(p)]);
+          }
+        }
+      },
+      num_sets);
 }
 
 // The fixture through load_model on backend: encode_image's rows (and DeepStack's) within
@@ -48,9 +75,8 @@ inline void expect_qwen_vl_matches_transformers(Backend& backend, double rows_bo
   EXPECT_EQ(format->end_token_id, 395);
   EXPECT_TRUE(format->mrope);
   EXPECT_FALSE(format->bidirectional);
-  const nlohmann::json info = qwen_vl_image_info(fixture);
-  const auto grid_thw = info["image_grid_thw"].get<std::vector<int32_t>>();
-  const ImageGrid grid{grid_thw[0], grid_thw[1], grid_thw[2]};
+  const nlohmann::json info = fixture_json(fixture, "image.json");
+  const ImageGrid grid = qwen_vl_grid(info["image_grid_thw"]);
   ASSERT_EQ(format->tokens_for(grid), 6);
   const int64_t hidden = lm.config().hidden_size;
   const int64_t vocab = lm.config().vocab_size;
@@ -73,40 +99,68 @@ inline void expect_qwen_vl_matches_transformers(Backend& backend, double rows_bo
   const auto tokens = expected["score"]["tokens"].get<std::vector<int32_t>>();
   const auto count = static_cast<int32_t>(tokens.size());
   const auto position_ids = info["position_ids"].get<std::vector<std::vector<int32_t>>>();
-  constexpr int32_t kImageBegin = 7;
-  constexpr int32_t kImageEnd = 13;
-  for (int32_t t = kImageBegin; t < kImageEnd; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
-  const auto run = [&](const std::vector<int32_t>& cuts, bool mrope, int32_t sets) {
-    return logits_with_image_rows(
-        lm, tokens, rows, kImageBegin, kImageEnd, cuts,
-        [&](ForwardBatch& batch, int32_t begin, int32_t end) {
-          if (!mrope) return;
-          for (int32_t p = begin; p < end; ++p) {
-            batch.positions[static_cast<size_t>(p - begin)] = position_ids[0][static_cast<size_t>(p)];
-          }
-          if (std::max(begin, kImageBegin) >= std::min(end, kImageEnd)) return;
-          for (int32_t section = 1; section < 3; ++section) {
-            for (int32_t p = begin; p < end; ++p) {
-              batch.mrope_positions.push_back(position_ids[static_cast<size_t>(section)][static_cast<size_t>(p)]);
-            }
-          }
-        },
-        sets);
-  };
+  const std::vector<ImageRowsAt> images = {{rows, 7, 13}};
+  for (int32_t t = 7; t < 13; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
   for (const std::vector<int32_t>& cuts : {std::vector<int32_t>{0, count}, std::vector<int32_t>{0, 7, 13, 20, count}}) {
     SCOPED_TRACE("chunks ending at " + std::to_string(cuts[1]));
-    expect_matches_score(expected["score"], run(cuts, true, num_sets), vocab);
+    expect_matches_score(expected["score"], qwen_vl_logits(lm, tokens, images, cuts, position_ids, num_sets), vocab);
   }
-  const auto largest_change = [](const std::vector<float>& a, const std::vector<float>& b) {
-    double moved = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, static_cast<double>(std::fabs(a[i] - b[i])));
-    return moved;
-  };
-  const std::vector<float> with = run({0, count}, true, num_sets);
-  EXPECT_GT(largest_change(with, run({0, count}, false, num_sets)), 0.01) << "M-RoPE's positions moved no logit";
+  const std::vector<float> with = qwen_vl_logits(lm, tokens, images, {0, count}, position_ids, num_sets);
+  EXPECT_GT(largest_change(with, qwen_vl_logits(lm, tokens, images, {0, count}, {}, num_sets)), 0.01)
+      << "M-RoPE's positions moved no logit";
   if (num_sets > 1) {
-    EXPECT_GT(largest_change(with, run({0, count}, true, 1)), 0.01) << "the DeepStack rows moved no logit";
+    EXPECT_GT(largest_change(with, qwen_vl_logits(lm, tokens, images, {0, count}, position_ids, 1)), 0.01)
+        << "the DeepStack rows moved no logit";
   }
+}
+
+// The fixture's two-image prompt (two_images.json: text, the fixture's image, text, image2.png at
+// another size, text) through load_model on backend: each image encoded from its processor pixels
+// at its own grid and placed at its tokens, with transformers' M-RoPE positions for the whole
+// prompt (the text after each image shifted by it), gives every position's logprobs as
+// transformers', in one forward or in chunks cut at each image; zeroing the second image's rows
+// moves the logits (it is read).
+inline void expect_qwen_vl_two_image_prompt_matches_transformers(Backend& backend, const std::string& fixture) {
+  const std::string dir = fixture_dir(fixture);
+  auto model = load_model(dir, backend, false);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  CausalLM& lm = **model;
+  const ImageInputFormat* format = lm.image_input();
+  ASSERT_NE(format, nullptr);
+  const int64_t hidden = lm.config().hidden_size;
+  const nlohmann::json two = fixture_json(fixture, "two_images.json");
+  const auto tokens = two["score"]["tokens"].get<std::vector<int32_t>>();
+  const auto count = static_cast<int32_t>(tokens.size());
+  const auto spans = two_image_spans(two);
+  ASSERT_EQ(spans.size(), 2u);
+  const ImageGrid grids[2] = {qwen_vl_grid(fixture_json(fixture, "image.json")["image_grid_thw"]),
+                              qwen_vl_grid(two["second_image_grid_thw"])};
+  std::vector<ImageRowsAt> images;
+  for (const char* pixel_file : {"pixel_values.f32", "pixel_values2.f32"}) {
+    const ImageGrid& grid = grids[images.size()];
+    const auto [begin, end] = spans[images.size()];
+    ASSERT_EQ(end - begin, format->tokens_for(grid)) << pixel_file;
+    for (int32_t t = begin; t < end; ++t) ASSERT_EQ(tokens[static_cast<size_t>(t)], 396);
+    const std::vector<float> pixels = read_float_file(dir + "/" + pixel_file);
+    ASSERT_EQ(static_cast<int64_t>(pixels.size()), format->pixel_count(grid)) << pixel_file;
+    ImageRowsAt image{std::vector<float>(static_cast<size_t>(format->encoded_values(grid, hidden))), begin, end};
+    lm.encode_image(pixels.data(), grid, image.rows.data());
+    images.push_back(std::move(image));
+  }
+  const auto position_ids = two["position_ids"].get<std::vector<std::vector<int32_t>>>();
+  const int32_t num_sets = 1 + format->deepstack_layers;
+  for (const std::vector<int32_t>& cuts :
+       {std::vector<int32_t>{0, count}, std::vector<int32_t>{0, spans[0].first, spans[1].first, count}}) {
+    SCOPED_TRACE("chunks ending at " + std::to_string(cuts[1]));
+    expect_matches_score(two["score"], qwen_vl_logits(lm, tokens, images, cuts, position_ids, num_sets),
+                         lm.config().vocab_size);
+  }
+  std::vector<ImageRowsAt> second_zeroed = images;
+  std::fill(second_zeroed[1].rows.begin(), second_zeroed[1].rows.end(), 0.0f);
+  EXPECT_GT(largest_change(qwen_vl_logits(lm, tokens, images, {0, count}, position_ids, num_sets),
+                           qwen_vl_logits(lm, tokens, second_zeroed, {0, count}, position_ids, num_sets)),
+            0.01)
+      << "the second image moved no logit";
 }
 
 }  // namespace deepinfer::testing

@@ -20,6 +20,12 @@ TEST_P(Qwen2Vl, EncoderAndImagePromptMatchTransformers) {
   testing::expect_qwen_vl_matches_transformers(**backend, 5e-6);
 }
 
+TEST_P(Qwen2Vl, TwoImagePromptMatchesTransformers) {
+  auto backend = make_backend(GetParam());
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  testing::expect_qwen_vl_two_image_prompt_matches_transformers(**backend, "qwen2_5_vl");
+}
+
 INSTANTIATE_TEST_SUITE_P(HostBackends, Qwen2Vl, ::testing::Values("cpu", "ref"));
 
 // A tower the code cannot run is named when the model loads.

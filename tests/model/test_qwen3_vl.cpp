@@ -17,6 +17,12 @@ TEST_P(Qwen3Vl, EncoderAndImagePromptMatchTransformers) {
   testing::expect_qwen_vl_matches_transformers(**backend, 5e-6, "qwen3_vl");
 }
 
+TEST_P(Qwen3Vl, TwoImagePromptMatchesTransformers) {
+  auto backend = make_backend(GetParam());
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  testing::expect_qwen_vl_two_image_prompt_matches_transformers(**backend, "qwen3_vl");
+}
+
 INSTANTIATE_TEST_SUITE_P(HostBackends, Qwen3Vl, ::testing::Values("cpu", "ref"));
 
 // The config as transformers wrote it and the processor's preprocessor_config.json.

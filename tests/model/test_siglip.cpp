@@ -22,6 +22,12 @@ TEST_P(Siglip, ImagePromptMatchesTransformers) {
   testing::expect_gemma3_image_prompt_matches_transformers(**backend, 5e-6);
 }
 
+TEST_P(Siglip, TwoImagePromptMatchesTransformers) {
+  auto backend = make_backend(GetParam());
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  testing::expect_gemma3_two_image_prompt_matches_transformers(**backend);
+}
+
 INSTANTIATE_TEST_SUITE_P(HostBackends, Siglip, ::testing::Values("cpu", "ref"));
 
 // A tower shape or activation the code cannot run is named when the tower loads (a text-only load
