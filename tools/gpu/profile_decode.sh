@@ -41,7 +41,7 @@ if [ -z "$NSYS" ]; then
       "$BIN/deepinfer" bench --device cuda --model "$MODEL" --batches "$batch" --contexts 1024 --prefill 128 \
       --steps 8 --no-products > "$OUT/trace_b$batch.log" 2>&1
     note "== batch $batch, ctx 1024: $(grep '"decode"' "$OUT/trace_b$batch.log" | head -1)"
-    python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" > "$OUT/timeline_b$batch.txt" 2>&1
+    python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" --min-kernels 16 > "$OUT/timeline_b$batch.txt" 2>&1
     head -4 "$OUT/timeline_b$batch.txt" | tee -a "$REPORT"
   done
   rm -rf "$MODEL"

@@ -4,19 +4,17 @@
 //
 // Streamed tiles: a warp takes 16 weight rows as the A operand of mma.sync m16n8k16 (f16) and the
 // tile's grouped rows, 8 at a time, as n. A lane loads 16 bytes of each of its two rows per
-// 128-element k span, k 32t..32t+31 of the span (one MX block, whose scale it loads beside). A
-// 32-bit word of 8 codes becomes e4m3 bytes with a shift and a mask or two per 4 codes (the e2m1
-// sign, exponent and mantissa bits placed where e4m3 keeps them: the value / 64), the conversion
-// instruction turns pairs of those into f16 pairs, and one f16 multiply applies 2^(scale - the
-// row's largest scale), a power of two of at most 1, so nothing overflows whatever the scales; the
-// row's sums take 64 * 2^(row's largest - 127) at the end. The values are exact down to 2^-17 of
-// the row's largest block scale, rounded below (f16 subnormals) and dropped under 2^-24 of it. A
-// word's even codes feed one product and its odd codes the next, x packed alike, so each dot
-// product keeps its terms. The byte savings are the point (a step reads 0.27x of the bf16 experts'
-// bytes), yet on the H100 the kernel still runs slower than bf16's, probably bound
-// by its conversions per byte (docs/benchmarks.md, "MXFP4 experts kept packed").
-#include <cuda_fp8.h>
-
+// 128-element k span, k 32t..32t+31 of the span (one MX block, whose scale it loads beside). Codes
+// i and i + 4 of a 32-bit word become an f16 pair with integer operations alone (the e2m1 sign to
+// bit 15, exponent and mantissa to bits 9-11: the value * 2^-14), and one f16 multiply applies
+// 2^(14 + scale - the row's largest scale), at most 2^14, so nothing overflows whatever the scales;
+// the row's sums take 2^(row's largest - 127) at the end. Blocks whose scale is at least 2^-23 of
+// the row's largest are exact; smaller ones round (f16 subnormals), to zero under about 2^-28. A
+// word's codes 0, 4 | 1, 5 feed one product and 2, 6 | 3, 7 the next, x paired alike, so each dot
+// product keeps its terms. On an H100 a batch-1 step reads gate|up at about 1.3 TB/s and down at
+// 0.7, each warp as slow whether its SM holds 5 or 11 (docs/benchmarks.md, "MXFP4 experts kept
+// packed"): bound per warp, not by the arithmetic (the FP8 conversion instruction this decode
+// replaced cost 2 us of a layer's 54).
 #include <algorithm>
 
 #include "core/check.h"
@@ -34,6 +32,8 @@ constexpr int kSpanK = 4 * static_cast<int>(kMxfp4Block);  // four lanes' MX blo
 constexpr int kUnroll = 4;                                 // spans a lane has in flight, twice over
 constexpr int kGateUpColumns = kWarps * 8;
 constexpr int kDownColumns = kWarps * 16;
+constexpr size_t kDefaultSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
+constexpr size_t kMaxSharedBytes = 227 * 1024;     // what a Hopper block may opt in to
 
 // A lane's codes of kUnroll spans: one MX block of each of its two rows per span (zeros past k_in),
 // and the blocks' e8m0 scales, span u's in byte u.
@@ -59,32 +59,75 @@ __device__ __forceinline__ void load_spans(const uint8_t* codes_lo, const uint8_
   }
 }
 
-// e4m3 bytes (value / 64) of a word's low nibbles (codes 0, 2, 4, 6) and of its high nibbles
-// (codes 1, 3, 5, 7): magnitude bits to e4m3's bits 2-4, the sign to bit 7.
-__device__ __forceinline__ uint32_t e4m3_of_low_nibbles(uint32_t w) {
-  return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
-}
-__device__ __forceinline__ uint32_t e4m3_of_high_nibbles(uint32_t w) {
-  return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+// The f16 pair (value * 2^-14) of codes kI and kI + 4 of a word, kI in 0..3: both codes moved to
+// the top nibble of their half, the sign kept there and the magnitude shifted to bits 9-11.
+template <int kI>
+__device__ __forceinline__ uint32_t f16_pair_of_codes(uint32_t word) {
+  const uint32_t top = word << (4 * (3 - kI));
+  return (top & 0x80008000u) | ((top & 0x70007000u) >> 3);
 }
 
-// The f16 pair of two e4m3 bytes (the low one in the low half) times factor (an f16 pair).
-__device__ __forceinline__ uint32_t scaled_f16_pair(uint32_t two_bytes, uint32_t factor) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xFFFFu), __NV_E4M3);
-  __half2 pair;
-  *reinterpret_cast<__half2_raw*>(&pair) = raw;
-  const __half2 product = __hmul2(pair, *reinterpret_cast<const __half2*>(&factor));
+// pair times factor, both f16 pairs.
+__device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t factor) {
+  const __half2 product = __hmul2(*reinterpret_cast<const __half2*>(&pair), *reinterpret_cast<const __half2*>(&factor));
   return *reinterpret_cast<const uint32_t*>(&product);
 }
 
-// 2^-r as an f16 pair (subnormal from r = 15, zero past 24).
+// 2^(14 - r) as an f16 pair (subnormal from r = 29, zero past 38).
 __device__ __forceinline__ uint32_t f16_pair_of_power(int r) {
-  const uint32_t bits = r <= 14 ? static_cast<uint32_t>(15 - r) << 10 : r <= 24 ? 1u << (24 - r) : 0u;
+  const uint32_t bits = r <= 28 ? static_cast<uint32_t>(29 - r) << 10 : r <= 38 ? 1u << (38 - r) : 0u;
   return bits | (bits << 16);
 }
 
+// Steps of up to 8 tokens (one n-tile) read the tile's input rows from shared memory, staged once
+// as f16: a lane's x of a word is a load there instead of two loads from L1 or L2 and four
+// conversions, and those loads no longer wait, one after another, in every word of every span.
+// Chunk c of a row holds k 8c..8c+7 as the word's two products' B fragments (x0 x4, x1 x5 | x2 x6,
+// x3 x7). A word's lanes read chunks 4t + w of a 16-chunk span: chunks 8-15 of each span swap their
+// pairs (c ^ 2), and rows sit an odd number of 16-byte chunks apart modulo 8, so the 8 lanes of a
+// load phase (two rows, four t) hit distinct banks.
+__device__ __forceinline__ int staged_chunk(int c) { return c ^ (((c >> 3) & 1) << 1); }
+__host__ __device__ inline int staged_row_chunks(int64_t k_in) { return static_cast<int>((k_in / 8 + 7) / 8 * 8 + 1); }
+constexpr int64_t kStagedRows = 8;
+constexpr int kStageLoads = 4;  // chunks a thread has in flight while staging
+
+template <bool kGateUp>
+__device__ __forceinline__ void stage_input_f16(const float* in, const GroupedExperts& experts,
+                                                const MoeGrouping& grouping, const ExpertTile& tile, int64_t k_in,
+                                                uint4* staged) {
+  const int chunks = static_cast<int>(k_in / 8);
+  const int row_chunks = staged_row_chunks(k_in);
+  const int total = tile.num_rows * chunks;
+  const int step = static_cast<int>(blockDim.x);
+  for (int first = static_cast<int>(threadIdx.x); first < total; first += kStageLoads * step) {
+    float4 values[kStageLoads][2];
+    int slots[kStageLoads];
+#pragma unroll
+    for (int q = 0; q < kStageLoads; ++q) {
+      const int i = first + q * step;
+      if (i >= total) break;
+      const int r = i / chunks;
+      const int c = i - r * chunks;
+      const int32_t grouped = tile.row_begin + r;
+      const float* row =
+          in + (kGateUp ? int64_t{grouping.rows[grouped] / experts.top_k} : int64_t{grouped}) * k_in + 8 * c;
+      values[q][0] = __ldg(reinterpret_cast<const float4*>(row));
+      values[q][1] = __ldg(reinterpret_cast<const float4*>(row + 4));
+      slots[q] = r * row_chunks + staged_chunk(c);
+    }
+#pragma unroll
+    for (int q = 0; q < kStageLoads; ++q) {
+      if (first + q * step >= total) break;
+      const float4 a = values[q][0];
+      const float4 b = values[q][1];
+      staged[slots[q]] = make_uint4(pack_f16(a.x, b.x), pack_f16(a.y, b.y), pack_f16(a.z, b.z), pack_f16(a.w, b.w));
+    }
+  }
+}
+
 // in: x (gate|up: token rows, via the grouping) or h (down: grouped rows); out: h or y. kNTiles:
-// the n-tiles of 8 rows a tile may fill (1 for steps of up to 8 tokens, 4 otherwise).
+// the n-tiles of 8 rows a tile may fill (1 for steps of up to 8 tokens, whose input rows are staged
+// in shared memory: kStagedRows * staged_row_chunks(k_in) chunks; 4 otherwise, read from L1).
 template <bool kGateUp, int kNTiles>
 __global__ void __launch_bounds__(kWarps * 32, 4)
     stream_mxfp4_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
@@ -124,8 +167,17 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const int64_t row_max_offset = mxfp4_row_max_offset(n_out, k_in);
   const int max_lo = (kGateUp ? p->gate_scales : p->down_scales)[row_max_offset + row_lo];
   const int max_hi = (kGateUp ? p->up_scales : p->down_scales)[row_max_offset + row_hi];
+  constexpr bool kStaged = kNTiles == 1;
   const float* x_rows[kNTiles];
-  streamed_input_rows<kNTiles, kGateUp>(in, experts, grouping, tile, g, k_in, x_rows);
+  const uint4* staged_row = nullptr;
+  if constexpr (kStaged) {
+    extern __shared__ uint4 staged[];
+    stage_input_f16<kGateUp>(in, experts, grouping, tile, k_in, staged);
+    __syncthreads();
+    staged_row = staged + min(g, tile.num_rows - 1) * staged_row_chunks(k_in);
+  } else {
+    streamed_input_rows<kNTiles, kGateUp>(in, experts, grouping, tile, g, k_in, x_rows);
+  }
   const int n_tiles = (tile.num_rows + 7) / 8;
   float acc[kNTiles][4] = {};
   constexpr int64_t kGroupK = int64_t{kUnroll} * kSpanK;
@@ -142,34 +194,39 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
       const uint32_t hi_words[4] = {current.hi[u].x, current.hi[u].y, current.hi[u].z, current.hi[u].w};
 #pragma unroll
       for (int word = 0; word < 4; ++word) {
-        const uint32_t even_lo = e4m3_of_low_nibbles(lo_words[word]);
-        const uint32_t even_hi = e4m3_of_low_nibbles(hi_words[word]);
-        const uint32_t odd_lo = e4m3_of_high_nibbles(lo_words[word]);
-        const uint32_t odd_hi = e4m3_of_high_nibbles(hi_words[word]);
-        // Codes 8 word + {0, 2 | 4, 6} of both rows, then 8 word + {1, 3 | 5, 7}.
-        const uint32_t even[4] = {scaled_f16_pair(even_lo, lo_factor), scaled_f16_pair(even_hi, hi_factor),
-                                  scaled_f16_pair(even_lo >> 16, lo_factor), scaled_f16_pair(even_hi >> 16, hi_factor)};
-        const uint32_t odd[4] = {scaled_f16_pair(odd_lo, lo_factor), scaled_f16_pair(odd_hi, hi_factor),
-                                 scaled_f16_pair(odd_lo >> 16, lo_factor), scaled_f16_pair(odd_hi >> 16, hi_factor)};
+        // Codes 8 word + {0, 4 | 1, 5} of both rows, then 8 word + {2, 6 | 3, 7}.
+        const uint32_t lo = lo_words[word];
+        const uint32_t hi = hi_words[word];
+        const uint32_t first[4] = {
+            scaled(f16_pair_of_codes<0>(lo), lo_factor), scaled(f16_pair_of_codes<0>(hi), hi_factor),
+            scaled(f16_pair_of_codes<1>(lo), lo_factor), scaled(f16_pair_of_codes<1>(hi), hi_factor)};
+        const uint32_t second[4] = {
+            scaled(f16_pair_of_codes<2>(lo), lo_factor), scaled(f16_pair_of_codes<2>(hi), hi_factor),
+            scaled(f16_pair_of_codes<3>(lo), lo_factor), scaled(f16_pair_of_codes<3>(hi), hi_factor)};
+        if constexpr (kStaged) {
+          const uint4 x = valid ? staged_row[staged_chunk(static_cast<int>(k / 8) + word)] : uint4{};
+          mma_f16(acc[0], first, x.x, x.y);
+          mma_f16(acc[0], second, x.z, x.w);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          if (j >= n_tiles) break;
-          float4 x0 = {};
-          float4 x1 = {};
-          if (valid) {
-            x0 = __ldg(reinterpret_cast<const float4*>(x_rows[j] + k + 8 * word));
-            x1 = __ldg(reinterpret_cast<const float4*>(x_rows[j] + k + 8 * word + 4));
+          for (int j = 0; j < kNTiles; ++j) {
+            if (j >= n_tiles) break;
+            float4 x0 = {};
+            float4 x1 = {};
+            if (valid) {
+              x0 = __ldg(reinterpret_cast<const float4*>(x_rows[j] + k + 8 * word));
+              x1 = __ldg(reinterpret_cast<const float4*>(x_rows[j] + k + 8 * word + 4));
+            }
+            mma_f16(acc[j], first, pack_f16(x0.x, x1.x), pack_f16(x0.y, x1.y));
+            mma_f16(acc[j], second, pack_f16(x0.z, x1.z), pack_f16(x0.w, x1.w));
           }
-          mma_f16(acc[j], even, pack_f16(x0.x, x0.z), pack_f16(x1.x, x1.z));
-          mma_f16(acc[j], odd, pack_f16(x0.y, x0.w), pack_f16(x1.y, x1.w));
         }
       }
     }
     current = next;
   }
-  // The e4m3 bytes held value / 64.
-  store_streamed_tile<kNTiles, kGateUp>(acc, tile, *p, experts, n_out, col_lo, col_hi, t, ldexpf(64.0f, max_lo - 127),
-                                        ldexpf(64.0f, max_hi - 127), out);
+  store_streamed_tile<kNTiles, kGateUp>(acc, tile, *p, experts, n_out, col_lo, col_hi, t, ldexpf(1.0f, max_lo - 127),
+                                        ldexpf(1.0f, max_hi - 127), out);
 }
 
 template <bool kGateUp>
@@ -181,9 +238,17 @@ void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& g
   const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
                   static_cast<unsigned>((n_out + columns - 1) / columns));
   // A token routes to distinct experts, so a tile holds at most one row per token.
-  const auto kernel =
-      num_rows / experts.top_k <= 8 ? stream_mxfp4_kernel<kGateUp, 1> : stream_mxfp4_kernel<kGateUp, kTileRows / 8>;
-  launch_dependent(kernel, grid, dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out, k_in, out);
+  if (num_rows / experts.top_k > kStagedRows) {
+    launch_dependent(stream_mxfp4_kernel<kGateUp, kTileRows / 8>, grid, dim3(kWarps * 32), 0, stream, in, experts,
+                     grouping, n_out, k_in, out);
+    return;
+  }
+  const auto kernel = stream_mxfp4_kernel<kGateUp, 1>;
+  const size_t shared = kStagedRows * staged_row_chunks(k_in) * sizeof(uint4);
+  if (shared > kDefaultSharedBytes) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  }
+  launch_dependent(kernel, grid, dim3(kWarps * 32), shared, stream, in, experts, grouping, n_out, k_in, out);
 }
 
 // An e2m1 code's value: its bits placed in an f16 (sign to bit 15, exponent and mantissa to bits
@@ -214,6 +279,10 @@ __global__ void dequantize_kernel(const uint4* __restrict__ codes, const uint8_t
 }
 
 }  // namespace
+
+bool mxfp4_stream_fits(int64_t k_in) {
+  return kStagedRows * staged_row_chunks(k_in) * sizeof(uint4) <= kMaxSharedBytes;
+}
 
 void stream_mxfp4_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                           bool gate_up, float* out, cudaStream_t stream) {
