@@ -88,6 +88,15 @@ inline std::vector<std::pair<int32_t, int32_t>> two_image_spans(const nlohmann::
   return spans;
 }
 
+// The fixture's model through load_model on backend, which must take images (a fatal failure
+// otherwise: wrap the call in ASSERT_NO_FATAL_FAILURE).
+inline void load_image_model(Backend& backend, const std::string& fixture, std::unique_ptr<CausalLM>& lm) {
+  auto model = load_model(fixture_dir(fixture), backend, false);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  ASSERT_NE((*model)->image_input(), nullptr);
+  lm = std::move(*model);
+}
+
 // Gemma 3's logits of tokens holding images: each image's tokens see the whole image (lookahead:
 // bidirectional attention inside an image) unless bidirectional is false.
 inline std::vector<float> gemma3_logits(CausalLM& lm, const std::vector<int32_t>& tokens,
@@ -163,11 +172,10 @@ inline void expect_gemma3_vision_matches_transformers(Backend& backend, double b
 // the same rows give other logprobs (the check can fail).
 inline void expect_gemma3_image_prompt_matches_transformers(Backend& backend, double rows_bound) {
   const std::string dir = fixture_dir("gemma3_vision");
-  auto model = load_model(dir, backend, false);
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  CausalLM& lm = **model;
+  std::unique_ptr<CausalLM> model;
+  ASSERT_NO_FATAL_FAILURE(load_image_model(backend, "gemma3_vision", model));
+  CausalLM& lm = *model;
   const ImageInputFormat* format = lm.image_input();
-  ASSERT_NE(format, nullptr);
   EXPECT_EQ(format->image_size, 56);
   EXPECT_EQ(format->tokens_per_image, 4);
   EXPECT_EQ(format->image_token_id, 396);
@@ -202,9 +210,9 @@ inline void expect_gemma3_image_prompt_matches_transformers(Backend& backend, do
 // each image; zeroing the second image's rows moves the logits (it is read).
 inline void expect_gemma3_two_image_prompt_matches_transformers(Backend& backend) {
   const std::string dir = fixture_dir("gemma3_vision");
-  auto model = load_model(dir, backend, false);
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  CausalLM& lm = **model;
+  std::unique_ptr<CausalLM> model;
+  ASSERT_NO_FATAL_FAILURE(load_image_model(backend, "gemma3_vision", model));
+  CausalLM& lm = *model;
   const int64_t hidden = lm.config().hidden_size;
   const nlohmann::json two = fixture_json("gemma3_vision", "two_images.json");
   const auto tokens = two["score"]["tokens"].get<std::vector<int32_t>>();

@@ -64,11 +64,10 @@ inline std::vector<float> qwen_vl_logits(CausalLM& lm, const std::vector<int32_t
 inline void expect_qwen_vl_matches_transformers(Backend& backend, double rows_bound,
                                                 const std::string& fixture = "qwen2_5_vl") {
   const std::string dir = fixture_dir(fixture);
-  auto model = load_model(dir, backend, false);
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  CausalLM& lm = **model;
+  std::unique_ptr<CausalLM> model;
+  ASSERT_NO_FATAL_FAILURE(load_image_model(backend, fixture, model));
+  CausalLM& lm = *model;
   const ImageInputFormat* format = lm.image_input();
-  ASSERT_NE(format, nullptr);
   EXPECT_EQ(format->preprocessor, ImageInputFormat::Preprocessor::kQwen2Vl);
   EXPECT_EQ(format->image_token_id, 396);
   EXPECT_EQ(format->begin_token_id, 394);
@@ -122,11 +121,10 @@ inline void expect_qwen_vl_matches_transformers(Backend& backend, double rows_bo
 // moves the logits (it is read).
 inline void expect_qwen_vl_two_image_prompt_matches_transformers(Backend& backend, const std::string& fixture) {
   const std::string dir = fixture_dir(fixture);
-  auto model = load_model(dir, backend, false);
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  CausalLM& lm = **model;
+  std::unique_ptr<CausalLM> model;
+  ASSERT_NO_FATAL_FAILURE(load_image_model(backend, fixture, model));
+  CausalLM& lm = *model;
   const ImageInputFormat* format = lm.image_input();
-  ASSERT_NE(format, nullptr);
   const int64_t hidden = lm.config().hidden_size;
   const nlohmann::json two = fixture_json(fixture, "two_images.json");
   const auto tokens = two["score"]["tokens"].get<std::vector<int32_t>>();
