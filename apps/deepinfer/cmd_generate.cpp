@@ -60,8 +60,8 @@ runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode ste
 instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host
 and sampled there (default: drawn on the device, only token ids come back; the same tokens).
 --dequantize-weights: FP8 and MXFP4 checkpoints load dequantised (bf16 / float32) instead of packed
-(two to eight times the memory; on CUDA today MXFP4 experts run batch-1 decode and prompts faster
-that way).
+(two to eight times the memory; on CUDA today dequantised MXFP4 experts run prompts faster and decode
+slower or no faster).
 --async-scheduling, --no-async-scheduling: the pipelined step loop or the synchronous one (default:
 pipelined with --device cuda, synchronous on the CPU): the next step is scheduled and launched before
 the last one is post-processed (docs/architecture.md, "The pipelined step loop"); the same tokens.

@@ -101,8 +101,8 @@ the checkpoint's per-layer k_scale / v_scale (one per tensor, kv head or column)
 quarter of float32's bytes, so up to four times the tokens in the same --kv-cache-bytes (the cache
 never holds more than --max-num-seqs sequences of --max-model-len; CPU only for now).
 --dequantize-weights: FP8 and MXFP4 checkpoints load dequantised (bf16 / float32) instead of packed
-(two to eight times the weights' memory; on CUDA today MXFP4 experts run batch-1 decode and prompts
-faster that way).
+(two to eight times the weights' memory; on CUDA today dequantised MXFP4 experts run prompts faster
+and decode slower or no faster).
 --register redis://HOST:PORT: join a serving cluster as a worker (docs/cluster.md): the server keeps a
 key in that Redis with its address (--advertise-host, default --host) and load (queued tokens,
 running and waiting requests, KV usage, cached tokens), refreshed every second and expiring after

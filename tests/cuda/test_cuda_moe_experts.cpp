@@ -449,7 +449,8 @@ struct DeviceMxfp4Layer {
 };
 
 // Decode-sized steps on the streamed tiles (x and the activations rounded to f16, the codes and
-// scales exact), one n-tile of 8 rows up to 8 tokens and four above; from 64 rows per expert the
+// scales exact), one n-tile of 8 rows up to 8 tokens (their inputs staged in shared memory: 8
+// tokens fill it) and four above (9 tokens: the first); from 64 rows per expert the
 // grouped GEMMs over the experts dequantised to bf16 (exact for these scales), a few experts at a
 // time where a layer's bf16 copy passes 256 MiB (GPT-OSS's 2880 x 2880: five at a time, so the
 // twelve experts routed to take three passes). The oracle covers the first tokens of the largest
@@ -466,7 +467,9 @@ TEST(CudaMoeExperts, Mxfp4ExpertsMatchTheirDequantisation) {
   using kernels::ExpertActivation;
   const Case cases[] = {{{64, 32, false, ExpertActivation::kClampedSwiglu}, {1, 2, 5, 64, 300}, 0},
                         {{96, 160, true, ExpertActivation::kClampedSwiglu}, {1, 5, 120, 300}, 0},
-                        {{2880, 2880, true, ExpertActivation::kClampedSwiglu}, {1, 5, 16, 300}, 6}};
+                        {{2880, 2880, true, ExpertActivation::kClampedSwiglu}, {1, 5, 16, 300}, 6},
+                        // Last, so the cases above keep their random draws.
+                        {{96, 160, true, ExpertActivation::kClampedSwiglu}, {8, 9}, 0}};
   for (const Case& c : cases) {
     const Shape& s = c.shape;
     const Mxfp4Layer layer(rng, s.hidden, s.inter, s.bias, false);

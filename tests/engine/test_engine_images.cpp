@@ -215,19 +215,24 @@ TEST(EngineImages, Qwen2VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_
 TEST(EngineImages, Qwen3VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_positions_and_greedy("qwen3_vl"); }
 
 // The fixtures' two-image prompts (two_images.json: the 4 x 6 patch image, then image2.png at its
-// own grid): the text between and after the images at the positions transformers' get_rope_index
-// gives, each image moving what follows it by its own merged grid's larger side.
+// own grid, 4 x 4): the text between and after the images at the positions transformers'
+// get_rope_index gives, each image moving what follows it by its own merged grid's larger side.
+// (The image tokens' own three positions are the batch builder's, checked by the greedy runs above;
+// with these grids, a span of the columns alone would pass too.)
 TEST(EngineImages, QwenVlTwoImagePositionsMatchTransformers) {
-  for (const std::string fixture : {"qwen2_5_vl", "qwen3_vl"}) {
+  for (const char* fixture : {"qwen2_5_vl", "qwen3_vl"}) {
     SCOPED_TRACE(fixture);
-    std::ifstream in(fixture_dir(fixture) + "/two_images.json");
-    const nlohmann::json two = nlohmann::json::parse(in);
+    std::ifstream two_file(fixture_dir(fixture) + "/two_images.json");
+    const nlohmann::json two = nlohmann::json::parse(two_file);
+    std::ifstream image_file(fixture_dir(fixture) + "/image.json");
+    const auto first_grid = nlohmann::json::parse(image_file)["image_grid_thw"].get<std::vector<int32_t>>();
+    const auto second_grid = two["second_image_grid_thw"].get<std::vector<int32_t>>();
     const auto position_ids = two["position_ids"].get<std::vector<std::vector<int32_t>>>();
     const auto tokens = two["score"]["tokens"].get<std::vector<int32_t>>();
-    const auto second_grid = two["second_image_grid_thw"].get<std::vector<int32_t>>();
     const auto spans = two["image_tokens"].get<std::vector<std::vector<int32_t>>>();
     ASSERT_EQ(spans.size(), 2u);
-    const int32_t merged[2][2] = {{2, 3}, {second_grid[1] / 2, second_grid[2] / 2}};
+    // Merged 2 x 2: half the patch grid's rows and columns.
+    const int32_t merged[2][2] = {{first_grid[1] / 2, first_grid[2] / 2}, {second_grid[1] / 2, second_grid[2] / 2}};
     std::vector<PromptImage> images;
     for (size_t i = 0; i < 2; ++i) {
       ASSERT_EQ(spans[i][1] - spans[i][0], merged[i][0] * merged[i][1]);

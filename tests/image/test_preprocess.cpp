@@ -30,8 +30,8 @@ void expect_sampled_values_near(const std::vector<float>& actual, const nlohmann
   EXPECT_EQ(num_far, 0u) << "max error " << max_error;
 }
 
-// All of got against a model fixture's pixel values (transformers' processor output).
-void expect_equal_values(const std::vector<float>& got, const std::vector<float>& want) {
+// All of got within kTolerance of a model fixture's pixel values (transformers' processor output).
+void expect_values_near(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_FALSE(want.empty());
   ASSERT_EQ(got.size(), want.size());
   float max_error = 0.0f;
@@ -73,8 +73,8 @@ TEST(ImagePreprocess, Gemma3AtTheVisionFixturesSizeEqualsTransformers) {
   for (const std::string name : {"image", "image2"}) {
     SCOPED_TRACE(name);
     const std::string values = name == "image" ? "pixel_values.f32" : "pixel_values2.f32";
-    expect_equal_values(preprocess_gemma3(test::decode_fixture("../gemma3_vision/" + name + ".png"), 56),
-                        test::read_f32_fixture("../gemma3_vision/" + values));
+    expect_values_near(preprocess_gemma3(test::decode_fixture("../gemma3_vision/" + name + ".png"), 56),
+                       test::read_f32_fixture("../gemma3_vision/" + values));
   }
 }
 
@@ -93,19 +93,19 @@ TEST(ImagePreprocess, Qwen3VlAtTheVisionFixturesSizeEqualsTransformers) {
   Result<Qwen2VlPixels> got = try_preprocess_qwen2_vl(test::decode_fixture("../qwen3_vl/image.png"), config);
   ASSERT_TRUE(got.ok()) << got.error().message;
   EXPECT_EQ(got->grid_thw, (std::array<int64_t, 3>{1, 4, 6}));
-  expect_equal_values(got->pixel_values, want);
+  expect_values_near(got->pixel_values, want);
   // image2.png, 64 x 64: also a multiple of 32.
   got = try_preprocess_qwen2_vl(test::decode_fixture("../qwen3_vl/image2.png"), config);
   ASSERT_TRUE(got.ok()) << got.error().message;
   EXPECT_EQ(got->grid_thw, (std::array<int64_t, 3>{1, 4, 4}));
-  expect_equal_values(got->pixel_values, test::read_f32_fixture("../qwen3_vl/pixel_values2.f32"));
+  expect_values_near(got->pixel_values, test::read_f32_fixture("../qwen3_vl/pixel_values2.f32"));
 }
 
-// The qwen2_5_vl model fixture's second image (image2.png, 64 x 64) with Qwen2.5-VL's settings
-// (14-pixel patches, min_pixels 56 x 56, max_pixels 28 x 28 x 64: make_fixtures_multimodal.py's
-// processor), against transformers' Qwen2VLImageProcessor: 64 is no multiple of 28, so the image is
-// resized to 56 x 56 first (bicubic), then patched; the first image, 84 x 56, keeps its size.
-TEST(ImagePreprocess, Qwen2VlResizedFixtureImageEqualsTransformers) {
+// The qwen2_5_vl model fixture's images (image.png, 84 x 56, and image2.png, 56 x 56) with
+// Qwen2.5-VL's settings (14-pixel patches, min_pixels 56 x 56, max_pixels 28 x 28 x 64:
+// make_fixtures_multimodal.py's processor), against transformers' Qwen2VLImageProcessor: both sizes
+// are multiples of 28, so the patch order, rescale and normalisation are compared.
+TEST(ImagePreprocess, Qwen2VlFixtureImagesEqualTransformers) {
   Qwen2VlProcessorConfig config;
   config.min_pixels = 56 * 56;
   config.max_pixels = 28 * 28 * 64;
@@ -117,7 +117,7 @@ TEST(ImagePreprocess, Qwen2VlResizedFixtureImageEqualsTransformers) {
     ASSERT_TRUE(got.ok()) << got.error().message;
     EXPECT_EQ(got->grid_thw, grid);
     const std::string values = std::string(name) == "image" ? "pixel_values.f32" : "pixel_values2.f32";
-    expect_equal_values(got->pixel_values, test::read_f32_fixture("../qwen2_5_vl/" + values));
+    expect_values_near(got->pixel_values, test::read_f32_fixture("../qwen2_5_vl/" + values));
   }
 }
 

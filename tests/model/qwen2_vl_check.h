@@ -11,14 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "fixtures.h"
 #include "float_file.h"
-#include "gemma3_vision_check.h"
+#include "image_prompt_check.h"
 #include "model/model.h"
 
 namespace deepinfer::testing {

@@ -2,7 +2,8 @@
 # tools/gpu/profile_decode.sh: which kernels a decode step launches on the H200 and how long each
 # takes. Profiles `deepinfer bench --device cuda` decode at batch 1 and 64 (BATCHES), ctx 1024, on a
 # random model of CONFIG (default bench/configs/llama3-8b.json) in DTYPE (default bf16; fp8, mxfp4: see
-# deepinfer-make-random-model). With Nsight Systems (nsys):
+# deepinfer-make-random-model). MIN_KERNELS (default 50): the fewest kernels a graph's replay needs to be
+# printed (kernel_timeline.py --min-kernels; a one-layer model's step has about 20). With Nsight Systems (nsys):
 # per-kernel summaries go to $OUT/profile_b<batch>.csv. Without it: the CUPTI trace library (bench/kernel_trace.cpp) records
 # every kernel and tools/gpu/kernel_timeline.py prints one decode step kernel by kernel with the
 # gaps between them ($OUT/timeline_b<batch>.txt). The top of each goes to stdout and profile.txt.
@@ -41,7 +42,7 @@ if [ -z "$NSYS" ]; then
       "$BIN/deepinfer" bench --device cuda --model "$MODEL" --batches "$batch" --contexts 1024 --prefill 128 \
       --steps 8 --no-products > "$OUT/trace_b$batch.log" 2>&1
     note "== batch $batch, ctx 1024: $(grep '"decode"' "$OUT/trace_b$batch.log" | head -1)"
-    python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" --min-kernels 16 > "$OUT/timeline_b$batch.txt" 2>&1
+    python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" --min-kernels "${MIN_KERNELS:-50}" > "$OUT/timeline_b$batch.txt" 2>&1
     head -4 "$OUT/timeline_b$batch.txt" | tee -a "$REPORT"
   done
   rm -rf "$MODEL"

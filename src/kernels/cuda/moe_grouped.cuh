@@ -115,7 +115,5 @@ void stream_mma_grouped(const float* in, const GroupedExperts& experts, const Mo
 void stream_mxfp4_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                           bool gate_up, float* out, cudaStream_t stream);
 int32_t moe_stream_rows_per_tile();
-// Whether MXFP4 rows k_in long fit the streamed kernel's staged input (shared memory).
-bool mxfp4_stream_fits(int64_t k_in);
 
 }  // namespace deepinfer::kernels::cuda

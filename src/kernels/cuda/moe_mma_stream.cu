@@ -154,8 +154,7 @@ int32_t moe_stream_rows_per_tile() { return kTileRows; }
 
 bool moe_stream_fits(const GroupedExperts& experts) {
   if (experts.weight_dtype == DType::kMxfp4) {
-    return experts.aligned && experts.hidden % kMxfp4Block == 0 && experts.intermediate % kMxfp4Block == 0 &&
-           mxfp4_stream_fits(experts.hidden) && mxfp4_stream_fits(experts.intermediate);
+    return experts.aligned && experts.hidden % kMxfp4Block == 0 && experts.intermediate % kMxfp4Block == 0;
   }
   return (experts.weight_dtype == DType::kBF16 || experts.weight_dtype == DType::kF16) && experts.aligned &&
          experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
@@ -165,7 +164,7 @@ void stream_mma_grouped(const float* in, const GroupedExperts& experts, const Mo
                         bool gate_up, float* out, cudaStream_t stream) {
   DI_CHECK(moe_stream_fits(experts),
            "the streamed tensor-core expert kernel takes aligned bf16, f16 or MXFP4 weights, rows a multiple of 8 "
-           "long (MXFP4: of 32, and at most ~14K)");
+           "long (MXFP4: of 32)");
   DI_CHECK(reinterpret_cast<uintptr_t>(in) % 16 == 0, "the streamed tensor-core expert kernel's input is unaligned");
   if (experts.weight_dtype == DType::kMxfp4) {
     stream_mxfp4_grouped(in, experts, grouping, num_rows, gate_up, out, stream);

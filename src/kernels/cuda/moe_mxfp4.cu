@@ -97,7 +97,7 @@ __device__ __forceinline__ void stage_input_f16(const float* in, const GroupedEx
                                                 uint4* staged) {
   const int chunks = static_cast<int>(k_in / 8);
   const int row_chunks = staged_row_chunks(k_in);
-  const int total = tile.num_rows * chunks;
+  const int total = min(tile.num_rows, static_cast<int>(kStagedRows)) * chunks;
   const int step = static_cast<int>(blockDim.x);
   for (int first = static_cast<int>(threadIdx.x); first < total; first += kStageLoads * step) {
     float4 values[kStageLoads][2];
@@ -237,16 +237,22 @@ void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& g
   const int64_t columns = kGateUp ? kGateUpColumns : kDownColumns;
   const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
                   static_cast<unsigned>((n_out + columns - 1) / columns));
-  // A token routes to distinct experts, so a tile holds at most one row per token.
-  if (num_rows / experts.top_k > kStagedRows) {
+  // A token routes to distinct experts, so a tile holds at most one row per token. Rows too long
+  // to stage (none of GPT-OSS's) take the unstaged tiles at every size.
+  const size_t shared = kStagedRows * staged_row_chunks(k_in) * sizeof(uint4);
+  if (num_rows / experts.top_k > kStagedRows || shared > kMaxSharedBytes) {
     launch_dependent(stream_mxfp4_kernel<kGateUp, kTileRows / 8>, grid, dim3(kWarps * 32), 0, stream, in, experts,
                      grouping, n_out, k_in, out);
     return;
   }
   const auto kernel = stream_mxfp4_kernel<kGateUp, 1>;
-  const size_t shared = kStagedRows * staged_row_chunks(k_in) * sizeof(uint4);
   if (shared > kDefaultSharedBytes) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+    static const bool opted_in = [kernel] {
+      DI_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSharedBytes)));
+      return true;
+    }();
+    (void)opted_in;
   }
   launch_dependent(kernel, grid, dim3(kWarps * 32), shared, stream, in, experts, grouping, n_out, k_in, out);
 }
@@ -279,10 +285,6 @@ __global__ void dequantize_kernel(const uint4* __restrict__ codes, const uint8_t
 }
 
 }  // namespace
-
-bool mxfp4_stream_fits(int64_t k_in) {
-  return kStagedRows * staged_row_chunks(k_in) * sizeof(uint4) <= kMaxSharedBytes;
-}
 
 void stream_mxfp4_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                           bool gate_up, float* out, cudaStream_t stream) {
