@@ -217,8 +217,8 @@ TEST(EngineImages, Qwen3VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_
 // The fixtures' two-image prompts (two_images.json: the 4 x 6 patch image, then image2.png at its
 // own grid, 4 x 4): the text between and after the images at the positions transformers'
 // get_rope_index gives, each image moving what follows it by its own merged grid's larger side.
-// (The image tokens' own three positions are the batch builder's, checked by the greedy runs above;
-// with these grids, a span of the columns alone would pass too.)
+// (With these grids a span of the columns alone would pass too; the image tokens' own positions are
+// checked through their logprobs below.)
 TEST(EngineImages, QwenVlTwoImagePositionsMatchTransformers) {
   for (const char* fixture : {"qwen2_5_vl", "qwen3_vl"}) {
     SCOPED_TRACE(fixture);
@@ -251,6 +251,73 @@ TEST(EngineImages, QwenVlTwoImagePositionsMatchTransformers) {
     for (int32_t p = 0; p < static_cast<int32_t>(tokens.size()); ++p) {
       if ((p >= spans[0][0] && p < spans[0][1]) || (p >= spans[1][0] && p < spans[1][1])) continue;
       EXPECT_EQ(request.rope_position(p), position_ids[0][static_cast<size_t>(p)]) << p;
+    }
+  }
+}
+
+// The fixtures' two-image prompts through the engine, which encodes both images from their pixels
+// and builds their tokens' positions (M-RoPE's three for Qwen) and lookahead (Gemma 3) itself: the
+// prompt logprobs at every position are transformers' (two_images.json), in one chunk or in chunks
+// of 9 tokens, synchronous and pipelined. (With the first image's pixels in both places the check
+// fails.)
+TEST(EngineImages, TwoImagePromptLogprobsMatchTransformers) {
+  constexpr int32_t kTopK = 8;  // the fixtures' top-k lists
+  for (const char* fixture : {"gemma3_vision", "qwen2_5_vl", "qwen3_vl"}) {
+    SCOPED_TRACE(fixture);
+    std::ifstream two_file(fixture_dir(fixture) + "/two_images.json");
+    const nlohmann::json two = nlohmann::json::parse(two_file);
+    std::ifstream image_file(fixture_dir(fixture) + "/image.json");
+    const nlohmann::json info = nlohmann::json::parse(image_file);
+    const auto prompt = two["score"]["tokens"].get<std::vector<int32_t>>();
+    const nlohmann::json& positions = two["score"]["positions"];
+    const auto spans = two["image_tokens"].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(spans.size(), 2u);
+    const bool qwen = info.contains("image_grid_thw");
+    const auto grid_of = [](const nlohmann::json& thw) {
+      const auto v = thw.get<std::vector<int32_t>>();
+      return ImageGrid{v[0], v[1], v[2]};
+    };
+    const ImageGrid grids[2] = {qwen ? grid_of(info["image_grid_thw"]) : ImageGrid{},
+                                qwen ? grid_of(two["second_image_grid_thw"]) : ImageGrid{}};
+    const char* pixel_files[2] = {"/pixel_values.f32", "/pixel_values2.f32"};
+    TestModel loaded = load_test_model(fixture, false);
+    for (int32_t budget : {2048, 9}) {
+      for (bool async : {false, true}) {
+        SCOPED_TRACE("budget " + std::to_string(budget) + (async ? " async" : ""));
+        EngineConfig config = small_engine_config(16, 4, budget);
+        config.async_scheduling = async;
+        EngineCore engine(*loaded.model, nullptr, config);
+        std::vector<ImageInput> images(2);
+        for (size_t i = 0; i < 2; ++i) {
+          images[i].first_token = spans[i][0];
+          images[i].pixels = read_float_file(fixture_dir(fixture) + pixel_files[i]);
+          images[i].grid = grids[i];
+        }
+        SamplingParams params = greedy(1);
+        params.prompt_logprobs = kTopK;
+        auto added = engine.add_request(0, prompt, params, 0, "", TrafficClass::kDefault, PrefillHandover::kCopyKv,
+                                        nullptr, std::move(images));
+        ASSERT_TRUE(added.ok()) << added.error().message;
+        OutputCollector collector;
+        run_engine(engine, collector);
+        const auto& got = collector.runs()[0].prompt_logprobs;
+        ASSERT_TRUE(got.has_value());
+        ASSERT_EQ(got->size(), prompt.size());
+        // Prompt token i is scored by position i - 1's logits, transformers' positions[i - 1].
+        for (size_t i = 1; i < prompt.size(); ++i) {
+          ASSERT_TRUE((*got)[i].has_value()) << i;
+          const std::vector<std::pair<int32_t, double>>& top = (*got)[i]->top;
+          const nlohmann::json& want = positions[i - 1]["top"];
+          ASSERT_EQ(top.size(), want.size()) << i;
+          for (size_t r = 0; r < want.size(); ++r) {
+            // Ids may differ only by a swap among near-equal values; the logprobs agree at every rank.
+            EXPECT_NEAR(top[r].second, want[r][1].get<double>(), 1e-4) << "position " << i - 1 << " rank " << r;
+            if (r == 0 && top[0].first != want[0][0].get<int32_t>()) {
+              EXPECT_NEAR(top[0].second, top[1].second, 1e-4) << "position " << i - 1 << ": another top-1";
+            }
+          }
+        }
+      }
     }
   }
 }
