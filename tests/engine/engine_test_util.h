@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "fixture_dir.h"
 #include "model/model.h"
 #include "sampling/logits_processor.h"
 #include "sampling/logprobs.h"
@@ -37,8 +38,6 @@ class ScopedThreads {
  private:
   int previous_;
 };
-
-inline std::string fixture_dir(const std::string& name) { return std::string(DEEPINFER_TEST_DATA_DIR) + "/" + name; }
 
 struct TestModel {
   std::unique_ptr<Backend> backend;

@@ -11,11 +11,10 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "fixture_dir.h"
 #include "sampling/logprobs.h"
 
 namespace deepinfer::testing {
-
-inline std::string fixture_dir(const std::string& name) { return std::string(DEEPINFER_TEST_DATA_DIR) + "/" + name; }
 
 // A JSON file of fixture name (expected.json, image.json, two_images.json, ...).
 inline nlohmann::json fixture_json(const std::string& name, const std::string& file) {
