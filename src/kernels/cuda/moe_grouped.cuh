@@ -43,6 +43,32 @@ __device__ __forceinline__ float expert_activation(float g, float u, ExpertActiv
   return (u + 1.0f) * g / (1.0f + expf(-alpha * g));
 }
 
+// Output columns a warp of a streamed tile covers: gate|up 8 (its rows g and g + 8 are a column's
+// gate and up rows), down 16 (rows g and g + 8 are two columns).
+template <bool kGateUp>
+__host__ __device__ constexpr int streamed_warp_columns() {
+  return kGateUp ? 8 : 16;
+}
+
+// A lane of a streamed tile's warp (moe_mma_stream.cu, moe_mxfp4.cu), block of kWarps warps: g =
+// lane / 4 is its weight row (and row + 8) and its token in each n-tile, t = lane % 4 its share of
+// each k span and its accumulators' tokens 2t, 2t + 1; col_lo and col_hi the output columns of its
+// two rows (the same column for gate|up). Columns past n_out read the last row and are not stored.
+struct StreamedLane {
+  int g;
+  int t;
+  int64_t col_lo;
+  int64_t col_hi;
+};
+template <bool kGateUp, int kWarps>
+__device__ __forceinline__ StreamedLane streamed_lane() {
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int g = lane / 4;
+  const int64_t col_lo = (int64_t{blockIdx.y} * kWarps + warp) * streamed_warp_columns<kGateUp>() + g;
+  return {g, lane % 4, col_lo, kGateUp ? col_lo : col_lo + 8};
+}
+
 // The input rows of a streamed tile's n-tiles for lane group g: row 8j + g of the tile (its last
 // row again past its end), the token's row of x for gate|up, the grouped row of h for down.
 template <int kNTiles, bool kGateUp>

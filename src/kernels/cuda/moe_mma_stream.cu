@@ -25,8 +25,6 @@ constexpr int kTileRows = 32;  // grouped rows of a tile: four n-tiles of 8
 constexpr int kNTiles = kTileRows / 8;
 constexpr int kSpanK = 32;                  // k of one span: two m16n8k16 products
 constexpr int kUnroll = 4;                  // spans whose weights a lane has in flight, twice over
-constexpr int kGateUpColumns = kWarps * 8;  // output columns of a gate|up block
-constexpr int kDownColumns = kWarps * 16;   // ... and of a down block
 
 template <typename W>
 __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
@@ -70,20 +68,12 @@ template <typename W, bool kGateUp>
 __global__ void __launch_bounds__(kWarps * 32, 4)
     stream_mma_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
                       int64_t k_in, float* __restrict__ out) {
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int g = lane / 4;  // the lane's weight row (and row + 8) and its token in each n-tile
-  const int t = lane % 4;  // its k quad and its accumulators' tokens 2t, 2t + 1
+  const auto [g, t, col_lo, col_hi] = streamed_lane<kGateUp, kWarps>();  // t: the lane's k quad
   // Down follows gate|up, which followed the grouping: its tile and first weights are known before
   // the wait. Gate|up directly follows the grouping.
   ExpertTile tile;
   if constexpr (kGateUp) wait_for_previous_grid();
   const bool has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
-  // Columns: gate|up rows g and g + 8 are column col_lo's gate and up rows; down rows are columns
-  // col_lo and col_lo + 8. Columns past n_out read the last row and are not stored.
-  const int64_t col_lo = kGateUp ? blockIdx.y * int64_t{kGateUpColumns} + warp * 8 + g
-                                 : blockIdx.y * int64_t{kDownColumns} + warp * 16 + g;
-  const int64_t col_hi = kGateUp ? col_lo : col_lo + 8;
   const void* row_lo = nullptr;
   const void* row_hi = nullptr;
   const ExpertPointers* p = nullptr;
@@ -141,7 +131,7 @@ void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& g
             cudaStream_t stream) {
   const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
   const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
-  const int64_t columns = kGateUp ? kGateUpColumns : kDownColumns;
+  const int64_t columns = kWarps * streamed_warp_columns<kGateUp>();
   const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
                   static_cast<unsigned>((n_out + columns - 1) / columns));
   launch_dependent(stream_mma_kernel<W, kGateUp>, grid, dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out,

@@ -30,8 +30,6 @@ constexpr int kWarps = 4;
 constexpr int kTileRows = 32;
 constexpr int kSpanK = 4 * static_cast<int>(kMxfp4Block);  // four lanes' MX blocks of one row
 constexpr int kUnroll = 4;                                 // spans a lane has in flight, twice over
-constexpr int kGateUpColumns = kWarps * 8;
-constexpr int kDownColumns = kWarps * 16;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
 constexpr size_t kMaxSharedBytes = 227 * 1024;     // what a Hopper block may opt in to
 
@@ -132,16 +130,10 @@ template <bool kGateUp, int kNTiles>
 __global__ void __launch_bounds__(kWarps * 32, 4)
     stream_mxfp4_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
                         int64_t k_in, float* __restrict__ out) {
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int g = lane / 4;  // the lane's weight row (and row + 8) and its token in each n-tile
-  const int t = lane % 4;  // its MX block of each span and its accumulators' tokens 2t, 2t + 1
+  const auto [g, t, col_lo, col_hi] = streamed_lane<kGateUp, kWarps>();  // t: the lane's MX block of a span
   ExpertTile tile;
   if constexpr (kGateUp) wait_for_previous_grid();
   const bool has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
-  const int64_t col_lo = kGateUp ? blockIdx.y * int64_t{kGateUpColumns} + warp * 8 + g
-                                 : blockIdx.y * int64_t{kDownColumns} + warp * 16 + g;
-  const int64_t col_hi = kGateUp ? col_lo : col_lo + 8;
   const int64_t row_lo = min(col_lo, n_out - 1);
   const int64_t row_hi = min(col_hi, n_out - 1);
   const int64_t scale_cols = k_in / kMxfp4Block;
@@ -234,7 +226,7 @@ void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& g
             cudaStream_t stream) {
   const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
   const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
-  const int64_t columns = kGateUp ? kGateUpColumns : kDownColumns;
+  const int64_t columns = kWarps * streamed_warp_columns<kGateUp>();
   const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
                   static_cast<unsigned>((n_out + columns - 1) / columns));
   // A token routes to distinct experts, so a tile holds at most one row per token. Rows too long
