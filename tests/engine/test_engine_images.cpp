@@ -5,7 +5,6 @@
 // cache hits on the same image and misses on another; bad images are refused by name.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine_test_util.h"
@@ -18,8 +17,7 @@ constexpr int32_t kImageToken = 396;
 constexpr int32_t kImageBegin = 7;  // the fixture's prompts hold the image at tokens 7..10
 
 nlohmann::json expected_greedy(const std::string& fixture = "gemma3_vision") {
-  std::ifstream in(fixture_dir(fixture) + "/expected.json");
-  return nlohmann::json::parse(in)["greedy"];
+  return fixture_json(fixture, "expected.json")["greedy"];
 }
 
 // got equals transformers' greedy tokens up to and including the first near-tie (margin < 1e-3),
@@ -179,11 +177,9 @@ TEST(EngineImages, GreedyMatchesTransformersAtEveryChunking) {
 // transformers' get_rope_index places them (image.json), and greedy decoding as transformers' (Qwen3-VL:
 // its DeepStack rows added after the first layers wherever a chunk holds image tokens).
 void expect_qwen_vl_positions_and_greedy(const std::string& fixture) {
-  std::ifstream in(fixture_dir(fixture) + "/image.json");
-  const nlohmann::json info = nlohmann::json::parse(in);
-  const auto position_ids = info["position_ids"].get<std::vector<std::vector<int32_t>>>();
-  std::ifstream expected(fixture_dir(fixture) + "/expected.json");
-  const auto score = nlohmann::json::parse(expected)["score"]["tokens"].get<std::vector<int32_t>>();
+  const auto position_ids =
+      fixture_json(fixture, "image.json")["position_ids"].get<std::vector<std::vector<int32_t>>>();
+  const auto score = fixture_json(fixture, "expected.json")["score"]["tokens"].get<std::vector<int32_t>>();
   Request request;
   request.set_prompt(score);
   request.set_images({PromptImage{7, 6, std::make_shared<EncodedImage>(), {}, false, 2, 3}});
@@ -222,10 +218,8 @@ TEST(EngineImages, Qwen3VlPositionsAndGreedyMatchTransformers) { expect_qwen_vl_
 TEST(EngineImages, QwenVlTwoImagePositionsMatchTransformers) {
   for (const char* fixture : {"qwen2_5_vl", "qwen3_vl"}) {
     SCOPED_TRACE(fixture);
-    std::ifstream two_file(fixture_dir(fixture) + "/two_images.json");
-    const nlohmann::json two = nlohmann::json::parse(two_file);
-    std::ifstream image_file(fixture_dir(fixture) + "/image.json");
-    const auto first_grid = nlohmann::json::parse(image_file)["image_grid_thw"].get<std::vector<int32_t>>();
+    const nlohmann::json two = fixture_json(fixture, "two_images.json");
+    const auto first_grid = fixture_json(fixture, "image.json")["image_grid_thw"].get<std::vector<int32_t>>();
     const auto second_grid = two["second_image_grid_thw"].get<std::vector<int32_t>>();
     const auto position_ids = two["position_ids"].get<std::vector<std::vector<int32_t>>>();
     const auto tokens = two["score"]["tokens"].get<std::vector<int32_t>>();
@@ -264,10 +258,8 @@ TEST(EngineImages, TwoImagePromptLogprobsMatchTransformers) {
   constexpr int32_t kTopK = 8;  // the fixtures' top-k lists
   for (const char* fixture : {"gemma3_vision", "qwen2_5_vl", "qwen3_vl"}) {
     SCOPED_TRACE(fixture);
-    std::ifstream two_file(fixture_dir(fixture) + "/two_images.json");
-    const nlohmann::json two = nlohmann::json::parse(two_file);
-    std::ifstream image_file(fixture_dir(fixture) + "/image.json");
-    const nlohmann::json info = nlohmann::json::parse(image_file);
+    const nlohmann::json two = fixture_json(fixture, "two_images.json");
+    const nlohmann::json info = fixture_json(fixture, "image.json");
     const auto prompt = two["score"]["tokens"].get<std::vector<int32_t>>();
     const nlohmann::json& positions = two["score"]["positions"];
     const auto spans = two["image_tokens"].get<std::vector<std::vector<int32_t>>>();

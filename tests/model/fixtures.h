@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -15,12 +14,6 @@
 #include "sampling/logprobs.h"
 
 namespace deepinfer::testing {
-
-// A JSON file of fixture name (expected.json, image.json, two_images.json, ...).
-inline nlohmann::json fixture_json(const std::string& name, const std::string& file) {
-  std::ifstream in(fixture_dir(name) + "/" + file);
-  return nlohmann::json::parse(in);
-}
 
 inline nlohmann::json load_expected(const std::string& name) { return fixture_json(name, "expected.json"); }
 
