@@ -1,6 +1,6 @@
 // The paged-attention test cases of tests/cuda: a batch spec (sequences, heads, pages, window,
-// sinks, cache type), its host layout over shuffled block tables, and runs of it on the device and
-// through ref::paged_attention.
+// sinks, cache type: float32, bf16 or fp8 with column scales), its host layout over shuffled block tables, and runs of
+// it on the device and through ref::paged_attention.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -36,9 +37,11 @@ struct AttentionCase {
   // tensor-core prefill kernel, whose only rounding left is that of the softmax weights.
   bool bf16 = false;
   bool shared_kv = false;  // one cache for keys and values (MLA)
-  // The caches hold bf16 (AttentionParams::cache_dtype); their values are rounded to the bf16 grid
-  // first, so the float32 reference reads exactly the cache's keys and values.
-  bool bf16_cache = false;
+  // The caches' element type (AttentionParams::cache_dtype). A bf16 or fp8 cache's values are put on
+  // its grid first, so the float32 reference reads exactly the cache's keys and values: bf16 rounded;
+  // fp8 an e4m3 code times its column's scale (AttentionParams::cache_scales), each scale 8 to 15
+  // eighths of a power of two, so that product is exact in bf16 as well.
+  DType cache_dtype = DType::kF32;
   // Each sequence with more than 4 new tokens holds an image of up to 37 of them, from its second new
   // token on, whose tokens see each other both ways (PagedBatch::lookahead).
   bool images = false;
@@ -66,6 +69,9 @@ struct HostBatch {
   int32_t num_tokens = 0;
   int32_t max_query_len = 0;
   std::vector<float> q, k_cache, v_cache, sinks;
+  // An fp8 cache's codes and its per-column scales ([num_kv_heads * head_dim] each).
+  std::vector<uint8_t> k_codes, v_codes;
+  std::vector<float> k_scales, v_scales;
   std::vector<int32_t> lookahead;  // [num_tokens] when the case has images
 };
 
@@ -111,9 +117,28 @@ inline HostBatch make_batch(const AttentionCase& c, std::mt19937& rng) {
       for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
     }
   }
-  if (c.bf16_cache) {
+  if (c.cache_dtype == DType::kBF16) {
     for (std::vector<float>* values : {&b.k_cache, &b.v_cache}) {
       for (float& x : *values) x = bf16_to_f32(f32_to_bf16(x));
+    }
+  }
+  if (c.cache_dtype == DType::kF8E4M3) {
+    const auto columns = static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(c.head_dim);
+    const auto scales = [&] {
+      std::vector<float> s(columns);
+      for (float& x : s) x = std::ldexp(static_cast<float>(8 + rng() % 8) / 8.0f, -3 - static_cast<int>(rng() % 4));
+      return s;
+    };
+    b.k_scales = scales();
+    b.v_scales = c.shared_kv ? b.k_scales : scales();
+    for (auto [values, codes, column_scales] :
+         {std::tuple{&b.k_cache, &b.k_codes, &b.k_scales}, std::tuple{&b.v_cache, &b.v_codes, &b.v_scales}}) {
+      codes->resize(values->size());
+      for (size_t i = 0; i < values->size(); ++i) {
+        const float scale = (*column_scales)[i % columns];
+        (*codes)[i] = f32_to_f8e4m3((*values)[i] / scale);
+        (*values)[i] = f8e4m3_to_f32((*codes)[i]) * scale;
+      }
     }
   }
   return b;
@@ -149,7 +174,7 @@ inline std::vector<float> run_reference(const AttentionCase& c, const HostBatch&
 
 // The batch's tables and sinks on the device, and the PagedBatch and AttentionParams over them.
 struct DeviceTables {
-  DeviceBuffer query_start, seq_len, block_table, sinks, lookahead;
+  DeviceBuffer query_start, seq_len, block_table, sinks, lookahead, k_scales, v_scales;
   kernels::PagedBatch batch;
   kernels::AttentionParams params;
 };
@@ -160,6 +185,8 @@ inline DeviceTables upload_tables(Backend& backend, const AttentionCase& c, cons
                  upload(backend, b.block_table),
                  upload(backend, b.sinks),
                  upload(backend, b.lookahead),
+                 upload(backend, b.k_scales),
+                 upload(backend, b.v_scales),
                  {},
                  params_of(c)};
   t.batch = kernels::PagedBatch{static_cast<int32_t>(c.seqs.size()), t.query_start.as<int32_t>(),
@@ -169,7 +196,8 @@ inline DeviceTables upload_tables(Backend& backend, const AttentionCase& c, cons
   t.batch.max_query_len = b.max_query_len;
   if (c.images) t.batch.lookahead = t.lookahead.as<int32_t>();
   if (c.sinks) t.params.sinks = t.sinks.as<float>();
-  if (c.bf16_cache) t.params.cache_dtype = DType::kBF16;
+  t.params.cache_dtype = c.cache_dtype;
+  if (c.cache_dtype == DType::kF8E4M3) t.params.cache_scales = {t.k_scales.as<float>(), t.v_scales.as<float>()};
   return t;
 }
 
@@ -177,8 +205,12 @@ inline DeviceTables upload_tables(Backend& backend, const AttentionCase& c, cons
 inline std::vector<float> run_device(Backend& backend, const AttentionCase& c, const HostBatch& b) {
   const DeviceTables tables = upload_tables(backend, c, b);
   DeviceBuffer q = upload(backend, b.q);
-  DeviceBuffer k_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.k_cache)) : upload(backend, b.k_cache);
-  DeviceBuffer v_cache = c.bf16_cache ? upload(backend, to_bf16_bits(b.v_cache)) : upload(backend, b.v_cache);
+  const auto cache = [&](const std::vector<float>& values, const std::vector<uint8_t>& codes) {
+    if (c.cache_dtype == DType::kBF16) return upload(backend, to_bf16_bits(values));
+    return c.cache_dtype == DType::kF8E4M3 ? upload(backend, codes) : upload(backend, values);
+  };
+  DeviceBuffer k_cache = cache(b.k_cache, b.k_codes);
+  DeviceBuffer v_cache = cache(b.v_cache, b.v_codes);
   DeviceBuffer out = upload(backend, std::vector<float>(b.q.size(), std::numeric_limits<float>::quiet_NaN()));
   const void* values = c.shared_kv ? k_cache.data() : v_cache.data();
   backend.paged_attention(q.as<float>(), k_cache.data(), values, tables.batch, tables.params, out.as<float>());
@@ -188,9 +220,9 @@ inline std::vector<float> run_device(Backend& backend, const AttentionCase& c, c
 inline std::string describe(const AttentionCase& c) {
   std::ostringstream s;
   s << "block " << c.block_size << " heads " << c.num_heads << "/" << c.num_kv_heads << " dim " << c.head_dim
-    << " window " << c.window << (c.sinks ? " sinks" : "") << (c.bf16 ? " bf16" : "")
-    << (c.bf16_cache ? " bf16 cache" : "") << (c.images ? " images" : "") << (c.shared_kv ? " shared kv" : "")
-    << " seqs";
+    << " window " << c.window << (c.sinks ? " sinks" : "") << (c.bf16 ? " bf16" : "");
+  if (c.cache_dtype != DType::kF32) s << " " << dtype_name(c.cache_dtype) << " cache";
+  s << (c.images ? " images" : "") << (c.shared_kv ? " shared kv" : "") << " seqs";
   for (const SeqSpec& q : c.seqs) s << " " << q.num_new << "/" << q.seq_len;
   return s.str();
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,9 +21,11 @@
 
 namespace deepinfer::testing {
 
-inline std::unique_ptr<Backend> cuda_backend(bool batch_invariant = false) {
+inline std::unique_ptr<Backend> cuda_backend(bool batch_invariant = false,
+                                             std::optional<DType> kv_cache_dtype = std::nullopt) {
   BackendOptions options;
   options.batch_invariant = batch_invariant;
+  options.kv_cache_dtype = kv_cache_dtype;
   auto backend = make_backend("cuda", options);
   if (!backend.ok()) throw std::runtime_error(backend.error().message);
   return std::move(*backend);
@@ -33,11 +36,13 @@ struct CudaModel {
   std::unique_ptr<CausalLM> model;
 };
 
-// The model in dir on the CUDA backend; throws naming what failed.
-inline CudaModel load_on_cuda(const std::string& dir, bool batch_invariant = false, bool graphs = true) {
+// The model in dir on the CUDA backend (kv_cache_dtype: BackendOptions'); throws naming what failed.
+inline CudaModel load_on_cuda(const std::string& dir, bool batch_invariant = false, bool graphs = true,
+                              std::optional<DType> kv_cache_dtype = std::nullopt) {
   BackendOptions options;
   options.batch_invariant = batch_invariant;
   options.graphs = graphs;
+  options.kv_cache_dtype = kv_cache_dtype;
   CudaModel loaded;
   auto backend = make_backend("cuda", options);
   if (!backend.ok()) throw std::runtime_error(backend.error().message);

@@ -3,8 +3,9 @@
 // fixtures and of real models, MLA's absorbed form (576 dims, 16 or 128 heads on one latent head
 // whose rows are both keys and values), sliding windows, sinks, image tokens' lookahead; the bf16
 // tensor-core prefill on the same
-// shapes; bf16 KV caches (values on the bf16 grid, so the reference sees the same keys) through
-// every kernel; and, in batch-invariant mode, a sequence's output bits alone equal its bits inside a batch.
+// shapes; bf16 and fp8 KV caches (values on their grid, so the reference sees the same keys) through
+// every kernel; and, in batch-invariant mode, a sequence's output bits alone equal its bits inside a
+// batch, float32 and fp8 caches alike.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -216,7 +217,7 @@ TEST(CudaAttentionBf16Cache, MatchesReferenceOnRoundedCache) {
     }
   }
   for (AttentionCase c : all) {
-    c.bf16_cache = true;
+    c.cache_dtype = DType::kBF16;
     const HostBatch b = make_batch(c, rng);
     expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
   }
@@ -232,14 +233,53 @@ TEST(CudaAttentionBf16Cache, TensorCorePrefillEqualsFloat32CacheBits) {
   odd_pages.block_size = 13;
   all.push_back(odd_pages);
   for (AttentionCase c : all) {
-    c.bf16_cache = true;
+    c.cache_dtype = DType::kBF16;
     const HostBatch b = make_batch(c, rng);
     const std::vector<float> got = run_device(*backend, c, b);
     expect_close(got, run_reference(c, b), 1.0 / 256 + 2e-5, 1e-4, describe(c));
     AttentionCase f32_cache = c;
-    f32_cache.bf16_cache = false;
+    f32_cache.cache_dtype = DType::kF32;
     const std::vector<float> gathered = run_device(*backend, f32_cache, b);
     EXPECT_EQ(std::memcmp(got.data(), gathered.data(), got.size() * sizeof(float)), 0) << describe(c);
+  }
+}
+
+// fp8 caches (codes times per-column scales) through every kernel: the fp8 decode kernel, the general
+// kernel's 4-wide, 16-byte-wide (MLA's latent rows) and per-element loads, and the split combine, in
+// both modes. The decoded keys and values are exact in float32, so the float32 tolerance holds; the
+// decode kernel folds the scales into q and the result (a few ulps).
+TEST(CudaAttentionFp8Cache, EveryKernelMatchesReference) {
+  std::mt19937 rng(45);
+  for (const bool invariant : {false, true}) {
+    auto backend = cuda_backend(invariant);
+    for (AttentionCase c : cases()) {
+      c.cache_dtype = DType::kF8E4M3;
+      const HostBatch b = make_batch(c, rng);
+      expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4,
+                   describe(c) + (invariant ? " invariant" : ""));
+    }
+  }
+}
+
+// The tensor-core prefill gathers an fp8 cache's codes times their scales into its bf16 workspace:
+// those products are exact in bf16 (make_batch's scales), so the output has the bits of a bf16 cache
+// holding the same values.
+TEST(CudaAttentionFp8Cache, TensorCorePrefillEqualsBf16CacheBits) {
+  auto backend = cuda_backend();
+  std::mt19937 rng(49);
+  std::vector<AttentionCase> all = bf16_prefill_cases();
+  AttentionCase odd_pages = all.front();
+  odd_pages.block_size = 13;
+  all.push_back(odd_pages);
+  for (AttentionCase c : all) {
+    c.cache_dtype = DType::kF8E4M3;
+    const HostBatch b = make_batch(c, rng);
+    const std::vector<float> got = run_device(*backend, c, b);
+    expect_close(got, run_reference(c, b), 1.0 / 256 + 2e-5, 1e-4, describe(c));
+    AttentionCase bf16_cache = c;
+    bf16_cache.cache_dtype = DType::kBF16;
+    const std::vector<float> same_values = run_device(*backend, bf16_cache, b);
+    EXPECT_EQ(std::memcmp(got.data(), same_values.data(), got.size() * sizeof(float)), 0) << describe(c);
   }
 }
 
@@ -265,6 +305,12 @@ TEST(CudaAttentionInvariance, SequenceAloneEqualsSequenceInBatch) {
   mla.head_dim = 576;
   mla.shared_kv = true;
   all.push_back(mla);
+  // fp8 caches: the fp8 decode kernel and the general kernel's fp8 loads (the MLA case's wide rows).
+  for (size_t i = 0, n = all.size(); i < n; ++i) {
+    AttentionCase fp8 = all[i];
+    fp8.cache_dtype = DType::kF8E4M3;
+    all.push_back(fp8);
+  }
   for (const AttentionCase& c : all) {
     const std::vector<SeqSpec>& seqs = c.seqs;
     const HostBatch b = make_batch(c, rng);

@@ -30,7 +30,7 @@ TEST(CudaAttentionBf16Cache, DecodeMatchesReference) {
       for (int32_t head_dim : {64, 128, 256}) {
         AttentionCase c = gqa_case(index % 4 == 3 ? short_seqs : long_seqs, block_size, group, head_dim,
                                    std::array<int32_t, 3>{0, 37, 300}[static_cast<size_t>(index % 3)], index % 5 == 2);
-        c.bf16_cache = true;
+        c.cache_dtype = DType::kBF16;
         const HostBatch b = make_batch(c, rng);
         expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
         ++index;
@@ -43,7 +43,7 @@ TEST(CudaAttentionBf16Cache, DecodeMatchesReference) {
   llama.num_heads = 32;
   llama.num_kv_heads = 8;
   llama.head_dim = 128;
-  llama.bf16_cache = true;
+  llama.cache_dtype = DType::kBF16;
   const HostBatch b = make_batch(llama, rng);
   expect_close(run_device(*backend, llama, b), run_reference(llama, b), 2e-5, 1e-4, describe(llama));
 }
@@ -71,7 +71,7 @@ TEST(CudaAttentionBf16Cache, MmaDecodeEdgesMatchReference) {
           c.head_dim = head_dim;
           c.window = std::array<int32_t, 3>{0, 16, 700}[static_cast<size_t>(index % 3)];
           c.sinks = index % 4 == 1;
-          c.bf16_cache = true;
+          c.cache_dtype = DType::kBF16;
           const HostBatch b = make_batch(c, rng);
           expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
           ++index;
@@ -114,7 +114,7 @@ TEST(CudaAttentionBf16Cache, MmaDecodeBalancesSplitsUnderPaddedTables) {
       c.num_heads = 4 * c.num_kv_heads;
       c.head_dim = head_dim;
       c.window = index % 2 == 1 ? 600 : 0;
-      c.bf16_cache = true;
+      c.cache_dtype = DType::kBF16;
       HostBatch b = make_batch(c, rng);
       pad_block_table(b, 4 * static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(b.max_blocks_per_seq))));
       expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c) + " padded table");
@@ -141,7 +141,7 @@ TEST(CudaAttentionBf16Cache, MmaDecodeClusterCombineMatchesReference) {
         c.head_dim = head_dim;
         c.window = index % 4 == 3 ? 900 : 0;
         c.sinks = index % 5 == 1;
-        c.bf16_cache = true;
+        c.cache_dtype = DType::kBF16;
         const HostBatch b = make_batch(c, rng);
         expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
         ++index;
@@ -171,7 +171,7 @@ TEST(CudaAttentionBf16Cache, MlaDecodeMatchesReference) {
       c.num_kv_heads = 1;
       c.head_dim = 576;
       c.shared_kv = true;
-      c.bf16_cache = true;
+      c.cache_dtype = DType::kBF16;
       HostBatch b = make_batch(c, rng);
       if (index % 3 == 1) {
         pad_block_table(b, 2 * static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(b.max_blocks_per_seq))));
@@ -186,7 +186,7 @@ TEST(CudaAttentionBf16Cache, MlaDecodeMatchesReference) {
   mixed.num_kv_heads = 1;
   mixed.head_dim = 576;
   mixed.shared_kv = true;
-  mixed.bf16_cache = true;
+  mixed.cache_dtype = DType::kBF16;
   const HostBatch b = make_batch(mixed, rng);
   expect_close(run_device(*backend, mixed, b), run_reference(mixed, b), kTolerance, 1e-4, describe(mixed) + " mixed");
 }
@@ -208,7 +208,7 @@ TEST(CudaAttentionBf16Cache, MlaWideDecodeMatchesReference) {
     c.num_kv_heads = 1;
     c.head_dim = 576;
     c.shared_kv = true;
-    c.bf16_cache = true;
+    c.cache_dtype = DType::kBF16;
     return c;
   };
   for (const bool invariant : {false, true}) {

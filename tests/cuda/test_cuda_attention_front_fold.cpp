@@ -179,7 +179,7 @@ TEST(CudaAttentionFrontFold, SameBitsAsTheTwoLaunches) {
         FoldCase c;
         c.attention = gqa_case(decode_seqs({1, 16, 17, 300, 2049}), block_size, group, head_dim,
                                index % 3 == 1 ? 64 : 0, index % 4 == 2);
-        c.attention.bf16_cache = true;
+        c.attention.cache_dtype = DType::kBF16;
         c.qk_norm = index % 2 == 1;
         if (index % 5 == 3) {
           c.rotary_dim = head_dim / 2;
@@ -202,7 +202,7 @@ TEST(CudaAttentionFrontFold, SameBitsAsTheTwoLaunches) {
     llama.attention.num_heads = 32;
     llama.attention.num_kv_heads = 8;
     llama.attention.head_dim = 128;
-    llama.attention.bf16_cache = true;
+    llama.attention.cache_dtype = DType::kBF16;
     expect_same_bits(*backend, llama, rng, true);
   }
 }
@@ -214,7 +214,7 @@ TEST(CudaAttentionFrontFold, InvariantModeKeepsTheTwoLaunches) {
   std::mt19937 rng(67);
   FoldCase c;
   c.attention = gqa_case(decode_seqs({33, 700}), 16, 4, 128, 0, false);
-  c.attention.bf16_cache = true;
+  c.attention.cache_dtype = DType::kBF16;
   c.qk_norm = true;
   expect_same_bits(*backend, c, rng, false);
 }
@@ -228,7 +228,7 @@ TEST(CudaAttentionFrontFold, RowsOfOneSequenceKeepTheTwoLaunches) {
     for (int32_t first : {1, 300}) {
       FoldCase c;
       c.attention = gqa_case(decode_seqs({first, first + 1, first + 2, first + 3}), block_size, 4, 128, 0, false);
-      c.attention.bf16_cache = true;
+      c.attention.cache_dtype = DType::kBF16;
       c.one_sequence = true;
       expect_same_bits(*backend, c, rng, false);
     }

@@ -1,13 +1,15 @@
 // The bf16 KV cache on the GPU: write_kv's rounding (nearest even, skipped slots), which models get
 // a bf16 cache (16-bit weights outside the batch-invariant mode), its halved bytes per token, and
 // the float32 host transfer of its blocks (widened exactly, rounded on the way back). And the fused
-// attention front end (qk-norm, rope, cache write) against Backend's unfused sequence of ops.
+// attention front end (qk-norm, rope, cache write into float32, bf16 or fp8 caches) against Backend's
+// unfused sequence of ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "bf16_model.h"
 #include "cuda_test_util.h"
@@ -112,6 +114,14 @@ FrontResult run_front(Backend& backend, const FrontCase& c, bool fused) {
   DeviceBuffer dpositions = upload(backend, positions);
   DeviceBuffer dslots = upload(backend, slots);
   DeviceBuffer dinv_freq = upload(backend, inv_freq);
+  // An fp8 cache's column scales: 8 to 15 eighths of 2^-4 or 2^-5.
+  std::vector<float> k_scales(static_cast<size_t>(kv_dim));
+  std::vector<float> v_scales(k_scales.size());
+  for (std::vector<float>* scales : {&k_scales, &v_scales}) {
+    for (float& x : *scales) x = std::ldexp(static_cast<float>(8 + rng() % 8) / 8.0f, -4 - static_cast<int>(rng() % 2));
+  }
+  DeviceBuffer dk_scales = upload(backend, k_scales);
+  DeviceBuffer dv_scales = upload(backend, v_scales);
   const size_t element = dtype_size_bytes(c.cache_dtype);
   DeviceBuffer k_cache = backend.allocate(static_cast<size_t>(kFrontSlots * kv_dim) * element);
   DeviceBuffer v_cache = backend.allocate(static_cast<size_t>(kFrontSlots * kv_dim) * element);
@@ -147,6 +157,7 @@ FrontResult run_front(Backend& backend, const FrontCase& c, bool fused) {
   f.layout = c.layout;
   f.slot_mapping = dslots.as<int32_t>();
   f.cache_dtype = c.cache_dtype;
+  if (c.cache_dtype == DType::kF8E4M3) f.cache_scales = {dk_scales.as<float>(), dv_scales.as<float>()};
   f.k_cache = k_cache.data();
   f.v_cache = v_cache.data();
   if (fused) {
@@ -162,6 +173,14 @@ FrontResult run_front(Backend& backend, const FrontCase& c, bool fused) {
     for (const auto& [cache, dst] : {std::pair{&k_cache, &result.k_cache}, std::pair{&v_cache, &result.v_cache}}) {
       for (uint16_t bits : download<uint16_t>(backend, *cache, count)) dst->push_back(bf16_to_f32(bits));
     }
+  } else if (c.cache_dtype == DType::kF8E4M3) {
+    for (const auto& [cache, dst, scales] :
+         {std::tuple{&k_cache, &result.k_cache, &k_scales}, std::tuple{&v_cache, &result.v_cache, &v_scales}}) {
+      const std::vector<uint8_t> codes = download<uint8_t>(backend, *cache, count);
+      for (size_t i = 0; i < codes.size(); ++i) {
+        dst->push_back(f8e4m3_to_f32(codes[i]) * (*scales)[i % scales->size()]);
+      }
+    }
   } else {
     result.k_cache = download<float>(backend, k_cache, count);
     result.v_cache = download<float>(backend, v_cache, count);
@@ -172,7 +191,7 @@ FrontResult run_front(Backend& backend, const FrontCase& c, bool fused) {
 TEST(CudaAttentionFrontEnd, FusedEqualsUnfusedOps) {
   auto backend = cuda_backend();
   std::vector<FrontCase> cases;
-  for (DType cache : {DType::kF32, DType::kBF16}) {
+  for (DType cache : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
     for (bool norm : {false, true}) {
       for (int32_t head_dim : {64, 128, 256}) {
         FrontCase c;
@@ -194,6 +213,8 @@ TEST(CudaAttentionFrontEnd, FusedEqualsUnfusedOps) {
   cases.push_back(partial);
   partial.cache_dtype = DType::kBF16;
   cases.push_back(partial);
+  partial.cache_dtype = DType::kF8E4M3;
+  cases.push_back(partial);
   for (const FrontCase& c : cases) {
     const std::string what = "heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) + " dim " +
                              std::to_string(c.head_dim) + " rotary " + std::to_string(c.rotary_dim) +
@@ -205,10 +226,12 @@ TEST(CudaAttentionFrontEnd, FusedEqualsUnfusedOps) {
       const FrontResult got = run_front(*backend, variant, true);
       const std::string label = what + (variant.strided ? " strided" : "");
       // Only the norm's sum of squares is reduced in another order: a few float32 ulps. In a bf16
-      // cache such a difference can cross a rounding boundary: one bf16 ulp (2^-8 relative).
+      // cache such a difference can cross a rounding boundary: one bf16 ulp (2^-8 relative); in an
+      // fp8 one an e4m3 step (2^-3 relative, or 2^-9 times the scale below 2^-6).
       expect_close(got.q, want.q, 1e-5, 1e-5, label + " q");
-      const double cache_rel = c.cache_dtype == DType::kBF16 ? 1.0 / 128 : 1e-5;
-      expect_close(got.k_cache, want.k_cache, 1e-5, cache_rel, label + " k cache");
+      const bool fp8 = c.cache_dtype == DType::kF8E4M3;
+      const double cache_rel = fp8 ? 1.0 / 8 : c.cache_dtype == DType::kBF16 ? 1.0 / 128 : 1e-5;
+      expect_close(got.k_cache, want.k_cache, fp8 ? 1e-4 : 1e-5, cache_rel, label + " k cache");
       EXPECT_EQ(got.v_cache, want.v_cache) << label << " v cache";
     }
   }

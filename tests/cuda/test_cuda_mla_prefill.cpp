@@ -2,7 +2,7 @@
 // head by kv_b, then tensor-core attention with 192-dim q.k and 128-dim values) against the
 // expanded form as transformers' DeepseekV2Attention writes it, summed in double: keys
 // [W_UK_h c ; rope], values W_UV_h c, causal softmax. Prefixes already cached, several sequences
-// over shuffled pages, bf16 and float32 latent caches; and the batches the backend leaves to the
+// over shuffled pages, bf16, float32 and fp8 latent caches; and the batches the backend leaves to the
 // absorbed form.
 #include <gtest/gtest.h>
 
@@ -32,10 +32,11 @@ float to_bf16_grid(double x) { return bf16_to_f32(f32_to_bf16(static_cast<float>
 struct MlaCase {
   std::vector<SeqSpec> seqs;
   int32_t heads = 3;
-  bool bf16_cache = true;
+  DType cache_dtype = DType::kBF16;
 };
 
-// The latent cache as an attention case of one 576-dim "kv head" (values unused), on the bf16 grid.
+// The latent cache as an attention case of one 576-dim "kv head" (values unused), on the bf16 grid
+// (a float32 cache too), or fp8 codes times their column scales (exact in bf16 as well).
 AttentionCase latent_case(const MlaCase& m) {
   AttentionCase c;
   c.seqs = m.seqs;
@@ -43,7 +44,7 @@ AttentionCase latent_case(const MlaCase& m) {
   c.num_kv_heads = 1;
   c.head_dim = kRow;
   c.shared_kv = true;
-  c.bf16_cache = true;
+  c.cache_dtype = m.cache_dtype == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kBF16;
   return c;
 }
 
@@ -108,7 +109,7 @@ std::vector<float> expected_output(const MlaCase& m, const HostBatch& b, const s
 
 std::string describe(const MlaCase& m) {
   std::ostringstream s;
-  s << "heads " << m.heads << (m.bf16_cache ? " bf16 cache" : " f32 cache") << " seqs";
+  s << "heads " << m.heads << " " << dtype_name(m.cache_dtype) << " cache seqs";
   for (const SeqSpec& q : m.seqs) s << " " << q.num_new << "/" << q.seq_len;
   return s.str();
 }
@@ -123,13 +124,23 @@ DeviceRun run_device(Backend& backend, const MlaCase& m, const HostBatch& b, con
   const AttentionCase c = latent_case(m);
   const DeviceTables tables = upload_tables(backend, c, b);
   DeviceBuffer dq = upload(backend, q);
-  DeviceBuffer cache = m.bf16_cache ? upload(backend, to_bf16_bits(b.k_cache)) : upload(backend, b.k_cache);
+  DeviceBuffer cache = m.cache_dtype == DType::kBF16     ? upload(backend, to_bf16_bits(b.k_cache))
+                       : m.cache_dtype == DType::kF8E4M3 ? upload(backend, b.k_codes)
+                                                         : upload(backend, b.k_cache);
   const size_t out_floats = static_cast<size_t>(b.num_tokens) * m.heads * kV;
   DeviceBuffer out = upload(backend, std::vector<float>(out_floats, std::numeric_limits<float>::quiet_NaN()));
-  const kernels::MlaExpandedAttention a{.q = dq.as<float>(), .latent_cache = cache.data(),
-                                        .cache_dtype = m.bf16_cache ? DType::kBF16 : DType::kF32, .kv_b = kv_b,
-                                        .num_heads = m.heads, .kv_lora_rank = kLora, .nope = kNope, .rope = kRope,
-                                        .v_dim = kV, .scale = scale, .out = out.as<float>()};
+  const kernels::MlaExpandedAttention a{.q = dq.as<float>(),
+                                        .latent_cache = cache.data(),
+                                        .cache_dtype = m.cache_dtype,
+                                        .cache_scales = tables.params.cache_scales,
+                                        .kv_b = kv_b,
+                                        .num_heads = m.heads,
+                                        .kv_lora_rank = kLora,
+                                        .nope = kNope,
+                                        .rope = kRope,
+                                        .v_dim = kV,
+                                        .scale = scale,
+                                        .out = out.as<float>()};
   DeviceRun run;
   run.taken = backend.mla_expanded_attention(tables.batch, a);
   if (run.taken) run.out = download<float>(backend, out, out_floats);
@@ -156,10 +167,11 @@ TEST(CudaMlaPrefill, ExpandedFormMatchesTransformersForm) {
   auto backend = cuda_backend();
   const float scale = 1.0f / std::sqrt(static_cast<float>(kQDim));
   const std::vector<MlaCase> cases = {
-      {{{200, 200}}, 3, true},
-      {{{333, 100}, {70, 70}, {129, 64}}, 3, true},  // cached prefixes, page-crossing lengths
-      {{{333, 100}, {70, 70}}, 3, false},
-      {{{300, 300}}, 16, true},  // DeepSeek-V2-Lite's head count
+      {{{200, 200}}, 3, DType::kBF16},
+      {{{333, 100}, {70, 70}, {129, 64}}, 3, DType::kBF16},  // cached prefixes, page-crossing lengths
+      {{{333, 100}, {70, 70}}, 3, DType::kF32},
+      {{{333, 100}, {70, 70}, {129, 64}}, 3, DType::kF8E4M3},  // codes times their scales, gathered to bf16
+      {{{300, 300}}, 16, DType::kBF16},                        // DeepSeek-V2-Lite's head count
   };
   for (const MlaCase& m : cases) {
     const Inputs in = make_inputs(m, rng);
@@ -177,9 +189,9 @@ TEST(CudaMlaPrefill, ExpandedFormMatchesTransformersForm) {
 TEST(CudaMlaPrefill, DecodeBatchesAndInvariantModeKeepTheAbsorbedForm) {
   std::mt19937 rng(42);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kQDim));
-  const MlaCase decode{{{300, 1}, {90, 1}, {64, 1}}, 3, true};
-  const MlaCase mixed{{{400, 70}, {300, 1}, {200, 1}, {100, 1}}, 3, true};
-  const MlaCase prompt{{{200, 200}}, 3, true};
+  const MlaCase decode{{{300, 1}, {90, 1}, {64, 1}}, 3, DType::kBF16};
+  const MlaCase mixed{{{400, 70}, {300, 1}, {200, 1}, {100, 1}}, 3, DType::kBF16};
+  const MlaCase prompt{{{200, 200}}, 3, DType::kBF16};
   auto backend = cuda_backend();
   auto invariant = cuda_backend(true);
   for (const auto& [b, m, want] : std::vector<std::tuple<Backend*, MlaCase, bool>>{

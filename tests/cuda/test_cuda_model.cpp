@@ -26,11 +26,12 @@ struct Loaded {
 };
 
 Loaded load_on(const std::string& dir, const std::string& device, bool batch_invariant = false,
-               bool packed_weights = true) {
+               bool packed_weights = true, std::optional<DType> kv_cache_dtype = std::nullopt) {
   Loaded loaded;
   BackendOptions options;
   options.batch_invariant = batch_invariant;
   options.packed_weights = packed_weights;
+  options.kv_cache_dtype = kv_cache_dtype;
   loaded.backend = std::move(make_backend(device, options).value());
   auto model = load_model(dir, *loaded.backend, false);
   if (!model.ok()) throw std::runtime_error(model.error().message);
@@ -261,8 +262,11 @@ int32_t count_batch_dependent_steps(CausalLM& model) {
   return num_different;
 }
 
-void expect_batch_invariant(const std::string& dir) {
-  Loaded loaded = load_on(dir, "cuda", /*batch_invariant=*/true);
+void expect_batch_invariant(const std::string& dir, std::optional<DType> kv_cache_dtype = std::nullopt) {
+  Loaded loaded = load_on(dir, "cuda", /*batch_invariant=*/true, true, kv_cache_dtype);
+  if (kv_cache_dtype) {
+    EXPECT_EQ(loaded.model->kv_cache_dtype(), *kv_cache_dtype);
+  }
   EXPECT_EQ(count_batch_dependent_steps(*loaded.model), 0) << dir;
 }
 // The shipped default model on the default CUDA path (bf16 weights, bf16 KV cache, tensor-core
@@ -276,6 +280,13 @@ TEST(CudaBatchInvariance, Float32ModelAloneEqualsBatchOfEight) { expect_batch_in
 
 TEST(CudaBatchInvariance, Bf16ModelAloneEqualsBatchOfEight) {
   expect_batch_invariant(write_bf16_copy(fixture_dir("llama"), "llama"));
+}
+
+// An fp8 cache keeps the invariant mode's kernels (fixed splits; each sequence's kernel chosen by
+// its own new tokens), GQA and MLA's latent rows alike.
+TEST(CudaBatchInvariance, Fp8CacheAloneEqualsBatchOfEight) {
+  expect_batch_invariant(fixture_dir("qwen3"), DType::kF8E4M3);
+  expect_batch_invariant(fixture_dir("deepseek_v3"), DType::kF8E4M3);
 }
 
 // Negative control: the same comparison over a backend whose attention output changes in its last

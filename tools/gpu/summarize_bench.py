@@ -14,7 +14,7 @@ for line in open(sys.argv[1]):
     elif k == "decode":
         print(f'{r["config"]} decode b={r["batch"]:>3} ctx={r["context"]:>5}: {r["tok_s"]:>9.1f} tok/s  step {r["step_ms"]:.2f} ms  {r["achieved_tb_s"]:.2f} TB/s = {100*r["bandwidth_fraction"]:.1f}% of copy, {100*r["read_fraction"]:.1f}% of read{"  (shared KV pages)" if r["shared_kv"] else ""}{"  [graphs]" if r.get("cuda_graphs") else "  [eager]"}  [{r.get("sampler", "no")} sampling]')
     elif k == "decode_attention":
-        print(f'{r["config"]} decode attention b={r["batch"]} ctx={r["context"]}: {r["us"]:.1f} us, {r["effective_tb_s"]:.2f} TB/s effective')
+        print(f'{r["config"]} decode attention b={r["batch"]} ctx={r["context"]} {r.get("kv_dtype", "")}: {r["us"]:.1f} us, {r["effective_tb_s"]:.2f} TB/s effective{"  (shared KV pages)" if r.get("shared_kv") else ""}')
     elif k == "prefill_attention":
         print(f'{r["config"]} prefill attention alone {r["tokens"]}: {r["ms"]:.2f} ms per layer ({r.get("all_layers_ms", float("nan")):.0f} ms all layers), {r["tflop_s"]:.0f} TFLOP/s = {100*r["matmul_fraction"]:.1f}% of GEMM')
     elif k == "decode_product":

@@ -3,9 +3,9 @@
 // kWarps * kRowsPerWarp query rows (token, head) of one sequence that share one KV head, streams
 // that head's keys of one split through shared memory in tiles of 32 (K and V read once for all
 // the group's heads; once in all when they are the same cache, as in MLA), and keeps an online
-// softmax per row. Head sizes up to 256, and MLA's 576 (512 + 64 latent rows), on float32 or bf16
-// caches (bf16 widened to float32 in shared memory). Splits over the key axis (flash-decoding)
-// give long decodes enough blocks; a second kernel combines them in split order.
+// softmax per row. Head sizes up to 256, and MLA's 576 (512 + 64 latent rows), on float32, bf16 or
+// fp8 caches (widened to float32 in shared memory, an fp8 code times its column's scale). Splits over the key axis
+// (flash-decoding) give long decodes enough blocks; a second kernel combines them in split order.
 #include <algorithm>
 #include <cmath>
 
@@ -31,7 +31,7 @@ constexpr int kTileKeys = 32;
 constexpr int kWideDims = 576;
 
 // kDims = head_dim rounded up to a multiple of 32 (lane l owns dims l, l + 32, ...); T: the cache
-// element, float or __nv_bfloat16.
+// element, float, __nv_bfloat16 or KvFp8.
 template <typename T, int kDims, int kRowsPerWarp>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionArgs a) {
   wait_for_previous_grid();
@@ -46,6 +46,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
   const bool shared_kv = a.k_cache == a.v_cache;  // MLA: one latent row is both key and value
   const T* k_cache = static_cast<const T*>(a.k_cache);
   const T* v_cache = static_cast<const T*>(a.v_cache);
+  const float* k_scales = a.params.cache_scales.k;
+  const float* v_scales = a.params.cache_scales.v;
   float* q_tile = reinterpret_cast<float*>(shared_raw);           // [kRows, kDims], pre-scaled
   float* k_tile = q_tile + kRows * kDims;                           // [kTileKeys, kKStride]
   float* v_tile = shared_kv ? k_tile : k_tile + kTileKeys * kKStride;  // [kTileKeys, kKStride]
@@ -149,9 +151,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
       staged_k[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       staged_v[j] = staged_k[j];
       if (p < key_end) {
+        const int64_t column = static_cast<int64_t>(kv_head) * head_dim + i % (kDims / 4) * 4;
         const int64_t offset = key_offset(p) + i % (kDims / 4) * 4;
-        staged_k[j] = detail::load_cache4(k_cache, offset);
-        if (!shared_kv) staged_v[j] = detail::load_cache4(v_cache, offset);
+        staged_k[j] = load_kv4(k_cache, offset, k_scales, column);
+        if (!shared_kv) staged_v[j] = load_kv4(v_cache, offset, v_scales, column);
       }
     }
   };
@@ -180,24 +183,31 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
       }
       detail::cp_async_commit();
       detail::cp_async_wait<0>();
-    } else if (fast && sizeof(T) == 2) {
-      // Wide bf16 rows (MLA's latent cache at prefill): 16-byte loads widened into the float tile.
-      constexpr int kChunks = kDims / 8;
+    } else if (fast) {
+      // Wide bf16 or fp8 rows (MLA's latent cache at prefill): 16-byte loads widened into the float tile.
+      constexpr int kElems = 16 / static_cast<int>(sizeof(T));
+      constexpr int kChunks = kDims / kElems;
       for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * kChunks; i += kWarps * 32) {
         const int32_t p = tile_begin + i / kChunks;
-        const int at = i / kChunks * kKStride + i % kChunks * 8;
-        float kx[8] = {};
-        float vx[8] = {};
+        const int at = i / kChunks * kKStride + i % kChunks * kElems;
+        float kx[kElems] = {};
+        float vx[kElems] = {};
         if (p < key_end) {
-          const int64_t offset = key_offset(p) + i % kChunks * 8;
-          detail::unpack16(*reinterpret_cast<const float4*>(k_cache + offset), k_cache, kx);
-          if (!shared_kv) detail::unpack16(*reinterpret_cast<const float4*>(v_cache + offset), v_cache, vx);
+          const int64_t column = static_cast<int64_t>(kv_head) * head_dim + i % kChunks * kElems;
+          const int64_t offset = key_offset(p) + i % kChunks * kElems;
+          unpack16(*reinterpret_cast<const float4*>(k_cache + offset), k_cache, kx);
+          scale_kv<kElems>(kx, k_scales, column);
+          if (!shared_kv) {
+            unpack16(*reinterpret_cast<const float4*>(v_cache + offset), v_cache, vx);
+            scale_kv<kElems>(vx, v_scales, column);
+          }
         }
-        *reinterpret_cast<float4*>(k_tile + at) = make_float4(kx[0], kx[1], kx[2], kx[3]);
-        *reinterpret_cast<float4*>(k_tile + at + 4) = make_float4(kx[4], kx[5], kx[6], kx[7]);
-        if (!shared_kv) {
-          *reinterpret_cast<float4*>(v_tile + at) = make_float4(vx[0], vx[1], vx[2], vx[3]);
-          *reinterpret_cast<float4*>(v_tile + at + 4) = make_float4(vx[4], vx[5], vx[6], vx[7]);
+#pragma unroll
+        for (int e = 0; e < kElems; e += 4) {
+          *reinterpret_cast<float4*>(k_tile + at + e) = make_float4(kx[e], kx[e + 1], kx[e + 2], kx[e + 3]);
+          if (!shared_kv) {
+            *reinterpret_cast<float4*>(v_tile + at + e) = make_float4(vx[e], vx[e + 1], vx[e + 2], vx[e + 3]);
+          }
         }
       }
     } else {
@@ -208,9 +218,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(AttentionA
         float kx = 0.0f;
         float vx = 0.0f;
         if (p < key_end && d < head_dim) {
+          const int64_t column = static_cast<int64_t>(kv_head) * head_dim + d;
           const int64_t offset = key_offset(p) + d;
-          kx = detail::cache_to_f32(k_cache[offset]);
-          vx = detail::cache_to_f32(v_cache[offset]);
+          kx = load_kv(k_cache, offset, k_scales, column);
+          vx = load_kv(v_cache, offset, v_scales, column);
         }
         k_tile[key * kKStride + d] = kx;
         if (!shared_kv) v_tile[key * kKStride + d] = vx;
@@ -488,9 +499,9 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
   if (batch.num_seqs == 0 || batch.num_tokens == 0) return;
   DI_CHECK(front == nullptr || (plan.balanced_splits && !general_kernel_needed(batch, params)),
            "paged_attention folds the front end only into a decode-only tensor-core plan");
-  const bool bf16_cache = params.cache_dtype == DType::kBF16;
-  DI_CHECK(params.cache_dtype == DType::kF32 || bf16_cache,
-           "paged_attention: cache dtype " << dtype_name(params.cache_dtype) << " with head_dim " << params.head_dim);
+  DI_CHECK(
+      params.cache_dtype == DType::kF32 || params.cache_dtype == DType::kBF16 || params.cache_dtype == DType::kF8E4M3,
+      "paged_attention: cache dtype " << dtype_name(params.cache_dtype) << " with head_dim " << params.head_dim);
   const bool decode_kernel = detail::decode_kernel_fits(params);
   AttentionArgs args{q,
                      k_cache,
@@ -511,8 +522,10 @@ void paged_attention(const float* q, const void* k_cache, const void* v_cache, c
     const int32_t rpw = rows_per_warp(batch, params);
     const int32_t rows = kWarps * rpw;
     const auto row_tiles = static_cast<unsigned>((int64_t{batch.max_query_len} * group + rows - 1) / rows);
-    if (bf16_cache) {
+    if (params.cache_dtype == DType::kBF16) {
       launch_general<__nv_bfloat16>(args, rpw, row_tiles, stream);
+    } else if (params.cache_dtype == DType::kF8E4M3) {
+      launch_general<KvFp8>(args, rpw, row_tiles, stream);
     } else {
       launch_general<float>(args, rpw, row_tiles, stream);
     }

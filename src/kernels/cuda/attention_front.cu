@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_front_end_kernel(Attent
 }
 
 template <typename T, bool kLeanCarveout>
-void launch_front_end(const AttentionFrontEnd& front, dim3 grid, size_t shared_bytes, cudaStream_t stream) {
+void launch_variant(const AttentionFrontEnd& front, dim3 grid, size_t shared_bytes, cudaStream_t stream) {
   if constexpr (kLeanCarveout) {
     // Shared memory grows with head_dim: the preference follows the largest launch so far.
     static std::atomic<size_t> preferred_for{0};
@@ -64,6 +64,16 @@ void launch_front_end(const AttentionFrontEnd& front, dim3 grid, size_t shared_b
   launch_dependent(attention_front_end_kernel<T, kLeanCarveout>, grid, dim3(kWarps * 32), shared_bytes, stream, front);
 }
 
+template <typename T>
+void launch_front_end(const AttentionFrontEnd& front, dim3 grid, size_t shared_bytes, bool lean, cudaStream_t stream) {
+  if (lean) {
+    launch_variant<T, true>(front, grid, shared_bytes, stream);
+  } else {
+    launch_variant<T, false>(front, grid, shared_bytes, stream);
+  }
+  DI_CUDA_CHECK_LAUNCH("attention_front_end_kernel");
+}
+
 }  // namespace
 
 void attention_front_end(const AttentionFrontEnd& front, cudaStream_t stream) {
@@ -75,21 +85,17 @@ void attention_front_end(const AttentionFrontEnd& front, cudaStream_t stream) {
   const size_t shared_bytes =
       (static_cast<size_t>(front.rotary_dim / 2) * 2 + size_t{kWarps} * static_cast<size_t>(front.head_dim)) *
       sizeof(float);
-  DI_CHECK(front.cache_dtype == DType::kBF16 || front.cache_dtype == DType::kF32,
-           "attention_front_end: cache dtype " << dtype_name(front.cache_dtype));
   // A decode step's few blocks (one per SM at most) run between GEMVs: they take the lean twin.
-  if (int64_t{grid.x} * grid.y <= multiprocessor_count()) {
-    if (front.cache_dtype == DType::kBF16) {
-      launch_front_end<__nv_bfloat16, true>(front, grid, shared_bytes, stream);
-    } else {
-      launch_front_end<float, true>(front, grid, shared_bytes, stream);
-    }
-  } else if (front.cache_dtype == DType::kBF16) {
-    launch_front_end<__nv_bfloat16, false>(front, grid, shared_bytes, stream);
-  } else {
-    launch_front_end<float, false>(front, grid, shared_bytes, stream);
+  const bool lean = int64_t{grid.x} * grid.y <= multiprocessor_count();
+  switch (front.cache_dtype) {
+    case DType::kBF16:
+      return launch_front_end<__nv_bfloat16>(front, grid, shared_bytes, lean, stream);
+    case DType::kF8E4M3:
+      return launch_front_end<KvFp8>(front, grid, shared_bytes, lean, stream);
+    default:
+      DI_CHECK(front.cache_dtype == DType::kF32, "attention_front_end: cache dtype " << dtype_name(front.cache_dtype));
+      return launch_front_end<float>(front, grid, shared_bytes, lean, stream);
   }
-  DI_CUDA_CHECK_LAUNCH("attention_front_end_kernel");
 }
 
 }  // namespace deepinfer::kernels::cuda

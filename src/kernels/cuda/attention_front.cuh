@@ -6,14 +6,10 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/kv_cache.cuh"
 #include "kernels/ops.h"
 
 namespace deepinfer::kernels::cuda::front_detail {
-
-__device__ __forceinline__ void store(float* cache, int64_t at, float x) { cache[at] = x; }
-__device__ __forceinline__ void store(__nv_bfloat16* cache, int64_t at, float x) {
-  cache[at] = __float2bfloat16_rn(x);
-}
 
 // The token's rotation table (rotary_dim / 2 cos and sin entries) by num_threads threads, as
 // rope_kernel computes it per token.
@@ -64,7 +60,7 @@ __device__ inline void front_end_head(const AttentionFrontEnd& f, int64_t t, boo
 }
 
 // One warp: the rotated k row of head h (front_end_head's row) and token t's v row into the caches
-// at the token's slot; nothing for a slot < 0.
+// at the token's slot (as write_kv stores them, kv_cache.cuh); nothing for a slot < 0.
 template <typename T>
 __device__ inline void write_kv_row(const AttentionFrontEnd& f, int64_t t, int32_t h, const float* row, int lane) {
   const int64_t slot = f.slot_mapping[t];
@@ -74,9 +70,10 @@ __device__ inline void write_kv_row(const AttentionFrontEnd& f, int64_t t, int32
   const float* v = f.v + t * f.v_stride + int64_t{h} * head_dim;
   T* k_cache = static_cast<T*>(f.k_cache) + at;
   T* v_cache = static_cast<T*>(f.v_cache) + at;
+  const int64_t column = int64_t{h} * head_dim;
   for (int32_t d = lane; d < head_dim; d += 32) {
-    store(k_cache, d, row[d]);
-    store(v_cache, d, v[d]);
+    store_kv(k_cache, d, row[d], f.cache_scales.k, column + d);
+    store_kv(v_cache, d, v[d], f.cache_scales.v, column + d);
   }
 }
 

@@ -1,6 +1,6 @@
 // What the paged attention kernels share (attention.cu: the general kernel, the split combine and
 // the plan; attention_decode.cu: the single-token decode kernel): the launch argument struct, the
-// split workspace layout, cp.async copies into shared memory, and float32 / bf16 cache element loads.
+// split workspace layout and cp.async copies into shared memory (cache elements: kv_cache.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/kv_cache.cuh"
 
 namespace deepinfer::kernels::cuda::detail {
 
@@ -123,38 +124,6 @@ __device__ __forceinline__ void write_decode_result(const AttentionArgs& a, int3
     denom = denom * rescale + exp2f(sink - m_sink);
   }
   a.out[(token * a.params.num_heads + head) * dims + d] = sum * rescale / denom;
-}
-
-// Cache elements as float32: a cache is float or __nv_bfloat16.
-__device__ __forceinline__ float cache_to_f32(float x) { return x; }
-__device__ __forceinline__ float cache_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// Four consecutive cache elements from element offset at (a multiple of 4).
-__device__ __forceinline__ float4 load_cache4(const float* cache, int64_t at) {
-  return *reinterpret_cast<const float4*>(cache + at);
-}
-__device__ __forceinline__ float4 load_cache4(const __nv_bfloat16* cache, int64_t at) {
-  const uint2 bits = *reinterpret_cast<const uint2*>(cache + at);
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-
-// The 16 / sizeof(T) cache elements of a 16-byte copy, as float32.
-__device__ __forceinline__ void unpack16(const float4& raw, const float* /*tag*/, float* out) {
-  out[0] = raw.x;
-  out[1] = raw.y;
-  out[2] = raw.z;
-  out[3] = raw.w;
-}
-__device__ __forceinline__ void unpack16(const float4& raw, const __nv_bfloat16* /*tag*/, float* out) {
-  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 x = __bfloat1622float2(pairs[j]);
-    out[2 * j] = x.x;
-    out[2 * j + 1] = x.y;
-  }
 }
 
 // 16 bytes global -> shared without passing through registers; valid == false writes zeros and

@@ -1,20 +1,20 @@
 // Flash-attention-2 style paged prefill on tensor cores (mma.sync m16n8k16, bf16 in, fp32 out).
-// A first kernel copies the keys and values the step's queries can see from the paged cache (f32 or
-// bf16) to a bf16 workspace, contiguous per (sequence, kv head): reading pages in place measured
-// slower (a block-table lookup per key and chunk in the tile loader). The attention kernel streams
-// 64-key tiles of it through shared memory with cp.async (double-buffered) and keeps an fp32 online softmax
-// per row. A block takes the query rows (token, head) of one sequence that share one kv head, so the
-// group's heads share every K/V tile; each of its 4 warps owns 16 rows, or 32 for long prompts.
+// A first kernel copies the keys and values the step's queries can see from the paged cache (f32,
+// bf16 or fp8 codes times their scales) to a bf16 workspace, contiguous per (sequence, kv head): reading pages in place
+// measured slower (a block-table lookup per key and chunk in the tile loader). The attention kernel streams 64-key
+// tiles of it through shared memory with cp.async (double-buffered) and keeps an fp32 online softmax per row. A block
+// takes the query rows (token, head) of one sequence that share one kv head, so the group's heads share every K/V tile;
+// each of its 4 warps owns 16 rows, or 32 for long prompts.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
-
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/head_gemm.h"
+#include "kernels/cuda/kv_cache.cuh"
 #include "kernels/cuda/mma_util.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -65,11 +65,15 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Four cache elements at element offset at, as bf16: rounded from float32, or copied.
-__device__ __forceinline__ uint2 load_bf16x4(const float* cache, int64_t at) {
-  return to_bf16x4(*reinterpret_cast<const float4*>(cache + at));
+// Four cache elements at element offset at (of the row's columns column..), as bf16: copied, or
+// rounded from their float32 values (an fp8 code times its scale, kv_cache.cuh).
+template <typename T>
+__device__ __forceinline__ uint2 load_bf16x4(const T* cache, int64_t at, const float* scales, int64_t column) {
+  return to_bf16x4(load_kv4(cache, at, scales, column));
 }
-__device__ __forceinline__ uint2 load_bf16x4(const __nv_bfloat16* cache, int64_t at) {
+template <>
+__device__ __forceinline__ uint2 load_bf16x4(const __nv_bfloat16* cache, int64_t at, const float* /*scales*/,
+                                             int64_t /*column*/) {
   return *reinterpret_cast<const uint2*>(cache + at);
 }
 
@@ -105,8 +109,8 @@ __global__ void __launch_bounds__(256) gather_kv_kernel(GatherArgs<T> a) {
     const int64_t dst =
         ((static_cast<int64_t>(seq) * a.params.num_kv_heads + e / head_dim) * a.max_keys + p) * head_dim +
         e % head_dim;
-    *reinterpret_cast<uint2*>(a.k + dst) = load_bf16x4(a.k_cache, src);
-    if (a.v != nullptr) *reinterpret_cast<uint2*>(a.v + dst) = load_bf16x4(a.v_cache, src);
+    *reinterpret_cast<uint2*>(a.k + dst) = load_bf16x4(a.k_cache, src, a.params.cache_scales.k, e);
+    if (a.v != nullptr) *reinterpret_cast<uint2*>(a.v + dst) = load_bf16x4(a.v_cache, src, a.params.cache_scales.v, e);
   }
 }
 
@@ -465,14 +469,28 @@ void launch_for_rows(const PrefillArgs& args, cudaStream_t stream) {
 }
 
 template <typename T>
-void gather_kv(const void* k_cache, const void* v_cache, const PagedBatch& batch, const AttentionParams& params,
-               int64_t max_keys, __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream) {
+void launch_gather(const void* k_cache, const void* v_cache, const PagedBatch& batch, const AttentionParams& params,
+                   int64_t max_keys, __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream) {
   const GatherArgs<T> gather{static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), batch, params, max_keys,
                              k, v};
   const dim3 grid(static_cast<unsigned>((max_keys + kGatherKeys - 1) / kGatherKeys),
                   static_cast<unsigned>(batch.num_seqs));
   gather_kv_kernel<T><<<grid, 256, 0, stream>>>(gather);
   DI_CUDA_CHECK_LAUNCH("gather_kv_kernel");
+}
+
+// The step's visible keys and values (of params.cache_dtype, with params.cache_scales) as bf16.
+void gather_kv(const void* k_cache, const void* v_cache, const PagedBatch& batch, const AttentionParams& params,
+               int64_t max_keys, __nv_bfloat16* k, __nv_bfloat16* v, cudaStream_t stream) {
+  switch (params.cache_dtype) {
+    case DType::kBF16:
+      return launch_gather<__nv_bfloat16>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
+    case DType::kF8E4M3:
+      return launch_gather<KvFp8>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
+    default:
+      DI_CHECK(params.cache_dtype == DType::kF32, "prefill attention: cache dtype " << dtype_name(params.cache_dtype));
+      return launch_gather<float>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
+  }
 }
 
 }  // namespace
@@ -496,12 +514,7 @@ void prefill_attention(const float* q, const void* k_cache, const void* v_cache,
   const int64_t max_keys = max_keys_of(batch);
   auto* k = static_cast<__nv_bfloat16*>(workspace);
   __nv_bfloat16* v = k + static_cast<int64_t>(batch.num_seqs) * params.num_kv_heads * max_keys * params.head_dim;
-  if (params.cache_dtype == DType::kBF16) {
-    gather_kv<__nv_bfloat16>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
-  } else {
-    DI_CHECK(params.cache_dtype == DType::kF32, "prefill_attention: cache dtype " << dtype_name(params.cache_dtype));
-    gather_kv<float>(k_cache, v_cache, batch, params, max_keys, k, v, stream);
-  }
+  gather_kv(k_cache, v_cache, batch, params, max_keys, k, v, stream);
   const int64_t head_stride = max_keys * params.head_dim;
   KvLayout kv;
   kv.k = k;
@@ -519,7 +532,7 @@ void prefill_attention(const float* q, const void* k_cache, const void* v_cache,
 
 bool mla_prefill_supported(const MlaExpandedAttention& a) {
   return a.nope == 128 && a.rope == 64 && a.v_dim == 128 && a.kv_b.dtype == DType::kBF16 &&
-         (a.cache_dtype == DType::kBF16 || a.cache_dtype == DType::kF32);
+         (a.cache_dtype == DType::kBF16 || a.cache_dtype == DType::kF32 || a.cache_dtype == DType::kF8E4M3);
 }
 
 size_t mla_prefill_workspace_bytes(const PagedBatch& batch, const MlaExpandedAttention& a) {
@@ -545,11 +558,9 @@ void mla_prefill_attention(const PagedBatch& batch, const MlaExpandedAttention& 
   gather_params.num_heads = 1;
   gather_params.num_kv_heads = 1;
   gather_params.head_dim = static_cast<int32_t>(row);
-  if (a.cache_dtype == DType::kBF16) {
-    gather_kv<__nv_bfloat16>(a.latent_cache, nullptr, batch, gather_params, max_keys, latent, nullptr, stream);
-  } else {
-    gather_kv<float>(a.latent_cache, nullptr, batch, gather_params, max_keys, latent, nullptr, stream);
-  }
+  gather_params.cache_dtype = a.cache_dtype;
+  gather_params.cache_scales = a.cache_scales;
+  gather_kv(a.latent_cache, nullptr, batch, gather_params, max_keys, latent, nullptr, stream);
   // Rows past a sequence's length expand garbage that the attention kernel never loads.
   gemm.bf16_product(latent, row, a.kv_b, batch.num_seqs * max_keys, expanded, stream);
   KvLayout kv;

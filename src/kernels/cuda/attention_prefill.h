@@ -23,7 +23,7 @@ size_t prefill_attention_workspace_bytes(const PagedBatch& batch, const Attentio
 
 // The contract of kernels::paged_attention (ops.h) on device pointers, enqueued on stream:
 // q [num_tokens, num_heads, head_dim] f32, k_cache/v_cache [num_blocks, block_size, num_kv_heads,
-// head_dim] of params.cache_dtype (kF32 or kBF16), out [num_tokens, num_heads, head_dim] f32.
+// head_dim] of params.cache_dtype (kF32, kBF16 or kF8E4M3), out [num_tokens, num_heads, head_dim] f32.
 // workspace holds prefill_attention_workspace_bytes(batch, params) bytes. Needs
 // prefill_attention_supported(params).
 void prefill_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,

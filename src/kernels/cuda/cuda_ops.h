@@ -30,9 +30,9 @@ void gelu_mul(const float* gate, const float* up, int64_t count, float* out, cud
 void add(const float* a, const float* b, int64_t count, float* out, cudaStream_t stream);
 void scale(const float* x, int64_t count, float factor, float* out, cudaStream_t stream);
 void softcap(const float* x, int64_t count, float cap, float* out, cudaStream_t stream);
-// cache_dtype kF32 or kBF16 (rounded to nearest even).
+// cache_dtype kF32, kBF16 (rounded to nearest even) or kF8E4M3 (codes of value / scale, KvScales).
 void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-              DType cache_dtype, void* k_cache, void* v_cache, cudaStream_t stream);
+              DType cache_dtype, KvScales scales, void* k_cache, void* v_cache, cudaStream_t stream);
 
 // Matmul helpers. y[r, :] += bias for num_rows rows; bias: [1, cols] of any weight dtype.
 void add_bias(float* y, const WeightView& bias, int64_t num_rows, cudaStream_t stream);
@@ -68,8 +68,8 @@ struct AttentionPlan {
 // num_sms multiprocessors. Needs batch.num_tokens and batch.max_query_len (host-side sizes).
 AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParams& params, int32_t fixed_split_keys,
                                    int32_t num_sms);
-// Caches of params.cache_dtype: kF32 or kBF16 (MLA's bf16 latent head decodes on its own tensor-core
-// kernel).
+// Caches of params.cache_dtype: kF32, kBF16 or kF8E4M3 with params.cache_scales (MLA's bf16 latent
+// head decodes on its own tensor-core kernel).
 // front, when given (only with plan.balanced_splits: decode-only bf16 batches outside the invariant
 // mode), is the attention front end of this batch folded into the decode kernel, in place of an
 // attention_front_end launch before this one: q is then unused, the rotated q read from front.q,

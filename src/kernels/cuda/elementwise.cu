@@ -1,5 +1,5 @@
 // Element-wise CUDA kernels: activations, add/scale/softcap, embedding gather, KV-cache writes
-// (float32 or bf16 caches), bias add and float32 -> bf16/f16 casts for the matmul inputs; the
+// (float32, bf16 or fp8 caches), bias add and float32 -> bf16/f16 casts for the matmul inputs; the
 // benchmarks' random fill and read-only stream.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/kv_cache.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -65,40 +66,33 @@ __global__ void embedding_kernel(const void* table, DType dtype, int64_t cols, c
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = load_as_f32(table, dtype, row * cols + c);
 }
 
-// One block per token; 16-byte reads when kv_dim is a multiple of 4. A bf16 cache gets each value
-// rounded to nearest even.
-__device__ __forceinline__ void store_kv(float* cache, int64_t at, float4 x) {
-  *reinterpret_cast<float4*>(cache + at) = x;
-}
-__device__ __forceinline__ void store_kv(__nv_bfloat16* cache, int64_t at, float4 x) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y);
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z, x.w);
-  uint2 bits;
-  bits.x = *reinterpret_cast<const uint32_t*>(&lo);
-  bits.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(cache + at) = bits;
-}
-__device__ __forceinline__ void store_kv(float* cache, int64_t at, float x) { cache[at] = x; }
-__device__ __forceinline__ void store_kv(__nv_bfloat16* cache, int64_t at, float x) { cache[at] = __float2bfloat16_rn(x); }
-
+// One block per token; 16-byte reads when kv_dim is a multiple of 4. Each value is stored as the
+// cache's element (kv_cache.cuh): rounded to bf16, or an fp8 code of value / its column's scale.
 template <typename T>
 __global__ void write_kv_kernel(const float* k, const float* v, const int32_t* slot_mapping, int64_t kv_dim,
-                                T* k_cache, T* v_cache) {
+                                KvScales scales, T* k_cache, T* v_cache) {
   const int64_t slot = slot_mapping[blockIdx.x];
   if (slot < 0) return;
   const int64_t src = blockIdx.x * kv_dim;
   const int64_t dst = slot * kv_dim;
   if (kv_dim % 4 == 0) {
     for (int64_t c = threadIdx.x; c < kv_dim / 4; c += blockDim.x) {
-      store_kv(k_cache, dst + 4 * c, reinterpret_cast<const float4*>(k + src)[c]);
-      store_kv(v_cache, dst + 4 * c, reinterpret_cast<const float4*>(v + src)[c]);
+      store_kv4(k_cache, dst + 4 * c, reinterpret_cast<const float4*>(k + src)[c], scales.k, 4 * c);
+      store_kv4(v_cache, dst + 4 * c, reinterpret_cast<const float4*>(v + src)[c], scales.v, 4 * c);
     }
   } else {
     for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-      store_kv(k_cache, dst + c, k[src + c]);
-      store_kv(v_cache, dst + c, v[src + c]);
+      store_kv(k_cache, dst + c, k[src + c], scales.k, c);
+      store_kv(v_cache, dst + c, v[src + c], scales.v, c);
     }
   }
+}
+
+template <typename T>
+void launch_write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
+                     KvScales scales, void* k_cache, void* v_cache, cudaStream_t stream) {
+  write_kv_kernel<T><<<static_cast<unsigned>(num_tokens), 128, 0, stream>>>(
+      k, v, slot_mapping, kv_dim, scales, static_cast<T*>(k_cache), static_cast<T*>(v_cache));
 }
 
 __global__ void add_bias_kernel(float* y, const void* bias, DType dtype, int64_t cols, int64_t count) {
@@ -233,16 +227,18 @@ void embedding(const WeightView& table, const int32_t* token_ids, int64_t num_to
 }
 
 void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-              DType cache_dtype, void* k_cache, void* v_cache, cudaStream_t stream) {
+              DType cache_dtype, KvScales scales, void* k_cache, void* v_cache, cudaStream_t stream) {
   if (num_tokens == 0) return;
-  const auto blocks = static_cast<unsigned>(num_tokens);
-  if (cache_dtype == DType::kBF16) {
-    write_kv_kernel<<<blocks, 128, 0, stream>>>(k, v, slot_mapping, kv_dim, static_cast<__nv_bfloat16*>(k_cache),
-                                                static_cast<__nv_bfloat16*>(v_cache));
-  } else {
-    DI_CHECK(cache_dtype == DType::kF32, "write_kv: cache dtype " << dtype_name(cache_dtype));
-    write_kv_kernel<<<blocks, 128, 0, stream>>>(k, v, slot_mapping, kv_dim, static_cast<float*>(k_cache),
-                                                static_cast<float*>(v_cache));
+  switch (cache_dtype) {
+    case DType::kBF16:
+      launch_write_kv<__nv_bfloat16>(k, v, slot_mapping, num_tokens, kv_dim, scales, k_cache, v_cache, stream);
+      break;
+    case DType::kF8E4M3:
+      launch_write_kv<KvFp8>(k, v, slot_mapping, num_tokens, kv_dim, scales, k_cache, v_cache, stream);
+      break;
+    default:
+      DI_CHECK(cache_dtype == DType::kF32, "write_kv: cache dtype " << dtype_name(cache_dtype));
+      launch_write_kv<float>(k, v, slot_mapping, num_tokens, kv_dim, scales, k_cache, v_cache, stream);
   }
   DI_CUDA_CHECK_LAUNCH("write_kv_kernel");
 }

@@ -239,11 +239,6 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options
     return Error{std::string("--device cuda: no usable CUDA device (") +
                  (status != cudaSuccess ? cudaGetErrorString(status) : "none found") + ")"};
   }
-  if (options.kv_cache_dtype == DType::kF8E4M3) {
-    return Error{
-        "kv_cache_dtype fp8 (--kv-cache-dtype): the CUDA kernels do not read fp8 KV caches yet (issue 27); "
-        "use float32, bfloat16 or auto on the CUDA device, or fp8 on the CPU"};
-  }
   if (options.batch_invariant && options.kv_cache_dtype == DType::kBF16) {
     return Error{
         "kv_cache_dtype bfloat16 (--kv-cache-dtype) with batch-invariant mode: the CUDA backend keeps "

@@ -166,8 +166,8 @@ class CudaBackend final : public Backend {
     kc::softcap(x, count, cap, out, stream_.for_op());
   }
   void write_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens, int64_t kv_dim,
-                DType cache_dtype, kernels::KvScales /*scales*/, void* k_cache, void* v_cache) override {
-    kc::write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, k_cache, v_cache, stream_.for_op());
+                DType cache_dtype, kernels::KvScales scales, void* k_cache, void* v_cache) override {
+    kc::write_kv(k, v, slot_mapping, num_tokens, kv_dim, cache_dtype, scales, k_cache, v_cache, stream_.for_op());
   }
   void attention_front_end(const kernels::AttentionFrontEnd& front) override {
     kc::attention_front_end(front, stream_.for_op());
