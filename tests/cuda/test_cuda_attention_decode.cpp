@@ -52,7 +52,8 @@ TEST(CudaAttentionBf16Cache, DecodeMatchesReference) {
 // around a step and a block's four steps, one token, one page, pages of 1 and 5 keys, GQA 1 to 8
 // (rows 8-15 of its MMA hold q's low parts), in both modes: the plan's many splits for a few
 // sequences, and the invariant mode's fixed 512-key splits that always combine. Its q and p carry
-// ~16 bits (bf16 pairs) against exact bf16 keys and values: the float32 tolerance still holds.
+// ~16 bits (bf16 pairs) against exact bf16 keys and values: the float32 tolerance still holds. Every
+// other case reads an fp8 cache (f16 pairs against exact codes, scales folded outside the MMAs).
 TEST(CudaAttentionBf16Cache, MmaDecodeEdgesMatchReference) {
   std::mt19937 rng(53);
   const std::vector<SeqSpec> seqs = {{1, 1},  {15, 1}, {16, 1},   {17, 1},  {63, 1},
@@ -71,7 +72,8 @@ TEST(CudaAttentionBf16Cache, MmaDecodeEdgesMatchReference) {
           c.head_dim = head_dim;
           c.window = std::array<int32_t, 3>{0, 16, 700}[static_cast<size_t>(index % 3)];
           c.sinks = index % 4 == 1;
-          c.cache_dtype = DType::kBF16;
+          // Every other case over fp8 codes (f16 MMAs, permuted fragments, folded scales).
+          c.cache_dtype = index % 2 == 0 ? DType::kBF16 : DType::kF8E4M3;
           const HostBatch b = make_batch(c, rng);
           expect_close(run_device(*backend, c, b), run_reference(c, b), 2e-5, 1e-4, describe(c));
           ++index;

@@ -1,9 +1,8 @@
 // The attention front end folded into the tensor-core decode kernel (Backend::attention_with_front_end
 // on CUDA) against the two launches it replaces (the front-end kernel, then paged attention): the
 // same output and the same cache bits, over head sizes, GQA groups, qk-norm, partial and interleaved
-// rotary, page sizes, windows, sinks, skipped cache writes, one sequence to many (the lean twin and
-// the wide grid), and the batch-invariant mode and rows sharing one sequence (which keep the two
-// launches).
+// rotary, page sizes, windows, sinks, skipped cache writes, bf16 and fp8 caches, one sequence to many (the lean twin
+// and the wide grid), and the batch-invariant mode and rows sharing one sequence (which keep the two launches).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,26 +71,41 @@ FoldInputs make_inputs(const FoldCase& c, std::mt19937& rng) {
 
 struct FoldResult {
   std::vector<uint32_t> out;  // float bits
-  std::vector<uint16_t> k_cache, v_cache;
+  std::vector<uint8_t> k_cache, v_cache;
   bool q_out_written = false;
 };
+
+// A cache's bytes (bf16 values or fp8 codes) with the new tokens' rows as NaN: a read before the
+// write would show.
+std::vector<uint8_t> cache_bytes(const AttentionCase& a, const std::vector<float>& values,
+                                 const std::vector<uint8_t>& codes, const std::vector<int32_t>& slots) {
+  const bool fp8 = a.cache_dtype == DType::kF8E4M3;
+  std::vector<uint8_t> bytes = codes;
+  if (!fp8) {
+    const std::vector<uint16_t> bits = to_bf16_bits(values);
+    bytes.resize(bits.size() * sizeof(uint16_t));
+    std::memcpy(bytes.data(), bits.data(), bytes.size());
+  }
+  const size_t row = static_cast<size_t>(a.num_kv_heads) * static_cast<size_t>(a.head_dim) * (fp8 ? 1 : 2);
+  for (int32_t slot : slots) {
+    if (slot < 0) continue;
+    for (size_t i = 0; i < row; ++i) {
+      bytes[static_cast<size_t>(slot) * row + i] = fp8 ? uint8_t{0x7f} : (i % 2 == 0 ? uint8_t{0xc0} : uint8_t{0x7f});
+    }
+  }
+  return bytes;
+}
 
 FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool fold) {
   const AttentionCase& a = c.attention;
   const HostBatch& b = in.batch;
   DeviceTables tables = upload_tables(backend, a, b);
   tables.batch.rows_share_sequences = c.one_sequence;
-  // The new tokens' cache rows start as NaN: a read before the write would show.
-  std::vector<uint16_t> k_bits = to_bf16_bits(b.k_cache);
-  std::vector<uint16_t> v_bits = to_bf16_bits(b.v_cache);
+  const std::vector<uint8_t> k_bytes = cache_bytes(a, b.k_cache, b.k_codes, in.slots);
+  const std::vector<uint8_t> v_bytes = cache_bytes(a, b.v_cache, b.v_codes, in.slots);
   const int64_t kv_dim = int64_t{a.num_kv_heads} * a.head_dim;
-  for (int32_t slot : in.slots) {
-    if (slot < 0) continue;
-    std::fill_n(k_bits.begin() + slot * kv_dim, kv_dim, uint16_t{0x7fc0});
-    std::fill_n(v_bits.begin() + slot * kv_dim, kv_dim, uint16_t{0x7fc0});
-  }
-  DeviceBuffer k_cache = upload(backend, k_bits);
-  DeviceBuffer v_cache = upload(backend, v_bits);
+  DeviceBuffer k_cache = upload(backend, k_bytes);
+  DeviceBuffer v_cache = upload(backend, v_bytes);
   DeviceBuffer qkv = upload(backend, in.qkv);
   const size_t q_count = static_cast<size_t>(b.num_tokens) * a.num_heads * a.head_dim;
   DeviceBuffer q_out = upload(backend, std::vector<float>(q_count, std::numeric_limits<float>::quiet_NaN()));
@@ -124,7 +138,8 @@ FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool f
   f.attention_scaling = 1.25f;
   f.layout = c.layout;
   f.slot_mapping = slots.as<int32_t>();
-  f.cache_dtype = DType::kBF16;
+  f.cache_dtype = a.cache_dtype;
+  f.cache_scales = tables.params.cache_scales;
   f.k_cache = k_cache.data();
   f.v_cache = v_cache.data();
   if (fold) {
@@ -135,8 +150,8 @@ FoldResult run(Backend& backend, const FoldCase& c, const FoldInputs& in, bool f
 
   FoldResult result;
   result.out = download<uint32_t>(backend, out, q_count);
-  result.k_cache = download<uint16_t>(backend, k_cache, k_bits.size());
-  result.v_cache = download<uint16_t>(backend, v_cache, v_bits.size());
+  result.k_cache = download<uint8_t>(backend, k_cache, k_bytes.size());
+  result.v_cache = download<uint8_t>(backend, v_cache, v_bytes.size());
   for (float x : download<float>(backend, q_out, q_count)) result.q_out_written = result.q_out_written || !std::isnan(x);
   return result;
 }
@@ -205,6 +220,29 @@ TEST(CudaAttentionFrontFold, SameBitsAsTheTwoLaunches) {
     llama.attention.cache_dtype = DType::kBF16;
     expect_same_bits(*backend, llama, rng, true);
   }
+  // fp8 caches (their column scales in the writes and the products): every head size, GQA 1 to 8,
+  // windows, sinks, a skipped write, and Llama-3-8B's shape at batch 16.
+  index = 0;
+  for (int32_t head_dim : {64, 128, 256}) {
+    for (int32_t group : {1, 4, 8}) {
+      FoldCase c;
+      c.attention = gqa_case(decode_seqs({1, 16, 17, 300, 2049}), index % 2 == 0 ? 16 : 5, group, head_dim,
+                             index % 3 == 1 ? 64 : 0, index % 4 == 2);
+      c.attention.cache_dtype = DType::kF8E4M3;
+      c.qk_norm = index % 2 == 1;
+      c.skipped_seq = index % 3 == 2 ? 1 : -1;
+      expect_same_bits(*backend, c, rng, true);
+      ++index;
+    }
+  }
+  FoldCase llama_fp8;
+  llama_fp8.attention.seqs =
+      decode_seqs({1024, 963, 902, 841, 780, 719, 658, 597, 536, 475, 414, 353, 292, 231, 170, 109});
+  llama_fp8.attention.num_heads = 32;
+  llama_fp8.attention.num_kv_heads = 8;
+  llama_fp8.attention.head_dim = 128;
+  llama_fp8.attention.cache_dtype = DType::kF8E4M3;
+  expect_same_bits(*backend, llama_fp8, rng, true);
 }
 
 // The batch-invariant mode's fixed splits are not the folded kernel's plan: the two launches run,

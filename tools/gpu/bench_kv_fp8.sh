@@ -15,7 +15,7 @@ SUMMARY="$OUT/summary_kv_fp8.txt"
 MODEL=/tmp/deepinfer-kv-fp8-model
 : > "$SUMMARY"
 timeout 300 "$BIN/test_cuda" --gtest_color=no \
-  --gtest_filter='CudaKvFp8.*:CudaAttentionFp8Cache.*:CudaAttentionInvariance.*:CudaAttentionFrontEnd.*:CudaBatchInvariance.Fp8*' \
+  --gtest_filter='CudaKvFp8.*:CudaAttentionFp8Cache.*:CudaAttentionInvariance.*:CudaAttentionFrontEnd.*:CudaAttentionFrontFold.*:CudaAttentionBf16Cache.MmaDecodeEdges*:CudaMlaPrefill.*:CudaBatchInvariance.Fp8*' \
   > "$OUT/test_kv_fp8.log" 2>&1
 echo "test_cuda fp8 KV: exit $?; $(grep -c '^\[       OK \]' "$OUT/test_kv_fp8.log") passed, $(grep -c '^\[  FAILED  \].*ms)' "$OUT/test_kv_fp8.log") failed" | tee -a "$SUMMARY"
 grep -E 'fast path vs transformers|fp8 KV vs transformers|FAILED' "$OUT/test_kv_fp8.log" | tee -a "$SUMMARY"

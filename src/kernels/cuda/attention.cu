@@ -440,9 +440,10 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
     // The MLA decode kernel's blocks each take 16 of the latent head's query heads.
     const int64_t head_blocks = mla_decode ? detail::mla_decode_head_blocks(params) : 1;
     const int64_t base_blocks = row_tiles * params.num_kv_heads * head_blocks * batch.num_seqs;
-    const bool bf16_decode = decode_only && params.cache_dtype == DType::kBF16;
+    // The tensor-core decode kernels (bf16 and fp8 caches).
+    const bool mma_kernel_decode = decode_only && params.cache_dtype != DType::kF32;
     int64_t wanted = 1;
-    if (bf16_decode) {
+    if (mma_kernel_decode) {
       // Whole waves: the fewest waves of resident blocks that at least 85 % fill, so no short tail
       // wave keeps a few SMs busy while the rest idle.
       const int64_t slots = int64_t{detail::decode_resident_blocks(params)} * num_sms;
@@ -465,7 +466,7 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
     // over 64 splits of a 1K context took 20 us per layer at batch 1 (the attention 18 us): its
     // splits keep at least 128 keys.
     const int64_t min_split_keys =
-        mla_decode ? 128 : (params.head_dim > 256 ? kTileKeys : (bf16_decode ? 64 : (decode_only ? 128 : 256)));
+        mla_decode ? 128 : (params.head_dim > 256 ? kTileKeys : (mma_kernel_decode ? 64 : (decode_only ? 128 : 256)));
     int64_t splits = std::clamp<int64_t>(wanted, 1, (max_keys + min_split_keys - 1) / min_split_keys);
     // A few sequences want more splits than a cluster holds; their combine kernel took ~14 us per
     // layer at batch 1 (the attention itself ~5 us), so they take the cluster's size instead when

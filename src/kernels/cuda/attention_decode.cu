@@ -1,14 +1,12 @@
 // Decode attention (one new token per sequence): a block serves one (split, KV head, sequence)
 // and all the query heads of that KV head, so each K/V page is read from HBM once per step. Its
 // warps take turns over passes of a few keys; within a warp, a group of lanes owns one key of the
-// pass (each lane 16 float32, 8 bf16 or 16 fp8 dims), so scores need only a short shuffle reduction and the
-// values are used by the lanes that loaded them: nothing is shared between lanes but the query rows.
-// An fp8 cache's column scales are folded in once per block: K's into the query rows, V's into the
-// result (the same products in another order, so a few float32 ulps from the general kernel's).
+// pass (each lane 16 float32 or 8 bf16 dims), so scores need only a short shuffle reduction and the values
+// are used by the lanes that loaded them: nothing is shared between lanes but the query rows.
 // Each lane streams its own K/V slices through a 4-stage cp.async ring in shared memory, which
 // keeps several passes in flight without spending registers on them. Lane groups and then warps
-// merge their online softmax states in a fixed order. bf16 caches take the tensor-core kernel
-// (attention_decode_mma.cu), whose grid is this kernel's: this one serves float32 and fp8 caches.
+// merge their online softmax states in a fixed order. bf16 and fp8 caches take the tensor-core kernel
+// (attention_decode_mma.cu), whose grid is this kernel's: this one serves float32 caches.
 #include <cmath>
 
 #include "core/check.h"
@@ -20,11 +18,11 @@
 namespace deepinfer::kernels::cuda::detail {
 namespace {
 
-// The dims one lane owns of a key: 16 float32 (4 chunks of 16 bytes), 8 bf16 or 16 fp8 (one chunk:
-// fewer registers per lane, so more warps stay resident to cover the latency of each pass).
+// The dims one lane owns of a key: 16 float32 (4 chunks of 16 bytes), or 8 bf16 (one chunk: fewer
+// registers per lane, so more warps stay resident to cover the latency of each pass).
 template <typename T>
 __host__ __device__ constexpr int dims_per_lane() {
-  return sizeof(T) == 2 ? 8 : 16;
+  return sizeof(T) == sizeof(float) ? 16 : 8;
 }
 
 // A warp's ring: 4 stages of K then V, each kChunks x 32 lanes of 16 bytes, and never less than
@@ -36,7 +34,7 @@ __host__ __device__ constexpr int ring_vectors() {
   return kStageRing > kState ? kStageRing : kState;
 }
 
-// T: the cache element, float, __nv_bfloat16 or KvFp8. Lane sub of a key owns kPerLane dims: kChunks
+// T: the cache element, float or __nv_bfloat16. Lane sub of a key owns kPerLane dims: kChunks
 // 16-byte chunks of kElems elements, chunk c at dims c * kChunkStride + sub * kElems.
 template <typename T, int kDims, int kRows>
 __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(AttentionArgs a) {
@@ -93,12 +91,10 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(Attention
   for (int n = 0; n < kStages - 1; ++n) issue(n);
 
   const float q_scale = a.params.scale * kLog2e;
-  const float* k_scales = a.params.cache_scales.k;
   for (int i = tid; i < kRows * kDims; i += kWarps * 32) {
     const int r = i / kDims;
     float value = 0.0f;
     if (r < group) value = a.q[(static_cast<int64_t>(token) * num_heads + kv_head * group + r) * kDims + i % kDims] * q_scale;
-    if (k_scales != nullptr) value *= k_scales[static_cast<int64_t>(kv_head) * kDims + i % kDims];
     q_tile[i] = value;
   }
   __syncthreads();
@@ -224,7 +220,6 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(Attention
       denom = __fmaf_rn(row[kDims + 1], scale, denom);
     }
     const int32_t head = kv_head * group + r;
-    if (a.params.cache_scales.v != nullptr) sum *= a.params.cache_scales.v[static_cast<int64_t>(kv_head) * kDims + d];
     write_decode_result(a, split, token, head, d, sum, m_all, denom);
   }
 }
@@ -305,10 +300,9 @@ bool decode_kernel_fits(const AttentionParams& params) {
 int32_t decode_resident_blocks(const AttentionParams& params) {
   DI_CHECK(decode_kernel_fits(params), "head_dim " << params.head_dim << ", heads " << params.num_heads << "/"
                                                    << params.num_kv_heads);
-  // Every bf16 cache that fits here fits a tensor-core kernel too: this kernel serves float32 and fp8 caches.
+  // Every bf16 or fp8 cache that fits here fits a tensor-core kernel too: this kernel serves float32 caches.
   if (mla_decode_fits(params)) return mla_decode_resident_blocks(params);
   if (mma_decode_fits(params)) return mma_decode_resident_blocks(params);
-  if (params.cache_dtype == DType::kF8E4M3) return resident_blocks_for_group<KvFp8>(params);
   return resident_blocks_for_group<float>(params);
 }
 
@@ -320,9 +314,6 @@ void launch_decode_attention(const AttentionArgs& args, const AttentionFrontEnd*
   if (mla_decode_fits(args.params)) return launch_mla_decode_attention(args, stream);
   DI_CHECK(!args.cluster_combine && !args.balanced_splits,
            "only the tensor-core decode kernel combines splits in a cluster or balances them");
-  if (args.params.cache_dtype == DType::kF8E4M3) return launch_for_group<KvFp8>(args, stream);
-  DI_CHECK(args.params.cache_dtype == DType::kF32,
-           "decode attention: cache dtype " << dtype_name(args.params.cache_dtype));
   launch_for_group<float>(args, stream);
 }
 

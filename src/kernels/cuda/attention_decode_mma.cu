@@ -1,14 +1,19 @@
-// Decode attention over bf16 caches on tensor cores (mma.sync m16n8k16): a block serves one (split,
-// KV head, sequence) and up to 8 query heads of that KV head; each of its warps streams its own
-// 16-key steps through a cp.async ring and keeps its own online softmax, merged at the end. The
+// Decode attention over bf16 or fp8 caches on tensor cores (mma.sync m16n8k16): a block serves one
+// (split, KV head, sequence) and up to 8 query heads of that KV head; each of its warps streams its
+// own 16-key steps through a cp.async ring and keeps its own online softmax, merged at the end. The
 // splits of a (sequence, KV head) either write partials for the combine kernel or, as one
 // thread-block cluster, combine among themselves through distributed shared memory.
+// fp8 (e4m3) caches run the same steps on f16 MMAs: ldmatrix reads the codes as 16-bit pairs and one
+// conversion per pair gives exact f16 operands (e4m3 is a subset of f16). A key fragment then holds
+// dims 4t..4t+3 of a 16-dim chunk, so q's fragments take the same order; a value fragment holds two
+// keys' codes of dims 2g and 2g + 1, split by byte permutes into an even-dim and an odd-dim tile. The
+// column scales fold in outside the MMAs: K's into q, V's into the merged result.
 #include <cooperative_groups.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/check.h"
-
 #include "kernels/cuda/attention_front.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -28,15 +33,19 @@ constexpr int kRows = 8;
 // The largest cluster tried (a non-portable size; 8 is the portable one).
 constexpr int kMaxClusterSize = 16;
 
-// Sizes for kDims dims per head. A stage holds the step's K rows then V rows, 16-byte chunk c of
-// key k at chunk c ^ (k % 8): the 8 rows of an ldmatrix then hit distinct banks.
-template <int kDims>
+// Sizes for kDims dims per head of cache element T (__nv_bfloat16 or KvFp8). A stage holds the
+// step's K rows then V rows, 16-byte chunk c of key k at chunk c ^ (k % kSwizzle): the 8 rows of an
+// ldmatrix then hit distinct banks (two ways for fp8's 64-dim rows of 4 chunks).
+template <int kDims, typename T = __nv_bfloat16>
 struct MmaDecode {
-  static constexpr int kChunks = kDims / 8;  // 16-byte chunks of a bf16 row
+  static constexpr bool kFp8 = sizeof(T) == 1;
+  static constexpr int kChunks = kDims * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks of a row
+  static constexpr int kSwizzle = kChunks < 8 ? kChunks : 8;
   static constexpr int kScoreSteps = kDims / 16;
   static constexpr int kValueTiles = kDims / 8;
-  // Two (128 dims) to three steps in flight per warp: ~128 KB per SM against HBM's latency.
-  static constexpr int kStages = kDims == 64 ? 4 : 3;
+  // Two (128 dims) to three steps in flight per warp: ~128 KB per SM against HBM's latency; fp8's
+  // steps are half the bytes, so twice as many.
+  static constexpr int kStages = (kDims == 64 ? 4 : 3) * (kFp8 ? 2 : 1);
   static constexpr int kStageVec = 2 * kStepKeys * kChunks;
   static constexpr int kCopies = kStepKeys * kChunks / 32;  // per lane and step, of K and of V
   static constexpr int kStateStride = kDims + 4;            // a row's acc, then m and l
@@ -53,15 +62,48 @@ struct MmaDecode {
   // With the front end folded in, after those: the rotation table (cos, then sin), the group's
   // rotated q rows and the new key's row, as floats.
   static constexpr size_t kFrontBytes = sizeof(float) * (kDims + (kRows + 1) * kDims);
-  static_assert(kChunks >= 8 && kCopies * 32 == kStepKeys * kChunks, "the swizzle needs 8 chunks per row");
+  static_assert(kChunks >= 4 && kCopies * 32 == kStepKeys * kChunks, "a step is whole copies of every lane");
 };
 
-// x and y as two bf16 pairs: the rounded values, and the rounding errors rounded again.
-__device__ __forceinline__ void split_bf16(float x, float y, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 rounded = __floats2bfloat162_rn(x, y);
-  const float2 back = __bfloat1622float2(rounded);
-  hi = *reinterpret_cast<const uint32_t*>(&rounded);
-  lo = pack_bf16(x - back.x, y - back.y);
+// x and y as two pairs of the MMA's 16-bit type (bf16 for bf16 caches, f16 for fp8 ones): the
+// rounded values, and the rounding errors rounded again.
+template <bool kF16>
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {
+  if constexpr (kF16) {
+    const __half2 rounded = __floats2half2_rn(x, y);
+    const float2 back = __half22float2(rounded);
+    hi = *reinterpret_cast<const uint32_t*>(&rounded);
+    lo = pack_f16(x - back.x, y - back.y);
+  } else {
+    const __nv_bfloat162 rounded = __floats2bfloat162_rn(x, y);
+    const float2 back = __bfloat1622float2(rounded);
+    hi = *reinterpret_cast<const uint32_t*>(&rounded);
+    lo = pack_bf16(x - back.x, y - back.y);
+  }
+}
+
+template <bool kF16>
+__device__ __forceinline__ void mma_pair(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kF16) {
+    mma_f16(c, a, b0, b1);
+  } else {
+    mma_bf16(c, a, b0, b1);
+  }
+}
+
+// Two e4m3 codes (the low 16 bits of codes, the lower byte first) as an f16 pair: exact.
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+  return *reinterpret_cast<const uint32_t*>(&raw);
+}
+
+// The dim of q that column k (0-15) of a 16-dim step's A fragment holds: the natural order for bf16
+// caches; for fp8 ones the order ldmatrix gives the codes (columns 2t, 2t + 1 hold dims 4t, 4t + 1,
+// columns 2t + 8, 2t + 9 dims 4t + 2, 4t + 3).
+template <bool kFp8>
+__device__ __forceinline__ int q_dim_of_column(int k) {
+  if constexpr (kFp8) return k < 8 ? k / 2 * 4 + k % 2 : (k - 8) / 2 * 4 + 2 + k % 2;
+  return k;
 }
 
 // Softmax states (acc, then m and l at dims, dims + 1) of kCount sources at stride floats apart,
@@ -135,10 +177,11 @@ __device__ void combine_cluster(const AttentionArgs& a, float* block_state, int3
 // the block rotates its group's q heads itself, and the block whose keys end with the new token's
 // writes that token's K and V rows into the caches before its copies read them back. A launch
 // without kFront ignores front.
-template <int kDims, bool kLeanCarveout = false, bool kFront = false>
+template <int kDims, typename T, bool kLeanCarveout = false, bool kFront = false>
 __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, AttentionFrontEnd front) {
-  using S = MmaDecode<kDims>;
+  using S = MmaDecode<kDims, T>;
   constexpr int kChunks = S::kChunks;
+  constexpr bool kFp8 = S::kFp8;
   extern __shared__ float4 shared_raw[];
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
@@ -164,8 +207,8 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
   const int32_t num_steps = key_end > key_begin ? (key_end - key_begin + kStepKeys - 1) / kStepKeys : 0;
   const int32_t my_steps = num_steps > warp ? (num_steps - warp + kWarps - 1) / kWarps : 0;
   const PageTable pages = page_table(a, seq, kDims);
-  const auto* k_head = static_cast<const __nv_bfloat16*>(a.k_cache) + static_cast<int64_t>(kv_head) * kDims;
-  const auto* v_head = static_cast<const __nv_bfloat16*>(a.v_cache) + static_cast<int64_t>(kv_head) * kDims;
+  const auto* k_head = static_cast<const T*>(a.k_cache) + static_cast<int64_t>(kv_head) * kDims;
+  const auto* v_head = static_cast<const T*>(a.v_cache) + static_cast<int64_t>(kv_head) * kDims;
   // Warps take the block's steps in turn, so they stream neighbouring pages together.
   const auto step_begin = [&](int32_t n) { return key_begin + (warp + n * kWarps) * kStepKeys; };
   // Each key's row is looked up on its own, so any page size works. Every call commits a group
@@ -181,8 +224,8 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
         const int c = idx % kChunks;
         const int32_t pos = begin + key;
         const bool valid = pos < key_end;
-        const int64_t offset = c * 8 + (valid ? pages.row_offset(pos) : 0);
-        const int slot = key * kChunks + (c ^ (key % 8));
+        const int64_t offset = c * (16 / static_cast<int>(sizeof(T))) + (valid ? pages.row_offset(pos) : 0);
+        const int slot = key * kChunks + (c ^ (key % S::kSwizzle));
         cp_async16(stage + slot, k_head + offset, valid);
         cp_async16(stage + kStepKeys * kChunks + slot, v_head + offset, valid);
       }
@@ -193,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
     // The new token is the sequence's last key; the warp whose step holds it writes its rows first.
     if (key_end == a.batch.seq_len[seq] && num_steps > 0 && warp == (num_steps - 1) % kWarps) {
       front_detail::front_end_head(front, token, false, kv_head, cos_table, sin_table, new_key, lane);
-      front_detail::write_kv_row<__nv_bfloat16>(front, token, kv_head, new_key, lane);
+      front_detail::write_kv_row<T>(front, token, kv_head, new_key, lane);
       __threadfence();  // in L2 before the copies (which bypass L1) read the row back
       __syncwarp();
     }
@@ -201,9 +244,20 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
 #pragma unroll
   for (int n = 0; n < S::kStages - 1; ++n) issue(n);
 
-  // q of row g, pre-scaled into log2 units, as the A fragments of the score product: rows g (the
-  // bf16 values) and g + 8 (their rounding errors). Rows past the group are zeros.
+  // q of row g, pre-scaled into log2 units (and by fp8's K scales), as the A fragments of the score
+  // product: rows g (the 16-bit values) and g + 8 (their rounding errors). Rows past the group are zeros.
   const float q_scale = a.params.scale * kLog2e;
+  const float* k_scales = kFp8 ? a.params.cache_scales.k : nullptr;
+  const auto scaled_q = [&](const float* row, int d) {
+    float2 x = *reinterpret_cast<const float2*>(row + d);
+    x.x *= q_scale;
+    x.y *= q_scale;
+    if (k_scales != nullptr) {
+      x.x *= k_scales[static_cast<int64_t>(kv_head) * kDims + d];
+      x.y *= k_scales[static_cast<int64_t>(kv_head) * kDims + d + 1];
+    }
+    return x;
+  };
   if constexpr (kFront) {
     for (int r = warp; r < group; r += kWarps) {
       front_detail::front_end_head(front, token, true, kv_head * group + r, cos_table, sin_table, q_rows + r * kDims,
@@ -218,11 +272,11 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
   if constexpr (S::kSharedQ) {
     for (int i = tid; i < kRows * kDims / 2; i += kThreads) {
       const int r = i / (kDims / 2);
-      const int d = i % (kDims / 2) * 2;
-      float2 x = make_float2(0.0f, 0.0f);
-      if (r < group) x = *reinterpret_cast<const float2*>(q_head + r * kDims + d);
-      split_bf16(x.x * q_scale, x.y * q_scale, *reinterpret_cast<uint32_t*>(q_tile + r * S::kQStride + d),
-                 *reinterpret_cast<uint32_t*>(q_tile + (r + kRows) * S::kQStride + d));
+      const int column = i % (kDims / 2) * 2;
+      const int d = column / 16 * 16 + q_dim_of_column<kFp8>(column % 16);
+      const float2 x = r < group ? scaled_q(q_head + r * kDims, d) : make_float2(0.0f, 0.0f);
+      split_pair<kFp8>(x.x, x.y, *reinterpret_cast<uint32_t*>(q_tile + r * S::kQStride + column),
+                       *reinterpret_cast<uint32_t*>(q_tile + (r + kRows) * S::kQStride + column));
     }
     __syncthreads();
   } else {
@@ -230,9 +284,9 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
     for (int kk = 0; kk < S::kScoreSteps; ++kk) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float2 x = make_float2(0.0f, 0.0f);
-        if (g < group) x = *reinterpret_cast<const float2*>(q_head + g * kDims + kk * 16 + half * 8 + 2 * t);
-        split_bf16(x.x * q_scale, x.y * q_scale, q_frag[kk][2 * half], q_frag[kk][2 * half + 1]);
+        const int d = kk * 16 + q_dim_of_column<kFp8>(half * 8 + 2 * t);
+        const float2 x = g < group ? scaled_q(q_head + g * kDims, d) : make_float2(0.0f, 0.0f);
+        split_pair<kFp8>(x.x, x.y, q_frag[kk][2 * half], q_frag[kk][2 * half + 1]);
       }
     }
   }
@@ -260,20 +314,40 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
     const float4* v_rows = k_rows + kStepKeys * kChunks;
 
     float s[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < S::kScoreSteps; ++kk) {
-      uint32_t qa[4];
+    const auto q_step = [&](int kk, uint32_t(&qa)[4]) {
       if constexpr (S::kSharedQ) {
         ldmatrix_x4(qa, q_tile + lane % 16 * S::kQStride + kk * 16 + lane / 16 * 8);
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i) qa[i] = q_frag[kk][i];
       }
-      uint32_t b[4];
-      const int c = 2 * kk + k_chunk;
-      ldmatrix_x4(b, k_rows + k_key * kChunks + (c ^ (k_key % 8)));
-      mma_bf16(s[0], qa, b[0], b[1]);
-      mma_bf16(s[1], qa, b[2], b[3]);
+    };
+    if constexpr (kFp8) {
+      // Matrices: keys 0-7 and 8-15 of chunk kk, then of chunk kk + 1 (one 16-dim chunk each).
+#pragma unroll
+      for (int kk = 0; kk < S::kScoreSteps; kk += 2) {
+        uint32_t b[4];
+        const int c = kk + lane / 16;
+        ldmatrix_x4(b, k_rows + lane % 16 * kChunks + (c ^ (lane % 16 % S::kSwizzle)));
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          uint32_t qa[4];
+          q_step(kk + u, qa);
+          mma_f16(s[0], qa, fp8x2_to_f16x2(b[2 * u] & 0xffffu), fp8x2_to_f16x2(b[2 * u] >> 16));
+          mma_f16(s[1], qa, fp8x2_to_f16x2(b[2 * u + 1] & 0xffffu), fp8x2_to_f16x2(b[2 * u + 1] >> 16));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < S::kScoreSteps; ++kk) {
+        uint32_t qa[4];
+        q_step(kk, qa);
+        uint32_t b[4];
+        const int c = 2 * kk + k_chunk;
+        ldmatrix_x4(b, k_rows + k_key * kChunks + (c ^ (k_key % 8)));
+        mma_bf16(s[0], qa, b[0], b[1]);
+        mma_bf16(s[1], qa, b[2], b[3]);
+      }
     }
 
     // Scores of row g: the high rows' sums plus the low rows'; keys past key_end are masked.
@@ -302,22 +376,43 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
       }
       m_run = m_step;
     }
-    // p as P.V's A fragment: row g its bf16 values, row g + 8 their rounding errors.
+    // p as P.V's A fragment: row g its 16-bit values, row g + 8 their rounding errors.
     uint32_t p_frag[4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float p0 = exp2f(x[h][0] - m_run);
       const float p1 = exp2f(x[h][1] - m_run);
       l_run += p0 + p1;
-      split_bf16(p0, p1, p_frag[2 * h], p_frag[2 * h + 1]);
+      split_pair<kFp8>(p0, p1, p_frag[2 * h], p_frag[2 * h + 1]);
     }
+    if constexpr (kFp8) {
+      // Matrices: keys 0-7 and 8-15 of chunk c, then of chunk c + 1; transposed, lane (g, t) holds
+      // dims 2g, 2g + 1 of keys 2t and 2t + 1. Tiles 4j..4j + 3: chunk 2j's even and odd dims, then
+      // chunk 2j + 1's.
 #pragma unroll
-    for (int j = 0; j < S::kValueTiles / 2; ++j) {
-      uint32_t b[4];
-      const int c = 2 * j + v_chunk;
-      ldmatrix_x4_trans(b, v_rows + v_key * kChunks + (c ^ (v_key % 8)));
-      mma_bf16(o[2 * j], p_frag, b[0], b[1]);
-      mma_bf16(o[2 * j + 1], p_frag, b[2], b[3]);
+      for (int j = 0; j < S::kValueTiles / 4; ++j) {
+        uint32_t b[4];
+        const int c = 2 * j + lane / 16;
+        ldmatrix_x4_trans(b, v_rows + lane % 16 * kChunks + (c ^ (lane % 16 % S::kSwizzle)));
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+#pragma unroll
+          for (int parity = 0; parity < 2; ++parity) {
+            const uint32_t select = parity == 0 ? 0x20u : 0x31u;  // bytes (0, 2) or (1, 3)
+            mma_f16(o[4 * j + 2 * u + parity], p_frag, fp8x2_to_f16x2(__byte_perm(b[2 * u], 0, select)),
+                    fp8x2_to_f16x2(__byte_perm(b[2 * u + 1], 0, select)));
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < S::kValueTiles / 2; ++j) {
+        uint32_t b[4];
+        const int c = 2 * j + v_chunk;
+        ldmatrix_x4_trans(b, v_rows + v_key * kChunks + (c ^ (v_key % 8)));
+        mma_bf16(o[2 * j], p_frag, b[0], b[1]);
+        mma_bf16(o[2 * j + 1], p_frag, b[2], b[3]);
+      }
     }
   }
   cp_async_wait<0>();
@@ -329,7 +424,14 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
 #pragma unroll
   for (int j = 0; j < S::kValueTiles; ++j) {
     const float2 sum = make_float2(o[j][0] + o[j][2], o[j][1] + o[j][3]);
-    *reinterpret_cast<float2*>(state + g * S::kStateStride + j * 8 + 2 * t) = sum;
+    if constexpr (kFp8) {
+      // Tile j: chunk j / 2's dims of parity j % 2; its columns 2t, 2t + 1 are dims 4t and 4t + 2.
+      const int d = j / 2 * 16 + 4 * t + j % 2;
+      state[g * S::kStateStride + d] = sum.x;
+      state[g * S::kStateStride + d + 2] = sum.y;
+    } else {
+      *reinterpret_cast<float2*>(state + g * S::kStateStride + j * 8 + 2 * t) = sum;
+    }
   }
   if (t == 0) {
     state[g * S::kStateStride + kDims] = m_run;
@@ -348,6 +450,9 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
     float m_all = -INFINITY;
     float denom = 0.0f;
     merge_states<kWarps>(states, S::kRingVec * 4, r * S::kStateStride, kDims, d, sum, m_all, denom);
+    if (kFp8 && a.params.cache_scales.v != nullptr) {
+      sum *= a.params.cache_scales.v[static_cast<int64_t>(kv_head) * kDims + d];
+    }
     if (a.cluster_combine) {
       block_state[r * S::kStateStride + d] = sum;
       if (d == 0) {
@@ -361,22 +466,22 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
   if (a.cluster_combine) combine_cluster<kDims>(a, block_state, token, kv_head, group);
 }
 
-template <int kDims>
+template <int kDims, typename T>
 void configure() {
   static const bool configured = [] {
-    using S = MmaDecode<kDims>;
+    using S = MmaDecode<kDims, T>;
     const auto allow = [](auto kernel, size_t shared_bytes) {
       DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(shared_bytes)));
       DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     };
-    allow(mma_decode_kernel<kDims, false, false>, S::kSharedBytes);
-    allow(mma_decode_kernel<kDims, true, false>, S::kSharedBytes);
-    allow(mma_decode_kernel<kDims, false, true>, S::kSharedBytes + S::kFrontBytes);
-    allow(mma_decode_kernel<kDims, true, true>, S::kSharedBytes + S::kFrontBytes);
-    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, true, false>),
+    allow(mma_decode_kernel<kDims, T, false, false>, S::kSharedBytes);
+    allow(mma_decode_kernel<kDims, T, true, false>, S::kSharedBytes);
+    allow(mma_decode_kernel<kDims, T, false, true>, S::kSharedBytes + S::kFrontBytes);
+    allow(mma_decode_kernel<kDims, T, true, true>, S::kSharedBytes + S::kFrontBytes);
+    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, T, true, false>),
                                  S::kSharedBytes, 1);
-    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, true, true>),
+    prefer_least_shared_carveout(reinterpret_cast<const void*>(mma_decode_kernel<kDims, T, true, true>),
                                  S::kSharedBytes + S::kFrontBytes, 1);
     return true;
   }();
@@ -384,10 +489,10 @@ void configure() {
 }
 
 // The largest cluster of 16 or 8 blocks of which the GPU holds at least one at a time.
-template <int kDims>
+template <int kDims, typename T>
 int32_t max_cluster() {
   static const int32_t size = [] {
-    configure<kDims>();
+    configure<kDims, T>();
     for (const unsigned cluster : {unsigned{kMaxClusterSize}, 8u}) {
       cudaLaunchAttribute attribute{};
       attribute.id = cudaLaunchAttributeClusterDimension;
@@ -397,11 +502,11 @@ int32_t max_cluster() {
       cudaLaunchConfig_t config{};
       config.gridDim = dim3(cluster);
       config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = MmaDecode<kDims>::kSharedBytes;
+      config.dynamicSmemBytes = MmaDecode<kDims, T>::kSharedBytes;
       config.attrs = &attribute;
       config.numAttrs = 1;
       int count = 0;
-      if (cudaOccupancyMaxActiveClusters(&count, mma_decode_kernel<kDims>, &config) == cudaSuccess && count > 0) {
+      if (cudaOccupancyMaxActiveClusters(&count, mma_decode_kernel<kDims, T>, &config) == cudaSuccess && count > 0) {
         return static_cast<int32_t>(cluster);
       }
       (void)cudaGetLastError();  // a size the GPU refuses leaves an error to clear
@@ -411,9 +516,10 @@ int32_t max_cluster() {
   return size;
 }
 
-template <int kDims>
+template <int kDims, typename T>
 void launch(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream) {
-  configure<kDims>();
+  using S = MmaDecode<kDims, T>;
+  configure<kDims, T>();
   const dim3 grid(static_cast<unsigned>(args.num_splits), static_cast<unsigned>(args.params.num_kv_heads),
                   static_cast<unsigned>(args.batch.num_seqs));
   cudaLaunchAttribute attributes[2] = {};
@@ -427,56 +533,76 @@ void launch(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStrea
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = MmaDecode<kDims>::kSharedBytes + (front != nullptr ? MmaDecode<kDims>::kFrontBytes : 0);
+  config.dynamicSmemBytes = S::kSharedBytes + (front != nullptr ? S::kFrontBytes : 0);
   config.stream = stream;
   config.attrs = attributes;
   config.numAttrs = 2;
   // A grid of at most one block per SM (batch-1 decode, between GEMVs) takes the lean twin.
   const bool lean = int64_t{grid.x} * grid.y * grid.z <= multiprocessor_count();
-  const auto kernel = front != nullptr ? (lean ? mma_decode_kernel<kDims, true, true> : mma_decode_kernel<kDims, false, true>)
-                                       : (lean ? mma_decode_kernel<kDims, true, false> : mma_decode_kernel<kDims, false, false>);
+  const auto kernel =
+      front != nullptr ? (lean ? mma_decode_kernel<kDims, T, true, true> : mma_decode_kernel<kDims, T, false, true>)
+                       : (lean ? mma_decode_kernel<kDims, T, true, false> : mma_decode_kernel<kDims, T, false, false>);
   DI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args, front != nullptr ? *front : AttentionFrontEnd{}));
   DI_CUDA_CHECK_LAUNCH("mma_decode_kernel");
 }
 
-template <int kDims>
+template <int kDims, typename T>
 int32_t resident_blocks() {
   static const int32_t blocks = [] {
-    configure<kDims>();
+    configure<kDims, T>();
     int count = 0;
-    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, mma_decode_kernel<kDims>, kThreads,
-                                                                MmaDecode<kDims>::kSharedBytes));
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, mma_decode_kernel<kDims, T>, kThreads,
+                                                                MmaDecode<kDims, T>::kSharedBytes));
     return static_cast<int32_t>(count);
   }();
   return blocks;
+}
+
+template <typename T>
+struct CacheElement {
+  using type = T;
+};
+
+// f(dims, element) for the params' head size (a std::integral_constant) and cache element (a
+// CacheElement).
+template <typename F>
+decltype(auto) for_shape(const AttentionParams& params, F&& f) {
+  const bool fp8 = params.cache_dtype == DType::kF8E4M3;
+  const auto with = [&](auto dims) -> decltype(auto) {
+    return fp8 ? f(dims, CacheElement<KvFp8>{}) : f(dims, CacheElement<__nv_bfloat16>{});
+  };
+  switch (params.head_dim) {
+    case 64:
+      return with(std::integral_constant<int, 64>{});
+    case 128:
+      return with(std::integral_constant<int, 128>{});
+    default:
+      return with(std::integral_constant<int, 256>{});
+  }
 }
 
 }  // namespace
 
 bool mma_decode_fits(const AttentionParams& params) {
   const int32_t group = params.num_heads / params.num_kv_heads;
-  return params.cache_dtype == DType::kBF16 && group <= kRows &&
+  return (params.cache_dtype == DType::kBF16 || params.cache_dtype == DType::kF8E4M3) && group <= kRows &&
          (params.head_dim == 64 || params.head_dim == 128 || params.head_dim == 256);
 }
 
 int32_t mma_decode_resident_blocks(const AttentionParams& params) {
   DI_CHECK(mma_decode_fits(params), "head_dim " << params.head_dim << ", heads " << params.num_heads << "/"
                                                 << params.num_kv_heads);
-  switch (params.head_dim) {
-    case 64: return resident_blocks<64>();
-    case 128: return resident_blocks<128>();
-    default: return resident_blocks<256>();
-  }
+  return for_shape(params, [](auto dims, auto element) {
+    return resident_blocks<decltype(dims)::value, typename decltype(element)::type>();
+  });
 }
 
 int32_t mma_decode_max_cluster(const AttentionParams& params) {
   DI_CHECK(mma_decode_fits(params), "head_dim " << params.head_dim << ", heads " << params.num_heads << "/"
                                                 << params.num_kv_heads);
-  switch (params.head_dim) {
-    case 64: return max_cluster<64>();
-    case 128: return max_cluster<128>();
-    default: return max_cluster<256>();
-  }
+  return for_shape(params, [](auto dims, auto element) {
+    return max_cluster<decltype(dims)::value, typename decltype(element)::type>();
+  });
 }
 
 void launch_mma_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream) {
@@ -485,16 +611,15 @@ void launch_mma_decode_attention(const AttentionArgs& args, const AttentionFront
   if (front != nullptr) {
     DI_CHECK(front->head_dim == args.params.head_dim && front->rotary_dim <= front->head_dim &&
                  front->num_heads == args.params.num_heads && front->num_kv_heads == args.params.num_kv_heads &&
-                 front->cache_dtype == DType::kBF16 && front->k_cache == args.k_cache &&
-                 front->v_cache == args.v_cache && front->num_tokens == args.batch.num_tokens &&
+                 front->cache_dtype == args.params.cache_dtype && front->k_cache == args.k_cache &&
+                 front->v_cache == args.v_cache && front->cache_scales.k == args.params.cache_scales.k &&
+                 front->cache_scales.v == args.params.cache_scales.v && front->num_tokens == args.batch.num_tokens &&
                  args.batch.max_query_len == 1,
              "the folded attention front end must describe this decode batch's heads and caches");
   }
-  switch (args.params.head_dim) {
-    case 64: return launch<64>(args, front, stream);
-    case 128: return launch<128>(args, front, stream);
-    default: return launch<256>(args, front, stream);
-  }
+  for_shape(args.params, [&](auto dims, auto element) {
+    launch<decltype(dims)::value, typename decltype(element)::type>(args, front, stream);
+  });
 }
 
 }  // namespace deepinfer::kernels::cuda::detail

@@ -152,8 +152,8 @@ int32_t decode_resident_blocks(const AttentionParams& params);
 // decode-only batches; mma_decode_fits): it replaces the attention_front_end launch before this one.
 void launch_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream);
 
-// The tensor-core decode kernel for bf16 caches (attention_decode_mma.cu): the same grid and
-// outputs, up to 8 query heads per KV head; launch_decode_attention takes it for bf16 caches.
+// The tensor-core decode kernel for bf16 and fp8 caches (attention_decode_mma.cu): the same grid and
+// outputs, up to 8 query heads per KV head; launch_decode_attention takes it for those caches.
 bool mma_decode_fits(const AttentionParams& params);
 // The most splits that combine in one cluster: 16 where such clusters of the kernel fit the GPU
 // (non-portable size), else 8.
