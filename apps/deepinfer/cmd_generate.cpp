@@ -54,7 +54,7 @@ sliding layers x window, the same tokens as a cold run).
 CPU, bf16 for 16-bit models on CUDA, float32 there with --batch-invariant). fp8 keeps e4m3 codes with
 the checkpoint's per-layer k_scale / v_scale (one per tensor, kv head or column), else scale 1: a
 quarter of float32's bytes, so up to four times the tokens in the same --kv-cache-bytes (the cache
-never holds more than --max-num-seqs sequences of --max-model-len; CPU only for now).
+never holds more than --max-num-seqs sequences of --max-model-len; CPU and CUDA).
 --batch-invariant: every request gives the same tokens and logprobs, bit for bit, whatever else
 runs in its batch (slower prefill). --no-cuda-graphs (--device cuda): decode steps run op by op
 instead of replaying captured CUDA graphs. --host-sampling: every logits row is copied to the host

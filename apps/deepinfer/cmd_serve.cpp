@@ -99,7 +99,7 @@ with prompt logprobs, --max-num-seqs decodes at --max-model-len, the CUDA graphs
 CPU, bf16 for 16-bit models on CUDA, float32 there with --batch-invariant). fp8 keeps e4m3 codes with
 the checkpoint's per-layer k_scale / v_scale (one per tensor, kv head or column), else scale 1: a
 quarter of float32's bytes, so up to four times the tokens in the same --kv-cache-bytes (the cache
-never holds more than --max-num-seqs sequences of --max-model-len; CPU only for now).
+never holds more than --max-num-seqs sequences of --max-model-len; CPU and CUDA).
 --dequantize-weights: FP8 and MXFP4 checkpoints load dequantised (bf16 / float32) instead of packed
 (two to eight times the weights' memory; on CUDA today dequantised MXFP4 experts run prompts faster
 and decode slower or no faster).

@@ -46,7 +46,7 @@ class LLM:
     size (None: 1 GiB on the CPU; on CUDA what gpu_memory_utilization leaves). batch_invariant:
     every request gives bit-identical tokens and logprobs whatever else is batched with it.
     kv_cache_dtype: the KV cache's element type, "auto", "float32", "bfloat16" or "fp8" (e4m3 with
-    the checkpoint's k/v scales, else 1; CPU only so far), as vLLM's argument of that name.
+    the checkpoint's k/v scales, else 1; CPU and CUDA), as vLLM's argument of that name.
     seed: requests without a seed get one from a generator seeded with this, so a script's runs
     repeat (None: the engine derives each request's seed from its id).
     """
