@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -143,6 +144,32 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   }
   EXPECT_EQ(misses, 0u) << what << ": " << misses << " of " << got.size() << " outside tolerance, max |diff| "
                         << worst;
+}
+
+// A cache's pages are its own bytes: any pattern (NaNs included) written into two blocks through
+// ordinary memory (per-piece copies) and into a third from a pinned slab (one scatter launch) comes
+// back bit for bit.
+inline void expect_pages_move_as_their_bytes(CausalLM& model) {
+  model.allocate_kv_cache(KvCacheShape{8, 16});
+  const auto page_bytes = static_cast<size_t>(model.full_kv_bytes_per_block());
+  std::mt19937 rng(5);
+  std::vector<uint8_t> written(2 * page_bytes);
+  for (uint8_t& b : written) b = static_cast<uint8_t>(rng());
+  model.write_full_kv_blocks({3, 6}, written.data());
+  std::vector<uint8_t> got(2 * page_bytes);
+  model.read_full_kv_blocks({3, 6}, got.data());
+  EXPECT_TRUE(got == written) << "per-piece path changed the bytes";
+  std::shared_ptr<HostSlabPool> pool = model.backend().make_pinned_pool(2 * page_bytes + 4096, page_bytes + 256);
+  ASSERT_NE(pool, nullptr);
+  auto* slab = static_cast<uint8_t*>(pool->take(page_bytes));
+  ASSERT_NE(slab, nullptr);
+  std::memcpy(slab, written.data() + page_bytes, page_bytes);
+  model.write_full_kv_blocks({1}, slab);
+  pool->give_back(slab);
+  std::vector<uint8_t> slab_got(page_bytes);
+  model.read_full_kv_blocks({1}, slab_got.data());
+  EXPECT_TRUE(std::equal(slab_got.begin(), slab_got.end(), written.begin() + static_cast<ptrdiff_t>(page_bytes)))
+      << "scatter path changed the bytes";
 }
 
 }  // namespace deepinfer::testing

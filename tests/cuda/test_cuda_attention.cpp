@@ -223,31 +223,37 @@ TEST(CudaAttentionBf16Cache, MatchesReferenceOnRoundedCache) {
   }
 }
 
-// The tensor-core prefill over a bf16 cache: the same bits as over a float32 cache holding the same
-// (bf16-grid) values, odd page sizes included.
-TEST(CudaAttentionBf16Cache, TensorCorePrefillEqualsFloat32CacheBits) {
+// The tensor-core prefill over a cache of type `cache` (values on its grid: make_batch) and over a
+// `twin` cache holding the same values: the same bits, odd page sizes included. bf16 values are exact
+// in float32, and fp8 codes times make_batch's scales exact in bf16, so each gather leaves the same
+// bf16 workspace.
+void expect_prefill_bits_equal(DType cache, DType twin, uint32_t seed) {
   auto backend = cuda_backend();
-  std::mt19937 rng(43);
+  std::mt19937 rng(seed);
   std::vector<AttentionCase> all = bf16_prefill_cases();
   AttentionCase odd_pages = all.front();
   odd_pages.block_size = 13;
   all.push_back(odd_pages);
   for (AttentionCase c : all) {
-    c.cache_dtype = DType::kBF16;
+    c.cache_dtype = cache;
     const HostBatch b = make_batch(c, rng);
     const std::vector<float> got = run_device(*backend, c, b);
     expect_close(got, run_reference(c, b), 1.0 / 256 + 2e-5, 1e-4, describe(c));
-    AttentionCase f32_cache = c;
-    f32_cache.cache_dtype = DType::kF32;
-    const std::vector<float> gathered = run_device(*backend, f32_cache, b);
-    EXPECT_EQ(std::memcmp(got.data(), gathered.data(), got.size() * sizeof(float)), 0) << describe(c);
+    AttentionCase same_values = c;
+    same_values.cache_dtype = twin;
+    const std::vector<float> twin_got = run_device(*backend, same_values, b);
+    EXPECT_EQ(std::memcmp(got.data(), twin_got.data(), got.size() * sizeof(float)), 0) << describe(c);
   }
 }
 
-// fp8 caches (codes times per-column scales) through every kernel: the fp8 decode kernel, the general
-// kernel's 4-wide, 16-byte-wide (MLA's latent rows) and per-element loads, and the split combine, in
-// both modes. The decoded keys and values are exact in float32, so the float32 tolerance holds; the
-// decode kernel folds the scales into q and the result (a few ulps).
+TEST(CudaAttentionBf16Cache, TensorCorePrefillEqualsFloat32CacheBits) {
+  expect_prefill_bits_equal(DType::kBF16, DType::kF32, 43);
+}
+
+// fp8 caches (codes times per-column scales) through every kernel: the tensor-core decode kernel, the
+// general kernel's 4-wide, 16-byte-wide (MLA's latent rows) and per-element loads, and the split
+// combine, in both modes. The decoded keys and values are exact in float32 and the decode kernel keeps
+// q and p as f16 pairs, so the float32 tolerance holds.
 TEST(CudaAttentionFp8Cache, EveryKernelMatchesReference) {
   std::mt19937 rng(45);
   for (const bool invariant : {false, true}) {
@@ -261,26 +267,8 @@ TEST(CudaAttentionFp8Cache, EveryKernelMatchesReference) {
   }
 }
 
-// The tensor-core prefill gathers an fp8 cache's codes times their scales into its bf16 workspace:
-// those products are exact in bf16 (make_batch's scales), so the output has the bits of a bf16 cache
-// holding the same values.
 TEST(CudaAttentionFp8Cache, TensorCorePrefillEqualsBf16CacheBits) {
-  auto backend = cuda_backend();
-  std::mt19937 rng(49);
-  std::vector<AttentionCase> all = bf16_prefill_cases();
-  AttentionCase odd_pages = all.front();
-  odd_pages.block_size = 13;
-  all.push_back(odd_pages);
-  for (AttentionCase c : all) {
-    c.cache_dtype = DType::kF8E4M3;
-    const HostBatch b = make_batch(c, rng);
-    const std::vector<float> got = run_device(*backend, c, b);
-    expect_close(got, run_reference(c, b), 1.0 / 256 + 2e-5, 1e-4, describe(c));
-    AttentionCase bf16_cache = c;
-    bf16_cache.cache_dtype = DType::kBF16;
-    const std::vector<float> same_values = run_device(*backend, bf16_cache, b);
-    EXPECT_EQ(std::memcmp(got.data(), same_values.data(), got.size() * sizeof(float)), 0) << describe(c);
-  }
+  expect_prefill_bits_equal(DType::kF8E4M3, DType::kBF16, 49);
 }
 
 // In invariant mode, each sequence of a mixed batch gets the same bits as when it runs alone.

@@ -33,28 +33,7 @@ TEST(CudaBf16Pages, BlocksMoveAsTheirOwnBytesThroughSlabsAndOrdinaryMemory) {
   CausalLM& model = *bf16.model;
   ASSERT_EQ(model.kv_cache_dtype(), DType::kBF16);
   EXPECT_EQ(2 * model.full_kv_bytes_per_block(), f32.model->full_kv_bytes_per_block());
-  model.allocate_kv_cache(KvCacheShape{8, kBlockSize});
-  const auto page_bytes = static_cast<size_t>(model.full_kv_bytes_per_block());
-  // Any 16-bit patterns, NaNs included: they must come back bit for bit.
-  std::mt19937 rng(5);
-  std::vector<uint8_t> written(2 * page_bytes);
-  for (uint8_t& b : written) b = static_cast<uint8_t>(rng());
-  model.write_full_kv_blocks({3, 6}, written.data());  // ordinary memory: per-piece copies
-  std::vector<uint8_t> got(2 * page_bytes);
-  model.read_full_kv_blocks({3, 6}, got.data());
-  EXPECT_TRUE(got == written) << "per-piece path changed the bytes";
-
-  std::shared_ptr<HostSlabPool> pool = model.backend().make_pinned_pool(2 * page_bytes + 4096, page_bytes + 256);
-  ASSERT_NE(pool, nullptr);
-  auto* slab = static_cast<uint8_t*>(pool->take(page_bytes));
-  ASSERT_NE(slab, nullptr);
-  std::memcpy(slab, written.data() + page_bytes, page_bytes);
-  model.write_full_kv_blocks({1}, slab);  // one scatter launch from the mapped slab
-  pool->give_back(slab);
-  std::vector<uint8_t> slab_got(page_bytes);
-  model.read_full_kv_blocks({1}, slab_got.data());
-  EXPECT_TRUE(std::equal(slab_got.begin(), slab_got.end(), written.begin() + static_cast<ptrdiff_t>(page_bytes)))
-      << "scatter path changed the bytes";
+  expect_pages_move_as_their_bytes(model);
 }
 
 std::vector<int32_t> long_prompt() {

@@ -91,21 +91,6 @@ __device__ __forceinline__ void mma_pair(float (&c)[4], const uint32_t (&a)[4], 
   }
 }
 
-// Two e4m3 codes (the low 16 bits of codes, the lower byte first) as an f16 pair: exact.
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
-  return *reinterpret_cast<const uint32_t*>(&raw);
-}
-
-// The dim of q that column k (0-15) of a 16-dim step's A fragment holds: the natural order for bf16
-// caches; for fp8 ones the order ldmatrix gives the codes (columns 2t, 2t + 1 hold dims 4t, 4t + 1,
-// columns 2t + 8, 2t + 9 dims 4t + 2, 4t + 3).
-template <bool kFp8>
-__device__ __forceinline__ int q_dim_of_column(int k) {
-  if constexpr (kFp8) return k < 8 ? k / 2 * 4 + k % 2 : (k - 8) / 2 * 4 + 2 + k % 2;
-  return k;
-}
-
 // Softmax states (acc, then m and l at dims, dims + 1) of kCount sources at stride floats apart,
 // merged in source order at element d of the row at offset row: sum, max and denominator.
 template <int kCount>
@@ -273,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
     for (int i = tid; i < kRows * kDims / 2; i += kThreads) {
       const int r = i / (kDims / 2);
       const int column = i % (kDims / 2) * 2;
-      const int d = column / 16 * 16 + q_dim_of_column<kFp8>(column % 16);
+      const int d = column / 16 * 16 + (kFp8 ? fp8_fragment_dim(column % 16) : column % 16);
       const float2 x = r < group ? scaled_q(q_head + r * kDims, d) : make_float2(0.0f, 0.0f);
       split_pair<kFp8>(x.x, x.y, *reinterpret_cast<uint32_t*>(q_tile + r * S::kQStride + column),
                        *reinterpret_cast<uint32_t*>(q_tile + (r + kRows) * S::kQStride + column));
@@ -284,7 +269,7 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(AttentionArgs a, A
     for (int kk = 0; kk < S::kScoreSteps; ++kk) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int d = kk * 16 + q_dim_of_column<kFp8>(half * 8 + 2 * t);
+        const int d = kk * 16 + (kFp8 ? fp8_fragment_dim(half * 8 + 2 * t) : half * 8 + 2 * t);
         const float2 x = g < group ? scaled_q(q_head + g * kDims, d) : make_float2(0.0f, 0.0f);
         split_pair<kFp8>(x.x, x.y, q_frag[kk][2 * half], q_frag[kk][2 * half + 1]);
       }

@@ -58,6 +58,21 @@ __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&raw));
 }
 
+// Two e4m3 codes (the low 16 bits of codes, the lower byte first) as an f16 pair, for the MMAs of
+// the tensor-core decode kernels: exact.
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+  return *reinterpret_cast<const uint32_t*>(&raw);
+}
+
+// Which dim of a 16-dim chunk column k (0-15) of an m16n8k16 A fragment holds when ldmatrix reads a
+// key's e4m3 codes as 16-bit pairs: lane (g, t) then gets dims 4t..4t + 3 of key g, which the MMA
+// takes as columns 2t, 2t + 1 (dims 4t, 4t + 1) and 2t + 8, 2t + 9 (dims 4t + 2, 4t + 3); q's
+// fragments take the same order.
+__device__ __forceinline__ int fp8_fragment_dim(int k) {
+  return k < 8 ? k / 2 * 4 + k % 2 : (k - 8) / 2 * 4 + 2 + k % 2;
+}
+
 // The 16 / sizeof(T) elements of a 16-byte copy of the cache, widened; an fp8 cache's codes without
 // their scales (scale_kv takes those, or a kernel folds them into its own products).
 __device__ __forceinline__ void unpack16(const float4& raw, const float* /*tag*/, float* out) {
