@@ -231,7 +231,7 @@ TEST(CudaAttentionFrontEnd, FusedEqualsUnfusedOps) {
       expect_close(got.q, want.q, 1e-5, 1e-5, label + " q");
       const bool fp8 = c.cache_dtype == DType::kF8E4M3;
       const double cache_rel = fp8 ? 1.0 / 8 : c.cache_dtype == DType::kBF16 ? 1.0 / 128 : 1e-5;
-      expect_close(got.k_cache, want.k_cache, fp8 ? 1e-4 : 1e-5, cache_rel, label + " k cache");
+      expect_close(got.k_cache, want.k_cache, fp8 ? 2.5e-4 : 1e-5, cache_rel, label + " k cache");
       EXPECT_EQ(got.v_cache, want.v_cache) << label << " v cache";
     }
   }

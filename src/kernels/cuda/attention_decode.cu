@@ -310,7 +310,7 @@ void launch_decode_attention(const AttentionArgs& args, const AttentionFrontEnd*
   DI_CHECK(decode_kernel_fits(args.params), "head_dim " << args.params.head_dim << ", heads " << args.params.num_heads
                                                         << "/" << args.params.num_kv_heads);
   if (mma_decode_fits(args.params)) return launch_mma_decode_attention(args, front, stream);
-  DI_CHECK(front == nullptr, "the attention front end folds only into the bf16 tensor-core decode kernel");
+  DI_CHECK(front == nullptr, "the attention front end folds only into the bf16 / fp8 tensor-core decode kernel");
   if (mla_decode_fits(args.params)) return launch_mla_decode_attention(args, stream);
   DI_CHECK(!args.cluster_combine && !args.balanced_splits,
            "only the tensor-core decode kernel combines splits in a cluster or balances them");

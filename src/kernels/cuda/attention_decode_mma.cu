@@ -27,8 +27,9 @@ namespace {
 constexpr int kThreads = kWarps * 32;
 // Keys of one warp step: the n of two score tiles, the k of one P.V product.
 constexpr int kStepKeys = 16;
-// Query rows a block takes. The MMA's rows 8-15 carry the low bf16 parts of q (scores) and of p
-// (P.V), so q.k and p.v keep about 16 bits of q and p against the cache's exact bf16 keys and values.
+// Query rows a block takes. The MMA's rows 8-15 carry the low 16-bit parts of q (scores) and of p
+// (P.V), so q.k and p.v keep about 16 (bf16) or 22 (f16) bits of q and p against the cache's exact
+// keys and values.
 constexpr int kRows = 8;
 // The largest cluster tried (a non-portable size; 8 is the portable one).
 constexpr int kMaxClusterSize = 16;

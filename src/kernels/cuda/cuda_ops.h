@@ -70,8 +70,8 @@ AttentionPlan plan_paged_attention(const PagedBatch& batch, const AttentionParam
                                    int32_t num_sms);
 // Caches of params.cache_dtype: kF32, kBF16 or kF8E4M3 with params.cache_scales (MLA's bf16 latent
 // head decodes on its own tensor-core kernel).
-// front, when given (only with plan.balanced_splits: decode-only bf16 batches outside the invariant
-// mode), is the attention front end of this batch folded into the decode kernel, in place of an
+// front, when given (only with plan.balanced_splits: decode-only bf16 or fp8 batches outside the
+// invariant mode), is the attention front end of this batch folded into the decode kernel, in place of an
 // attention_front_end launch before this one: q is then unused, the rotated q read from front.q,
 // and front's K/V rows are written by the attention itself. The bits are those of the two launches.
 void paged_attention(const float* q, const void* k_cache, const void* v_cache, const PagedBatch& batch,

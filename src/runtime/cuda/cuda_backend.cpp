@@ -242,7 +242,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options
   if (options.batch_invariant && options.kv_cache_dtype == DType::kBF16) {
     return Error{
         "kv_cache_dtype bfloat16 (--kv-cache-dtype) with batch-invariant mode: the CUDA backend keeps "
-        "float32 caches in that mode; use auto or float32"};
+        "float32 caches in that mode (or fp8 ones when asked); use auto, float32 or fp8"};
   }
   try {
     return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options));
