@@ -1,8 +1,8 @@
 // The fp8 KV cache checks every backend runs (tests/model/test_kv_cache_dtype.cpp on the CPU,
 // tests/cuda/test_cuda_kv_fp8.cpp on the GPU), each over backends a KvBackendMaker makes: the
 // fixtures with an fp8 cache against transformers' top logprobs, and the checkpoint's k/v scales from
-// the file through the cache write into every cached value (each value the e4m3 code core/dtype
-// gives value / scale, times the scale), for GQA and MLA caches.
+// the file through the cache write into the first layer's cached values (each value the e4m3 code
+// core/dtype gives value / scale, times the scale), for GQA and MLA caches.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -142,8 +142,10 @@ inline std::vector<float> fp8_values(const KvBackendMaker& make_backend_with, co
 // The checkpoint's scales reach the cache: k scales per column (layer 0) or per kv head, one v
 // scale per layer. The first layer's K and V do not depend on the cache, so the float32 model caches exactly
 // the values the fp8 one codes there: each cached value must be core/dtype's e4m3 code of (that
-// value / scale), times the scale. Deeper layers see fp8 attention before them; each of their
-// values must still be a code times its column's scale.
+// value / scale), times the scale; this is the check of the writes' scales (per column for K, per
+// tensor for V). Deeper layers see fp8 attention before them, so nothing independent predicts their
+// values: read back through the same scales, each must still be a code times its column's scale,
+// which checks only the read path.
 inline void expect_checkpoint_scales_code_every_value(const KvBackendMaker& make_backend_with) {
   const Float32Run reference(make_backend_with, "llama");
   const ModelConfig& config = reference.model->config();
