@@ -1,7 +1,7 @@
 // fp8 (e4m3) KV caches on the GPU (--kv-cache-dtype fp8): write_kv's codes are the host's bits
 // (core/dtype's f32_to_f8e4m3 of value / scale: ties, saturation, subnormals, skipped slots, with and
 // without column scales); the fixtures with an fp8 cache against transformers' top logprobs and the
-// checkpoint's k/v scales into every cached value, GQA and MLA (kv_cache_dtype_checks.h, the CPU's
+// checkpoint's k/v scales into the first layer's cached values, GQA and MLA (kv_cache_dtype_checks.h, the CPU's
 // checks); the default model against transformers; a quarter of float32's cache bytes; and pages
 // that move as their own bytes. The attention kernels over fp8 caches: test_cuda_attention.cpp.
 #include <gtest/gtest.h>
