@@ -24,6 +24,27 @@ namespace {
 
 constexpr int32_t kBlockSize = 128;
 
+// Pages for batch sequences of blocks_per_seq blocks: all of them, or as many as `fraction` of the
+// free device memory holds (at least one sequence's), which the sequences then share: block b of
+// sequence s is page (s * blocks_per_seq + b) % count. The bytes a step reads stay the same, though
+// two blocks reading one page at once may find it in L2.
+struct SharedPages {
+  int64_t count = 0;
+  std::vector<int32_t> table;  // [batch, blocks_per_seq]
+  bool shared() const { return count < static_cast<int64_t>(table.size()); }
+};
+
+SharedPages shared_pages(Backend& backend, int32_t batch, int32_t blocks_per_seq, int64_t page_bytes, double fraction) {
+  const std::optional<DeviceMemory> memory = backend.device_memory();
+  const size_t available = memory ? memory->available_bytes() : 0;
+  const auto fit = static_cast<int64_t>(static_cast<double>(available) * fraction / static_cast<double>(page_bytes));
+  const int64_t wanted = int64_t{batch} * blocks_per_seq;
+  SharedPages pages;
+  pages.count = std::min(wanted, std::max<int64_t>(fit, blocks_per_seq));
+  for (int64_t i = 0; i < wanted; ++i) pages.table.push_back(static_cast<int32_t>(i % pages.count));
+  return pages;
+}
+
 std::vector<int32_t> list_or(const Args& args, const std::string& flag, std::vector<int32_t> fallback) {
   if (!args.has(flag)) return fallback;
   auto values = args.get_int_list(flag);
@@ -69,24 +90,14 @@ void bench_decode(CausalLM& model, Backend& backend, const DevicePeaks& peaks, i
   const ModelConfig& c = model.config();
   // Two warm-up steps, the timed synchronous steps, then as many pipelined ones.
   const int32_t blocks_per_seq = (context + 2 * steps + 2 + kBlockSize - 1) / kBlockSize;
-  const int64_t block_bytes = model.kv_bytes_per_token() * kBlockSize;
   model.allocate_kv_cache(KvCacheShape{1, kBlockSize});  // frees the previous point's cache first
-  const std::optional<DeviceMemory> memory = backend.device_memory();
-  const size_t available = memory ? memory->available_bytes() : 0;
-  const auto fit = static_cast<int64_t>(static_cast<double>(available) * 0.85 /
-                                        static_cast<double>(block_bytes));
-  const int64_t wanted = int64_t{batch} * blocks_per_seq;
-  const auto num_blocks = static_cast<int32_t>(std::min(wanted, std::max<int64_t>(fit, blocks_per_seq)));
-  const bool shared = num_blocks < wanted;
-  model.allocate_kv_cache(KvCacheShape{num_blocks, kBlockSize});
+  SharedPages pages = shared_pages(backend, batch, blocks_per_seq, model.kv_bytes_per_token() * kBlockSize, 0.85);
+  const bool shared = pages.shared();
+  model.allocate_kv_cache(KvCacheShape{static_cast<int32_t>(pages.count), kBlockSize});
 
   ForwardBatch fb;
   fb.max_blocks_per_seq = blocks_per_seq;
-  for (int32_t s = 0; s < batch; ++s) {
-    for (int32_t b = 0; b < blocks_per_seq; ++b) {
-      fb.block_table.push_back(static_cast<int32_t>((int64_t{s} * blocks_per_seq + b) % num_blocks));
-    }
-  }
+  fb.block_table = std::move(pages.table);
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<float> logits(static_cast<size_t>(batch) * static_cast<size_t>(c.vocab_size));
@@ -196,25 +207,20 @@ void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& 
   params.scale = 0.08838834764f;
   const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
-  // Caches larger than the free memory share pages between sequences, as bench_decode's do (the
-  // bytes read per step stay the same; a page is re-read from HBM, not L2, at these sizes).
-  const int64_t block_bytes = int64_t{kBlockSize} * kv_dim * element_bytes * (c.mla ? 1 : 2);
-  const std::optional<DeviceMemory> memory = backend.device_memory();
-  const auto fit = static_cast<int64_t>(static_cast<double>(memory ? memory->available_bytes() : 0) * 0.8 /
-                                        static_cast<double>(block_bytes));
-  const int64_t wanted = int64_t{batch} * blocks_per_seq;
-  const int64_t num_blocks = std::min(wanted, std::max<int64_t>(fit, blocks_per_seq));
-  const auto cache_bytes = static_cast<size_t>(num_blocks * kBlockSize * kv_dim * element_bytes);
+  // Caches larger than the free memory share pages between sequences, as bench_decode's do.
+  const SharedPages pages =
+      shared_pages(backend, batch, blocks_per_seq, int64_t{kBlockSize} * kv_dim * element_bytes * (c.mla ? 1 : 2), 0.8);
+  const auto cache_bytes = static_cast<size_t>(pages.count * kBlockSize * kv_dim * element_bytes);
   DeviceBuffer k_cache = backend.allocate(cache_bytes);
   DeviceBuffer v_cache = c.mla ? DeviceBuffer() : backend.allocate(cache_bytes);
   const float* values = c.mla ? k_cache.as<float>() : v_cache.as<float>();
   const auto q_floats = static_cast<size_t>(int64_t{batch} * params.num_heads * params.head_dim);
   DeviceBuffer q = backend.allocate(q_floats * sizeof(float));
   DeviceBuffer out = backend.allocate(q_floats * sizeof(float));
-  std::vector<int32_t> query_start, seq_len, table;
+  const std::vector<int32_t>& table = pages.table;
+  std::vector<int32_t> query_start, seq_len;
   for (int32_t s = 0; s <= batch; ++s) query_start.push_back(s);
   seq_len.assign(static_cast<size_t>(batch), context);
-  for (int64_t i = 0; i < wanted; ++i) table.push_back(static_cast<int32_t>(i % num_blocks));
   DeviceBuffer d_start = backend.allocate(query_start.size() * 4);
   DeviceBuffer d_len = backend.allocate(seq_len.size() * 4);
   DeviceBuffer d_table = backend.allocate(table.size() * 4);
@@ -244,7 +250,7 @@ void bench_attention(Backend& backend, const ModelConfig& c, const DevicePeaks& 
       "\"read_peak_tb_s\":%.3f,\"shared_kv\":%s}\n",
       batch, context, params.num_heads, params.num_kv_heads, std::string(dtype_name(params.cache_dtype)).c_str(),
       seconds * 1e6, bytes / seconds / 1e12, peaks.copy_bytes_per_s / 1e12, peaks.read_bytes_per_s / 1e12,
-      num_blocks < wanted ? "true" : "false");
+      pages.shared() ? "true" : "false");
   std::fflush(stdout);
 }
 

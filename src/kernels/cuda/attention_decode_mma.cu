@@ -83,15 +83,6 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
   }
 }
 
-template <bool kF16>
-__device__ __forceinline__ void mma_pair(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kF16) {
-    mma_f16(c, a, b0, b1);
-  } else {
-    mma_bf16(c, a, b0, b1);
-  }
-}
-
 // Softmax states (acc, then m and l at dims, dims + 1) of kCount sources at stride floats apart,
 // merged in source order at element d of the row at offset row: sum, max and denominator.
 template <int kCount>

@@ -52,17 +52,23 @@ __device__ __forceinline__ void store_kv4(KvFp8* cache, int64_t at, float4 x, co
   *reinterpret_cast<uint32_t*>(cache + at) = lo | (hi << 16);
 }
 
-// Two e4m3 codes (the low byte first) as float32: exact through f16, which holds every e4m3 value.
-__device__ __forceinline__ float2 fp8x2_to_float2(uint32_t codes) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
-  return __half22float2(*reinterpret_cast<const __half2*>(&raw));
-}
-
-// Two e4m3 codes (the low 16 bits of codes, the lower byte first) as an f16 pair, for the MMAs of
-// the tensor-core decode kernels: exact.
+// Two e4m3 codes (the low 16 bits of codes, the lower byte first) as an f16 pair: exact, as f16 holds
+// every e4m3 value. The tensor-core decode kernels feed these pairs to their MMAs.
 __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes) {
   const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
   return *reinterpret_cast<const uint32_t*>(&raw);
+}
+
+// Four e4m3 codes (one word, the lowest byte first) as float32, without their scales.
+__device__ __forceinline__ void fp8x4_to_floats(uint32_t codes, float* out) {
+  const uint32_t lo = fp8x2_to_f16x2(codes & 0xffffu);
+  const uint32_t hi = fp8x2_to_f16x2(codes >> 16);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = b.x;
+  out[3] = b.y;
 }
 
 // Which dim of a 16-dim chunk column k (0-15) of an m16n8k16 A fragment holds when ldmatrix reads a
@@ -93,14 +99,7 @@ __device__ __forceinline__ void unpack16(const float4& raw, const __nv_bfloat16*
 __device__ __forceinline__ void unpack16(const float4& raw, const KvFp8* /*tag*/, float* out) {
   const auto* words = reinterpret_cast<const uint32_t*>(&raw);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 lo = fp8x2_to_float2(words[j] & 0xffffu);
-    const float2 hi = fp8x2_to_float2(words[j] >> 16);
-    out[4 * j] = lo.x;
-    out[4 * j + 1] = lo.y;
-    out[4 * j + 2] = hi.x;
-    out[4 * j + 3] = hi.y;
-  }
+  for (int j = 0; j < 4; ++j) fp8x4_to_floats(words[j], out + 4 * j);
 }
 
 // Widened fp8 codes of columns column .. column + count - 1 times their scales; other caches have none.
@@ -120,7 +119,8 @@ __device__ __forceinline__ float load_kv(const __nv_bfloat16* cache, int64_t at,
   return __bfloat162float(cache[at]);
 }
 __device__ __forceinline__ float load_kv(const KvFp8* cache, int64_t at, const float* scales, int64_t column) {
-  const float x = fp8x2_to_float2(cache[at].__x).x;
+  const uint32_t pair = fp8x2_to_f16x2(cache[at].__x);
+  const float x = __low2float(*reinterpret_cast<const __half2*>(&pair));
   return scales == nullptr ? x : __fmul_rn(x, scales[column]);
 }
 
@@ -137,10 +137,8 @@ __device__ __forceinline__ float4 load_kv4(const __nv_bfloat16* cache, int64_t a
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 __device__ __forceinline__ float4 load_kv4(const KvFp8* cache, int64_t at, const float* scales, int64_t column) {
-  const uint32_t codes = *reinterpret_cast<const uint32_t*>(cache + at);
-  const float2 lo = fp8x2_to_float2(codes & 0xffffu);
-  const float2 hi = fp8x2_to_float2(codes >> 16);
-  float x[4] = {lo.x, lo.y, hi.x, hi.y};
+  float x[4];
+  fp8x4_to_floats(*reinterpret_cast<const uint32_t*>(cache + at), x);
   scale_kv<4>(x, scales, column);
   return make_float4(x[0], x[1], x[2], x[3]);
 }
