@@ -157,7 +157,8 @@ TEST(CudaAttentionBf16Cache, MmaDecodeClusterCombineMatchesReference) {
 // graph's padded block table (balanced splits), and a batch mixing prompts (the general kernel)
 // with decodes (this one). q and p enter its MMAs rounded to bf16: over scores of this test's size
 // (q and keys in [-2, 2], 576 dims) that moves an output, a weighted mean of values in [-2, 2], by
-// well under 1e-2; a wrong key, page or dim moves it by ~1.
+// well under 1e-2; a wrong key, page or dim moves it by ~1. Every other case, and the mixed batch
+// again, read an fp8 latent cache (f16 MMAs, 128 heads on this kernel too, not the wgmma one).
 TEST(CudaAttentionBf16Cache, MlaDecodeMatchesReference) {
   auto backend = cuda_backend();
   std::mt19937 rng(67);
@@ -173,7 +174,7 @@ TEST(CudaAttentionBf16Cache, MlaDecodeMatchesReference) {
       c.num_kv_heads = 1;
       c.head_dim = 576;
       c.shared_kv = true;
-      c.cache_dtype = DType::kBF16;
+      c.cache_dtype = index % 2 == 0 ? DType::kBF16 : DType::kF8E4M3;
       HostBatch b = make_batch(c, rng);
       if (index % 3 == 1) {
         pad_block_table(b, 2 * static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(b.max_blocks_per_seq))));
@@ -191,6 +192,10 @@ TEST(CudaAttentionBf16Cache, MlaDecodeMatchesReference) {
   mixed.cache_dtype = DType::kBF16;
   const HostBatch b = make_batch(mixed, rng);
   expect_close(run_device(*backend, mixed, b), run_reference(mixed, b), kTolerance, 1e-4, describe(mixed) + " mixed");
+  mixed.cache_dtype = DType::kF8E4M3;
+  const HostBatch codes = make_batch(mixed, rng);
+  expect_close(run_device(*backend, mixed, codes), run_reference(mixed, codes), kTolerance, 1e-4,
+               describe(mixed) + " mixed");
 }
 
 // MLA's 64-head wgmma kernel (attention_decode_mla_wide.cu: 64-key tiles, 64 heads a block) with 64,

@@ -354,7 +354,7 @@ void configure() {
 }  // namespace
 
 bool mla_wide_decode_fits(const AttentionParams& params) {
-  return mla_decode_fits(params) && params.num_heads % kHeads == 0;
+  return params.cache_dtype == DType::kBF16 && mla_decode_fits(params) && params.num_heads % kHeads == 0;
 }
 
 int32_t mla_wide_decode_resident_blocks() {

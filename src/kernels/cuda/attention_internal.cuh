@@ -161,10 +161,11 @@ int32_t mma_decode_max_cluster(const AttentionParams& params);
 int32_t mma_decode_resident_blocks(const AttentionParams& params);
 void launch_mma_decode_attention(const AttentionArgs& args, const AttentionFrontEnd* front, cudaStream_t stream);
 
-// The tensor-core decode kernels for MLA: one bf16 latent head of 576 dims, keys = values (grid:
-// split, head block, sequence); no sliding window, no sinks, no cluster combine. Heads go in blocks
-// of 64 on the wgmma kernel (attention_decode_mla_wide.cu) when their count allows, else in blocks
-// of 16 on the mma.sync one (attention_decode_mla.cu); launch_mla_decode_attention picks.
+// The tensor-core decode kernels for MLA: one bf16 or fp8 latent head of 576 dims, keys = values
+// (grid: split, head block, sequence); no sliding window, no sinks, no cluster combine. bf16 heads go
+// in blocks of 64 on the wgmma kernel (attention_decode_mla_wide.cu) when their count allows, else
+// (and fp8 always) in blocks of 16 on the mma.sync one (attention_decode_mla.cu);
+// launch_mla_decode_attention picks.
 bool mla_decode_fits(const AttentionParams& params);
 int32_t mla_decode_head_blocks(const AttentionParams& params);
 int32_t mla_decode_resident_blocks(const AttentionParams& params);
