@@ -168,6 +168,14 @@ class Backend {
   virtual Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& /*parts*/) {
     return std::optional<kernels::WeightView>{};
   }
+  // The same for packed FP8 parts (block-scaled views in host memory, as load_packed_weight takes):
+  // one operand, its scale rows the parts' in order. nullopt where the backend makes none: host
+  // backends, layouts its kernels do not read, and a part before the last whose rows end inside a
+  // scale block (that block would straddle the next part).
+  virtual Result<std::optional<kernels::WeightView>> load_stacked_packed_weight(
+      const std::vector<kernels::WeightView>& /*parts*/) {
+    return std::optional<kernels::WeightView>{};
+  }
 
   // A device backend's memory, from which the engine sizes the KV cache after a dry run of its
   // worst step (engine/memory_plan.h). Host backends return nullopt (the configured budget applies).
@@ -316,7 +324,8 @@ class Backend {
     kernels::cpu::gather_rows(src, row_of, num_rows, width, dst);
   }
   // The gated feed-forward of stacked weights: out = down(act(x gate^T) * (x up^T)) with
-  // gate_up = [gate; up] ([2 * I, K], from load_stacked_weight) and down [hidden, I], no biases.
+  // gate_up = [gate; up] ([2 * I, K], from load_stacked_weight or load_stacked_packed_weight) and
+  // down [hidden, I], no biases.
   // x: [num_rows, K]; out: [num_rows, hidden]; scratch: 2 * num_rows * I floats. The default runs
   // matmul and the activation op by op; a device backend fuses the activation into the product.
   virtual void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,

@@ -58,6 +58,10 @@ class ForwardingBackend : public Backend {
   Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& parts) override {
     return inner_->load_stacked_weight(parts);
   }
+  Result<std::optional<kernels::WeightView>> load_stacked_packed_weight(
+      const std::vector<kernels::WeightView>& parts) override {
+    return inner_->load_stacked_packed_weight(parts);
+  }
   std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   DType kv_cache_dtype(DType weight_dtype) const override { return inner_->kv_cache_dtype(weight_dtype); }

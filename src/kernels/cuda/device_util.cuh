@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -29,6 +30,26 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) {
   return __float2half_rn(v);
+}
+
+// Two e4m3 codes (the low 16 bits of codes, the lower byte first) as an f16 pair: exact, as f16 holds
+// every e4m3 value. The tensor-core decode kernels feed these pairs to their MMAs; FP8 weights and KV caches widen
+// through them.
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+  return *reinterpret_cast<const uint32_t*>(&raw);
+}
+
+// Four e4m3 codes (one word, the lowest byte first) as float32, without their scales.
+__device__ __forceinline__ void fp8x4_to_floats(uint32_t codes, float* out) {
+  const uint32_t lo = fp8x2_to_f16x2(codes & 0xffffu);
+  const uint32_t hi = fp8x2_to_f16x2(codes >> 16);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = b.x;
+  out[3] = b.y;
 }
 
 __device__ __forceinline__ float load_as_f32(const void* data, DType dtype, int64_t index) {

@@ -192,6 +192,11 @@ void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float
 }
 
 void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream) {
+  // One or two rows: the codes widen in registers against float32 x, with no launch to quantise x.
+  if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
+    gemv(x, w, num_rows, y, stream.for_products());
+    return;
+  }
   if (!batch_invariant_ && num_rows <= kFp8GemvMaxRows && fp8_layout_supported(w) &&
       reinterpret_cast<uintptr_t>(x) % 16 == 0) {
     void* workspace = input_buffer(static_cast<int64_t>(fp8_gemv_workspace_bytes(num_rows, w.cols)), DType::kU8);

@@ -1,8 +1,10 @@
-// Decode-size products (at most kGemvMaxRows rows of x) with BF16/F16 weights: a block takes kCols
-// weight rows and each of its warps a quarter of K, streaming it with 16-byte loads (kUnroll * kCols
-// in flight per lane); the warps' sums are added in warp order (deterministic). x rows are rounded
-// to the weight dtype, as the cuBLASLt path does, with float32 accumulation. Splitting K keeps
-// N / kCols blocks of short-lived warps, so even 1024-row projections fill every SM.
+// Decode-size products (at most kGemvMaxRows rows of x) with BF16/F16 weights, or FP8 e4m3 ones with
+// their block scales: a block takes kCols weight rows and each of its warps a quarter of K, streaming
+// it with 16-byte loads (kUnroll * kCols in flight per lane); the warps' sums are added in warp order
+// (deterministic). x rows are rounded to a 16-bit weight dtype, as the cuBLASLt path does, with
+// float32 accumulation; with FP8 weights x stays float32 and each 16 codes' sum (one scale block's
+// share) is promoted with its block's scale. Splitting K keeps N / kCols blocks of short-lived warps,
+// so even 1024-row projections fill every SM.
 // Memory-bound by design: the weights are read once; x comes from L1, each load serving kCols rows.
 // Measured on the H200 (docs/benchmarks.md): at M = 8 the arithmetic per weight byte made it
 // slower than cuBLASLt, so larger M goes there.
@@ -12,7 +14,6 @@
 // A decoder layer's residual adds fold in too (gemv_add: y += the sums).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -28,14 +29,28 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kUnroll = 4;
 constexpr int kCols = 4;  // output columns per warp
-constexpr int kVec = 8;  // weights per 16-byte load
+
+// Weights per 16-byte load.
+template <DType kDType>
+constexpr int kVec = kDType == DType::kF8E4M3 ? 16 : 8;
+
+// An FP8 weight's block scales (row r, column c: at[(r / block_rows) * row_stride + c / block_cols]);
+// unused for 16-bit weights.
+struct BlockScales {
+  const float* at = nullptr;
+  int64_t row_stride = 0;
+  int32_t block_rows = 1;
+  int32_t block_cols = 1;
+};
 
 template <DType kDType>
-__device__ __forceinline__ void unpack(const uint4& bits, float (&w)[kVec]) {
+__device__ __forceinline__ void unpack(const uint4& bits, float (&w)[kVec<kDType>]) {
   const auto* pairs = reinterpret_cast<const uint32_t*>(&bits);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if constexpr (kDType == DType::kBF16) {
+    if constexpr (kDType == DType::kF8E4M3) {
+      fp8x4_to_floats(pairs[i], w + 4 * i);
+    } else if constexpr (kDType == DType::kBF16) {
       const __nv_bfloat162 p = *reinterpret_cast<const __nv_bfloat162*>(&pairs[i]);
       const float2 f = __bfloat1622float2(p);
       w[2 * i] = f.x;
@@ -51,7 +66,9 @@ __device__ __forceinline__ void unpack(const uint4& bits, float (&w)[kVec]) {
 
 template <DType kDType>
 __device__ __forceinline__ float round_to_weight_type(float x) {
-  if constexpr (kDType == DType::kBF16) {
+  if constexpr (kDType == DType::kF8E4M3) {
+    return x;
+  } else if constexpr (kDType == DType::kBF16) {
     return __bfloat162float(__float2bfloat16_rn(x));
   } else {
     return __half2float(__float2half_rn(x));
@@ -65,25 +82,30 @@ enum class Epilogue { kStore, kAdd, kSilu, kGelu };
 // One block computes kOut adjacent output columns from kW weight rows (kW = kOut, or with a gated
 // epilogue kOut gate rows and the kOut up rows n rows further on), so each x load serves kW rows.
 template <DType kDType, int kRows, int kW, int kUnrollT, Epilogue kEpilogue>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* __restrict__ x,
-                                                                   const uint4* __restrict__ w, int64_t n,
-                                                                   int64_t k, float* __restrict__ y) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gemv_kernel(const float* __restrict__ x, const uint4* __restrict__ w, BlockScales scales, int64_t n, int64_t k,
+                float* __restrict__ y) {
   constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
+  constexpr bool kScaled = kDType == DType::kF8E4M3;
   constexpr int kOut = kGated ? kW / 2 : kW;
+  constexpr int kVecT = kVec<kDType>;
   __shared__ float partial[kWarpsPerBlock][kRows][kW];
   const int64_t col0 = blockIdx.x * int64_t{kOut};
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t vecs = k / kVec;
+  const int64_t vecs = k / kVecT;
   const int64_t chunk = (vecs + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int64_t begin = warp * chunk;
   const int64_t end = min(begin + chunk, vecs);
   const uint4* rows[kW];
+  const float* row_scales[kW];
 #pragma unroll
   for (int c = 0; c < kW; ++c) {
     // Past n: a duplicate row, not stored. Up rows follow the n gate rows.
     const int64_t col = min(col0 + c % kOut, n - 1);
-    rows[c] = w + (c < kOut ? col : n + col) * vecs;
+    const int64_t row = c < kOut ? col : n + col;
+    rows[c] = w + row * vecs;
+    if constexpr (kScaled) row_scales[c] = scales.at + row / scales.block_rows * scales.row_stride;
   }
   float acc[kRows][kW];
 #pragma unroll
@@ -110,21 +132,37 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
     for (int u = 0; u < kUnrollT; ++u) {
       const int64_t v = base + u * 32;
       if (v >= end) break;
+      float block_scale[kW];
+      if constexpr (kScaled) {
+        // A load's codes share one scale block (block_cols is a multiple of 16).
+#pragma unroll
+        for (int c = 0; c < kW; ++c) block_scale[c] = __ldg(row_scales[c] + v * kVecT / scales.block_cols);
+      }
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
-        const float4* xv = reinterpret_cast<const float4*>(x + m * k + v * kVec);
-        const float4 a = __ldg(xv);
-        const float4 b = __ldg(xv + 1);
-        const float xs[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        float xr[kVec];
+        const float4* xv = reinterpret_cast<const float4*>(x + m * k + v * kVecT);
+        float xr[kVecT];
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) xr[i] = round_to_weight_type<kDType>(xs[i]);
+        for (int q = 0; q < kVecT / 4; ++q) {
+          const float4 a = __ldg(xv + q);
+          xr[4 * q] = round_to_weight_type<kDType>(a.x);
+          xr[4 * q + 1] = round_to_weight_type<kDType>(a.y);
+          xr[4 * q + 2] = round_to_weight_type<kDType>(a.z);
+          xr[4 * q + 3] = round_to_weight_type<kDType>(a.w);
+        }
 #pragma unroll
         for (int c = 0; c < kW; ++c) {
-          float wf[kVec];
+          float wf[kVecT];
           unpack<kDType>(bits[u][c], wf);
+          if constexpr (kScaled) {
+            float block_sum = 0.0f;
 #pragma unroll
-          for (int i = 0; i < kVec; ++i) acc[m][c] = fmaf(xr[i], wf[i], acc[m][c]);
+            for (int i = 0; i < kVecT; ++i) block_sum = fmaf(xr[i], wf[i], block_sum);
+            acc[m][c] = fmaf(block_sum, block_scale[c], acc[m][c]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kVecT; ++i) acc[m][c] = fmaf(xr[i], wf[i], acc[m][c]);
+          }
         }
       }
     }
@@ -159,18 +197,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const float* 
 constexpr int64_t kLongRowElements = 8192;
 
 template <DType kDType, Epilogue kEpilogue, int kW, int kUnrollT>
-void launch_shape(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y,
-                  cudaStream_t stream) {
+void launch_shape(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream) {
   constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
   constexpr int kOut = kGated ? kW / 2 : kW;
   const auto blocks = static_cast<unsigned>((n + kOut - 1) / kOut);
-  const auto* weights = static_cast<const uint4*>(w);
+  const auto* weights = static_cast<const uint4*>(w.data);
+  BlockScales scales;
+  if constexpr (kDType == DType::kF8E4M3) {
+    scales = BlockScales{static_cast<const float*>(w.scales), (w.cols + w.scale_block_cols - 1) / w.scale_block_cols,
+                         w.scale_block_rows, w.scale_block_cols};
+  }
   const dim3 grid(blocks);
   const dim3 block(kWarpsPerBlock * 32);
   if (num_rows == 1) {
-    launch_dependent(gemv_kernel<kDType, 1, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, n, k, y);
+    launch_dependent(gemv_kernel<kDType, 1, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, scales, n,
+                     w.cols, y);
   } else {
-    launch_dependent(gemv_kernel<kDType, 2, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, n, k, y);
+    launch_dependent(gemv_kernel<kDType, 2, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, scales, n,
+                     w.cols, y);
   }
 }
 
@@ -190,29 +234,35 @@ int64_t resident_blocks() {
 // do long-row blocks; twice the rows take half the unroll, so each lane keeps the same loads in flight.
 // A product whose blocks of kCols rows would need a second wave but whose blocks of twice that fit
 // in one (o_proj's 4096 rows on the H200's 132 SMs) takes the longer blocks too: the second wave's
-// tail cost more (H200, Llama-3-8B at batch 1: 236 against 233 tok/s; docs/benchmarks.md).
+// tail cost more (H200, Llama-3-8B at batch 1: 236 against 233 tok/s; docs/benchmarks.md). FP8
+// weights always do: a byte of them meets four of x, twice a 16-bit weight's share.
 template <DType kDType, Epilogue kEpilogue>
-void launch(const float* x, const void* w, int64_t n, int64_t k, int64_t num_rows, float* y, cudaStream_t stream) {
-  const auto one_wave_of_long_blocks = [&] {
-    const int64_t slots = resident_blocks<kDType, kEpilogue>();
-    return (n + kCols - 1) / kCols > slots && (n + 2 * kCols - 1) / (2 * kCols) <= slots;
-  };
-  if constexpr (kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu) {
-    launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, k, num_rows, y, stream);
-  } else if (k >= kLongRowElements || one_wave_of_long_blocks()) {
-    launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, k, num_rows, y, stream);
+void launch(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream) {
+  if constexpr (kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu || kDType == DType::kF8E4M3) {
+    launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, num_rows, y, stream);
   } else {
-    launch_shape<kDType, kEpilogue, kCols, kUnroll>(x, w, n, k, num_rows, y, stream);
+    const auto one_wave_of_long_blocks = [&] {
+      const int64_t slots = resident_blocks<kDType, kEpilogue>();
+      return (n + kCols - 1) / kCols > slots && (n + 2 * kCols - 1) / (2 * kCols) <= slots;
+    };
+    if (w.cols >= kLongRowElements || one_wave_of_long_blocks()) {
+      launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, num_rows, y, stream);
+    } else {
+      launch_shape<kDType, kEpilogue, kCols, kUnroll>(x, w, n, num_rows, y, stream);
+    }
   }
 }
 
 template <Epilogue kEpilogue>
 void launch_for_dtype(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y,
                       cudaStream_t stream) {
-  if (w.dtype == DType::kBF16) {
-    launch<DType::kBF16, kEpilogue>(x, w.data, n, w.cols, num_rows, y, stream);
-  } else {
-    launch<DType::kF16, kEpilogue>(x, w.data, n, w.cols, num_rows, y, stream);
+  switch (w.dtype) {
+    case DType::kBF16:
+      return launch<DType::kBF16, kEpilogue>(x, w, n, num_rows, y, stream);
+    case DType::kF16:
+      return launch<DType::kF16, kEpilogue>(x, w, n, num_rows, y, stream);
+    default:
+      return launch<DType::kF8E4M3, kEpilogue>(x, w, n, num_rows, y, stream);
   }
 }
 
@@ -259,8 +309,11 @@ void launch_glu_rounded(const void* gate_up, DType gate_up_dtype, int64_t count,
 
 bool can_gemv(const float* x, const WeightView& w, int64_t num_rows) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return num_rows >= 1 && num_rows <= kGemvMaxRows && (w.dtype == DType::kBF16 || w.dtype == DType::kF16) &&
-         w.cols % kVec == 0 && aligned(x) && aligned(w.data);
+  const bool fp8 = w.dtype == DType::kF8E4M3 && w.scales != nullptr && w.scale_block_rows > 0 &&
+                   w.scale_block_cols > 0 && w.scale_block_cols % kVec<DType::kF8E4M3> == 0;
+  const bool sixteen_bit = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
+  return num_rows >= 1 && num_rows <= kGemvMaxRows && (fp8 || sixteen_bit) &&
+         w.cols % (fp8 ? kVec<DType::kF8E4M3> : kVec<DType::kBF16>) == 0 && aligned(x) && aligned(w.data);
 }
 
 void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {

@@ -1,6 +1,7 @@
 // Bandwidth-bound products for decode-sized batches: y[M, N] = x[M, K] @ w[N, K]^T for M <= 2 with
-// BF16/F16 weights, x rounded to the weight dtype and float32 accumulation (cuBLASLt's numbers);
-// and the gated activation of stacked gate|up products.
+// BF16/F16 weights, x rounded to the weight dtype and float32 accumulation (cuBLASLt's numbers), or
+// with block-scaled FP8 e4m3 weights (WeightView::scales) and x in float32; and the gated
+// activation of stacked gate|up products.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,8 +15,9 @@ namespace deepinfer::kernels::cuda {
 // At M = 4 cuBLASLt (cast + GEMM) was faster on every Llama-3-8B shape (docs/benchmarks.md).
 constexpr int64_t kGemvMaxRows = 2;
 
-// True when gemv takes this product: 1..kGemvMaxRows rows, BF16/F16 weights, K a multiple of 8,
-// x and w 16-byte aligned.
+// True when gemv takes this product: 1..kGemvMaxRows rows, BF16/F16 weights with K a multiple of 8
+// or FP8 ones with scale blocks of a multiple of 16 columns and K a multiple of 16, x and w 16-byte
+// aligned.
 bool can_gemv(const float* x, const WeightView& w, int64_t num_rows);
 // Enqueues the product (overwrites y). Requires can_gemv.
 void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // Products with FP8 e4m3 weights kept as published (DeepSeek-V3's block-scaled layout: one float32
-// factor per 128 x 128 block, kernels::WeightView::scales). Decode sizes run on the tensor cores'
-// FP8 instructions with x quantised to e4m3 per row per 128 columns on the fly, as DeepSeek's own
+// factor per 128 x 128 block, kernels::WeightView::scales). One or two rows of x take gemv.h's
+// kernel (codes widened against float32 x); up to kFp8GemvMaxRows run on the tensor cores' FP8
+// instructions with x quantised to e4m3 per row per 128 columns on the fly, as DeepSeek's own
 // kernels do, and the products of each 128-column block promoted to float32 with both scales; larger
 // batches dequantise the weight to bf16 for cuBLASLt.
 #pragma once

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/device_util.cuh"
+
 namespace deepinfer::kernels::cuda {
 
 using KvFp8 = __nv_fp8_e4m3;
@@ -50,25 +52,6 @@ __device__ __forceinline__ void store_kv4(KvFp8* cache, int64_t at, float4 x, co
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x.x, x.y), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x.z, x.w), __NV_SATFINITE, __NV_E4M3);
   *reinterpret_cast<uint32_t*>(cache + at) = lo | (hi << 16);
-}
-
-// Two e4m3 codes (the low 16 bits of codes, the lower byte first) as an f16 pair: exact, as f16 holds
-// every e4m3 value. The tensor-core decode kernels feed these pairs to their MMAs.
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
-  return *reinterpret_cast<const uint32_t*>(&raw);
-}
-
-// Four e4m3 codes (one word, the lowest byte first) as float32, without their scales.
-__device__ __forceinline__ void fp8x4_to_floats(uint32_t codes, float* out) {
-  const uint32_t lo = fp8x2_to_f16x2(codes & 0xffffu);
-  const uint32_t hi = fp8x2_to_f16x2(codes >> 16);
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-  out[0] = a.x;
-  out[1] = a.y;
-  out[2] = b.x;
-  out[3] = b.y;
 }
 
 // Which dim of a 16-dim chunk column k (0-15) of an m16n8k16 A fragment holds when ldmatrix reads a

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -14,20 +15,23 @@
 namespace deepinfer {
 namespace {
 
-// q, k and v stacked into one device weight when the backend makes one (16-bit weights, no biases,
-// not FP8: those are dequantised per tensor by load_tensor) and the layer may take them stacked;
-// nullopt otherwise.
+// q, k and v stacked into one device weight when the backend makes one (16-bit weights, or FP8 ones
+// it keeps packed; no biases) and the layer may take them stacked; nullopt otherwise.
 Result<std::optional<kernels::WeightView>> load_stacked_qkv(const ModelSource& source, const std::string& prefix,
                                                             int64_t q_dim, int64_t kv_dim, int64_t hidden,
                                                             bool has_bias, bool may_stack) {
   if (has_bias || !may_stack) return std::optional<kernels::WeightView>{};
   std::vector<TensorView> parts;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> names;
   for (const auto& [name, rows] : {std::pair{".q_proj", q_dim}, std::pair{".k_proj", kv_dim}, std::pair{".v_proj", kv_dim}}) {
     auto tensor = source.weights->get(prefix + name + ".weight", {rows, hidden});
     if (!tensor.ok()) return tensor.error();
-    if (tensor->dtype == DType::kF8E4M3) return std::optional<kernels::WeightView>{};
     parts.push_back(*tensor);
+    names.emplace_back(prefix + name + ".weight", std::vector<int64_t>{rows, hidden});
   }
+  const auto fp8 = [](const TensorView& part) { return part.dtype == DType::kF8E4M3; };
+  if (std::all_of(parts.begin(), parts.end(), fp8)) return load_stacked_fp8(source, names);
+  if (std::any_of(parts.begin(), parts.end(), fp8)) return std::optional<kernels::WeightView>{};
   return source.backend->load_stacked_weight(parts);
 }
 
@@ -207,7 +211,7 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
 
 int64_t AttentionLayer::weight_bytes() const {
   int64_t bytes = q_proj_.weight_bytes() + k_proj_.weight_bytes() + v_proj_.weight_bytes() + o_proj_.weight_bytes();
-  if (qkv_) bytes += qkv_->rows * qkv_->cols * static_cast<int64_t>(dtype_size_bytes(qkv_->dtype));
+  if (qkv_) bytes += kernels::weight_bytes(*qkv_);
   if (q_norm_) bytes += 2 * params_.head_dim * static_cast<int64_t>(dtype_size_bytes(q_norm_->weight.dtype));
   return bytes;
 }

@@ -132,8 +132,9 @@ class AttentionLayer {
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
-  // [q_dim + 2 * kv_dim, hidden]: q, k and v stacked at load (Backend::load_stacked_weight; device
-  // backends, 16-bit weights without biases), one product for all three. q/k/v_proj_ are then empty.
+  // [q_dim + 2 * kv_dim, hidden]: q, k and v stacked at load (Backend::load_stacked_weight, or
+  // load_stacked_packed_weight for FP8; device backends, no biases), one product for all three.
+  // q/k/v_proj_ are then empty.
   std::optional<kernels::WeightView> qkv_;
   std::optional<RmsNorm> q_norm_, k_norm_;
   kernels::AttentionParams params_;

@@ -20,8 +20,12 @@ Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::st
   return source.backend->load_weight(source.arena->add(name, shape, *values));
 }
 
-Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::string& name,
-                                        const std::vector<int64_t>& shape, Packing packing) {
+namespace {
+
+// The host view load_matrix keeps packed (its e4m3 bytes read in place, its scales as float32 in
+// the arena), or nullopt where it dequantises.
+Result<std::optional<kernels::WeightView>> packed_matrix(const ModelSource& source, const std::string& name,
+                                                         const std::vector<int64_t>& shape, Packing packing) {
   auto tensor = source.weights->get(name, shape);
   if (!tensor.ok()) return tensor.error();
   const Fp8Config block = source.config.fp8.value_or(Fp8Config{});
@@ -30,7 +34,7 @@ Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::st
   const WeightUse use = packing == Packing::kExpertWhereSupported ? WeightUse::kExperts : WeightUse::kMatmul;
   const bool packed = tensor->dtype == DType::kF8E4M3 && shape.size() == 2 && packing != Packing::kDequantise &&
                       source.backend->reads_packed_weights(DType::kF8E4M3, use) && block.block_cols % 16 == 0;
-  if (!packed) return load_tensor(source, name, shape);
+  if (!packed) return std::optional<kernels::WeightView>{};
   const std::optional<TensorView> scale_inv = source.weights->find(name + "_scale_inv");
   if (!scale_inv) return Error{"tensor " + name + " is F8_E4M3 but " + name + "_scale_inv is missing"};
   if (auto checked = check_fp8_scales(*tensor, *scale_inv, block.block_rows, block.block_cols); !checked.ok()) {
@@ -46,7 +50,29 @@ Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::st
   view.scales = source.arena->add(scale_inv->name, scale_inv->shape, scales).data;
   view.scale_block_rows = static_cast<int32_t>(block.block_rows);
   view.scale_block_cols = static_cast<int32_t>(block.block_cols);
-  return source.backend->load_packed_weight(view);
+  return std::optional<kernels::WeightView>{view};
+}
+
+}  // namespace
+
+Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::string& name,
+                                        const std::vector<int64_t>& shape, Packing packing) {
+  auto packed = packed_matrix(source, name, shape, packing);
+  if (!packed.ok()) return packed.error();
+  if (!*packed) return load_tensor(source, name, shape);
+  return source.backend->load_packed_weight(**packed);
+}
+
+Result<std::optional<kernels::WeightView>> load_stacked_fp8(
+    const ModelSource& source, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+  std::vector<kernels::WeightView> views;
+  for (const auto& [name, shape] : parts) {
+    auto packed = packed_matrix(source, name, shape, Packing::kWhereSupported);
+    if (!packed.ok()) return packed.error();
+    if (!*packed) return std::optional<kernels::WeightView>{};
+    views.push_back(**packed);
+  }
+  return source.backend->load_stacked_packed_weight(views);
 }
 
 TensorView WeightArena::add(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& data,

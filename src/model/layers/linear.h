@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -44,6 +46,11 @@ Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::st
 // (its e4m3 bytes read in place, its scales as float32 in the arena) per `packing`.
 Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::string& name,
                                         const std::vector<int64_t>& shape, Packing packing = Packing::kWhereSupported);
+// FP8 matrices (name, [rows_i, cols]) stacked in order as one packed operand
+// (Backend::load_stacked_packed_weight), or nullopt where load_matrix would not keep each one packed
+// or the backend makes no stacked copy.
+Result<std::optional<kernels::WeightView>> load_stacked_fp8(
+    const ModelSource& source, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
 // The tensor `name` with exactly `shape` (any rank), converted to float32 on the host.
 Result<std::vector<float>> read_tensor_f32(const ModelSource& source, const std::string& name,
                                            const std::vector<int64_t>& shape);

@@ -19,8 +19,13 @@ Result<GatedMlp> GatedMlp::load(const ModelSource& source, const std::string& pr
     if (!gate.ok()) return gate.error();
     auto up = source.weights->get(prefix + ".up_proj.weight", {intermediate, hidden});
     if (!up.ok()) return up.error();
-    // FP8 checkpoints are dequantised per tensor by load_tensor; they keep the separate products.
-    if (gate->dtype != DType::kF8E4M3 && up->dtype != DType::kF8E4M3) {
+    // FP8 parts stack where they stay packed; mixed ones keep the separate products.
+    if (gate->dtype == DType::kF8E4M3 && up->dtype == DType::kF8E4M3) {
+      auto stacked = load_stacked_fp8(source, {{prefix + ".gate_proj.weight", {intermediate, hidden}},
+                                               {prefix + ".up_proj.weight", {intermediate, hidden}}});
+      if (!stacked.ok()) return stacked.error();
+      mlp.gate_up_ = *stacked;
+    } else if (gate->dtype != DType::kF8E4M3 && up->dtype != DType::kF8E4M3) {
       auto stacked = source.backend->load_stacked_weight({*gate, *up});
       if (!stacked.ok()) return stacked.error();
       mlp.gate_up_ = *stacked;
@@ -41,8 +46,7 @@ Result<GatedMlp> GatedMlp::load(const ModelSource& source, const std::string& pr
 }
 
 int64_t GatedMlp::weight_bytes() const {
-  const int64_t stacked =
-      gate_up_ ? gate_up_->rows * gate_up_->cols * static_cast<int64_t>(dtype_size_bytes(gate_up_->dtype)) : 0;
+  const int64_t stacked = gate_up_ ? kernels::weight_bytes(*gate_up_) : 0;
   return stacked + gate_proj_.weight_bytes() + up_proj_.weight_bytes() + down_proj_.weight_bytes();
 }
 

@@ -17,7 +17,8 @@ Result<MlpActivation> parse_mlp_activation(const std::string& name);
 class GatedMlp {
  public:
   // prefix: e.g. "model.layers.3.mlp". Without biases, gate and up are stacked into one weight
-  // where the backend does that (Backend::load_stacked_weight) and run as Backend::gated_mlp.
+  // where the backend does that (Backend::load_stacked_weight; FP8 ones kept packed through
+  // load_stacked_packed_weight) and run as Backend::gated_mlp.
   static Result<GatedMlp> load(const ModelSource& source, const std::string& prefix, int64_t hidden,
                                int64_t intermediate, bool has_bias, MlpActivation activation = MlpActivation::kSilu);
   int64_t intermediate_size() const { return down_proj_.in_features; }

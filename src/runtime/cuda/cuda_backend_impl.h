@@ -82,6 +82,8 @@ class CudaBackend final : public Backend {
   void release_weight(const kernels::WeightView& weight) override;
   // 16-bit parts are stacked (cuda_mlp.cpp); float32 models keep separate products.
   Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& parts) override;
+  Result<std::optional<kernels::WeightView>> load_stacked_packed_weight(
+      const std::vector<kernels::WeightView>& parts) override;
 
   // CUDA graphs (cuda_graph.cpp). A capture records the stream's work; attention workspaces
   // taken under it belong to the graph, so later eager steps never hand them to anyone else.
@@ -135,7 +137,8 @@ class CudaBackend final : public Backend {
     if (bias.data != nullptr) kc::add_bias(y, bias, num_rows, stream_.for_products());  // writes y only
   }
   // The activation in the GEMV's epilogue at decode sizes, else one GEMM, the activation rounded
-  // for the down product, and down (cuda_mlp.cpp).
+  // for the down product, and down; FP8 weights past decode sizes run gate and up as two products
+  // and the activation in place (cuda_mlp.cpp).
   void gated_mlp(const float* x, const kernels::WeightView& gate_up, const kernels::WeightView& down,
                  int64_t num_rows, GluActivation activation, float* scratch, float* out) override;
   // A layer's residual adds in the GEMV's epilogue at decode sizes (not in the batch-invariant mode,

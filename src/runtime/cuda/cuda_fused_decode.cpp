@@ -9,7 +9,7 @@ namespace deepinfer {
 
 bool CudaBackend::fuses_norm_products(int64_t num_rows, DType weight_dtype) const {
   return fused_decode_ && !batch_invariant_ && num_rows >= 1 && num_rows <= kc::kGemvMaxRows &&
-         (weight_dtype == DType::kBF16 || weight_dtype == DType::kF16);
+         (weight_dtype == DType::kBF16 || weight_dtype == DType::kF16 || weight_dtype == DType::kF8E4M3);
 }
 
 void CudaBackend::matmul_add(const float* x, const kernels::WeightView& w, int64_t num_rows, float* delta,
