@@ -168,8 +168,9 @@ class Backend {
   virtual Result<std::optional<kernels::WeightView>> load_stacked_weight(const std::vector<TensorView>& /*parts*/) {
     return std::optional<kernels::WeightView>{};
   }
-  // The same for packed FP8 parts (block-scaled views in host memory, as load_packed_weight takes):
-  // one operand, its scale rows the parts' in order. nullopt where the backend makes none: host
+  // The same for packed FP8 parts (block-scaled views in host memory, as load_packed_weight takes,
+  // but needed only during the call: a backend that stacks copies them): one operand, its scale
+  // rows the parts' in order. nullopt where the backend makes none: host
   // backends, layouts its kernels do not read, and a part before the last whose rows end inside a
   // scale block (that block would straddle the next part).
   virtual Result<std::optional<kernels::WeightView>> load_stacked_packed_weight(

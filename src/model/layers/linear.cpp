@@ -22,10 +22,17 @@ Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::st
 
 namespace {
 
-// The host view load_matrix keeps packed (its e4m3 bytes read in place, its scales as float32 in
-// the arena), or nullopt where it dequantises.
-Result<std::optional<kernels::WeightView>> packed_matrix(const ModelSource& source, const std::string& name,
-                                                         const std::vector<int64_t>& shape, Packing packing) {
+// A checkpoint matrix load_matrix keeps packed: its e4m3 bytes read in place, its scales converted
+// to float32 here (view.scales points at them).
+struct PackedMatrix {
+  kernels::WeightView view;
+  TensorView scale_inv;
+  std::vector<float> scales;
+};
+
+// The matrix `name` as load_matrix keeps it packed, or nullopt where it dequantises.
+Result<std::optional<PackedMatrix>> packed_matrix(const ModelSource& source, const std::string& name,
+                                                  const std::vector<int64_t>& shape, Packing packing) {
   auto tensor = source.weights->get(name, shape);
   if (!tensor.ok()) return tensor.error();
   const Fp8Config block = source.config.fp8.value_or(Fp8Config{});
@@ -34,23 +41,22 @@ Result<std::optional<kernels::WeightView>> packed_matrix(const ModelSource& sour
   const WeightUse use = packing == Packing::kExpertWhereSupported ? WeightUse::kExperts : WeightUse::kMatmul;
   const bool packed = tensor->dtype == DType::kF8E4M3 && shape.size() == 2 && packing != Packing::kDequantise &&
                       source.backend->reads_packed_weights(DType::kF8E4M3, use) && block.block_cols % 16 == 0;
-  if (!packed) return std::optional<kernels::WeightView>{};
+  if (!packed) return std::optional<PackedMatrix>{};
   const std::optional<TensorView> scale_inv = source.weights->find(name + "_scale_inv");
   if (!scale_inv) return Error{"tensor " + name + " is F8_E4M3 but " + name + "_scale_inv is missing"};
   if (auto checked = check_fp8_scales(*tensor, *scale_inv, block.block_rows, block.block_cols); !checked.ok()) {
     return checked.error();
   }
-  std::vector<float> scales(static_cast<size_t>(scale_inv->numel()));
-  convert_to_f32(scale_inv->data, scale_inv->dtype, scales.size(), scales.data());
-  kernels::WeightView view;
-  view.data = tensor->data;
-  view.dtype = DType::kF8E4M3;
-  view.rows = shape[0];
-  view.cols = shape[1];
-  view.scales = source.arena->add(scale_inv->name, scale_inv->shape, scales).data;
-  view.scale_block_rows = static_cast<int32_t>(block.block_rows);
-  view.scale_block_cols = static_cast<int32_t>(block.block_cols);
-  return std::optional<kernels::WeightView>{view};
+  PackedMatrix matrix{kernels::WeightView{}, *scale_inv, std::vector<float>(static_cast<size_t>(scale_inv->numel()))};
+  convert_to_f32(scale_inv->data, scale_inv->dtype, matrix.scales.size(), matrix.scales.data());
+  matrix.view.data = tensor->data;
+  matrix.view.dtype = DType::kF8E4M3;
+  matrix.view.rows = shape[0];
+  matrix.view.cols = shape[1];
+  matrix.view.scales = matrix.scales.data();
+  matrix.view.scale_block_rows = static_cast<int32_t>(block.block_rows);
+  matrix.view.scale_block_cols = static_cast<int32_t>(block.block_cols);
+  return std::optional<PackedMatrix>{std::move(matrix)};
 }
 
 }  // namespace
@@ -60,18 +66,25 @@ Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::st
   auto packed = packed_matrix(source, name, shape, packing);
   if (!packed.ok()) return packed.error();
   if (!*packed) return load_tensor(source, name, shape);
-  return source.backend->load_packed_weight(**packed);
+  // Host backends read the scales in place: they live in the arena, as long as the model.
+  kernels::WeightView view = (*packed)->view;
+  view.scales = source.arena->add((*packed)->scale_inv.name, (*packed)->scale_inv.shape, (*packed)->scales).data;
+  return source.backend->load_packed_weight(view);
 }
 
 Result<std::optional<kernels::WeightView>> load_stacked_fp8(
     const ModelSource& source, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
-  std::vector<kernels::WeightView> views;
+  // The parts' scales stay here: a backend that stacks copies them, and one that does not (host
+  // backends) gets them again through load_matrix.
+  std::vector<PackedMatrix> matrices;
   for (const auto& [name, shape] : parts) {
     auto packed = packed_matrix(source, name, shape, Packing::kWhereSupported);
     if (!packed.ok()) return packed.error();
     if (!*packed) return std::optional<kernels::WeightView>{};
-    views.push_back(**packed);
+    matrices.push_back(std::move(**packed));
   }
+  std::vector<kernels::WeightView> views;
+  for (const PackedMatrix& matrix : matrices) views.push_back(matrix.view);
   return source.backend->load_stacked_packed_weight(views);
 }
 
