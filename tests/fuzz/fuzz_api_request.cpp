@@ -28,7 +28,9 @@ const char* tokenizer_name(ChatFamily family) {
     case ChatFamily::kLlama31:
     case ChatFamily::kLlama32: return "llama3";
     case ChatFamily::kGptOss: return "gptoss";
-    case ChatFamily::kQwen3: return "qwen3";
+    case ChatFamily::kQwen3:
+    case ChatFamily::kQwen2Vl:
+    case ChatFamily::kQwen3Vl: return "qwen3";
     case ChatFamily::kGemma3: return "llama3";  // no Gemma tokenizer installed: any encodes the prompt
   }
   return "qwen3";
