@@ -34,14 +34,20 @@ struct WeightView {
   int32_t scale_block_cols = 0;
 };
 
+// A kF8E4M3 weight's float32 scales: one row of them per block of scale_block_rows rows, and how
+// many its first `rows` rows take.
+inline int64_t block_scale_row_stride(const WeightView& w) {
+  return (w.cols + w.scale_block_cols - 1) / w.scale_block_cols;
+}
+inline int64_t block_scale_count(const WeightView& w, int64_t rows) {
+  return (rows + w.scale_block_rows - 1) / w.scale_block_rows * block_scale_row_stride(w);
+}
+
 // Bytes w holds: its values and, when block-quantised, its scales.
 inline int64_t weight_bytes(const WeightView& w) {
   if (w.dtype == DType::kMxfp4) return w.rows * w.cols / 2 + w.rows * (w.cols / kMxfp4Block);
   int64_t bytes = w.rows * w.cols * static_cast<int64_t>(dtype_size_bytes(w.dtype));
-  if (w.dtype == DType::kF8E4M3) {
-    bytes += (w.rows + w.scale_block_rows - 1) / w.scale_block_rows *
-             ((w.cols + w.scale_block_cols - 1) / w.scale_block_cols) * static_cast<int64_t>(sizeof(float));
-  }
+  if (w.dtype == DType::kF8E4M3) bytes += block_scale_count(w, w.rows) * static_cast<int64_t>(sizeof(float));
   return bytes;
 }
 

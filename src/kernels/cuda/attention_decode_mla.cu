@@ -152,6 +152,12 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(AttentionArgs a
   const int v_key = lane % 8 + lane / 8 % 2 * 8;
   const int v_chunk = lane / 16;
   const int warp_chunk = warp * kWarpDims / 8;
+  // fp8 rows: lane's ldmatrix row when the warp reads its 16-dim chunks kk and kk + 1 (matrices:
+  // keys 0-7 and 8-15 of chunk kk, then of kk + 1; the warp's last, ninth chunk reads its own twice).
+  const auto fp8_chunk_pair = [&](const float4* rows, int kk) {
+    const int c = warp * kWarpSteps + kk + (kk + 1 < kWarpSteps ? lane / 16 : 0);
+    return rows + lane % 16 * R::kRowChunks + (c ^ (lane % 8));
+  };
 
   for (int32_t n = 0; n < num_tiles; ++n) {
     cp_async_wait<kStages - 2>();
@@ -162,13 +168,10 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(AttentionArgs a
 
     float s[2][4] = {};
     if constexpr (kFp8) {
-      // Matrices: keys 0-7 and 8-15 of 16-dim chunk kk, then of chunk kk + 1 (the warp's last,
-      // ninth chunk reads its own twice).
 #pragma unroll
       for (int kk = 0; kk < kWarpSteps; kk += 2) {
-        const int c = warp * kWarpSteps + kk + (kk + 1 < kWarpSteps ? lane / 16 : 0);
         uint32_t b[4];
-        ldmatrix_x4(b, rows + lane % 16 * R::kRowChunks + (c ^ (lane % 8)));
+        ldmatrix_x4(b, fp8_chunk_pair(rows, kk));
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           if (kk + u < kWarpSteps) {
@@ -239,9 +242,8 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(AttentionArgs a
       // warp's chunk c are its even and odd dims.
 #pragma unroll
       for (int j = 0; j < kWarpSteps; j += 2) {
-        const int c = warp * kWarpSteps + j + (j + 1 < kWarpSteps ? lane / 16 : 0);
         uint32_t b[4];
-        ldmatrix_x4_trans(b, rows + lane % 16 * R::kRowChunks + (c ^ (lane % 8)));
+        ldmatrix_x4_trans(b, fp8_chunk_pair(rows, j));
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
 #pragma unroll

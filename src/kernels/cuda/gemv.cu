@@ -204,8 +204,8 @@ void launch_shape(const float* x, const WeightView& w, int64_t n, int64_t num_ro
   const auto* weights = static_cast<const uint4*>(w.data);
   BlockScales scales;
   if constexpr (kDType == DType::kF8E4M3) {
-    scales = BlockScales{static_cast<const float*>(w.scales), (w.cols + w.scale_block_cols - 1) / w.scale_block_cols,
-                         w.scale_block_rows, w.scale_block_cols};
+    scales = BlockScales{static_cast<const float*>(w.scales), block_scale_row_stride(w), w.scale_block_rows,
+                         w.scale_block_cols};
   }
   const dim3 grid(blocks);
   const dim3 block(kWarpsPerBlock * 32);

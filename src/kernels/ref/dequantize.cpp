@@ -10,8 +10,7 @@ void dequantize_weight_row(const WeightView& w, int64_t row, float* dst) {
   if (w.dtype == DType::kF8E4M3) {
     DI_CHECK(w.scales != nullptr, "an F8_E4M3 weight needs its block scales");
     DI_CHECK(w.scale_block_rows > 0 && w.scale_block_cols > 0, "an F8_E4M3 weight needs its scale block size");
-    const int64_t scale_cols = (w.cols + w.scale_block_cols - 1) / w.scale_block_cols;
-    const float* scale_row = static_cast<const float*>(w.scales) + row / w.scale_block_rows * scale_cols;
+    const float* scale_row = static_cast<const float*>(w.scales) + row / w.scale_block_rows * block_scale_row_stride(w);
     for (int64_t k = 0; k < w.cols; ++k) {
       dst[k] = f8e4m3_to_f32(bytes[row * w.cols + k]) * scale_row[k / w.scale_block_cols];
     }

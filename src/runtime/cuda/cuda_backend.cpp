@@ -112,9 +112,8 @@ Result<kernels::WeightView> CudaBackend::load_packed_weight(const kernels::Weigh
   }
   kernels::WeightView view = packed;
   view.data = upload_copy(packed.data, static_cast<size_t>(packed.rows * packed.cols));
-  const int64_t scale_count = (packed.rows + packed.scale_block_rows - 1) / packed.scale_block_rows *
-                              ((packed.cols + packed.scale_block_cols - 1) / packed.scale_block_cols);
-  view.scales = upload_copy(packed.scales, static_cast<size_t>(scale_count) * sizeof(float));
+  view.scales = upload_copy(packed.scales,
+                            static_cast<size_t>(kernels::block_scale_count(packed, packed.rows)) * sizeof(float));
   return view;
 }
 

@@ -20,8 +20,7 @@ kernels::WeightView fp8_rows(const kernels::WeightView& w, int64_t first, int64_
                         << w.scale_block_rows << " rows");
   kernels::WeightView rows = w;
   rows.data = static_cast<const uint8_t*>(w.data) + first * w.cols;
-  rows.scales = static_cast<const float*>(w.scales) +
-                first / w.scale_block_rows * ((w.cols + w.scale_block_cols - 1) / w.scale_block_cols);
+  rows.scales = static_cast<const float*>(w.scales) + kernels::block_scale_count(w, first);
   rows.rows = count;
   return rows;
 }
@@ -78,10 +77,7 @@ Result<std::optional<kernels::WeightView>> CudaBackend::load_stacked_packed_weig
   if (!reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul) || !kc::fp8_layout_supported(view)) {
     return std::optional<kernels::WeightView>{};
   }
-  const auto scale_count = [&](int64_t rows) {
-    return static_cast<size_t>((rows + view.scale_block_rows - 1) / view.scale_block_rows *
-                               ((view.cols + view.scale_block_cols - 1) / view.scale_block_cols));
-  };
+  const auto scale_count = [&](int64_t rows) { return static_cast<size_t>(kernels::block_scale_count(view, rows)); };
   auto* codes = static_cast<uint8_t*>(allocator_.allocate(static_cast<size_t>(view.rows * view.cols)));
   weights_.push_back(codes);
   auto* scales = static_cast<float*>(allocator_.allocate(scale_count(view.rows) * sizeof(float)));
@@ -110,7 +106,7 @@ void CudaBackend::gated_mlp(const float* x, const kernels::WeightView& gate_up, 
     gemm_.matmul(scratch, down, num_rows, out, stream_);
     return;
   }
-  if (!is_16bit(down.dtype)) {
+  if (gate_up.dtype == DType::kF8E4M3) {
     // FP8 (stacked packed): gate and up into scratch's two halves, so the activation lands in place,
     // contiguous, for one down product. No op workspace: shared experts run this as side work.
     float* gate = scratch;
@@ -123,6 +119,10 @@ void CudaBackend::gated_mlp(const float* x, const kernels::WeightView& gate_up, 
       silu_mul(gate, up, num_rows * intermediate, gate);
     }
     gemm_.matmul(gate, down, num_rows, out, stream_);
+    return;
+  }
+  if (!is_16bit(down.dtype)) {
+    Backend::gated_mlp(x, gate_up, down, num_rows, activation, scratch, out);
     return;
   }
   // One GEMM into scratch ([num_rows, 2 * I]; x's rounded copy is the norm's when it made one),
