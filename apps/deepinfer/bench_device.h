@@ -26,7 +26,13 @@ int run_device_bench(const Args& args, LoadedModel& loaded);
 // line each (bench_device_products.cpp). Keeps its weights on the backend until it is destroyed.
 void bench_decode_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks);
 
-// A MoE model's routed experts alone (bf16, SiLU-gated, zero weights: the bytes set the time):
+// An FP8 checkpoint's projections (and an 8192^3 product) at prompt-sized row counts, FP8 and bf16
+// side by side on random values: one fp8_product line each, TFLOP/s beside the measured bf16 GEMM
+// rate and the FP8 datasheet peak. Nothing for other models or backends that dequantise FP8.
+void bench_fp8_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks);
+
+// A MoE model's routed experts alone (bf16, or MXFP4 / FP8 as the checkpoint's where the backend
+// reads them packed; SiLU-gated, zero weights: the bytes set the time):
 // Backend::moe_experts over expert ids already on the device at 1, 8, 64 and 256 tokens, each
 // token on its own top_k experts in turn, as a captured graph where the backend captures; one
 // expert_products line each, the TB/s of the expert weights read. Nothing for a dense model.

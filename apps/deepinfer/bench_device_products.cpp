@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench_device.h"
+#include "core/dtype.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -27,6 +28,8 @@ struct ProductShape {
 };
 
 constexpr int kProductsPerTiming = 20;
+// The dense FP8 tensor-core peak of the H100 SXM and H200 datasheets, TFLOP/s.
+constexpr double kFp8DensePeakTflops = 1979.0;
 
 // Seconds per call of `call`, run kProductsPerTiming times back to back (as one graph where the
 // backend captures); sync is device memory the calls write, read back to wait for the stream.
@@ -163,6 +166,59 @@ void bench_fused_products(Backend& backend, const ModelConfig& c, const DevicePe
   }
 }
 
+// Values in [-1, 1) from a cheap generator: the prompt-sized products draw tensor-core power, and
+// so clocks, by their values, which zeros would flatter; no statistical quality is needed.
+float next_unit(uint64_t& state) {
+  state = state * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) / static_cast<float>(1 << 23);
+}
+
+// One product's FP8 and bf16 forms at each row count, on random values (FP8 codes with 128 x 128
+// unit-ish block scales): one fp8_product line per row count.
+void bench_fp8_product(Backend& backend, const ProductShape& shape, const std::vector<int64_t>& row_counts,
+                       const DevicePeaks& peaks) {
+  uint64_t state = static_cast<uint64_t>(shape.out_features * 31 + shape.in_features);
+  const int64_t count = shape.out_features * shape.in_features;
+  std::vector<uint8_t> codes(static_cast<size_t>(count));
+  for (uint8_t& code : codes) code = static_cast<uint8_t>(f32_to_f8e4m3(next_unit(state) * 448.0f));
+  const std::vector<float> scales(
+      static_cast<size_t>((shape.out_features + 127) / 128 * ((shape.in_features + 127) / 128)), 1.0f / 448);
+  auto fp8 = backend.load_packed_weight(kernels::WeightView{codes.data(), DType::kF8E4M3, shape.out_features,
+                                                            shape.in_features, scales.data(), 128, 128});
+  if (!fp8.ok()) throw UserError(fp8.error());
+  std::vector<uint16_t> host;
+  const TensorView tensor = zero_bf16_tensor(shape.name, shape.out_features, shape.in_features, host);
+  for (uint16_t& bits : host) bits = f32_to_bf16(next_unit(state));
+  auto bf16 = backend.load_weight(tensor);
+  if (!bf16.ok()) throw UserError(bf16.error());
+  const int64_t most_rows = *std::max_element(row_counts.begin(), row_counts.end());
+  std::vector<float> x_host(static_cast<size_t>(most_rows * shape.in_features));
+  for (float& v : x_host) v = next_unit(state);
+  DeviceBuffer x = backend.allocate(x_host.size() * sizeof(float));
+  backend.copy_to_device(x.data(), x_host.data(), x_host.size() * sizeof(float));
+  DeviceBuffer y = backend.allocate(static_cast<size_t>(most_rows * shape.out_features) * sizeof(float));
+  for (int64_t rows : row_counts) {
+    const auto time = [&](const kernels::WeightView& w) {
+      return seconds_per_call(
+          backend, [&] { backend.matmul(x.as<float>(), w, kernels::WeightView{}, rows, y.as<float>()); }, y);
+    };
+    const double fp8_seconds = time(*fp8);
+    const double bf16_seconds = time(*bf16);
+    const double flop = 2.0 * static_cast<double>(rows * count);
+    const double fp8_tflop_s = flop / fp8_seconds / 1e12;
+    std::printf(
+        "{\"kind\":\"fp8_product\",\"name\":\"%s\",\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"fp8_us\":%.2f,"
+        "\"bf16_us\":%.2f,\"speedup\":%.3f,\"fp8_tflop_s\":%.1f,\"bf16_tflop_s\":%.1f,"
+        "\"fp8_weight_tb_s\":%.3f,\"bf16_gemm_fraction\":%.3f,\"fp8_peak_fraction\":%.3f,\"graph\":%s}\n",
+        shape.name, static_cast<long long>(shape.out_features), static_cast<long long>(shape.in_features),
+        static_cast<long long>(rows), fp8_seconds * 1e6, bf16_seconds * 1e6, bf16_seconds / fp8_seconds, fp8_tflop_s,
+        flop / bf16_seconds / 1e12, static_cast<double>(kernels::weight_bytes(*fp8)) / fp8_seconds / 1e12,
+        fp8_tflop_s * 1e12 / peaks.bf16_matmul_flop_per_s, fp8_tflop_s / kFp8DensePeakTflops,
+        backend.can_capture() ? "true" : "false");
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 void bench_expert_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
@@ -171,25 +227,39 @@ void bench_expert_products(Backend& backend, const ModelConfig& c, const DeviceP
   const int64_t inter = c.moe->moe_intermediate_size;
   const auto num_experts = static_cast<int32_t>(c.moe->num_experts);
   const auto top_k = static_cast<int32_t>(c.moe->num_experts_per_tok);
-  // MXFP4 checkpoints' experts as the backend keeps them (zero codes, unit scales), else bf16.
+  // MXFP4 and FP8 checkpoints' experts as the backend keeps them (zero codes, unit scales; FP8 in
+  // the checkpoint's scale blocks), else bf16.
   const bool mxfp4 = c.mxfp4_experts && backend.reads_packed_weights(DType::kMxfp4, WeightUse::kExperts) &&
                      hidden % kernels::kMxfp4Block == 0 && inter % kernels::kMxfp4Block == 0;
+  const bool fp8 = !mxfp4 && c.fp8.has_value() && backend.reads_packed_weights(DType::kF8E4M3, WeightUse::kExperts) &&
+                   c.fp8->block_cols == 128 && hidden % 128 == 0 && inter % 128 == 0;
+  const char* format = mxfp4 ? "mxfp4" : fp8 ? "fp8" : "bf16";
   std::vector<uint16_t> zeros;
   const TensorView gate_tensor = zero_bf16_tensor("experts.gate_proj", inter, hidden, zeros);
   TensorView down_tensor = gate_tensor;
   down_tensor.name = "experts.down_proj";
   down_tensor.shape = {hidden, inter};
-  const std::vector<uint8_t> codes(static_cast<size_t>(inter * hidden / 2), 0);
+  const std::vector<uint8_t> codes(static_cast<size_t>(inter * hidden), 0);
   const std::vector<uint8_t> scales(static_cast<size_t>(inter * hidden / kernels::kMxfp4Block), 127);
+  const std::vector<float> fp8_scales(static_cast<size_t>(inter * hidden), 1.0f);  // a bound for any block shape
   const auto packed_view = [&](int64_t rows, int64_t cols) {
+    if (fp8) {
+      return kernels::WeightView{codes.data(),
+                                 DType::kF8E4M3,
+                                 rows,
+                                 cols,
+                                 fp8_scales.data(),
+                                 static_cast<int32_t>(c.fp8->block_rows),
+                                 static_cast<int32_t>(c.fp8->block_cols)};
+    }
     return kernels::WeightView{codes.data(), DType::kMxfp4, rows, cols, scales.data(), 1,
                                static_cast<int32_t>(kernels::kMxfp4Block)};
   };
   std::vector<kernels::WeightView> gate, up, down;
   for (int32_t e = 0; e < num_experts; ++e) {
     for (auto [views, tensor] : {std::pair{&gate, &gate_tensor}, {&up, &gate_tensor}, {&down, &down_tensor}}) {
-      auto weight = mxfp4 ? backend.load_packed_weight(packed_view(tensor->shape[0], tensor->shape[1]))
-                          : backend.load_weight(*tensor);
+      auto weight = mxfp4 || fp8 ? backend.load_packed_weight(packed_view(tensor->shape[0], tensor->shape[1]))
+                                 : backend.load_weight(*tensor);
       if (!weight.ok()) throw UserError(weight.error());
       views->push_back(*weight);
     }
@@ -231,8 +301,7 @@ void bench_expert_products(Backend& backend, const ModelConfig& c, const DeviceP
         "{\"kind\":\"expert_products\",\"weights\":\"%s\",\"tokens\":%lld,\"top_k\":%d,\"experts_read\":%lld,"
         "\"hidden\":%lld,\"intermediate\":%lld,\"us\":%.2f,\"tb_s\":%.3f,\"copy_fraction\":%.3f,"
         "\"read_fraction\":%.3f,\"graph\":%s}\n",
-        mxfp4 ? "mxfp4" : "bf16", static_cast<long long>(tokens), top_k, static_cast<long long>(read),
-        static_cast<long long>(hidden),
+        format, static_cast<long long>(tokens), top_k, static_cast<long long>(read), static_cast<long long>(hidden),
         static_cast<long long>(inter), seconds * 1e6, bytes / seconds / 1e12, bytes / seconds / peaks.copy_bytes_per_s,
         bytes / seconds / peaks.read_bytes_per_s, backend.can_capture() ? "true" : "false");
     std::fflush(stdout);
@@ -285,6 +354,21 @@ void bench_decode_products(Backend& backend, const ModelConfig& c, const DeviceP
   }
   bench_gated_mlp(backend, c, peaks);
   bench_fused_products(backend, c, peaks);
+}
+
+void bench_fp8_products(Backend& backend, const ModelConfig& c, const DevicePeaks& peaks) {
+  if (!c.fp8.has_value() || !backend.reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul)) return;
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_dim = c.num_attention_heads * c.head_dim;
+  const std::vector<int64_t> rows = {16, 32, 64, 128, 256, 1024, 4096};
+  for (const ProductShape& shape :
+       {ProductShape{"q_proj", q_dim, hidden}, ProductShape{"k_proj", c.num_key_value_heads * c.head_dim, hidden},
+        ProductShape{"o_proj", hidden, q_dim}, ProductShape{"gate_proj", c.intermediate_size, hidden},
+        ProductShape{"down_proj", hidden, c.intermediate_size}}) {
+    bench_fp8_product(backend, shape, rows, peaks);
+  }
+  // The GEMM probe's shape (DevicePeaks::bf16_matmul_flop_per_s).
+  bench_fp8_product(backend, ProductShape{"square", 8192, 8192}, {8192}, peaks);
 }
 
 }  // namespace deepinfer::cli

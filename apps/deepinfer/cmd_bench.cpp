@@ -42,8 +42,11 @@ with --host-sampling: every logits row copied back and sampled on the host) and,
 sampler, the same steps pipelined (each enqueued before the one ahead of it is waited for, as the
 engine's --async-scheduling loop runs them: "pipelined_tok_s" and its bandwidth fractions);
 decode_product lines time each linear-layer shape alone at 1-8 rows, and for a MoE model
-expert_products lines its routed experts' shapes alone at 1-256 tokens, in MXFP4 where the
-checkpoint's experts are and the backend reads them packed, else bf16 (--no-products skips both).
+expert_products lines its routed experts' shapes alone at 1-256 tokens, in MXFP4 or FP8 where the
+checkpoint's experts are and the backend reads them packed, else bf16, and for an FP8 checkpoint
+fp8_product lines its projections (and an 8192^3 product) at 16-4096 rows in FP8 and bf16 side
+by side on random values, TFLOP/s beside the bf16 GEMM rate and the FP8 datasheet peak of 1979
+(--no-products skips them all).
 --dequantize-weights: FP8 and MXFP4 weights load dequantised instead of packed.
 --no-fused-decode (cuda): decode steps of 1-2 sequences keep residual adds and norms as their own
 kernels (the unfused sequence, to measure the fusion against). Last, engine_loop lines: at each

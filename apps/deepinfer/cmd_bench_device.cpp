@@ -404,6 +404,7 @@ int run_device_bench(const Args& args, LoadedModel& loaded) {
     for (int32_t tokens : prefill) bench_prefill(model, *peaks, tokens, tokens > 8192 ? 1 : 2);
     if (!args.has("--no-products")) {
       bench_decode_products(backend, c, *peaks);
+      bench_fp8_products(backend, c, *peaks);
       bench_expert_products(backend, c, *peaks);
     }
     for (int32_t batch : batches) bench_sampling(backend, c, batch);

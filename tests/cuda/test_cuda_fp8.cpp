@@ -1,9 +1,9 @@
 // FP8 block-scaled weights kept as FP8 on the GPU: the decode-size kernels (gemv.h for one or two
 // rows, x in float32, with the residual-add and activation epilogues; gemv_fp8.h up to 64 rows, x
 // quantised per 128 columns) against a float64 product of the same e4m3 values (and the bound x's
-// quantisation keeps to against float x); the dequantise-to-bf16 path of larger batches; a scale
-// layout the kernels do not take falling back to float32; and a whole FP8 Llama-shaped model
-// against the same checkpoint dequantised at load.
+// quantisation keeps to against float x); cuBLASLt's block-scaled FP8 GEMM of larger batches over
+// the same quantised x; a scale layout the kernels do not take falling back to float32; and whole
+// FP8 Llama- and Qwen3-MoE-shaped models against the same checkpoints dequantised at load.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -123,13 +123,14 @@ class CudaFp8 : public ::testing::Test {
   std::mt19937 rng_{2027};
 };
 
-TEST_F(CudaFp8, BackendKeepsFp8ForMatmulAndMxfp4ForExperts) {
+TEST_F(CudaFp8, BackendKeepsFp8AndMxfp4Packed) {
   EXPECT_TRUE(backend_->reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul));
-  EXPECT_FALSE(backend_->reads_packed_weights(DType::kF8E4M3, WeightUse::kExperts));
+  EXPECT_TRUE(backend_->reads_packed_weights(DType::kF8E4M3, WeightUse::kExperts));
   EXPECT_FALSE(backend_->reads_packed_weights(DType::kMxfp4, WeightUse::kMatmul));
   EXPECT_TRUE(backend_->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts));
   const auto invariant = cuda_backend(/*batch_invariant=*/true);
   EXPECT_FALSE(invariant->reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul));
+  EXPECT_FALSE(invariant->reads_packed_weights(DType::kF8E4M3, WeightUse::kExperts));
   EXPECT_FALSE(invariant->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts));
 }
 
@@ -171,29 +172,58 @@ TEST_F(CudaFp8, DecodeKernelMatchesQuantisedReference) {
   }
 }
 
-// Past kFp8GemvMaxRows the weight goes through bf16 and cuBLASLt: x and the weight rounded to bf16.
-TEST_F(CudaFp8, PrefillPathMatchesBf16Reference) {
-  for (int64_t m : {65, 100, 200}) {
-    const Fp8Weight w = Fp8Weight::random(rng_, 300, 1024, kBlock, kBlock);
-    std::vector<float> dense = w.dequantized();
-    for (float& v : dense) v = bf16_to_f32(f32_to_bf16(v));
-    std::vector<float> x = random_floats(rng_, static_cast<size_t>(m * w.cols));
-    const std::vector<float> got = run(w, x, m);
-    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
-    std::vector<double> want, magnitude;
-    product(x, dense, m, w.rows, w.cols, want, magnitude);
-    size_t misses = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (!(std::fabs(got[i] - want[i]) <= 1e-5 * magnitude[i] + 1e-6)) ++misses;
+// Past kFp8GemvMaxRows cuBLASLt's block-scaled FP8 GEMM takes the product, over x quantised as
+// fp8_gemv quantises it. Against a float64 product of the same quantised x: FP8 tensor-core sums
+// keep fewer bits than float32 inside each 128-column block, hence the looser bound. That it is this
+// path and not the bf16 one: its results sit far closer to the quantised-x product than to the
+// product of x rounded to bf16. N past the last full scale block, long K. K of 5 scale blocks
+// (cuBLASLt would read the scale rows padded to 8) and M not a multiple of 4 (its x scales read
+// wrong on an H100) take the bf16 path: x and the weight rounded to bf16.
+TEST_F(CudaFp8, PrefillPathMatchesQuantisedReference) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case& c : {Case{68, 300, 1024}, Case{100, 300, 1024}, Case{204, 256, 7168}, Case{520, 384, 512},
+                        Case{128, 200, 640}, Case{65, 300, 1024}, Case{201, 256, 1024}}) {
+    const Fp8Weight w = Fp8Weight::random(rng_, c.n, c.k, kBlock, kBlock);
+    const std::vector<float> dense = w.dequantized();
+    const std::vector<float> x = random_floats(rng_, static_cast<size_t>(c.m * c.k));
+    const std::vector<float> got = run(w, x, c.m);
+    const std::string what =
+        "M = " + std::to_string(c.m) + ", N = " + std::to_string(c.n) + ", K = " + std::to_string(c.k);
+    std::vector<float> x_bf16 = x;
+    for (float& v : x_bf16) v = bf16_to_f32(f32_to_bf16(v));
+    std::vector<double> rounded, rounded_magnitude;
+    if ((c.k / kBlock) % 4 != 0 || c.m % 4 != 0) {
+      std::vector<float> dense_bf16 = dense;
+      for (float& v : dense_bf16) v = bf16_to_f32(f32_to_bf16(v));
+      product(x_bf16, dense_bf16, c.m, c.n, c.k, rounded, rounded_magnitude);
+      size_t misses = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (!(std::fabs(got[i] - rounded[i]) <= 1e-5 * rounded_magnitude[i] + 1e-6)) ++misses;
+      }
+      EXPECT_EQ(misses, 0u) << what << " (the bf16 path)";
+      continue;
     }
-    EXPECT_EQ(misses, 0u) << "M = " << m;
+    std::vector<double> want, magnitude;
+    product(quantized_like_the_kernel(x, c.m, c.k), dense, c.m, c.n, c.k, want, magnitude);
+    product(x_bf16, dense, c.m, c.n, c.k, rounded, rounded_magnitude);
+    size_t misses = 0;
+    double off_quantised = 0.0, off_rounded = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!(std::fabs(got[i] - want[i]) <= 5e-4 * magnitude[i] + 1e-6)) ++misses;
+      off_quantised += std::fabs(got[i] - want[i]);
+      off_rounded += std::fabs(got[i] - rounded[i]);
+    }
+    EXPECT_EQ(misses, 0u) << what;
+    EXPECT_LT(off_quantised * 4, off_rounded) << what << ": the product did not use x's e4m3 codes";
   }
 }
 
 // Stacked FP8 gate|up (load_stacked_packed_weight: codes and scale rows concatenated) and FP8 down
 // through gated_mlp, and the residual add (matmul_add), as decode steps run them. One and two rows
 // (gemv.h's epilogues) against float64 over the same e4m3 values and float32 x; more rows (gate and
-// up as two products, x quantised per 128 columns up to 64 rows, bf16 past that) against the same
+// up as two products, x quantised per 128 columns up to 64 rows, cuBLASLt's FP8 GEMM past that) against the same
 // products run one by one with the activation on the host. Parts whose rows end inside a scale
 // block, or of other widths, are not stacked.
 TEST_F(CudaFp8, StackedGateUpAndResidualAddMatchTheirParts) {
@@ -314,12 +344,23 @@ TEST_F(CudaFp8, OtherScaleBlocksAreDequantisedAtLoad) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * magnitude[i] + 1e-6) << i;
 }
 
-// A Llama-shaped checkpoint with every projection in FP8 (128 x 128 blocks), the rest bf16.
-std::string write_fp8_llama(const std::string& dir, std::mt19937& rng) {
-  constexpr int64_t kHidden = 256, kInter = 768, kVocab = 640, kLayers = 2, kHeads = 4, kKvHeads = 2, kHeadDim = 64;
+// A Llama-shaped checkpoint with every projection in FP8 (128 x 128 blocks), the rest bf16; with moe,
+// Qwen3-MoE-shaped instead (hidden 512, qk norms, 8 experts expert_inter wide, top-2, both layers
+// MoE) with only the experts in FP8 (attention and routers bf16), so the experts alone differ from
+// the dequantised reference.
+std::string write_fp8_model(const std::string& dir, std::mt19937& rng, bool moe, int64_t expert_inter) {
+  constexpr int64_t kInter = 768, kVocab = 640, kLayers = 2, kHeads = 4, kKvHeads = 2, kHeadDim = 64, kExperts = 8;
+  const int64_t hidden = moe ? 512 : 256;
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-    "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2, "num_attention_heads": 4,
+  std::ofstream(dir + "/config.json")
+      << (moe ? R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 8,
+    "num_experts_per_tok": 2, "moe_intermediate_size": )" +
+                    std::to_string(expert_inter) + R"(, "norm_topk_prob": true, "decoder_sparse_step": 1,
+    "mlp_only_layers": [],)"
+              : std::string(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",)"))
+      << R"(
+    "hidden_size": )"
+      << hidden << R"(, "intermediate_size": 768, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 640, "rms_norm_eps": 1e-5, "hidden_act": "silu",
     "max_position_embeddings": 512, "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
     "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
@@ -356,48 +397,74 @@ std::string write_fp8_llama(const std::string& dir, std::mt19937& rng) {
     add(name + "_scale_inv", {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock}, DType::kF32,
         std::move(scale_bytes));
   };
-  add_bf16("model.embed_tokens.weight", {kVocab, kHidden}, 0.0f, 1.0f);
+  add_bf16("model.embed_tokens.weight", {kVocab, hidden}, 0.0f, 1.0f);
   for (int64_t l = 0; l < kLayers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    add_bf16(p + "input_layernorm.weight", {kHidden}, 1.0f, 0.1f);
-    add_bf16(p + "post_attention_layernorm.weight", {kHidden}, 1.0f, 0.1f);
-    add_fp8(p + "self_attn.q_proj.weight", kHeads * kHeadDim, kHidden);
-    add_fp8(p + "self_attn.k_proj.weight", kKvHeads * kHeadDim, kHidden);
-    add_fp8(p + "self_attn.v_proj.weight", kKvHeads * kHeadDim, kHidden);
-    add_fp8(p + "self_attn.o_proj.weight", kHidden, kHeads * kHeadDim);
-    add_fp8(p + "mlp.gate_proj.weight", kInter, kHidden);
-    add_fp8(p + "mlp.up_proj.weight", kInter, kHidden);
-    add_fp8(p + "mlp.down_proj.weight", kHidden, kInter);
+    add_bf16(p + "input_layernorm.weight", {hidden}, 1.0f, 0.1f);
+    add_bf16(p + "post_attention_layernorm.weight", {hidden}, 1.0f, 0.1f);
+    const auto add_attention = [&](const std::string& name, int64_t rows, int64_t cols) {
+      if (moe) {
+        add_bf16(name, {rows, cols}, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols)));
+      } else {
+        add_fp8(name, rows, cols);
+      }
+    };
+    add_attention(p + "self_attn.q_proj.weight", kHeads * kHeadDim, hidden);
+    add_attention(p + "self_attn.k_proj.weight", kKvHeads * kHeadDim, hidden);
+    add_attention(p + "self_attn.v_proj.weight", kKvHeads * kHeadDim, hidden);
+    add_attention(p + "self_attn.o_proj.weight", hidden, kHeads * kHeadDim);
+    if (!moe) {
+      add_fp8(p + "mlp.gate_proj.weight", kInter, hidden);
+      add_fp8(p + "mlp.up_proj.weight", kInter, hidden);
+      add_fp8(p + "mlp.down_proj.weight", hidden, kInter);
+      continue;
+    }
+    add_bf16(p + "self_attn.q_norm.weight", {kHeadDim}, 1.0f, 0.1f);
+    add_bf16(p + "self_attn.k_norm.weight", {kHeadDim}, 1.0f, 0.1f);
+    add_bf16(p + "mlp.gate.weight", {kExperts, hidden}, 0.0f, 0.25f);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const std::string expert = p + "mlp.experts." + std::to_string(e) + ".";
+      add_fp8(expert + "gate_proj.weight", expert_inter, hidden);
+      add_fp8(expert + "up_proj.weight", expert_inter, hidden);
+      add_fp8(expert + "down_proj.weight", hidden, expert_inter);
+    }
   }
-  add_bf16("model.norm.weight", {kHidden}, 1.0f, 0.1f);
-  add_bf16("lm_head.weight", {kVocab, kHidden}, 0.0f, 0.25f);
+  add_bf16("model.norm.weight", {hidden}, 1.0f, 0.1f);
+  add_bf16("lm_head.weight", {kVocab, hidden}, 0.0f, 0.25f);
   auto written = write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   if (!written.ok()) throw std::runtime_error(written.error().message);
   return dir;
 }
 
-// The whole model with its projections read as FP8 (q|k|v and gate|up stacked; activations quantised
-// to e4m3 per row per 128 columns from 3 to 64 rows, as DeepSeek's kernels do; float32 at one row)
-// against the same checkpoint dequantised to float32 at load: per-position KL and top-1 agreement
-// over a 48-token prefill and decode steps, printed. e4m3 activations keep 3 mantissa bits: on this
-// random model the prefill costs a KL of about 0.0075; decode steps read float32 x but attend to
-// the prefill's keys and values (about 0.0009 on an H100).
-TEST_F(CudaFp8, Fp8ModelFollowsItsDequantisedSelf) {
-  const std::string dir = write_fp8_llama(
-      (std::filesystem::temp_directory_path() / ("deepinfer_fp8_llama_" + std::to_string(::getpid()))).string(), rng_);
+// Per-position KL of the checkpoint `moe` picks, read as FP8, against the same checkpoint
+// dequantised to float32 at load, over a prompt_tokens-token prefill and 16 decode steps that feed
+// both the reference's greedy token, with top-1 agreement; printed under label.
+struct Fp8Agreement {
+  double kl_prefill = 0.0;
+  double kl_decode = 0.0;
+  double kl_prefill_median = 0.0;
+  double kl_prefill_max = 0.0;
+  int agree = 0;
+  size_t positions = 0;
+};
+Fp8Agreement fp8_against_dequantised(std::mt19937& rng, bool moe, int64_t expert_inter, size_t prompt_tokens,
+                                     const char* label) {
+  const std::string dir = write_fp8_model(
+      (std::filesystem::temp_directory_path() / ("deepinfer_fp8_model_" + std::to_string(::getpid()))).string(), rng,
+      moe, expert_inter);
   BackendOptions packed_options, dequantised_options;
   dequantised_options.packed_weights = false;
   auto packed_backend = std::move(make_backend("cuda", packed_options).value());
   auto dequantised_backend = std::move(make_backend("cuda", dequantised_options).value());
   auto packed = load_model(dir, *packed_backend, false);
-  ASSERT_TRUE(packed.ok()) << packed.error().message;
   auto dequantised = load_model(dir, *dequantised_backend, false);
-  ASSERT_TRUE(dequantised.ok()) << dequantised.error().message;
   std::filesystem::remove_all(dir);
+  if (!packed.ok()) throw std::runtime_error(packed.error().message);
+  if (!dequantised.ok()) throw std::runtime_error(dequantised.error().message);
 
-  std::vector<int32_t> prompt(48);
+  std::vector<int32_t> prompt(prompt_tokens);
   std::uniform_int_distribution<int32_t> token(0, 639);
-  for (int32_t& t : prompt) t = token(rng_);
+  for (int32_t& t : prompt) t = token(rng);
   const int64_t vocab = 640;
   Generator fp8_run(**packed, 16), reference_run(**dequantised, 16);
   std::vector<std::vector<float>> fp8_logits, reference_logits;
@@ -407,32 +474,70 @@ TEST_F(CudaFp8, Fp8ModelFollowsItsDequantisedSelf) {
   };
   split(fp8_run.append(prompt, true).value(), fp8_logits);
   split(reference_run.append(prompt, true).value(), reference_logits);
-  // Decode steps feed both models the reference's greedy token.
   for (int step = 0; step < 16; ++step) {
     const std::vector<float>& last = reference_logits.back();
     const auto next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     split(fp8_run.append({next}, true).value(), fp8_logits);
     split(reference_run.append({next}, true).value(), reference_logits);
   }
-  ASSERT_EQ(fp8_logits.size(), reference_logits.size());
-  double kl_prefill = 0.0, kl_decode = 0.0;
-  int agree = 0;
-  const size_t prefill_rows = prompt.size();
+  EXPECT_EQ(fp8_logits.size(), reference_logits.size());
+  Fp8Agreement result;
+  result.positions = fp8_logits.size();
+  std::vector<double> prefill_kls;
   for (size_t r = 0; r < fp8_logits.size(); ++r) {
     const std::vector<double> p = log_softmax(reference_logits[r].data(), vocab);
     const std::vector<double> q = log_softmax(fp8_logits[r].data(), vocab);
     double kl = 0.0;
     for (int64_t i = 0; i < vocab; ++i) kl += std::exp(p[i]) * (p[i] - q[i]);
-    (r < prefill_rows ? kl_prefill : kl_decode) += kl;
-    agree += std::max_element(p.begin(), p.end()) - p.begin() == std::max_element(q.begin(), q.end()) - q.begin();
+    (r < prompt_tokens ? result.kl_prefill : result.kl_decode) += kl;
+    if (r < prompt_tokens) prefill_kls.push_back(kl);
+    result.agree +=
+        std::max_element(p.begin(), p.end()) - p.begin() == std::max_element(q.begin(), q.end()) - q.begin();
   }
-  kl_prefill /= static_cast<double>(prefill_rows);
-  kl_decode /= static_cast<double>(fp8_logits.size() - prefill_rows);
-  std::printf("FP8 model vs dequantised: mean KL prefill %.3g, decode %.3g; top-1 %d of %zu\n", kl_prefill, kl_decode,
-              agree, fp8_logits.size());
-  EXPECT_LT(kl_prefill, 0.02);
-  EXPECT_LT(kl_decode, 0.02);
-  EXPECT_GE(agree, static_cast<int>(fp8_logits.size() * 9 / 10));
+  result.kl_prefill /= static_cast<double>(prompt_tokens);
+  std::sort(prefill_kls.begin(), prefill_kls.end());
+  result.kl_prefill_median = prefill_kls[prefill_kls.size() / 2];
+  result.kl_prefill_max = prefill_kls.back();
+  result.kl_decode /= static_cast<double>(fp8_logits.size() - prompt_tokens);
+  std::printf("%s vs dequantised: mean KL prefill %.3g (median %.3g, largest %.3g), decode %.3g; top-1 %d of %zu\n",
+              label, result.kl_prefill, result.kl_prefill_median, result.kl_prefill_max, result.kl_decode, result.agree,
+              result.positions);
+  return result;
+}
+
+// The Llama-shaped model with its projections read as FP8 (q|k|v and gate|up stacked; activations
+// quantised to e4m3 per row per 128 columns from 3 rows, as DeepSeek's kernels do: up to 64 rows on
+// the project's kernel, past that cuBLASLt's; float32 at one or two rows). e4m3 activations keep 3
+// mantissa bits: on this random model a 48-token prefill costs a KL of about 0.0085; decode steps
+// read float32 x but attend to the prefill's keys and values (about 0.0009 on an H100).
+TEST_F(CudaFp8, Fp8ModelFollowsItsDequantisedSelf) {
+  const Fp8Agreement a = fp8_against_dequantised(rng_, false, 0, 48, "FP8 model");
+  EXPECT_LT(a.kl_prefill, 0.02);
+  EXPECT_LT(a.kl_decode, 0.02);
+  EXPECT_GE(a.agree, static_cast<int>(a.positions * 9 / 10));
+}
+
+// The Qwen3-MoE-shaped model with FP8 experts read packed (moe_fp8.cu's streamed tiles at decode and
+// for the 96-token prompt, 24 rows per expert on average, so some experts fill a second tile; the
+// 320-token prompt's 80 rows per expert on the grouped GEMMs over the experts dequantised to bf16)
+// against the same experts dequantised to float32, everything else bf16 on both sides. Experts 192
+// wide: down's rows are not whole 128-column blocks, so all three matrices of each expert are
+// dequantised at load (MoeLayer::load_per_expert) and the model still runs. An H100 run of an
+// earlier form (attention in FP8 too, its e4m3 activations on one side only) measured mean prefill
+// KL 0.107 / 0.030 / 0.0174 and top-1 agreement 94-95 %; this form isolates the experts.
+TEST_F(CudaFp8, Fp8MoeModelFollowsItsDequantisedSelf) {
+  struct Case {
+    int64_t expert_inter;
+    size_t prompt_tokens;
+  };
+  for (const Case& c : {Case{256, 96}, Case{256, 320}, Case{192, 96}}) {
+    const Fp8Agreement a = fp8_against_dequantised(rng_, true, c.expert_inter, c.prompt_tokens, "FP8 MoE model");
+    const std::string what =
+        std::to_string(c.prompt_tokens) + " prompt tokens, experts " + std::to_string(c.expert_inter) + " wide";
+    EXPECT_LT(a.kl_prefill, 0.02) << what;
+    EXPECT_LT(a.kl_decode, 0.02) << what;
+    EXPECT_GE(a.agree, static_cast<int>(a.positions * 9 / 10)) << what;
+  }
 }
 
 }  // namespace

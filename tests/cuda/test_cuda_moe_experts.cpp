@@ -6,7 +6,8 @@
 // biases on cuBLAS; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
 // biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
 // not depend on their batch; routing and experts in one call against the two calls apart; MXFP4
-// experts (GPT-OSS) read packed, on the streamed tiles and dequantised for the grouped GEMMs.
+// experts (GPT-OSS) and FP8 ones (DeepSeek-V3) read packed, on the streamed tiles and dequantised
+// for the grouped GEMMs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/ops.h"
+#include "kernels/ref/dequantize.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -414,15 +416,9 @@ struct Mxfp4Layer {
         scales[p].push_back(std::move(s));
       }
       for (int32_t e = 0; e < kNumExperts; ++e) {
-        kernels::WeightView view;
-        view.data = codes[p][static_cast<size_t>(e)].data();
-        view.dtype = DType::kMxfp4;
-        view.rows = rows;
-        view.cols = cols;
-        view.scales = scales[p][static_cast<size_t>(e)].data();
-        view.scale_block_rows = 1;
-        view.scale_block_cols = static_cast<int32_t>(kernels::kMxfp4Block);
-        host[p].push_back(view);
+        host[p].push_back(kernels::WeightView{codes[p][static_cast<size_t>(e)].data(), DType::kMxfp4, rows, cols,
+                                              scales[p][static_cast<size_t>(e)].data(), 1,
+                                              static_cast<int32_t>(kernels::kMxfp4Block)});
       }
       if (!bias) continue;
       for (int32_t e = 0; e < kNumExperts; ++e) {
@@ -435,16 +431,38 @@ struct Mxfp4Layer {
   }
 };
 
-struct DeviceMxfp4Layer {
+// A step of num_tokens random tokens and routings for packed experts, and how the device runs it:
+// from 64 rows per expert the grouped GEMMs over bf16 copies (bf16 roundings), below that the
+// streamed tiles (x and the activations rounded to f16).
+struct PackedStep {
+  std::vector<float> x;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  bool on_grouped_gemm = false;
+  DType rounding = DType::kF16;
+};
+PackedStep packed_step(std::mt19937& rng, int64_t num_tokens, int64_t hidden) {
+  PackedStep step;
+  step.x = random_floats(rng, static_cast<size_t>(num_tokens * hidden));
+  random_routing(rng, num_tokens, step.ids, step.weights);
+  step.on_grouped_gemm = num_tokens * kTopK >= 64 * kNumExperts;
+  step.rounding = step.on_grouped_gemm ? DType::kBF16 : DType::kF16;
+  return step;
+}
+
+// Packed (MXFP4 or FP8) experts loaded on one backend, with their biases where the layer has them.
+struct DevicePackedLayer {
   std::vector<kernels::WeightView> views[6];
   kernels::MoeExperts experts;
 
-  DeviceMxfp4Layer(Backend& backend, const Mxfp4Layer& layer) {
+  DevicePackedLayer(Backend& backend, const std::vector<kernels::WeightView> (&host)[6],
+                    const kernels::MoeExperts& host_experts, const std::vector<HostWeight> (*biases)[3] = nullptr) {
     for (int p = 0; p < 3; ++p) {
-      for (const kernels::WeightView& w : layer.host[p]) views[p].push_back(backend.load_packed_weight(w).value());
-      for (const HostWeight& w : layer.biases[p]) views[3 + p].push_back(load(backend, w));
+      for (const kernels::WeightView& w : host[p]) views[p].push_back(backend.load_packed_weight(w).value());
+      if (biases == nullptr) continue;
+      for (const HostWeight& w : (*biases)[p]) views[3 + p].push_back(load(backend, w));
     }
-    experts = experts_over(views, layer.host_experts);
+    experts = experts_over(views, host_experts);
   }
 };
 
@@ -473,14 +491,9 @@ TEST(CudaMoeExperts, Mxfp4ExpertsMatchTheirDequantisation) {
   for (const Case& c : cases) {
     const Shape& s = c.shape;
     const Mxfp4Layer layer(rng, s.hidden, s.inter, s.bias, false);
-    const DeviceMxfp4Layer device(*backend, layer);
+    const DevicePackedLayer device(*backend, layer.host, layer.host_experts, &layer.biases);
     for (int64_t num_tokens : c.tokens) {
-      const auto x = random_floats(rng, static_cast<size_t>(num_tokens * s.hidden));
-      std::vector<int32_t> ids;
-      std::vector<float> weights;
-      random_routing(rng, num_tokens, ids, weights);
-      const bool on_grouped_gemm = num_tokens * kTopK >= 64 * kNumExperts;
-      const DType rounding = on_grouped_gemm ? DType::kBF16 : DType::kF16;
+      const auto [x, ids, weights, on_grouped_gemm, rounding] = packed_step(rng, num_tokens, s.hidden);
       const int64_t checked = c.checked_tokens > 0 ? std::min(c.checked_tokens, num_tokens) : num_tokens;
       if (on_grouped_gemm && checked < num_tokens) {
         const std::set<int32_t> experts(ids.begin(), ids.begin() + checked * kTopK);
@@ -508,7 +521,7 @@ TEST(CudaMoeExperts, Mxfp4HighScalesStayFinite) {
   auto backend = cuda_backend();
   const Shape s{256, 96, true, kernels::ExpertActivation::kClampedSwiglu};
   const Mxfp4Layer layer(rng, s.hidden, s.inter, s.bias, true);
-  const DeviceMxfp4Layer device(*backend, layer);
+  const DevicePackedLayer device(*backend, layer.host, layer.host_experts, &layer.biases);
   for (int64_t num_tokens : {1, 5}) {
     const auto x = random_floats(rng, static_cast<size_t>(num_tokens * s.hidden));
     std::vector<int32_t> ids;
@@ -531,6 +544,101 @@ TEST(CudaMoeExperts, Mxfp4HighScalesStayFinite) {
     expect_close(got_first, want_first,
                  output_tolerance(s, DType::kF16, max_h, 0.0, false, 6.0 * std::ldexp(1.0, 160 - 127)), 1e-5,
                  what + ", column 0");
+  }
+}
+
+// FP8 experts as DeepSeek-V3 publishes them: e4m3 codes (both signs, no NaN) with a float32 scale
+// per block_rows x 128 block, of 2^-6 to 2^-4 / sqrt(fan-in) (weights near 1 / sqrt(fan-in)); with
+// subnormal_codes every code subnormal (2^-9 to 7 * 2^-9) and the scales 2^3 to 2^5 / sqrt(fan-in).
+struct Fp8Layer {
+  std::vector<std::vector<uint8_t>> codes[3];
+  std::vector<std::vector<float>> scales[3];
+  std::vector<kernels::WeightView> host[6];
+  kernels::MoeExperts host_experts;
+  // The same weights dequantised and rounded to bf16, as the grouped GEMMs read them.
+  std::vector<HostWeight> bf16[3];
+  std::vector<kernels::WeightView> bf16_views[6];
+  kernels::MoeExperts bf16_experts;
+  double max_down = 0.0;  // the largest |down weight| a code and scale can make
+
+  Fp8Layer(std::mt19937& rng, int64_t hidden, int64_t inter, int32_t block_rows, bool subnormal_codes) {
+    const int64_t shapes[3][2] = {{inter, hidden}, {inter, hidden}, {hidden, inter}};
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int p = 0; p < 3; ++p) {
+      const int64_t rows = shapes[p][0];
+      const int64_t cols = shapes[p][1];
+      const float spread = 1.0f / std::sqrt(static_cast<float>(cols));
+      const int64_t blocks = (rows + block_rows - 1) / block_rows * (cols / 128);
+      for (int32_t e = 0; e < kNumExperts; ++e) {
+        std::vector<uint8_t> c(static_cast<size_t>(rows * cols));
+        for (uint8_t& v : c) {
+          do {
+            v = static_cast<uint8_t>(byte(rng));
+            if (subnormal_codes) v &= 0x87;
+          } while ((v & 0x7f) == 0x7f || (subnormal_codes && (v & 0x07) == 0));
+        }
+        codes[p].push_back(std::move(c));
+        const float low = subnormal_codes ? spread * 8 : spread / 64;
+        scales[p].push_back(random_floats(rng, static_cast<size_t>(blocks), low, low * 4));
+      }
+      if (p == 2) max_down = (subnormal_codes ? 7.0 / 512 * 32 : 448.0 / 16) * spread;
+      for (int32_t e = 0; e < kNumExperts; ++e) {
+        const kernels::WeightView view{codes[p][static_cast<size_t>(e)].data(), DType::kF8E4M3, rows, cols,
+                                       scales[p][static_cast<size_t>(e)].data(), block_rows, 128};
+        host[p].push_back(view);
+        std::vector<float> values(static_cast<size_t>(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) kernels::ref::dequantize_weight_row(view, r, &values[r * cols]);
+        bf16[p].push_back(make_weight(values, DType::kBF16, rows, cols));
+      }
+      for (const HostWeight& w : bf16[p]) bf16_views[p].push_back(w.view());
+    }
+    host_experts = experts_over(host, hidden, inter, false, kernels::ExpertActivation::kSiluGated);
+    bf16_experts = experts_over(bf16_views, hidden, inter, false, kernels::ExpertActivation::kSiluGated);
+  }
+};
+
+// FP8 experts read packed: the streamed tiles (x and the activations rounded to f16, codes exact,
+// each 128-column span promoted with its block's scale) at one n-tile (up to 8 tokens, staged) and
+// four, and from 64 rows per expert the grouped GEMMs over the experts dequantised to bf16 (against
+// the same bf16 weights). Scale blocks of 128 and of 64 rows; shapes whose rows end inside a block;
+// a layer of subnormal codes of both signs.
+TEST(CudaMoeExperts, Fp8ExpertsMatchTheirDequantisation) {
+  std::mt19937 rng(7168);
+  auto backend = cuda_backend();
+  ASSERT_TRUE(backend->reads_packed_weights(DType::kF8E4M3, WeightUse::kExperts));
+  struct Case {
+    Shape shape;
+    int32_t block_rows;
+    bool subnormal_codes;
+    std::vector<int64_t> tokens;
+  };
+  using kernels::ExpertActivation;
+  const Case cases[] = {{{256, 128, false, ExpertActivation::kSiluGated}, 128, false, {1, 2, 5, 8, 9, 64, 150, 300}},
+                        {{384, 640, false, ExpertActivation::kSiluGated}, 64, false, {1, 7, 33, 300}},
+                        {{1024, 384, false, ExpertActivation::kSiluGated}, 128, false, {3, 300}},
+                        {{256, 256, false, ExpertActivation::kSiluGated}, 128, true, {1, 9, 300}}};
+  for (const Case& c : cases) {
+    const Shape& s = c.shape;
+    const Fp8Layer layer(rng, s.hidden, s.inter, c.block_rows, c.subnormal_codes);
+    const DevicePackedLayer device(*backend, layer.host, layer.host_experts);
+    for (int p = 0; p < 3; ++p) {
+      for (const kernels::WeightView& w : device.views[p]) ASSERT_EQ(w.dtype, DType::kF8E4M3) << "kept packed";
+    }
+    for (int64_t num_tokens : c.tokens) {
+      const auto [x, ids, weights, on_grouped_gemm, rounding] = packed_step(rng, num_tokens, s.hidden);
+      double max_h = 0.0;
+      double max_y = 0.0;
+      const std::vector<float> want =
+          oracle(x, num_tokens, ids, weights, on_grouped_gemm ? layer.bf16_experts : layer.host_experts, rounding,
+                 on_grouped_gemm, max_h, max_y);
+      std::vector<int64_t> counts;
+      const std::vector<float> got = run(*backend, device.experts, x, num_tokens, ids, weights, &counts);
+      const std::string what = "fp8 " + std::to_string(s.hidden) + "x" + std::to_string(s.inter) + " blocks of " +
+                               std::to_string(c.block_rows) + " rows" + (c.subnormal_codes ? ", subnormal codes" : "") +
+                               ", tokens " + std::to_string(num_tokens);
+      expect_close(got, want, output_tolerance(s, rounding, max_h, max_y, on_grouped_gemm, layer.max_down), 1e-5, what);
+      EXPECT_EQ(counts, expected_counts(ids)) << what;
+    }
   }
 }
 

@@ -10,6 +10,9 @@
 # SKEW=SHARE (e.g. 0.5): skewed routers (deepinfer-make-random-model --router-skew; the Qwen3 and
 # DeepSeek-V2 shapes get topk_method noaux_tc with one group so their choice takes a bias), each line
 # tagged "-skew<SHARE>"; the prefill lines' busiest_tenth_expert_share says what each run saw.
+# DTYPES: the checkpoints' weight formats, each model once per entry (default bf16; fp8: the
+# projections and experts in e4m3 with 128 x 128 block scales, as DeepSeek-V3 publishes them; lines
+# of formats other than bf16 tagged "-<dtype>").
 # Output: $OUT/moe_bench.jsonl, and with TIMELINE=1 $OUT/timeline_<model>.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/deepinfer-moe-bench}
@@ -19,6 +22,7 @@ CONTEXTS=${CONTEXTS:-1024}
 PREFILL=${PREFILL:-4096}
 SKEW=${SKEW:-}
 BATCHES=${BATCHES:-1,8,64,256}
+DTYPES=${DTYPES:-bf16}
 mkdir -p "$OUT" /tmp/deepinfer-bundle /tmp/moe-models
 tar -xJf build-cuda/gpu-bundle.tar.xz -C /tmp/deepinfer-bundle
 export LD_LIBRARY_PATH=/tmp/deepinfer-bundle/lib:${LD_LIBRARY_PATH:-}
@@ -37,17 +41,20 @@ if "mlp_only_layers" in config:
     config["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < layers]
 json.dump(config, open(sys.argv[2], "w"))
 PY
-  tag="$name-${LAYERS}l${SKEW:+-skew$SKEW}"
-  "$bin/deepinfer-make-random-model" --config "/tmp/moe-models/$name.json" --out "/tmp/moe-models/$name" --dtype bf16 \
-    ${SKEW:+--router-skew "$SKEW"} >> "$OUT/moe_bench.log" 2>&1 || { echo "$name: model generation failed"; continue; }
-  timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches "$BATCHES" --contexts "$CONTEXTS" \
-    --prefill "$PREFILL" --steps 4 --engine-batches 0 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$tag\",/" | tee -a "$OUT/moe_bench.jsonl"
-  if [ "${TIMELINE:-0}" = 1 ]; then
-    CUDA_INJECTION64_PATH="$bin/libdeepinfer-kernel-trace.so" DEEPINFER_KERNEL_TRACE_OUT=/tmp/moe-trace.csv timeout 240 \
-      "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1 --contexts "${CONTEXTS%%,*}" \
-      --prefill 128 --steps 8 --no-products --engine-batches 0 > /dev/null 2>> "$OUT/moe_bench.log"
-    python3 tools/gpu/kernel_timeline.py /tmp/moe-trace.csv > "$OUT/timeline_$name.txt" 2>&1
-    rm -f /tmp/moe-trace.csv
-  fi
-  rm -rf "/tmp/moe-models/$name"
+  for dtype in ${DTYPES//,/ }; do
+    suffix=$([ "$dtype" = bf16 ] || echo "-$dtype")
+    tag="$name-${LAYERS}l${SKEW:+-skew$SKEW}$suffix"
+    "$bin/deepinfer-make-random-model" --config "/tmp/moe-models/$name.json" --out "/tmp/moe-models/$name" --dtype "$dtype" \
+      ${SKEW:+--router-skew "$SKEW"} >> "$OUT/moe_bench.log" 2>&1 || { echo "$name ($dtype): model generation failed"; continue; }
+    timeout 240 "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches "$BATCHES" --contexts "$CONTEXTS" \
+      --prefill "$PREFILL" --steps 4 --engine-batches 0 2>> "$OUT/moe_bench.log" | sed "s/^{/{\"config\":\"$tag\",/" | tee -a "$OUT/moe_bench.jsonl"
+    if [ "${TIMELINE:-0}" = 1 ]; then
+      CUDA_INJECTION64_PATH="$bin/libdeepinfer-kernel-trace.so" DEEPINFER_KERNEL_TRACE_OUT=/tmp/moe-trace.csv timeout 240 \
+        "$bin/deepinfer" bench --device cuda --model "/tmp/moe-models/$name" --batches 1 --contexts "${CONTEXTS%%,*}" \
+        --prefill 128 --steps 8 --no-products --engine-batches 0 > /dev/null 2>> "$OUT/moe_bench.log"
+      python3 tools/gpu/kernel_timeline.py /tmp/moe-trace.csv > "$OUT/timeline_$name$suffix.txt" 2>&1
+      rm -f /tmp/moe-trace.csv
+    fi
+    rm -rf "/tmp/moe-models/$name"
+  done
 done

@@ -19,6 +19,10 @@ for line in open(sys.argv[1]):
         print(f'{r["config"]} prefill attention alone {r["tokens"]}: {r["ms"]:.2f} ms per layer ({r.get("all_layers_ms", float("nan")):.0f} ms all layers), {r["tflop_s"]:.0f} TFLOP/s = {100*r["matmul_fraction"]:.1f}% of GEMM')
     elif k == "decode_product":
         print(f'{r["config"]} product {r["name"]:>9} {r["n"]}x{r["k"]} M={r["rows"]}: {r["us"]:.1f} us, {r["tb_s"]:.2f} TB/s = {100*r["copy_fraction"]:.1f}% of copy, {100*r["read_fraction"]:.1f}% of read')
+    elif k == "fp8_product":
+        print(f'{r["config"]} FP8 product {r["name"]:>9} {r["n"]}x{r["k"]} M={r["rows"]}: FP8 {r["fp8_us"]:.1f} us ({r["fp8_tflop_s"]:.0f} TFLOP/s = {100*r["bf16_gemm_fraction"]:.0f}% of the bf16 GEMM, {100*r["fp8_peak_fraction"]:.0f}% of FP8 peak, weights {r["fp8_weight_tb_s"]:.2f} TB/s), bf16 {r["bf16_us"]:.1f} us: {r["speedup"]:.2f}x')
+    elif k == "expert_products":
+        print(f'{r["config"]} experts {r["weights"]} tokens={r["tokens"]:>3} ({r["experts_read"]} read): {r["us"]:.1f} us, {r["tb_s"]:.2f} TB/s = {100*r["copy_fraction"]:.1f}% of copy')
     elif k == "sampling":
         print(f'{r["config"]} sampling b={r["batch"]:>3} vocab={r["vocab"]} {r["filters"]}: {r["us"]:.1f} us')
     elif k == "prefill":

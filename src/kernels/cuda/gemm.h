@@ -73,7 +73,8 @@ class LtGemm {
 
   // Enqueues the product on stream. x, y: device float32; w: device weight (F32, BF16 or F16, or
   // block-scaled F8E4M3: gemv.h's kernel for one or two rows, gemv_fp8.h's up to its row limit,
-  // else dequantised to bf16 first).
+  // then cuBLASLt's block-scaled FP8 GEMM over x quantised as gemv_fp8.h does (128 x 128 blocks, K
+  // a multiple of 512, M of 4); shapes neither takes are dequantised to bf16 first).
   // Not thread-safe (one stream, shared buffers).
   void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
   // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
@@ -91,7 +92,16 @@ class LtGemm {
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int>;  // m, n, k, dtype, align x, align y
 
-  const Plan& plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y);
+  // The weight's and x's float32 block scales of an FP8 product (gemv_fp8.h's layouts).
+  struct BlockScales {
+    const void* weight = nullptr;
+    const void* x = nullptr;
+  };
+  // The plan of one product, made on first use. FP8 (block-scaled, scales required, not in invariant
+  // mode): null where cuBLASLt has no algorithm for the shape; other dtypes throw there.
+  const Plan* plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y,
+                       const BlockScales* scales = nullptr);
+  static void bind_block_scales(const Plan& plan, const BlockScales& scales);
   void matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
 
   // What the cast buffer holds: source[0, count) rounded to dtype, as of the stream's generation;
@@ -108,7 +118,7 @@ class LtGemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   GrowingBuffer cast_;
-  GrowingBuffer dequantized_;  // an FP8 weight as bf16, for the products past fp8_gemv's rows
+  GrowingBuffer dequantized_;  // an FP8 weight as bf16, for layouts no FP8 kernel takes
   Staged staged_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<std::tuple<int64_t, int64_t, int>, cublasLtMatmulAlgo_t> pinned_;  // (n, k, dtype) in invariant mode

@@ -35,7 +35,8 @@ __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
-// One warp per (row, 128-column block): codes = round(x / scale), scale = amax / 448.
+// One warp per (row, 128-column block): codes = round(x / scale), scale = amax / 448, scales stored
+// [K / 128, M].
 __global__ void quantize_rows_kernel(const float* __restrict__ x, int64_t num_rows, int64_t k,
                                      uint32_t* __restrict__ codes, float* __restrict__ scales) {
   const int64_t blocks_per_row = k / kFp8BlockCols;
@@ -53,7 +54,7 @@ __global__ void quantize_rows_kernel(const float* __restrict__ x, int64_t num_ro
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inverse, v.y * inverse), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inverse, v.w * inverse), __NV_SATFINITE, __NV_E4M3);
   codes[item * 32 + lane] = lo | (hi << 16);
-  if (lane == 0) scales[item] = scale;
+  if (lane == 0) scales[(item % blocks_per_row) * num_rows + item / blocks_per_row] = scale;
 }
 
 template <int kTiles>
@@ -123,8 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         mma_e4m3(acc, a[u][2].z, a[u][3].z, a[u][2].w, a[u][3].w, b1.z, b1.w);
         // acc's columns are the tokens 2t and 2t + 1 of the tile.
         const int token0 = j * kTokensPerTile + 2 * t;
-        const float s0 = token0 < m ? w_scale * x_scales[token0 * k_blocks + kb] : 0.0f;
-        const float s1 = token0 + 1 < m ? w_scale * x_scales[(token0 + 1) * k_blocks + kb] : 0.0f;
+        const float s0 = token0 < m ? w_scale * x_scales[kb * m + token0] : 0.0f;
+        const float s1 = token0 + 1 < m ? w_scale * x_scales[kb * m + token0 + 1] : 0.0f;
         out[j][0] = fmaf(acc[0], s0, out[j][0]);
         out[j][1] = fmaf(acc[1], s1, out[j][1]);
         out[j][2] = fmaf(acc[2], s0, out[j][2]);
@@ -199,30 +200,36 @@ bool fp8_layout_supported(const WeightView& w) {
          aligned(w.data);
 }
 
-size_t fp8_gemv_workspace_bytes(int64_t num_rows, int64_t k) {
+size_t fp8_rows_bytes(int64_t num_rows, int64_t k) {
   const size_t code_bytes = static_cast<size_t>(num_rows * k);  // a multiple of 128
   return code_bytes + static_cast<size_t>(num_rows * (k / kFp8BlockCols)) * sizeof(float);
 }
 
-void fp8_gemv(const float* x, const WeightView& w, int64_t num_rows, void* workspace, float* y, cudaStream_t stream) {
-  DI_CHECK(fp8_layout_supported(w) && num_rows >= 1 && num_rows <= kFp8GemvMaxRows,
-           "fp8_gemv: " << num_rows << " rows of a [" << w.rows << ", " << w.cols << "] weight");
-  auto* codes = static_cast<uint32_t*>(workspace);
-  auto* scales = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + num_rows * w.cols);
-  const int64_t items = num_rows * (w.cols / kFp8BlockCols);
+Fp8Rows fp8_rows_at(void* workspace, int64_t num_rows, int64_t k) {
+  return Fp8Rows{workspace, reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + num_rows * k)};
+}
+
+void quantize_fp8_rows(const float* x, int64_t num_rows, int64_t k, const Fp8Rows& rows, cudaStream_t stream) {
+  DI_CHECK(num_rows >= 1 && k % kFp8BlockCols == 0, "quantize_fp8_rows: " << num_rows << " rows of " << k);
+  const int64_t items = num_rows * (k / kFp8BlockCols);
   constexpr int kQuantizeThreads = 256;
   launch_dependent(quantize_rows_kernel, dim3(static_cast<unsigned>((items + 7) / 8)), dim3(kQuantizeThreads), 0,
-                   stream, x, num_rows, w.cols, codes, scales);
-  const auto* vec_codes = reinterpret_cast<const uint4*>(codes);
+                   stream, x, num_rows, k, static_cast<uint32_t*>(rows.codes), rows.scales);
+}
+
+void fp8_gemv(const Fp8Rows& x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
+  DI_CHECK(fp8_layout_supported(w) && num_rows >= 1 && num_rows <= kFp8GemvMaxRows,
+           "fp8_gemv: " << num_rows << " rows of a [" << w.rows << ", " << w.cols << "] weight");
+  const auto* vec_codes = static_cast<const uint4*>(x.codes);
   const auto m = static_cast<int32_t>(num_rows);
   if (num_rows <= 8) {
-    launch_gemv<1>(w, vec_codes, scales, m, y, stream);
+    launch_gemv<1>(w, vec_codes, x.scales, m, y, stream);
   } else if (num_rows <= 16) {
-    launch_gemv<2>(w, vec_codes, scales, m, y, stream);
+    launch_gemv<2>(w, vec_codes, x.scales, m, y, stream);
   } else if (num_rows <= 32) {
-    launch_gemv<4>(w, vec_codes, scales, m, y, stream);
+    launch_gemv<4>(w, vec_codes, x.scales, m, y, stream);
   } else {
-    launch_gemv<8>(w, vec_codes, scales, m, y, stream);
+    launch_gemv<8>(w, vec_codes, x.scales, m, y, stream);
   }
 }
 

@@ -1,5 +1,5 @@
 // Device pieces shared by the grouped expert kernels (moe_rowwise.cu, moe_mma.cu, moe_mma_stream.cu,
-// moe_mxfp4.cu): finding a block's tile from the device-side offsets, the expert activation, the
+// moe_mxfp4.cu, moe_fp8.cu): finding a block's tile from the device-side offsets, the expert activation, the
 // streamed tiles' outputs (element conversions: device_util.cuh).
 #pragma once
 
@@ -134,12 +134,15 @@ void with_16bit_weights(DType dtype, bool gate_up, Launch&& launch) {
 // out = y [num_rows, hidden] from h. Requires bf16 or f16 weights.
 void mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                  bool gate_up, float* out, cudaStream_t stream);
-// The streamed tensor-core launches (moe_mma_stream.cu; MXFP4 experts: moe_mxfp4.cu), same
+// The streamed tensor-core launches (moe_mma_stream.cu; MXFP4 experts: moe_mxfp4.cu; FP8: moe_fp8.cu), same
 // contract; moe_stream_fits(experts) and a 16-byte aligned input.
 void stream_mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                         bool gate_up, float* out, cudaStream_t stream);
 void stream_mxfp4_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                           bool gate_up, float* out, cudaStream_t stream);
+// FP8 experts (moe_fp8.cu): hidden and intermediate multiples of 128, 128-column scale blocks.
+void stream_fp8_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                        bool gate_up, float* out, cudaStream_t stream);
 int32_t moe_stream_rows_per_tile();
 
 }  // namespace deepinfer::kernels::cuda

@@ -146,6 +146,10 @@ bool moe_stream_fits(const GroupedExperts& experts) {
   if (experts.weight_dtype == DType::kMxfp4) {
     return experts.aligned && experts.hidden % kMxfp4Block == 0 && experts.intermediate % kMxfp4Block == 0;
   }
+  if (experts.weight_dtype == DType::kF8E4M3) {
+    return experts.aligned && experts.scale_block_rows > 0 && experts.hidden % 128 == 0 &&
+           experts.intermediate % 128 == 0;
+  }
   return (experts.weight_dtype == DType::kBF16 || experts.weight_dtype == DType::kF16) && experts.aligned &&
          experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
 }
@@ -153,11 +157,15 @@ bool moe_stream_fits(const GroupedExperts& experts) {
 void stream_mma_grouped(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                         bool gate_up, float* out, cudaStream_t stream) {
   DI_CHECK(moe_stream_fits(experts),
-           "the streamed tensor-core expert kernel takes aligned bf16, f16 or MXFP4 weights, rows a multiple of 8 "
-           "long (MXFP4: of 32)");
+           "the streamed tensor-core expert kernel takes aligned bf16, f16, MXFP4 or FP8 weights, rows a multiple "
+           "of 8 long (MXFP4: of 32, FP8: of 128)");
   DI_CHECK(reinterpret_cast<uintptr_t>(in) % 16 == 0, "the streamed tensor-core expert kernel's input is unaligned");
   if (experts.weight_dtype == DType::kMxfp4) {
     stream_mxfp4_grouped(in, experts, grouping, num_rows, gate_up, out, stream);
+    return;
+  }
+  if (experts.weight_dtype == DType::kF8E4M3) {
+    stream_fp8_grouped(in, experts, grouping, num_rows, gate_up, out, stream);
     return;
   }
   with_16bit_weights(experts.weight_dtype, gate_up, [&]<typename W, bool kGateUp>() {

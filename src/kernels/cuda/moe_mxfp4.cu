@@ -17,10 +17,7 @@
 // replaced cost 2 us of a layer's 54).
 #include <algorithm>
 
-#include "core/check.h"
-#include "kernels/cuda/dependent_launch.cuh"
-#include "kernels/cuda/mma_util.cuh"
-#include "kernels/cuda/moe_grouped.cuh"
+#include "kernels/cuda/moe_packed_stream.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -30,8 +27,6 @@ constexpr int kWarps = 4;
 constexpr int kTileRows = 32;
 constexpr int kSpanK = 4 * static_cast<int>(kMxfp4Block);  // four lanes' MX blocks of one row
 constexpr int kUnroll = 4;                                 // spans a lane has in flight, twice over
-constexpr size_t kDefaultSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
-constexpr size_t kMaxSharedBytes = 227 * 1024;     // what a Hopper block may opt in to
 
 // A lane's codes of kUnroll spans: one MX block of each of its two rows per span (zeros past k_in),
 // and the blocks' e8m0 scales, span u's in byte u.
@@ -77,52 +72,6 @@ __device__ __forceinline__ uint32_t f16_pair_of_power(int r) {
   return bits | (bits << 16);
 }
 
-// Steps of up to 8 tokens (one n-tile) read the tile's input rows from shared memory, staged once
-// as f16: a lane's x of a word is a load there instead of two loads from L1 or L2 and four
-// conversions, and those loads no longer wait, one after another, in every word of every span.
-// Chunk c of a row holds k 8c..8c+7 as the word's two products' B fragments (x0 x4, x1 x5 | x2 x6,
-// x3 x7). A word's lanes read chunks 4t + w of a 16-chunk span: chunks 8-15 of each span swap their
-// pairs (c ^ 2), and rows sit an odd number of 16-byte chunks apart modulo 8, so the 8 lanes of a
-// load phase (two rows, four t) hit distinct banks.
-__device__ __forceinline__ int staged_chunk(int c) { return c ^ (((c >> 3) & 1) << 1); }
-__host__ __device__ inline int staged_row_chunks(int64_t k_in) { return static_cast<int>((k_in / 8 + 7) / 8 * 8 + 1); }
-constexpr int64_t kStagedRows = 8;
-constexpr int kStageLoads = 4;  // chunks a thread has in flight while staging
-
-template <bool kGateUp>
-__device__ __forceinline__ void stage_input_f16(const float* in, const GroupedExperts& experts,
-                                                const MoeGrouping& grouping, const ExpertTile& tile, int64_t k_in,
-                                                uint4* staged) {
-  const int chunks = static_cast<int>(k_in / 8);
-  const int row_chunks = staged_row_chunks(k_in);
-  const int total = min(tile.num_rows, static_cast<int>(kStagedRows)) * chunks;
-  const int step = static_cast<int>(blockDim.x);
-  for (int first = static_cast<int>(threadIdx.x); first < total; first += kStageLoads * step) {
-    float4 values[kStageLoads][2];
-    int slots[kStageLoads];
-#pragma unroll
-    for (int q = 0; q < kStageLoads; ++q) {
-      const int i = first + q * step;
-      if (i >= total) break;
-      const int r = i / chunks;
-      const int c = i - r * chunks;
-      const int32_t grouped = tile.row_begin + r;
-      const float* row =
-          in + (kGateUp ? int64_t{grouping.rows[grouped] / experts.top_k} : int64_t{grouped}) * k_in + 8 * c;
-      values[q][0] = __ldg(reinterpret_cast<const float4*>(row));
-      values[q][1] = __ldg(reinterpret_cast<const float4*>(row + 4));
-      slots[q] = r * row_chunks + staged_chunk(c);
-    }
-#pragma unroll
-    for (int q = 0; q < kStageLoads; ++q) {
-      if (first + q * step >= total) break;
-      const float4 a = values[q][0];
-      const float4 b = values[q][1];
-      staged[slots[q]] = make_uint4(pack_f16(a.x, b.x), pack_f16(a.y, b.y), pack_f16(a.z, b.z), pack_f16(a.w, b.w));
-    }
-  }
-}
-
 // in: x (gate|up: token rows, via the grouping) or h (down: grouped rows); out: h or y. kNTiles:
 // the n-tiles of 8 rows a tile may fill (1 for steps of up to 8 tokens, whose input rows are staged
 // in shared memory: kStagedRows * staged_row_chunks(k_in) chunks; 4 otherwise, read from L1).
@@ -148,8 +97,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     p = &experts.experts[tile.expert];
     codes_lo = static_cast<const uint8_t*>(kGateUp ? p->gate : p->down) + row_lo * (k_in / 2);
     codes_hi = static_cast<const uint8_t*>(kGateUp ? p->up : p->down) + row_hi * (k_in / 2);
-    scales_lo = (kGateUp ? p->gate_scales : p->down_scales) + row_lo * scale_cols;
-    scales_hi = (kGateUp ? p->up_scales : p->down_scales) + row_hi * scale_cols;
+    scales_lo = static_cast<const uint8_t*>(kGateUp ? p->gate_scales : p->down_scales) + row_lo * scale_cols;
+    scales_hi = static_cast<const uint8_t*>(kGateUp ? p->up_scales : p->down_scales) + row_hi * scale_cols;
     load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_in, first_k, current);
   }
   if constexpr (!kGateUp) wait_for_previous_grid();
@@ -157,19 +106,11 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   if (!has_tile) return;
 
   const int64_t row_max_offset = mxfp4_row_max_offset(n_out, k_in);
-  const int max_lo = (kGateUp ? p->gate_scales : p->down_scales)[row_max_offset + row_lo];
-  const int max_hi = (kGateUp ? p->up_scales : p->down_scales)[row_max_offset + row_hi];
+  const int max_lo = static_cast<const uint8_t*>(kGateUp ? p->gate_scales : p->down_scales)[row_max_offset + row_lo];
+  const int max_hi = static_cast<const uint8_t*>(kGateUp ? p->up_scales : p->down_scales)[row_max_offset + row_hi];
   constexpr bool kStaged = kNTiles == 1;
   const float* x_rows[kNTiles];
-  const uint4* staged_row = nullptr;
-  if constexpr (kStaged) {
-    extern __shared__ uint4 staged[];
-    stage_input_f16<kGateUp>(in, experts, grouping, tile, k_in, staged);
-    __syncthreads();
-    staged_row = staged + min(g, tile.num_rows - 1) * staged_row_chunks(k_in);
-  } else {
-    streamed_input_rows<kNTiles, kGateUp>(in, experts, grouping, tile, g, k_in, x_rows);
-  }
+  const uint4* staged_row = packed_stream_inputs<kNTiles, kGateUp>(in, experts, grouping, tile, g, k_in, x_rows);
   const int n_tiles = (tile.num_rows + 7) / 8;
   float acc[kNTiles][4] = {};
   constexpr int64_t kGroupK = int64_t{kUnroll} * kSpanK;
@@ -224,29 +165,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 template <bool kGateUp>
 void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows, float* out,
             cudaStream_t stream) {
-  const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
-  const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
-  const int64_t columns = kWarps * streamed_warp_columns<kGateUp>();
-  const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
-                  static_cast<unsigned>((n_out + columns - 1) / columns));
-  // A token routes to distinct experts, so a tile holds at most one row per token. Rows too long
-  // to stage (none of GPT-OSS's) take the unstaged tiles at every size.
-  const size_t shared = kStagedRows * staged_row_chunks(k_in) * sizeof(uint4);
-  if (num_rows / experts.top_k > kStagedRows || shared > kMaxSharedBytes) {
-    launch_dependent(stream_mxfp4_kernel<kGateUp, kTileRows / 8>, grid, dim3(kWarps * 32), 0, stream, in, experts,
-                     grouping, n_out, k_in, out);
-    return;
-  }
-  const auto kernel = stream_mxfp4_kernel<kGateUp, 1>;
-  if (shared > kDefaultSharedBytes) {
-    static const bool opted_in = [kernel] {
-      DI_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSharedBytes)));
-      return true;
-    }();
-    (void)opted_in;
-  }
-  launch_dependent(kernel, grid, dim3(kWarps * 32), shared, stream, in, experts, grouping, n_out, k_in, out);
+  launch_packed_stream<stream_mxfp4_kernel<kGateUp, 1>, stream_mxfp4_kernel<kGateUp, kTileRows / 8>, kGateUp, kWarps>(
+      in, experts, grouping, num_rows, out, stream);
 }
 
 // An e2m1 code's value: its bits placed in an f16 (sign to bit 15, exponent and mantissa to bits

@@ -64,10 +64,11 @@ struct ExpertPointers {
   const void* gate_bias = nullptr;  // [intermediate]
   const void* up_bias = nullptr;    // [intermediate]
   const void* down_bias = nullptr;  // [hidden]
-  // MXFP4 weights' scales in the device layout (mxfp4_device_scale_bytes); null otherwise.
-  const uint8_t* gate_scales = nullptr;
-  const uint8_t* up_scales = nullptr;
-  const uint8_t* down_scales = nullptr;
+  // Packed weights' scales: MXFP4's e8m0 bytes in the device layout (mxfp4_device_scale_bytes), FP8's
+  // float32 block scales as the checkpoint's (kernels::WeightView); null otherwise.
+  const void* gate_scales = nullptr;
+  const void* up_scales = nullptr;
+  const void* down_scales = nullptr;
 };
 
 // An MXFP4 matrix [rows, cols] on the device: the e2m1 codes as in the checkpoint (kernels/ops.h
@@ -90,7 +91,8 @@ void dequantize_mxfp4_bf16(const void* codes, const uint8_t* scales, int64_t row
                            cudaStream_t stream);
 
 // All experts of a layer as the grouped kernels see them. Every expert shares weight_dtype (kF32,
-// kBF16, kF16, or kMxfp4 with the scales in ExpertPointers); every bias present has bias_dtype.
+// kBF16, kF16, or kMxfp4 / kF8E4M3 with the scales in ExpertPointers); every bias present has
+// bias_dtype.
 struct GroupedExperts {
   const ExpertPointers* experts = nullptr;  // [num_experts] device
   int32_t num_experts = 0;
@@ -100,6 +102,7 @@ struct GroupedExperts {
   DType weight_dtype = DType::kBF16;
   DType bias_dtype = DType::kF32;
   bool aligned = false;  // every weight 16-byte aligned (vector loads when the row length allows)
+  int32_t scale_block_rows = 0;  // kF8E4M3: rows per scale block (of 128 columns), every expert's
   ExpertActivation activation = ExpertActivation::kSiluGated;
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
@@ -112,8 +115,9 @@ struct GroupedExperts {
 // kTensorCoreStream's fit; at every size in batch-invariant mode). kTensorCoreStream: 32-row tiles
 // on the tensor cores with the weights loaded straight into the MMAs' registers (moe_stream_fits:
 // aligned bf16/f16 rows of a multiple of 8 elements; a 16-byte aligned input), memory-bound, for
-// decode batches of 4 to 20 rows per expert; MXFP4 experts take it at every size short of the grouped
-// GEMMs (the codes decoded to f16 and scaled in registers, x rounded to f16, float32 accumulation).
+// decode batches of 4 to 20 rows per expert; MXFP4 and FP8 experts take it at every size short of
+// the grouped GEMMs (the codes decoded to f16 in registers, x rounded to f16, float32 accumulation;
+// FP8's block scales promote each 128-column span's sums).
 enum class MoeKernel : uint8_t { kRowwise, kTensorCore, kTensorCoreStream };
 
 bool moe_stream_fits(const GroupedExperts& experts);

@@ -240,19 +240,25 @@ Result<LoadedExpert> MoeLayer::load_expert(const ModelSource& source, int32_t ex
 
 Result<void> MoeLayer::load_per_expert(const ModelSource& source, LoadedExpert& expert) const {
   const int32_t e = expert.expert_id;
-  auto gate = load_matrix(source, expert_name(prefix_, e, gate_name_), {intermediate_, hidden_},
-                          Packing::kExpertWhereSupported);
-  if (!gate.ok()) return gate.error();
-  auto up =
-      load_matrix(source, expert_name(prefix_, e, up_name_), {intermediate_, hidden_}, Packing::kExpertWhereSupported);
-  if (!up.ok()) return up.error();
-  auto down = load_matrix(source, expert_name(prefix_, e, down_name_), {hidden_, intermediate_},
-                          Packing::kExpertWhereSupported);
-  if (!down.ok()) return down.error();
-  expert.gate = *gate;
-  expert.up = *up;
-  expert.down = *down;
-  return {};
+  const auto load = [&](Packing packing) -> Result<void> {
+    auto gate = load_matrix(source, expert_name(prefix_, e, gate_name_), {intermediate_, hidden_}, packing);
+    if (!gate.ok()) return gate.error();
+    auto up = load_matrix(source, expert_name(prefix_, e, up_name_), {intermediate_, hidden_}, packing);
+    if (!up.ok()) return up.error();
+    auto down = load_matrix(source, expert_name(prefix_, e, down_name_), {hidden_, intermediate_}, packing);
+    if (!down.ok()) return down.error();
+    expert.gate = *gate;
+    expert.up = *up;
+    expert.down = *down;
+    return {};
+  };
+  if (auto loaded = load(Packing::kExpertWhereSupported); !loaded.ok()) return loaded;
+  // A backend may keep some of an expert's matrices packed and dequantise others whose layout its
+  // kernels do not take (CUDA's FP8 ones: rows of a multiple of 128); the grouped kernels take one
+  // dtype, so then all three are dequantised.
+  if (expert.gate.dtype == expert.up.dtype && expert.up.dtype == expert.down.dtype) return {};
+  for (const kernels::WeightView& w : {expert.gate, expert.up, expert.down}) source.backend->release_weight(w);
+  return load(Packing::kDequantise);
 }
 
 Result<void> MoeLayer::load_fused_expert(const ModelSource& source, LoadedExpert& expert) const {

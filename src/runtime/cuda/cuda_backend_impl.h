@@ -66,14 +66,13 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<HostSlabPool> make_pinned_pool(size_t region_bytes, size_t slab_bytes) override;
   Result<kernels::WeightView> load_weight(const TensorView& tensor) override;
-  // FP8 block-scaled matrices stay FP8 for matmul (kernels/cuda/gemv_fp8.h) and MXFP4 experts stay
-  // MXFP4 (kernels/cuda/moe_mxfp4.cu), not in the batch-invariant mode (whose products are cuBLASLt's
-  // and the tensor-core kernel's at every M) nor with BackendOptions::packed_weights off; FP8
-  // experts are dequantised at load for now.
+  // FP8 block-scaled matrices stay FP8 for matmul (kernels/cuda/gemv_fp8.h) and for experts
+  // (kernels/cuda/moe_fp8.cu), MXFP4 experts stay MXFP4 (kernels/cuda/moe_mxfp4.cu), not in the
+  // batch-invariant mode (whose products are cuBLASLt's and the tensor-core kernel's at every M) nor
+  // with BackendOptions::packed_weights off.
   bool reads_packed_weights(DType dtype, WeightUse use) const override {
     if (!packed_weights_ || batch_invariant_) return false;
-    return (dtype == DType::kF8E4M3 && use == WeightUse::kMatmul) ||
-           (dtype == DType::kMxfp4 && use == WeightUse::kExperts);
+    return dtype == DType::kF8E4M3 || (dtype == DType::kMxfp4 && use == WeightUse::kExperts);
   }
   // A layout the FP8 kernels do not take (scale blocks other than 128 columns by a multiple of 16
   // rows) is dequantised to float32 here, as the loader would have. MXFP4 scales go up in the
@@ -290,7 +289,7 @@ class CudaBackend final : public Backend {
     kc::MoeKernel kernel = kc::MoeKernel::kRowwise;
     bool on_grouped_gemm = false;
     bool on_wgmma = false;  // the grouped GEMMs' kernel, where they run
-    DType gemm_dtype = DType::kBF16;  // the grouped GEMMs' operands and outputs: the weights', bf16 for MXFP4
+    DType gemm_dtype = DType::kBF16;  // the grouped GEMMs' operands and outputs: the weights', bf16 for packed ones
     float* h = nullptr;
     float* y = nullptr;
     kc::MoeGrouping grouping;
@@ -302,11 +301,11 @@ class CudaBackend final : public Backend {
   // moe_experts' products of prefill-sized eager steps as grouped GEMMs: reads the grouping's
   // offsets back, gathers the rows' inputs in grouped order, then on the wgmma kernel the activated
   // gate|up into step.h and down into step.y; on cuBLAS gate|up into step.h, the activation rounded
-  // for down, down. h and y hold step.gemm_dtype. MXFP4 experts run a few at a time, dequantised to
-  // bf16 into a workspace of at most kMxfp4DequantisedBytes (one expert if larger).
+  // for down, down. h and y hold step.gemm_dtype. Packed experts (MXFP4, FP8) run a few at a time,
+  // dequantised to bf16 into a workspace of at most kPackedDequantisedBytes (one expert if larger).
   void grouped_gemm_expert_products(const float* x, const kernels::MoeExperts& experts, const MoeStep& step);
-  void mxfp4_grouped_gemms(const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts, const MoeStep& step,
-                           const kc::WgmmaEpilogue& activation, const void* rounded);
+  void packed_grouped_gemms(const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts,
+                            const MoeStep& step, const kc::WgmmaEpilogue& activation, const void* rounded);
   kc::MoeGroupedGemm moe_gemm_;
   std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
   // moe_route_and_group's count of finished router blocks: zero between launches, which one stream

@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/gemv_fp8.h"
 #include "runtime/cuda/cuda_backend_impl.h"
 
 namespace deepinfer {
@@ -29,10 +30,22 @@ constexpr int64_t kStreamedRowsPerExpert = 20;
 // reading the grouping's offsets back (a prompt chunk: 384 rows per expert for
 // DeepSeek-V2-Lite's 4K prompt).
 constexpr int64_t kGroupedGemmRowsPerExpert = 64;
-// The bf16 copy of MXFP4 experts their grouped GEMMs read, a chunk of experts at a time: within the
-// allocator's cached sizes, so prompt steps reuse one block (a larger one would be freed each time,
-// which synchronises the device, and would describe its address to the GEMMs' TMA anew).
-constexpr int64_t kMxfp4DequantisedBytes = static_cast<int64_t>(DeviceAllocator::kUncachedBytes);
+// The bf16 copy of packed (MXFP4, FP8) experts their grouped GEMMs read, a chunk of experts at a
+// time: within the allocator's cached sizes, so prompt steps reuse one block (a larger one would be
+// freed each time, which synchronises the device, and would describe its address to the GEMMs' TMA
+// anew).
+constexpr int64_t kPackedDequantisedBytes = static_cast<int64_t>(DeviceAllocator::kUncachedBytes);
+
+bool is_packed(DType dtype) { return dtype == DType::kMxfp4 || dtype == DType::kF8E4M3; }
+
+// w (an expert's MXFP4 or FP8 matrix on the device) as bf16 into out.
+void dequantize_packed_bf16(const kernels::WeightView& w, void* out, cudaStream_t stream) {
+  if (w.dtype == DType::kMxfp4) {
+    kc::dequantize_mxfp4_bf16(w.data, static_cast<const uint8_t*>(w.scales), w.rows, w.cols, out, stream);
+  } else {
+    kc::dequantize_fp8_to_bf16(w, out, stream);
+  }
+}
 
 const void* data_of(const kernels::WeightView* views, int32_t e) { return views ? views[e].data : nullptr; }
 
@@ -65,13 +78,18 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
     kc::ExpertPointers& p = host[static_cast<size_t>(e)];
     p = {experts.gate[e].data, experts.up[e].data, experts.down[e].data, data_of(experts.gate_bias, e),
          data_of(experts.up_bias, e), data_of(experts.down_bias, e)};
-    if (dtype == DType::kMxfp4) {
-      p.gate_scales = static_cast<const uint8_t*>(experts.gate[e].scales);
-      p.up_scales = static_cast<const uint8_t*>(experts.up[e].scales);
-      p.down_scales = static_cast<const uint8_t*>(experts.down[e].scales);
+    if (is_packed(dtype)) {
+      p.gate_scales = experts.gate[e].scales;
+      p.up_scales = experts.up[e].scales;
+      p.down_scales = experts.down[e].scales;
     }
     DI_CHECK(experts.gate[e].dtype == dtype && experts.up[e].dtype == dtype && experts.down[e].dtype == dtype,
              "expert " << e << "'s weights differ in dtype from expert 0's");
+    for (const kernels::WeightView* w : {&experts.gate[e], &experts.up[e], &experts.down[e]}) {
+      DI_CHECK(w->scale_block_rows == experts.gate[0].scale_block_rows &&
+                   w->scale_block_cols == experts.gate[0].scale_block_cols,
+               "expert " << e << "'s scale blocks differ from expert 0's");
+    }
     aligned = aligned && aligned16(p.gate) && aligned16(p.up) && aligned16(p.down);
     for (const kernels::WeightView* biases : {experts.gate_bias, experts.up_bias, experts.down_bias}) {
       if (biases == nullptr || biases[e].data == nullptr) continue;
@@ -99,6 +117,7 @@ kc::GroupedExperts CudaBackend::grouped_experts(const kernels::MoeExperts& exper
   grouped.weight_dtype = dtype;
   grouped.bias_dtype = bias_dtype;
   grouped.aligned = aligned;
+  if (dtype == DType::kF8E4M3) grouped.scale_block_rows = experts.gate[0].scale_block_rows;
   grouped.activation = experts.activation;
   grouped.swiglu_alpha = experts.swiglu_alpha;
   grouped.swiglu_limit = experts.swiglu_limit;
@@ -112,10 +131,10 @@ CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, c
   step.grouped = grouped_experts(experts);
   // Batch-invariant mode keeps one kernel for every batch, so a row's numbers never depend on it.
   const DType dtype = step.grouped.weight_dtype;
-  const bool mxfp4 = dtype == DType::kMxfp4;  // never in batch-invariant mode (reads_packed_weights)
+  const bool packed = is_packed(dtype);  // never in batch-invariant mode (reads_packed_weights)
   const bool tensor_cores = dtype == DType::kBF16 || dtype == DType::kF16;
-  if (mxfp4) {
-    DI_CHECK(!batch_invariant_, "MXFP4 experts are dequantised at load in the batch-invariant mode");
+  if (packed) {
+    DI_CHECK(!batch_invariant_, "packed experts are dequantised at load in the batch-invariant mode");
     step.kernel = kc::MoeKernel::kTensorCoreStream;
   } else if (!tensor_cores || (!batch_invariant_ && step.num_rows < kTensorCoreRowsPerExpert * experts.num_experts)) {
     step.kernel = kc::MoeKernel::kRowwise;
@@ -125,21 +144,22 @@ CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, c
   } else {
     step.kernel = kc::MoeKernel::kTensorCore;
   }
-  // Grouped GEMMs: bf16 experts on the wgmma kernel (biases and both activations), MXFP4 ones
+  // Grouped GEMMs: bf16 experts on the wgmma kernel (biases and both activations), packed ones
   // dequantised to bf16 for it, other 16-bit plain SiLU-gated experts on cuBLAS's (GPT-OSS's biases
   // and clamped SwiGLU in f16 keep the mma kernels).
-  step.gemm_dtype = mxfp4 ? DType::kBF16 : dtype;
+  step.gemm_dtype = packed ? DType::kBF16 : dtype;
   step.on_wgmma =
       kc::MoeGroupedGemm::on_wgmma(step.gemm_dtype, experts.hidden, experts.intermediate, step.grouped.aligned);
-  const bool cublas_fits = !mxfp4 && step.grouped.aligned &&
+  const bool cublas_fits = !packed && step.grouped.aligned &&
                            experts.activation == kernels::ExpertActivation::kSiluGated && !has_biases(experts) &&
                            experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
-  step.on_grouped_gemm = (tensor_cores || mxfp4) && !batch_invariant_ && !capturing_ &&
+  step.on_grouped_gemm = (tensor_cores || packed) && !batch_invariant_ && !capturing_ &&
                          (step.on_wgmma || cublas_fits) &&
                          step.num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
-  if (mxfp4 && !step.on_grouped_gemm) {
-    DI_CHECK(kc::moe_stream_fits(step.grouped), "MXFP4 experts need 16-byte aligned codes");
-    DI_CHECK(aligned16(x), "MXFP4 experts need a 16-byte aligned input");
+  if (packed && !step.on_grouped_gemm) {
+    DI_CHECK(kc::moe_stream_fits(step.grouped),
+             dtype_name(dtype) << " experts need 16-byte aligned codes (FP8: rows of a multiple of 128)");
+    DI_CHECK(aligned16(x), dtype_name(dtype) << " experts need a 16-byte aligned input");
   }
   // Workspace (kernels::moe_workspace_floats): h (or the grouped GEMMs' 16-bit h or gate|up, in
   // fewer bytes), y, then the grouping's ints.
@@ -215,8 +235,8 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
       activation.activation = experts.activation;
       activation.swiglu_alpha = experts.swiglu_alpha;
       activation.swiglu_limit = experts.swiglu_limit;
-      if (step.grouped.weight_dtype == DType::kMxfp4) {
-        mxfp4_grouped_gemms(offsets, experts, step, activation, rounded);
+      if (is_packed(step.grouped.weight_dtype)) {
+        packed_grouped_gemms(offsets, experts, step, activation, rounded);
       } else {
         moe_gemm_.gate_up_activated(pointers, offsets, hidden, inter, activation, rounded, step.h, stream_.for_op());
         moe_gemm_.down_biased(pointers, offsets, hidden, inter, step.grouped.bias_dtype, step.h, step.y,
@@ -234,8 +254,8 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
   give_back_workspace(rounded);
 }
 
-void CudaBackend::mxfp4_grouped_gemms(const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts,
-                                      const MoeStep& step, const kc::WgmmaEpilogue& activation, const void* rounded) {
+void CudaBackend::packed_grouped_gemms(const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts,
+                                       const MoeStep& step, const kc::WgmmaEpilogue& activation, const void* rounded) {
   const std::vector<kc::ExpertPointers>& packed = expert_tables_.at(experts.gate).host;
   const int64_t hidden = experts.hidden;
   const int64_t inter = experts.intermediate;
@@ -246,7 +266,7 @@ void CudaBackend::mxfp4_grouped_gemms(const std::vector<int32_t>& offsets, const
   }
   if (with_rows.empty()) return;
   const auto per_chunk = static_cast<size_t>(
-      std::clamp<int64_t>(kMxfp4DequantisedBytes / (expert_values * static_cast<int64_t>(sizeof(uint16_t))), 1,
+      std::clamp<int64_t>(kPackedDequantisedBytes / (expert_values * static_cast<int64_t>(sizeof(uint16_t))), 1,
                           static_cast<int64_t>(with_rows.size())));
   auto* dequantised =
       static_cast<uint16_t*>(take_workspace(per_chunk * static_cast<size_t>(expert_values) * sizeof(uint16_t)));
@@ -265,10 +285,9 @@ void CudaBackend::mxfp4_grouped_gemms(const std::vector<int32_t>& offsets, const
         uint16_t* gate = dequantised + (i - first) * static_cast<size_t>(expert_values);
         uint16_t* up = gate + inter * hidden;
         uint16_t* down = up + inter * hidden;
-        const kc::ExpertPointers& p = packed[e];
-        kc::dequantize_mxfp4_bf16(p.gate, p.gate_scales, inter, hidden, gate, stream_.for_op());
-        kc::dequantize_mxfp4_bf16(p.up, p.up_scales, inter, hidden, up, stream_.for_op());
-        kc::dequantize_mxfp4_bf16(p.down, p.down_scales, hidden, inter, down, stream_.for_op());
+        dequantize_packed_bf16(experts.gate[e], gate, stream_.for_op());
+        dequantize_packed_bf16(experts.up[e], up, stream_.for_op());
+        dequantize_packed_bf16(experts.down[e], down, stream_.for_op());
         kc::ExpertPointers& q = pointers[e];
         q.gate = gate;
         q.up = up;

@@ -1,0 +1,110 @@
+// Pieces shared by the streamed tiles of packed experts (moe_mxfp4.cu, moe_fp8.cu): steps of up to
+// 8 tokens stage their input rows in shared memory as f16, and the launch that picks staged or
+// unstaged tiles. Both kernels feed each mma.sync m16n8k16 the codes k and k + 4 of a row as one f16
+// pair (x paired alike), lane t taking k 32t..32t+31 of each 128-element span.
+#pragma once
+
+#include "core/check.h"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/moe_grouped.cuh"
+
+namespace deepinfer::kernels::cuda {
+
+constexpr size_t kPackedDefaultSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
+constexpr size_t kPackedMaxSharedBytes = 227 * 1024;     // what a Hopper block may opt in to
+
+// Steps of up to 8 tokens (one n-tile) read the tile's input rows from shared memory, staged once
+// as f16: a lane's x of 8 codes (an MXFP4 word, two FP8 words) is a load there instead of two loads
+// from L1 or L2 and four conversions, and those loads no longer wait, one after another, in every
+// chunk of every span. Chunk c of a row holds k 8c..8c+7 as the chunk's two products' B fragments
+// (x0 x4, x1 x5 | x2 x6, x3 x7). Lane t reads chunks 4t + w of a 16-chunk span: chunks 8-15 of each
+// span swap their pairs (c ^ 2), and rows sit an odd number of 16-byte chunks apart modulo 8, so the
+// 8 lanes of a load phase (two rows, four t) hit distinct banks.
+__device__ __forceinline__ int staged_chunk(int c) { return c ^ (((c >> 3) & 1) << 1); }
+__host__ __device__ inline int staged_row_chunks(int64_t k_in) { return static_cast<int>((k_in / 8 + 7) / 8 * 8 + 1); }
+constexpr int64_t kStagedRows = 8;
+constexpr int kStageLoads = 4;  // chunks a thread has in flight while staging
+
+template <bool kGateUp>
+__device__ __forceinline__ void stage_input_f16(const float* in, const GroupedExperts& experts,
+                                                const MoeGrouping& grouping, const ExpertTile& tile, int64_t k_in,
+                                                uint4* staged) {
+  const int chunks = static_cast<int>(k_in / 8);
+  const int row_chunks = staged_row_chunks(k_in);
+  const int total = min(tile.num_rows, static_cast<int>(kStagedRows)) * chunks;
+  const int step = static_cast<int>(blockDim.x);
+  for (int first = static_cast<int>(threadIdx.x); first < total; first += kStageLoads * step) {
+    float4 values[kStageLoads][2];
+    int slots[kStageLoads];
+#pragma unroll
+    for (int q = 0; q < kStageLoads; ++q) {
+      const int i = first + q * step;
+      if (i >= total) break;
+      const int r = i / chunks;
+      const int c = i - r * chunks;
+      const int32_t grouped = tile.row_begin + r;
+      const float* row =
+          in + (kGateUp ? int64_t{grouping.rows[grouped] / experts.top_k} : int64_t{grouped}) * k_in + 8 * c;
+      values[q][0] = __ldg(reinterpret_cast<const float4*>(row));
+      values[q][1] = __ldg(reinterpret_cast<const float4*>(row + 4));
+      slots[q] = r * row_chunks + staged_chunk(c);
+    }
+#pragma unroll
+    for (int q = 0; q < kStageLoads; ++q) {
+      if (first + q * step >= total) break;
+      const float4 a = values[q][0];
+      const float4 b = values[q][1];
+      staged[slots[q]] = make_uint4(pack_f16(a.x, b.x), pack_f16(a.y, b.y), pack_f16(a.z, b.z), pack_f16(a.w, b.w));
+    }
+  }
+}
+
+// A streamed tile's inputs for lane group g: with one n-tile (kNTiles 1) the tile's rows staged in
+// shared memory (kStagedRows * staged_row_chunks(k_in) chunks of dynamic shared memory), returning
+// the lane's staged row; otherwise x_rows gets its n-tiles' rows of in (streamed_input_rows).
+template <int kNTiles, bool kGateUp>
+__device__ __forceinline__ const uint4* packed_stream_inputs(const float* in, const GroupedExperts& experts,
+                                                             const MoeGrouping& grouping, const ExpertTile& tile, int g,
+                                                             int64_t k_in, const float* (&x_rows)[kNTiles]) {
+  if constexpr (kNTiles == 1) {
+    extern __shared__ uint4 staged[];
+    stage_input_f16<kGateUp>(in, experts, grouping, tile, k_in, staged);
+    __syncthreads();
+    return staged + min(g, tile.num_rows - 1) * staged_row_chunks(k_in);
+  } else {
+    streamed_input_rows<kNTiles, kGateUp>(in, experts, grouping, tile, g, k_in, x_rows);
+    return nullptr;
+  }
+}
+
+// Launches kStaged (kNTiles 1, input rows staged) when the step has at most kStagedRows tokens and
+// they fit in shared memory, else kUnstaged; both take (in, experts, grouping, n_out, k_in, out) on
+// a grid of the worst case's tiles by the warps' output columns.
+template <auto kStaged, auto kUnstaged, bool kGateUp, int kWarps>
+void launch_packed_stream(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
+                          float* out, cudaStream_t stream) {
+  const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
+  const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
+  const int64_t columns = kWarps * streamed_warp_columns<kGateUp>();
+  const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
+                  static_cast<unsigned>((n_out + columns - 1) / columns));
+  // A token routes to distinct experts, so a tile holds at most one row per token. Rows too long
+  // to stage take the unstaged tiles at every size.
+  const size_t shared = kStagedRows * staged_row_chunks(k_in) * sizeof(uint4);
+  if (num_rows / experts.top_k > kStagedRows || shared > kPackedMaxSharedBytes) {
+    launch_dependent(kUnstaged, grid, dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out, k_in, out);
+    return;
+  }
+  if (shared > kPackedDefaultSharedBytes) {
+    static const bool opted_in = [] {
+      DI_CUDA_CHECK(cudaFuncSetAttribute(kStaged, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kPackedMaxSharedBytes)));
+      return true;
+    }();
+    (void)opted_in;
+  }
+  launch_dependent(kStaged, grid, dim3(kWarps * 32), shared, stream, in, experts, grouping, n_out, k_in, out);
+}
+
+}  // namespace deepinfer::kernels::cuda
