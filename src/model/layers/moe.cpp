@@ -256,9 +256,14 @@ Result<void> MoeLayer::load_per_expert(const ModelSource& source, LoadedExpert& 
   // A backend may keep some of an expert's matrices packed and dequantise others whose layout its
   // kernels do not take (CUDA's FP8 ones: rows of a multiple of 128); the grouped kernels take one
   // dtype, so then all three are dequantised.
-  if (expert.gate.dtype == expert.up.dtype && expert.up.dtype == expert.down.dtype) return {};
+  const auto same_dtype = [&] { return expert.gate.dtype == expert.up.dtype && expert.up.dtype == expert.down.dtype; };
+  if (same_dtype()) return {};
   for (const kernels::WeightView& w : {expert.gate, expert.up, expert.down}) source.backend->release_weight(w);
-  return load(Packing::kDequantise);
+  if (auto loaded = load(Packing::kDequantise); !loaded.ok()) return loaded;
+  if (same_dtype()) return {};
+  return Error{"expert " + std::to_string(e) + " of " + prefix_ + ": gate, up and down load as " +
+               std::string(dtype_name(expert.gate.dtype)) + ", " + std::string(dtype_name(expert.up.dtype)) + " and " +
+               std::string(dtype_name(expert.down.dtype)) + "; the grouped expert kernels take one dtype"};
 }
 
 Result<void> MoeLayer::load_fused_expert(const ModelSource& source, LoadedExpert& expert) const {
