@@ -241,17 +241,19 @@ void bench_expert_products(Backend& backend, const ModelConfig& c, const DeviceP
   down_tensor.shape = {hidden, inter};
   const std::vector<uint8_t> codes(static_cast<size_t>(inter * hidden), 0);
   const std::vector<uint8_t> scales(static_cast<size_t>(inter * hidden / kernels::kMxfp4Block), 127);
-  const std::vector<float> fp8_scales(static_cast<size_t>(inter * hidden), 1.0f);  // a bound for any block shape
+  // Unit FP8 scales enough for either matrix's blocks, [inter, hidden] or [hidden, inter].
+  const auto fp8_view = [&](int64_t rows, int64_t cols, const float* fp8_scales) {
+    return kernels::WeightView{codes.data(), DType::kF8E4M3, rows, cols, fp8_scales,
+                               static_cast<int32_t>(fp8 ? c.fp8->block_rows : 1),
+                               static_cast<int32_t>(fp8 ? c.fp8->block_cols : 1)};
+  };
+  const std::vector<float> fp8_scales(
+      fp8 ? static_cast<size_t>(std::max(kernels::block_scale_count(fp8_view(inter, hidden, nullptr), inter),
+                                         kernels::block_scale_count(fp8_view(hidden, inter, nullptr), hidden)))
+          : 0,
+      1.0f);
   const auto packed_view = [&](int64_t rows, int64_t cols) {
-    if (fp8) {
-      return kernels::WeightView{codes.data(),
-                                 DType::kF8E4M3,
-                                 rows,
-                                 cols,
-                                 fp8_scales.data(),
-                                 static_cast<int32_t>(c.fp8->block_rows),
-                                 static_cast<int32_t>(c.fp8->block_cols)};
-    }
+    if (fp8) return fp8_view(rows, cols, fp8_scales.data());
     return kernels::WeightView{codes.data(), DType::kMxfp4, rows, cols, scales.data(), 1,
                                static_cast<int32_t>(kernels::kMxfp4Block)};
   };

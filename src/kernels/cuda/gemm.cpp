@@ -223,32 +223,27 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
     gemv(x, w, num_rows, y, stream.for_products());
     return;
   }
-  if (!batch_invariant_ && fp8_layout_supported(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+  // cuBLASLt's block-scaled FP8 GEMM past fp8_gemv's rows: 128 x 128 weight blocks, x's in 1 x 128.
+  // Measured on an H100: it reads the weight's scale rows at a stride of K / 128 rounded up to 4,
+  // and x's scale columns right where M is a multiple of 4 (100, 200, 520) and wrong at 65 and 201
+  // (a padded stride too, as TMA's 16-byte rows would want, is the likely cause, not yet measured);
+  // the checkpoint's and the quantiser's strides are unpadded, so only those shapes take it.
+  const bool on_gemv = num_rows <= kFp8GemvMaxRows;
+  const bool lt_layout = w.scale_block_rows == kFp8BlockCols && (w.cols / kFp8BlockCols) % 4 == 0 && num_rows % 4 == 0;
+  if (!batch_invariant_ && (on_gemv || lt_layout) && fp8_layout_supported(w) &&
+      reinterpret_cast<uintptr_t>(x) % 16 == 0) {
     void* workspace = input_buffer(static_cast<int64_t>(fp8_rows_bytes(num_rows, w.cols)), DType::kU8);
     const Fp8Rows rows = fp8_rows_at(workspace, num_rows, w.cols);
-    if (num_rows <= kFp8GemvMaxRows) {
+    if (on_gemv) {
       quantize_fp8_rows(x, num_rows, w.cols, rows, stream.for_products());
       fp8_gemv(rows, w, num_rows, y, stream.for_products());
       return;
     }
-    // cuBLASLt's block-scaled FP8 GEMM: 128 x 128 weight blocks, x's in 1 x 128. Measured on an
-    // H100: it reads the weight's scale rows at a stride of K / 128 rounded up to 4, and x's scale
-    // columns right where M is a multiple of 4 (100, 200, 520) and wrong at 65 and 201 (a padded
-    // stride too, as TMA's 16-byte rows would want, is the likely cause, not yet measured); the
-    // checkpoint's and the quantiser's strides are unpadded, so only those shapes take it.
     const BlockScales scales{w.scales, rows.scales};
-    const bool lt_layout =
-        w.scale_block_rows == kFp8BlockCols && (w.cols / kFp8BlockCols) % 4 == 0 && num_rows % 4 == 0;
-    const Plan* plan =
-        lt_layout ? plan_for(num_rows, w.rows, w.cols, DType::kF8E4M3, 256, pointer_alignment(y), &scales) : nullptr;
-    if (plan != nullptr) {
+    if (const Plan* plan = plan_for(num_rows, w.rows, w.cols, DType::kF8E4M3, 256, pointer_alignment(y), &scales)) {
       quantize_fp8_rows(x, num_rows, w.cols, rows, stream.for_products());
       bind_block_scales(*plan, scales);
-      const float alpha = 1.0f;
-      const float beta = 0.0f;
-      DI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, w.data, plan->a, rows.codes, plan->b, &beta, y,
-                                     plan->c, y, plan->c, &plan->algo, workspace_, workspace_bytes_,
-                                     stream.for_products()));
+      run(*plan, w.data, rows.codes, y, stream.for_products());
       return;
     }
   }
@@ -264,10 +259,13 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
 void LtGemm::matmul_cast(const void* b, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
   const int64_t n = w.rows;
   const int64_t k = w.cols;
-  const Plan& plan = *plan_for(num_rows, n, k, w.dtype, pointer_alignment(b), pointer_alignment(y));
+  run(*plan_for(num_rows, n, k, w.dtype, pointer_alignment(b), pointer_alignment(y)), w.data, b, y, stream);
+}
+
+void LtGemm::run(const Plan& plan, const void* w, const void* x, float* y, cudaStream_t stream) {
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  DI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, w.data, plan.a, b, plan.b, &beta, y, plan.c, y, plan.c,
+  DI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y, plan.c,
                                  &plan.algo, workspace_, batch_invariant_ ? 0 : workspace_bytes_, stream));
 }
 

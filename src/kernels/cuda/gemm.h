@@ -102,6 +102,8 @@ class LtGemm {
   const Plan* plan_for(int64_t m, int64_t n, int64_t k, DType dtype, int align_x, int align_y,
                        const BlockScales* scales = nullptr);
   static void bind_block_scales(const Plan& plan, const BlockScales& scales);
+  // Enqueues plan's product y = x @ w^T.
+  void run(const Plan& plan, const void* w, const void* x, float* y, cudaStream_t stream);
   void matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
 
   // What the cast buffer holds: source[0, count) rounded to dtype, as of the stream's generation;
