@@ -362,7 +362,7 @@ void bench_fp8_products(Backend& backend, const ModelConfig& c, const DevicePeak
   if (!c.fp8.has_value() || !backend.reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul)) return;
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
-  const std::vector<int64_t> rows = {16, 32, 64, 128, 256, 1024, 4096};
+  const std::vector<int64_t> rows = {1, 2, 8, 16, 32, 48, 64, 65, 96, 128, 256, 1024, 4096};
   for (const ProductShape& shape :
        {ProductShape{"q_proj", q_dim, hidden}, ProductShape{"k_proj", c.num_key_value_heads * c.head_dim, hidden},
         ProductShape{"o_proj", hidden, q_dim}, ProductShape{"gate_proj", c.intermediate_size, hidden},

@@ -106,6 +106,26 @@ inline HostWeight make_weight(const std::vector<float>& values, DType dtype, int
   return w;
 }
 
+// x [rows, k] as the FP8 products quantise it (gemv_fp8.h): per row and 128 columns, codes of
+// x * (448 / amax), scale amax / 448; back in float32.
+inline std::vector<float> fp8_quantized_rows(const std::vector<float>& x, int64_t rows, int64_t k) {
+  constexpr int64_t kBlock = 128;
+  std::vector<float> q(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < k / kBlock; ++b) {
+      const float* block = &x[r * k + b * kBlock];
+      float amax = 0.0f;
+      for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(block[i]));
+      const float inverse = amax > 0.0f ? 448.0f / amax : 0.0f;
+      const float scale = amax / 448.0f;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        q[r * k + b * kBlock + i] = f8e4m3_to_f32(f32_to_f8e4m3(block[i] * inverse)) * scale;
+      }
+    }
+  }
+  return q;
+}
+
 // A host weight as a checkpoint's [rows, cols] tensor named name (for load_stacked_weight).
 inline TensorView tensor_of(const HostWeight& w, const std::string& name) {
   TensorView tensor;

@@ -70,24 +70,6 @@ struct Fp8Weight {
   }
 };
 
-// x as fp8_gemv quantises it: per row and 128 columns, codes of x * (448 / amax), scale amax / 448.
-std::vector<float> quantized_like_the_kernel(const std::vector<float>& x, int64_t rows, int64_t k) {
-  std::vector<float> q(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < k / kBlock; ++b) {
-      const float* block = &x[r * k + b * kBlock];
-      float amax = 0.0f;
-      for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(block[i]));
-      const float inverse = amax > 0.0f ? 448.0f / amax : 0.0f;
-      const float scale = amax / 448.0f;
-      for (int64_t i = 0; i < kBlock; ++i) {
-        q[r * k + b * kBlock + i] = f8e4m3_to_f32(f32_to_f8e4m3(block[i] * inverse)) * scale;
-      }
-    }
-  }
-  return q;
-}
-
 // y[m, n] = sum_k x[m, k] w[n, k] in float64, and sum_k |x w| for the tolerance.
 void product(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t n, int64_t k,
              std::vector<double>& y, std::vector<double>& magnitude) {
@@ -157,7 +139,7 @@ TEST_F(CudaFp8, DecodeKernelMatchesQuantisedReference) {
         want = exact;
         magnitude = exact_magnitude;
       } else {
-        product(quantized_like_the_kernel(x, m, s.k), dense, m, s.n, s.k, want, magnitude);
+        product(fp8_quantized_rows(x, m, s.k), dense, m, s.n, s.k, want, magnitude);
       }
       size_t misses = 0, quantisation_misses = 0;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -176,15 +158,17 @@ TEST_F(CudaFp8, DecodeKernelMatchesQuantisedReference) {
 // fp8_gemv quantises it. Against a float64 product of the same quantised x: FP8 tensor-core sums
 // keep fewer bits than float32 inside each 128-column block, hence the looser bound. That it is this
 // path and not the bf16 one: its results sit far closer to the quantised-x product than to the
-// product of x rounded to bf16. N past the last full scale block, long K. K of 5 scale blocks
-// (cuBLASLt would read the scale rows padded to 8) and M not a multiple of 4 (its x scales read
-// wrong on an H100) take the bf16 path: x and the weight rounded to bf16.
+// product of x rounded to bf16. N past the last full scale block, long K, M not a multiple of 4
+// (its last M % 4 rows on fp8_gemv), 32 rows of a weight of 2^23 values (cuBLASLt from 17 rows).
+// K of 5 scale blocks (cuBLASLt would read the weight's scale rows padded to 8) takes the bf16 path:
+// x and the weight rounded to bf16.
 TEST_F(CudaFp8, PrefillPathMatchesQuantisedReference) {
   struct Case {
     int64_t m, n, k;
   };
-  for (const Case& c : {Case{68, 300, 1024}, Case{100, 300, 1024}, Case{204, 256, 7168}, Case{520, 384, 512},
-                        Case{128, 200, 640}, Case{65, 300, 1024}, Case{201, 256, 1024}}) {
+  for (const Case& c :
+       {Case{68, 300, 1024}, Case{100, 300, 1024}, Case{204, 256, 7168}, Case{520, 384, 512}, Case{128, 200, 640},
+        Case{65, 300, 1024}, Case{201, 256, 1024}, Case{67, 384, 512}, Case{32, 2048, 4096}}) {
     const Fp8Weight w = Fp8Weight::random(rng_, c.n, c.k, kBlock, kBlock);
     const std::vector<float> dense = w.dequantized();
     const std::vector<float> x = random_floats(rng_, static_cast<size_t>(c.m * c.k));
@@ -194,7 +178,7 @@ TEST_F(CudaFp8, PrefillPathMatchesQuantisedReference) {
     std::vector<float> x_bf16 = x;
     for (float& v : x_bf16) v = bf16_to_f32(f32_to_bf16(v));
     std::vector<double> rounded, rounded_magnitude;
-    if ((c.k / kBlock) % 4 != 0 || c.m % 4 != 0) {
+    if ((c.k / kBlock) % 4 != 0) {
       std::vector<float> dense_bf16 = dense;
       for (float& v : dense_bf16) v = bf16_to_f32(f32_to_bf16(v));
       product(x_bf16, dense_bf16, c.m, c.n, c.k, rounded, rounded_magnitude);
@@ -206,7 +190,7 @@ TEST_F(CudaFp8, PrefillPathMatchesQuantisedReference) {
       continue;
     }
     std::vector<double> want, magnitude;
-    product(quantized_like_the_kernel(x, c.m, c.k), dense, c.m, c.n, c.k, want, magnitude);
+    product(fp8_quantized_rows(x, c.m, c.k), dense, c.m, c.n, c.k, want, magnitude);
     product(x_bf16, dense, c.m, c.n, c.k, rounded, rounded_magnitude);
     size_t misses = 0;
     double off_quantised = 0.0, off_rounded = 0.0;
@@ -506,34 +490,40 @@ Fp8Agreement fp8_against_dequantised(std::mt19937& rng, bool moe, int64_t hidden
 }
 
 // The Llama-shaped model with its projections read as FP8 (q|k|v and gate|up stacked; activations
-// quantised to e4m3 per row per 128 columns from 3 rows, as DeepSeek's kernels do: up to 64 rows on
-// the project's kernel, past that cuBLASLt's where K is a multiple of 512; float32 at one or two
-// rows). e4m3 activations keep 3 mantissa bits: on the 256-wide model a 48-token prefill costs a KL
-// of about 0.0085 (H100); decode steps read float32 x but attend to the prefill's keys and values
-// (about 0.0009). The 512-wide model's 96-token prefill runs q|k|v and gate|up on cuBLASLt's FP8
-// GEMM (o and down, whose K is 2 and 6 blocks, on the bf16 path).
+// quantised to e4m3 per row per 128 columns from 3 rows, as DeepSeek's kernels do: fp8_gemv up to
+// 64 rows for these small weights, past that cuBLASLt's FP8 GEMM where K is a multiple of 512;
+// float32 at one or two rows). e4m3 activations keep 3 mantissa bits, and the random models follow
+// that noise: mean prefill KL on an H200 0.0085 (256 wide, 48 tokens), 0.049 (512 wide, 64 tokens on
+// fp8_gemv; 0.036 with the same 64 rows forced onto cuBLASLt) and 0.028 (512 wide, 96 tokens:
+// q|k|v and gate|up on cuBLASLt, o and down, K of 2 and 6 blocks, on the bf16 path), top-1 85-95 %;
+// the 256-wide model with its weights dequantised to bf16 and x rounded to bf16 instead (cuBLASLt
+// forced, which that K does not take) gave 9e-5. Decode steps read float32 x but attend to the
+// prefill's keys and values (0.0009-0.017). The bounds sit at about twice the largest of those: a
+// wrong scale or a misread block moves the KL by orders of magnitude (the kernels' own tests above
+// hold each product to its quantised reference).
 TEST_F(CudaFp8, Fp8ModelFollowsItsDequantisedSelf) {
   struct Case {
     int64_t hidden;
     size_t prompt_tokens;
   };
-  for (const Case& c : {Case{256, 48}, Case{512, 96}}) {
+  for (const Case& c : {Case{256, 48}, Case{512, 64}, Case{512, 96}}) {
     const Fp8Agreement a = fp8_against_dequantised(rng_, false, c.hidden, 0, c.prompt_tokens, "FP8 model");
-    EXPECT_LT(a.kl_prefill, 0.02) << "hidden " << c.hidden;
-    EXPECT_LT(a.kl_decode, 0.02) << "hidden " << c.hidden;
-    EXPECT_GE(a.agree, static_cast<int>(a.positions * 9 / 10)) << "hidden " << c.hidden;
+    const std::string what = "hidden " + std::to_string(c.hidden) + ", " + std::to_string(c.prompt_tokens) + " tokens";
+    EXPECT_LT(a.kl_prefill, 0.1) << what;
+    EXPECT_LT(a.kl_decode, 0.04) << what;
+    EXPECT_GE(a.agree, static_cast<int>(a.positions * 3 / 4)) << what;
   }
 }
 
 // The Qwen3-MoE-shaped model with FP8 experts read packed (moe_fp8.cu's streamed tiles at decode and
 // for the 96-token prompt, 24 rows per expert on average, so some experts fill a second tile; the
-// 320-token prompt's 80 rows per expert on the grouped GEMMs over the experts dequantised to bf16)
-// against the same experts dequantised to float32, everything else bf16 on both sides. Experts 192
-// wide: down's rows are not whole 128-column blocks, so all three matrices of each expert are
-// dequantised at load (MoeLayer::load_per_expert); both sides then run the same float32 experts, so
-// that case checks the load and the run, not accuracy. An H100 run of an
-// earlier form (attention in FP8 too, its e4m3 activations on one side only) measured mean prefill
-// KL 0.107 / 0.030 / 0.0174 and top-1 agreement 94-95 %; this form isolates the experts.
+// 320-token prompt's 80 rows per expert on the grouped FP8 GEMM, x and the activations quantised
+// to e4m3 per 128 columns) against the same experts dequantised to float32, everything else bf16 on
+// both sides. Experts 192 wide: down's rows are not whole 128-column blocks, so all three matrices of
+// each expert are dequantised at load (MoeLayer::load_per_expert); both sides then run the same
+// float32 experts, so that case checks the load and the run, not accuracy. Measured on an H200: mean
+// prefill KL 0.0014 (96 tokens: f16 activations) and 0.029 (320 tokens: e4m3 ones), decode 1e-5,
+// top-1 90-99 %; bounds as for the dense model.
 TEST_F(CudaFp8, Fp8MoeModelFollowsItsDequantisedSelf) {
   struct Case {
     int64_t expert_inter;
@@ -543,9 +533,9 @@ TEST_F(CudaFp8, Fp8MoeModelFollowsItsDequantisedSelf) {
     const Fp8Agreement a = fp8_against_dequantised(rng_, true, 512, c.expert_inter, c.prompt_tokens, "FP8 MoE model");
     const std::string what =
         std::to_string(c.prompt_tokens) + " prompt tokens, experts " + std::to_string(c.expert_inter) + " wide";
-    EXPECT_LT(a.kl_prefill, 0.02) << what;
-    EXPECT_LT(a.kl_decode, 0.02) << what;
-    EXPECT_GE(a.agree, static_cast<int>(a.positions * 9 / 10)) << what;
+    EXPECT_LT(a.kl_prefill, 0.1) << what;
+    EXPECT_LT(a.kl_decode, 0.04) << what;
+    EXPECT_GE(a.agree, static_cast<int>(a.positions * 3 / 4)) << what;
   }
 }
 

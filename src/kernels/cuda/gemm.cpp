@@ -223,27 +223,39 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
     gemv(x, w, num_rows, y, stream.for_products());
     return;
   }
-  // cuBLASLt's block-scaled FP8 GEMM past fp8_gemv's rows: 128 x 128 weight blocks, x's in 1 x 128.
-  // Measured on an H100: it reads the weight's scale rows at a stride of K / 128 rounded up to 4,
-  // and x's scale columns right where M is a multiple of 4 (100, 200, 520) and wrong at 65 and 201
-  // (a padded stride too, as TMA's 16-byte rows would want, is the likely cause, not yet measured);
-  // the checkpoint's and the quantiser's strides are unpadded, so only those shapes take it.
-  const bool on_gemv = num_rows <= kFp8GemvMaxRows;
-  const bool lt_layout = w.scale_block_rows == kFp8BlockCols && (w.cols / kFp8BlockCols) % 4 == 0 && num_rows % 4 == 0;
+  // fp8_gemv, or cuBLASLt's block-scaled FP8 GEMM: 128 x 128 weight blocks, x's in 1 x 128. On an
+  // H100 cuBLASLt's took ~15 us whatever the rows where fp8_gemv's time grows with them (q_proj
+  // 4096 x 4096: 15.5 us at 32-256 rows; fp8_gemv 6.7 us at 8, 10.5 at 16, 21.4 at 32; gate_proj
+  // 14336 x 4096 at 16 rows: 28.6 against 30.8), so fp8_gemv keeps 16 rows, and 64 for small weights.
+  // cuBLASLt reads the weight's scale rows at a stride of K / 128 rounded up to 4 (the checkpoint's
+  // are unpadded, so K must be a multiple of 512), and x's scales right only where M is a multiple of
+  // 4 (100, 200, 520; wrong at 65 and 201, with the scales' stride padded to 4 too): the last M % 4
+  // rows take fp8_gemv.
+  const bool lt_layout = w.scale_block_rows == kFp8BlockCols && (w.cols / kFp8BlockCols) % 4 == 0;
+  const bool on_gemv = num_rows <= kFp8GemvMaxRows &&
+                       (!lt_layout || num_rows <= kFp8GemvAlwaysRows || w.rows * w.cols < kFp8GemvSmallWeight);
   if (!batch_invariant_ && (on_gemv || lt_layout) && fp8_layout_supported(w) &&
       reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    void* workspace = input_buffer(static_cast<int64_t>(fp8_rows_bytes(num_rows, w.cols)), DType::kU8);
-    const Fp8Rows rows = fp8_rows_at(workspace, num_rows, w.cols);
+    const int64_t k = w.cols;
+    void* workspace = input_buffer(static_cast<int64_t>(fp8_rows_bytes(num_rows, k)), DType::kU8);
     if (on_gemv) {
-      quantize_fp8_rows(x, num_rows, w.cols, rows, stream.for_products());
+      const Fp8Rows rows = fp8_rows_at(workspace, num_rows, k);
+      quantize_fp8_rows(x, num_rows, k, rows, stream.for_products());
       fp8_gemv(rows, w, num_rows, y, stream.for_products());
       return;
     }
+    const int64_t head = num_rows - num_rows % 4;
+    const Fp8Rows rows = fp8_rows_at(workspace, head, k);
     const BlockScales scales{w.scales, rows.scales};
-    if (const Plan* plan = plan_for(num_rows, w.rows, w.cols, DType::kF8E4M3, 256, pointer_alignment(y), &scales)) {
-      quantize_fp8_rows(x, num_rows, w.cols, rows, stream.for_products());
+    if (const Plan* plan = plan_for(head, w.rows, k, DType::kF8E4M3, 256, pointer_alignment(y), &scales)) {
+      quantize_fp8_rows(x, head, k, rows, stream.for_products());
       bind_block_scales(*plan, scales);
       run(*plan, w.data, rows.codes, y, stream.for_products());
+      if (const int64_t tail = num_rows - head; tail > 0) {
+        const Fp8Rows tail_rows = fp8_rows_at(static_cast<uint8_t*>(workspace) + fp8_rows_bytes(head, k), tail, k);
+        quantize_fp8_rows(x + head * k, tail, k, tail_rows, stream.for_products());
+        fp8_gemv(tail_rows, w, tail, y + head * w.rows, stream.for_products());
+      }
       return;
     }
   }

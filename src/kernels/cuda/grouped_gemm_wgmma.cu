@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grouped_gemm_tma.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/moe_grouped.cuh"
 #include "kernels/cuda/shared_carveout.h"
@@ -31,74 +32,11 @@ static_assert(kWgmmaTileRows == 64 * kConsumerGroups, "a consumer warpgroup take
 // the activations).
 __host__ __device__ constexpr int tile_columns(bool gated) { return gated ? kWgmmaTileCols / 2 : kWgmmaTileCols; }
 
-__device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-// Arrives and announces bytes the TMA will land on the barrier in this phase.
-__device__ __forceinline__ void barrier_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-// Waits for the barrier's phase of this parity to complete (a fresh barrier counts parity 1 as done).
-__device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-// Loads the box at (k0, row0) of map into shared memory at dst; its bytes complete on bar.
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int32_t k0, int32_t row0, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-      "[%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
-      : "memory");
-}
-
-// Bias column col of the epilogue's dtype (0 without one).
-__device__ __forceinline__ float bias_at(const void* bias, DType dtype, int32_t col) {
-  if (bias == nullptr) return 0.0f;
-  if (dtype == DType::kBF16) return to_float(static_cast<const __nv_bfloat16*>(bias)[col]);
-  if (dtype == DType::kF16) return to_float(static_cast<const __half*>(bias)[col]);
-  return static_cast<const float*>(bias)[col];
-}
-
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// A tile: its product and where it starts (rows of the product, columns of y).
-struct Tile {
-  int32_t product, m0, n0;
-};
-
-__device__ __forceinline__ Tile find_tile(const WgmmaProduct* products, int32_t num_products, int32_t tile,
-                                          int32_t cols) {
-  // The product owning it: the last whose first tile is at or before it.
-  int32_t lo = 0, hi = num_products - 1;
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if (products[mid].tile_begin <= tile) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const int32_t row_tiles = (products[lo].rows + kWgmmaTileRows - 1) / kWgmmaTileRows;
-  const int32_t local = tile - products[lo].tile_begin;
-  // Rows innermost: the tiles sharing a weight tile run together and read it from L2.
-  return {lo, local % row_tiles * kWgmmaTileRows, local / row_tiles * cols};
-}
-
 // Stores a consumer warpgroup's rows of the tile: d as wgmma_m64n256k16 leaves it.
-__device__ __forceinline__ void store_tile(const float (&d)[128], const WgmmaProduct& p, const Tile& tile, int group,
-                                           const WgmmaEpilogue& e) {
+__device__ __forceinline__ void store_tile(const float (&d)[128], const WgmmaProduct& p, const ProductTile& tile,
+                                           int group, const WgmmaEpilogue& e) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int t = lane % 4;
   const int32_t row = tile.m0 + group * 64 + static_cast<int>(threadIdx.x / 32 % 4) * 16 + lane / 4;
@@ -151,39 +89,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t cols = tile_columns(epilogue.gated);
   const int32_t slices = (k + kSliceK - 1) / kSliceK;
 
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      barrier_init(full + 8 * s, 1);
-      barrier_init(empty + 8 * s, kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  init_ring_barriers(full, empty, kStages, kConsumerWarps);
   __syncthreads();
 
-  // Producer and consumers walk the same tiles and slices, so one count of slices (ring) names
-  // each slice's stage and the phase of its barriers for both.
   const int group = tid / 128;
   if (group == kConsumerGroups) {
-    if (tid != kConsumerGroups * 128) return;
-    uint32_t ring = 0;
-    for (int32_t index = blockIdx.x; index < total_tiles; index += gridDim.x) {
-      const Tile tile = find_tile(products, num_products, index, cols);
-      const int32_t x_row = products[tile.product].row0 + tile.m0;
-      const CUtensorMap* maps = weight_maps + 2 * tile.product;
-      // The weights' maps were written by a copy before the launch: order them before the TMA's reads.
-      for (int w = 0; w < weights; ++w) {
-        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(maps + w) : "memory");
-      }
-      for (int32_t s = 0; s < slices; ++s, ++ring) {
-        const uint32_t stage = ring % kStages;
-        barrier_wait(empty + 8 * stage, ((ring / kStages) & 1) ^ 1);
-        const uint32_t dst = base + stage * kStageBytes;
-        barrier_expect_bytes(full + 8 * stage, kStageBytes);
-        tma_load(dst, &x_map, s * kSliceK, x_row, full + 8 * stage);
-        for (int w = 0; w < weights; ++w) {
-          tma_load(dst + kXBytes + w * (kWBytes / weights), maps + w, s * kSliceK, tile.n0, full + 8 * stage);
-        }
-      }
+    if (tid == kConsumerGroups * 128) {
+      load_product_tiles<kStages>(x_map, weight_maps, products, num_products, total_tiles, cols, slices, kSliceK,
+                                  weights, base, full, empty, kStageBytes, kXBytes, kWBytes);
     }
     return;
   }
@@ -192,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t ring = 0;
   float d[128];
   for (int32_t index = blockIdx.x; index < total_tiles; index += gridDim.x) {
-    const Tile tile = find_tile(products, num_products, index, cols);
+    const ProductTile tile = find_product_tile(products, num_products, index, cols);
     const WgmmaProduct& p = products[tile.product];
     // A warpgroup whose 64 rows are all past the product's end (a ragged last tile) only frees stages.
     const bool active = tile.m0 + group * 64 < p.rows;
@@ -253,24 +166,28 @@ bool grouped_gemm_wgmma_supported() {
   return supported;
 }
 
-bool wgmma_operand_fits(const void* data, int64_t k) {
-  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && k % 8 == 0 && k > 0;
+bool wgmma_operand_fits(const void* data, int64_t k, DType dtype) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && k > 0 && (k * dtype_size_bytes(dtype)) % 16 == 0;
 }
 
-CUtensorMap wgmma_operand_map(const void* data, int64_t rows, int64_t k, int box_rows) {
-  DI_CHECK(wgmma_operand_fits(data, k) && rows > 0, "a TMA operand needs 16-byte aligned rows of k = "
-                                                        << k << " (a multiple of 8) bf16 values and rows = " << rows);
+CUtensorMap wgmma_operand_map(const void* data, int64_t rows, int64_t k, int box_rows, DType dtype) {
+  DI_CHECK((dtype == DType::kBF16 || dtype == DType::kF8E4M3) && wgmma_operand_fits(data, k, dtype) && rows > 0,
+           "a TMA operand needs 16-byte aligned rows of k = " << k << " " << dtype_name(dtype)
+                                                              << " values (bf16 or f8e4m3) and rows = " << rows);
   CUtensorMap map;
+  const size_t element = dtype_size_bytes(dtype);
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kSliceK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * element};
+  // A box row is one 128-byte swizzled row.
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / element), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult status =
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(data), dims, strides, box,
-                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      encode_tiled()(&map, dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+                     const_cast<void*>(data), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   DI_CHECK(status == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (" << static_cast<int>(status) << ") for a [" << rows
-                                                                     << ", " << k << "] bf16 matrix");
+                                                                     << ", " << k << "] " << dtype_name(dtype)
+                                                                     << " matrix");
   return map;
 }
 

@@ -27,9 +27,10 @@ struct WgmmaProduct {
   int32_t row0;
   int32_t rows;
   int32_t n;
-  void* y;  // bf16, rows ld_y elements apart
+  void* y;  // bf16 (float32 for the FP8 kernel, grouped_gemm_fp8.h), rows ld_y elements apart
   int64_t ld_y;
-  const void* bias[2];  // [n] each, or null: gate's and up's (gated), or the product's
+  const void* bias[2];     // [n] each, or null: gate's and up's (gated), or the product's
+  const float* scales[2];  // FP8 weights' 128 x 128 block scales, [n / 128, k / 128] each, as bias
 };
 
 // What the tiles' epilogue does beside storing: biases of bias_dtype, and for gated products the
@@ -49,11 +50,11 @@ constexpr int kWgmmaTileCols = 256;
 
 // Whether this process's device runs the kernel (compute capability 9.0).
 bool grouped_gemm_wgmma_supported();
-// Whether a [rows, k] bf16 matrix at data can be a TMA operand: 16-byte aligned, k a multiple of 8.
-bool wgmma_operand_fits(const void* data, int64_t k);
-// The TMA description of a [rows, k] bf16 matrix (row-major) in the tiles' boxes: 64 k by
-// box_rows rows, 128-byte swizzle. Requires wgmma_operand_fits.
-CUtensorMap wgmma_operand_map(const void* data, int64_t rows, int64_t k, int box_rows);
+// Whether a [rows, k] matrix of dtype at data can be a TMA operand: 16-byte aligned rows.
+bool wgmma_operand_fits(const void* data, int64_t k, DType dtype = DType::kBF16);
+// The TMA description of a [rows, k] bf16 or e4m3 matrix (row-major) in the tiles' boxes: 128 bytes
+// of k (64 bf16, 128 e4m3) by box_rows rows, 128-byte swizzle. Requires wgmma_operand_fits.
+CUtensorMap wgmma_operand_map(const void* data, int64_t rows, int64_t k, int box_rows, DType dtype = DType::kBF16);
 // Weight rows of one weight's box: kWgmmaTileCols, or half for gated products.
 int wgmma_weight_box_rows(bool gated);
 // Tiles of one product.

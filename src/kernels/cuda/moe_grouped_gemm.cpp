@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grouped_gemm_fp8.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -86,6 +87,45 @@ void MoeGroupedGemm::down_biased(const std::vector<ExpertPointers>& experts, con
   run_wgmma(problems, epilogue, h, offsets.back(), intermediate, stream);
 }
 
+bool MoeGroupedGemm::on_fp8_wgmma(int64_t hidden, int64_t intermediate, int32_t scale_block_rows, bool aligned) {
+  return aligned && scale_block_rows == kFp8BlockCols && hidden % kFp8BlockCols == 0 &&
+         intermediate % kFp8BlockCols == 0 && grouped_gemm_wgmma_supported();
+}
+
+void MoeGroupedGemm::gate_up_activated_fp8(const std::vector<ExpertPointers>& experts,
+                                           const std::vector<int32_t>& offsets, int64_t hidden, int64_t intermediate,
+                                           const WgmmaEpilogue& epilogue, const Fp8Rows& x, float* h,
+                                           cudaStream_t stream) {
+  std::vector<Problem> problems =
+      per_expert(experts, offsets, {{&ExpertPointers::gate, 0}}, intermediate, h, intermediate, sizeof(float));
+  for (Problem& p : problems) {
+    const ExpertPointers& e = experts[static_cast<size_t>(p.expert)];
+    p.w[1] = e.up;
+    p.bias[0] = e.gate_bias;
+    p.bias[1] = e.up_bias;
+    p.scales[0] = static_cast<const float*>(e.gate_scales);
+    p.scales[1] = static_cast<const float*>(e.up_scales);
+  }
+  WgmmaEpilogue gated = epilogue;
+  gated.gated = true;
+  run_wgmma(problems, gated, nullptr, offsets.back(), hidden, stream, &x);
+}
+
+void MoeGroupedGemm::down_biased_fp8(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
+                                     int64_t hidden, int64_t intermediate, DType bias_dtype, const Fp8Rows& h, float* y,
+                                     cudaStream_t stream) {
+  std::vector<Problem> problems =
+      per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden, sizeof(float));
+  for (Problem& p : problems) {
+    const ExpertPointers& e = experts[static_cast<size_t>(p.expert)];
+    p.bias[0] = e.down_bias;
+    p.scales[0] = static_cast<const float*>(e.down_scales);
+  }
+  WgmmaEpilogue epilogue;
+  epilogue.bias_dtype = bias_dtype;
+  run_wgmma(problems, epilogue, nullptr, offsets.back(), intermediate, stream, &h);
+}
+
 std::vector<MoeGroupedGemm::Problem> MoeGroupedGemm::per_expert(
     const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
     std::initializer_list<std::pair<const void* ExpertPointers::*, int64_t>> weights, int64_t n, void* y,
@@ -119,11 +159,12 @@ char* MoeGroupedGemm::upload(size_t bytes, cudaStream_t stream) {
 }
 
 void MoeGroupedGemm::run_wgmma(const std::vector<Problem>& problems, const WgmmaEpilogue& epilogue, const void* x,
-                               int64_t x_rows, int64_t k, cudaStream_t stream) {
+                               int64_t x_rows, int64_t k, cudaStream_t stream, const Fp8Rows* fp8) {
   if (problems.empty()) return;
   const auto count = static_cast<int32_t>(problems.size());
   DI_CHECK(static_cast<size_t>(count) <= kMaxProducts, count << " grouped wgmma products; at most " << kMaxProducts);
-  const int box_rows = wgmma_weight_box_rows(epilogue.gated);
+  const DType dtype = fp8 != nullptr ? DType::kF8E4M3 : DType::kBF16;
+  const int box_rows = fp8 != nullptr ? fp8_weight_box_rows(epilogue.gated) : wgmma_weight_box_rows(epilogue.gated);
   char* host = begin_upload();
   auto* maps = reinterpret_cast<CUtensorMap*>(host);
   auto* products = reinterpret_cast<WgmmaProduct*>(host + 2 * count * sizeof(CUtensorMap));
@@ -132,17 +173,24 @@ void MoeGroupedGemm::run_wgmma(const std::vector<Problem>& problems, const Wgmma
     const Problem& p = problems[static_cast<size_t>(i)];
     for (int w = 0; w < (epilogue.gated ? 2 : 1); ++w) {
       auto [at, added] = weight_maps_.try_emplace({p.w[w], p.n, k, box_rows});
-      if (added) at->second = wgmma_operand_map(p.w[w], p.n, k, box_rows);
+      if (added) at->second = wgmma_operand_map(p.w[w], p.n, k, box_rows, dtype);
       std::memcpy(&maps[2 * i + w], &at->second, sizeof(CUtensorMap));
     }
-    products[i] = {tiles, static_cast<int32_t>(p.row0), p.rows, p.n, p.y, p.ld_y, {p.bias[0], p.bias[1]}};
-    tiles += wgmma_product_tiles(p.rows, p.n, epilogue.gated);
+    products[i] = WgmmaProduct{tiles, static_cast<int32_t>(p.row0), p.rows, p.n, p.y, p.ld_y, {p.bias[0], p.bias[1]},
+                               {p.scales[0], p.scales[1]}};
+    tiles += fp8 != nullptr ? fp8_product_tiles(p.rows, p.n, epilogue.gated)
+                            : wgmma_product_tiles(p.rows, p.n, epilogue.gated);
   }
-  const CUtensorMap x_map = wgmma_operand_map(x, x_rows, k, kWgmmaTileRows);
+  const CUtensorMap x_map = wgmma_operand_map(fp8 != nullptr ? fp8->codes : x, x_rows, k, kWgmmaTileRows, dtype);
   char* device = upload(count * (2 * sizeof(CUtensorMap) + sizeof(WgmmaProduct)), stream);
-  launch_grouped_gemm_wgmma(x_map, reinterpret_cast<const CUtensorMap*>(device),
-                            reinterpret_cast<const WgmmaProduct*>(device + 2 * count * sizeof(CUtensorMap)), count,
-                            tiles, k, epilogue, stream);
+  const auto* device_maps = reinterpret_cast<const CUtensorMap*>(device);
+  const auto* device_products = reinterpret_cast<const WgmmaProduct*>(device + 2 * count * sizeof(CUtensorMap));
+  if (fp8 != nullptr) {
+    launch_grouped_gemm_fp8(x_map, fp8->scales, fp8->scale_stride, device_maps, device_products, count, tiles, k,
+                            epilogue, stream);
+  } else {
+    launch_grouped_gemm_wgmma(x_map, device_maps, device_products, count, tiles, k, epilogue, stream);
+  }
 }
 
 void MoeGroupedGemm::run_cublas(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k,

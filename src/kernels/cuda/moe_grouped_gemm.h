@@ -3,7 +3,8 @@
 // Hopper GPU run on the project's wgmma kernel (grouped_gemm_wgmma.h); f16 weights, other GPUs and
 // operands TMA cannot describe on cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx, which takes one
 // type for A, B and C). The problems' sizes are host values, so the caller reads the grouping's
-// offsets back first: eager prefill steps only, never under graph capture. At a 4K prompt cuBLAS
+// offsets back first: eager prefill steps only, never under graph capture. FP8 experts run on the
+// grouped FP8 wgmma kernel (grouped_gemm_fp8.h). At a 4K prompt cuBLAS
 // ran the expert products of DeepSeek-V2-Lite and Qwen3-30B-A3B 2.8-4.5x faster than the grouped
 // mma kernels (docs/benchmarks.md, tools/gpu/grouped_gemm_probe.cu), at ~40 % of a dense GEMM's rate.
 #pragma once
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/gemv_fp8.h"
 #include "kernels/cuda/grouped_gemm_wgmma.h"
 #include "kernels/cuda/moe_ops.h"
 
@@ -54,15 +56,28 @@ class MoeGroupedGemm {
   void down_biased(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
                    int64_t intermediate, DType bias_dtype, const void* h, void* y, cudaStream_t stream);
 
+  // Whether FP8 experts (e4m3, 128 x 128 float32 block scales) of these sizes run on the FP8 wgmma
+  // kernel (grouped_gemm_fp8.h: widths multiples of 128, 16-byte aligned codes, a Hopper GPU): then
+  // the two _fp8 products apply.
+  static bool on_fp8_wgmma(int64_t hidden, int64_t intermediate, int32_t scale_block_rows, bool aligned);
+  // gate_up_activated and down_biased over FP8 experts, float32 outputs: x and h the grouped rows
+  // quantised per row per 128 columns (gemv_fp8.h), [offsets.back(), hidden] and [.., intermediate].
+  void gate_up_activated_fp8(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
+                             int64_t hidden, int64_t intermediate, const WgmmaEpilogue& epilogue, const Fp8Rows& x,
+                             float* h, cudaStream_t stream);
+  void down_biased_fp8(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
+                       int64_t intermediate, DType bias_dtype, const Fp8Rows& h, float* y, cudaStream_t stream);
+
  private:
   // y = x[row0 : row0 + rows] @ w^T (+ bias) of one expert: w [n, k] row-major, x rows k wide, y
-  // rows ld_y apart. Gated (wgmma): w and bias are gate's and up's, y the activation.
+  // rows ld_y apart. Gated (wgmma): w, bias and scales are gate's and up's, y the activation.
   struct Problem {
     const void* w[2];
     const void* bias[2];
     int64_t row0;
     void* y;
     int expert, rows, n, ld_y;
+    const float* scales[2] = {nullptr, nullptr};  // FP8 weights' block scales
   };
   // y[i, column + j] of the expert's rows i for each listed weight of each expert with rows (one
   // problem each); y rows are y_width elements of element bytes.
@@ -70,8 +85,9 @@ class MoeGroupedGemm {
                                          const std::vector<int32_t>& offsets,
                                          std::initializer_list<std::pair<const void* ExpertPointers::*, int64_t>> weights,
                                          int64_t n, void* y, int64_t y_width, size_t element);
+  // On the bf16 wgmma kernel over x, or with fp8 on the FP8 one over its rows (x unused).
   void run_wgmma(const std::vector<Problem>& problems, const WgmmaEpilogue& epilogue, const void* x, int64_t x_rows,
-                 int64_t k, cudaStream_t stream);
+                 int64_t k, cudaStream_t stream, const Fp8Rows* fp8 = nullptr);
   void run_cublas(const std::vector<Problem>& problems, DType dtype, const void* x, int64_t k, cudaStream_t stream);
   // The host half of the next upload slot, free to rewrite once its last upload has run.
   char* begin_upload();

@@ -1,8 +1,9 @@
-// Hopper's warpgroup tensor-core product (wgmma, sm_90a) as the MLA decode kernel uses it: bf16
-// operands from shared memory in the 128-byte swizzle, float32 accumulators in registers. A
-// warpgroup (4 consecutive warps, the first a multiple of 4) issues each product together; warp w of
-// it holds rows 16w..16w+15 of the 64-row result, laid out per 8 columns as mma.sync's m16n8 tiles:
-// d[4j], d[4j+1] at row g = lane / 4, columns 8j + 2(lane % 4) + {0, 1}; d[4j+2], d[4j+3] at row g + 8.
+// Hopper's warpgroup tensor-core product (wgmma, sm_90a) as the MLA decode kernel and the grouped
+// GEMMs use it: bf16 (or e4m3) operands from shared memory in the 128-byte swizzle, float32
+// accumulators in registers. A warpgroup (4 consecutive warps, the first a multiple of 4) issues
+// each product together; warp w of it holds rows 16w..16w+15 of the 64-row result, laid out per 8
+// columns as mma.sync's m16n8 tiles: d[4j], d[4j+1] at row g = lane / 4, columns 8j + 2(lane % 4) +
+// {0, 1}; d[4j+2], d[4j+3] at row g + 8.
 #pragma once
 
 #include <cstdint>
@@ -113,6 +114,34 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// d[64 x 128] = A[64 x 32] B[32 x 128] (+ d when accumulate), e4m3 operands in shared memory
+// (descriptors, both K-major: 32 codes are 32 bytes of a swizzled row), float32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                      int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate)
       : "memory");
 #else
   __trap();

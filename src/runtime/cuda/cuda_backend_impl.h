@@ -288,8 +288,11 @@ class CudaBackend final : public Backend {
     kc::GroupedExperts grouped;
     kc::MoeKernel kernel = kc::MoeKernel::kRowwise;
     bool on_grouped_gemm = false;
-    bool on_wgmma = false;  // the grouped GEMMs' kernel, where they run
-    DType gemm_dtype = DType::kBF16;  // the grouped GEMMs' operands and outputs: the weights', bf16 for packed ones
+    bool on_wgmma = false;      // the grouped GEMMs' kernel, where they run
+    bool on_fp8_wgmma = false;  // ... or the FP8 one
+    // The grouped GEMMs' operands and outputs: the weights', bf16 for packed ones, float32 outputs on
+    // the FP8 kernel.
+    DType gemm_dtype = DType::kBF16;
     float* h = nullptr;
     float* y = nullptr;
     kc::MoeGrouping grouping;
@@ -301,11 +304,16 @@ class CudaBackend final : public Backend {
   // moe_experts' products of prefill-sized eager steps as grouped GEMMs: reads the grouping's
   // offsets back, gathers the rows' inputs in grouped order, then on the wgmma kernel the activated
   // gate|up into step.h and down into step.y; on cuBLAS gate|up into step.h, the activation rounded
-  // for down, down. h and y hold step.gemm_dtype. Packed experts (MXFP4, FP8) run a few at a time,
+  // for down, down. h and y hold step.gemm_dtype. FP8 experts on the FP8 kernel take
+  // fp8_grouped_gemms; other packed experts (MXFP4, FP8 in other blocks) run a few at a time,
   // dequantised to bf16 into a workspace of at most kPackedDequantisedBytes (one expert if larger).
   void grouped_gemm_expert_products(const float* x, const kernels::MoeExperts& experts, const MoeStep& step);
   void packed_grouped_gemms(const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts,
                             const MoeStep& step, const kc::WgmmaEpilogue& activation, const void* rounded);
+  // On the FP8 kernel: x quantised into the grouped rows, gate|up activated into step.h (float32),
+  // h quantised, down into step.y (float32).
+  void fp8_grouped_gemms(const float* x, const std::vector<int32_t>& offsets, const kernels::MoeExperts& experts,
+                         const MoeStep& step);
   kc::MoeGroupedGemm moe_gemm_;
   std::map<const kernels::WeightView*, ExpertTable> expert_tables_;
   // moe_route_and_group's count of finished router blocks: zero between launches, which one stream

@@ -5,7 +5,7 @@
 // expert pointer table (uploaded once per layer) lives in the caller's workspace. Prompt-sized
 // eager steps instead read the grouping's offsets back and run the products as grouped GEMMs
 // (kernels/cuda/moe_grouped_gemm.h: bf16 on the wgmma kernel, the activation in gate|up's epilogue;
-// f16 on cuBLAS).
+// FP8 in 128 x 128 blocks on its FP8 twin over rows quantised per 128 columns; f16 on cuBLAS).
 #include <algorithm>
 #include <vector>
 
@@ -35,6 +35,16 @@ constexpr int64_t kGroupedGemmRowsPerExpert = 64;
 // freed each time, which synchronises the device, and would describe its address to the GEMMs' TMA
 // anew).
 constexpr int64_t kPackedDequantisedBytes = static_cast<int64_t>(DeviceAllocator::kUncachedBytes);
+
+// The grouped GEMMs' gate|up epilogue: the experts' activation, biases of bias_dtype.
+kc::WgmmaEpilogue activation_epilogue(const kernels::MoeExperts& experts, DType bias_dtype) {
+  kc::WgmmaEpilogue activation;
+  activation.bias_dtype = bias_dtype;
+  activation.activation = experts.activation;
+  activation.swiglu_alpha = experts.swiglu_alpha;
+  activation.swiglu_limit = experts.swiglu_limit;
+  return activation;
+}
 
 bool is_packed(DType dtype) { return dtype == DType::kMxfp4 || dtype == DType::kF8E4M3; }
 
@@ -156,6 +166,12 @@ CudaBackend::MoeStep CudaBackend::moe_step(const kernels::MoeExperts& experts, c
   step.on_grouped_gemm = (tensor_cores || packed) && !batch_invariant_ && !capturing_ &&
                          (step.on_wgmma || cublas_fits) &&
                          step.num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
+  // FP8 experts in 128 x 128 blocks keep their codes on the FP8 kernel, which writes float32.
+  step.on_fp8_wgmma = step.on_grouped_gemm && dtype == DType::kF8E4M3 &&
+                      kc::MoeGroupedGemm::on_fp8_wgmma(experts.hidden, experts.intermediate,
+                                                       step.grouped.scale_block_rows, step.grouped.aligned) &&
+                      aligned16(x);
+  if (step.on_fp8_wgmma) step.gemm_dtype = DType::kF32;
   if (packed && !step.on_grouped_gemm) {
     DI_CHECK(kc::moe_stream_fits(step.grouped),
              dtype_name(dtype) << " experts need 16-byte aligned codes (FP8: rows of a multiple of 128)");
@@ -219,6 +235,10 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
                                                const MoeStep& step) {
   std::vector<int32_t> offsets(static_cast<size_t>(experts.num_experts) + 1);
   copy_to_host(offsets.data(), step.grouping.offsets, offsets.size() * sizeof(int32_t));  // waits for the grouping
+  if (step.on_fp8_wgmma) {
+    fp8_grouped_gemms(x, offsets, experts, step);
+    return;
+  }
   const int64_t rows = offsets.back();
   const std::vector<kc::ExpertPointers>& pointers = expert_tables_.at(experts.gate).host;
   const int64_t hidden = experts.hidden;
@@ -230,11 +250,7 @@ void CudaBackend::grouped_gemm_expert_products(const float* x, const kernels::Mo
     kc::gather_grouped_rows(x, step.grouping.position, step.num_rows / experts.top_k, experts.top_k, hidden, dtype,
                             rounded, stream_.for_op());
     if (step.on_wgmma) {
-      kc::WgmmaEpilogue activation;
-      activation.bias_dtype = step.grouped.bias_dtype;
-      activation.activation = experts.activation;
-      activation.swiglu_alpha = experts.swiglu_alpha;
-      activation.swiglu_limit = experts.swiglu_limit;
+      const kc::WgmmaEpilogue activation = activation_epilogue(experts, step.grouped.bias_dtype);
       if (is_packed(step.grouped.weight_dtype)) {
         packed_grouped_gemms(offsets, experts, step, activation, rounded);
       } else {
@@ -303,6 +319,33 @@ void CudaBackend::packed_grouped_gemms(const std::vector<int32_t>& offsets, cons
     throw;
   }
   give_back_workspace(dequantised);
+}
+
+void CudaBackend::fp8_grouped_gemms(const float* x, const std::vector<int32_t>& offsets,
+                                    const kernels::MoeExperts& experts, const MoeStep& step) {
+  const std::vector<kc::ExpertPointers>& pointers = expert_tables_.at(experts.gate).host;
+  const int64_t rows = offsets.back();
+  if (rows == 0) return;
+  const int64_t hidden = experts.hidden;
+  const int64_t inter = experts.intermediate;
+  // One buffer of quantised rows: the inputs, then (once gate|up has read them) the activations.
+  void* quantised = take_workspace(kc::fp8_rows_bytes(rows, std::max(hidden, inter)));
+  try {
+    const kc::Fp8Rows x_rows = kc::fp8_rows_at(quantised, rows, hidden);
+    kc::quantize_fp8_grouped_rows(x, step.grouping.position, step.num_rows / experts.top_k, experts.top_k, hidden,
+                                  x_rows, stream_.for_op());
+    moe_gemm_.gate_up_activated_fp8(pointers, offsets, hidden, inter,
+                                    activation_epilogue(experts, step.grouped.bias_dtype), x_rows, step.h,
+                                    stream_.for_op());
+    const kc::Fp8Rows h_rows = kc::fp8_rows_at(quantised, rows, inter);
+    kc::quantize_fp8_rows(step.h, rows, inter, h_rows, stream_.for_op());
+    moe_gemm_.down_biased_fp8(pointers, offsets, hidden, inter, step.grouped.bias_dtype, h_rows, step.y,
+                              stream_.for_op());
+  } catch (...) {
+    give_back_workspace(quantised);
+    throw;
+  }
+  give_back_workspace(quantised);
 }
 
 }  // namespace deepinfer
