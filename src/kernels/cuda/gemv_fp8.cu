@@ -46,9 +46,9 @@ __device__ __forceinline__ float quantize_block(const float4 v, uint32_t& codes)
   return amax / kF8E4M3Max;
 }
 
-// One warp per (row, 128-column block), scales stored [K / 128, scale_stride].
+// One warp per (row, 128-column block), scales stored [K / 128, num_rows].
 __global__ void quantize_rows_kernel(const float* __restrict__ x, int64_t num_rows, int64_t k,
-                                     uint32_t* __restrict__ codes, float* __restrict__ scales, int64_t scale_stride) {
+                                     uint32_t* __restrict__ codes, float* __restrict__ scales) {
   const int64_t blocks_per_row = k / kFp8BlockCols;
   const int64_t item = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -60,13 +60,14 @@ __global__ void quantize_rows_kernel(const float* __restrict__ x, int64_t num_ro
   uint32_t packed = 0;
   const float scale = quantize_block(reinterpret_cast<const float4*>(x)[item * 32 + lane], packed);
   codes[item * 32 + lane] = packed;
-  if (lane == 0) scales[(item % blocks_per_row) * scale_stride + item / blocks_per_row] = scale;
+  if (lane == 0) scales[(item % blocks_per_row) * num_rows + item / blocks_per_row] = scale;
 }
 
-// One warp per (token, 128-column block), written to each of the token's grouped rows.
+// One warp per (token, 128-column block), written to each of the token's grouped rows (num_rows of
+// them in all).
 __global__ void quantize_grouped_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ position,
                                              int64_t num_tokens, int32_t top_k, int64_t k, uint32_t* __restrict__ codes,
-                                             float* __restrict__ scales, int64_t scale_stride) {
+                                             float* __restrict__ scales, int64_t num_rows) {
   const int64_t blocks_per_row = k / kFp8BlockCols;
   const int64_t item = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -79,7 +80,7 @@ __global__ void quantize_grouped_rows_kernel(const float* __restrict__ x, const 
     const int32_t row = position[token * top_k + j];
     if (row < 0) continue;
     codes[(row * blocks_per_row + block) * 32 + lane] = packed;
-    if (lane == 0) scales[block * scale_stride + row] = scale;
+    if (lane == 0) scales[block * num_rows + row] = scale;
   }
 }
 
@@ -87,7 +88,7 @@ template <int kTiles>
 __global__ void __launch_bounds__(kWarps * 32)
     fp8_gemv_kernel(const uint4* __restrict__ w, const float* __restrict__ w_scales, int64_t n, int64_t k,
                     int32_t scale_block_rows, const uint4* __restrict__ x_codes, const float* __restrict__ x_scales,
-                    int32_t m, int32_t scale_stride, float* __restrict__ y) {
+                    int32_t m, float* __restrict__ y) {
   // Blocks of 128 columns whose weight loads are in flight together (x's codes come from L2 as each
   // block is multiplied: loading them with the weights took registers enough to halve the resident
   // warps, and measured slower on the H200).
@@ -150,8 +151,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         mma_e4m3(acc, a[u][2].z, a[u][3].z, a[u][2].w, a[u][3].w, b1.z, b1.w);
         // acc's columns are the tokens 2t and 2t + 1 of the tile.
         const int token0 = j * kTokensPerTile + 2 * t;
-        const float s0 = token0 < m ? w_scale * x_scales[kb * scale_stride + token0] : 0.0f;
-        const float s1 = token0 + 1 < m ? w_scale * x_scales[kb * scale_stride + token0 + 1] : 0.0f;
+        const float s0 = token0 < m ? w_scale * x_scales[kb * m + token0] : 0.0f;
+        const float s1 = token0 + 1 < m ? w_scale * x_scales[kb * m + token0 + 1] : 0.0f;
         out[j][0] = fmaf(acc[0], s0, out[j][0]);
         out[j][1] = fmaf(acc[1], s1, out[j][1]);
         out[j][2] = fmaf(acc[2], s0, out[j][2]);
@@ -213,8 +214,7 @@ void launch_gemv(const WeightView& w, const Fp8Rows& x, int32_t m, float* y, cud
   const auto blocks = static_cast<unsigned>((w.rows + kTileRows - 1) / kTileRows);
   launch_dependent(fp8_gemv_kernel<kTiles>, dim3(blocks), dim3(kWarps * 32), 0, stream,
                    static_cast<const uint4*>(w.data), static_cast<const float*>(w.scales), w.rows, w.cols,
-                   w.scale_block_rows, static_cast<const uint4*>(x.codes), x.scales, m,
-                   static_cast<int32_t>(x.scale_stride), y);
+                   w.scale_block_rows, static_cast<const uint4*>(x.codes), x.scales, m, y);
 }
 
 }  // namespace
@@ -232,7 +232,7 @@ size_t fp8_rows_bytes(int64_t num_rows, int64_t k) {
 }
 
 Fp8Rows fp8_rows_at(void* workspace, int64_t num_rows, int64_t k) {
-  return Fp8Rows{workspace, reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + num_rows * k), num_rows};
+  return Fp8Rows{workspace, reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + num_rows * k)};
 }
 
 void quantize_fp8_rows(const float* x, int64_t num_rows, int64_t k, const Fp8Rows& rows, cudaStream_t stream) {
@@ -240,17 +240,17 @@ void quantize_fp8_rows(const float* x, int64_t num_rows, int64_t k, const Fp8Row
   const int64_t items = num_rows * (k / kFp8BlockCols);
   constexpr int kQuantizeThreads = 256;
   launch_dependent(quantize_rows_kernel, dim3(static_cast<unsigned>((items + 7) / 8)), dim3(kQuantizeThreads), 0,
-                   stream, x, num_rows, k, static_cast<uint32_t*>(rows.codes), rows.scales, rows.scale_stride);
+                   stream, x, num_rows, k, static_cast<uint32_t*>(rows.codes), rows.scales);
 }
 
 void quantize_fp8_grouped_rows(const float* x, const int32_t* position, int64_t num_tokens, int32_t top_k, int64_t k,
-                               const Fp8Rows& rows, cudaStream_t stream) {
+                               const Fp8Rows& rows, int64_t num_rows, cudaStream_t stream) {
   DI_CHECK(k % kFp8BlockCols == 0, "quantize_fp8_grouped_rows: rows of " << k);
   const int64_t items = num_tokens * (k / kFp8BlockCols);
   if (items == 0) return;
   constexpr int kQuantizeThreads = 256;
   quantize_grouped_rows_kernel<<<static_cast<unsigned>((items + 7) / 8), kQuantizeThreads, 0, stream>>>(
-      x, position, num_tokens, top_k, k, static_cast<uint32_t*>(rows.codes), rows.scales, rows.scale_stride);
+      x, position, num_tokens, top_k, k, static_cast<uint32_t*>(rows.codes), rows.scales, num_rows);
   DI_CUDA_CHECK_LAUNCH("quantize_grouped_rows_kernel");
 }
 

@@ -29,12 +29,11 @@ constexpr int64_t kFp8BlockCols = 128;
 // K a multiple of 128, 16-byte aligned data.
 bool fp8_layout_supported(const WeightView& w);
 // x quantised for the FP8 products: e4m3 codes [M, K] (x * 448 / amax, per row per 128 columns) and
-// their float32 scales (amax / 448) stored [K / 128, scale_stride = M]: the layout cuBLASLt's
-// VEC128_32F scales take where M is a multiple of 4 (gemm.h).
+// their float32 scales (amax / 448) stored [K / 128, M]: the layout cuBLASLt's VEC128_32F scales
+// take where M is a multiple of 4 (gemm.h).
 struct Fp8Rows {
   void* codes = nullptr;
   float* scales = nullptr;
-  int64_t scale_stride = 0;
 };
 // Bytes of a workspace holding num_rows quantised rows of k columns, and where they lie in it
 // (workspace 16-byte aligned; the bytes of 4 rows are a multiple of 16).
@@ -42,10 +41,10 @@ size_t fp8_rows_bytes(int64_t num_rows, int64_t k);
 Fp8Rows fp8_rows_at(void* workspace, int64_t num_rows, int64_t k);
 // Enqueues rows = x quantised; x: float32 [num_rows, k] (16-byte aligned), k a multiple of 128.
 void quantize_fp8_rows(const float* x, int64_t num_rows, int64_t k, const Fp8Rows& rows, cudaStream_t stream);
-// The same quantisation of x [num_tokens, k] into the rows of a grouped MoE step: token t's codes
-// and scales go to each row position[t * top_k + j] that is not -1 (moe_ops.h's grouping).
+// The same quantisation of x [num_tokens, k] into the num_rows rows of a grouped MoE step: token t's
+// codes and scales go to each row position[t * top_k + j] that is not -1 (moe_ops.h's grouping).
 void quantize_fp8_grouped_rows(const float* x, const int32_t* position, int64_t num_tokens, int32_t top_k, int64_t k,
-                               const Fp8Rows& rows, cudaStream_t stream);
+                               const Fp8Rows& rows, int64_t num_rows, cudaStream_t stream);
 // y[M, N] = x[M, K] @ dequant(w)^T for 1 <= M <= kFp8GemvMaxRows. Requires fp8_layout_supported(w).
 void fp8_gemv(const Fp8Rows& x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
 // out[N, K] (bf16) = w's values times their block scales, rounded to nearest even; scale blocks of

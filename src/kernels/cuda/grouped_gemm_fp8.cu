@@ -70,7 +70,7 @@ __device__ __forceinline__ void store_tile(const float (&sums)[64], const WgmmaP
 
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_kernel(const __grid_constant__ CUtensorMap x_map, const float* __restrict__ x_scales,
-                            int32_t x_scale_stride, const CUtensorMap* weight_maps, const WgmmaProduct* products,
+                            int32_t x_rows, const CUtensorMap* weight_maps, const WgmmaProduct* products,
                             int32_t num_products, int32_t total_tiles, int32_t k, WgmmaEpilogue epilogue) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char shared_raw[];
@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The slice's scales, loaded while its products run.
       float x0 = 0.0f, x1 = 0.0f, w0 = 0.0f, w1 = 0.0f;
       if (active) {
-        x0 = x_scale0[s * x_scale_stride];
-        x1 = x_scale1[s * x_scale_stride];
+        x0 = x_scale0[s * x_rows];
+        x1 = x_scale1[s * x_rows];
         w0 = w_scale0[s];
         w1 = w_scale1[s];
       }
@@ -170,7 +170,7 @@ int32_t fp8_product_tiles(int32_t rows, int32_t n, bool gated) {
   return ((rows + kWgmmaTileRows - 1) / kWgmmaTileRows) * ((n + cols - 1) / cols);
 }
 
-void launch_grouped_gemm_fp8(const CUtensorMap& x_map, const float* x_scales, int64_t x_scale_stride,
+void launch_grouped_gemm_fp8(const CUtensorMap& x_map, const float* x_scales, int64_t x_rows,
                              const CUtensorMap* weight_maps, const WgmmaProduct* products, int32_t num_products,
                              int32_t total_tiles, int64_t k, const WgmmaEpilogue& epilogue, cudaStream_t stream) {
   if (total_tiles == 0) return;
@@ -183,7 +183,7 @@ void launch_grouped_gemm_fp8(const CUtensorMap& x_map, const float* x_scales, in
   (void)configured;
   const int32_t blocks = std::min(total_tiles, multiprocessor_count());  // persistent: one a multiprocessor
   grouped_gemm_fp8_kernel<<<static_cast<unsigned>(blocks), kThreads, kSharedBytes, stream>>>(
-      x_map, x_scales, static_cast<int32_t>(x_scale_stride), weight_maps, products, num_products, total_tiles,
+      x_map, x_scales, static_cast<int32_t>(x_rows), weight_maps, products, num_products, total_tiles,
       static_cast<int32_t>(k), epilogue);
   DI_CUDA_CHECK_LAUNCH("grouped_gemm_fp8_kernel");
 }

@@ -23,10 +23,10 @@ int fp8_weight_box_rows(bool gated);
 int32_t fp8_product_tiles(int32_t rows, int32_t n, bool gated);
 
 // Runs every product as launch_grouped_gemm_wgmma does, over e4m3 operands: x_map describes the
-// rows' codes ([*, k] bytes, box kWgmmaTileRows rows), x_scales their scales ([k / 128,
-// x_scale_stride]); products carry each weight's scales and write float32 y. k a multiple of 128.
+// x_rows rows' codes ([x_rows, k] bytes, box kWgmmaTileRows rows), x_scales their scales ([k / 128,
+// x_rows]); products carry each weight's scales and write float32 y. k a multiple of 128.
 // Requires grouped_gemm_wgmma_supported().
-void launch_grouped_gemm_fp8(const CUtensorMap& x_map, const float* x_scales, int64_t x_scale_stride,
+void launch_grouped_gemm_fp8(const CUtensorMap& x_map, const float* x_scales, int64_t x_rows,
                              const CUtensorMap* weight_maps, const WgmmaProduct* products, int32_t num_products,
                              int32_t total_tiles, int64_t k, const WgmmaEpilogue& epilogue, cudaStream_t stream);
 

@@ -186,7 +186,7 @@ void MoeGroupedGemm::run_wgmma(const std::vector<Problem>& problems, const Wgmma
   const auto* device_maps = reinterpret_cast<const CUtensorMap*>(device);
   const auto* device_products = reinterpret_cast<const WgmmaProduct*>(device + 2 * count * sizeof(CUtensorMap));
   if (fp8 != nullptr) {
-    launch_grouped_gemm_fp8(x_map, fp8->scales, fp8->scale_stride, device_maps, device_products, count, tiles, k,
+    launch_grouped_gemm_fp8(x_map, fp8->scales, x_rows, device_maps, device_products, count, tiles, k,
                             epilogue, stream);
   } else {
     launch_grouped_gemm_wgmma(x_map, device_maps, device_products, count, tiles, k, epilogue, stream);

@@ -333,7 +333,7 @@ void CudaBackend::fp8_grouped_gemms(const float* x, const std::vector<int32_t>& 
   try {
     const kc::Fp8Rows x_rows = kc::fp8_rows_at(quantised, rows, hidden);
     kc::quantize_fp8_grouped_rows(x, step.grouping.position, step.num_rows / experts.top_k, experts.top_k, hidden,
-                                  x_rows, stream_.for_op());
+                                  x_rows, rows, stream_.for_op());
     moe_gemm_.gate_up_activated_fp8(pointers, offsets, hidden, inter,
                                     activation_epilogue(experts, step.grouped.bias_dtype), x_rows, step.h,
                                     stream_.for_op());
