@@ -328,8 +328,12 @@ Result<void> run(int argc, char** argv) {
   DI_TRY(write_config(*config, *dtype, out_dir + "/config.json"));
   DI_TRY(write_safetensors(out_dir + "/model.safetensors", views, {{"format", "pt"}}));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // FP8 and MXFP4 checkpoints keep their other tensors in bf16 (the config's torch_dtype): name both.
+  const std::string format = *dtype == DType::kF8E4M3 || *dtype == DType::kMxfp4
+                                 ? std::string(dtype_name(*dtype)) + " + " + torch_dtype_name(*dtype)
+                                 : torch_dtype_name(*dtype);
   std::printf("wrote %s: %zu tensors, %.2f GB %s, in %.1f s\n", out_dir.c_str(), views.size(), total_bytes * 1e-9,
-              torch_dtype_name(*dtype), seconds);
+              format.c_str(), seconds);
   return {};
 }
 
