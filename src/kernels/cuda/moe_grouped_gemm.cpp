@@ -46,18 +46,20 @@ bool MoeGroupedGemm::on_wgmma(DType dtype, int64_t hidden, int64_t intermediate,
 
 void MoeGroupedGemm::gate_up_activated(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
                                        int64_t hidden, int64_t intermediate, const WgmmaEpilogue& epilogue,
-                                       const void* x, void* h, cudaStream_t stream) {
+                                       const void* x, void* h, cudaStream_t stream, const Fp8Rows* fp8) {
   std::vector<Problem> problems = per_expert(experts, offsets, {{&ExpertPointers::gate, 0}}, intermediate, h,
-                                             intermediate, sizeof(uint16_t));
+                                             intermediate, fp8 != nullptr ? sizeof(float) : sizeof(uint16_t));
   for (Problem& p : problems) {
     const ExpertPointers& e = experts[static_cast<size_t>(p.expert)];
     p.w[1] = e.up;
     p.bias[0] = e.gate_bias;
     p.bias[1] = e.up_bias;
+    p.scales[0] = static_cast<const float*>(e.gate_scales);
+    p.scales[1] = static_cast<const float*>(e.up_scales);
   }
   WgmmaEpilogue gated = epilogue;
   gated.gated = true;
-  run_wgmma(problems, gated, x, offsets.back(), hidden, stream);
+  run_wgmma(problems, gated, x, offsets.back(), hidden, stream, fp8);
 }
 
 void MoeGroupedGemm::gate_up(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
@@ -78,44 +80,9 @@ void MoeGroupedGemm::down(const std::vector<ExpertPointers>& experts, const std:
 
 void MoeGroupedGemm::down_biased(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
                                  int64_t hidden, int64_t intermediate, DType bias_dtype, const void* h, void* y,
-                                 cudaStream_t stream) {
-  std::vector<Problem> problems =
-      per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden, sizeof(uint16_t));
-  for (Problem& p : problems) p.bias[0] = experts[static_cast<size_t>(p.expert)].down_bias;
-  WgmmaEpilogue epilogue;
-  epilogue.bias_dtype = bias_dtype;
-  run_wgmma(problems, epilogue, h, offsets.back(), intermediate, stream);
-}
-
-bool MoeGroupedGemm::on_fp8_wgmma(int64_t hidden, int64_t intermediate, int32_t scale_block_rows, bool aligned) {
-  return aligned && scale_block_rows == kFp8BlockCols && hidden % kFp8BlockCols == 0 &&
-         intermediate % kFp8BlockCols == 0 && grouped_gemm_wgmma_supported();
-}
-
-void MoeGroupedGemm::gate_up_activated_fp8(const std::vector<ExpertPointers>& experts,
-                                           const std::vector<int32_t>& offsets, int64_t hidden, int64_t intermediate,
-                                           const WgmmaEpilogue& epilogue, const Fp8Rows& x, float* h,
-                                           cudaStream_t stream) {
-  std::vector<Problem> problems =
-      per_expert(experts, offsets, {{&ExpertPointers::gate, 0}}, intermediate, h, intermediate, sizeof(float));
-  for (Problem& p : problems) {
-    const ExpertPointers& e = experts[static_cast<size_t>(p.expert)];
-    p.w[1] = e.up;
-    p.bias[0] = e.gate_bias;
-    p.bias[1] = e.up_bias;
-    p.scales[0] = static_cast<const float*>(e.gate_scales);
-    p.scales[1] = static_cast<const float*>(e.up_scales);
-  }
-  WgmmaEpilogue gated = epilogue;
-  gated.gated = true;
-  run_wgmma(problems, gated, nullptr, offsets.back(), hidden, stream, &x);
-}
-
-void MoeGroupedGemm::down_biased_fp8(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
-                                     int64_t hidden, int64_t intermediate, DType bias_dtype, const Fp8Rows& h, float* y,
-                                     cudaStream_t stream) {
-  std::vector<Problem> problems =
-      per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden, sizeof(float));
+                                 cudaStream_t stream, const Fp8Rows* fp8) {
+  std::vector<Problem> problems = per_expert(experts, offsets, {{&ExpertPointers::down, 0}}, hidden, y, hidden,
+                                             fp8 != nullptr ? sizeof(float) : sizeof(uint16_t));
   for (Problem& p : problems) {
     const ExpertPointers& e = experts[static_cast<size_t>(p.expert)];
     p.bias[0] = e.down_bias;
@@ -123,7 +90,12 @@ void MoeGroupedGemm::down_biased_fp8(const std::vector<ExpertPointers>& experts,
   }
   WgmmaEpilogue epilogue;
   epilogue.bias_dtype = bias_dtype;
-  run_wgmma(problems, epilogue, nullptr, offsets.back(), intermediate, stream, &h);
+  run_wgmma(problems, epilogue, h, offsets.back(), intermediate, stream, fp8);
+}
+
+bool MoeGroupedGemm::on_fp8_wgmma(int64_t hidden, int64_t intermediate, int32_t scale_block_rows, bool aligned) {
+  return aligned && scale_block_rows == kFp8BlockCols && hidden % kFp8BlockCols == 0 &&
+         intermediate % kFp8BlockCols == 0 && grouped_gemm_wgmma_supported();
 }
 
 std::vector<MoeGroupedGemm::Problem> MoeGroupedGemm::per_expert(

@@ -39,10 +39,11 @@ class MoeGroupedGemm {
   // For the grouped rows i of expert e (offsets[e] <= i < offsets[e + 1]; offsets has
   // experts.size() + 1 entries) on the wgmma kernel: h[i] = act(x[i] @ gate_e^T + gate_bias_e,
   // x[i] @ up_e^T + up_bias_e) with gate and up rounded to bf16, then h; epilogue says the bias dtype
-  // and the activation. x: [offsets.back(), hidden], h: [rows, intermediate], bf16.
+  // and the activation. x: [offsets.back(), hidden], h: [rows, intermediate], bf16. With fp8 (FP8
+  // experts, on_fp8_wgmma): on the FP8 kernel over fp8's rows (x unused), h in float32.
   void gate_up_activated(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
                          int64_t hidden, int64_t intermediate, const WgmmaEpilogue& epilogue, const void* x, void* h,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const Fp8Rows* fp8 = nullptr);
   // On cuBLAS (experts without biases): gate_up[i, 0:I] = x[i] @ gate_e^T and gate_up[i, I:2I] =
   // x[i] @ up_e^T. x: [offsets.back(), hidden] and gate_up: [rows, 2 * I] in dtype (kBF16 or kF16).
   void gate_up(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
@@ -52,21 +53,16 @@ class MoeGroupedGemm {
   void down(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
             int64_t intermediate, DType dtype, const void* h, void* y, cudaStream_t stream);
   // On the wgmma kernel: y[i] = h[i] @ down_e^T + down_bias_e (biases of bias_dtype, where the
-  // expert has one), bf16.
+  // expert has one), bf16. With fp8, as gate_up_activated: over fp8's rows, y in float32.
   void down_biased(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
-                   int64_t intermediate, DType bias_dtype, const void* h, void* y, cudaStream_t stream);
+                   int64_t intermediate, DType bias_dtype, const void* h, void* y, cudaStream_t stream,
+                   const Fp8Rows* fp8 = nullptr);
 
   // Whether FP8 experts (e4m3, 128 x 128 float32 block scales) of these sizes run on the FP8 wgmma
   // kernel (grouped_gemm_fp8.h: widths multiples of 128, 16-byte aligned codes, a Hopper GPU): then
-  // the two _fp8 products apply.
+  // gate_up_activated and down_biased apply with their inputs quantised per row per 128 columns
+  // (gemv_fp8.h's Fp8Rows).
   static bool on_fp8_wgmma(int64_t hidden, int64_t intermediate, int32_t scale_block_rows, bool aligned);
-  // gate_up_activated and down_biased over FP8 experts, float32 outputs: x and h the grouped rows
-  // quantised per row per 128 columns (gemv_fp8.h), [offsets.back(), hidden] and [.., intermediate].
-  void gate_up_activated_fp8(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets,
-                             int64_t hidden, int64_t intermediate, const WgmmaEpilogue& epilogue, const Fp8Rows& x,
-                             float* h, cudaStream_t stream);
-  void down_biased_fp8(const std::vector<ExpertPointers>& experts, const std::vector<int32_t>& offsets, int64_t hidden,
-                       int64_t intermediate, DType bias_dtype, const Fp8Rows& h, float* y, cudaStream_t stream);
 
  private:
   // y = x[row0 : row0 + rows] @ w^T (+ bias) of one expert: w [n, k] row-major, x rows k wide, y

@@ -334,13 +334,12 @@ void CudaBackend::fp8_grouped_gemms(const float* x, const std::vector<int32_t>& 
     const kc::Fp8Rows x_rows = kc::fp8_rows_at(quantised, rows, hidden);
     kc::quantize_fp8_grouped_rows(x, step.grouping.position, step.num_rows / experts.top_k, experts.top_k, hidden,
                                   x_rows, rows, stream_.for_op());
-    moe_gemm_.gate_up_activated_fp8(pointers, offsets, hidden, inter,
-                                    activation_epilogue(experts, step.grouped.bias_dtype), x_rows, step.h,
-                                    stream_.for_op());
+    moe_gemm_.gate_up_activated(pointers, offsets, hidden, inter, activation_epilogue(experts, step.grouped.bias_dtype),
+                                nullptr, step.h, stream_.for_op(), &x_rows);
     const kc::Fp8Rows h_rows = kc::fp8_rows_at(quantised, rows, inter);
     kc::quantize_fp8_rows(step.h, rows, inter, h_rows, stream_.for_op());
-    moe_gemm_.down_biased_fp8(pointers, offsets, hidden, inter, step.grouped.bias_dtype, h_rows, step.y,
-                              stream_.for_op());
+    moe_gemm_.down_biased(pointers, offsets, hidden, inter, step.grouped.bias_dtype, nullptr, step.y, stream_.for_op(),
+                          &h_rows);
   } catch (...) {
     give_back_workspace(quantised);
     throw;
