@@ -187,6 +187,11 @@ class Backend {
   // BackendOptions::kv_cache_dtype where set, else float32 on host backends, while a device backend
   // may halve the cache's bytes for 16-bit models.
   virtual DType kv_cache_dtype(DType /*weight_dtype*/) const { return DType::kF32; }
+  // The element type of an FP8 checkpoint tensor (scales in block_rows x block_cols blocks) that the
+  // loader dequantises (Packing::kDequantise, or one the backend does not read packed): float32 on
+  // host backends, whose packed kernels give the same numbers; a device backend that runs the
+  // checkpoint's other projections on FP8 kernels may keep bf16, the type its other tensors have.
+  virtual DType dequantised_fp8_dtype(int64_t /*block_rows*/, int64_t /*block_cols*/) const { return DType::kF32; }
   // Measures the device's copy bandwidth and matrix rate (seconds of device time; benchmarks
   // only). Host backends return nullopt.
   virtual std::optional<DevicePeaks> measure_peaks() { return std::nullopt; }

@@ -65,6 +65,9 @@ class ForwardingBackend : public Backend {
   std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
   DType kv_cache_dtype(DType weight_dtype) const override { return inner_->kv_cache_dtype(weight_dtype); }
+  DType dequantised_fp8_dtype(int64_t block_rows, int64_t block_cols) const override {
+    return inner_->dequantised_fp8_dtype(block_rows, block_cols);
+  }
   std::optional<DevicePeaks> measure_peaks() override { return inner_->measure_peaks(); }
   bool can_capture() const override { return inner_->can_capture(); }
   void begin_capture() override { inner_->begin_capture(); }

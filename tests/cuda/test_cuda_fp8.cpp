@@ -328,25 +328,45 @@ TEST_F(CudaFp8, OtherScaleBlocksAreDequantisedAtLoad) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * magnitude[i] + 1e-6) << i;
 }
 
-// A Llama-shaped checkpoint of the given hidden size with every projection in FP8 (128 x 128
-// blocks), the rest bf16; with moe, Qwen3-MoE-shaped instead (qk norms, 8 experts expert_inter
-// wide, top-2, both layers MoE) with only the experts in FP8 (attention and routers bf16), so the
-// experts alone differ from the dequantised reference.
-std::string write_fp8_model(const std::string& dir, std::mt19937& rng, bool moe, int64_t hidden,
+// The checkpoints the model tests write, every projection read as FP8 in 128 x 128 blocks, the rest
+// bf16: Llama-shaped (kDense); Qwen3-MoE-shaped (kMoe: qk norms, 8 experts expert_inter wide, top-2,
+// both layers MoE) with only the experts in FP8 (attention and routers bf16), so the experts alone
+// differ from the dequantised reference; DeepSeek-V3-shaped (kMla: MLA with q_lora 128, the 128 + 32
+// latent, 4 heads of 64 + 32 for q.k and 64 for v, both layers dense MLPs), whose kv_b_proj is
+// dequantised at load (head_matmul reads its per-head slices).
+enum class Fp8Layout { kDense, kMoe, kMla };
+
+std::string write_fp8_model(const std::string& dir, std::mt19937& rng, Fp8Layout layout, int64_t hidden,
                             int64_t expert_inter) {
   constexpr int64_t kInter = 768, kVocab = 640, kLayers = 2, kHeads = 4, kKvHeads = 2, kHeadDim = 64, kExperts = 8;
+  constexpr int64_t kQLora = 128, kLatent = 128, kRope = 32, kNope = 64, kValue = 64;
+  const bool moe = layout == Fp8Layout::kMoe;
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json")
-      << (moe ? R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 8,
+  std::string architecture;
+  switch (layout) {
+    case Fp8Layout::kDense:
+      architecture = R"("architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_key_value_heads": 2,
+    "head_dim": 64,)";
+      break;
+    case Fp8Layout::kMoe:
+      architecture = R"("architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 8,
     "num_experts_per_tok": 2, "moe_intermediate_size": )" +
-                    std::to_string(expert_inter) + R"(, "norm_topk_prob": true, "decoder_sparse_step": 1,
-    "mlp_only_layers": [],)"
-              : std::string(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",)"))
-      << R"(
-    "hidden_size": )"
-      << hidden << R"(, "intermediate_size": 768, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 640, "rms_norm_eps": 1e-5, "hidden_act": "silu",
-    "max_position_embeddings": 512, "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+                     std::to_string(expert_inter) + R"(, "norm_topk_prob": true, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "num_key_value_heads": 2, "head_dim": 64,)";
+      break;
+    case Fp8Layout::kMla:
+      architecture = R"("architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "num_key_value_heads": 4, "q_lora_rank": 128, "kv_lora_rank": 128, "qk_rope_head_dim": 32,
+    "qk_nope_head_dim": 64, "v_head_dim": 64, "first_k_dense_replace": 2, "n_routed_experts": 4,
+    "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 128, "n_group": 1,
+    "topk_group": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": true,
+    "routed_scaling_factor": 1.0, "num_nextn_predict_layers": 0,)";
+      break;
+  }
+  std::ofstream(dir + "/config.json") << "{" << architecture << R"(
+    "hidden_size": )" << hidden << R"(, "intermediate_size": 768, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "vocab_size": 640, "rms_norm_eps": 1e-5, "hidden_act": "silu", "max_position_embeddings": 512,
+    "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
     "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                             "weight_block_size": [128, 128]}})";
   std::vector<std::vector<uint8_t>> storage;
@@ -393,10 +413,20 @@ std::string write_fp8_model(const std::string& dir, std::mt19937& rng, bool moe,
         add_fp8(name, rows, cols);
       }
     };
-    add_attention(p + "self_attn.q_proj.weight", kHeads * kHeadDim, hidden);
-    add_attention(p + "self_attn.k_proj.weight", kKvHeads * kHeadDim, hidden);
-    add_attention(p + "self_attn.v_proj.weight", kKvHeads * kHeadDim, hidden);
-    add_attention(p + "self_attn.o_proj.weight", hidden, kHeads * kHeadDim);
+    if (layout == Fp8Layout::kMla) {
+      add_fp8(p + "self_attn.q_a_proj.weight", kQLora, hidden);
+      add_bf16(p + "self_attn.q_a_layernorm.weight", {kQLora}, 1.0f, 0.1f);
+      add_fp8(p + "self_attn.q_b_proj.weight", kHeads * (kNope + kRope), kQLora);
+      add_fp8(p + "self_attn.kv_a_proj_with_mqa.weight", kLatent + kRope, hidden);
+      add_bf16(p + "self_attn.kv_a_layernorm.weight", {kLatent}, 1.0f, 0.1f);
+      add_fp8(p + "self_attn.kv_b_proj.weight", kHeads * (kNope + kValue), kLatent);
+      add_fp8(p + "self_attn.o_proj.weight", hidden, kHeads * kValue);
+    } else {
+      add_attention(p + "self_attn.q_proj.weight", kHeads * kHeadDim, hidden);
+      add_attention(p + "self_attn.k_proj.weight", kKvHeads * kHeadDim, hidden);
+      add_attention(p + "self_attn.v_proj.weight", kKvHeads * kHeadDim, hidden);
+      add_attention(p + "self_attn.o_proj.weight", hidden, kHeads * kHeadDim);
+    }
     if (!moe) {
       add_fp8(p + "mlp.gate_proj.weight", kInter, hidden);
       add_fp8(p + "mlp.up_proj.weight", kInter, hidden);
@@ -420,9 +450,10 @@ std::string write_fp8_model(const std::string& dir, std::mt19937& rng, bool moe,
   return dir;
 }
 
-// Per-position KL of the checkpoint `moe` picks, read as FP8, against the same checkpoint
-// dequantised to float32 at load, over a prompt_tokens-token prefill and 16 decode steps that feed
-// both the reference's greedy token, with top-1 agreement; printed under label.
+// Per-position KL of the checkpoint `layout` picks, read as FP8, against the same checkpoint
+// dequantised to float32 at load (BackendOptions::packed_weights off), over a prompt_tokens-token
+// prefill and 16 decode steps that feed both the reference's greedy token, with top-1 agreement;
+// printed under label. The two models' KV cache element types come back too.
 struct Fp8Agreement {
   double kl_prefill = 0.0;
   double kl_decode = 0.0;
@@ -430,12 +461,14 @@ struct Fp8Agreement {
   double kl_prefill_max = 0.0;
   int agree = 0;
   size_t positions = 0;
+  DType fp8_cache = DType::kF32;
+  DType reference_cache = DType::kF32;
 };
-Fp8Agreement fp8_against_dequantised(std::mt19937& rng, bool moe, int64_t hidden, int64_t expert_inter,
+Fp8Agreement fp8_against_dequantised(std::mt19937& rng, Fp8Layout layout, int64_t hidden, int64_t expert_inter,
                                      size_t prompt_tokens, const char* label) {
   const std::string dir = write_fp8_model(
       (std::filesystem::temp_directory_path() / ("deepinfer_fp8_model_" + std::to_string(::getpid()))).string(), rng,
-      moe, hidden, expert_inter);
+      layout, hidden, expert_inter);
   BackendOptions packed_options, dequantised_options;
   dequantised_options.packed_weights = false;
   auto packed_backend = std::move(make_backend("cuda", packed_options).value());
@@ -467,6 +500,8 @@ Fp8Agreement fp8_against_dequantised(std::mt19937& rng, bool moe, int64_t hidden
   if (fp8_logits.size() != reference_logits.size()) throw std::runtime_error("the two runs gave different row counts");
   Fp8Agreement result;
   result.positions = fp8_logits.size();
+  result.fp8_cache = (*packed)->kv_cache_dtype();
+  result.reference_cache = (*dequantised)->kv_cache_dtype();
   std::vector<double> prefill_kls;
   for (size_t r = 0; r < fp8_logits.size(); ++r) {
     const std::vector<double> p = log_softmax(reference_logits[r].data(), vocab);
@@ -507,7 +542,7 @@ TEST_F(CudaFp8, Fp8ModelFollowsItsDequantisedSelf) {
     size_t prompt_tokens;
   };
   for (const Case& c : {Case{256, 48}, Case{512, 64}, Case{512, 96}}) {
-    const Fp8Agreement a = fp8_against_dequantised(rng_, false, c.hidden, 0, c.prompt_tokens, "FP8 model");
+    const Fp8Agreement a = fp8_against_dequantised(rng_, Fp8Layout::kDense, c.hidden, 0, c.prompt_tokens, "FP8 model");
     const std::string what = "hidden " + std::to_string(c.hidden) + ", " + std::to_string(c.prompt_tokens) + " tokens";
     EXPECT_LT(a.kl_prefill, 0.1) << what;
     EXPECT_LT(a.kl_decode, 0.04) << what;
@@ -530,9 +565,27 @@ TEST_F(CudaFp8, Fp8MoeModelFollowsItsDequantisedSelf) {
     size_t prompt_tokens;
   };
   for (const Case& c : {Case{256, 96}, Case{256, 320}, Case{192, 96}}) {
-    const Fp8Agreement a = fp8_against_dequantised(rng_, true, 512, c.expert_inter, c.prompt_tokens, "FP8 MoE model");
+    const Fp8Agreement a =
+        fp8_against_dequantised(rng_, Fp8Layout::kMoe, 512, c.expert_inter, c.prompt_tokens, "FP8 MoE model");
     const std::string what =
         std::to_string(c.prompt_tokens) + " prompt tokens, experts " + std::to_string(c.expert_inter) + " wide";
+    EXPECT_LT(a.kl_prefill, 0.1) << what;
+    EXPECT_LT(a.kl_decode, 0.04) << what;
+    EXPECT_GE(a.agree, static_cast<int>(a.positions * 3 / 4)) << what;
+  }
+}
+
+// The DeepSeek-V3-shaped model, the published checkpoints' layout: its projections read as FP8 and
+// kv_b_proj dequantised to bf16 (Backend::dequantised_fp8_dtype), so its latent cache is bf16 and
+// MLA runs on the bf16 kernels, as V3's bf16 release does (a float32 kv_b_proj gave a float32
+// cache and the CUDA-core MLA kernels: 18x slower decode attention at batch 16 x 4K on an H100);
+// against the checkpoint dequantised to float32 (float32 cache) everywhere. Bounds as above.
+TEST_F(CudaFp8, Fp8MlaModelKeepsABf16LatentCacheAndFollowsItsDequantisedSelf) {
+  for (const size_t prompt_tokens : {48, 96}) {
+    const Fp8Agreement a = fp8_against_dequantised(rng_, Fp8Layout::kMla, 256, 0, prompt_tokens, "FP8 MLA model");
+    EXPECT_EQ(a.fp8_cache, DType::kBF16);
+    EXPECT_EQ(a.reference_cache, DType::kF32);
+    const std::string what = std::to_string(prompt_tokens) + " prompt tokens";
     EXPECT_LT(a.kl_prefill, 0.1) << what;
     EXPECT_LT(a.kl_decode, 0.04) << what;
     EXPECT_GE(a.agree, static_cast<int>(a.positions * 3 / 4)) << what;

@@ -219,10 +219,14 @@ void launch_gemv(const WeightView& w, const Fp8Rows& x, int32_t m, float* y, cud
 
 }  // namespace
 
+bool fp8_blocks_supported(int64_t block_rows, int64_t block_cols) {
+  return block_cols == kFp8BlockCols && block_rows > 0 && block_rows % kTileRows == 0;
+}
+
 bool fp8_layout_supported(const WeightView& w) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return w.dtype == DType::kF8E4M3 && w.scales != nullptr && w.scale_block_cols == kFp8BlockCols &&
-         w.scale_block_rows > 0 && w.scale_block_rows % kTileRows == 0 && w.cols % kFp8BlockCols == 0 && w.rows > 0 &&
+  return w.dtype == DType::kF8E4M3 && w.scales != nullptr &&
+         fp8_blocks_supported(w.scale_block_rows, w.scale_block_cols) && w.cols % kFp8BlockCols == 0 && w.rows > 0 &&
          aligned(w.data);
 }
 

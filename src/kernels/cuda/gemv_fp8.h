@@ -25,8 +25,10 @@ constexpr int64_t kFp8GemvSmallWeight = int64_t{1} << 23;
 // The column block of both the weight scales and x's quantisation.
 constexpr int64_t kFp8BlockCols = 128;
 
-// True when the FP8 kernels take w: e4m3 with 128-column scale blocks, row blocks a multiple of 16,
-// K a multiple of 128, 16-byte aligned data.
+// True when the FP8 kernels take scale blocks of this shape: 128 columns, rows a multiple of 16.
+bool fp8_blocks_supported(int64_t block_rows, int64_t block_cols);
+// True when the FP8 kernels take w: e4m3 in fp8_blocks_supported blocks, K a multiple of 128,
+// 16-byte aligned data.
 bool fp8_layout_supported(const WeightView& w);
 // x quantised for the FP8 products: e4m3 codes [M, K] (x * 448 / amax, per row per 128 columns) and
 // their float32 scales (amax / 448) stored [K / 128, M]: the layout cuBLASLt's VEC128_32F scales

@@ -14,10 +14,12 @@ Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::st
   auto tensor = source.weights->get(name, shape);
   if (!tensor.ok()) return tensor.error();
   if (tensor->dtype != DType::kF8E4M3) return source.backend->load_weight(*tensor);
-  // FP8 block-scaled (DeepSeek-V3): dequantised to float32 here, once.
+  // FP8 block-scaled (DeepSeek-V3): dequantised here, once, to the backend's choice of type.
   auto values = read_tensor_f32(source, name, shape);
   if (!values.ok()) return values.error();
-  return source.backend->load_weight(source.arena->add(name, shape, *values));
+  const Fp8Config block = source.config.fp8.value_or(Fp8Config{});
+  const DType dtype = source.backend->dequantised_fp8_dtype(block.block_rows, block.block_cols);
+  return source.backend->load_weight(source.arena->add(name, shape, *values, dtype));
 }
 
 namespace {

@@ -35,8 +35,9 @@ class WeightArena {
 
 // How a block-quantised checkpoint matrix (FP8 with weight_block_size scales) is loaded: kept packed
 // where the backend's matmul (kWhereSupported) or moe_experts (kExpertWhereSupported) reads it so
-// (Backend::reads_packed_weights), or dequantised to float32 at load whatever the backend (a weight
-// other ops read too, such as MLA's kv_b_proj, whose per-head slices head_matmul takes).
+// (Backend::reads_packed_weights), or dequantised at load (to Backend::dequantised_fp8_dtype)
+// whatever the backend (a weight other ops read too, such as MLA's kv_b_proj, whose per-head slices
+// head_matmul takes).
 enum class Packing : uint8_t { kWhereSupported, kExpertWhereSupported, kDequantise };
 
 // The tensor `name` with exactly `shape`, made usable by the source's backend; FP8 dequantised.

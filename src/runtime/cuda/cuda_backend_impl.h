@@ -8,13 +8,14 @@
 
 #include "core/check.h"
 #include "kernels/cuda/attention_front.h"
+#include "kernels/cuda/copy_pieces.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv_fp8.h"
 #include "kernels/cuda/head_gemm.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_ops.h"
-#include "kernels/cuda/copy_pieces.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/pinned_pool.h"
@@ -103,6 +104,16 @@ class CudaBackend final : public Backend {
   DType kv_cache_dtype(DType weight_dtype) const override {
     if (kv_cache_dtype_) return *kv_cache_dtype_;
     return weight_dtype != DType::kF32 && !batch_invariant_ ? DType::kBF16 : DType::kF32;
+  }
+  // bf16 where the FP8 kernels read the checkpoint's blocks, so an FP8 DeepSeek-V3's kv_b_proj
+  // (dequantised: head_matmul reads its per-head slices) gives a bf16 latent cache and the
+  // tensor-core MLA kernels, as its bf16 release does; float32 where the other projections are
+  // dequantised too (other blocks, load_packed_weight; BackendOptions::packed_weights off; the
+  // batch-invariant mode), so the model stays a float32 one.
+  DType dequantised_fp8_dtype(int64_t block_rows, int64_t block_cols) const override {
+    return reads_packed_weights(DType::kF8E4M3, WeightUse::kMatmul) && kc::fp8_blocks_supported(block_rows, block_cols)
+               ? DType::kBF16
+               : DType::kF32;
   }
 
   void embedding(const kernels::WeightView& table, const int32_t* token_ids, int64_t num_tokens, float* out) override {
