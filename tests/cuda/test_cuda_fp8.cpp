@@ -1,9 +1,10 @@
 // FP8 block-scaled weights kept as FP8 on the GPU: the decode-size kernels (gemv.h for one or two
-// rows, x in float32, with the residual-add and activation epilogues; gemv_fp8.h up to 64 rows, x
-// quantised per 128 columns) against a float64 product of the same e4m3 values (and the bound x's
-// quantisation keeps to against float x); cuBLASLt's block-scaled FP8 GEMM of larger batches over
-// the same quantised x; a scale layout the kernels do not take falling back to float32; and whole
-// FP8 Llama- and Qwen3-MoE-shaped models against the same checkpoints dequantised at load.
+// rows, x in float32, with the residual-add and activation epilogues; gemv_fp8.h and
+// gemm_fp8_swapped.h up to 64 rows, x quantised per 128 columns) against a float64 product of the
+// same e4m3 values (and the bound x's quantisation keeps to against float x); cuBLASLt's
+// block-scaled FP8 GEMM of larger batches over the same quantised x; a scale layout the kernels do
+// not take falling back to float32; and whole FP8 Llama-, Qwen3-MoE- and DeepSeek-V3-shaped models
+// against the same checkpoints dequantised at load.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,7 +19,9 @@
 #include "core/dtype.h"
 #include "cuda_test_util.h"
 #include "engine/generator.h"
+#include "kernels/cuda/gemm_fp8_swapped.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/gemv_fp8.h"
 #include "kernels/ops.h"
 #include "kernels/ref/dequantize.h"
 #include "model/model.h"
@@ -116,17 +119,24 @@ TEST_F(CudaFp8, BackendKeepsFp8AndMxfp4Packed) {
   EXPECT_FALSE(invariant->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts));
 }
 
-// Decode sizes: one and two rows (gemv.h, x in float32), every row count of fp8_gemv's tile widths,
-// row counts that are not multiples of 16, one and many column blocks per warp, an odd number of
-// blocks.
+// Decode sizes: one and two rows (gemv.h, x in float32), every row count of fp8_gemv's tile widths
+// for small weights (up to 16 rows), the swapped wgmma kernel past that and from two rows for
+// larger ones (gemm_fp8_swapped.h: every width it pads to, rows not a multiple of 16, a weight of
+// fewer than 128 rows, 68 tiles on one block each, K split over blocks, and K long enough to need
+// splits of its own); one and many column blocks per warp, an odd number of blocks.
 TEST_F(CudaFp8, DecodeKernelMatchesQuantisedReference) {
+  namespace kc = kernels::cuda;
   struct Shape {
     int64_t n, k;
+    std::vector<int64_t> rows;
   };
-  for (const Shape& s : {Shape{16, 128}, Shape{100, 384}, Shape{576, 7168}, Shape{1000, 1536}, Shape{4096, 1152}}) {
+  const std::vector<int64_t> rows = {1, 2, 5, 8, 9, 16, 17, 32, 33, 64};
+  for (const Shape& s : {Shape{16, 128, rows}, Shape{100, 384, rows}, Shape{576, 7168, rows}, Shape{1000, 1536, rows},
+                         Shape{4096, 1152, rows}, Shape{8704, 1024, {2, 5, 16, 17, 33, 64}},
+                         Shape{4224, 2048, {2, 9, 17, 64}}, Shape{8704, 8320, {3, 17}}}) {
     const Fp8Weight w = Fp8Weight::random(rng_, s.n, s.k, kBlock, kBlock);
     const std::vector<float> dense = w.dequantized();
-    for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 64}) {
+    for (int64_t m : s.rows) {
       char what[64];
       std::snprintf(what, sizeof(what), "[%lld, %lld] at M = %lld", static_cast<long long>(s.n),
                     static_cast<long long>(s.k), static_cast<long long>(m));
@@ -134,21 +144,29 @@ TEST_F(CudaFp8, DecodeKernelMatchesQuantisedReference) {
       const std::vector<float> got = run(w, x, m);
       std::vector<double> want, magnitude, exact, exact_magnitude;
       product(x, dense, m, s.n, s.k, exact, exact_magnitude);
-      // One or two rows take gemv.h's kernel, which reads x in float32: the exact product.
-      if (m <= kernels::cuda::kGemvMaxRows) {
+      const bool swapped = m >= kc::kFp8SwappedMinRows && m <= kc::kFp8SwappedMaxRows &&
+                           (s.n * s.k >= kc::kFp8GemvSmallWeight || m > kc::kFp8GemvAlwaysRows);
+      // One or two rows on gemv.h's kernel read x in float32: the exact product.
+      if (!swapped && m <= kc::kGemvMaxRows) {
         want = exact;
         magnitude = exact_magnitude;
       } else {
         product(fp8_quantized_rows(x, m, s.k), dense, m, s.n, s.k, want, magnitude);
       }
+      // Float32 sums of the same products; a wrong column pairing is off by ~sqrt(K) terms. wgmma's
+      // FP8 sums keep fewer bits inside a 128-column block (as cuBLASLt's, below): on an H100 the
+      // swapped kernel's worst value was 5.4e-4 of the magnitude.
+      const double bound = swapped ? 1e-3 : 1e-5;
       size_t misses = 0, quantisation_misses = 0;
+      double worst = 0.0;  // of |got - want| / magnitude
       for (size_t i = 0; i < got.size(); ++i) {
-        // Float32 sums of the same products; a wrong column pairing is off by ~sqrt(K) terms.
-        if (!(std::fabs(got[i] - want[i]) <= 1e-5 * magnitude[i] + 1e-6)) ++misses;
+        if (!(std::fabs(got[i] - want[i]) <= bound * magnitude[i] + 1e-6)) ++misses;
+        worst = std::max(worst, std::fabs(got[i] - want[i]) / magnitude[i]);
         // e4m3 keeps x within 2^-4 relative, plus half its smallest subnormal step.
         if (!(std::fabs(got[i] - exact[i]) <= 0.0625 * exact_magnitude[i] + 1e-6)) ++quantisation_misses;
       }
-      EXPECT_EQ(misses, 0u) << what;
+      EXPECT_EQ(misses, 0u) << what << (swapped ? " (swapped kernel)" : "") << ", worst error " << worst
+                            << " of the magnitude";
       EXPECT_EQ(quantisation_misses, 0u) << what;
     }
   }
@@ -159,16 +177,14 @@ TEST_F(CudaFp8, DecodeKernelMatchesQuantisedReference) {
 // keep fewer bits than float32 inside each 128-column block, hence the looser bound. That it is this
 // path and not the bf16 one: its results sit far closer to the quantised-x product than to the
 // product of x rounded to bf16. N past the last full scale block, long K, M not a multiple of 4
-// (its last M % 4 rows on fp8_gemv), 32 rows of a weight of 2^23 values (cuBLASLt from 17 rows).
-// K of 5 scale blocks (cuBLASLt would read the weight's scale rows padded to 8) takes the bf16 path:
-// x and the weight rounded to bf16.
+// (its last M % 4 rows on fp8_gemv). K of 5 scale blocks (cuBLASLt would read the weight's scale rows padded to 8)
+// takes the bf16 path: x and the weight rounded to bf16.
 TEST_F(CudaFp8, PrefillPathMatchesQuantisedReference) {
   struct Case {
     int64_t m, n, k;
   };
-  for (const Case& c :
-       {Case{68, 300, 1024}, Case{100, 300, 1024}, Case{204, 256, 7168}, Case{520, 384, 512}, Case{128, 200, 640},
-        Case{65, 300, 1024}, Case{201, 256, 1024}, Case{67, 384, 512}, Case{32, 2048, 4096}}) {
+  for (const Case& c : {Case{68, 300, 1024}, Case{100, 300, 1024}, Case{204, 256, 7168}, Case{520, 384, 512},
+                        Case{128, 200, 640}, Case{65, 300, 1024}, Case{201, 256, 1024}, Case{67, 384, 512}}) {
     const Fp8Weight w = Fp8Weight::random(rng_, c.n, c.k, kBlock, kBlock);
     const std::vector<float> dense = w.dequantized();
     const std::vector<float> x = random_floats(rng_, static_cast<size_t>(c.m * c.k));
@@ -207,8 +223,9 @@ TEST_F(CudaFp8, PrefillPathMatchesQuantisedReference) {
 // Stacked FP8 gate|up (load_stacked_packed_weight: codes and scale rows concatenated) and FP8 down
 // through gated_mlp, and the residual add (matmul_add), as decode steps run them. One and two rows
 // (gemv.h's epilogues) against float64 over the same e4m3 values and float32 x; more rows (gate and
-// up as two products, x quantised per 128 columns up to 64 rows, cuBLASLt's FP8 GEMM past that) against the same
-// products run one by one with the activation on the host. Parts whose rows end inside a scale
+// up as two products, x quantised per 128 columns: fp8_gemv up to 16 rows, the swapped kernel up to
+// 64, cuBLASLt's FP8 GEMM past that) against the same products run one by one with the activation
+// on the host. Parts whose rows end inside a scale
 // block, or of other widths, are not stacked.
 TEST_F(CudaFp8, StackedGateUpAndResidualAddMatchTheirParts) {
   constexpr int64_t kHidden = 384;
@@ -253,7 +270,7 @@ TEST_F(CudaFp8, StackedGateUpAndResidualAddMatchTheirParts) {
     const std::vector<float> up_values = up.dequantized();
     gate_up_values.insert(gate_up_values.end(), up_values.begin(), up_values.end());
     const std::vector<float> down_values = down.dequantized();
-    for (int64_t m : {1, 2, 3, 9, 70}) {
+    for (int64_t m : {1, 2, 3, 9, 33, 70}) {
       for (GluActivation activation : {GluActivation::kSilu, GluActivation::kGeluTanh}) {
         const std::string what = "M = " + std::to_string(m) + ", block rows " + std::to_string(block_rows) +
                                  (activation == GluActivation::kSilu ? ", silu" : ", gelu");

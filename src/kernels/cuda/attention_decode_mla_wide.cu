@@ -57,9 +57,7 @@ static_assert(kThreadsPerKey * kTileKeys == kCopyThreads && 8 % kThreadsPerKey =
 static_assert(kQVec % kThreads == 0, "q copy split");
 
 // Every thread of the block; ids 1 and 2, not the __syncthreads barrier.
-__device__ __forceinline__ void block_barrier(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
-}
+__device__ __forceinline__ void block_barrier(int id) { named_barrier_sync<kThreads>(id); }
 
 // What every warpgroup needs: the block's work and the shared layout.
 struct Block {

@@ -112,6 +112,13 @@ __device__ __forceinline__ float block_max(float value) {
   return result;
 }
 
+// Barrier id (1-15: 0 is __syncthreads') over the first kThreads threads of the block: one part of
+// a warp-specialised block waits for itself only.
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+
 // Blocks for a grid-stride loop over count elements.
 inline unsigned grid_for(int64_t count, int threads) {
   const int64_t blocks = (count + threads - 1) / threads;

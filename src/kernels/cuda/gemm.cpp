@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm_fp8_swapped.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/gemv_fp8.h"
 
@@ -218,6 +219,27 @@ void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float
 }
 
 void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream) {
+  const bool aligned_x = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  // 2-64 rows: the swapped wgmma kernel. On an H100 (Llama-3-8B's shapes) it took gate_proj
+  // 14336 x 4096 in 22.8-26.4 us at 2-64 rows against fp8_gemv's / cuBLASLt's 25.7-29.7, q_proj
+  // 4096 x 4096 in 8.4-12.3 against 10.0-15.6 at 2 and 16-64 rows (7.5 against 8.4 at 8); weights
+  // of fewer than kFp8GemvSmallWeight values keep fp8_gemv up to kFp8GemvAlwaysRows rows (k_proj
+  // 1024 x 4096 at 8 rows: 5.3 against 8.0 us, where the kernel's K splits cost more than they hide).
+  const bool small_weight = w.rows * w.cols < kFp8GemvSmallWeight;
+  if (!batch_invariant_ && num_rows >= kFp8SwappedMinRows && !(small_weight && num_rows <= kFp8GemvAlwaysRows) &&
+      fp8_swapped_gemm_fits(w, num_rows) && aligned_x) {
+    const int64_t k = w.cols;
+    const Fp8Rows rows =
+        fp8_rows_at(input_buffer(static_cast<int64_t>(fp8_rows_bytes(num_rows, k)), DType::kU8), num_rows, k);
+    void* workspace = swapped_.get(fp8_swapped_workspace_bytes(w, num_rows));
+    if (workspace != swapped_zeroed_) {
+      DI_CUDA_CHECK(cudaMemsetAsync(workspace, 0, kFp8SwappedCounterBytes, stream.for_products()));
+      swapped_zeroed_ = workspace;
+    }
+    quantize_fp8_rows(x, num_rows, k, rows, stream.for_products());
+    fp8_swapped_gemm(rows, w, num_rows, y, workspace, stream.for_products());
+    return;
+  }
   // One or two rows: the codes widen in registers against float32 x, with no launch to quantise x.
   if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
     gemv(x, w, num_rows, y, stream.for_products());
@@ -234,8 +256,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
   const bool lt_layout = w.scale_block_rows == kFp8BlockCols && (w.cols / kFp8BlockCols) % 4 == 0;
   const bool on_gemv = num_rows <= kFp8GemvMaxRows &&
                        (!lt_layout || num_rows <= kFp8GemvAlwaysRows || w.rows * w.cols < kFp8GemvSmallWeight);
-  if (!batch_invariant_ && (on_gemv || lt_layout) && fp8_layout_supported(w) &&
-      reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+  if (!batch_invariant_ && (on_gemv || lt_layout) && fp8_layout_supported(w) && aligned_x) {
     const int64_t k = w.cols;
     void* workspace = input_buffer(static_cast<int64_t>(fp8_rows_bytes(num_rows, k)), DType::kU8);
     if (on_gemv) {

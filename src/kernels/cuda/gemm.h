@@ -72,10 +72,11 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   // Enqueues the product on stream. x, y: device float32; w: device weight (F32, BF16 or F16, or
-  // block-scaled F8E4M3: gemv.h's kernel for one or two rows, gemv_fp8.h's up to its row limit,
-  // then cuBLASLt's block-scaled FP8 GEMM over x quantised as gemv_fp8.h does (128 x 128 blocks, K
-  // a multiple of 512); shapes neither takes are dequantised to bf16 first).
-  // Not thread-safe (one stream, shared buffers).
+  // block-scaled F8E4M3: gemv.h's kernel for one row, gemm_fp8_swapped.h's for 2-64 rows (but
+  // small weights up to 16 rows: gemv.h's at two, then gemv_fp8.h's), gemv_fp8.h's up to its row
+  // limit where the swapped kernel does not fit, then cuBLASLt's block-scaled FP8 GEMM over x quantised as gemv_fp8.h
+  // does (128 x 128 blocks, K a multiple of 512); shapes none takes are dequantised to bf16 first). Not thread-safe
+  // (one stream, shared buffers).
   void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
   // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
   void matmul_cast(const void* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
@@ -121,6 +122,8 @@ class LtGemm {
   size_t workspace_bytes_ = 0;
   GrowingBuffer cast_;
   GrowingBuffer dequantized_;  // an FP8 weight as bf16, for layouts no FP8 kernel takes
+  GrowingBuffer swapped_;      // fp8_swapped_gemm's workspace
+  void* swapped_zeroed_ = nullptr;  // the block of swapped_ whose counters are zero
   Staged staged_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<std::tuple<int64_t, int64_t, int>, cublasLtMatmulAlgo_t> pinned_;  // (n, k, dtype) in invariant mode

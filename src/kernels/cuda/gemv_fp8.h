@@ -2,9 +2,10 @@
 // factor per 128 x 128 block, kernels::WeightView::scales). One or two rows of x take gemv.h's
 // kernel (codes widened against float32 x); up to kFp8GemvMaxRows run here on the tensor cores' FP8
 // instructions with x quantised to e4m3 per row per 128 columns on the fly, as DeepSeek's own
-// kernels do, and the products of each 128-column block promoted to float32 with both scales; larger
-// batches take cuBLASLt's block-scaled FP8 GEMM over the same quantised x (gemm.h: 128 x 128 blocks,
-// K a multiple of 512, M % 4 last rows here), other shapes the weight dequantised to bf16.
+// kernels do, and the products of each 128-column block promoted to float32 with both scales, where
+// gemm.h does not give them to gemm_fp8_swapped.h's wgmma kernel (2-64 rows but for small weights);
+// larger batches take cuBLASLt's block-scaled FP8 GEMM over the same quantised x (gemm.h: 128 x 128
+// blocks, K a multiple of 512, M % 4 last rows here), other shapes the weight dequantised to bf16.
 #pragma once
 
 #include <cuda_runtime.h>

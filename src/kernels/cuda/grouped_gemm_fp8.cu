@@ -28,7 +28,7 @@ static_assert(kWgmmaTileRows == 64 * kConsumerGroups, "a consumer warpgroup take
 // Output columns of a tile: a weight box's rows (gated: gate's half of the tile).
 __host__ __device__ constexpr int tile_columns(bool gated) { return gated ? kTileWeightRows / 2 : kTileWeightRows; }
 
-// Stores a consumer warpgroup's rows of the tile, sums as wgmma_m64n128k32_e4m3 leaves them (gated:
+// Stores a consumer warpgroup's rows of the tile, sums as wgmma_m64k32_e4m3<128> leaves them (gated:
 // gate's column c in sums' column c, up's in 64 + c), as float32.
 __device__ __forceinline__ void store_tile(const float (&sums)[64], const WgmmaProduct& p, const ProductTile& tile,
                                            int group, const WgmmaEpilogue& e) {
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kSliceK / 32; ++kk) {
           // The slice's first product overwrites part: no instruction but wgmma writes it.
-          wgmma_m64n128k32_e4m3(part, x_desc + 2 * kk, w_desc + 2 * kk, kk > 0);
+          wgmma_m64k32_e4m3<128>(part, x_desc + 2 * kk, w_desc + 2 * kk, kk > 0);
         }
         wgmma_commit();
         wgmma_wait<0>();
