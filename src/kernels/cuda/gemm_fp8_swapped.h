@@ -22,8 +22,9 @@
 namespace deepinfer::kernels::cuda {
 
 // The rows gemm.h's FP8 products take the kernel for (but small weights at up to
-// kFp8GemvAlwaysRows, gemv_fp8.h): one row reads float32 x on gemv.h's kernel as fast; past 64 rows
-// cuBLASLt's FP8 GEMM is faster (an H100: 96 and 128 rows 1.05-1.2x).
+// kFp8GemvAlwaysRows, gemv_fp8.h): one row stays on gemv.h's kernel, within 3-6 % of this one on an
+// H100 with float32 x and no quantising launch; past 64 rows cuBLASLt's FP8 GEMM is faster (96 and
+// 128 rows: 1.05-1.26x).
 constexpr int64_t kFp8SwappedMinRows = 2;
 constexpr int64_t kFp8SwappedMaxRows = 64;
 
