@@ -289,6 +289,10 @@ class Backend {
                            float* out) = 0;
   virtual void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights,
                            int64_t num_tokens, int32_t top_k, int64_t hidden, float* out) = 0;
+  // Whether moe_experts over num_tokens tokens reads the grouping back to the host (a device
+  // backend's prompt-sized steps, on grouped GEMMs), which a captured graph cannot do: a decode
+  // step with such a layer runs eagerly instead of from a graph. Not while capturing.
+  virtual bool moe_step_reads_back(int64_t /*num_tokens*/, const kernels::MoeExperts& /*experts*/) { return false; }
   // moe_route into expert_ids and expert_weights ([num_tokens, top_k]), then moe_experts over them.
   // A device backend may group the routed rows by expert in the router's launch. Wrapping backends
   // (ForwardingBackend) keep this default, so they see the two calls.

@@ -176,6 +176,9 @@ class ForwardingBackend : public Backend {
     on_call("moe_route");
     inner_->moe_route(logits, selection_bias, num_tokens, routing, expert_ids, expert_weights);
   }
+  bool moe_step_reads_back(int64_t num_tokens, const kernels::MoeExperts& experts) override {
+    return inner_->moe_step_reads_back(num_tokens, experts);
+  }
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
                    const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
                    float* out) override {

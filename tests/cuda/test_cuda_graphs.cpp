@@ -1,16 +1,23 @@
 // CUDA graphs for decode (model/decode_graphs.h): a replayed step gives the bits an eager step of
 // the same padded shape gives, as the caches grow between replays; in batch-invariant mode the
-// bits of the unpadded eager step; padding rows never write another sequence's KV.
+// bits of the unpadded eager step; padding rows never write another sequence's KV; decode steps
+// whose MoE layers take the grouped GEMMs run eagerly.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
+#include "core/dtype.h"
 #include "cuda_test_util.h"
 #include "fixtures.h"
 #include "model/decode_graphs.h"
 #include "model/model.h"
+#include "weights/safetensors.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -184,6 +191,98 @@ TEST(CudaGraphs, PaddingRowsLeaveOtherKvUntouched) {
     for (int32_t b = s.first_block + used; b < s.first_block + kBlocksPerSeq; ++b) {
       EXPECT_TRUE(unchanged(b)) << "unused block " << b;
     }
+  }
+}
+
+// A one-layer bf16 Qwen3-MoE checkpoint of 8 experts, top-2, in widths the grouped GEMMs take
+// (hidden 64, experts 64 wide), random weights; returns dir.
+std::string write_few_expert_moe(const std::string& dir) {
+  constexpr int64_t kHidden = 64, kExpertWidth = 64, kExperts = 8, kHeads = 2, kHeadDim = 32, kVocab = 128;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64, "num_experts": 8,
+    "num_experts_per_tok": 2, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+    "vocab_size": 128, "rms_norm_eps": 1e-6, "hidden_act": "silu", "max_position_embeddings": 256,
+    "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+  std::mt19937 rng(11);
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<TensorView> tensors;
+  const auto add = [&](const std::string& name, std::vector<int64_t> shape, float mean, float spread) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    std::vector<uint8_t>& bytes = storage.emplace_back(static_cast<size_t>(count) * 2);
+    const std::vector<float> values = random_floats(rng, static_cast<size_t>(count), mean - spread, mean + spread);
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t bits = f32_to_bf16(values[static_cast<size_t>(i)]);
+      std::memcpy(&bytes[static_cast<size_t>(i) * 2], &bits, 2);
+    }
+    TensorView t;
+    t.name = name;
+    t.dtype = DType::kBF16;
+    t.shape = std::move(shape);
+    t.data = bytes.data();
+    t.size_bytes = bytes.size();
+    tensors.push_back(t);
+  };
+  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    add(name, {rows, cols}, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols)));
+  };
+  const std::string p = "model.layers.0.";
+  add("model.embed_tokens.weight", {kVocab, kHidden}, 0.0f, 1.0f);
+  add(p + "input_layernorm.weight", {kHidden}, 1.0f, 0.1f);
+  add(p + "post_attention_layernorm.weight", {kHidden}, 1.0f, 0.1f);
+  matrix(p + "self_attn.q_proj.weight", kHeads * kHeadDim, kHidden);
+  matrix(p + "self_attn.k_proj.weight", kHeadDim, kHidden);
+  matrix(p + "self_attn.v_proj.weight", kHeadDim, kHidden);
+  matrix(p + "self_attn.o_proj.weight", kHidden, kHeads * kHeadDim);
+  add(p + "self_attn.q_norm.weight", {kHeadDim}, 1.0f, 0.1f);
+  add(p + "self_attn.k_norm.weight", {kHeadDim}, 1.0f, 0.1f);
+  add(p + "mlp.gate.weight", {kExperts, kHidden}, 0.0f, 0.25f);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const std::string expert = p + "mlp.experts." + std::to_string(e) + ".";
+    matrix(expert + "gate_proj.weight", kExpertWidth, kHidden);
+    matrix(expert + "up_proj.weight", kExpertWidth, kHidden);
+    matrix(expert + "down_proj.weight", kHidden, kExpertWidth);
+  }
+  add("model.norm.weight", {kHidden}, 1.0f, 0.1f);
+  matrix("lm_head.weight", kVocab, kHidden);
+  auto written = write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  if (!written.ok()) throw std::runtime_error(written.error().message);
+  return dir;
+}
+
+// A decode step whose MoE layer takes the grouped GEMMs (256 sequences, top-2 of 8 experts: 64
+// rows an expert) reads the grouping back to the host, which a graph cannot hold: it runs eagerly,
+// with the bits of the same model without graphs, while 8 sequences replay their graph.
+TEST(CudaGraphs, DecodeStepsOnGroupedExpertGemmsRunEagerly) {
+  const std::string dir = write_few_expert_moe(
+      (std::filesystem::temp_directory_path() / ("deepinfer_graphs_moe_" + std::to_string(::getpid()))).string());
+  CudaModel graphed = load_on_cuda(dir, false, /*graphs=*/true);
+  CudaModel eager = load_on_cuda(dir, false, /*graphs=*/false);
+  std::filesystem::remove_all(dir);
+  constexpr int32_t kMostSeqs = 256;
+  graphed.model->allocate_kv_cache(KvCacheShape{1 + kMostSeqs * kBlocksPerSeq, kBlockSize});
+  eager.model->allocate_kv_cache(KvCacheShape{1 + kMostSeqs * kBlocksPerSeq, kBlockSize});
+  const int64_t vocab = graphed.model->config().vocab_size;
+  constexpr int32_t kSteps = 4;
+  for (const int32_t num_seqs : {8, kMostSeqs}) {
+    std::vector<Seq> seqs = make_seqs(*graphed.model, num_seqs, 31);
+    const int64_t replays_before = graphed.model->num_graph_replays();
+    for (int32_t step = 0; step <= kSteps; ++step) {
+      const ForwardBatch batch = make_batch(seqs, seqs.size(), kBlocksPerSeq);
+      std::vector<float> got(batch.logit_rows.size() * static_cast<size_t>(vocab));
+      graphed.model->forward(batch, got.data());
+      if (num_seqs == kMostSeqs) {
+        std::vector<float> want(got.size());
+        eager.model->forward(batch, want.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << num_seqs << " sequences, step " << step << " differs from the model without graphs";
+      }
+      advance(seqs, got, vocab);
+    }
+    const int64_t replays = graphed.model->num_graph_replays() - replays_before;
+    EXPECT_EQ(replays, num_seqs == kMostSeqs ? 0 : kSteps - 1) << num_seqs << " sequences";
   }
 }
 

@@ -488,8 +488,9 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   extras.draws = draws;
   extras.hidden_size = config_.hidden_size;
   const bool decode_step = DecodeGraphs::can_run(batch);
-  if (graphs_ && decode_step && !batch.after_layer) {
-    const int32_t padded = DecodeGraphs::shape_for(batch).num_seqs;
+  const int32_t padded = decode_step ? DecodeGraphs::shape_for(batch).num_seqs : 0;
+  if (graphs_ && decode_step && !batch.after_layer &&
+      std::none_of(layers_.begin(), layers_.end(), [&](const Layer& layer) { return reads_back(layer.ffn, padded); })) {
     ensure_workspace(padded, padded);
     return graphs_->run(backend_, batch, kv_shape_.block_size, extras,
                         [&](const DeviceBatch& device_batch) { enqueue_forward(device_batch, nullptr); });
@@ -509,6 +510,11 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows,
                   batch.after_layer ? &batch.after_layer : nullptr);
   return device_batch.draws;
+}
+
+bool DenseDecoder::reads_back(const DecoderFeedForward& ffn, int64_t num_tokens) const {
+  const auto* moe = std::get_if<MoeLayer>(&ffn);
+  return moe != nullptr && moe->step_reads_back(backend_, num_tokens);
 }
 
 bool DenseDecoder::request_expert_rebalance() {

@@ -159,6 +159,9 @@ class DenseDecoder final : public CausalLM {
   // draws, when given, go up in the same copy as the batch: returns their device copy.
   const kernels::SampleParams* run_forward(const ForwardBatch& batch,
                                            const std::vector<kernels::SampleParams>* draws = nullptr);
+  // Whether a step of num_tokens tokens through ffn reads its MoE grouping back
+  // (MoeLayer::step_reads_back): a step with such a layer runs eagerly, not from a graph.
+  bool reads_back(const DecoderFeedForward& ffn, int64_t num_tokens) const;
   // Whether the layer's pages are addressed by block_table (not the sliding-window tables).
   bool uses_full_tables(const Layer& layer) const;
   // Whether the layer is of the kind (KvLayers::kSliding: it has a sliding window).

@@ -94,6 +94,11 @@ class MoeLayer {
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. Under expert parallelism
   // every rank of the group calls it in the same round (num_tokens may be 0).
   void forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const;
+  // Whether forward over num_tokens tokens reads the expert grouping back to the host
+  // (Backend::moe_step_reads_back), which a captured graph cannot do.
+  bool step_reads_back(Backend& backend, int64_t num_tokens) const {
+    return backend.moe_step_reads_back(num_tokens, experts_view());
+  }
   // Tokens routed to each loaded expert since load or the last reset: [num_experts], or under
   // expert parallelism [slots_per_rank], the rows each of this rank's slots ran (from every rank).
   std::vector<int64_t> expert_token_counts(Backend& backend) const;

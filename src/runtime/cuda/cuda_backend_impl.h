@@ -193,12 +193,14 @@ class CudaBackend final : public Backend {
                                 const kernels::AttentionParams& params, float* out) override;
 
   // Mixture of experts on the device (cuda_backend_moe.cpp): routing, grouping by expert and one
-  // grouped launch per projection; nothing is read back.
+  // grouped launch per projection; nothing is read back but prompt-sized steps' grouping offsets
+  // (grouped GEMMs, moe_step_reads_back).
   void moe_route(const float* logits, const kernels::WeightView& selection_bias, int64_t num_tokens,
                  const kernels::MoeRouting& routing, int32_t* expert_ids, float* expert_weights) override;
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights,
                    const kernels::MoeExperts& experts, float* workspace, int64_t* expert_token_counts,
                    float* out) override;
+  bool moe_step_reads_back(int64_t num_tokens, const kernels::MoeExperts& experts) override;
   // Decode-sized steps route and group in one launch (kernels/cuda/moe_ops.h: moe_route_and_group).
   void moe_route_experts(const float* logits, const kernels::WeightView& selection_bias,
                          const kernels::MoeRouting& routing, const float* x, int64_t num_tokens, int32_t* expert_ids,
@@ -309,6 +311,9 @@ class CudaBackend final : public Backend {
     kc::MoeGrouping grouping;
   };
   MoeStep moe_step(const kernels::MoeExperts& experts, const float* x, int64_t num_tokens, float* workspace);
+  // Whether a step of num_rows expert rows takes the grouped GEMMs, capture aside: experts the
+  // wgmma or cuBLAS grouped GEMM takes, from kGroupedGemmRowsPerExpert rows an expert.
+  bool grouped_gemm_step(const kernels::MoeExperts& experts, const kc::GroupedExperts& grouped, int64_t num_rows) const;
   // The grouped products of a grouped step, then the weighted combine into out.
   void moe_products(const float* x, int64_t num_tokens, const float* expert_weights,
                     const kernels::MoeExperts& experts, const MoeStep& step, float* out);
