@@ -32,6 +32,10 @@ constexpr int64_t kStreamedRowsPerExpert = 20;
 // on an H100, 256 tokens on DeepSeek-V3's layers with 17 experts (120 rows each) ran 1.8x (bf16)
 // and 4x (FP8) faster eagerly than from a graph on the tiles.
 constexpr int64_t kGroupedGemmRowsPerExpert = 64;
+// ... from fewer rows for FP8 experts the grouped FP8 GEMM takes: the streamed tiles, which read
+// each 32-row tile's expert codes anew, read DeepSeek-V3's experts (17 of them) at 0.38 TB/s at 30
+// rows an expert on an H100, where the grouped FP8 GEMM's 128-row tiles read them once.
+constexpr int64_t kFp8GroupedGemmRowsPerExpert = 24;
 // The bf16 copy of packed (MXFP4, FP8) experts their grouped GEMMs read, a chunk of experts at a
 // time: within the allocator's cached sizes, so prompt steps reuse one block (a larger one would be
 // freed each time, which synchronises the device, and would describe its address to the GEMMs' TMA
@@ -195,14 +199,18 @@ bool CudaBackend::grouped_gemm_step(const kernels::MoeExperts& experts, const kc
                                                      experts.intermediate, grouped.aligned);
   const bool cublas_fits = !packed && grouped.aligned && experts.activation == kernels::ExpertActivation::kSiluGated &&
                            !has_biases(experts) && experts.hidden % 8 == 0 && experts.intermediate % 8 == 0;
+  const bool fp8_kernel =
+      dtype == DType::kF8E4M3 &&
+      kc::MoeGroupedGemm::on_fp8_wgmma(experts.hidden, experts.intermediate, grouped.scale_block_rows, grouped.aligned);
+  const int64_t rows_per_expert = fp8_kernel ? kFp8GroupedGemmRowsPerExpert : kGroupedGemmRowsPerExpert;
   return (tensor_cores || packed) && !batch_invariant_ && (on_wgmma || cublas_fits) &&
-         num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts;
+         num_rows >= rows_per_expert * experts.num_experts;
 }
 
 bool CudaBackend::moe_step_reads_back(int64_t num_tokens, const kernels::MoeExperts& experts) {
   // The row count first: most decode steps stop there, before the expert table is looked at.
   const int64_t num_rows = num_tokens * experts.top_k;
-  return num_rows >= kGroupedGemmRowsPerExpert * experts.num_experts && !batch_invariant_ &&
+  return num_rows >= kFp8GroupedGemmRowsPerExpert * experts.num_experts && !batch_invariant_ &&
          grouped_gemm_step(experts, grouped_experts(experts), num_rows);
 }
 
