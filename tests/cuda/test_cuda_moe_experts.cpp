@@ -6,8 +6,8 @@
 // biases on cuBLAS; the batch-invariant twin keeps the tensor-core kernel), odd and aligned shapes,
 // biases, both activations, experts that get no tokens, the per-expert counters, and rows that do
 // not depend on their batch; routing and experts in one call against the two calls apart; MXFP4
-// experts (GPT-OSS) and FP8 ones (DeepSeek-V3) read packed, on the streamed tiles and dequantised
-// for the grouped GEMMs.
+// experts (GPT-OSS) and FP8 ones (DeepSeek-V3) read packed, on the streamed tiles and on the grouped
+// GEMMs (FP8 in 128 x 128 blocks on the FP8 kernel from 24 rows per expert; others dequantised).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -443,11 +443,13 @@ struct PackedStep {
   bool on_grouped_gemm = false;
   DType rounding = DType::kF16;
 };
-PackedStep packed_step(std::mt19937& rng, int64_t num_tokens, int64_t hidden) {
+// grouped_rows: the rows an expert from which the step takes the grouped GEMMs (the backend's rule:
+// 24 for FP8 experts on the FP8 kernel, else 64).
+PackedStep packed_step(std::mt19937& rng, int64_t num_tokens, int64_t hidden, int64_t grouped_rows = 64) {
   PackedStep step;
   step.x = random_floats(rng, static_cast<size_t>(num_tokens * hidden));
   random_routing(rng, num_tokens, step.ids, step.weights);
-  step.on_grouped_gemm = num_tokens * kTopK >= 64 * kNumExperts;
+  step.on_grouped_gemm = num_tokens * kTopK >= grouped_rows * kNumExperts;
   step.rounding = step.on_grouped_gemm ? DType::kBF16 : DType::kF16;
   return step;
 }
@@ -601,9 +603,10 @@ struct Fp8Layer {
 
 // FP8 experts read packed: the streamed tiles (x and the activations rounded to f16, codes exact,
 // each 128-column span promoted with its block's scale) at one n-tile (up to 8 tokens, staged) and
-// four, and from 64 rows per expert the grouped GEMMs: in 128 x 128 blocks on the FP8 kernel (x and
-// the activations quantised per 128 columns as the oracle quantises them, float32 outputs), other
-// blocks over the experts dequantised to bf16 (against the same bf16 weights). Scale blocks of 128
+// four, and the grouped GEMMs: in 128 x 128 blocks from 24 rows per expert on the FP8 kernel (x and
+// the activations quantised per 128 columns as the oracle quantises them, float32 outputs; 150
+// tokens: ~38 rows an expert), other blocks from 64 rows over the experts dequantised to bf16
+// (against the same bf16 weights). Scale blocks of 128
 // and of 64 rows; shapes whose rows end inside a block; a layer of subnormal codes of both signs;
 // steps whose experts span several 128-row tiles (1000 tokens: ~330 rows an expert) and K of many
 // slices, more than the kernel's ring holds (1024). The FP8 kernel's sums keep fewer bits inside
@@ -634,7 +637,8 @@ TEST(CudaMoeExperts, Fp8ExpertsMatchTheirDequantisation) {
       for (const kernels::WeightView& w : device.views[p]) ASSERT_EQ(w.dtype, DType::kF8E4M3) << "kept packed";
     }
     for (int64_t num_tokens : c.tokens) {
-      const auto [x, ids, weights, on_grouped_gemm, rounding] = packed_step(rng, num_tokens, s.hidden);
+      const auto [x, ids, weights, on_grouped_gemm, rounding] =
+          packed_step(rng, num_tokens, s.hidden, c.block_rows == 128 ? 24 : 64);
       const bool on_fp8_kernel = on_grouped_gemm && c.block_rows == 128;
       const bool on_bf16_copies = on_grouped_gemm && !on_fp8_kernel;
       double max_h = 0.0;
