@@ -1,7 +1,7 @@
 // Helpers for the GPU tests: the CUDA backend (and its batch-invariant twin), a model loaded on it,
 // host<->device
-// arrays through the Backend interface, random data, host weights in any dtype, and the
-// dtype-aware closeness check (threshold + |ref| * eps, llm.c style).
+// arrays through the Backend interface, random data, checkpoints written tensor by tensor, host
+// weights in any dtype, and the dtype-aware closeness check (threshold + |ref| * eps, llm.c style).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,15 +10,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "model/model.h"
 #include "runtime/backend.h"
+#include "weights/safetensors.h"
 
 namespace deepinfer::testing {
 
@@ -60,6 +63,42 @@ inline std::vector<float> random_floats(std::mt19937& rng, size_t count, float l
   for (float& v : values) v = dist(rng);
   return values;
 }
+
+// A checkpoint's tensors, added one by one and written as dir/model.safetensors (the model tests'
+// random checkpoints; the config is the caller's).
+class CheckpointTensors {
+ public:
+  void add(const std::string& name, std::vector<int64_t> shape, DType dtype, std::vector<uint8_t> bytes) {
+    const std::vector<uint8_t>& stored = storage_.emplace_back(std::move(bytes));
+    TensorView t;
+    t.name = name;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.data = stored.data();
+    t.size_bytes = stored.size();
+    tensors_.push_back(t);
+  }
+  // Values uniform in [mean - spread, mean + spread], rounded to bf16.
+  void add_bf16(std::mt19937& rng, const std::string& name, std::vector<int64_t> shape, float mean, float spread) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    std::vector<uint8_t> bytes(static_cast<size_t>(count) * 2);
+    const std::vector<float> values = random_floats(rng, static_cast<size_t>(count), mean - spread, mean + spread);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t bits = f32_to_bf16(values[i]);
+      std::memcpy(&bytes[i * 2], &bits, 2);
+    }
+    add(name, std::move(shape), DType::kBF16, std::move(bytes));
+  }
+  void write(const std::string& dir) const {
+    auto written = write_safetensors(dir + "/model.safetensors", tensors_, {{"format", "pt"}});
+    if (!written.ok()) throw std::runtime_error(written.error().message);
+  }
+
+ private:
+  std::deque<std::vector<uint8_t>> storage_;  // a deque: the views keep pointing at earlier tensors
+  std::vector<TensorView> tensors_;
+};
 
 template <typename T>
 DeviceBuffer upload(Backend& backend, const std::vector<T>& values) {

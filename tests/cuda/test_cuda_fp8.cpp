@@ -26,7 +26,6 @@
 #include "kernels/ref/dequantize.h"
 #include "model/model.h"
 #include "sampling/logprobs.h"
-#include "weights/safetensors.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -386,37 +385,18 @@ std::string write_fp8_model(const std::string& dir, std::mt19937& rng, Fp8Layout
     "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
     "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                             "weight_block_size": [128, 128]}})";
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<TensorView> tensors;
-  const auto add = [&](const std::string& name, std::vector<int64_t> shape, DType dtype, std::vector<uint8_t> bytes) {
-    storage.push_back(std::move(bytes));
-    TensorView t;
-    t.name = name;
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    t.data = storage.back().data();
-    t.size_bytes = storage.back().size();
-    tensors.push_back(t);
-  };
+  CheckpointTensors checkpoint;
   const auto add_bf16 = [&](const std::string& name, std::vector<int64_t> shape, float mean, float spread) {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    std::vector<uint8_t> bytes(static_cast<size_t>(count) * 2);
-    const std::vector<float> values = random_floats(rng, static_cast<size_t>(count), mean - spread, mean + spread);
-    for (int64_t i = 0; i < count; ++i) {
-      const uint16_t bits = f32_to_bf16(values[static_cast<size_t>(i)]);
-      std::memcpy(&bytes[static_cast<size_t>(i) * 2], &bits, 2);
-    }
-    add(name, std::move(shape), DType::kBF16, std::move(bytes));
+    checkpoint.add_bf16(rng, name, std::move(shape), mean, spread);
   };
   const auto add_fp8 = [&](const std::string& name, int64_t rows, int64_t cols) {
     Fp8Weight w = Fp8Weight::random(rng, rows, cols, kBlock, kBlock);
     for (float& s : w.scales) s *= 0.25f;  // values up to 448 / 4096 / 4: a trained projection's range
     std::vector<uint8_t> scale_bytes(w.scales.size() * sizeof(float));
     std::memcpy(scale_bytes.data(), w.scales.data(), scale_bytes.size());
-    add(name, {rows, cols}, DType::kF8E4M3, std::move(w.codes));
-    add(name + "_scale_inv", {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock}, DType::kF32,
-        std::move(scale_bytes));
+    checkpoint.add(name, {rows, cols}, DType::kF8E4M3, std::move(w.codes));
+    checkpoint.add(name + "_scale_inv", {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock}, DType::kF32,
+                   std::move(scale_bytes));
   };
   add_bf16("model.embed_tokens.weight", {kVocab, hidden}, 0.0f, 1.0f);
   for (int64_t l = 0; l < kLayers; ++l) {
@@ -462,8 +442,7 @@ std::string write_fp8_model(const std::string& dir, std::mt19937& rng, Fp8Layout
   }
   add_bf16("model.norm.weight", {hidden}, 1.0f, 0.1f);
   add_bf16("lm_head.weight", {kVocab, hidden}, 0.0f, 0.25f);
-  auto written = write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  if (!written.ok()) throw std::runtime_error(written.error().message);
+  checkpoint.write(dir);
   return dir;
 }
 

@@ -12,12 +12,10 @@
 #include <fstream>
 #include <random>
 
-#include "core/dtype.h"
 #include "cuda_test_util.h"
 #include "fixtures.h"
 #include "model/decode_graphs.h"
 #include "model/model.h"
-#include "weights/safetensors.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -206,24 +204,9 @@ std::string write_few_expert_moe(const std::string& dir) {
     "vocab_size": 128, "rms_norm_eps": 1e-6, "hidden_act": "silu", "max_position_embeddings": 256,
     "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
   std::mt19937 rng(11);
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<TensorView> tensors;
+  CheckpointTensors checkpoint;
   const auto add = [&](const std::string& name, std::vector<int64_t> shape, float mean, float spread) {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    std::vector<uint8_t>& bytes = storage.emplace_back(static_cast<size_t>(count) * 2);
-    const std::vector<float> values = random_floats(rng, static_cast<size_t>(count), mean - spread, mean + spread);
-    for (int64_t i = 0; i < count; ++i) {
-      const uint16_t bits = f32_to_bf16(values[static_cast<size_t>(i)]);
-      std::memcpy(&bytes[static_cast<size_t>(i) * 2], &bits, 2);
-    }
-    TensorView t;
-    t.name = name;
-    t.dtype = DType::kBF16;
-    t.shape = std::move(shape);
-    t.data = bytes.data();
-    t.size_bytes = bytes.size();
-    tensors.push_back(t);
+    checkpoint.add_bf16(rng, name, std::move(shape), mean, spread);
   };
   const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
     add(name, {rows, cols}, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols)));
@@ -247,8 +230,7 @@ std::string write_few_expert_moe(const std::string& dir) {
   }
   add("model.norm.weight", {kHidden}, 1.0f, 0.1f);
   matrix("lm_head.weight", kVocab, kHidden);
-  auto written = write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  if (!written.ok()) throw std::runtime_error(written.error().message);
+  checkpoint.write(dir);
   return dir;
 }
 
