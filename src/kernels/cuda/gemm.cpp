@@ -254,8 +254,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
   // 4 (100, 200, 520; wrong at 65 and 201, with the scales' stride padded to 4 too): the last M % 4
   // rows take fp8_gemv.
   const bool lt_layout = w.scale_block_rows == kFp8BlockCols && (w.cols / kFp8BlockCols) % 4 == 0;
-  const bool on_gemv = num_rows <= kFp8GemvMaxRows &&
-                       (!lt_layout || num_rows <= kFp8GemvAlwaysRows || w.rows * w.cols < kFp8GemvSmallWeight);
+  const bool on_gemv = num_rows <= kFp8GemvMaxRows && (!lt_layout || num_rows <= kFp8GemvAlwaysRows || small_weight);
   if (!batch_invariant_ && (on_gemv || lt_layout) && fp8_layout_supported(w) && aligned_x) {
     const int64_t k = w.cols;
     void* workspace = input_buffer(static_cast<int64_t>(fp8_rows_bytes(num_rows, k)), DType::kU8);

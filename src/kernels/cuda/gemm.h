@@ -74,9 +74,10 @@ class LtGemm {
   // Enqueues the product on stream. x, y: device float32; w: device weight (F32, BF16 or F16, or
   // block-scaled F8E4M3: gemv.h's kernel for one row, gemm_fp8_swapped.h's for 2-64 rows (but
   // small weights up to 16 rows: gemv.h's at two, then gemv_fp8.h's), gemv_fp8.h's up to its row
-  // limit where the swapped kernel does not fit, then cuBLASLt's block-scaled FP8 GEMM over x quantised as gemv_fp8.h
-  // does (128 x 128 blocks, K a multiple of 512); shapes none takes are dequantised to bf16 first). Not thread-safe
-  // (one stream, shared buffers).
+  // limit where the swapped kernel does not fit, then cuBLASLt's block-scaled FP8 GEMM over x
+  // quantised as gemv_fp8.h does (128 x 128 blocks, K a multiple of 512); shapes none takes are
+  // dequantised to bf16 first).
+  // Not thread-safe (one stream, shared buffers).
   void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
   // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
   void matmul_cast(const void* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);

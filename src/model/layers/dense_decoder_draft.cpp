@@ -45,12 +45,12 @@ void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<in
   for (int32_t row : batch.logit_rows) DI_CHECK(row >= 0 && row < n, "logit row " << row << " out of range");
   if (expert_parallel_) join_group_forward(GroupForward::kDraftModule, n);
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
-  const bool graphed = draft_graphs_ != nullptr && DecodeGraphs::can_run(batch) &&
-                       std::none_of(mtp_layers_.begin(), mtp_layers_.end(), [&](const MtpLayerWeights& mtp) {
-                         return reads_back(mtp.block.ffn, DecodeGraphs::shape_for(batch).num_seqs);
-                       });
+  const int64_t padded = DecodeGraphs::can_run(batch) ? DecodeGraphs::shape_for(batch).num_seqs : 0;
+  const bool graphed = draft_graphs_ != nullptr && padded > 0 &&
+                       std::none_of(mtp_layers_.begin(), mtp_layers_.end(),
+                                    [&](const MtpLayerWeights& mtp) { return reads_back(mtp.block.ffn, padded); });
   // A graph's rows: the batch padded to its shape, every row's draft taken.
-  const int64_t rows = graphed ? DecodeGraphs::shape_for(batch).num_seqs : n;
+  const int64_t rows = graphed ? padded : n;
   const int64_t num_logit_rows = graphed ? rows : static_cast<int64_t>(batch.logit_rows.size());
 
   // The hidden states first, before any buffer below moves (the main model's among them); padded

@@ -208,9 +208,10 @@ bool CudaBackend::grouped_gemm_step(const kernels::MoeExperts& experts, const kc
 }
 
 bool CudaBackend::moe_step_reads_back(int64_t num_tokens, const kernels::MoeExperts& experts) {
-  // The row count first: most decode steps stop there, before the expert table is looked at.
+  // The fewest rows any grouped step takes first: most decode steps stop there, before the expert
+  // table is looked at.
   const int64_t num_rows = num_tokens * experts.top_k;
-  return num_rows >= kFp8GroupedGemmRowsPerExpert * experts.num_experts && !batch_invariant_ &&
+  return num_rows >= kFp8GroupedGemmRowsPerExpert * experts.num_experts &&
          grouped_gemm_step(experts, grouped_experts(experts), num_rows);
 }
 
