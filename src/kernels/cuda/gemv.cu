@@ -81,8 +81,8 @@ enum class Epilogue { kStore, kAdd, kSilu, kGelu };
 
 // One block computes kOut adjacent output columns from kW weight rows (kW = kOut, or with a gated
 // epilogue kOut gate rows and the kOut up rows n rows further on), so each x load serves kW rows.
-template <DType kDType, int kRows, int kW, int kUnrollT, Epilogue kEpilogue>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+template <DType kDType, int kRows, int kW, int kUnrollT, Epilogue kEpilogue, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks)
     gemv_kernel(const float* __restrict__ x, const uint4* __restrict__ w, BlockScales scales, int64_t n, int64_t k,
                 float* __restrict__ y) {
   constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // The per-column order of the sums is the same either way, so the bits are too.
 constexpr int64_t kLongRowElements = 8192;
 
-template <DType kDType, Epilogue kEpilogue, int kW, int kUnrollT>
-void launch_shape(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream) {
+template <DType kDType, int kRows, Epilogue kEpilogue, int kW, int kUnrollT, int kMinBlocks = 1>
+void launch_rows(const float* x, const WeightView& w, int64_t n, float* y, cudaStream_t stream) {
   constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
   constexpr int kOut = kGated ? kW / 2 : kW;
   const auto blocks = static_cast<unsigned>((n + kOut - 1) / kOut);
@@ -207,15 +207,14 @@ void launch_shape(const float* x, const WeightView& w, int64_t n, int64_t num_ro
     scales = BlockScales{static_cast<const float*>(w.scales), block_scale_row_stride(w), w.scale_block_rows,
                          w.scale_block_cols};
   }
-  const dim3 grid(blocks);
-  const dim3 block(kWarpsPerBlock * 32);
-  if (num_rows == 1) {
-    launch_dependent(gemv_kernel<kDType, 1, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, scales, n,
-                     w.cols, y);
-  } else {
-    launch_dependent(gemv_kernel<kDType, 2, kW, kUnrollT, kEpilogue>, grid, block, 0, stream, x, weights, scales, n,
-                     w.cols, y);
-  }
+  launch_dependent(gemv_kernel<kDType, kRows, kW, kUnrollT, kEpilogue, kMinBlocks>, dim3(blocks),
+                   dim3(kWarpsPerBlock * 32), 0, stream, x, weights, scales, n, w.cols, y);
+}
+
+template <DType kDType, Epilogue kEpilogue, int kW, int kUnrollT>
+void launch_shape(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream) {
+  num_rows == 1 ? launch_rows<kDType, 1, kEpilogue, kW, kUnrollT>(x, w, n, y, stream)
+                : launch_rows<kDType, 2, kEpilogue, kW, kUnrollT>(x, w, n, y, stream);
 }
 
 // Blocks of kCols rows the GPU holds at once.
@@ -235,10 +234,16 @@ int64_t resident_blocks() {
 // A product whose blocks of kCols rows would need a second wave but whose blocks of twice that fit
 // in one (o_proj's 4096 rows on the H200's 132 SMs) takes the longer blocks too: the second wave's
 // tail cost more (H200, Llama-3-8B at batch 1: 236 against 233 tok/s; docs/benchmarks.md). FP8
-// weights always do: a byte of them meets four of x, twice a 16-bit weight's share.
+// weights always do: a byte of them meets four of x, twice a 16-bit weight's share. One FP8 row
+// keeps one load a row in flight per lane, under 128 registers, so four blocks share an SM instead
+// of three (167 registers): on an H100, q_proj 4096 x 4096 took 5.9 us instead of 8.9 and down_proj
+// 14336 -> 4096 20.2 instead of 26.2 (docs/benchmarks.md). Two rows would spill there.
 template <DType kDType, Epilogue kEpilogue>
 void launch(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream) {
-  if constexpr (kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu || kDType == DType::kF8E4M3) {
+  if constexpr (kDType == DType::kF8E4M3) {
+    num_rows == 1 ? launch_rows<kDType, 1, kEpilogue, 2 * kCols, kUnroll / 4, 4>(x, w, n, y, stream)
+                  : launch_rows<kDType, 2, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, y, stream);
+  } else if constexpr (kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu) {
     launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, num_rows, y, stream);
   } else {
     const auto one_wave_of_long_blocks = [&] {
