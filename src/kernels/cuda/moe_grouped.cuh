@@ -61,8 +61,7 @@ struct StreamedLane {
   int64_t col_hi;
 };
 template <bool kGateUp, int kWarps>
-__device__ __forceinline__ StreamedLane streamed_lane() {
-  const int warp = static_cast<int>(threadIdx.x / 32);
+__device__ __forceinline__ StreamedLane streamed_lane(int warp = static_cast<int>(threadIdx.x / 32)) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4;
   const int64_t col_lo = (int64_t{blockIdx.y} * kWarps + warp) * streamed_warp_columns<kGateUp>() + g;

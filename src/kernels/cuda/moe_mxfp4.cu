@@ -11,10 +11,10 @@
 // the row's sums take 2^(row's largest - 127) at the end. Blocks whose scale is at least 2^-23 of
 // the row's largest are exact; smaller ones round (f16 subnormals), to zero under about 2^-28. A
 // word's codes 0, 4 | 1, 5 feed one product and 2, 6 | 3, 7 the next, x paired alike, so each dot
-// product keeps its terms. On an H100 a batch-1 step reads gate|up at about 1.3 TB/s and down at
-// 0.7, each warp as slow whether its SM holds 5 or 11 (docs/benchmarks.md, "MXFP4 experts kept
-// packed"): bound per warp, not by the arithmetic (the FP8 conversion instruction this decode
-// replaced cost 2 us of a layer's 54).
+// product keeps its terms. A batch-1 step's warps are few (four experts' rows) and each issues
+// its ~7000 instructions one after another (Nsight Compute on an H100: 2.6 warps a scheduler, one
+// issue every 5.6 cycles, 40 % of DRAM bandwidth), so one-token steps split each warp's k four ways
+// (docs/benchmarks.md, "MXFP4 experts kept packed").
 #include <algorithm>
 
 #include "kernels/cuda/moe_packed_stream.cuh"
@@ -26,20 +26,22 @@ constexpr int kWarps = 4;
 // The grouping's rows per tile, as the bf16 streamed tiles'.
 constexpr int kTileRows = 32;
 constexpr int kSpanK = 4 * static_cast<int>(kMxfp4Block);  // four lanes' MX blocks of one row
-constexpr int kUnroll = 4;                                 // spans a lane has in flight, twice over
 
 // A lane's codes of kUnroll spans: one MX block of each of its two rows per span (zeros past k_in),
 // and the blocks' e8m0 scales, span u's in byte u.
+template <int kUnroll>
 struct SpanCodes {
   uint4 lo[kUnroll];
   uint4 hi[kUnroll];
   uint32_t lo_scales;
   uint32_t hi_scales;
+  static_assert(kUnroll <= 4, "a span's scale per byte of one word");
 };
-static_assert(kUnroll <= 4, "a span's scale per byte of one word");
 
+template <int kUnroll>
 __device__ __forceinline__ void load_spans(const uint8_t* codes_lo, const uint8_t* codes_hi, const uint8_t* scales_lo,
-                                           const uint8_t* scales_hi, int64_t k_in, int64_t first_k, SpanCodes& w) {
+                                           const uint8_t* scales_hi, int64_t k_in, int64_t first_k,
+                                           SpanCodes<kUnroll>& w) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t k = first_k + int64_t{u} * kSpanK;
@@ -74,12 +76,18 @@ __device__ __forceinline__ uint32_t f16_pair_of_power(int r) {
 
 // in: x (gate|up: token rows, via the grouping) or h (down: grouped rows); out: h or y. kNTiles:
 // the n-tiles of 8 rows a tile may fill (1 for steps of up to 8 tokens, whose input rows are staged
-// in shared memory: kStagedRows * staged_row_chunks(k_in) chunks; 4 otherwise, read from L1).
-template <bool kGateUp, int kNTiles>
-__global__ void __launch_bounds__(kWarps * 32, 4)
+// in shared memory: staged_row_chunks(k_in) chunks a token; 4 otherwise, read from L1).
+// kSplit: the block's warps share their columns, each taking a kSplit-th of k (split_k_range);
+// kUnroll: spans a lane has in flight, twice over; kMinBlocks: blocks an SM holds (the register cap).
+template <bool kGateUp, int kNTiles, int kSplit = 1, int kUnroll = 4, int kMinBlocks = 4>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     stream_mxfp4_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
                         int64_t k_in, float* __restrict__ out) {
-  const auto [g, t, col_lo, col_hi] = streamed_lane<kGateUp, kWarps>();  // t: the lane's MX block of a span
+  constexpr int kColumnWarps = kWarps / kSplit;
+  // t: the lane's MX block of a span
+  const auto [g, t, col_lo, col_hi] =
+      streamed_lane<kGateUp, kColumnWarps>(static_cast<int>(threadIdx.x / 32) % kColumnWarps);
+  const KRange k_range = split_k_range<kSplit, kWarps>(k_in, kSpanK);
   ExpertTile tile;
   if constexpr (kGateUp) wait_for_previous_grid();
   const bool has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
@@ -91,7 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const uint8_t* scales_lo = nullptr;
   const uint8_t* scales_hi = nullptr;
   const ExpertPointers* p = nullptr;
-  SpanCodes current;
+  SpanCodes<kUnroll> current;
   const int64_t first_k = int64_t{kMxfp4Block} * t;
   if (has_tile) {
     p = &experts.experts[tile.expert];
@@ -99,7 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     codes_hi = static_cast<const uint8_t*>(kGateUp ? p->up : p->down) + row_hi * (k_in / 2);
     scales_lo = static_cast<const uint8_t*>(kGateUp ? p->gate_scales : p->down_scales) + row_lo * scale_cols;
     scales_hi = static_cast<const uint8_t*>(kGateUp ? p->up_scales : p->down_scales) + row_hi * scale_cols;
-    load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_in, first_k, current);
+    load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_range.end, k_range.begin + first_k, current);
   }
   if constexpr (!kGateUp) wait_for_previous_grid();
   allow_next_grid();
@@ -114,13 +122,15 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const int n_tiles = (tile.num_rows + 7) / 8;
   float acc[kNTiles][4] = {};
   constexpr int64_t kGroupK = int64_t{kUnroll} * kSpanK;
-  for (int64_t k0 = 0; k0 < k_in; k0 += kGroupK) {
-    SpanCodes next{};
-    if (k0 + kGroupK < k_in) load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_in, k0 + kGroupK + first_k, next);
+  for (int64_t k0 = k_range.begin; k0 < k_range.end; k0 += kGroupK) {
+    SpanCodes<kUnroll> next{};
+    if (k0 + kGroupK < k_range.end) {
+      load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_range.end, k0 + kGroupK + first_k, next);
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = k0 + int64_t{u} * kSpanK + first_k;
-      const bool valid = k < k_in;
+      const bool valid = k < k_range.end;
       const uint32_t lo_factor = f16_pair_of_power(max_lo - static_cast<int>((current.lo_scales >> (8 * u)) & 0xFFu));
       const uint32_t hi_factor = f16_pair_of_power(max_hi - static_cast<int>((current.hi_scales >> (8 * u)) & 0xFFu));
       const uint32_t lo_words[4] = {current.lo[u].x, current.lo[u].y, current.lo[u].z, current.lo[u].w};
@@ -158,15 +168,27 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     }
     current = next;
   }
+  if (!gather_split_sums<kSplit, kWarps>(acc)) return;
   store_streamed_tile<kNTiles, kGateUp>(acc, tile, *p, experts, n_out, col_lo, col_hi, t, ldexpf(1.0f, max_lo - 127),
                                         ldexpf(1.0f, max_hi - 127), out);
 }
 
+// Steps of one token split each warp's k in kOneTokenSplit: their four routed experts' tiles leave
+// most warp slots empty, and each warp's 23 spans ran one after another (on an H100, a GPT-OSS-20B
+// layer's experts took 38.8 us instead of 52.2; at 8 tokens splitting cost 9-35 %).
+constexpr int kOneTokenSplit = 4;
+
 template <bool kGateUp>
 void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows, float* out,
             cudaStream_t stream) {
-  launch_packed_stream<stream_mxfp4_kernel<kGateUp, 1>, stream_mxfp4_kernel<kGateUp, kTileRows / 8>, kGateUp, kWarps>(
-      in, experts, grouping, num_rows, out, stream);
+  constexpr auto kUnstaged = stream_mxfp4_kernel<kGateUp, kTileRows / 8>;
+  if (num_rows == experts.top_k) {
+    launch_packed_stream<stream_mxfp4_kernel<kGateUp, 1, kOneTokenSplit, 2, 6>, kUnstaged, kGateUp, kWarps,
+                         kWarps / kOneTokenSplit>(in, experts, grouping, num_rows, out, stream);
+  } else {
+    launch_packed_stream<stream_mxfp4_kernel<kGateUp, 1>, kUnstaged, kGateUp, kWarps>(in, experts, grouping, num_rows,
+                                                                                      out, stream);
+  }
 }
 
 // An e2m1 code's value: its bits placed in an f16 (sign to bit 15, exponent and mantissa to bits

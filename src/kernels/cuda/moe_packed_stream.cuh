@@ -4,6 +4,8 @@
 // pair (x paired alike), lane t taking k 32t..32t+31 of each 128-element span.
 #pragma once
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/mma_util.cuh"
@@ -61,7 +63,7 @@ __device__ __forceinline__ void stage_input_f16(const float* in, const GroupedEx
 }
 
 // A streamed tile's inputs for lane group g: with one n-tile (kNTiles 1) the tile's rows staged in
-// shared memory (kStagedRows * staged_row_chunks(k_in) chunks of dynamic shared memory), returning
+// shared memory (staged_row_chunks(k_in) chunks of dynamic shared memory a token), returning
 // the lane's staged row; otherwise x_rows gets its n-tiles' rows of in (streamed_input_rows).
 template <int kNTiles, bool kGateUp>
 __device__ __forceinline__ const uint4* packed_stream_inputs(const float* in, const GroupedExperts& experts,
@@ -78,24 +80,77 @@ __device__ __forceinline__ const uint4* packed_stream_inputs(const float* in, co
   }
 }
 
+// A warp's share of k when a block's warps split it in kSplit parts (warp / (kWarps / kSplit)):
+// part p takes spans [p * per, (p + 1) * per) of kSpanK columns, per = ceil(spans / kSplit).
+struct KRange {
+  int64_t begin;
+  int64_t end;
+};
+template <int kSplit, int kWarps>
+__device__ __forceinline__ KRange split_k_range(int64_t k_in, int64_t span_k) {
+  const int part = static_cast<int>(threadIdx.x / 32) / (kWarps / kSplit);
+  const int64_t per = ((k_in + span_k - 1) / span_k + kSplit - 1) / kSplit * span_k;
+  return {min(k_in, part * per), min(k_in, (part + 1) * per)};
+}
+
+// With k split (kSplit > 1), the first part's warps add the other parts' sums, in part order, and
+// return true: only they store. Every thread of the block must call it.
+template <int kSplit, int kWarps, int kNTiles>
+__device__ __forceinline__ bool gather_split_sums(float (&acc)[kNTiles][4]) {
+  if constexpr (kSplit == 1) {
+    return true;
+  } else {
+    constexpr int kColumnWarps = kWarps / kSplit;
+    __shared__ float partial[kSplit - 1][kColumnWarps][kNTiles * 4][32];
+    const int warp = static_cast<int>(threadIdx.x / 32);
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int part = warp / kColumnWarps;
+    const int column_warp = warp % kColumnWarps;
+    if (part > 0) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) partial[part - 1][column_warp][4 * j + i][lane] = acc[j][i];
+      }
+    }
+    __syncthreads();
+    if (part > 0) return false;
+#pragma unroll
+    for (int p = 0; p < kSplit - 1; ++p) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[j][i] += partial[p][column_warp][4 * j + i][lane];
+      }
+    }
+    return true;
+  }
+}
+
 // Launches kStaged (kNTiles 1, input rows staged) when the step has at most kStagedRows tokens and
 // they fit in shared memory, else kUnstaged; both take (in, experts, grouping, n_out, k_in, out) on
-// a grid of the worst case's tiles by the warps' output columns.
-template <auto kStaged, auto kUnstaged, bool kGateUp, int kWarps>
+// a grid of the worst case's tiles by the output columns of a block's kStagedColumnWarps (staged) or
+// kWarps (unstaged) warps.
+template <auto kStaged, auto kUnstaged, bool kGateUp, int kWarps, int kStagedColumnWarps = kWarps>
 void launch_packed_stream(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                           float* out, cudaStream_t stream) {
   const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
   const int64_t k_in = kGateUp ? experts.hidden : experts.intermediate;
-  const int64_t columns = kWarps * streamed_warp_columns<kGateUp>();
-  const dim3 grid(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
-                  static_cast<unsigned>((n_out + columns - 1) / columns));
-  // A token routes to distinct experts, so a tile holds at most one row per token. Rows too long
-  // to stage take the unstaged tiles at every size.
-  const size_t shared = kStagedRows * staged_row_chunks(k_in) * sizeof(uint4);
-  if (num_rows / experts.top_k > kStagedRows || shared > kPackedMaxSharedBytes) {
-    launch_dependent(kUnstaged, grid, dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out, k_in, out);
+  const auto grid_for = [&](int column_warps) {
+    const int64_t columns = column_warps * streamed_warp_columns<kGateUp>();
+    return dim3(static_cast<unsigned>(moe_max_tiles(MoeKernel::kTensorCoreStream, num_rows, experts.num_experts)),
+                static_cast<unsigned>((n_out + columns - 1) / columns));
+  };
+  // A token routes to distinct experts, so a tile holds at most one row per token: the staged rows
+  // are the step's tokens. Rows too long to stage take the unstaged tiles at every size.
+  const int64_t tokens = num_rows / experts.top_k;
+  const size_t shared = std::min(tokens, kStagedRows) * staged_row_chunks(k_in) * sizeof(uint4);
+  if (tokens > kStagedRows || shared > kPackedMaxSharedBytes) {
+    launch_dependent(kUnstaged, grid_for(kWarps), dim3(kWarps * 32), 0, stream, in, experts, grouping, n_out, k_in,
+                     out);
     return;
   }
+  const dim3 grid = grid_for(kStagedColumnWarps);
   if (shared > kPackedDefaultSharedBytes) {
     static const bool opted_in = [] {
       DI_CUDA_CHECK(cudaFuncSetAttribute(kStaged, cudaFuncAttributeMaxDynamicSharedMemorySize,
