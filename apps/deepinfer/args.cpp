@@ -35,6 +35,16 @@ Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& val
   return args;
 }
 
+Args Args::with(const std::string& flag, const std::optional<std::string>& value) const {
+  Args copy = *this;
+  if (value) {
+    copy.values_[flag] = *value;
+  } else {
+    copy.values_.erase(flag);
+  }
+  return copy;
+}
+
 std::optional<std::string> Args::find(const std::string& flag) const {
   const auto it = values_.find(flag);
   if (it == values_.end()) return std::nullopt;

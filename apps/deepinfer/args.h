@@ -27,6 +27,8 @@ class Args {
   Result<double> get_double(const std::string& flag, double fallback) const;
   // "1,2,3" -> {1, 2, 3}
   Result<std::vector<int32_t>> get_int_list(const std::string& flag) const;
+  // A copy with flag set to value ("" for a bool flag), or without flag where value is empty.
+  Args with(const std::string& flag, const std::optional<std::string>& value) const;
 
  private:
   std::map<std::string, std::string> values_;

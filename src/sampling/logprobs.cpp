@@ -78,4 +78,17 @@ std::vector<std::pair<int32_t, double>> top_logprobs(const float* logits, int64_
   return top;
 }
 
+double kl_divergence(const float* reference_logits, const float* logits, int64_t vocab_size) {
+  const double reference_log_sum = log_sum_exp(reference_logits, vocab_size);
+  const double log_sum = log_sum_exp(logits, vocab_size);
+  double kl = 0.0;
+  for (int64_t i = 0; i < vocab_size; ++i) {
+    const double reference_logprob = static_cast<double>(reference_logits[i]) - reference_log_sum;
+    const double p = std::exp(reference_logprob);
+    // A token the reference gives no mass adds nothing, whatever the other side says.
+    if (p > 0.0) kl += p * (reference_logprob - (static_cast<double>(logits[i]) - log_sum));
+  }
+  return kl;
+}
+
 }  // namespace deepinfer

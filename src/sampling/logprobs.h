@@ -29,4 +29,8 @@ std::vector<double> log_softmax(const float* logits, int64_t vocab_size);
 // The k most likely (id, logprob) pairs, ordered as TokenLogprob::top.
 std::vector<std::pair<int32_t, double>> top_logprobs(const float* logits, int64_t vocab_size, int32_t k);
 
+// KL(P || Q) in float64, P and Q the softmax over the full vocabulary of reference_logits and
+// logits: how far logits' distribution is from the reference's, in nats (llama.cpp's KLD).
+double kl_divergence(const float* reference_logits, const float* logits, int64_t vocab_size);
+
 }  // namespace deepinfer

@@ -6,13 +6,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "run_cli.h"
 
@@ -74,6 +75,73 @@ TEST(Cli, ScoreDumpsLastLogits) {
   const RunResult r = run_cli("score --model " + fixture("llama") + " --tokens 5,6,7 --top-logprobs 2 --dump-logits " + path);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(std::filesystem::file_size(path), 397u * sizeof(float));
+}
+
+// --kl-reference: each position's KL(reference || model) and the summary are those of the two
+// models' full distributions, as plain score runs print them (the fixture's vocabulary is 397).
+TEST(Cli, ScoreMeasuresKlAgainstAReference) {
+  const std::string llama = fixture("llama");
+  const std::string tokens = " --tokens 5,6,7,8,9,10";
+  const RunResult fp8 = run_cli("score --model " + llama + tokens + " --kv-cache-dtype fp8 --top-logprobs 397", false);
+  const RunResult f32 = run_cli("score --model " + llama + tokens + " --top-logprobs 397", false);
+  const RunResult kl =
+      run_cli("score --model " + llama + tokens + " --kv-cache-dtype fp8 --kl-reference " + llama, false);
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.out;
+  ASSERT_EQ(f32.exit_code, 0) << f32.out;
+  ASSERT_EQ(kl.exit_code, 0) << kl.out;
+  const auto lines = [](const std::string& out) {
+    std::vector<nlohmann::json> parsed;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) parsed.push_back(nlohmann::json::parse(line));
+    return parsed;
+  };
+  const std::vector<nlohmann::json> model = lines(fp8.out);
+  const std::vector<nlohmann::json> reference = lines(f32.out);
+  const std::vector<nlohmann::json> got = lines(kl.out);
+  ASSERT_EQ(model.size(), 6u);
+  ASSERT_EQ(reference.size(), 6u);
+  ASSERT_EQ(got.size(), 7u);
+  double sum = 0.0, most = 0.0;
+  int agreed = 0;
+  for (size_t pos = 0; pos < 6; ++pos) {
+    std::map<int, double> model_logprob;
+    for (const auto& pair : model[pos]["top"]) model_logprob[pair[0].get<int>()] = pair[1].get<double>();
+    ASSERT_EQ(model_logprob.size(), 397u);
+    double want = 0.0;
+    for (const auto& pair : reference[pos]["top"]) {
+      const double logprob = pair[1].get<double>();
+      want += std::exp(logprob) * (logprob - model_logprob.at(pair[0].get<int>()));
+    }
+    EXPECT_EQ(got[pos]["top"],
+              nlohmann::json(std::vector<nlohmann::json>(model[pos]["top"].begin(), model[pos]["top"].begin() + 8)));
+    EXPECT_NEAR(got[pos]["kl"].get<double>(), want, 1e-7 + 1e-4 * want) << "pos " << pos;
+    EXPECT_EQ(got[pos]["reference_top"], reference[pos]["top"][0]) << "pos " << pos;
+    sum += want;
+    most = std::max(most, want);
+    agreed += model[pos]["top"][0][0] == reference[pos]["top"][0][0] ? 1 : 0;
+  }
+  const nlohmann::json& summary = got[6];
+  EXPECT_EQ(summary["summary"], "kl");
+  EXPECT_EQ(summary["positions"], 6);
+  EXPECT_NEAR(summary["kl_mean"].get<double>(), sum / 6, 1e-7 + 1e-4 * sum / 6);
+  EXPECT_NEAR(summary["kl_max"].get<double>(), most, 1e-7 + 1e-4 * most);
+  EXPECT_GT(most, 0.0) << "an fp8 cache moves the distributions";
+  EXPECT_DOUBLE_EQ(summary["top1_agreement"].get<double>(), agreed / 6.0);
+}
+
+// A packed MXFP4 checkpoint against its own dequantisation: on the CPU the packed experts give the
+// dequantised load's bits, so every position's KL is 0.
+TEST(Cli, ScoreKlOfAPackedCheckpointAgainstItsDequantisation) {
+  const std::string model = fixture("gpt_oss_mxfp4");
+  const RunResult r = run_cli(
+      "score --model " + model + " --tokens 3,1,4,1,5,9,2,6 --kl-reference " + model + " --kl-reference-dequantized",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string summary = r.out.substr(r.out.rfind("{\"summary\""));
+  const nlohmann::json got = nlohmann::json::parse(summary);
+  EXPECT_EQ(got["positions"], 8);
+  EXPECT_EQ(got["kl_max"].get<double>(), 0.0) << summary;
+  EXPECT_EQ(got["top1_agreement"].get<double>(), 1.0) << summary;
 }
 
 TEST(Cli, GenerateGreedyMatchesFixture) {
@@ -168,6 +236,10 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"score --model " + llama + " --tokens 1 --device tpu", "unknown device 'tpu'"},
       {"score --model " + llama + " --tokens 1 --top-logprobs 0", "--top-logprobs"},
       {"score --model " + llama + " --tokens 1 --kv-cache-dtype fp16", "--kv-cache-dtype: 'fp16' is not a KV cache"},
+      {"score --model " + llama + " --tokens 1 --kl-reference-dequantized", "need --kl-reference"},
+      {"score --model " + llama + " --tokens 1 --kl-reference " + std::string(DEEPINFER_SOURCE_DIR) + "/models/default",
+       "--kl-reference: its vocabulary has 8192 tokens, --model's 397"},
+      {"score --model " + llama + " --tokens 1 --kl-reference /nonexistent/model", "--kl-reference: "},
       {"generate --model " + llama + " --tokens 1 --kv-cache-dtype int8", "--kv-cache-dtype: 'int8' is not a KV cache"},
       {"bench images --model " + llama, "the model at --model has no image encoder"},
       {"bench images --model " + fixture("qwen2_5_vl") + " --runs 0", "--runs at least 1"},

@@ -62,5 +62,24 @@ TEST(Logprobs, MaskedTokensHaveMinusInfinity) {
   EXPECT_NEAR(token_logprob(logits.data(), 3, 0, 0).logprob, -std::log(2.0), 1e-15);
 }
 
+// KL(P || Q): P uniform over two tokens and Q's logits d apart give 0.5 ln (0.5 / q0) + 0.5 ln
+// (0.5 / q1), whatever shift either side's logits carry (here about ln 3 apart, Q near (1/4, 3/4));
+// a token P gives no mass adds nothing, one Q gives none makes it infinite.
+TEST(Logprobs, KlDivergenceMatchesClosedForm) {
+  const std::vector<float> reference = {0.0f, 0.0f};
+  const std::vector<float> model = {1000.0f, 1000.0f + static_cast<float>(std::log(3.0))};
+  const double d = static_cast<double>(model[1]) - model[0];
+  const double q0 = 1.0 / (1.0 + std::exp(d));
+  const double want = 0.5 * std::log(0.5 / q0) + 0.5 * std::log(0.5 / (1.0 - q0));
+  EXPECT_NEAR(want, 0.5 * std::log(4.0 / 3.0), 1e-4);
+  EXPECT_NEAR(kl_divergence(reference.data(), model.data(), 2), want, 1e-12);
+  EXPECT_EQ(kl_divergence(model.data(), model.data(), 2), 0.0);
+  const std::vector<float> reference_masked = {0.0f, 0.0f, -INFINITY};
+  const std::vector<float> model_third = {model[0], model[1], 5.0f};
+  EXPECT_NEAR(kl_divergence(reference_masked.data(), model_third.data(), 3), want, 1e-12);
+  const std::vector<float> model_masked = {0.0f, -INFINITY};
+  EXPECT_EQ(kl_divergence(reference.data(), model_masked.data(), 2), INFINITY);
+}
+
 }  // namespace
 }  // namespace deepinfer
