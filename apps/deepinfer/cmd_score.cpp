@@ -32,8 +32,10 @@ vocabulary; DIR may be --model itself), loaded with the same flags but --dequant
 own dequantisation) and --kl-reference-kv-cache-dtype T gives its KV cache type (default auto).
 Each line then adds "kl", KL(reference || model) over the full vocabulary in nats, and
 "reference_top", the reference's most likely [id, logprob]; a last line sums them up:
-{"summary":"kl","positions":N,"kl_mean":..,"kl_median":..,"kl_p99":..,"kl_max":..,"top1_agreement":..}
-(top1_agreement: the fraction of positions whose most likely token is the reference's).
+{"summary":"kl","positions":N,"kl_mean":..,"kl_median":..,"kl_p99":..,"kl_max":..,"top1_agreement":..,
+"reference_entropy_mean":..} (top1_agreement: the fraction of positions whose most likely token is
+the reference's; reference_entropy_mean: the reference distributions' mean entropy in nats, ln of
+the vocabulary size when flat, against which to read the KL).
 Not with --data-parallel-size.
 With --data-parallel-size N --expert-parallel the MoE layers' experts are spread over N ranks
 (processes; rank 0 scores, the others serve its tokens' experts), to check a model under expert
@@ -70,8 +72,9 @@ Result<std::vector<float>> reference_logits(const Args& args, const std::vector<
   return generator.append(tokens, true);
 }
 
-// The summary line of the positions' KL values and how many top-1 ids agreed.
-void print_kl_summary(std::vector<double> kl, size_t top1_agreed) {
+// The summary line of the positions' KL values, how many top-1 ids agreed and the reference's
+// entropies summed.
+void print_kl_summary(std::vector<double> kl, size_t top1_agreed, double reference_entropy) {
   const size_t n = kl.size();
   double sum = 0.0;
   for (double v : kl) sum += v;
@@ -79,9 +82,9 @@ void print_kl_summary(std::vector<double> kl, size_t top1_agreed) {
   const auto quantile = [&](double q) { return kl[std::min(n - 1, static_cast<size_t>(q * static_cast<double>(n)))]; };
   std::printf(
       "{\"summary\":\"kl\",\"positions\":%zu,\"kl_mean\":%.9g,\"kl_median\":%.9g,\"kl_p99\":%.9g,\"kl_max\":%.9g,"
-      "\"top1_agreement\":%.9g}\n",
+      "\"top1_agreement\":%.9g,\"reference_entropy_mean\":%.9g}\n",
       n, sum / static_cast<double>(n), quantile(0.5), quantile(0.99), kl.back(),
-      static_cast<double>(top1_agreed) / static_cast<double>(n));
+      static_cast<double>(top1_agreed) / static_cast<double>(n), reference_entropy / static_cast<double>(n));
 }
 
 }  // namespace
@@ -140,6 +143,7 @@ int run_score(int argc, char** argv) {
   }
   std::vector<double> kl;
   size_t top1_agreed = 0;
+  double reference_entropy = 0.0;
   for (size_t pos = 0; pos < tokens->size(); ++pos) {
     const float* row = logits.data() + pos * static_cast<size_t>(vocab);
     std::printf("{\"pos\":%zu,\"token\":%d,\"top\":[", pos, (*tokens)[pos]);
@@ -152,13 +156,14 @@ int run_score(int argc, char** argv) {
       const float* reference_row = reference.data() + pos * static_cast<size_t>(vocab);
       const auto reference_top = top_logprobs(reference_row, vocab, 1);
       kl.push_back(kl_divergence(reference_row, row, vocab));
+      reference_entropy += entropy(reference_row, vocab);
       top1_agreed += reference_top[0].first == top[0].first ? 1 : 0;
       std::printf(",\"kl\":%.9g,\"reference_top\":[%d,%.9g]", kl.back(), reference_top[0].first,
                   reference_top[0].second);
     }
     std::printf("}\n");
   }
-  if (with_reference) print_kl_summary(std::move(kl), top1_agreed);
+  if (with_reference) print_kl_summary(std::move(kl), top1_agreed, reference_entropy);
   if (auto path = args->find("--dump-logits")) {
     const float* last = logits.data() + (tokens->size() - 1) * static_cast<size_t>(vocab);
     if (auto written = write_logits(*path, last, vocab); !written.ok()) return report_error("score", written.error());

@@ -91,4 +91,15 @@ double kl_divergence(const float* reference_logits, const float* logits, int64_t
   return kl;
 }
 
+double entropy(const float* logits, int64_t vocab_size) {
+  const double log_sum = log_sum_exp(logits, vocab_size);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab_size; ++i) {
+    const double logprob = static_cast<double>(logits[i]) - log_sum;
+    const double p = std::exp(logprob);
+    if (p > 0.0) sum -= p * logprob;
+  }
+  return sum;
+}
+
 }  // namespace deepinfer

@@ -33,4 +33,8 @@ std::vector<std::pair<int32_t, double>> top_logprobs(const float* logits, int64_
 // logits: how far logits' distribution is from the reference's, in nats (llama.cpp's KLD).
 double kl_divergence(const float* reference_logits, const float* logits, int64_t vocab_size);
 
+// The entropy of logits' softmax over the full vocabulary, in nats (ln vocab_size when flat): what a
+// KL divergence is small against.
+double entropy(const float* logits, int64_t vocab_size);
+
 }  // namespace deepinfer

@@ -101,7 +101,7 @@ TEST(Cli, ScoreMeasuresKlAgainstAReference) {
   ASSERT_EQ(model.size(), 6u);
   ASSERT_EQ(reference.size(), 6u);
   ASSERT_EQ(got.size(), 7u);
-  double sum = 0.0, most = 0.0;
+  double sum = 0.0, most = 0.0, entropy = 0.0;
   int agreed = 0;
   for (size_t pos = 0; pos < 6; ++pos) {
     std::map<int, double> model_logprob;
@@ -111,6 +111,7 @@ TEST(Cli, ScoreMeasuresKlAgainstAReference) {
     for (const auto& pair : reference[pos]["top"]) {
       const double logprob = pair[1].get<double>();
       want += std::exp(logprob) * (logprob - model_logprob.at(pair[0].get<int>()));
+      entropy -= std::exp(logprob) * logprob;
     }
     EXPECT_EQ(got[pos]["top"],
               nlohmann::json(std::vector<nlohmann::json>(model[pos]["top"].begin(), model[pos]["top"].begin() + 8)));
@@ -127,6 +128,7 @@ TEST(Cli, ScoreMeasuresKlAgainstAReference) {
   EXPECT_NEAR(summary["kl_max"].get<double>(), most, 1e-7 + 1e-4 * most);
   EXPECT_GT(most, 0.0) << "an fp8 cache moves the distributions";
   EXPECT_DOUBLE_EQ(summary["top1_agreement"].get<double>(), agreed / 6.0);
+  EXPECT_NEAR(summary["reference_entropy_mean"].get<double>(), entropy / 6, 1e-6);
 }
 
 // A packed MXFP4 checkpoint against its own dequantisation: on the CPU the packed experts give the

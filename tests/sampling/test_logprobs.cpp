@@ -81,5 +81,16 @@ TEST(Logprobs, KlDivergenceMatchesClosedForm) {
   EXPECT_EQ(kl_divergence(reference.data(), model_masked.data(), 2), INFINITY);
 }
 
+// Entropy: ln 4 for four equal logits, 0 for one token, and the two-token closed form.
+TEST(Logprobs, EntropyMatchesClosedForm) {
+  const std::vector<float> flat(4, 7.0f);
+  EXPECT_NEAR(entropy(flat.data(), 4), std::log(4.0), 1e-12);
+  const std::vector<float> one = {0.0f, -INFINITY};
+  EXPECT_EQ(entropy(one.data(), 2), 0.0);
+  const std::vector<float> two = {0.0f, 1.0f};
+  const double p0 = 1.0 / (1.0 + std::exp(1.0));
+  EXPECT_NEAR(entropy(two.data(), 2), -p0 * std::log(p0) - (1.0 - p0) * std::log(1.0 - p0), 1e-12);
+}
+
 }  // namespace
 }  // namespace deepinfer
