@@ -500,10 +500,9 @@ Fp8Agreement fp8_against_dequantised(std::mt19937& rng, Fp8Layout layout, int64_
   result.reference_cache = (*dequantised)->kv_cache_dtype();
   std::vector<double> prefill_kls;
   for (size_t r = 0; r < fp8_logits.size(); ++r) {
-    const std::vector<double> p = log_softmax(reference_logits[r].data(), vocab);
-    const std::vector<double> q = log_softmax(fp8_logits[r].data(), vocab);
-    double kl = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) kl += std::exp(p[i]) * (p[i] - q[i]);
+    const std::vector<float>& p = reference_logits[r];
+    const std::vector<float>& q = fp8_logits[r];
+    const double kl = kl_divergence(p.data(), q.data(), vocab);
     (r < prompt_tokens ? result.kl_prefill : result.kl_decode) += kl;
     if (r < prompt_tokens) prefill_kls.push_back(kl);
     result.agree +=

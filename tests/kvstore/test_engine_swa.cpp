@@ -13,6 +13,7 @@
 #include "engine/swa_replay.h"
 #include "kvstore/page_format.h"
 #include "kvstore_test_util.h"
+#include "sampling/logprobs.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -188,21 +189,6 @@ class RecordingModel final : public CausalLM {
   std::vector<float> last_row_;
 };
 
-double kl(const std::vector<float>& reference, const std::vector<float>& other) {
-  const auto log_softmax = [](const std::vector<float>& x) {
-    const double top = *std::max_element(x.begin(), x.end());
-    double sum = 0.0;
-    for (const float v : x) sum += std::exp(v - top);
-    std::vector<double> out;
-    for (const float v : x) out.push_back(v - top - std::log(sum));
-    return out;
-  };
-  const std::vector<double> p = log_softmax(reference), q = log_softmax(other);
-  double d = 0.0;
-  for (size_t v = 0; v < p.size(); ++v) d += std::exp(p[v]) * (p[v] - q[v]);
-  return d;
-}
-
 struct Divergence {
   double mean_kl = 0.0;
   double max_kl = 0.0;
@@ -252,7 +238,7 @@ Divergence engine_divergence(const std::string& fixture, int32_t replay_tokens) 
     EXPECT_GE(outcome.num_cached_tokens, kPrefix);
     const std::vector<float>& row = model.last_row();
     const std::vector<float>& want = reference[static_cast<size_t>(j)];
-    const double k = kl(want, row);
+    const double k = kl_divergence(want.data(), row.data(), static_cast<int64_t>(want.size()));
     d.mean_kl += k / kFollowing;
     d.max_kl = std::max(d.max_kl, k);
     for (size_t v = 0; v < row.size(); ++v) {

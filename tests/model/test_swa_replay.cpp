@@ -2,7 +2,6 @@
 // from the last R prefix tokens vs a full recompute. Exact mode (num_swa_layers x window) matches
 // it; a bounded replay stays within a KL bound that no replay, or one shorter than the window, exceeds.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include "fixtures.h"
 #include "model/model.h"
+#include "sampling/logprobs.h"
 
 namespace deepinfer {
 namespace {
@@ -99,25 +99,12 @@ struct Divergence {
   double max_abs_logit = 0.0;
 };
 
-void log_softmax(const float* logits, int64_t vocab, std::vector<double>& out) {
-  out.assign(logits, logits + vocab);
-  const double top = *std::max_element(out.begin(), out.end());
-  double sum = 0.0;
-  for (const double x : out) sum += std::exp(x - top);
-  const double log_sum = top + std::log(sum);
-  for (double& x : out) x -= log_sum;
-}
-
 // KL(reference || replayed) of each row's next-token distribution.
 Divergence divergence(const std::vector<float>& reference, const std::vector<float>& replayed, int64_t vocab) {
   Divergence d;
-  std::vector<double> p, q;
   const int64_t rows = static_cast<int64_t>(reference.size()) / vocab;
   for (int64_t r = 0; r < rows; ++r) {
-    log_softmax(reference.data() + r * vocab, vocab, p);
-    log_softmax(replayed.data() + r * vocab, vocab, q);
-    double kl = 0.0;
-    for (size_t v = 0; v < p.size(); ++v) kl += std::exp(p[v]) * (p[v] - q[v]);
+    const double kl = kl_divergence(reference.data() + r * vocab, replayed.data() + r * vocab, vocab);
     d.mean_kl += kl / static_cast<double>(rows);
     d.max_kl = std::max(d.max_kl, kl);
   }
