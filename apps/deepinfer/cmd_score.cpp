@@ -1,6 +1,7 @@
 // `deepinfer score`: top-k logprobs at every position of a token sequence, as JSON lines; with
 // --kl-reference, how far they are from a reference model's.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -33,9 +34,11 @@ own dequantisation) and --kl-reference-kv-cache-dtype T gives its KV cache type 
 Each line then adds "kl", KL(reference || model) over the full vocabulary in nats, and
 "reference_top", the reference's most likely [id, logprob]; a last line sums them up:
 {"summary":"kl","positions":N,"kl_mean":..,"kl_median":..,"kl_p99":..,"kl_max":..,"top1_agreement":..,
-"reference_entropy_mean":..} (top1_agreement: the fraction of positions whose most likely token is
-the reference's; reference_entropy_mean: the reference distributions' mean entropy in nats, ln of
-the vocabulary size when flat, against which to read the KL).
+"reference_entropy_mean":..,"ppl":..,"reference_ppl":..} (top1_agreement: the fraction of positions
+whose most likely token is the reference's; reference_entropy_mean: the reference distributions'
+mean entropy in nats, ln of the vocabulary size when flat, against which to read the KL; ppl and
+reference_ppl: each model's perplexity of the tokens, exp of the mean negative logprob of each
+next token).
 Not with --data-parallel-size.
 With --data-parallel-size N --expert-parallel the MoE layers' experts are spread over N ranks
 (processes; rank 0 scores, the others serve its tokens' experts), to check a model under expert
@@ -72,19 +75,34 @@ Result<std::vector<float>> reference_logits(const Args& args, const std::vector<
   return generator.append(tokens, true);
 }
 
-// The summary line of the positions' KL values, how many top-1 ids agreed and the reference's
-// entropies summed.
-void print_kl_summary(std::vector<double> kl, size_t top1_agreed, double reference_entropy) {
+// What --kl-reference sums over the positions: each one's KL, how many top-1 ids agreed, the
+// reference's entropies and both models' negative log-likelihoods of the next token (the last
+// position has none).
+struct KlTally {
+  std::vector<double> kl;
+  size_t top1_agreed = 0;
+  double reference_entropy = 0.0;
+  double nll = 0.0;
+  double reference_nll = 0.0;
+  size_t predicted = 0;
+};
+
+void print_kl_summary(KlTally tally) {
+  std::vector<double>& kl = tally.kl;
   const size_t n = kl.size();
   double sum = 0.0;
   for (double v : kl) sum += v;
   std::sort(kl.begin(), kl.end());
   const auto quantile = [&](double q) { return kl[std::min(n - 1, static_cast<size_t>(q * static_cast<double>(n)))]; };
+  const auto perplexity = [&](double nll) {
+    return tally.predicted == 0 ? 0.0 : std::exp(nll / static_cast<double>(tally.predicted));
+  };
   std::printf(
       "{\"summary\":\"kl\",\"positions\":%zu,\"kl_mean\":%.9g,\"kl_median\":%.9g,\"kl_p99\":%.9g,\"kl_max\":%.9g,"
-      "\"top1_agreement\":%.9g,\"reference_entropy_mean\":%.9g}\n",
+      "\"top1_agreement\":%.9g,\"reference_entropy_mean\":%.9g,\"ppl\":%.9g,\"reference_ppl\":%.9g}\n",
       n, sum / static_cast<double>(n), quantile(0.5), quantile(0.99), kl.back(),
-      static_cast<double>(top1_agreed) / static_cast<double>(n), reference_entropy / static_cast<double>(n));
+      static_cast<double>(tally.top1_agreed) / static_cast<double>(n), tally.reference_entropy / static_cast<double>(n),
+      perplexity(tally.nll), perplexity(tally.reference_nll));
 }
 
 }  // namespace
@@ -141,9 +159,7 @@ int run_score(int argc, char** argv) {
     if (!got.ok()) return report_error("score", got.error());
     reference = std::move(*got);
   }
-  std::vector<double> kl;
-  size_t top1_agreed = 0;
-  double reference_entropy = 0.0;
+  KlTally tally;
   for (size_t pos = 0; pos < tokens->size(); ++pos) {
     const float* row = logits.data() + pos * static_cast<size_t>(vocab);
     std::printf("{\"pos\":%zu,\"token\":%d,\"top\":[", pos, (*tokens)[pos]);
@@ -155,15 +171,21 @@ int run_score(int argc, char** argv) {
     if (with_reference) {
       const float* reference_row = reference.data() + pos * static_cast<size_t>(vocab);
       const auto reference_top = top_logprobs(reference_row, vocab, 1);
-      kl.push_back(kl_divergence(reference_row, row, vocab));
-      reference_entropy += entropy(reference_row, vocab);
-      top1_agreed += reference_top[0].first == top[0].first ? 1 : 0;
-      std::printf(",\"kl\":%.9g,\"reference_top\":[%d,%.9g]", kl.back(), reference_top[0].first,
+      tally.kl.push_back(kl_divergence(reference_row, row, vocab));
+      tally.reference_entropy += entropy(reference_row, vocab);
+      tally.top1_agreed += reference_top[0].first == top[0].first ? 1 : 0;
+      if (pos + 1 < tokens->size()) {
+        const int32_t next = (*tokens)[pos + 1];
+        tally.nll -= token_logprob(row, vocab, next, 0).logprob;
+        tally.reference_nll -= token_logprob(reference_row, vocab, next, 0).logprob;
+        ++tally.predicted;
+      }
+      std::printf(",\"kl\":%.9g,\"reference_top\":[%d,%.9g]", tally.kl.back(), reference_top[0].first,
                   reference_top[0].second);
     }
     std::printf("}\n");
   }
-  if (with_reference) print_kl_summary(std::move(kl), top1_agreed, reference_entropy);
+  if (with_reference) print_kl_summary(std::move(tally));
   if (auto path = args->find("--dump-logits")) {
     const float* last = logits.data() + (tokens->size() - 1) * static_cast<size_t>(vocab);
     if (auto written = write_logits(*path, last, vocab); !written.ok()) return report_error("score", written.error());

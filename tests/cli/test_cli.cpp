@@ -101,14 +101,17 @@ TEST(Cli, ScoreMeasuresKlAgainstAReference) {
   ASSERT_EQ(model.size(), 6u);
   ASSERT_EQ(reference.size(), 6u);
   ASSERT_EQ(got.size(), 7u);
-  double sum = 0.0, most = 0.0, entropy = 0.0;
+  double sum = 0.0, most = 0.0, entropy = 0.0, nll = 0.0, reference_nll = 0.0;
   int agreed = 0;
+  const std::vector<int> ids = {5, 6, 7, 8, 9, 10};
   for (size_t pos = 0; pos < 6; ++pos) {
     std::map<int, double> model_logprob;
     for (const auto& pair : model[pos]["top"]) model_logprob[pair[0].get<int>()] = pair[1].get<double>();
     ASSERT_EQ(model_logprob.size(), 397u);
     double want = 0.0;
+    std::map<int, double> reference_logprob;
     for (const auto& pair : reference[pos]["top"]) {
+      reference_logprob[pair[0].get<int>()] = pair[1].get<double>();
       const double logprob = pair[1].get<double>();
       want += std::exp(logprob) * (logprob - model_logprob.at(pair[0].get<int>()));
       entropy -= std::exp(logprob) * logprob;
@@ -120,6 +123,10 @@ TEST(Cli, ScoreMeasuresKlAgainstAReference) {
     sum += want;
     most = std::max(most, want);
     agreed += model[pos]["top"][0][0] == reference[pos]["top"][0][0] ? 1 : 0;
+    if (pos + 1 < ids.size()) {
+      nll -= model_logprob.at(ids[pos + 1]);
+      reference_nll -= reference_logprob.at(ids[pos + 1]);
+    }
   }
   const nlohmann::json& summary = got[6];
   EXPECT_EQ(summary["summary"], "kl");
@@ -129,6 +136,8 @@ TEST(Cli, ScoreMeasuresKlAgainstAReference) {
   EXPECT_GT(most, 0.0) << "an fp8 cache moves the distributions";
   EXPECT_DOUBLE_EQ(summary["top1_agreement"].get<double>(), agreed / 6.0);
   EXPECT_NEAR(summary["reference_entropy_mean"].get<double>(), entropy / 6, 1e-6);
+  EXPECT_NEAR(summary["ppl"].get<double>(), std::exp(nll / 5), 1e-6 * std::exp(nll / 5));
+  EXPECT_NEAR(summary["reference_ppl"].get<double>(), std::exp(reference_nll / 5), 1e-6 * std::exp(reference_nll / 5));
 }
 
 // A packed MXFP4 checkpoint against its own dequantisation: on the CPU the packed experts give the
