@@ -125,12 +125,13 @@ int run_score(int argc, char** argv) {
     return report_error("score",
                         Error{"--kl-reference-dequantized and --kl-reference-kv-cache-dtype need --kl-reference"});
   }
+  // Checked before any rank starts.
+  if (with_reference && args->has("--data-parallel-size")) {
+    return report_error("score", Error{"--kl-reference runs on one rank: drop --data-parallel-size"});
+  }
   LocalRanks ranks;
   auto data_parallel = data_parallel_from_args(*args, argc, argv, ranks);
   if (!data_parallel.ok()) return report_error("score", data_parallel.error());
-  if (with_reference && data_parallel->size > 1) {
-    return report_error("score", Error{"--kl-reference runs on one rank: drop --data-parallel-size"});
-  }
   auto loaded = load_model_from_args(*args, *data_parallel);
   if (!loaded.ok()) return report_error("score", loaded.error());
   CausalLM& model = *loaded->model;

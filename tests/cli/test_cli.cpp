@@ -251,6 +251,8 @@ TEST(Cli, BadInputGivesClearErrors) {
       {"score --model " + llama + " --tokens 1 --kl-reference " + std::string(DEEPINFER_SOURCE_DIR) + "/models/default",
        "--kl-reference: its vocabulary has 8192 tokens, --model's 397"},
       {"score --model " + llama + " --tokens 1 --kl-reference /nonexistent/model", "--kl-reference: "},
+      {"score --model " + llama + " --tokens 1 --kl-reference " + llama + " --data-parallel-size 2",
+       "--kl-reference runs on one rank"},
       {"generate --model " + llama + " --tokens 1 --kv-cache-dtype int8", "--kv-cache-dtype: 'int8' is not a KV cache"},
       {"bench images --model " + llama, "the model at --model has no image encoder"},
       {"bench images --model " + fixture("qwen2_5_vl") + " --runs 0", "--runs at least 1"},
