@@ -181,14 +181,9 @@ constexpr int kOneTokenSplit = 2;
 template <bool kGateUp>
 void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows, float* out,
             cudaStream_t stream) {
-  constexpr auto kUnstaged = stream_fp8_kernel<kGateUp, kTileRows / 8>;
-  if (num_rows == experts.top_k) {
-    launch_packed_stream<stream_fp8_kernel<kGateUp, 1, kOneTokenSplit>, kUnstaged, kGateUp, kWarps,
-                         kWarps / kOneTokenSplit>(in, experts, grouping, num_rows, out, stream);
-  } else {
-    launch_packed_stream<stream_fp8_kernel<kGateUp, 1>, kUnstaged, kGateUp, kWarps>(in, experts, grouping, num_rows,
-                                                                                    out, stream);
-  }
+  launch_packed_stream<stream_fp8_kernel<kGateUp, 1>, stream_fp8_kernel<kGateUp, 1, kOneTokenSplit>, kOneTokenSplit,
+                       stream_fp8_kernel<kGateUp, kTileRows / 8>, kGateUp, kWarps>(in, experts, grouping, num_rows, out,
+                                                                                   stream);
 }
 
 }  // namespace

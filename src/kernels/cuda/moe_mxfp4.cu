@@ -181,14 +181,9 @@ constexpr int kOneTokenSplit = 4;
 template <bool kGateUp>
 void launch(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows, float* out,
             cudaStream_t stream) {
-  constexpr auto kUnstaged = stream_mxfp4_kernel<kGateUp, kTileRows / 8>;
-  if (num_rows == experts.top_k) {
-    launch_packed_stream<stream_mxfp4_kernel<kGateUp, 1, kOneTokenSplit, 2, 6>, kUnstaged, kGateUp, kWarps,
-                         kWarps / kOneTokenSplit>(in, experts, grouping, num_rows, out, stream);
-  } else {
-    launch_packed_stream<stream_mxfp4_kernel<kGateUp, 1>, kUnstaged, kGateUp, kWarps>(in, experts, grouping, num_rows,
-                                                                                      out, stream);
-  }
+  launch_packed_stream<stream_mxfp4_kernel<kGateUp, 1>, stream_mxfp4_kernel<kGateUp, 1, kOneTokenSplit, 2, 6>,
+                       kOneTokenSplit, stream_mxfp4_kernel<kGateUp, kTileRows / 8>, kGateUp, kWarps>(
+      in, experts, grouping, num_rows, out, stream);
 }
 
 // An e2m1 code's value: its bits placed in an f16 (sign to bit 15, exponent and mantissa to bits

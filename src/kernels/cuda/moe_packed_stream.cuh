@@ -1,7 +1,7 @@
 // Pieces shared by the streamed tiles of packed experts (moe_mxfp4.cu, moe_fp8.cu): steps of up to
-// 8 tokens stage their input rows in shared memory as f16, and the launch that picks staged or
-// unstaged tiles. Both kernels feed each mma.sync m16n8k16 the codes k and k + 4 of a row as one f16
-// pair (x paired alike), lane t taking k 32t..32t+31 of each 128-element span.
+// 8 tokens stage their input rows in shared memory as f16, one-token steps split each warp's k, and
+// the launch that picks staged, one-token or unstaged tiles. Both kernels feed each mma.sync m16n8k16 the codes k and k
+// + 4 of a row as one f16 pair (x paired alike), lane t taking k 32t..32t+31 of each 128-element span.
 #pragma once
 
 #include <algorithm>
@@ -127,11 +127,23 @@ __device__ __forceinline__ bool gather_split_sums(float (&acc)[kNTiles][4]) {
   }
 }
 
+// Lets kKernel ask for up to kPackedMaxSharedBytes of dynamic shared memory (once per kernel).
+template <auto kKernel>
+void allow_packed_max_shared() {
+  static const bool opted_in = [] {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kPackedMaxSharedBytes)));
+    return true;
+  }();
+  (void)opted_in;
+}
+
 // Launches kStaged (kNTiles 1, input rows staged) when the step has at most kStagedRows tokens and
-// they fit in shared memory, else kUnstaged; both take (in, experts, grouping, n_out, k_in, out) on
-// a grid of the worst case's tiles by the output columns of a block's kStagedColumnWarps (staged) or
-// kWarps (unstaged) warps.
-template <auto kStaged, auto kUnstaged, bool kGateUp, int kWarps, int kStagedColumnWarps = kWarps>
+// they fit in shared memory, kOneToken (staged, each warp's k split in kOneTokenSplit) for steps of
+// one token, else kUnstaged; all take (in, experts, grouping, n_out, k_in, out) on a grid of the
+// worst case's tiles by the output columns of a block's warps (kWarps / kOneTokenSplit of them for
+// kOneToken, whose warps share columns).
+template <auto kStaged, auto kOneToken, int kOneTokenSplit, auto kUnstaged, bool kGateUp, int kWarps>
 void launch_packed_stream(const float* in, const GroupedExperts& experts, const MoeGrouping& grouping, int64_t num_rows,
                           float* out, cudaStream_t stream) {
   const int64_t n_out = kGateUp ? experts.intermediate : experts.hidden;
@@ -150,16 +162,12 @@ void launch_packed_stream(const float* in, const GroupedExperts& experts, const 
                      out);
     return;
   }
-  const dim3 grid = grid_for(kStagedColumnWarps);
+  const bool one_token = tokens == 1;
   if (shared > kPackedDefaultSharedBytes) {
-    static const bool opted_in = [] {
-      DI_CUDA_CHECK(cudaFuncSetAttribute(kStaged, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kPackedMaxSharedBytes)));
-      return true;
-    }();
-    (void)opted_in;
+    one_token ? allow_packed_max_shared<kOneToken>() : allow_packed_max_shared<kStaged>();
   }
-  launch_dependent(kStaged, grid, dim3(kWarps * 32), shared, stream, in, experts, grouping, n_out, k_in, out);
+  launch_dependent(one_token ? kOneToken : kStaged, grid_for(one_token ? kWarps / kOneTokenSplit : kWarps),
+                   dim3(kWarps * 32), shared, stream, in, experts, grouping, n_out, k_in, out);
 }
 
 }  // namespace deepinfer::kernels::cuda
