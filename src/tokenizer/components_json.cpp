@@ -57,6 +57,20 @@ Result<void> for_each_in_sequence(const JsonObject& object, const char* key, con
   return {};
 }
 
+// A Replace normalizer's or decoder's pattern (literal or regex) and its replacement content.
+template <typename Step>
+Result<void> parse_replace(const JsonObject& object, const std::string& where, Step& step) {
+  Result<Pattern> pattern = parse_pattern(object, where);
+  if (!pattern.ok()) return pattern.error();
+  Result<std::string_view> content = json_string(object, "content", where);
+  if (!content.ok()) return content.error();
+  step.kind = Step::Kind::kReplace;
+  step.text = pattern->literal;
+  step.regex = pattern->regex;
+  step.content = std::string(*content);
+  return {};
+}
+
 Result<void> add_normalizer(const JsonElement& element, const std::string& where, std::vector<NormalizerStep>& steps) {
   Result<JsonObject> object = json_as_object(element, where);
   if (!object.ok()) return object.error();
@@ -86,14 +100,7 @@ Result<void> add_normalizer(const JsonElement& element, const std::string& where
     if (!prepend.ok()) return prepend.error();
     step.text = std::string(*prepend);
   } else if (*type == "Replace") {
-    step.kind = NormalizerStep::Kind::kReplace;
-    Result<Pattern> pattern = parse_pattern(*object, where);
-    if (!pattern.ok()) return pattern.error();
-    Result<std::string_view> content = json_string(*object, "content", where);
-    if (!content.ok()) return content.error();
-    step.text = pattern->literal;
-    step.regex = pattern->regex;
-    step.content = std::string(*content);
+    DI_TRY(parse_replace(*object, where, step));
   } else {
     return Error{where + ".type: normalizer '" + *type +
                  "' is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace, Sequence)"};
@@ -235,14 +242,7 @@ Result<void> add_decoder(const JsonElement& element, const std::string& where, s
     step.start = static_cast<size_t>(*start);
     step.stop = static_cast<size_t>(*stop);
   } else if (*type == "Replace") {
-    step.kind = DecoderStep::Kind::kReplace;
-    Result<Pattern> pattern = parse_pattern(*object, where);
-    if (!pattern.ok()) return pattern.error();
-    Result<std::string_view> content = json_string(*object, "content", where);
-    if (!content.ok()) return content.error();
-    step.text = pattern->literal;
-    step.regex = pattern->regex;
-    step.content = std::string(*content);
+    DI_TRY(parse_replace(*object, where, step));
   } else {
     return Error{where + ".type: decoder '" + *type +
                  "' is not supported (supported: ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence)"};

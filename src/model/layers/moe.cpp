@@ -144,6 +144,24 @@ DType mxfp4_expert_dtype(const ModelSource& source, const std::string& experts) 
   return bias && bias->dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
 }
 
+// A GPT-OSS expert's loaded views (gate, up, down, then the biases) stored in expert, or the first
+// error among them.
+Result<void> set_expert_views(LoadedExpert& expert, const Result<kernels::WeightView>& gate,
+                              const Result<kernels::WeightView>& up, const Result<kernels::WeightView>& down,
+                              const Result<kernels::WeightView>& gate_bias, const Result<kernels::WeightView>& up_bias,
+                              const Result<kernels::WeightView>& down_bias) {
+  for (const auto* view : {&gate, &up, &down, &gate_bias, &up_bias, &down_bias}) {
+    if (!view->ok()) return view->error();
+  }
+  expert.gate = *gate;
+  expert.up = *up;
+  expert.down = *down;
+  expert.gate_bias = *gate_bias;
+  expert.up_bias = *up_bias;
+  expert.down_bias = *down_bias;
+  return {};
+}
+
 }  // namespace
 
 MoeOptions moe_options_from_config(const MoeConfig& config) {
@@ -339,16 +357,7 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
   auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
   auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
   auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, *down_b, dtype);
-  for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
-    if (!view->ok()) return view->error();
-  }
-  expert.gate = *g;
-  expert.up = *u;
-  expert.down = *dn;
-  expert.gate_bias = *gb;
-  expert.up_bias = *ub;
-  expert.down_bias = *db;
-  return {};
+  return set_expert_views(expert, g, u, dn, gb, ub, db);
 }
 
 Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert,
@@ -378,16 +387,7 @@ Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, Loa
   auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, bias_dtype);
   auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, bias_dtype);
   auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_bias, bias_dtype);
-  for (const auto* view : {&g, &u, &dn, &gb, &ub, &db}) {
-    if (!view->ok()) return view->error();
-  }
-  expert.gate = *g;
-  expert.up = *u;
-  expert.down = *dn;
-  expert.gate_bias = *gb;
-  expert.up_bias = *ub;
-  expert.down_bias = *db;
-  return {};
+  return set_expert_views(expert, g, u, dn, gb, ub, db);
 }
 
 std::vector<int32_t> MoeLayer::slot_experts(const ExpertPlacement& placement) const {
