@@ -1,7 +1,8 @@
 // Pieces shared by the streamed tiles of packed experts (moe_mxfp4.cu, moe_fp8.cu): steps of up to
 // 8 tokens stage their input rows in shared memory as f16, one-token steps split each warp's k, and
-// the launch that picks staged, one-token or unstaged tiles. Both kernels feed each mma.sync m16n8k16 the codes k and k
-// + 4 of a row as one f16 pair (x paired alike), lane t taking k 32t..32t+31 of each 128-element span.
+// the launch that picks staged, one-token or unstaged tiles. Both kernels feed each mma.sync
+// m16n8k16 the codes k and k + 4 of a row as one f16 pair (x paired alike), lane t taking k
+// 32t..32t+31 of each 128-element span.
 #pragma once
 
 #include <algorithm>
