@@ -1,12 +1,14 @@
 // deepinfer-eplb-bench: EPLB placements (ours, DeepSeek's eplb.py policy, and none) fitted on a
 // window of routing steps and measured on the steps after it, as serving would see them: per step
-// the busiest rank's load over the mean rank load (mean over steps, p99, worst).
+// the busiest rank's load over the mean rank load (mean over steps, p99, worst). With --interval
+// shorter than --eval-steps, a new placement is fitted every --interval measured steps on the
+// --window steps before them (the engine's --eplb-interval and --eplb-window).
 // Traces: the default model's real routing over text (8 experts, top-2, MoE layers 1 and 2; one
 // step per chunk of text), and synthetic DeepSeek-V3-shaped ones (256 experts, top-8, Zipf(s)
 // popularity, stationary or drifting; tokens per step = --tokens-per-rank x ranks, as with DP
 // attention, where every rank brings its own batch).
 // Usage: deepinfer-eplb-bench [--traces model,zipf] [--model DIR] [--text PATH,...]
-//          [--chunk-tokens 128] [--window 1000] [--eval-steps 1000] [--zipf 0.3,0.6,0.9]
+//          [--chunk-tokens 128] [--window 1000] [--eval-steps 1000] [--interval N] [--zipf 0.3,0.6,0.9]
 //          [--tokens-per-rank 128] [--ranks 2,4,8,16,32,64,128] [--drift-sigma 0,0.3]
 //          [--drift-steps 5000] [--seed 1] [--max-search-work 1e8] [--json FILE]
 // Prints a markdown table and a summary of the target; --json writes one line per row.
@@ -31,11 +33,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: deepinfer-eplb-bench [--traces model,zipf] [--model DIR] [--text PATH,...] [--chunk-tokens 128]\n"
-    "         [--window 1000] [--eval-steps 1000] [--zipf 0.3,0.6,0.9] [--tokens-per-rank 128]\n"
+    "         [--window 1000] [--eval-steps 1000] [--interval N] [--zipf 0.3,0.6,0.9] [--tokens-per-rank 128]\n"
     "         [--ranks 2,4,8,16,32,64,128] [--drift-sigma 0,0.3] [--drift-steps 5000] [--seed 1]\n"
     "         [--max-search-work 1e8] [--json FILE]\n"
     "Fits EPLB placements (ours, DeepSeek's, none) on --window routing steps and measures the busiest\n"
-    "rank over the mean rank load on the --eval-steps steps after them.\n";
+    "rank over the mean rank load on the --eval-steps steps after them, re-fitting every --interval\n"
+    "measured steps (default: --eval-steps, one placement) on the --window steps before.\n";
 
 // A trace to place experts for: the first window steps fit, the rest measure.
 struct TraceCase {
@@ -46,11 +49,14 @@ struct TraceCase {
   std::vector<int32_t> ranks;
 };
 
+// A policy's placements over a trace's measured steps: fit, over each placement's own window;
+// milliseconds, per placement; packing, ours only: the last placement's, converged if all were.
 struct PolicyRun {
   RankLoadBalance fit;
   RankLoadBalance held_out;
+  int32_t num_placements = 0;
   double milliseconds = 0;
-  PeakAwarePackingStats packing;  // ours only
+  PeakAwarePackingStats packing;
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -103,18 +109,38 @@ std::vector<int32_t> redundant_counts(int32_t num_experts, int32_t num_ranks) {
   return counts;
 }
 
-Result<PolicyRun> run_policy(EplbPolicy policy, const ExpertLoadWindow& fit, const ExpertLoadWindow& held_out,
-                             int32_t num_ranks, int32_t num_redundant, int64_t max_search_work) {
+// Measured steps [window, window + eval_steps) of steps, a placement fitted every interval of them
+// on the window steps before.
+Result<PolicyRun> run_policy(EplbPolicy policy, const ExpertLoadWindow& steps, int32_t window, int32_t eval_steps,
+                             int32_t interval, int32_t num_ranks, int32_t num_redundant, int64_t max_search_work) {
   const EplbConfig config{.num_ranks = num_ranks, .num_redundant = num_redundant, .policy = policy,
                           .max_search_work = max_search_work};
   PolicyRun run;
-  const auto start = std::chrono::steady_clock::now();
-  Result<ExpertPlacement> placement = policy == EplbPolicy::kPeakAware ? peak_aware_placement(fit, config, &run.packing)
-                                                                       : rebalance_layer(fit, config);
-  run.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!placement.ok()) return placement.error();
-  run.fit = evaluate_rank_balance(*placement, fit);
-  run.held_out = evaluate_rank_balance(*placement, held_out);
+  run.packing.search_converged = true;
+  std::vector<double> fit_ratios, held_out_ratios;
+  double fit_peaks = 0;
+  double held_out_peaks = 0;
+  for (int32_t begin = window; begin < window + eval_steps; begin += interval) {
+    const ExpertLoadWindow fit = steps.slice(begin - window, begin);
+    const ExpertLoadWindow held_out = steps.slice(begin, std::min(begin + interval, window + eval_steps));
+    PeakAwarePackingStats packing;
+    const auto start = std::chrono::steady_clock::now();
+    Result<ExpertPlacement> placement =
+        policy == EplbPolicy::kPeakAware ? peak_aware_placement(fit, config, &packing) : rebalance_layer(fit, config);
+    run.milliseconds += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!placement.ok()) return placement.error();
+    const bool converged = run.packing.search_converged && packing.search_converged;
+    run.packing = packing;
+    run.packing.search_converged = converged;
+    ++run.num_placements;
+    for (const double ratio : busiest_over_mean_per_step(*placement, fit, &fit_peaks)) fit_ratios.push_back(ratio);
+    for (const double ratio : busiest_over_mean_per_step(*placement, held_out, &held_out_peaks)) {
+      held_out_ratios.push_back(ratio);
+    }
+  }
+  run.milliseconds /= std::max(run.num_placements, 1);
+  run.fit = summarize_rank_balance(std::move(fit_ratios), fit_peaks);
+  run.held_out = summarize_rank_balance(std::move(held_out_ratios), held_out_peaks);
   return run;
 }
 
@@ -222,7 +248,7 @@ struct ResultRow {
   PolicyRun none, deepseek, ours;
 };
 
-nlohmann::json row_json(const ResultRow& row, int32_t window, int32_t eval_steps) {
+nlohmann::json row_json(const ResultRow& row, int32_t window, int32_t eval_steps, int32_t interval) {
   return {{"trace", row.trace->name},
           {"experts", row.trace->steps.num_experts},
           {"top_k", row.trace->top_k},
@@ -232,13 +258,18 @@ nlohmann::json row_json(const ResultRow& row, int32_t window, int32_t eval_steps
           {"redundant", row.num_redundant},
           {"window_steps", window},
           {"eval_steps", eval_steps},
+          {"interval_steps", interval},
+          {"placements", row.ours.num_placements},
           {"none", {{"held_out", balance_json(row.none.held_out)}, {"fit", balance_json(row.none.fit)}}},
           {"deepseek",
-           {{"held_out", balance_json(row.deepseek.held_out)}, {"fit", balance_json(row.deepseek.fit)},
+           {{"held_out", balance_json(row.deepseek.held_out)},
+            {"fit", balance_json(row.deepseek.fit)},
             {"ms", row.deepseek.milliseconds}}},
           {"ours",
-           {{"held_out", balance_json(row.ours.held_out)}, {"fit", balance_json(row.ours.fit)},
-            {"ms", row.ours.milliseconds}, {"swaps", row.ours.packing.num_swaps},
+           {{"held_out", balance_json(row.ours.held_out)},
+            {"fit", balance_json(row.ours.fit)},
+            {"ms", row.ours.milliseconds},
+            {"swaps", row.ours.packing.num_swaps},
             {"search_converged", row.ours.packing.search_converged},
             {"started_from_totals", row.ours.packing.started_from_totals},
             {"fit_objective_greedy", row.ours.packing.greedy_objective},
@@ -283,8 +314,8 @@ Result<void> run(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   DI_ASSIGN(flags, parse_tool_flags(argc, argv,
                                     {"--traces", "--model", "--text", "--chunk-tokens", "--window", "--eval-steps",
-                                     "--zipf", "--tokens-per-rank", "--ranks", "--drift-sigma", "--drift-steps",
-                                     "--seed", "--json", "--max-search-work"}));
+                                     "--interval", "--zipf", "--tokens-per-rank", "--ranks", "--drift-sigma",
+                                     "--drift-steps", "--seed", "--json", "--max-search-work"}));
   double max_search_work = 0;
   DI_ASSIGN(max_search_work,
             number_flag(flags, "--max-search-work", static_cast<double>(EplbConfig{}.max_search_work)));
@@ -292,9 +323,14 @@ Result<void> run(int argc, char** argv) {
   double eval_flag = 0;
   DI_ASSIGN(window_flag, number_flag(flags, "--window", kDefaultEplbWindowSteps));
   DI_ASSIGN(eval_flag, number_flag(flags, "--eval-steps", 1000));
-  if (window_flag < 1 || eval_flag < 1) return Error{"--window and --eval-steps must be positive"};
+  double interval_flag = 0;
+  DI_ASSIGN(interval_flag, number_flag(flags, "--interval", eval_flag));
+  if (window_flag < 1 || eval_flag < 1 || interval_flag < 1) {
+    return Error{"--window, --eval-steps and --interval must be positive"};
+  }
   const auto window = static_cast<int32_t>(window_flag);
   const auto eval_steps = static_cast<int32_t>(eval_flag);
+  const auto interval = static_cast<int32_t>(std::min(interval_flag, eval_flag));
   std::vector<TraceCase> cases;
   for (const std::string& kind : split_list(flags.count("--traces") ? flags.at("--traces") : "model,zipf")) {
     std::vector<TraceCase> more;
@@ -313,24 +349,25 @@ Result<void> run(int argc, char** argv) {
     if (!json_out) return Error{"cannot open " + flags.at("--json") + " for writing"};
   }
 
-  std::printf("Busiest rank / mean rank load per step on the %d steps after a %d-step fitting window: mean / p99"
-              " (/ worst); ms: our policy's time\n\n", eval_steps, window);
+  std::printf(
+      "Busiest rank / mean rank load per step on the %d steps after a %d-step fitting window, a placement"
+      " every %d steps: mean / p99 (/ worst); ms: our policy's time a placement\n\n",
+      eval_steps, window, interval);
   std::printf("| trace | experts, top-k | tokens/step | EP | redundant | none | DeepSeek eplb.py | ours "
               "| DeepSeek on its window | ours on its window | ours ms |\n");
   std::printf("| --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | ---: |\n");
   std::vector<ResultRow> rows;
   for (const TraceCase& trace : cases) {
-    const ExpertLoadWindow fit = trace.steps.slice(0, window);
-    const ExpertLoadWindow held_out = trace.steps.slice(window, window + eval_steps);
     for (const int32_t num_ranks : trace.ranks) {
       for (const int32_t num_redundant : redundant_counts(trace.steps.num_experts, num_ranks)) {
         ResultRow row;
         row.trace = &trace;
         row.num_ranks = num_ranks;
         row.num_redundant = num_redundant;
-        row.hottest_over_mean = hottest_over_mean_expert(fit);
+        row.hottest_over_mean = hottest_over_mean_expert(trace.steps.slice(0, window));
         const auto run_one = [&](EplbPolicy policy) {
-          return run_policy(policy, fit, held_out, num_ranks, num_redundant, static_cast<int64_t>(max_search_work));
+          return run_policy(policy, trace.steps, window, eval_steps, interval, num_ranks, num_redundant,
+                            static_cast<int64_t>(max_search_work));
         };
         DI_ASSIGN(row.none, run_one(EplbPolicy::kContiguous));
         DI_ASSIGN(row.deepseek, run_one(EplbPolicy::kDeepSeek));
@@ -342,7 +379,7 @@ Result<void> run(int argc, char** argv) {
                     cell(row.ours.fit, false).c_str(), row.ours.milliseconds,
                     row.ours.packing.search_converged ? "" : " (capped)");
         std::fflush(stdout);
-        if (json_out.is_open()) json_out << row_json(row, window, eval_steps).dump() << "\n";
+        if (json_out.is_open()) json_out << row_json(row, window, eval_steps, interval).dump() << "\n";
         rows.push_back(std::move(row));
       }
     }

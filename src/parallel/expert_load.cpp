@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 
@@ -108,11 +109,11 @@ std::vector<double> rank_loads_per_step(const ExpertPlacement& placement, const 
   return loads;
 }
 
-RankLoadBalance evaluate_rank_balance(const ExpertPlacement& placement, const ExpertLoadWindow& trace) {
+std::vector<double> busiest_over_mean_per_step(const ExpertPlacement& placement, const ExpertLoadWindow& trace,
+                                               double* sum_of_step_peaks) {
   const std::vector<double> loads = rank_loads_per_step(placement, trace);
   const int32_t num_ranks = placement.num_ranks;
   std::vector<double> ratios;
-  RankLoadBalance balance;
   for (int32_t t = 0; t < trace.num_steps(); ++t) {
     const double* step_loads = loads.data() + static_cast<size_t>(t) * num_ranks;
     double total = 0;
@@ -121,9 +122,15 @@ RankLoadBalance evaluate_rank_balance(const ExpertPlacement& placement, const Ex
       total += step_loads[r];
       peak = std::max(peak, step_loads[r]);
     }
-    balance.sum_of_step_peaks += peak;
+    *sum_of_step_peaks += peak;
     if (total > 0) ratios.push_back(peak / (total / num_ranks));
   }
+  return ratios;
+}
+
+RankLoadBalance summarize_rank_balance(std::vector<double> ratios, double sum_of_step_peaks) {
+  RankLoadBalance balance;
+  balance.sum_of_step_peaks = sum_of_step_peaks;
   balance.num_steps = static_cast<int32_t>(ratios.size());
   if (ratios.empty()) return balance;
   double sum = 0;
@@ -135,6 +142,12 @@ RankLoadBalance evaluate_rank_balance(const ExpertPlacement& placement, const Ex
   balance.p99_max_over_mean = ratios[std::max<size_t>(p99_rank, 1) - 1];
   balance.worst_max_over_mean = ratios.back();
   return balance;
+}
+
+RankLoadBalance evaluate_rank_balance(const ExpertPlacement& placement, const ExpertLoadWindow& trace) {
+  double sum_of_step_peaks = 0;
+  std::vector<double> ratios = busiest_over_mean_per_step(placement, trace, &sum_of_step_peaks);
+  return summarize_rank_balance(std::move(ratios), sum_of_step_peaks);
 }
 
 }  // namespace deepinfer

@@ -71,6 +71,12 @@ struct RankLoadBalance {
   double sum_of_step_peaks = 0;    // sum over steps of the busiest rank's load: the packing objective
 };
 RankLoadBalance evaluate_rank_balance(const ExpertPlacement& placement, const ExpertLoadWindow& trace);
+// The per-step measure behind it: for each step of trace that routed any token, the busiest rank's
+// load over the mean rank load; adds each step's busiest load to *sum_of_step_peaks.
+std::vector<double> busiest_over_mean_per_step(const ExpertPlacement& placement, const ExpertLoadWindow& trace,
+                                               double* sum_of_step_peaks);
+// The summary of such per-step ratios (of one trace, or of consecutive placements' stretches).
+RankLoadBalance summarize_rank_balance(std::vector<double> ratios, double sum_of_step_peaks);
 
 // [num_steps, num_ranks] the load of each rank in each step of trace under placement.
 std::vector<double> rank_loads_per_step(const ExpertPlacement& placement, const ExpertLoadWindow& trace);

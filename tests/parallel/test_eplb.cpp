@@ -89,6 +89,19 @@ TEST(RankBalance, MeasuresTheBusiestRankOverTheMeanPerStep) {
   EXPECT_DOUBLE_EQ(balance.p99_max_over_mean, 2.0);
   EXPECT_DOUBLE_EQ(balance.worst_max_over_mean, 2.0);
   EXPECT_DOUBLE_EQ(balance.sum_of_step_peaks, 14.0);
+
+  // Stretches measured one after another (a placement each, as the rolling bench does) add up to
+  // the whole trace's measure.
+  double peaks = 0;
+  std::vector<double> ratios = busiest_over_mean_per_step(placement, trace.slice(0, 2), &peaks);
+  EXPECT_EQ(ratios, (std::vector<double>{1, 1}));
+  for (const double ratio : busiest_over_mean_per_step(placement, trace.slice(2, 4), &peaks)) ratios.push_back(ratio);
+  const RankLoadBalance stitched = summarize_rank_balance(ratios, peaks);
+  EXPECT_EQ(stitched.num_steps, balance.num_steps);
+  EXPECT_DOUBLE_EQ(stitched.mean_max_over_mean, balance.mean_max_over_mean);
+  EXPECT_DOUBLE_EQ(stitched.p99_max_over_mean, balance.p99_max_over_mean);
+  EXPECT_DOUBLE_EQ(stitched.worst_max_over_mean, balance.worst_max_over_mean);
+  EXPECT_DOUBLE_EQ(stitched.sum_of_step_peaks, balance.sum_of_step_peaks);
 }
 
 TEST(Eplb, ReplicatesTheLargestLoadPerReplica) {
