@@ -94,13 +94,15 @@ void product(const std::vector<float>& x, const std::vector<float>& w, int64_t m
 class CudaFp8 : public ::testing::Test {
  protected:
   void SetUp() override { backend_ = cuda_backend(); }
-  std::vector<float> run(const Fp8Weight& w, const std::vector<float>& x, int64_t m) {
+  // bias: a device bias of w.rows values, or none.
+  std::vector<float> run(const Fp8Weight& w, const std::vector<float>& x, int64_t m,
+                         const kernels::WeightView& bias = kernels::WeightView{}) {
     auto loaded = backend_->load_packed_weight(w.view());
     if (!loaded.ok()) throw std::runtime_error(loaded.error().message);
     EXPECT_EQ(loaded->dtype, DType::kF8E4M3) << "a 128 x 128 layout stays FP8 on the device";
     DeviceBuffer dx = upload(*backend_, x);
     DeviceBuffer dy = backend_->allocate(static_cast<size_t>(m * w.rows) * sizeof(float));
-    backend_->matmul(dx.as<float>(), *loaded, kernels::WeightView{}, m, dy.as<float>());
+    backend_->matmul(dx.as<float>(), *loaded, bias, m, dy.as<float>());
     return download<float>(*backend_, dy, static_cast<size_t>(m * w.rows));
   }
   std::unique_ptr<Backend> backend_;
@@ -168,6 +170,25 @@ TEST_F(CudaFp8, DecodeKernelMatchesQuantisedReference) {
                             << " of the magnitude";
       EXPECT_EQ(quantisation_misses, 0u) << what;
     }
+  }
+}
+
+// A bias lands once on every decode and prompt path (gemv.h's epilogue at one and two rows, an add
+// after the swapped kernel, fp8_gemv and cuBLASLt): the product without it, plus the bf16 bias.
+TEST_F(CudaFp8, BiasIsAddedOnceOnEveryPath) {
+  const Fp8Weight w = Fp8Weight::random(rng_, 4096, 1152, kBlock, kBlock);
+  const HostWeight bias = make_weight(random_floats(rng_, 4096), DType::kBF16, 1, 4096);
+  const kernels::WeightView device_bias = load(*backend_, bias);
+  for (int64_t m : {1, 2, 9, 17, 64, 100}) {
+    const std::vector<float> x = random_floats(rng_, static_cast<size_t>(m * w.cols));
+    const std::vector<float> plain = run(w, x, m);
+    const std::vector<float> got = run(w, x, m, device_bias);
+    size_t misses = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = plain[i] + bias.rounded[i % 4096];
+      if (!(std::fabs(got[i] - want) <= 1e-5f * std::fabs(want) + 1e-6f)) ++misses;
+    }
+    EXPECT_EQ(misses, 0u) << "M = " << m;
   }
 }
 

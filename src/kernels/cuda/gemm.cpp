@@ -191,20 +191,21 @@ void* LtGemm::input_buffer(int64_t count, DType dtype) {
   return cast_.get(static_cast<size_t>(count) * dtype_size_bytes(dtype));
 }
 
-void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream) {
+void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
+                    const WeightView& bias) {
   if (num_rows == 0) return;
   const int64_t k = w.cols;
   // y is about to change: a staged copy of memory it overlaps goes stale.
   const float* staged_end = staged_.source + staged_.count;
   if (staged_.source != nullptr && y < staged_end && staged_.source < y + num_rows * w.rows) staged_ = Staged{};
   if (w.dtype == DType::kF8E4M3) {
-    matmul_fp8(x, w, num_rows, y, stream);
+    matmul_fp8(x, w, num_rows, y, stream, bias);
     return;
   }
   // Decode-sized batches: a bandwidth-bound kernel beats cuBLASLt's small-M tiles and skips the
-  // cast. Not in invariant mode, where one algorithm serves every M.
+  // cast, and adds the bias in its epilogue. Not in invariant mode, where one algorithm serves every M.
   if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
-    gemv(x, w, num_rows, y, stream.for_products());
+    gemv(x, w, bias, num_rows, y, stream.for_products());
     return;
   }
   const void* b = x;
@@ -216,9 +217,11 @@ void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float
     b = cast_.get(0);
   }
   matmul_cast(b, w, num_rows, y, stream.for_products());
+  add_bias(y, bias, num_rows, stream.for_products());
 }
 
-void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream) {
+void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
+                        const WeightView& bias) {
   const bool aligned_x = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   // 2-64 rows: the swapped wgmma kernel. On an H100 (Llama-3-8B's shapes) it took gate_proj
   // 14336 x 4096 in 22.8-26.4 us at 2-64 rows against fp8_gemv's / cuBLASLt's 25.7-29.7, q_proj
@@ -238,11 +241,12 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
     }
     quantize_fp8_rows(x, num_rows, k, rows, stream.for_products());
     fp8_swapped_gemm(rows, w, num_rows, y, workspace, stream.for_products());
+    add_bias(y, bias, num_rows, stream.for_products());
     return;
   }
   // One or two rows: the codes widen in registers against float32 x, with no launch to quantise x.
   if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
-    gemv(x, w, num_rows, y, stream.for_products());
+    gemv(x, w, bias, num_rows, y, stream.for_products());
     return;
   }
   // fp8_gemv, or cuBLASLt's block-scaled FP8 GEMM: 128 x 128 weight blocks, x's in 1 x 128. On an
@@ -262,6 +266,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
       const Fp8Rows rows = fp8_rows_at(workspace, num_rows, k);
       quantize_fp8_rows(x, num_rows, k, rows, stream.for_products());
       fp8_gemv(rows, w, num_rows, y, stream.for_products());
+      add_bias(y, bias, num_rows, stream.for_products());
       return;
     }
     const int64_t head = num_rows - num_rows % 4;
@@ -276,6 +281,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
         quantize_fp8_rows(x + head * k, tail, k, tail_rows, stream.for_products());
         fp8_gemv(tail_rows, w, tail, y + head * w.rows, stream.for_products());
       }
+      add_bias(y, bias, num_rows, stream.for_products());
       return;
     }
   }
@@ -285,7 +291,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
   dense.scales = nullptr;
   dense.data = dequantized_.get(static_cast<size_t>(w.rows * w.cols) * sizeof(uint16_t));
   dequantize_fp8_to_bf16(w, const_cast<void*>(dense.data), stream.for_products());
-  matmul(x, dense, num_rows, y, stream);
+  matmul(x, dense, num_rows, y, stream, bias);
 }
 
 void LtGemm::matmul_cast(const void* b, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {

@@ -76,9 +76,11 @@ class LtGemm {
   // small weights up to 16 rows: gemv.h's at two, then gemv_fp8.h's), gemv_fp8.h's up to its row
   // limit where the swapped kernel does not fit, then cuBLASLt's block-scaled FP8 GEMM over x
   // quantised as gemv_fp8.h does (128 x 128 blocks, K a multiple of 512); shapes none takes are
-  // dequantised to bf16 first).
+  // dequantised to bf16 first). bias ([w.rows]; data null: none) is added to every row, in gemv.h's
+  // epilogue where that kernel runs the product, else by add_bias after it.
   // Not thread-safe (one stream, shared buffers).
-  void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
+  void matmul(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
+              const WeightView& bias = WeightView{});
   // The same product with x already in w's dtype (x: [num_rows, K] device). The GEMM probe's path.
   void matmul_cast(const void* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
 
@@ -106,7 +108,8 @@ class LtGemm {
   static void bind_block_scales(const Plan& plan, const BlockScales& scales);
   // Enqueues plan's product y = x @ w^T.
   void run(const Plan& plan, const void* w, const void* x, float* y, cudaStream_t stream);
-  void matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream);
+  void matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
+                  const WeightView& bias);
 
   // What the cast buffer holds: source[0, count) rounded to dtype, as of the stream's generation;
   // source null when nothing.

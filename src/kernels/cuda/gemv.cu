@@ -79,12 +79,18 @@ __device__ __forceinline__ float round_to_weight_type(float x) {
 // gate|up) store act(gate) * up.
 enum class Epilogue { kStore, kAdd, kSilu, kGelu };
 
+// A bias added to each ungated output column before it is stored or added (data null: none).
+struct Bias {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+};
+
 // One block computes kOut adjacent output columns from kW weight rows (kW = kOut, or with a gated
 // epilogue kOut gate rows and the kOut up rows n rows further on), so each x load serves kW rows.
 template <DType kDType, int kRows, int kW, int kUnrollT, Epilogue kEpilogue, int kMinBlocks = 1>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks)
-    gemv_kernel(const float* __restrict__ x, const uint4* __restrict__ w, BlockScales scales, int64_t n, int64_t k,
-                float* __restrict__ y) {
+    gemv_kernel(const float* __restrict__ x, const uint4* __restrict__ w, BlockScales scales, Bias bias, int64_t n,
+                int64_t k, float* __restrict__ y) {
   constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
   constexpr bool kScaled = kDType == DType::kF8E4M3;
   constexpr int kOut = kGated ? kW / 2 : kW;
@@ -184,7 +190,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks)
       total = glu<kEpilogue == Epilogue::kGelu>(total, sum_over_warps(partial, m, c + kOut));
     }
     if (col0 + c < n) {
-      // kAdd: the same sum as add_rms_norm's residual + x.
+      // The same sums as the product, add_bias, then add_rms_norm's residual + x.
+      if (!kGated && bias.data != nullptr) total += load_as_f32(bias.data, bias.dtype, col0 + c);
       if constexpr (kEpilogue == Epilogue::kAdd) total += y[m * n + col0 + c];
       y[m * n + col0 + c] = total;
     }
@@ -197,7 +204,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks)
 constexpr int64_t kLongRowElements = 8192;
 
 template <DType kDType, int kRows, Epilogue kEpilogue, int kW, int kUnrollT, int kMinBlocks = 1>
-void launch_rows(const float* x, const WeightView& w, int64_t n, float* y, cudaStream_t stream) {
+void launch_rows(const float* x, const WeightView& w, Bias bias, int64_t n, float* y, cudaStream_t stream) {
   constexpr bool kGated = kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu;
   constexpr int kOut = kGated ? kW / 2 : kW;
   const auto blocks = static_cast<unsigned>((n + kOut - 1) / kOut);
@@ -208,13 +215,14 @@ void launch_rows(const float* x, const WeightView& w, int64_t n, float* y, cudaS
                          w.scale_block_cols};
   }
   launch_dependent(gemv_kernel<kDType, kRows, kW, kUnrollT, kEpilogue, kMinBlocks>, dim3(blocks),
-                   dim3(kWarpsPerBlock * 32), 0, stream, x, weights, scales, n, w.cols, y);
+                   dim3(kWarpsPerBlock * 32), 0, stream, x, weights, scales, bias, n, w.cols, y);
 }
 
 template <DType kDType, Epilogue kEpilogue, int kW, int kUnrollT>
-void launch_shape(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream) {
-  num_rows == 1 ? launch_rows<kDType, 1, kEpilogue, kW, kUnrollT>(x, w, n, y, stream)
-                : launch_rows<kDType, 2, kEpilogue, kW, kUnrollT>(x, w, n, y, stream);
+void launch_shape(const float* x, const WeightView& w, Bias bias, int64_t n, int64_t num_rows, float* y,
+                  cudaStream_t stream) {
+  num_rows == 1 ? launch_rows<kDType, 1, kEpilogue, kW, kUnrollT>(x, w, bias, n, y, stream)
+                : launch_rows<kDType, 2, kEpilogue, kW, kUnrollT>(x, w, bias, n, y, stream);
 }
 
 // Blocks of kCols rows the GPU holds at once.
@@ -239,35 +247,36 @@ int64_t resident_blocks() {
 // of three (167 registers): on an H100, q_proj 4096 x 4096 took 5.9 us instead of 8.9 and down_proj
 // 14336 -> 4096 20.2 instead of 26.2 (docs/benchmarks.md). Two rows would spill there.
 template <DType kDType, Epilogue kEpilogue>
-void launch(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream) {
+void launch(const float* x, const WeightView& w, Bias bias, int64_t n, int64_t num_rows, float* y,
+            cudaStream_t stream) {
   if constexpr (kDType == DType::kF8E4M3) {
-    num_rows == 1 ? launch_rows<kDType, 1, kEpilogue, 2 * kCols, kUnroll / 4, 4>(x, w, n, y, stream)
-                  : launch_rows<kDType, 2, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, y, stream);
+    num_rows == 1 ? launch_rows<kDType, 1, kEpilogue, 2 * kCols, kUnroll / 4, 4>(x, w, bias, n, y, stream)
+                  : launch_rows<kDType, 2, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, bias, n, y, stream);
   } else if constexpr (kEpilogue == Epilogue::kSilu || kEpilogue == Epilogue::kGelu) {
-    launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, num_rows, y, stream);
+    launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, bias, n, num_rows, y, stream);
   } else {
     const auto one_wave_of_long_blocks = [&] {
       const int64_t slots = resident_blocks<kDType, kEpilogue>();
       return (n + kCols - 1) / kCols > slots && (n + 2 * kCols - 1) / (2 * kCols) <= slots;
     };
     if (w.cols >= kLongRowElements || one_wave_of_long_blocks()) {
-      launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, n, num_rows, y, stream);
+      launch_shape<kDType, kEpilogue, 2 * kCols, kUnroll / 2>(x, w, bias, n, num_rows, y, stream);
     } else {
-      launch_shape<kDType, kEpilogue, kCols, kUnroll>(x, w, n, num_rows, y, stream);
+      launch_shape<kDType, kEpilogue, kCols, kUnroll>(x, w, bias, n, num_rows, y, stream);
     }
   }
 }
 
 template <Epilogue kEpilogue>
-void launch_for_dtype(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y,
-                      cudaStream_t stream) {
+void launch_for_dtype(const float* x, const WeightView& w, int64_t n, int64_t num_rows, float* y, cudaStream_t stream,
+                      Bias bias = {}) {
   switch (w.dtype) {
     case DType::kBF16:
-      return launch<DType::kBF16, kEpilogue>(x, w, n, num_rows, y, stream);
+      return launch<DType::kBF16, kEpilogue>(x, w, bias, n, num_rows, y, stream);
     case DType::kF16:
-      return launch<DType::kF16, kEpilogue>(x, w, n, num_rows, y, stream);
+      return launch<DType::kF16, kEpilogue>(x, w, bias, n, num_rows, y, stream);
     default:
-      return launch<DType::kF8E4M3, kEpilogue>(x, w, n, num_rows, y, stream);
+      return launch<DType::kF8E4M3, kEpilogue>(x, w, bias, n, num_rows, y, stream);
   }
 }
 
@@ -321,8 +330,11 @@ bool can_gemv(const float* x, const WeightView& w, int64_t num_rows) {
          w.cols % (fp8 ? kVec<DType::kF8E4M3> : kVec<DType::kBF16>) == 0 && aligned(x) && aligned(w.data);
 }
 
-void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {
-  launch_for_dtype<Epilogue::kStore>(x, w, w.rows, num_rows, y, stream);
+void gemv(const float* x, const WeightView& w, const WeightView& bias, int64_t num_rows, float* y,
+          cudaStream_t stream) {
+  DI_CHECK(bias.data == nullptr || bias.rows * bias.cols == w.rows,
+           "gemv: a bias of " << bias.rows * bias.cols << " values for " << w.rows << " output columns");
+  launch_for_dtype<Epilogue::kStore>(x, w, w.rows, num_rows, y, stream, Bias{bias.data, bias.dtype});
 }
 
 void gemv_glu(const float* x, const WeightView& gate_up, int64_t num_rows, bool gelu, float* out,

@@ -19,8 +19,9 @@ constexpr int64_t kGemvMaxRows = 2;
 // or FP8 ones with scale blocks of a multiple of 16 columns and K a multiple of 16, x and w 16-byte
 // aligned.
 bool can_gemv(const float* x, const WeightView& w, int64_t num_rows);
-// Enqueues the product (overwrites y). Requires can_gemv.
-void gemv(const float* x, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream);
+// Enqueues the product plus bias ([w.rows] of kF32, kBF16 or kF16; data null: none) in its
+// epilogue, the same sums as the product then add_bias (overwrites y). Requires can_gemv.
+void gemv(const float* x, const WeightView& w, const WeightView& bias, int64_t num_rows, float* y, cudaStream_t stream);
 // The product of stacked gate|up weights with the activation as its epilogue: gate_up =
 // [gate; up] ([2 * I, K]); out[m, i] = act(x[m] . gate[i]) * (x[m] . up[i]), act SiLU or (gelu)
 // tanh-approximated GeLU; out: [num_rows, I]. Each sum is the one gemv computes. Requires

@@ -35,8 +35,7 @@ struct SpanCodes {
 };
 
 template <int kSpans>
-__device__ __forceinline__ void load_spans(const uint8_t* codes_lo, const uint8_t* codes_hi, const float* scales_lo,
-                                           const float* scales_hi, int64_t k_in, int64_t span_k, int64_t first_k,
+__device__ __forceinline__ void load_spans(const PackedRows<float>& rows, int64_t k_in, int64_t span_k, int64_t first_k,
                                            SpanCodes<kSpans>& w) {
 #pragma unroll
   for (int u = 0; u < kSpans; ++u) {
@@ -45,12 +44,12 @@ __device__ __forceinline__ void load_spans(const uint8_t* codes_lo, const uint8_
     const bool valid = span < k_in;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      w.lo[u][half] = valid ? __ldcs(reinterpret_cast<const uint4*>(codes_lo + k) + half) : uint4{};
-      w.hi[u][half] = valid ? __ldcs(reinterpret_cast<const uint4*>(codes_hi + k) + half) : uint4{};
+      w.lo[u][half] = valid ? __ldcs(reinterpret_cast<const uint4*>(rows.codes_lo + k) + half) : uint4{};
+      w.hi[u][half] = valid ? __ldcs(reinterpret_cast<const uint4*>(rows.codes_hi + k) + half) : uint4{};
     }
     // A block's scale serves its 128 rows: left in the caches for the other warps.
-    w.lo_scale[u] = valid ? __ldg(scales_lo + span / kSpanK) : 0.0f;
-    w.hi_scale[u] = valid ? __ldg(scales_hi + span / kSpanK) : 0.0f;
+    w.lo_scale[u] = valid ? __ldg(rows.scales_lo + span / kSpanK) : 0.0f;
+    w.hi_scale[u] = valid ? __ldg(rows.scales_hi + span / kSpanK) : 0.0f;
   }
 }
 
@@ -85,33 +84,22 @@ template <bool kGateUp, int kNTiles, int kSplit = 1>
 __global__ void __launch_bounds__(kWarps * 32, 4)
     stream_fp8_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
                       int64_t k_in, float* __restrict__ out) {
-  constexpr int kColumnWarps = kWarps / kSplit;
-  const auto [g, t, col_lo, col_hi] =
-      streamed_lane<kGateUp, kColumnWarps>(static_cast<int>(threadIdx.x / 32) % kColumnWarps);
-  const KRange k_range = split_k_range<kSplit, kWarps>(k_in, kSpanK);
-  ExpertTile tile;
-  if constexpr (kGateUp) wait_for_previous_grid();
-  const bool has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
+  const auto [lane, k_range, tile, has_tile] =
+      start_packed_tile<kGateUp, kSplit, kWarps>(experts, grouping, k_in, kSpanK, kTileRows);
+  const auto [g, t, col_lo, col_hi] = lane;
   const int64_t row_lo = min(col_lo, n_out - 1);
   const int64_t row_hi = min(col_hi, n_out - 1);
   const int64_t scale_cols = k_in / kSpanK;
-  const uint8_t* codes_lo = nullptr;
-  const uint8_t* codes_hi = nullptr;
-  const float* scales_lo = nullptr;
-  const float* scales_hi = nullptr;
+  PackedRows<float> rows;
   const ExpertPointers* p = nullptr;
   constexpr int kSpans = kUnroll<kNTiles>;
   SpanCodes<kSpans> current;
   const int64_t first_k = int64_t{32} * t;
   if (has_tile) {
     p = &experts.experts[tile.expert];
-    codes_lo = static_cast<const uint8_t*>(kGateUp ? p->gate : p->down) + row_lo * k_in;
-    codes_hi = static_cast<const uint8_t*>(kGateUp ? p->up : p->down) + row_hi * k_in;
-    scales_lo = static_cast<const float*>(kGateUp ? p->gate_scales : p->down_scales) +
-                row_lo / experts.scale_block_rows * scale_cols;
-    scales_hi = static_cast<const float*>(kGateUp ? p->up_scales : p->down_scales) +
-                row_hi / experts.scale_block_rows * scale_cols;
-    load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_range.end, k_range.begin, first_k, current);
+    rows = packed_rows<kGateUp, float>(*p, row_lo, row_hi, k_in, row_lo / experts.scale_block_rows * scale_cols,
+                                       row_hi / experts.scale_block_rows * scale_cols);
+    load_spans(rows, k_range.end, k_range.begin, first_k, current);
   }
   if constexpr (!kGateUp) wait_for_previous_grid();
   allow_next_grid();
@@ -126,7 +114,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   for (int64_t k0 = k_range.begin; k0 < k_range.end; k0 += kGroupK) {
     SpanCodes<kSpans> next{};
     if (k0 + kGroupK < k_range.end) {
-      load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_range.end, k0 + kGroupK, first_k, next);
+      load_spans(rows, k_range.end, k0 + kGroupK, first_k, next);
     }
 #pragma unroll
     for (int u = 0; u < kSpans; ++u) {

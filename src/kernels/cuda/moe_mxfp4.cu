@@ -39,18 +39,17 @@ struct SpanCodes {
 };
 
 template <int kUnroll>
-__device__ __forceinline__ void load_spans(const uint8_t* codes_lo, const uint8_t* codes_hi, const uint8_t* scales_lo,
-                                           const uint8_t* scales_hi, int64_t k_in, int64_t first_k,
+__device__ __forceinline__ void load_spans(const PackedRows<uint8_t>& rows, int64_t k_in, int64_t first_k,
                                            SpanCodes<kUnroll>& w) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t k = first_k + int64_t{u} * kSpanK;
     const bool valid = k < k_in;
     if (u == 0) w.lo_scales = w.hi_scales = 0;
-    w.lo[u] = valid ? __ldcs(reinterpret_cast<const uint4*>(codes_lo + k / 2)) : uint4{};
-    w.hi[u] = valid ? __ldcs(reinterpret_cast<const uint4*>(codes_hi + k / 2)) : uint4{};
-    w.lo_scales |= (valid ? uint32_t{__ldcs(scales_lo + k / kMxfp4Block)} : 0u) << (8 * u);
-    w.hi_scales |= (valid ? uint32_t{__ldcs(scales_hi + k / kMxfp4Block)} : 0u) << (8 * u);
+    w.lo[u] = valid ? __ldcs(reinterpret_cast<const uint4*>(rows.codes_lo + k / 2)) : uint4{};
+    w.hi[u] = valid ? __ldcs(reinterpret_cast<const uint4*>(rows.codes_hi + k / 2)) : uint4{};
+    w.lo_scales |= (valid ? uint32_t{__ldcs(rows.scales_lo + k / kMxfp4Block)} : 0u) << (8 * u);
+    w.hi_scales |= (valid ? uint32_t{__ldcs(rows.scales_hi + k / kMxfp4Block)} : 0u) << (8 * u);
   }
 }
 
@@ -83,31 +82,20 @@ template <bool kGateUp, int kNTiles, int kSplit = 1, int kUnroll = 4, int kMinBl
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     stream_mxfp4_kernel(const float* __restrict__ in, GroupedExperts experts, MoeGrouping grouping, int64_t n_out,
                         int64_t k_in, float* __restrict__ out) {
-  constexpr int kColumnWarps = kWarps / kSplit;
-  // t: the lane's MX block of a span
-  const auto [g, t, col_lo, col_hi] =
-      streamed_lane<kGateUp, kColumnWarps>(static_cast<int>(threadIdx.x / 32) % kColumnWarps);
-  const KRange k_range = split_k_range<kSplit, kWarps>(k_in, kSpanK);
-  ExpertTile tile;
-  if constexpr (kGateUp) wait_for_previous_grid();
-  const bool has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), kTileRows, tile);
+  const auto [lane, k_range, tile, has_tile] =
+      start_packed_tile<kGateUp, kSplit, kWarps>(experts, grouping, k_in, kSpanK, kTileRows);
+  const auto [g, t, col_lo, col_hi] = lane;  // t: the lane's MX block of a span
   const int64_t row_lo = min(col_lo, n_out - 1);
   const int64_t row_hi = min(col_hi, n_out - 1);
   const int64_t scale_cols = k_in / kMxfp4Block;
-  const uint8_t* codes_lo = nullptr;
-  const uint8_t* codes_hi = nullptr;
-  const uint8_t* scales_lo = nullptr;
-  const uint8_t* scales_hi = nullptr;
+  PackedRows<uint8_t> rows;
   const ExpertPointers* p = nullptr;
   SpanCodes<kUnroll> current;
   const int64_t first_k = int64_t{kMxfp4Block} * t;
   if (has_tile) {
     p = &experts.experts[tile.expert];
-    codes_lo = static_cast<const uint8_t*>(kGateUp ? p->gate : p->down) + row_lo * (k_in / 2);
-    codes_hi = static_cast<const uint8_t*>(kGateUp ? p->up : p->down) + row_hi * (k_in / 2);
-    scales_lo = static_cast<const uint8_t*>(kGateUp ? p->gate_scales : p->down_scales) + row_lo * scale_cols;
-    scales_hi = static_cast<const uint8_t*>(kGateUp ? p->up_scales : p->down_scales) + row_hi * scale_cols;
-    load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_range.end, k_range.begin + first_k, current);
+    rows = packed_rows<kGateUp, uint8_t>(*p, row_lo, row_hi, k_in / 2, row_lo * scale_cols, row_hi * scale_cols);
+    load_spans(rows, k_range.end, k_range.begin + first_k, current);
   }
   if constexpr (!kGateUp) wait_for_previous_grid();
   allow_next_grid();
@@ -125,7 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int64_t k0 = k_range.begin; k0 < k_range.end; k0 += kGroupK) {
     SpanCodes<kUnroll> next{};
     if (k0 + kGroupK < k_range.end) {
-      load_spans(codes_lo, codes_hi, scales_lo, scales_hi, k_range.end, k0 + kGroupK + first_k, next);
+      load_spans(rows, k_range.end, k0 + kGroupK + first_k, next);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {

@@ -81,6 +81,26 @@ __device__ __forceinline__ const uint4* packed_stream_inputs(const float* in, co
   }
 }
 
+// The packed rows a lane streams (row_lo of gate for gate|up, else of down; row_hi of up, else of
+// down) and their rows of scales.
+template <typename Scale>
+struct PackedRows {
+  const uint8_t* codes_lo = nullptr;
+  const uint8_t* codes_hi = nullptr;
+  const Scale* scales_lo = nullptr;
+  const Scale* scales_hi = nullptr;
+};
+
+// row_bytes: a row's bytes of codes; scale_lo and scale_hi: the two rows' offsets into their scales.
+template <bool kGateUp, typename Scale>
+__device__ __forceinline__ PackedRows<Scale> packed_rows(const ExpertPointers& p, int64_t row_lo, int64_t row_hi,
+                                                         int64_t row_bytes, int64_t scale_lo, int64_t scale_hi) {
+  return {static_cast<const uint8_t*>(kGateUp ? p.gate : p.down) + row_lo * row_bytes,
+          static_cast<const uint8_t*>(kGateUp ? p.up : p.down) + row_hi * row_bytes,
+          static_cast<const Scale*>(kGateUp ? p.gate_scales : p.down_scales) + scale_lo,
+          static_cast<const Scale*>(kGateUp ? p.up_scales : p.down_scales) + scale_hi};
+}
+
 // A warp's share of k when a block's warps split it in kSplit parts (warp / (kWarps / kSplit)):
 // part p takes spans [p * per, (p + 1) * per) of kSpanK columns, per = ceil(spans / kSplit).
 struct KRange {
@@ -92,6 +112,28 @@ __device__ __forceinline__ KRange split_k_range(int64_t k_in, int64_t span_k) {
   const int part = static_cast<int>(threadIdx.x / 32) / (kWarps / kSplit);
   const int64_t per = ((k_in + span_k - 1) / span_k + kSplit - 1) / kSplit * span_k;
   return {min(k_in, part * per), min(k_in, (part + 1) * per)};
+}
+
+// Where a streamed tile's thread starts: its lane (its warp's columns shared by the kSplit parts of
+// k), its part of k, and the block's tile, if any. Gate|up waits for the grouping before finding
+// it; down finds it (the grouping's, already written) before waiting for gate|up.
+struct PackedTileStart {
+  StreamedLane lane;
+  KRange k_range;
+  ExpertTile tile;
+  bool has_tile;
+};
+template <bool kGateUp, int kSplit, int kWarps>
+__device__ __forceinline__ PackedTileStart start_packed_tile(const GroupedExperts& experts, const MoeGrouping& grouping,
+                                                             int64_t k_in, int64_t span_k, int tile_rows) {
+  constexpr int kColumnWarps = kWarps / kSplit;
+  PackedTileStart start{streamed_lane<kGateUp, kColumnWarps>(static_cast<int>(threadIdx.x / 32) % kColumnWarps),
+                        split_k_range<kSplit, kWarps>(k_in, span_k),
+                        {},
+                        false};
+  if constexpr (kGateUp) wait_for_previous_grid();
+  start.has_tile = find_tile(grouping, experts.num_experts, static_cast<int32_t>(blockIdx.x), tile_rows, start.tile);
+  return start;
 }
 
 // With k split (kSplit > 1), the first part's warps add the other parts' sums, in part order, and

@@ -15,24 +15,52 @@
 namespace deepinfer {
 namespace {
 
-// q, k and v stacked into one device weight when the backend makes one (16-bit weights, or FP8 ones
-// it keeps packed; no biases) and the layer may take them stacked; nullopt otherwise.
-Result<std::optional<kernels::WeightView>> load_stacked_qkv(const ModelSource& source, const std::string& prefix,
-                                                            int64_t q_dim, int64_t kv_dim, int64_t hidden,
-                                                            bool has_bias, bool may_stack) {
-  if (has_bias || !may_stack) return std::optional<kernels::WeightView>{};
+// q, k and v stacked into one device weight, and their biases into one bias, where the backend
+// stacks (16-bit weights, or FP8 ones it keeps packed; 16-bit biases) and the layer may take them
+// stacked.
+struct StackedQkv {
+  kernels::WeightView weight;
+  kernels::WeightView bias;  // data null without biases
+};
+Result<std::optional<StackedQkv>> load_stacked_qkv(const ModelSource& source, const std::string& prefix, int64_t q_dim,
+                                                   int64_t kv_dim, int64_t hidden, bool has_bias, bool may_stack) {
+  if (!may_stack) return std::optional<StackedQkv>{};
+  const std::pair<const char*, int64_t> projections[] = {{".q_proj", q_dim}, {".k_proj", kv_dim}, {".v_proj", kv_dim}};
   std::vector<TensorView> parts;
   std::vector<std::pair<std::string, std::vector<int64_t>>> names;
-  for (const auto& [name, rows] : {std::pair{".q_proj", q_dim}, std::pair{".k_proj", kv_dim}, std::pair{".v_proj", kv_dim}}) {
+  for (const auto& [name, rows] : projections) {
     auto tensor = source.weights->get(prefix + name + ".weight", {rows, hidden});
     if (!tensor.ok()) return tensor.error();
     parts.push_back(*tensor);
     names.emplace_back(prefix + name + ".weight", std::vector<int64_t>{rows, hidden});
   }
+  StackedQkv stacked;
+  if (has_bias) {
+    // Each bias as a one-column matrix, stacked as the weights' rows are.
+    std::vector<TensorView> biases;
+    for (const auto& [name, rows] : projections) {
+      auto bias = source.weights->get(prefix + name + ".bias", {rows});
+      if (!bias.ok()) return bias.error();
+      biases.push_back(*bias);
+      biases.back().shape = {rows, 1};
+    }
+    auto bias = source.backend->load_stacked_weight(biases);
+    if (!bias.ok()) return bias.error();
+    if (!*bias) return std::optional<StackedQkv>{};
+    stacked.bias = **bias;
+  }
   const auto fp8 = [](const TensorView& part) { return part.dtype == DType::kF8E4M3; };
-  if (std::all_of(parts.begin(), parts.end(), fp8)) return load_stacked_fp8(source, names);
-  if (std::any_of(parts.begin(), parts.end(), fp8)) return std::optional<kernels::WeightView>{};
-  return source.backend->load_stacked_weight(parts);
+  Result<std::optional<kernels::WeightView>> weight = std::optional<kernels::WeightView>{};
+  if (std::all_of(parts.begin(), parts.end(), fp8)) {
+    weight = load_stacked_fp8(source, names);
+  } else if (std::none_of(parts.begin(), parts.end(), fp8)) {
+    weight = source.backend->load_stacked_weight(parts);
+  }
+  if (!weight.ok() || !*weight) source.backend->release_weight(stacked.bias);
+  if (!weight.ok()) return weight.error();
+  if (!*weight) return std::optional<StackedQkv>{};
+  stacked.weight = **weight;
+  return std::optional<StackedQkv>{stacked};
 }
 
 }  // namespace
@@ -149,8 +177,10 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
   auto stacked =
       load_stacked_qkv(source, prefix, layer.q_dim(), layer.kv_dim(), hidden, options.qkv_bias, /*may_stack=*/!mrope);
   if (!stacked.ok()) return stacked.error();
-  layer.qkv_ = *stacked;
-  if (!layer.qkv_) {
+  if (*stacked) {
+    layer.qkv_ = (*stacked)->weight;
+    layer.qkv_bias_ = (*stacked)->bias;
+  } else {
     auto q = Linear::load(source, prefix + ".q_proj", layer.q_dim(), hidden, options.qkv_bias);
     if (!q.ok()) return q.error();
     auto k = Linear::load(source, prefix + ".k_proj", layer.kv_dim(), hidden, options.qkv_bias);
@@ -211,7 +241,7 @@ Result<AttentionLayer> AttentionLayer::load(const ModelSource& source, const std
 
 int64_t AttentionLayer::weight_bytes() const {
   int64_t bytes = q_proj_.weight_bytes() + k_proj_.weight_bytes() + v_proj_.weight_bytes() + o_proj_.weight_bytes();
-  if (qkv_) bytes += kernels::weight_bytes(*qkv_);
+  if (qkv_) bytes += kernels::weight_bytes(*qkv_) + kernels::weight_bytes(qkv_bias_);
   if (q_norm_) bytes += 2 * params_.head_dim * static_cast<int64_t>(dtype_size_bytes(q_norm_->weight.dtype));
   return bytes;
 }
@@ -279,7 +309,7 @@ void AttentionLayer::forward(Backend& backend, const DeviceBatch& batch, const f
                              float* out) const {
   const int64_t n = batch.num_tokens;
   if (qkv_) {
-    backend.matmul(x, *qkv_, kernels::WeightView{}, n, scratch);
+    backend.matmul(x, *qkv_, qkv_bias_, n, scratch);
   } else {
     float* q = scratch;
     float* k = q + n * q_dim();

@@ -124,8 +124,10 @@ class AttentionLayer {
   void forward(Backend& backend, const DeviceBatch& batch, const float* x, float* scratch, float* out) const;
   int64_t scratch_floats(int64_t num_tokens) const { return num_tokens * (3 * q_dim() + 2 * kv_dim()); }
   // The same on the residual stream (ResidualStream): residual += forward(norm(residual)). Only
-  // where takes_residual_stream(): q|k|v stacked and no o bias.
-  bool takes_residual_stream() const { return qkv_.has_value() && o_proj_.bias.data == nullptr; }
+  // where takes_residual_stream(): q|k|v stacked and no biases.
+  bool takes_residual_stream() const {
+    return qkv_.has_value() && qkv_bias_.data == nullptr && o_proj_.bias.data == nullptr;
+  }
   DType weight_dtype() const { return qkv_ ? qkv_->dtype : q_proj_.weight.dtype; }
   void forward_residual(Backend& backend, const DeviceBatch& batch, const ResidualStream& stream,
                         float* scratch) const;
@@ -133,9 +135,10 @@ class AttentionLayer {
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   // [q_dim + 2 * kv_dim, hidden]: q, k and v stacked at load (Backend::load_stacked_weight, or
-  // load_stacked_packed_weight for FP8; device backends, no biases), one product for all three.
-  // q/k/v_proj_ are then empty.
+  // load_stacked_packed_weight for FP8; device backends), one product for all three, with their
+  // biases stacked alike in qkv_bias_ (data null without). q/k/v_proj_ are then empty.
   std::optional<kernels::WeightView> qkv_;
+  kernels::WeightView qkv_bias_;
   std::optional<RmsNorm> q_norm_, k_norm_;
   kernels::AttentionParams params_;
   size_t block_bytes() const;  // one block of K (or of V) in the cache

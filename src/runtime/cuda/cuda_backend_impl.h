@@ -143,8 +143,7 @@ class CudaBackend final : public Backend {
   }
   void matmul(const float* x, const kernels::WeightView& w, const kernels::WeightView& bias, int64_t num_rows,
               float* y) override {
-    gemm_.matmul(x, w, num_rows, y, stream_);
-    if (bias.data != nullptr) kc::add_bias(y, bias, num_rows, stream_.for_products());  // writes y only
+    gemm_.matmul(x, w, num_rows, y, stream_, bias);
   }
   // The activation in the GEMV's epilogue at decode sizes, else one GEMM, the activation rounded
   // for the down product, and down; FP8 weights past decode sizes run gate and up as two products
