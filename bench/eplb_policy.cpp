@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,14 +51,33 @@ struct TraceCase {
 };
 
 // A policy's placements over a trace's measured steps: fit, over each placement's own window;
-// milliseconds, per placement; packing, ours only: the last placement's, converged if all were.
+// milliseconds, per placement; moved, per re-placement after the first: the experts ranks gain
+// (a rank loads each logical expert it did not hold) over the physical slots; packing, ours only:
+// the last placement's, converged if all were.
 struct PolicyRun {
   RankLoadBalance fit;
   RankLoadBalance held_out;
   int32_t num_placements = 0;
   double milliseconds = 0;
+  double moved = 0;
   PeakAwarePackingStats packing;
 };
+
+// The experts the ranks of after hold that the same rank of before did not, over after's slots.
+double moved_fraction(const ExpertPlacement& before, const ExpertPlacement& after) {
+  int32_t gained = 0;
+  for (int32_t rank = 0; rank < after.num_ranks; ++rank) {
+    const auto slots = [&](const ExpertPlacement& placement) {
+      const auto first = placement.physical_to_logical.begin() + rank * placement.slots_per_rank;
+      return std::vector<int32_t>(first, first + placement.slots_per_rank);
+    };
+    const std::vector<int32_t> held = slots(before);
+    for (const int32_t logical : slots(after)) {
+      gained += std::find(held.begin(), held.end(), logical) == held.end() ? 1 : 0;
+    }
+  }
+  return static_cast<double>(gained) / after.num_physical();
+}
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -120,15 +140,21 @@ Result<PolicyRun> run_policy(EplbPolicy policy, const ExpertLoadWindow& steps, i
   std::vector<double> fit_ratios, held_out_ratios;
   double fit_peaks = 0;
   double held_out_peaks = 0;
+  std::optional<ExpertPlacement> previous;
   for (int32_t begin = window; begin < window + eval_steps; begin += interval) {
     const ExpertLoadWindow fit = steps.slice(begin - window, begin);
     const ExpertLoadWindow held_out = steps.slice(begin, std::min(begin + interval, window + eval_steps));
     PeakAwarePackingStats packing;
     const auto start = std::chrono::steady_clock::now();
+    // Ours re-places from the previous placement, as a running engine does (the first packs afresh).
     Result<ExpertPlacement> placement =
-        policy == EplbPolicy::kPeakAware ? peak_aware_placement(fit, config, &packing) : rebalance_layer(fit, config);
+        policy == EplbPolicy::kPeakAware
+            ? peak_aware_placement(fit, config, &packing, previous.has_value() ? &*previous : nullptr)
+            : rebalance_layer(fit, config);
     run.milliseconds += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!placement.ok()) return placement.error();
+    if (previous.has_value()) run.moved += moved_fraction(*previous, *placement);
+    previous = *placement;
     const bool converged = run.packing.search_converged && packing.search_converged;
     run.packing = packing;
     run.packing.search_converged = converged;
@@ -139,6 +165,7 @@ Result<PolicyRun> run_policy(EplbPolicy policy, const ExpertLoadWindow& steps, i
     }
   }
   run.milliseconds /= std::max(run.num_placements, 1);
+  run.moved /= std::max(run.num_placements - 1, 1);
   run.fit = summarize_rank_balance(std::move(fit_ratios), fit_peaks);
   run.held_out = summarize_rank_balance(std::move(held_out_ratios), held_out_peaks);
   return run;
@@ -264,11 +291,13 @@ nlohmann::json row_json(const ResultRow& row, int32_t window, int32_t eval_steps
           {"deepseek",
            {{"held_out", balance_json(row.deepseek.held_out)},
             {"fit", balance_json(row.deepseek.fit)},
-            {"ms", row.deepseek.milliseconds}}},
+            {"ms", row.deepseek.milliseconds},
+            {"moved", row.deepseek.moved}}},
           {"ours",
            {{"held_out", balance_json(row.ours.held_out)},
             {"fit", balance_json(row.ours.fit)},
             {"ms", row.ours.milliseconds},
+            {"moved", row.ours.moved},
             {"swaps", row.ours.packing.num_swaps},
             {"search_converged", row.ours.packing.search_converged},
             {"started_from_totals", row.ours.packing.started_from_totals},

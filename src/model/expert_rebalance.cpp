@@ -96,7 +96,8 @@ Result<std::vector<ExpertPlacement>> ExpertRebalancer::compute_placements(
     config.num_ranks = group.world_size();
     config.num_redundant = moved_[i]->placement().num_redundant();
     config.policy = expert_parallel_.eplb_policy;
-    auto placement = rebalance_layer(windows[i], config);
+    // From where the experts are: a re-placement moves few of them (EplbConfig::max_moved_fraction).
+    auto placement = rebalance_layer(windows[i], config, &moved_[i]->placement());
     if (placement.ok()) {
       mine.push_back(std::move(*placement));
     } else {

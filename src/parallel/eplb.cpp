@@ -281,8 +281,37 @@ std::vector<int32_t> replicate_by_load(const std::vector<int64_t>& total_tokens,
   return counts;
 }
 
+namespace {
+
+// The start that keeps current's experts where they are: each rank first takes back the experts
+// it holds that still have a replica to place, then the remaining replicas (heaviest first) go
+// where the peak-aware greedy puts them. False where a replica finds no rank (then the fresh
+// starts serve).
+bool keep_current(const ExpertPlacement& current, const std::vector<int32_t>& replicas, std::vector<int32_t> quota,
+                  int32_t slots_per_rank, PeakAwarePacker& packer, int32_t& placed_anew) {
+  for (int32_t r = 0; r < current.num_ranks; ++r) {
+    for (int32_t slot = 0; slot < current.slots_per_rank; ++slot) {
+      const int32_t expert = current.physical_to_logical[static_cast<size_t>(r * current.slots_per_rank + slot)];
+      if (quota[expert] == 0 || !packer.can_take(r, expert, slots_per_rank)) continue;
+      packer.place(expert, r);
+      --quota[expert];
+    }
+  }
+  for (const int32_t expert : replicas) {
+    if (quota[expert] == 0) continue;
+    const int32_t rank = packer.cheapest_rank_for(expert, slots_per_rank);
+    if (rank < 0) return false;
+    packer.place(expert, rank);
+    --quota[expert];
+    ++placed_anew;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<ExpertPlacement> peak_aware_placement(const ExpertLoadWindow& window, const EplbConfig& config,
-                                             PeakAwarePackingStats* stats) {
+                                             PeakAwarePackingStats* stats, const ExpertPlacement* current) {
   ExpertPlacement placement;
   DI_ASSIGN(placement, ExpertPlacement::contiguous(window.num_experts, config.num_ranks, config.num_redundant));
   const std::vector<int64_t> totals = window.totals();
@@ -305,10 +334,27 @@ Result<ExpertPlacement> peak_aware_placement(const ExpertLoadWindow& window, con
   }
   PeakAwarePackingStats local_stats;
   local_stats.started_from_totals = by_totals.objective() < peak_aware.objective();
-  PeakAwarePacker& packer = local_stats.started_from_totals ? by_totals : peak_aware;
+  // A running engine's re-placement starts from where the experts are, so the search moves only
+  // the experts its swaps and the changed replica counts need.
+  PeakAwarePacker kept(window, replica_counts, config.num_ranks);
+  local_stats.started_from_current =
+      current != nullptr && current->num_ranks == config.num_ranks && current->slots_per_rank == slots_per_rank &&
+      current->num_logical_experts == window.num_experts &&
+      keep_current(*current, replicas, replica_counts, slots_per_rank, kept, local_stats.replicas_placed_anew);
+  if (local_stats.started_from_current) local_stats.started_from_totals = false;
+  PeakAwarePacker& packer =
+      local_stats.started_from_current ? kept : (local_stats.started_from_totals ? by_totals : peak_aware);
   local_stats.greedy_objective = packer.objective();
   int64_t work = 0;
-  while (true) {
+  // From the current placement, swaps (two moved experts each) stop where the moves would pass
+  // config.max_moved_fraction of the slots, counting the replicas keep_current placed anew.
+  const int64_t max_swaps =
+      local_stats.started_from_current
+          ? std::max<int64_t>(0, (static_cast<int64_t>(config.max_moved_fraction * placement.num_physical()) -
+                                  local_stats.replicas_placed_anew) /
+                                     2)
+          : std::numeric_limits<int64_t>::max();
+  while (local_stats.num_swaps < max_swaps) {
     if (!packer.apply_best_swap(work, config.max_search_work)) break;
     ++local_stats.num_swaps;
   }
@@ -325,11 +371,12 @@ Result<ExpertPlacement> peak_aware_placement(const ExpertLoadWindow& window, con
   return placement;
 }
 
-Result<ExpertPlacement> rebalance_layer(const ExpertLoadWindow& window, const EplbConfig& config) {
+Result<ExpertPlacement> rebalance_layer(const ExpertLoadWindow& window, const EplbConfig& config,
+                                        const ExpertPlacement* current) {
   if (window.num_steps() == 0 || config.policy == EplbPolicy::kContiguous) {
     return ExpertPlacement::contiguous(window.num_experts, config.num_ranks, config.num_redundant);
   }
-  if (config.policy == EplbPolicy::kPeakAware) return peak_aware_placement(window, config);
+  if (config.policy == EplbPolicy::kPeakAware) return peak_aware_placement(window, config, nullptr, current);
   const std::vector<int64_t> totals = window.totals();
   const std::vector<float> weights(totals.begin(), totals.end());
   return deepseek_placement(weights, window.num_experts + config.num_redundant, config.num_groups, config.num_nodes,
