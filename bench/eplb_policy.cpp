@@ -63,22 +63,6 @@ struct PolicyRun {
   PeakAwarePackingStats packing;
 };
 
-// The experts the ranks of after hold that the same rank of before did not, over after's slots.
-double moved_fraction(const ExpertPlacement& before, const ExpertPlacement& after) {
-  int32_t gained = 0;
-  for (int32_t rank = 0; rank < after.num_ranks; ++rank) {
-    const auto slots = [&](const ExpertPlacement& placement) {
-      const auto first = placement.physical_to_logical.begin() + rank * placement.slots_per_rank;
-      return std::vector<int32_t>(first, first + placement.slots_per_rank);
-    };
-    const std::vector<int32_t> held = slots(before);
-    for (const int32_t logical : slots(after)) {
-      gained += std::find(held.begin(), held.end(), logical) == held.end() ? 1 : 0;
-    }
-  }
-  return static_cast<double>(gained) / after.num_physical();
-}
-
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
   std::stringstream stream(text);
@@ -153,7 +137,9 @@ Result<PolicyRun> run_policy(EplbPolicy policy, const ExpertLoadWindow& steps, i
             : rebalance_layer(fit, config);
     run.milliseconds += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!placement.ok()) return placement.error();
-    if (previous.has_value()) run.moved += moved_fraction(*previous, *placement);
+    if (previous.has_value()) {
+      run.moved += static_cast<double>(placement->experts_gained_from(*previous)) / placement->num_physical();
+    }
     previous = *placement;
     const bool converged = run.packing.search_converged && packing.search_converged;
     run.packing = packing;

@@ -1,10 +1,12 @@
 // ExpertPlacement's checks, the contiguous start placement and the JSON file form.
 #include "parallel/expert_placement.h"
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "core/mapped_file.h"
 
 namespace deepinfer {
@@ -38,6 +40,20 @@ std::vector<int32_t> ExpertPlacement::replica_counts() const {
   std::vector<int32_t> counts(static_cast<size_t>(num_logical_experts), 0);
   for (const int32_t logical : physical_to_logical) ++counts[static_cast<size_t>(logical)];
   return counts;
+}
+
+int32_t ExpertPlacement::experts_gained_from(const ExpertPlacement& before) const {
+  DI_CHECK(before.num_ranks == num_ranks && before.slots_per_rank == slots_per_rank,
+           "experts_gained_from: placements of different shapes");
+  int32_t gained = 0;
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    const auto held_first = before.physical_to_logical.begin() + r * slots_per_rank;
+    const auto held_last = held_first + slots_per_rank;
+    for (int32_t slot = r * slots_per_rank; slot < (r + 1) * slots_per_rank; ++slot) {
+      gained += std::find(held_first, held_last, physical_to_logical[static_cast<size_t>(slot)]) == held_last ? 1 : 0;
+    }
+  }
+  return gained;
 }
 
 Result<void> ExpertPlacement::validate() const {

@@ -27,6 +27,9 @@ struct ExpertPlacement {
   std::vector<std::vector<int32_t>> replicas() const;
   // For each logical expert, how many physical slots hold it.
   std::vector<int32_t> replica_counts() const;
+  // The slots whose expert their rank did not hold in before (same ranks and slots per rank): the
+  // experts a re-placement from before makes ranks load.
+  int32_t experts_gained_from(const ExpertPlacement& before) const;
   // Error naming what is wrong: sizes, ids out of range, a logical expert with no slot.
   Result<void> validate() const;
   // The placement before any statistics: logical experts in order on consecutive slots, then

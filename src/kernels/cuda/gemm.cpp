@@ -199,7 +199,7 @@ void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float
   const float* staged_end = staged_.source + staged_.count;
   if (staged_.source != nullptr && y < staged_end && staged_.source < y + num_rows * w.rows) staged_ = Staged{};
   if (w.dtype == DType::kF8E4M3) {
-    matmul_fp8(x, w, num_rows, y, stream, bias);
+    if (!matmul_fp8(x, w, num_rows, y, stream, bias)) add_bias(y, bias, num_rows, stream.for_products());
     return;
   }
   // Decode-sized batches: a bandwidth-bound kernel beats cuBLASLt's small-M tiles and skips the
@@ -220,7 +220,7 @@ void LtGemm::matmul(const float* x, const WeightView& w, int64_t num_rows, float
   add_bias(y, bias, num_rows, stream.for_products());
 }
 
-void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
+bool LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
                         const WeightView& bias) {
   const bool aligned_x = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   // 2-64 rows: the swapped wgmma kernel. On an H100 (Llama-3-8B's shapes) it took gate_proj
@@ -241,13 +241,12 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
     }
     quantize_fp8_rows(x, num_rows, k, rows, stream.for_products());
     fp8_swapped_gemm(rows, w, num_rows, y, workspace, stream.for_products());
-    add_bias(y, bias, num_rows, stream.for_products());
-    return;
+    return false;
   }
   // One or two rows: the codes widen in registers against float32 x, with no launch to quantise x.
   if (!batch_invariant_ && can_gemv(x, w, num_rows)) {
     gemv(x, w, bias, num_rows, y, stream.for_products());
-    return;
+    return true;
   }
   // fp8_gemv, or cuBLASLt's block-scaled FP8 GEMM: 128 x 128 weight blocks, x's in 1 x 128. On an
   // H100 cuBLASLt's took ~15 us whatever the rows where fp8_gemv's time grows with them (q_proj
@@ -266,8 +265,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
       const Fp8Rows rows = fp8_rows_at(workspace, num_rows, k);
       quantize_fp8_rows(x, num_rows, k, rows, stream.for_products());
       fp8_gemv(rows, w, num_rows, y, stream.for_products());
-      add_bias(y, bias, num_rows, stream.for_products());
-      return;
+      return false;
     }
     const int64_t head = num_rows - num_rows % 4;
     const Fp8Rows rows = fp8_rows_at(workspace, head, k);
@@ -281,8 +279,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
         quantize_fp8_rows(x + head * k, tail, k, tail_rows, stream.for_products());
         fp8_gemv(tail_rows, w, tail, y + head * w.rows, stream.for_products());
       }
-      add_bias(y, bias, num_rows, stream.for_products());
-      return;
+      return false;
     }
   }
   // No FP8 kernel for this layout: one pass writes the weight as bf16 for cuBLASLt.
@@ -292,6 +289,7 @@ void LtGemm::matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, f
   dense.data = dequantized_.get(static_cast<size_t>(w.rows * w.cols) * sizeof(uint16_t));
   dequantize_fp8_to_bf16(w, const_cast<void*>(dense.data), stream.for_products());
   matmul(x, dense, num_rows, y, stream, bias);
+  return true;
 }
 
 void LtGemm::matmul_cast(const void* b, const WeightView& w, int64_t num_rows, float* y, cudaStream_t stream) {

@@ -108,7 +108,9 @@ class LtGemm {
   static void bind_block_scales(const Plan& plan, const BlockScales& scales);
   // Enqueues plan's product y = x @ w^T.
   void run(const Plan& plan, const void* w, const void* x, float* y, cudaStream_t stream);
-  void matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
+  // matmul for FP8 weights; true where bias is in y already (the GEMV's epilogue, or the bf16
+  // fallback's matmul), false where the caller still adds it.
+  bool matmul_fp8(const float* x, const WeightView& w, int64_t num_rows, float* y, const OpStream& stream,
                   const WeightView& bias);
 
   // What the cast buffer holds: source[0, count) rounded to dtype, as of the stream's generation;
