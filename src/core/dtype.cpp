@@ -62,15 +62,6 @@ float f16_to_f32(uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-float f8e4m3_to_f32(uint8_t bits) {
-  const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
-  const int exponent = (bits >> 3) & 0xf;
-  const int mantissa = bits & 0x7;
-  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
-  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
-}
-
 uint8_t f32_to_f8e4m3(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
@@ -127,14 +118,8 @@ void convert_to_f32(const void* src, DType dtype, size_t count, float* dst) {
       return;
     }
     case DType::kF8E4M3: {
-      // A table of the 256 values: fp8 KV caches widen every key they attend to.
-      static const std::array<float, 256> values = [] {
-        std::array<float, 256> table{};
-        for (size_t code = 0; code < table.size(); ++code) table[code] = f8e4m3_to_f32(static_cast<uint8_t>(code));
-        return table;
-      }();
       const auto* s = static_cast<const uint8_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = values[s[i]];
+      for (size_t i = 0; i < count; ++i) dst[i] = f8e4m3_to_f32(s[i]);
       return;
     }
     default: DI_CHECK(false, "convert_to_f32 does not take " << dtype_name(dtype));

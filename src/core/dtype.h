@@ -1,6 +1,7 @@
 // Element types of weights and activations, and the scalar conversions between them.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -34,8 +35,25 @@ inline uint16_t f32_to_bf16(float value) {
 }
 
 float f16_to_f32(uint16_t bits);
-// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN.
-float f8e4m3_to_f32(uint8_t bits);
+// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN. A table of the 256 values: checkpoints
+// dequantise billions of codes at load and fp8 KV caches widen every key they attend to.
+namespace detail {
+constexpr float e4m3_value(uint32_t code) {
+  const uint32_t sign = (code & 0x80u) << 24;
+  const uint32_t exponent = (code >> 3) & 0xfu;
+  const uint32_t mantissa = code & 0x7u;
+  if (exponent == 0xf && mantissa == 0x7) return std::bit_cast<float>(sign | 0x7fc00000u);
+  if (exponent == 0)
+    return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-9f));
+  return std::bit_cast<float>(sign | ((exponent + 120) << 23) | (mantissa << 20));
+}
+constexpr std::array<float, 256> kE4m3Values = [] {
+  std::array<float, 256> values{};
+  for (uint32_t code = 0; code < values.size(); ++code) values[code] = e4m3_value(code);
+  return values;
+}();
+}  // namespace detail
+inline float f8e4m3_to_f32(uint8_t bits) { return detail::kE4m3Values[bits]; }
 // The largest finite e4m3fn magnitude.
 inline constexpr float kF8E4M3Max = 448.0f;
 // The nearest e4m3fn value, ties to even; magnitudes past 448 saturate to 448 (as CUDA's

@@ -38,8 +38,11 @@ Result<std::vector<float>> dequantize_fp8(const TensorView& weight, const Tensor
   const auto* bits = static_cast<const uint8_t*>(weight.data);
   for (int64_t r = 0; r < rows; ++r) {
     const float* scale_row = scales.data() + (r / block_rows) * scale_cols;
-    for (int64_t c = 0; c < cols; ++c) {
-      out[static_cast<size_t>(r * cols + c)] = f8e4m3_to_f32(bits[r * cols + c]) * scale_row[c / block_cols];
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      const float scale = scale_row[c0 / block_cols];
+      for (int64_t c = c0; c < std::min(c0 + block_cols, cols); ++c) {
+        out[static_cast<size_t>(r * cols + c)] = f8e4m3_to_f32(bits[r * cols + c]) * scale;
+      }
     }
   }
   return out;

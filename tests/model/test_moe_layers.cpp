@@ -5,10 +5,12 @@
 // enqueued as the backend's side work beside the routed ones; the layer switching
 // to a new expert placement between forwards under expert parallelism (EPLB).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -16,8 +18,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <unistd.h>
 
 #include "group_threads.h"
 #include "model/expert_parallel.h"
@@ -53,20 +53,28 @@ class TinyCheckpoint {
   }
   const std::vector<float>& at(const std::string& name) const { return values_.at(name); }
 
-  // Writes the file and returns a ModelSource over it on backend.
-  ModelSource source(const std::string& config_json, Backend& backend) {
+  // Writes the file (every tensor as dtype: F32, or BF16 rounded to nearest even) and returns a
+  // ModelSource over it on backend.
+  ModelSource source(const std::string& config_json, Backend& backend, DType dtype = DType::kF32) {
     const std::string path =
         (std::filesystem::temp_directory_path() / ("moe_layers_" + std::to_string(::getpid()) + "_" +
                                                    std::to_string(counter_++) + ".safetensors"))
             .string();
     std::vector<TensorView> views;
+    std::vector<std::vector<uint16_t>> rounded;
     for (const auto& [name, values] : values_) {
       TensorView view;
       view.name = name;
-      view.dtype = DType::kF32;
+      view.dtype = dtype;
       view.shape = shapes_.at(name);
       view.data = values.data();
       view.size_bytes = values.size() * sizeof(float);
+      if (dtype == DType::kBF16) {
+        std::vector<uint16_t>& bits = rounded.emplace_back(values.size());
+        std::transform(values.begin(), values.end(), bits.begin(), f32_to_bf16);
+        view.data = bits.data();
+        view.size_bytes = bits.size() * sizeof(uint16_t);
+      }
       views.push_back(view);
     }
     EXPECT_TRUE(write_safetensors(path, views).ok());
@@ -361,6 +369,52 @@ TEST(MoeLayer, PerExpertFusedAndGptOssLayoutsAgree) {
   options.layout = ExpertLayout::kGptOss;
   const std::vector<float> oss = run_moe(c, options, x);
   for (size_t i = 0; i < oss.size(); ++i) ASSERT_NEAR(oss[i], clamped[i], 1e-6f + 1e-6f * std::fabs(clamped[i]));
+}
+
+// A backend that keeps its own copy of every weight, as a device backend does.
+class CopyingBackend final : public ForwardingBackend {
+ public:
+  explicit CopyingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
+  Result<kernels::WeightView> load_weight(const TensorView& tensor) override {
+    const auto* bytes = static_cast<const uint8_t*>(tensor.data);
+    TensorView copy = tensor;
+    copy.data = copies_.emplace_back(bytes, bytes + tensor.size_bytes).data();
+    return ForwardingBackend::load_weight(copy);
+  }
+
+ private:
+  std::deque<std::vector<uint8_t>> copies_;
+};
+
+// GPT-OSS's bf16 experts ([in, out], gate and up columns interleaved) are transposed tile by tile
+// in bf16 (more than one 64-wide tile each way here): the layer gives the per-expert bf16 layout's
+// output. Their host copies stay only where the backend's views read them.
+TEST(MoeLayer, GptOssBf16ExpertsMatchThePerExpertLayout) {
+  const int64_t experts = 4, top_k = 2, inter = 70, n = 5;
+  ThreeLayouts layouts = three_layouts(experts, inter);
+  auto backend = make_backend("cpu").value();
+  const std::string config = moe_config(experts, top_k, inter);
+  const ModelSource per_expert = layouts.per_expert.source(config, *backend, DType::kBF16);
+  const ModelSource gpt_oss = layouts.gpt_oss.source(config, *backend, DType::kBF16);
+  MoeOptions options = moe_options_from_config(*per_expert.config.moe);
+  options.activation = kernels::ExpertActivation::kClampedSwiglu;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * kHidden));
+  for (float& value : x) value = dist(rng);
+  const std::vector<float> want = run_moe(per_expert, options, x);
+  options.layout = ExpertLayout::kGptOss;
+  const std::vector<float> got = run_moe(gpt_oss, options, x);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6f + 1e-6f * std::fabs(want[i])) << i;
+
+  const auto host_copy_bytes = [&](Backend& on) {
+    ModelSource source = layouts.gpt_oss.source(config, on, DType::kBF16);
+    return MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value().host_copy_bytes();
+  };
+  // gate, up and down and their biases, all in bf16, every expert.
+  EXPECT_EQ(host_copy_bytes(*backend), experts * (3 * inter * kHidden + 2 * inter + kHidden) * 2);
+  CopyingBackend copying(make_backend("cpu").value());
+  EXPECT_EQ(host_copy_bytes(copying), 0);
 }
 
 // Records the ops a layer enqueues; optionally fails the routed experts.

@@ -11,11 +11,12 @@
 # Output: $OUT/kl.jsonl (each run's summary line with its "check"), kl.log, summary_kl.txt.
 # Usage, from the repository root on the GPU machine, with the binaries check.sh uses:
 #   [TOKENS=1024] [KV_TOKENS=8192] [CHECKS="fp8 mxfp4 kv"] tools/gpu/check_quantized_kl.sh BIN_DIR
-# DEVICE (default cuda) and DENSE_CONFIG / MOE_CONFIG (the two shapes' configs) try it elsewhere.
+# DEVICE (default cuda) and DENSE_CONFIG / MOE_CONFIG (the two shapes' configs) try it elsewhere;
+# MODEL_DIR (default /tmp/deepinfer-kl-model) puts the generated checkpoint elsewhere (/dev/shm).
 set -uo pipefail
 BIN=${1:?usage: tools/gpu/check_quantized_kl.sh BIN_DIR}
 OUT=${OUT:-/tmp/deepinfer-gpu-check}
-MODEL=/tmp/deepinfer-kl-model
+MODEL=${MODEL_DIR:-/tmp/deepinfer-kl-model}
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary_kl.txt"
 : > "$SUMMARY"

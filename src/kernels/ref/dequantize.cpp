@@ -1,6 +1,8 @@
 // Reference dequantisation of weight rows (plain, block-quantised or not).
 #include "kernels/ref/dequantize.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace deepinfer::kernels::ref {
@@ -11,8 +13,11 @@ void dequantize_weight_row(const WeightView& w, int64_t row, float* dst) {
     DI_CHECK(w.scales != nullptr, "an F8_E4M3 weight needs its block scales");
     DI_CHECK(w.scale_block_rows > 0 && w.scale_block_cols > 0, "an F8_E4M3 weight needs its scale block size");
     const float* scale_row = static_cast<const float*>(w.scales) + row / w.scale_block_rows * block_scale_row_stride(w);
-    for (int64_t k = 0; k < w.cols; ++k) {
-      dst[k] = f8e4m3_to_f32(bytes[row * w.cols + k]) * scale_row[k / w.scale_block_cols];
+    for (int64_t k0 = 0; k0 < w.cols; k0 += w.scale_block_cols) {
+      const float scale = scale_row[k0 / w.scale_block_cols];
+      for (int64_t k = k0; k < std::min<int64_t>(k0 + w.scale_block_cols, w.cols); ++k) {
+        dst[k] = f8e4m3_to_f32(bytes[row * w.cols + k]) * scale;
+      }
     }
     return;
   }

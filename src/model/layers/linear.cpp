@@ -19,7 +19,7 @@ Result<kernels::WeightView> load_tensor(const ModelSource& source, const std::st
   if (!values.ok()) return values.error();
   const Fp8Config block = source.config.fp8.value_or(Fp8Config{});
   const DType dtype = source.backend->dequantised_fp8_dtype(block.block_rows, block.block_cols);
-  return source.backend->load_weight(source.arena->add(name, shape, *values, dtype));
+  return load_arena_weight(source, source.arena->add(name, shape, *values, dtype));
 }
 
 namespace {
@@ -71,7 +71,7 @@ Result<kernels::WeightView> load_matrix(const ModelSource& source, const std::st
   // Host backends read the scales in place: they live in the arena, as long as the model.
   kernels::WeightView view = (*packed)->view;
   view.scales = source.arena->add((*packed)->scale_inv.name, (*packed)->scale_inv.shape, (*packed)->scales).data;
-  return source.backend->load_packed_weight(view);
+  return load_arena_packed_weight(source, view);
 }
 
 Result<std::optional<kernels::WeightView>> load_stacked_fp8(
@@ -123,6 +123,25 @@ TensorView WeightArena::add_bytes(const std::string& name, const std::vector<int
   return view;
 }
 
+bool WeightArena::holds(const void* p) const {
+  const auto* byte = static_cast<const uint8_t*>(p);
+  return std::any_of(buffers_.begin(), buffers_.end(), [byte](const std::vector<uint8_t>& buffer) {
+    return !buffer.empty() && byte >= buffer.data() && byte < buffer.data() + buffer.size();
+  });
+}
+
+void WeightArena::release_unread(const void* buffer, const kernels::WeightView& reader) {
+  const auto found = std::find_if(buffers_.begin(), buffers_.end(), [buffer](const std::vector<uint8_t>& held) {
+    return !held.empty() && held.data() == buffer;
+  });
+  if (found == buffers_.end()) return;
+  const auto reads = [&found](const void* p) {
+    const auto* byte = static_cast<const uint8_t*>(p);
+    return byte >= found->data() && byte < found->data() + found->size();
+  };
+  if (!reads(reader.data) && !reads(reader.scales)) buffers_.erase(found);  // other vectors' data never moves
+}
+
 int64_t WeightArena::size_bytes() const {
   int64_t bytes = 0;
   for (const std::vector<uint8_t>& buffer : buffers_) bytes += static_cast<int64_t>(buffer.size());
@@ -149,7 +168,22 @@ Result<kernels::WeightView> load_host_tensor(const ModelSource& source, const st
   DI_CHECK(source.arena != nullptr, "ModelSource has no arena");
   DI_CHECK(static_cast<int64_t>(data.size()) == std::max<int64_t>(rows, 1) * cols, name << ": size mismatch");
   const std::vector<int64_t> shape = rows == 0 ? std::vector<int64_t>{cols} : std::vector<int64_t>{rows, cols};
-  return source.backend->load_weight(source.arena->add(name, shape, data, dtype));
+  return load_arena_weight(source, source.arena->add(name, shape, data, dtype));
+}
+
+Result<kernels::WeightView> load_arena_weight(const ModelSource& source, const TensorView& tensor) {
+  auto loaded = source.backend->load_weight(tensor);
+  if (loaded.ok()) source.arena->release_unread(tensor.data, *loaded);
+  return loaded;
+}
+
+Result<kernels::WeightView> load_arena_packed_weight(const ModelSource& source, const kernels::WeightView& packed) {
+  auto loaded = source.backend->load_packed_weight(packed);
+  if (loaded.ok()) {
+    source.arena->release_unread(packed.data, *loaded);
+    source.arena->release_unread(packed.scales, *loaded);
+  }
+  return loaded;
 }
 
 Result<Linear> Linear::load(const ModelSource& source, const std::string& prefix, int64_t out_features,

@@ -28,6 +28,11 @@ class WeightArena {
   // Bytes held (tests: what load-time copies cost).
   int64_t size_bytes() const;
   bool empty() const { return buffers_.empty(); }
+  // Whether p points into a buffer held here.
+  bool holds(const void* p) const;
+  // Frees the buffer that starts at `buffer` unless reader's data or scales point into it (a
+  // device backend's view reads its own copy). Views of the other buffers stay valid.
+  void release_unread(const void* buffer, const kernels::WeightView& reader);
 
  private:
   std::deque<std::vector<uint8_t>> buffers_;  // a deque: earlier buffers never move
@@ -58,6 +63,11 @@ Result<std::vector<float>> read_tensor_f32(const ModelSource& source, const std:
 // The element type a checkpoint tensor rewritten on the host (transposed, reshaped, split) is kept
 // in: BF16 stays BF16, its values passing through float32 exactly; anything else becomes F32.
 inline DType host_rewrite_dtype(DType stored) { return stored == DType::kBF16 ? DType::kBF16 : DType::kF32; }
+// Makes a tensor the source's arena holds usable by the backend (Backend::load_weight), or a packed
+// view whose data or scales it holds (load_packed_weight); the arena then lets go of the buffers
+// the backend's view does not read, so host memory keeps only what host backends' views read.
+Result<kernels::WeightView> load_arena_weight(const ModelSource& source, const TensorView& tensor);
+Result<kernels::WeightView> load_arena_packed_weight(const ModelSource& source, const kernels::WeightView& packed);
 // Puts host float32 data ([rows, cols], or [cols] when rows == 0) into the arena as dtype and
 // onto the backend.
 Result<kernels::WeightView> load_host_tensor(const ModelSource& source, const std::string& name, int64_t rows,

@@ -46,13 +46,59 @@ Result<std::vector<float>> read_expert_f32(const ModelSource& source, const std:
   return values;
 }
 
-// [rows, cols] row-major -> [cols, rows].
-std::vector<float> transposed(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  std::vector<float> out(values.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = values[static_cast<size_t>(r * cols + c)];
+// out_rows rows of the [rows, cols] matrix's transpose, row o being column col_begin + o * col_step
+// (GPT-OSS stores unquantised experts as [in, out], gate and up columns interleaved). Tile by tile,
+// so reads and writes both stay in cache: element by element, strided writes made loading
+// GPT-OSS-20B's bf16 experts take minutes.
+template <typename T>
+void gather_transposed(const T* in, int64_t rows, int64_t cols, int64_t col_begin, int64_t col_step, int64_t out_rows,
+                       T* out) {
+  constexpr int64_t kTile = 64;
+  for (int64_t o0 = 0; o0 < out_rows; o0 += kTile) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+      for (int64_t r = r0; r < std::min(r0 + kTile, rows); ++r) {
+        const T* row = in + r * cols + col_begin;
+        for (int64_t o = o0; o < std::min(o0 + kTile, out_rows); ++o) out[o * rows + r] = row[o * col_step];
+      }
+    }
   }
-  return out;
+}
+
+// Expert `index`'s [rows, cols] matrix of a [num_experts, rows, cols] checkpoint tensor, as the
+// gathered transpose above, loaded onto the backend as `name`: bf16 and float32 elements move as
+// they are; other dtypes go through float32.
+Result<kernels::WeightView> load_gathered_transpose(const ModelSource& source, const std::string& name,
+                                                    const std::string& tensor_name, int64_t num_experts, int64_t index,
+                                                    int64_t rows, int64_t cols, int64_t col_begin, int64_t col_step,
+                                                    int64_t out_rows) {
+  auto tensor = source.weights->get(tensor_name, {num_experts, rows, cols});
+  if (!tensor.ok()) return tensor.error();
+  const std::vector<int64_t> shape{out_rows, rows};
+  const size_t offset = static_cast<size_t>(index * rows * cols);
+  const auto gathered = [&](auto element) {
+    using T = decltype(element);
+    std::vector<uint8_t> bytes(static_cast<size_t>(out_rows * rows) * sizeof(T));
+    gather_transposed(static_cast<const T*>(tensor->data) + offset, rows, cols, col_begin, col_step, out_rows,
+                      reinterpret_cast<T*>(bytes.data()));
+    return load_arena_weight(source, source.arena->add_bytes(name, shape, tensor->dtype, std::move(bytes)));
+  };
+  if (tensor->dtype == DType::kBF16) return gathered(uint16_t{});
+  if (tensor->dtype == DType::kF32) return gathered(float{});
+  auto values = read_expert_f32(source, tensor_name, {num_experts, rows, cols}, index);
+  if (!values.ok()) return values.error();
+  std::vector<float> out(static_cast<size_t>(out_rows * rows));
+  gather_transposed(values->data(), rows, cols, col_begin, col_step, out_rows, out.data());
+  return load_host_tensor(source, name, out_rows, rows, out, DType::kF32);
+}
+
+// GPT-OSS's gate_up_proj_bias, gate and up alternating, as the gate's and the up's.
+std::pair<std::vector<float>, std::vector<float>> split_gate_up_bias(const std::vector<float>& gate_up, int64_t inter) {
+  std::vector<float> gate(static_cast<size_t>(inter)), up(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    gate[i] = gate_up[2 * i];
+    up[i] = gate_up[2 * i + 1];
+  }
+  return {std::move(gate), std::move(up)};
 }
 
 // An MXFP4 tensor pair of num_experts [rows, cols] matrices: `name`_blocks and `name`_scales.
@@ -118,7 +164,7 @@ Result<kernels::WeightView> load_mxfp4_rows(const ModelSource& source, const Mxf
   view.data = source.arena->add_bytes(name, {num_rows, row_bytes}, DType::kU8, std::move(row_blocks)).data;
   view.scales = source.arena->add_bytes(name + ".scales", {num_rows, scale_row_bytes}, DType::kU8,
                                         std::move(row_scales)).data;
-  return source.backend->load_packed_weight(view);
+  return load_arena_packed_weight(source, view);
 }
 
 // The experts of `leaving` that are not in `staying` go: their views back to the backend (a device
@@ -318,46 +364,42 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
   if (mxfp4 && source.backend->reads_packed_weights(DType::kMxfp4, WeightUse::kExperts)) {
     return load_packed_gpt_oss_expert(source, expert, *gu_bias, *down_b);
   }
-  // gate|up as [2 * inter, hidden] rows (gate and up interleaved) and down as [hidden, inter].
-  std::vector<float> gate_up_rows, down_rows;
-  DType dtype = DType::kF32;
-  if (mxfp4) {
-    auto rows = read_mxfp4_expert(source, base + "gate_up_proj", num_experts, 2 * inter, hidden, e);
-    if (!rows.ok()) return rows.error();
-    gate_up_rows = std::move(*rows);
-    rows = read_mxfp4_expert(source, base + "down_proj", num_experts, hidden, inter, e);
-    if (!rows.ok()) return rows.error();
-    down_rows = std::move(*rows);
-    dtype = mxfp4_expert_dtype(source, base);
-  } else {
-    // Unquantised checkpoints store both as [in, out].
-    auto gu = read_expert_f32(source, base + "gate_up_proj", {num_experts, hidden, 2 * inter}, e);
-    if (!gu.ok()) return gu.error();
-    auto d = read_expert_f32(source, base + "down_proj", {num_experts, inter, hidden}, e);
-    if (!d.ok()) return d.error();
-    gate_up_rows = transposed(*gu, hidden, 2 * inter);
-    down_rows = transposed(*d, inter, hidden);
+  const std::string name = base + std::to_string(e);
+  const auto with_biases = [&](const Result<kernels::WeightView>& gate, const Result<kernels::WeightView>& up,
+                               const Result<kernels::WeightView>& down, DType dtype) {
+    const auto [gate_b, up_b] = split_gate_up_bias(*gu_bias, inter);
+    auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
+    auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
+    auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, *down_b, dtype);
+    return set_expert_views(expert, gate, up, down, gb, ub, db);
+  };
+  if (!mxfp4) {
+    // Unquantised checkpoints store both as [in, out], gate|up's columns interleaved.
     const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
-    dtype = host_rewrite_dtype(stored ? stored->dtype : DType::kF32);
+    const auto gate_up = [&](int64_t first) {
+      return load_gathered_transpose(source, name + (first == 0 ? ".gate" : ".up"), base + "gate_up_proj", num_experts,
+                                     e, hidden, 2 * inter, first, 2, inter);
+    };
+    return with_biases(gate_up(0), gate_up(1),
+                       load_gathered_transpose(source, name + ".down", base + "down_proj", num_experts, e, inter,
+                                               hidden, 0, 1, hidden),
+                       host_rewrite_dtype(stored ? stored->dtype : DType::kF32));
   }
-  // Gate/up interleaved -> separate [inter, hidden] matrices, as Linear stores them.
+  // Dequantised: gate|up as [2 * inter, hidden] rows (gate and up interleaved), down as [hidden, inter].
+  auto gate_up_rows = read_mxfp4_expert(source, base + "gate_up_proj", num_experts, 2 * inter, hidden, e);
+  if (!gate_up_rows.ok()) return gate_up_rows.error();
+  auto down_rows = read_mxfp4_expert(source, base + "down_proj", num_experts, hidden, inter, e);
+  if (!down_rows.ok()) return down_rows.error();
+  const DType dtype = mxfp4_expert_dtype(source, base);
   std::vector<float> gate(static_cast<size_t>(inter * hidden)), up(gate.size());
-  std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
   for (int64_t i = 0; i < inter; ++i) {
-    const auto gate_row = gate_up_rows.begin() + 2 * i * hidden;
+    const auto gate_row = gate_up_rows->begin() + 2 * i * hidden;
     std::copy(gate_row, gate_row + hidden, gate.begin() + i * hidden);
     std::copy(gate_row + hidden, gate_row + 2 * hidden, up.begin() + i * hidden);
-    gate_b[static_cast<size_t>(i)] = (*gu_bias)[static_cast<size_t>(2 * i)];
-    up_b[static_cast<size_t>(i)] = (*gu_bias)[static_cast<size_t>(2 * i + 1)];
   }
-  const std::string name = base + std::to_string(e);
-  auto g = load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype);
-  auto u = load_host_tensor(source, name + ".up", inter, hidden, up, dtype);
-  auto dn = load_host_tensor(source, name + ".down", hidden, inter, down_rows, dtype);
-  auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
-  auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
-  auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, *down_b, dtype);
-  return set_expert_views(expert, g, u, dn, gb, ub, db);
+  return with_biases(load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype),
+                     load_host_tensor(source, name + ".up", inter, hidden, up, dtype),
+                     load_host_tensor(source, name + ".down", hidden, inter, *down_rows, dtype), dtype);
 }
 
 Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert,
@@ -376,11 +418,7 @@ Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, Loa
   auto g = load_mxfp4_rows(source, *gate_up, e, 0, 2, inter);
   auto u = load_mxfp4_rows(source, *gate_up, e, 1, 2, inter);
   auto dn = load_mxfp4_rows(source, *down, e, 0, 1, hidden);
-  std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
-  for (int64_t i = 0; i < inter; ++i) {
-    gate_b[static_cast<size_t>(i)] = gate_up_bias[static_cast<size_t>(2 * i)];
-    up_b[static_cast<size_t>(i)] = gate_up_bias[static_cast<size_t>(2 * i + 1)];
-  }
+  const auto [gate_b, up_b] = split_gate_up_bias(gate_up_bias, inter);
   const std::string name = base + std::to_string(e);
   // The biases in the dtype the dequantising path stores them in.
   const DType bias_dtype = mxfp4_expert_dtype(source, base);
@@ -388,6 +426,12 @@ Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, Loa
   auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, bias_dtype);
   auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_bias, bias_dtype);
   return set_expert_views(expert, g, u, dn, gb, ub, db);
+}
+
+int64_t MoeLayer::host_copy_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& expert : experts_) bytes += expert->arena ? expert->arena->size_bytes() : 0;
+  return bytes;
 }
 
 std::vector<int32_t> MoeLayer::slot_experts(const ExpertPlacement& placement) const {
@@ -406,7 +450,8 @@ Result<StagedPlacement> MoeLayer::load_slots(const ModelSource& source, const Ex
   staged.placement = placement;
   std::unordered_map<int32_t, std::shared_ptr<const LoadedExpert>> by_id;
   for (const auto& expert : held) by_id.emplace(expert->expert_id, expert);
-  // Values computed at load go to each expert's own arena, so they leave with the expert.
+  // Values computed at load go to each expert's own arena, so they leave with the expert (a
+  // device backend's copies leave it empty: load_arena_weight).
   ModelSource expert_source = source;
   for (int32_t e : slot_experts(placement)) {
     std::shared_ptr<const LoadedExpert>& slot = by_id[e];

@@ -102,6 +102,9 @@ class MoeLayer {
   // Tokens routed to each loaded expert since load or the last reset: [num_experts], or under
   // expert parallelism [slots_per_rank], the rows each of this rank's slots ran (from every rank).
   std::vector<int64_t> expert_token_counts(Backend& backend) const;
+  // Host bytes the held experts keep: copies made at load (transposed or de-interleaved weights)
+  // that the backend's views read; zero where the backend has its own copies (a device's).
+  int64_t host_copy_bytes() const;
   void reset_expert_token_counts(Backend& backend) const;
 
   // Expert parallelism, EPLB (model/expert_rebalance.h). Tokens this rank routed to each logical
