@@ -6,14 +6,15 @@
 # here, or the bundle of tools/gpu/pack.sh --check-only). The two checkpoints take 13 and 42 GB of
 # disk; on an H100 one round of both runs, with their per-product lines, took about four minutes.
 # ROUNDS (default 2): how many times the two models alternate; TESTS=0 skips the tests. Output:
-# $OUT/mxfp4_bench.jsonl, mxfp4.log, summary_mxfp4.txt.
+# $OUT/mxfp4_bench.jsonl, mxfp4.log, summary_mxfp4.txt. MODELS_DIR (default /tmp/deepinfer-mxfp4-models)
+# holds the two checkpoints: /dev/shm/... keeps them off the device's disk (its 128 GB of RAM hold both).
 # Usage, from the repository root on the GPU machine: [ROUNDS=1] [TESTS=0] tools/gpu/bench_mxfp4.sh BIN_DIR
 set -uo pipefail
 BIN=${1:?usage: tools/gpu/bench_mxfp4.sh BIN_DIR}
 OUT=${OUT:-/tmp/deepinfer-gpu-check}
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary_mxfp4.txt"
-MODELS=/tmp/deepinfer-mxfp4-models
+MODELS=${MODELS_DIR:-/tmp/deepinfer-mxfp4-models}
 : > "$SUMMARY"
 if [ "${TESTS:-1}" != 0 ]; then
   timeout 300 "$BIN/test_cuda" --gtest_color=no \
