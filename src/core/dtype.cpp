@@ -1,7 +1,6 @@
 // Element type names and half-precision conversions.
 #include "core/dtype.h"
 
-#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>

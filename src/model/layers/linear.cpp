@@ -123,13 +123,6 @@ TensorView WeightArena::add_bytes(const std::string& name, const std::vector<int
   return view;
 }
 
-bool WeightArena::holds(const void* p) const {
-  const auto* byte = static_cast<const uint8_t*>(p);
-  return std::any_of(buffers_.begin(), buffers_.end(), [byte](const std::vector<uint8_t>& buffer) {
-    return !buffer.empty() && byte >= buffer.data() && byte < buffer.data() + buffer.size();
-  });
-}
-
 void WeightArena::release_unread(const void* buffer, const kernels::WeightView& reader) {
   const auto found = std::find_if(buffers_.begin(), buffers_.end(), [buffer](const std::vector<uint8_t>& held) {
     return !held.empty() && held.data() == buffer;

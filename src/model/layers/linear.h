@@ -28,8 +28,6 @@ class WeightArena {
   // Bytes held (tests: what load-time copies cost).
   int64_t size_bytes() const;
   bool empty() const { return buffers_.empty(); }
-  // Whether p points into a buffer held here.
-  bool holds(const void* p) const;
   // Frees the buffer that starts at `buffer` unless reader's data or scales point into it (a
   // device backend's view reads its own copy). Views of the other buffers stay valid.
   void release_unread(const void* buffer, const kernels::WeightView& reader);
