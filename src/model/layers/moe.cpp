@@ -91,16 +91,6 @@ Result<kernels::WeightView> load_gathered_transpose(const ModelSource& source, c
   return load_host_tensor(source, name, out_rows, rows, out, DType::kF32);
 }
 
-// GPT-OSS's gate_up_proj_bias, gate and up alternating, as the gate's and the up's.
-std::pair<std::vector<float>, std::vector<float>> split_gate_up_bias(const std::vector<float>& gate_up, int64_t inter) {
-  std::vector<float> gate(static_cast<size_t>(inter)), up(gate.size());
-  for (size_t i = 0; i < gate.size(); ++i) {
-    gate[i] = gate_up[2 * i];
-    up[i] = gate_up[2 * i + 1];
-  }
-  return {std::move(gate), std::move(up)};
-}
-
 // An MXFP4 tensor pair of num_experts [rows, cols] matrices: `name`_blocks and `name`_scales.
 struct Mxfp4Tensors {
   TensorView blocks;  // U8 [num_experts, rows, cols / 32, 16]
@@ -190,21 +180,32 @@ DType mxfp4_expert_dtype(const ModelSource& source, const std::string& experts) 
   return bias && bias->dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
 }
 
-// A GPT-OSS expert's loaded views (gate, up, down, then the biases) stored in expert, or the first
-// error among them.
-Result<void> set_expert_views(LoadedExpert& expert, const Result<kernels::WeightView>& gate,
-                              const Result<kernels::WeightView>& up, const Result<kernels::WeightView>& down,
-                              const Result<kernels::WeightView>& gate_bias, const Result<kernels::WeightView>& up_bias,
-                              const Result<kernels::WeightView>& down_bias) {
-  for (const auto* view : {&gate, &up, &down, &gate_bias, &up_bias, &down_bias}) {
+// A GPT-OSS expert stored in expert: its loaded gate, up and down views, and its biases loaded as
+// `name`.gate_bias / .up_bias / .down_bias in bias_dtype (gate_up_proj_bias alternates gate and
+// up); or the first error among them.
+Result<void> set_gpt_oss_expert(const ModelSource& source, const std::string& name,
+                                const Result<kernels::WeightView>& gate, const Result<kernels::WeightView>& up,
+                                const Result<kernels::WeightView>& down, const std::vector<float>& gate_up_bias,
+                                const std::vector<float>& down_bias, DType bias_dtype, LoadedExpert& expert) {
+  const auto inter = static_cast<int64_t>(gate_up_bias.size() / 2);
+  std::vector<float> gate_b(static_cast<size_t>(inter)), up_b(gate_b.size());
+  for (size_t i = 0; i < gate_b.size(); ++i) {
+    gate_b[i] = gate_up_bias[2 * i];
+    up_b[i] = gate_up_bias[2 * i + 1];
+  }
+  const auto hidden = static_cast<int64_t>(down_bias.size());
+  const auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, bias_dtype);
+  const auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, bias_dtype);
+  const auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_bias, bias_dtype);
+  for (const auto* view : {&gate, &up, &down, &gb, &ub, &db}) {
     if (!view->ok()) return view->error();
   }
   expert.gate = *gate;
   expert.up = *up;
   expert.down = *down;
-  expert.gate_bias = *gate_bias;
-  expert.up_bias = *up_bias;
-  expert.down_bias = *down_bias;
+  expert.gate_bias = *gb;
+  expert.up_bias = *ub;
+  expert.down_bias = *db;
   return {};
 }
 
@@ -365,14 +366,6 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
     return load_packed_gpt_oss_expert(source, expert, *gu_bias, *down_b);
   }
   const std::string name = base + std::to_string(e);
-  const auto with_biases = [&](const Result<kernels::WeightView>& gate, const Result<kernels::WeightView>& up,
-                               const Result<kernels::WeightView>& down, DType dtype) {
-    const auto [gate_b, up_b] = split_gate_up_bias(*gu_bias, inter);
-    auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, dtype);
-    auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, dtype);
-    auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, *down_b, dtype);
-    return set_expert_views(expert, gate, up, down, gb, ub, db);
-  };
   if (!mxfp4) {
     // Unquantised checkpoints store both as [in, out], gate|up's columns interleaved.
     const std::optional<TensorView> stored = source.weights->find(base + "gate_up_proj");
@@ -380,10 +373,10 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
       return load_gathered_transpose(source, name + (first == 0 ? ".gate" : ".up"), base + "gate_up_proj", num_experts,
                                      e, hidden, 2 * inter, first, 2, inter);
     };
-    return with_biases(gate_up(0), gate_up(1),
-                       load_gathered_transpose(source, name + ".down", base + "down_proj", num_experts, e, inter,
-                                               hidden, 0, 1, hidden),
-                       host_rewrite_dtype(stored ? stored->dtype : DType::kF32));
+    return set_gpt_oss_expert(source, name, gate_up(0), gate_up(1),
+                              load_gathered_transpose(source, name + ".down", base + "down_proj", num_experts, e, inter,
+                                                      hidden, 0, 1, hidden),
+                              *gu_bias, *down_b, host_rewrite_dtype(stored ? stored->dtype : DType::kF32), expert);
   }
   // Dequantised: gate|up as [2 * inter, hidden] rows (gate and up interleaved), down as [hidden, inter].
   auto gate_up_rows = read_mxfp4_expert(source, base + "gate_up_proj", num_experts, 2 * inter, hidden, e);
@@ -397,9 +390,10 @@ Result<void> MoeLayer::load_gpt_oss_expert(const ModelSource& source, LoadedExpe
     std::copy(gate_row, gate_row + hidden, gate.begin() + i * hidden);
     std::copy(gate_row + hidden, gate_row + 2 * hidden, up.begin() + i * hidden);
   }
-  return with_biases(load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype),
-                     load_host_tensor(source, name + ".up", inter, hidden, up, dtype),
-                     load_host_tensor(source, name + ".down", hidden, inter, *down_rows, dtype), dtype);
+  return set_gpt_oss_expert(source, name, load_host_tensor(source, name + ".gate", inter, hidden, gate, dtype),
+                            load_host_tensor(source, name + ".up", inter, hidden, up, dtype),
+                            load_host_tensor(source, name + ".down", hidden, inter, *down_rows, dtype), *gu_bias,
+                            *down_b, dtype, expert);
 }
 
 Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, LoadedExpert& expert,
@@ -418,14 +412,9 @@ Result<void> MoeLayer::load_packed_gpt_oss_expert(const ModelSource& source, Loa
   auto g = load_mxfp4_rows(source, *gate_up, e, 0, 2, inter);
   auto u = load_mxfp4_rows(source, *gate_up, e, 1, 2, inter);
   auto dn = load_mxfp4_rows(source, *down, e, 0, 1, hidden);
-  const auto [gate_b, up_b] = split_gate_up_bias(gate_up_bias, inter);
-  const std::string name = base + std::to_string(e);
   // The biases in the dtype the dequantising path stores them in.
-  const DType bias_dtype = mxfp4_expert_dtype(source, base);
-  auto gb = load_host_tensor(source, name + ".gate_bias", 0, inter, gate_b, bias_dtype);
-  auto ub = load_host_tensor(source, name + ".up_bias", 0, inter, up_b, bias_dtype);
-  auto db = load_host_tensor(source, name + ".down_bias", 0, hidden, down_bias, bias_dtype);
-  return set_expert_views(expert, g, u, dn, gb, ub, db);
+  return set_gpt_oss_expert(source, base + std::to_string(e), g, u, dn, gate_up_bias, down_bias,
+                            mxfp4_expert_dtype(source, base), expert);
 }
 
 int64_t MoeLayer::host_copy_bytes() const {
