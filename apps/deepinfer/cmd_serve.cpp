@@ -51,7 +51,7 @@ constexpr const char* kUsage = R"(usage: deepinfer serve [--model DIR] [--host 1
                         [--data-parallel-host H] [--eplb-interval N] [--eplb-window N]
                         [--eplb-policy peak-aware|deepseek] [--expert-placement-out FILE]
                         [--expert-parallel-transport auto|nccl|host]
-                        [--expert-parallel-payload auto|float32|bf16|fp8]
+                        [--expert-parallel-payload auto|float32|bf16|fp8] [--expert-parallel-fixed-tokens N]
                         [--data-parallel-routing least-loaded|prefix-affinity]]
                        [--register redis://HOST:PORT [--advertise-host H] [--role both|prefill|decode|encoder]
                         [--kv-port N]] [--max-internal-body-bytes N]
@@ -141,7 +141,10 @@ experts over the ranks, which then run their forwards together (steps run one at
 one GPU per rank), host (through host memory over Gloo), or auto (the default: nccl with --device
 cuda where every rank has its own GPU and NCCL loads, else host), as --expert-parallel-payload:
 bf16, fp8 (e4m3 with a scale per 128 values to the experts, bf16 back), float32, or auto (the
-default: float32 with --batch-invariant, so the group gives one rank's bits, else bf16). With
+default: float32 with --batch-invariant, so the group gives one rank's bits, else bf16). Rounds
+whose busiest rank has at most --expert-parallel-fixed-tokens tokens (default 256; 0: none) plan
+the exchange on the device and send fixed-size blocks, with no routing or counts through the host
+first; larger rounds send the counts first, then only the routed rows. With
 --device cuda the ranks this command starts take the GPUs of CUDA_VISIBLE_DEVICES (or every GPU) in turn. Multi-machine groups:
 --data-parallel-size-local, --data-parallel-start-rank, --data-parallel-rank, --data-parallel-address
 (docs/parallel.md).

@@ -128,7 +128,7 @@ std::set<std::string> data_parallel_value_flags(std::set<std::string> extra) {
   extra.insert({"--data-parallel-size", "--data-parallel-size-local", "--data-parallel-start-rank", kRankFlag,
                 kAddressFlag, "--data-parallel-host", "--num-redundant-experts", "--expert-placement", "--eplb-window",
                 "--eplb-interval", "--eplb-policy", "--expert-placement-out", "--expert-parallel-transport",
-                "--expert-parallel-payload"});
+                "--expert-parallel-payload", "--expert-parallel-fixed-tokens"});
   return extra;
 }
 
@@ -205,13 +205,21 @@ Result<DataParallelConfig> data_parallel_from_args(const Args& args, int argc, c
   if (auto payload = parse_exchange_payload(config.expert_parallel_payload, false); !payload.ok()) {
     return Error{"--expert-parallel-payload: " + payload.error().message};
   }
+  auto fixed_tokens = args.get_int("--expert-parallel-fixed-tokens", config.expert_parallel_fixed_tokens);
+  if (!fixed_tokens.ok()) return fixed_tokens.error();
+  if (*fixed_tokens < 0 || *fixed_tokens > 65536) {
+    return Error{"--expert-parallel-fixed-tokens must be in [0, 65536] tokens (0: never fixed-size blocks), got " +
+                 std::to_string(*fixed_tokens)};
+  }
+  config.expert_parallel_fixed_tokens = *fixed_tokens;
   config.host = args.find("--data-parallel-host").value_or(config.host);
   config.address = args.find(kAddressFlag).value_or("");
   if (!config.expert_parallel && (args.has("--num-redundant-experts") || args.has("--expert-placement") ||
-                                  args.has("--expert-parallel-transport") || args.has("--expert-parallel-payload"))) {
+                                  args.has("--expert-parallel-transport") || args.has("--expert-parallel-payload") ||
+                                  args.has("--expert-parallel-fixed-tokens"))) {
     return Error{
-        "--num-redundant-experts, --expert-placement, --expert-parallel-transport and --expert-parallel-payload need "
-        "--expert-parallel"};
+        "--num-redundant-experts, --expert-placement, --expert-parallel-transport, --expert-parallel-payload and "
+        "--expert-parallel-fixed-tokens need --expert-parallel"};
   }
   if (auto eplb = eplb_from_args(args, config); !eplb.ok()) return eplb.error();
   if (args.has(kRankFlag)) {

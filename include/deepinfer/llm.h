@@ -42,6 +42,11 @@ struct DataParallelConfig {
   // 128 values on the way to the experts, bf16 back: DeepSeek's choice), "float32", or "auto":
   // float32 with batch_invariant (the group then gives one rank's bits), else bf16.
   std::string expert_parallel_payload = "auto";
+  // Forward rounds whose busiest rank has at most this many tokens (decode steps) plan the MoE
+  // layers' exchanges on the device: every rank sends every other a block of fixed size (room for
+  // that many tokens' rows), empty rows included, so no routing or count goes through the host
+  // first. Larger rounds exchange their counts first and send only their rows. 0: always the latter.
+  int64_t expert_parallel_fixed_tokens = 256;
   // EPLB while running (docs/parallel.md), with expert_parallel: each MoE layer's expert load is
   // recorded over the last eplb_window_steps forward rounds, and every eplb_interval_steps rounds
   // (0: only on LLM::request_expert_rebalance) the ranks re-place the experts by it, with

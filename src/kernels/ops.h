@@ -179,6 +179,30 @@ struct MoeExperts {
   float swiglu_limit = 7.0f;
 };
 
+// Expert parallelism's dispatch with a fixed number of rows for each destination rank (moe_dispatch):
+// the placement, and where the plan goes. Row r of the send buffer is row r % room of destination
+// r / room; so every rank sends and receives world * room rows, whatever the routing.
+struct ExpertDispatch {
+  // Logical expert e's physical slots, ascending: replica_slots[replica_offsets[e] .. replica_offsets[e + 1]).
+  const int32_t* replica_offsets = nullptr;  // [num_logical + 1]
+  const int32_t* replica_slots = nullptr;    // [num_physical]; slot p sits on rank p / slots_per_rank
+  int32_t num_logical = 0;
+  int32_t slots_per_rank = 0;
+  int32_t world = 1;
+  int32_t rank = 0;
+  int64_t room = 0;  // rows each destination has: num_tokens * min(top_k, slots_per_rank) at least
+  // Outputs. send_slot[r]: the slot, on its destination, of the expert send row r is for, or -1 where
+  // the row is empty; row_of_slot[t * top_k + j]: the send row of token t's j-th choice.
+  int32_t* send_slot = nullptr;      // [world * room]
+  int32_t* row_of_slot = nullptr;    // [num_tokens * top_k]
+  int64_t* routed_tokens = nullptr;  // [num_logical]: each logical expert's choices are added; may be null
+  // moe_dispatch_scratch_ints ints a device backend plans in (host backends need none).
+  int32_t* scratch = nullptr;
+};
+inline int64_t moe_dispatch_scratch_ints(int64_t num_slots, int32_t world, int64_t room) {
+  return int64_t{world} * room + 2 * num_slots;
+}
+
 // Products of each head's slice of strided rows with that head's own weight (MLA's absorbed W_UK
 // and W_UV): y[t, h, 0:w.rows] = x[t, h, 0:w.cols] @ W_h^T for t < num_rows, h < num_heads, W_h
 // being w (head 0's [N, K] matrix) advanced by h * w_head_stride rows. Head h of row t of x starts
@@ -268,18 +292,27 @@ inline int64_t payload_row_bytes(DType dtype, int64_t width) {
   void moe_route(const float* logits, const WeightView& selection_bias, int64_t num_tokens,                 \
                  const MoeRouting& routing, int32_t* expert_ids, float* expert_weights);                     \
                                                                                                               \
-  /* out[t] = sum_j expert_weights[t, j] * expert_{expert_ids[t, j]}(x[t]), summed in j order. x, out:        \
-     [num_tokens, hidden]; workspace: moe_workspace_floats(num_tokens, experts) floats;                      \
-     expert_token_counts: [num_experts] int64, each expert's routed-token count is added (may be null). */   \
+  /* out[t] = sum_j expert_weights[t, j] * expert_{expert_ids[t, j]}(x[t]), summed in j order, a negative   \
+     id adding nothing (an empty row of expert parallelism's fixed-size exchange). x, out: [num_tokens,      \
+     hidden]; workspace: moe_workspace_floats(num_tokens, experts) floats; expert_token_counts:              \
+     [num_experts] int64, each expert's routed-token count is added (may be null). */                         \
   void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, const float* expert_weights, \
                    const MoeExperts& experts, float* workspace, int64_t* expert_token_counts, float* out);      \
                                                                                                               \
   /* moe_experts' last step on expert outputs computed elsewhere (expert parallelism): out[t] = sum over j    \
      in order of expert_weights[t, j] * y[row_of_slot[t * top_k + j]] (row t * top_k + j when row_of_slot is   \
-     null), summed from 0 as moe_experts sums, so the same outputs give the same bits. y: [*, hidden];         \
-     out: [num_tokens, hidden]. */                                                                            \
+     null; a negative row adds nothing), summed from 0 as moe_experts sums, so the same outputs give the same  \
+     bits. y: [*, hidden]; out: [num_tokens, hidden]. */                                                      \
   void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert_weights, int64_t num_tokens, \
                    int32_t top_k, int64_t hidden, float* out);                                                 \
+                                                                                                              \
+  /* Expert parallelism's send rows with room rows per destination (ExpertDispatch), planned where the ids    \
+     are. Slot s = t * top_k + j (in order) takes the replica of logical expert e = expert_ids[s] numbered     \
+     (rank + the earlier slots choosing e) modulo e's replica count, and the next row of that replica's rank;  \
+     send row r is x[t] for the slot planned there, zeros where none is. send_rows: [world * room, hidden].   \
+     The host's order (model/layers/moe_parallel.cpp), so both exchanges send the same rows. */                 \
+  void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids,             \
+                    int32_t top_k, const ExpertDispatch& dispatch, float* send_rows);                          \
                                                                                                               \
   /* token_ids[i] = the token draw params[i] picks from logits row params[i].row ([*, vocab] f32, each row     \
      with a finite value): greedy (temperature 0 or top_k 1) is the highest logit, the lowest id among ties;   \

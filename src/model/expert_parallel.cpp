@@ -35,7 +35,8 @@ ExpertParallelism::Vote ExpertParallelism::vote(int64_t num_tokens, GroupForward
   std::vector<int64_t> votes = {num_tokens, request_rebalance ? 1 : 0, preference};
   group->all_reduce_max(votes);
   const auto chosen = votes[2] > 0 ? static_cast<GroupForward>(kNumKinds - votes[2]) : GroupForward::kDecoder;
-  return {votes[0], votes[1] != 0, chosen};
+  *current_round = {votes[0], votes[1] != 0, chosen};
+  return *current_round;
 }
 
 }  // namespace deepinfer

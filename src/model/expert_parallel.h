@@ -61,6 +61,12 @@ struct ExpertParallelism {
     GroupForward kind = GroupForward::kDecoder;
   };
   Vote vote(int64_t num_tokens, GroupForward kind = GroupForward::kDecoder, bool request_rebalance = false) const;
+
+  // Rounds whose max_tokens is at most this (and not 0) exchange fixed-size blocks planned on the
+  // device (MoeLayer, model/layers/moe_parallel.cpp); 0: none do.
+  int64_t fixed_dispatch_tokens = 256;
+  // The last vote's result, which the MoE layers of the round read: the same on every rank.
+  std::shared_ptr<Vote> current_round = std::make_shared<Vote>();
 };
 
 }  // namespace deepinfer

@@ -58,7 +58,7 @@ ExpertParallelism::Vote ExpertRebalancer::start_round(int64_t num_tokens, GroupF
 void ExpertRebalancer::record_round() {
   std::vector<std::vector<int64_t>> tokens;
   tokens.reserve(moved_.size());
-  for (MoeLayer* layer : moved_) tokens.push_back(layer->take_routed_tokens());
+  for (MoeLayer* layer : moved_) tokens.push_back(layer->take_routed_tokens(*source_.backend));
   const Result<void> recorded = recorder_.record_step(tokens);
   DI_CHECK(recorded.ok(), "EPLB: " << recorded.error().message);
   round_pending_ = false;

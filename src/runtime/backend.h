@@ -308,6 +308,9 @@ class Backend {
   // The rows expert-parallel MoE layers exchange, in the element type of --expert-parallel-payload.
   virtual void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out) = 0;
   virtual void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) = 0;
+  // Expert parallelism's send rows, room rows per rank, planned where the routing is (kernels/ops.h).
+  virtual void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids,
+                            int32_t top_k, const kernels::ExpertDispatch& dispatch, float* send_rows) = 0;
   // kernels::HeadProducts' contract. The default runs matmul per head over contiguous copies in
   // scratch (num_rows * (w.cols + w.rows) floats); a device backend runs every head in one product.
   virtual void head_matmul(const kernels::HeadProducts& p, float* scratch);

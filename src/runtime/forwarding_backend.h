@@ -211,6 +211,11 @@ class ForwardingBackend : public Backend {
     on_call("unpack_rows");
     inner_->unpack_rows(packed, num_rows, width, dtype, out);
   }
+  void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids, int32_t top_k,
+                    const kernels::ExpertDispatch& dispatch, float* send_rows) override {
+    on_call("moe_dispatch");
+    inner_->moe_dispatch(x, num_tokens, hidden, expert_ids, top_k, dispatch, send_rows);
+  }
   void sample_rows(const float* logits, int64_t vocab, const kernels::SampleParams* params, int64_t num_draws,
                    int32_t* token_ids) override {
     on_call("sample_rows");

@@ -1,7 +1,8 @@
 // Expert parallelism through the CLI, ranks as processes over Gloo. Oracle: the one-rank engine,
 // itself checked against the transformers fixtures (tests/model). Every MoE fixture scored with
-// its experts spread over 2 and 4 ranks, with and without redundant copies, gives the one-rank
-// logits bit for bit in batch-invariant mode; a batch dealt to 2 or 4 ranks that run their forwards
+// its experts spread over 2 and 4 ranks, with and without redundant copies, with the exchange
+// planned on the device (fixed-size blocks) or on the host, gives the one-rank logits bit for bit
+// in batch-invariant mode; a batch dealt to 2 or 4 ranks that run their forwards
 // together gives the one-rank tokens and logprobs (so does data parallelism without expert
 // parallelism, independent copies); bf16 and FP8 payloads stay within their rounding of the one-rank
 // logits; bad flags are named; a rank that fails ends the others with an
@@ -74,8 +75,12 @@ TEST(ExpertParallelCli, ScoreUnderExpertParallelismGivesTheOneRankBits) {
     const std::string model = "--model " + fixture(name) + " " + tokens;
     const auto one = run_cli("score " + model + " --dump-logits " + dir.file("one.f32"), false);
     ASSERT_EQ(one.exit_code, 0) << name;
+    // The first two plan every round's exchange on the device (fixed-size blocks, the default for
+    // rounds of up to 256 tokens); the third sends the counts first and only the routed rows.
     for (const std::string parallel : {"--data-parallel-size 2 --expert-parallel",
-                                       "--data-parallel-size 4 --expert-parallel --num-redundant-experts 4"}) {
+                                       "--data-parallel-size 4 --expert-parallel --num-redundant-experts 4",
+                                       "--data-parallel-size 4 --expert-parallel --num-redundant-experts 4 "
+                                       "--expert-parallel-fixed-tokens 0"}) {
       const auto many = run_cli("score " + model + " " + parallel + " --dump-logits " + dir.file("many.f32"), false);
       ASSERT_EQ(many.exit_code, 0) << name << " " << parallel << ": " << run_cli("score " + model + " " + parallel).out;
       EXPECT_EQ(many.out, one.out) << name << " " << parallel;
@@ -160,7 +165,8 @@ TEST(ExpertParallelCli, BatchesDealtToRanksGiveTheOneRankOutputs) {
   ASSERT_NE(want.find("\"token_ids\""), std::string::npos);
   for (const std::string parallel :
        {"--data-parallel-size 2 --expert-parallel",
-        "--data-parallel-size 4 --expert-parallel --num-redundant-experts 4", "--data-parallel-size 2"}) {
+        "--data-parallel-size 4 --expert-parallel --num-redundant-experts 4",
+        "--data-parallel-size 2 --expert-parallel --expert-parallel-fixed-tokens 4", "--data-parallel-size 2"}) {
     const auto run = run_cli(base + dir.file("many.jsonl") + " " + parallel);
     ASSERT_EQ(run.exit_code, 0) << parallel << ": " << run.out;
     EXPECT_EQ(read_file(dir.file("many.jsonl")), want) << parallel;
@@ -235,6 +241,11 @@ TEST(ExpertParallelCli, BadFlagsAreNamed) {
                              "float32, bf16 or fp8)"),
             std::string::npos)
       << payload.out;
+  const auto fixed_tokens =
+      run_cli(model + "--data-parallel-size 2 --expert-parallel --expert-parallel-fixed-tokens -1");
+  EXPECT_EQ(fixed_tokens.exit_code, 1);
+  EXPECT_NE(fixed_tokens.out.find("--expert-parallel-fixed-tokens must be in [0, 65536]"), std::string::npos)
+      << fixed_tokens.out;
   const auto transport_alone = run_cli(model + "--data-parallel-size 2 --expert-parallel-transport host");
   EXPECT_EQ(transport_alone.exit_code, 1);
   EXPECT_NE(transport_alone.out.find("need --expert-parallel"), std::string::npos) << transport_alone.out;
@@ -271,16 +282,23 @@ TEST(ExpertParallelCli, ARankThatFailsEndsTheOthersWithAnError) {
 }
 
 // Ranks started by hand settle "auto" on their own --batch-invariant: ranks that would send rows of
-// different sizes stop at load with the same error, instead of exchanging garbage or hanging.
+// different sizes, or fixed-size blocks in different rounds, stop at load with the same error,
+// instead of exchanging garbage or hanging.
 TEST(ExpertParallelCli, RanksThatDisagreeOnThePayloadStopAtLoad) {
   TempDir dir;
   const std::string score = hand_started_rank(dir);
-  const auto rank0 = run_shell("timeout 60 " + score + "1 > " + dir.file("rank1.txt") + " 2>&1 & rank1=$!; " +
-                               "timeout 60 " + score + "0 --batch-invariant 2>&1; rc=$?; wait $rank1; exit $rc");
-  const std::string want = "expert-parallel payload: rank 0 sends float32 rows, rank 1 bf16 rows";
-  EXPECT_EQ(rank0.exit_code, 1) << rank0.out;
-  EXPECT_NE(rank0.out.find(want), std::string::npos) << rank0.out;
-  EXPECT_NE(read_file(dir.file("rank1.txt")).find(want), std::string::npos) << read_file(dir.file("rank1.txt"));
+  const std::pair<std::string, std::string> disagreements[] = {
+      {"--batch-invariant", "expert-parallel payload: rank 0 sends float32 rows, rank 1 bf16 rows"},
+      {"--expert-parallel-fixed-tokens 8",
+       "expert-parallel fixed-size blocks: rank 0 sends them in rounds of up to 8 tokens, rank 1 up to 256"}};
+  for (const auto& [flag, want] : disagreements) {
+    std::filesystem::remove_all(dir.file("rendezvous"));  // a fresh group: the last one's keys stay there
+    const auto rank0 = run_shell("timeout 60 " + score + "1 > " + dir.file("rank1.txt") + " 2>&1 & rank1=$!; " +
+                                 "timeout 60 " + score + "0 " + flag + " 2>&1; rc=$?; wait $rank1; exit $rc");
+    EXPECT_EQ(rank0.exit_code, 1) << rank0.out;
+    EXPECT_NE(rank0.out.find(want), std::string::npos) << rank0.out;
+    EXPECT_NE(read_file(dir.file("rank1.txt")).find(want), std::string::npos) << read_file(dir.file("rank1.txt"));
+  }
 }
 
 // EPLB while running: re-placing the experts between forward rounds changes no output. Oracle: one

@@ -2,7 +2,8 @@
 // Mixtral and GPT-OSS routings (ids exact, weights to 1e-6), grouping by expert, and the grouped
 // expert kernels (both kernels, every weight dtype, odd shapes, biases, both activations, experts
 // without tokens), the per-expert counters, and batch invariance in invariant mode; the router
-// launch that groups its own rows against the router and the grouping apart.
+// launch that groups its own rows against the router and the grouping apart; expert parallelism's
+// fixed-size dispatch plan against kernels::ref.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -189,6 +190,89 @@ TEST_F(CudaMoe, RouteAndGroupMatchesRouteThenGroup) {
     }
   }
   cudaStreamDestroy(stream);
+}
+
+// Expert parallelism's fixed-size dispatch planned on the device against kernels::ref (the host's
+// order): random placements with copies of some experts, every rank, empty ranks and idle rounds.
+TEST_F(CudaMoe, DispatchPlansTheReferencesRows) {
+  struct Case {
+    int32_t num_logical, world, redundant, top_k;
+    int64_t num_tokens, round_tokens, hidden;
+  };
+  const Case cases[] = {{8, 2, 0, 2, 5, 5, 12},       {8, 2, 2, 2, 1, 3, 8},       {32, 4, 4, 4, 64, 64, 36},
+                        {256, 8, 8, 8, 256, 256, 20}, {256, 64, 64, 8, 37, 40, 4}, {64, 4, 0, 6, 0, 7, 16},
+                        {128, 16, 16, 8, 100, 128, 9}};
+  for (const Case& c : cases) {
+    const int32_t slots_per_rank = (c.num_logical + c.redundant) / c.world;
+    // Physical slots: every expert once, then copies of random experts, shuffled over the ranks.
+    std::vector<int32_t> physical_to_logical(static_cast<size_t>(slots_per_rank * c.world));
+    for (size_t p = 0; p < physical_to_logical.size(); ++p) {
+      physical_to_logical[p] = p < static_cast<size_t>(c.num_logical)
+                                   ? static_cast<int32_t>(p)
+                                   : std::uniform_int_distribution<int32_t>(0, c.num_logical - 1)(rng_);
+    }
+    std::shuffle(physical_to_logical.begin(), physical_to_logical.end(), rng_);
+    std::vector<int32_t> offsets = {0}, slots;
+    for (int32_t e = 0; e < c.num_logical; ++e) {
+      for (size_t p = 0; p < physical_to_logical.size(); ++p) {
+        if (physical_to_logical[p] == e) slots.push_back(static_cast<int32_t>(p));
+      }
+      offsets.push_back(static_cast<int32_t>(slots.size()));
+    }
+    // Distinct experts per token, skewed towards the first few.
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < c.num_tokens; ++t) {
+      std::vector<int32_t> chosen;
+      while (static_cast<int32_t>(chosen.size()) < c.top_k) {
+        const int32_t e = std::min(std::geometric_distribution<int32_t>(0.2)(rng_), c.num_logical - 1);
+        if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+      }
+      ids.insert(ids.end(), chosen.begin(), chosen.end());
+    }
+    const std::vector<float> x = random_floats(rng_, static_cast<size_t>(c.num_tokens * c.hidden));
+    const int64_t room = c.round_tokens * std::min(c.top_k, slots_per_rank);
+    const int64_t num_rows = c.world * room;
+    const int64_t num_slots = c.num_tokens * c.top_k;
+    for (int32_t rank = 0; rank < c.world; rank += std::max(1, c.world / 3)) {
+      const std::string where = "experts " + std::to_string(c.num_logical) + " world " + std::to_string(c.world) +
+                                " tokens " + std::to_string(c.num_tokens) + " rank " + std::to_string(rank);
+      std::vector<int32_t> want_slot(static_cast<size_t>(num_rows)), want_row(static_cast<size_t>(num_slots));
+      std::vector<int64_t> want_routed(static_cast<size_t>(c.num_logical), 5);
+      std::vector<float> want_rows(static_cast<size_t>(num_rows * c.hidden));
+      kernels::ExpertDispatch d;
+      d.replica_offsets = offsets.data();
+      d.replica_slots = slots.data();
+      d.num_logical = c.num_logical;
+      d.slots_per_rank = slots_per_rank;
+      d.world = c.world;
+      d.rank = rank;
+      d.room = room;
+      d.send_slot = want_slot.data();
+      d.row_of_slot = want_row.data();
+      d.routed_tokens = want_routed.data();
+      kernels::ref::moe_dispatch(x.data(), c.num_tokens, c.hidden, ids.data(), c.top_k, d, want_rows.data());
+
+      const DeviceBuffer doffsets = upload(backend(), offsets), dslots = upload(backend(), slots);
+      const DeviceBuffer dids = upload(backend(), ids), dx = upload(backend(), x);
+      DeviceBuffer dsend_slot = backend().allocate(static_cast<size_t>(num_rows) * sizeof(int32_t));
+      DeviceBuffer drow = backend().allocate(static_cast<size_t>(std::max<int64_t>(num_slots, 1)) * sizeof(int32_t));
+      DeviceBuffer drouted = upload(backend(), std::vector<int64_t>(static_cast<size_t>(c.num_logical), 5));
+      DeviceBuffer dscratch = backend().allocate(
+          static_cast<size_t>(kernels::moe_dispatch_scratch_ints(num_slots, c.world, room)) * sizeof(int32_t));
+      DeviceBuffer drows = upload(backend(), std::vector<float>(static_cast<size_t>(num_rows * c.hidden), NAN));
+      d.replica_offsets = doffsets.as<int32_t>();
+      d.replica_slots = dslots.as<int32_t>();
+      d.send_slot = dsend_slot.as<int32_t>();
+      d.row_of_slot = drow.as<int32_t>();
+      d.routed_tokens = drouted.as<int64_t>();
+      d.scratch = dscratch.as<int32_t>();
+      backend().moe_dispatch(dx.as<float>(), c.num_tokens, c.hidden, dids.as<int32_t>(), c.top_k, d, drows.as<float>());
+      EXPECT_EQ(download<int32_t>(backend(), dsend_slot, want_slot.size()), want_slot) << where;
+      EXPECT_EQ(download<int32_t>(backend(), drow, want_row.size()), want_row) << where;
+      EXPECT_EQ(download<int64_t>(backend(), drouted, want_routed.size()), want_routed) << where;
+      EXPECT_EQ(download<float>(backend(), drows, want_rows.size()), want_rows) << where;
+    }
+  }
 }
 
 TEST_F(CudaMoe, GroupingIsAPermutationByExpert) {

@@ -1,7 +1,8 @@
 // The mixture-of-experts ops: routing against hand-computed cases (softmax, sigmoid + selection
 // bias, grouped top-k by max and by top-two sum, normalisation, scaling), the CPU expert kernel
-// against the reference over odd shapes and both activations, the strided row copy, and the row
-// payloads of expert-parallel exchanges.
+// against the reference over odd shapes and both activations (empty rows of expert parallelism's
+// fixed-size exchange included), the fixed-size dispatch plan by hand, the strided row copy, and the
+// row payloads of expert-parallel exchanges.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -159,12 +160,14 @@ void check_experts(ExpertActivation activation, bool biases, int64_t num_tokens,
 
   // Expert parallelism's path: each (token, j) slot's row run alone through its expert (top_k 1,
   // weight 1), in another order, as a rank that owns the expert would, then moe_combine at home:
-  // the same bits as the batch-invariant kernels in one call.
+  // the same bits as the batch-invariant kernels in one call. Rows 0 and the last are empty rows of
+  // a fixed-size exchange (expert -1, any values): they come out zero and add nothing.
   const int64_t num_slots = num_tokens * top_k;
+  const int64_t num_rows = num_slots + 2;
   std::vector<int32_t> row_of_slot(static_cast<size_t>(num_slots));
-  for (int64_t s = 0; s < num_slots; ++s) row_of_slot[static_cast<size_t>(s)] = static_cast<int32_t>(num_slots - 1 - s);
-  std::vector<float> slot_x(static_cast<size_t>(num_slots * hidden));
-  std::vector<int32_t> slot_expert(static_cast<size_t>(num_slots));
+  for (int64_t s = 0; s < num_slots; ++s) row_of_slot[static_cast<size_t>(s)] = static_cast<int32_t>(num_slots - s);
+  std::vector<float> slot_x = random_floats(static_cast<size_t>(num_rows * hidden), 11, -2.0f, 2.0f);
+  std::vector<int32_t> slot_expert(static_cast<size_t>(num_rows), -1);
   for (int64_t s = 0; s < num_slots; ++s) {
     const auto row = static_cast<size_t>(row_of_slot[static_cast<size_t>(s)]);
     std::copy_n(x.begin() + (s / top_k) * hidden, hidden, slot_x.begin() + static_cast<int64_t>(row) * hidden);
@@ -172,17 +175,42 @@ void check_experts(ExpertActivation activation, bool biases, int64_t num_tokens,
   }
   MoeExperts one = experts;
   one.top_k = 1;
-  const std::vector<float> ones(static_cast<size_t>(num_slots), 1.0f);
-  std::vector<float> slot_workspace(static_cast<size_t>(moe_workspace_floats(num_slots, one)));
-  std::vector<float> slot_y(slot_x.size()), combined(want.size());
-  ref::moe_experts(slot_x.data(), num_slots, slot_expert.data(), ones.data(), one, slot_workspace.data(), nullptr,
-                   slot_y.data());
+  const std::vector<float> ones(static_cast<size_t>(num_rows), 1.0f);
+  std::vector<float> slot_workspace(static_cast<size_t>(moe_workspace_floats(num_rows, one)));
+  std::vector<float> slot_y(slot_x.size(), NAN), combined(want.size());
+  const auto expect_empty_rows_zero = [&](const char* what) {
+    for (const int64_t row : {int64_t{0}, num_rows - 1}) {
+      for (int64_t i = 0; i < hidden; ++i) {
+        ASSERT_EQ(slot_y[static_cast<size_t>(row * hidden + i)], 0.0f) << what << ": empty row " << row;
+      }
+    }
+  };
+  std::vector<int64_t> slot_counts(num_experts, 0);
+  ref::moe_experts(slot_x.data(), num_rows, slot_expert.data(), ones.data(), one, slot_workspace.data(),
+                   slot_counts.data(), slot_y.data());
+  EXPECT_EQ(slot_counts, ref_counts) << "ref: empty rows are no expert's";
+  expect_empty_rows_zero("ref");
   ref::moe_combine(slot_y.data(), row_of_slot.data(), weights.data(), num_tokens, top_k, hidden, combined.data());
   EXPECT_EQ(combined, want) << "ref: experts run elsewhere, combined at home";
-  cpu::moe_experts_invariant(slot_x.data(), num_slots, slot_expert.data(), ones.data(), one, slot_workspace.data(),
-                             nullptr, slot_y.data());
+  std::fill(slot_y.begin(), slot_y.end(), NAN);
+  std::fill(slot_counts.begin(), slot_counts.end(), 0);
+  cpu::moe_experts_invariant(slot_x.data(), num_rows, slot_expert.data(), ones.data(), one, slot_workspace.data(),
+                             slot_counts.data(), slot_y.data());
+  EXPECT_EQ(slot_counts, ref_counts) << "cpu: empty rows are no expert's";
+  expect_empty_rows_zero("cpu");
   cpu::moe_combine(slot_y.data(), row_of_slot.data(), weights.data(), num_tokens, top_k, hidden, combined.data());
   EXPECT_EQ(combined, invariant) << "cpu (batch invariant): experts run elsewhere, combined at home";
+  // A slot whose row is -1 (a fixed-size exchange's overflow) adds nothing.
+  std::vector<int32_t> without_first = row_of_slot;
+  without_first[0] = -1;
+  std::vector<float> partial(want.size()), partial_ref(want.size());
+  cpu::moe_combine(slot_y.data(), without_first.data(), weights.data(), num_tokens, top_k, hidden, partial.data());
+  ref::moe_combine(slot_y.data(), without_first.data(), weights.data(), num_tokens, top_k, hidden, partial_ref.data());
+  EXPECT_EQ(partial, partial_ref);
+  std::vector<float> dropped = slot_y;
+  std::fill_n(dropped.begin() + row_of_slot[0] * hidden, hidden, 0.0f);
+  cpu::moe_combine(dropped.data(), row_of_slot.data(), weights.data(), num_tokens, top_k, hidden, combined.data());
+  EXPECT_EQ(partial, combined) << "a row of -1 adds what a zero row adds";
 }
 
 // BF16 weights up to 16 rows per expert (the GEMV keeps activations in fp32; beyond, oneDNN's
@@ -219,6 +247,45 @@ TEST(MoeExperts, RefAppliesWeightsAndClampedSwiglu) {
   ref::moe_experts(&x, 1, &id, &weight, experts, workspace.data(), nullptr, &out);
   const double want = 0.5 * (7.0 + 1.0) * 7.0 / (1.0 + std::exp(-1.702 * 7.0));
   EXPECT_NEAR(out, want, 1e-5);
+}
+
+// Two ranks of 3 slots, experts 0 and 1 with a second copy on rank 1 (slots 4, 5), planned on rank
+// 1 (replica turns start at the rank), room 6 rows per rank: by hand.
+TEST(MoeDispatch, PlansTheHostsOrderWithRoomPerRank) {
+  const std::vector<int32_t> replica_offsets = {0, 2, 4, 5, 6};  // experts 0..3
+  const std::vector<int32_t> replica_slots = {0, 4, 1, 5, 2, 3};
+  const std::vector<int32_t> ids = {0, 1, 0, 3, 1, 2};  // tokens 0, 1, 2, top 2
+  const int64_t hidden = 3;
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  for (const bool on_cpu : {false, true}) {
+    std::vector<int32_t> send_slot(12, 99), row_of_slot(6, 99);
+    std::vector<int64_t> routed = {10, 0, 0, 0};
+    std::vector<float> send_rows(12 * hidden, NAN);
+    ExpertDispatch d;
+    d.replica_offsets = replica_offsets.data();
+    d.replica_slots = replica_slots.data();
+    d.num_logical = 4;
+    d.slots_per_rank = 3;
+    d.world = 2;
+    d.rank = 1;
+    d.room = 6;
+    d.send_slot = send_slot.data();
+    d.row_of_slot = row_of_slot.data();
+    d.routed_tokens = routed.data();
+    (on_cpu ? cpu::moe_dispatch : ref::moe_dispatch)(x.data(), 3, hidden, ids.data(), 2, d, send_rows.data());
+    // Expert 0: turn 1 -> slot 4 (rank 1, slot 1), turn 2 -> slot 0 (rank 0, slot 0); expert 1 the
+    // same with slots 5 and 1; experts 2 and 3 have one copy each.
+    EXPECT_EQ(send_slot, (std::vector<int32_t>{0, 1, 2, -1, -1, -1, 1, 2, 0, -1, -1, -1})) << on_cpu;
+    EXPECT_EQ(row_of_slot, (std::vector<int32_t>{6, 7, 0, 8, 1, 2})) << on_cpu;
+    EXPECT_EQ(routed, (std::vector<int64_t>{12, 2, 1, 1})) << on_cpu;
+    const std::vector<int> token_of_row = {1, 2, 2, -1, -1, -1, 0, 0, 1, -1, -1, -1};
+    for (size_t r = 0; r < token_of_row.size(); ++r) {
+      for (int64_t i = 0; i < hidden; ++i) {
+        const float want = token_of_row[r] < 0 ? 0.0f : x[static_cast<size_t>(token_of_row[r] * hidden + i)];
+        EXPECT_EQ(send_rows[r * hidden + static_cast<size_t>(i)], want) << on_cpu << " row " << r;
+      }
+    }
+  }
 }
 
 TEST(CopyRows, CpuMatchesRefAndLeavesGapsAlone) {

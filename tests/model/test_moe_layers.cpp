@@ -3,7 +3,8 @@
 // the cache, with and without q_lora); the MoE layer's three weight layouts against each other;
 // FP8 e4m3 decoding and block dequantisation against hand-computed values; the shared experts
 // enqueued as the backend's side work beside the routed ones; the layer switching
-// to a new expert placement between forwards under expert parallelism (EPLB).
+// to a new expert placement between forwards under expert parallelism (EPLB), its exchange planned
+// on the host or in fixed-size blocks by the backend, with the same bits as one device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -564,11 +565,23 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
       const int64_t n = num_tokens[rank];
       std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));
       std::vector<float> out(x[rank].size());
-      layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
-      EXPECT_EQ(out, want[rank]) << "rank " << rank << ", contiguous placement";
-      int64_t routed = 0;
-      for (int64_t count : layer.take_routed_tokens()) routed += count;
-      EXPECT_EQ(routed, n * top_k);
+      // Each forward starts with the group's vote, as in a model; rounds alternate between the
+      // exchange planned on the host (above the fixed-size bound) and fixed-size blocks planned by
+      // Backend::moe_dispatch, through every placement.
+      int64_t forwards = 0;
+      const auto forward = [&] {
+        expert_parallel->fixed_dispatch_tokens = forwards++ % 2 == 0 ? 0 : 256;
+        expert_parallel->vote(n);
+        layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+      };
+      for (int round = 0; round < 2; ++round) {
+        std::fill(out.begin(), out.end(), 0.0f);
+        forward();
+        EXPECT_EQ(out, want[rank]) << "rank " << rank << ", contiguous placement, round " << round;
+        int64_t routed = 0;
+        for (int64_t count : layer.take_routed_tokens(*source.backend)) routed += count;
+        EXPECT_EQ(routed, n * top_k) << "round " << round;
+      }
       for (size_t step = 0; step < steps.size(); ++step) {
         ExpertPlacement next{static_cast<int32_t>(experts), 2, 3, steps[step]};
         auto staged = layer.stage_placement(source, next);
@@ -578,9 +591,11 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
         EXPECT_EQ(layer.placement().physical_to_logical, before) << "staging changes nothing";
         layer.install_placement(*source.backend, std::move(*staged));
         EXPECT_EQ(layer.placement(), next);
-        std::fill(out.begin(), out.end(), 0.0f);
-        layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
-        EXPECT_EQ(out, want[rank]) << "rank " << rank << ", step " << step;
+        for (int round = 0; round < 2; ++round) {
+          std::fill(out.begin(), out.end(), 0.0f);
+          forward();
+          EXPECT_EQ(out, want[rank]) << "rank " << rank << ", step " << step << ", round " << round;
+        }
       }
       // A staged placement dropped (another rank failed to load) leaves the layer as it was.
       const ExpertPlacement last = layer.placement();
@@ -588,7 +603,7 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
       ASSERT_TRUE(dropped.ok());
       layer.discard_placement(*source.backend, std::move(*dropped));
       EXPECT_EQ(layer.placement(), last);
-      layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+      forward();
       EXPECT_EQ(out, want[rank]) << "rank " << rank << ", after a dropped placement";
       ExpertPlacement wrong{static_cast<int32_t>(experts), 2, 2, {0, 1, 2, 3}};
       EXPECT_FALSE(layer.stage_placement(source, wrong).ok());

@@ -41,13 +41,16 @@ void run_experts(MatmulFn matmul_fn, const float* x, int64_t num_tokens, const i
   std::vector<int64_t> offsets(static_cast<size_t>(experts.num_experts) + 1, 0);
   for (int64_t s = 0; s < num_slots; ++s) {
     const int32_t e = expert_ids[s];
-    DI_CHECK(e >= 0 && e < experts.num_experts, "expert id " << e << " out of range");
-    ++offsets[static_cast<size_t>(e) + 1];
+    DI_CHECK(e < experts.num_experts, "expert id " << e << " out of range");
+    if (e >= 0) ++offsets[static_cast<size_t>(e) + 1];
   }
   for (int32_t e = 0; e < experts.num_experts; ++e) offsets[e + 1] += offsets[e];
-  std::vector<int32_t> slot_row(static_cast<size_t>(num_slots));
+  // Slots without an expert get no row (-1), which moe_combine skips.
+  std::vector<int32_t> slot_row(static_cast<size_t>(num_slots), -1);
   std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
-  for (int64_t s = 0; s < num_slots; ++s) slot_row[s] = static_cast<int32_t>(fill[expert_ids[s]]++);
+  for (int64_t s = 0; s < num_slots; ++s) {
+    if (expert_ids[s] >= 0) slot_row[s] = static_cast<int32_t>(fill[expert_ids[s]]++);
+  }
 
   float* gathered = workspace;                  // [num_slots, hidden]
   float* gate = gathered + num_slots * hidden;  // [num_slots, intermediate]
@@ -55,6 +58,7 @@ void run_experts(MatmulFn matmul_fn, const float* x, int64_t num_tokens, const i
   float* expert_out = up + num_slots * inter;   // [num_slots, hidden]
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < num_slots; ++s) {
+    if (slot_row[s] < 0) continue;
     std::memcpy(gathered + slot_row[s] * hidden, x + (s / experts.top_k) * hidden,
                 static_cast<size_t>(hidden) * sizeof(float));
   }
@@ -69,7 +73,7 @@ void run_experts(MatmulFn matmul_fn, const float* x, int64_t num_tokens, const i
     matmul_fn(gathered + first * hidden, experts.up[e], experts.up_bias ? experts.up_bias[e] : none, rows,
               up + first * inter);
   }
-  activate(experts, gate, up, num_slots * inter);
+  activate(experts, gate, up, offsets.back() * inter);
   for (int32_t e = 0; e < experts.num_experts; ++e) {
     const int64_t rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
@@ -112,11 +116,18 @@ void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert
     std::fill(out_row, out_row + hidden, 0.0f);
     for (int32_t j = 0; j < top_k; ++j) {
       const int64_t s = t * top_k + j;
+      const int64_t row = row_of_slot != nullptr ? int64_t{row_of_slot[s]} : s;
+      if (row < 0) continue;
       const float w = expert_weights[s];
-      const float* y_row = y + (row_of_slot != nullptr ? int64_t{row_of_slot[s]} : s) * hidden;
+      const float* y_row = y + row * hidden;
       for (int64_t i = 0; i < hidden; ++i) out_row[i] += w * y_row[i];
     }
   }
+}
+
+void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids, int32_t top_k,
+                  const ExpertDispatch& dispatch, float* send_rows) {
+  ref::moe_dispatch(x, num_tokens, hidden, expert_ids, top_k, dispatch, send_rows);
 }
 
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride) {

@@ -149,6 +149,11 @@ void moe_combine(const void* y, DType y_dtype, const int32_t* position, const fl
 void copy_rows(const float* src, int64_t src_stride, int64_t num_rows, int64_t width, float* dst, int64_t dst_stride,
                cudaStream_t stream);
 
+// kernels/ops.h moe_dispatch on the device (moe_dispatch.cu); dispatch.scratch holds
+// moe_dispatch_scratch_ints device ints.
+void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids, int32_t top_k,
+                  const ExpertDispatch& dispatch, float* send_rows, cudaStream_t stream);
+
 // kernels/ops.h pack_rows / unpack_rows on the device, the same bytes and floats (moe_payload.cu).
 void pack_rows(const float* x, int64_t num_rows, int64_t width, DType dtype, void* out, cudaStream_t stream);
 void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out, cudaStream_t stream);

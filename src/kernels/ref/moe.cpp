@@ -87,7 +87,8 @@ void moe_experts(const float* x, int64_t num_tokens, const int32_t* expert_ids, 
     std::fill(out_row, out_row + hidden, 0.0f);
     for (int32_t j = 0; j < experts.top_k; ++j) {
       const int32_t e = expert_ids[t * experts.top_k + j];
-      DI_CHECK(e >= 0 && e < experts.num_experts, "expert id " << e << " out of range");
+      if (e < 0) continue;
+      DI_CHECK(e < experts.num_experts, "expert id " << e << " out of range");
       if (expert_token_counts != nullptr) ++expert_token_counts[e];
       const WeightView none;
       matmul(x + t * hidden, experts.gate[e], experts.gate_bias ? experts.gate_bias[e] : none, 1, gate);
@@ -118,10 +119,37 @@ void moe_combine(const float* y, const int32_t* row_of_slot, const float* expert
     std::fill(out_row, out_row + hidden, 0.0f);
     for (int32_t j = 0; j < top_k; ++j) {
       const int64_t s = t * top_k + j;
+      const int64_t row = row_of_slot != nullptr ? int64_t{row_of_slot[s]} : s;
+      if (row < 0) continue;
       const float w = expert_weights[s];
-      const float* y_row = y + (row_of_slot != nullptr ? int64_t{row_of_slot[s]} : s) * hidden;
+      const float* y_row = y + row * hidden;
       for (int64_t i = 0; i < hidden; ++i) out_row[i] += w * y_row[i];
     }
+  }
+}
+
+void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids, int32_t top_k,
+                  const ExpertDispatch& dispatch, float* send_rows) {
+  const int64_t num_rows = int64_t{dispatch.world} * dispatch.room;
+  std::fill(dispatch.send_slot, dispatch.send_slot + num_rows, -1);
+  std::fill(send_rows, send_rows + num_rows * hidden, 0.0f);
+  std::vector<int32_t> turns(static_cast<size_t>(dispatch.num_logical), 0);
+  std::vector<int64_t> filled(static_cast<size_t>(dispatch.world), 0);
+  for (int64_t s = 0; s < num_tokens * top_k; ++s) {
+    const int32_t logical = expert_ids[s];
+    DI_CHECK(logical >= 0 && logical < dispatch.num_logical, "expert id " << logical << " out of range");
+    const int32_t first = dispatch.replica_offsets[logical];
+    const int32_t copies = dispatch.replica_offsets[logical + 1] - first;
+    const int32_t turn = dispatch.rank + turns[static_cast<size_t>(logical)]++;
+    const int32_t physical = dispatch.replica_slots[first + turn % copies];
+    const int32_t destination = physical / dispatch.slots_per_rank;
+    const int64_t taken = filled[static_cast<size_t>(destination)]++;
+    DI_CHECK(taken < dispatch.room, "moe_dispatch: more than " << dispatch.room << " rows for rank " << destination);
+    const int64_t row = destination * dispatch.room + taken;
+    dispatch.send_slot[row] = physical % dispatch.slots_per_rank;
+    dispatch.row_of_slot[s] = static_cast<int32_t>(row);
+    if (dispatch.routed_tokens != nullptr) ++dispatch.routed_tokens[logical];
+    std::copy(x + (s / top_k) * hidden, x + (s / top_k + 1) * hidden, send_rows + row * hidden);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/expert_parallel.h"
 #include "model/layers/linear.h"
 #include "model/layers/mlp.h"
 #include "parallel/expert_placement.h"
@@ -109,7 +110,7 @@ class MoeLayer {
 
   // Expert parallelism, EPLB (model/expert_rebalance.h). Tokens this rank routed to each logical
   // expert ([num_experts]) since the last call, which zeroes them.
-  std::vector<int64_t> take_routed_tokens();
+  std::vector<int64_t> take_routed_tokens(Backend& backend);
   // The weights of this rank's slots under placement (same experts, ranks and slots per rank as
   // the layer's): experts the layer holds already are shared, the others read from the checkpoint
   // through the loaders load uses. Changes nothing; errors name the tensor.
@@ -147,6 +148,12 @@ class MoeLayer {
   // the rank of one replica of its expert, comes back as that expert's output, and is combined here.
   void forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                const float* expert_weights, float* out) const;
+  // The same with every rank sending every other room rows (round_tokens tokens' worth), planned
+  // on the device by Backend::moe_dispatch: no host round trip between the router and the experts.
+  void forward_fixed_dispatch(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
+                              const float* expert_weights, int64_t round_tokens, float* out) const;
+  // replica_offsets_ and replica_slots_ from placement_.
+  void upload_replicas(Backend& backend);
 
   std::string prefix_;  // e.g. "model.layers.3.mlp"
   ExpertSource expert_source_ = ExpertSource::kPerExpert;
@@ -170,6 +177,14 @@ class MoeLayer {
   ExchangePayload payload_;                   // with group_: the rows' element types each way
   ExpertPlacement placement_;
   mutable std::vector<int64_t> routed_tokens_;  // [num_experts] under expert parallelism (take_routed_tokens)
+  // Under expert parallelism: the fixed-size rounds' vote and token bound, placement_ as the
+  // device's dispatch reads it (kernels::ExpertDispatch), and those rounds' routed counts.
+  std::shared_ptr<const ExpertParallelism::Vote> current_round_;
+  int64_t fixed_dispatch_tokens_ = 0;
+  DeviceBuffer replica_offsets_;                // [num_experts + 1] int32
+  DeviceBuffer replica_slots_;                  // [num_physical] int32
+  DeviceBuffer routed_on_device_;               // [num_experts] int64, added to routed_tokens_ by take_routed_tokens
+  mutable bool routed_on_device_used_ = false;  // a fixed-size round added to it since take_routed_tokens
 };
 
 }  // namespace deepinfer

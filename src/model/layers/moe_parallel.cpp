@@ -5,8 +5,15 @@
 // does. In batch-invariant mode the expert rows and the sum are those of a single device, so the
 // group gives the single device's bits (float32 payloads; bf16 and FP8 ones round the rows). The rows
 // stay in the backend's memory and travel through the model's DeviceExchange (NCCL between GPUs) in
-// the payload's element type; the routing, the counts and each row's expert index are host
-// bookkeeping and go through the group.
+// the payload's element type. Rounds of many tokens plan on the host: the routing is read back,
+// and the counts and each row's expert index go through the group before the rows. Rounds of few
+// tokens (decode; ExpertParallelism::fixed_dispatch_tokens) plan on the device instead
+// (Backend::moe_dispatch): each rank sends every other a block of room rows, empty ones included,
+// with the rows' expert slots (-1: empty) through the same exchange, so nothing waits on the host.
+// Both send the same rows in the same order, so they give the same bits.
+#include <algorithm>
+#include <vector>
+
 #include "core/check.h"
 #include "model/layers/moe.h"
 #include "runtime/device_upload.h"
@@ -36,6 +43,11 @@ void exchange_rows(Backend& backend, DeviceExchange& exchange, const float* rows
 
 void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                        const float* expert_weights, float* out) const {
+  const int64_t round_tokens = current_round_->max_tokens;
+  if (round_tokens > 0 && round_tokens <= fixed_dispatch_tokens_) {
+    forward_fixed_dispatch(backend, x, num_tokens, expert_ids, expert_weights, round_tokens, out);
+    return;
+  }
   const int32_t world = group_->world_size();
   const int32_t top_k = routing_.top_k;
   const int64_t hidden = hidden_;
@@ -113,6 +125,62 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   const DeviceBuffer device_row_of_slot = upload_vector(backend, row_of_slot);
   backend.moe_combine(returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden,
                       out);
+}
+
+void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
+                                      const float* expert_weights, int64_t round_tokens, float* out) const {
+  DI_CHECK(num_tokens <= round_tokens,
+           "a fixed-size expert exchange for " << round_tokens << " tokens got " << num_tokens << " on this rank");
+  const int32_t world = group_->world_size();
+  const int32_t top_k = routing_.top_k;
+  const int64_t hidden = hidden_;
+  const int64_t num_slots = num_tokens * top_k;
+  // A token's choices are distinct experts, so a rank gets at most slots_per_rank of them.
+  const int64_t room = round_tokens * std::min(top_k, placement_.slots_per_rank);
+  const int64_t num_rows = world * room;
+
+  DeviceBuffer send_slots = allocate_elements<int32_t>(backend, num_rows);
+  DeviceBuffer row_of_slot = allocate_elements<int32_t>(backend, num_slots);
+  DeviceBuffer scratch =
+      allocate_elements<int32_t>(backend, kernels::moe_dispatch_scratch_ints(num_slots, world, room));
+  DeviceBuffer send_rows = allocate_elements<float>(backend, num_rows * hidden);
+  kernels::ExpertDispatch dispatch;
+  dispatch.replica_offsets = replica_offsets_.as<int32_t>();
+  dispatch.replica_slots = replica_slots_.as<int32_t>();
+  dispatch.num_logical = routing_.num_experts;
+  dispatch.slots_per_rank = placement_.slots_per_rank;
+  dispatch.world = world;
+  dispatch.rank = group_->rank();
+  dispatch.room = room;
+  dispatch.send_slot = send_slots.as<int32_t>();
+  dispatch.row_of_slot = row_of_slot.as<int32_t>();
+  dispatch.routed_tokens = routed_on_device_.as<int64_t>();  // this rank's load on each expert, for EPLB
+  dispatch.scratch = scratch.as<int32_t>();
+  backend.moe_dispatch(x, num_tokens, hidden, expert_ids, top_k, dispatch, send_rows.as<float>());
+  routed_on_device_used_ = true;
+
+  // Every rank sends every other room rows and the slots they are for (-1: an empty row).
+  const std::vector<int64_t> counts(static_cast<size_t>(world), room);
+  DeviceBuffer received_slots = allocate_elements<int32_t>(backend, num_rows);
+  exchange_->all_to_all_v(send_slots.data(), counts, received_slots.data(), counts, sizeof(int32_t));
+  DeviceBuffer received = allocate_elements<float>(backend, num_rows * hidden);
+  exchange_rows(backend, *exchange_, send_rows.as<float>(), num_rows, counts, received.as<float>(), num_rows, counts,
+                hidden, payload_.dispatch);
+
+  // This rank's experts over the rows it received, each row alone; empty rows come back as zeros.
+  kernels::MoeExperts one = experts_view();
+  one.top_k = 1;
+  const DeviceBuffer ones = upload_vector(backend, std::vector<float>(static_cast<size_t>(num_rows), 1.0f));
+  DeviceBuffer workspace = allocate_elements<float>(backend, kernels::moe_workspace_floats(num_rows, one));
+  DeviceBuffer expert_out = allocate_elements<float>(backend, num_rows * hidden);
+  backend.moe_experts(received.as<float>(), num_rows, received_slots.as<int32_t>(), ones.as<float>(), one,
+                      workspace.as<float>(), token_counts_.as<int64_t>(), expert_out.as<float>());
+
+  DeviceBuffer returned = allocate_elements<float>(backend, num_rows * hidden);
+  exchange_rows(backend, *exchange_, expert_out.as<float>(), num_rows, counts, returned.as<float>(), num_rows, counts,
+                hidden, payload_.combine);
+  if (num_tokens == 0) return;
+  backend.moe_combine(returned.as<float>(), row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden, out);
 }
 
 }  // namespace deepinfer

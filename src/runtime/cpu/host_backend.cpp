@@ -114,6 +114,11 @@ std::string matmul_group_op_name(std::initializer_list<MatmulOutput> outputs, in
   void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) override {      \
     OpTimer timer("unpack_rows");                                                                                \
     kernels::ns::unpack_rows(packed, num_rows, width, dtype, out);                                               \
+  }                                                                                                              \
+  void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids, int32_t top_k, \
+                    const kernels::ExpertDispatch& dispatch, float* send_rows) override {                        \
+    OpTimer timer("moe_dispatch");                                                                               \
+    kernels::ns::moe_dispatch(x, num_tokens, hidden, expert_ids, top_k, dispatch, send_rows);                    \
   }
 
 class HostBackendBase : public Backend {

@@ -219,6 +219,10 @@ class CudaBackend final : public Backend {
   void unpack_rows(const void* packed, int64_t num_rows, int64_t width, DType dtype, float* out) override {
     kc::unpack_rows(packed, num_rows, width, dtype, out, stream_.for_op());
   }
+  void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* expert_ids, int32_t top_k,
+                    const kernels::ExpertDispatch& dispatch, float* send_rows) override {
+    kc::moe_dispatch(x, num_tokens, hidden, expert_ids, top_k, dispatch, send_rows, stream_.for_op());
+  }
   // Prompt chunks of DeepSeek's head sizes with bf16 weights, averaging kExpandedMlaTokensPerSeq
   // new tokens per sequence or more (the expansion is paid once per visible key, the saving per
   // query and key), within the prefill workspace cap; never in the batch-invariant mode.
