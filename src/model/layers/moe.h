@@ -185,6 +185,7 @@ class MoeLayer {
   DeviceBuffer replica_slots_;                  // [num_physical] int32
   DeviceBuffer routed_on_device_;               // [num_experts] int64, added to routed_tokens_ by take_routed_tokens
   mutable bool routed_on_device_used_ = false;  // a fixed-size round added to it since take_routed_tokens
+  mutable DeviceBuffer ones_;                   // float 1s, the fixed-size rounds' expert weights (grown on demand)
 };
 
 }  // namespace deepinfer
