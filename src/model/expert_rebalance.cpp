@@ -37,13 +37,21 @@ Result<std::unique_ptr<ExpertRebalancer>> ExpertRebalancer::create(ModelSource s
   return rebalancer;
 }
 
-ExpertRebalancer::ExpertRebalancer(ModelSource source, std::vector<MoeLayer*> moved,
-                                   std::vector<const MoeLayer*> fixed, int32_t num_experts)
+ExpertRebalancer::ExpertRebalancer(ModelSource source, std::vector<MoeLayer*> moved, std::vector<const MoeLayer*> fixed,
+                                   int32_t num_experts)
     : source_(std::move(source)),
       expert_parallel_(*source_.expert_parallel),
       moved_(std::move(moved)),
       fixed_(std::move(fixed)),
-      recorder_(static_cast<int32_t>(moved_.size()), num_experts, expert_parallel_.eplb_window_steps) {}
+      recorder_(static_cast<int32_t>(moved_.size()), num_experts, expert_parallel_.eplb_window_steps) {
+  if (expert_parallel_.fixed_dispatch_tokens > 0) {
+    routed_seen_.assign(moved_.size() * static_cast<size_t>(num_experts), 0);
+    routed_on_device_ = source_.backend->allocate(routed_seen_.size() * sizeof(int64_t));
+    for (size_t i = 0; i < moved_.size(); ++i) {
+      moved_[i]->count_routed_on_device(routed_on_device_.as<int64_t>() + i * static_cast<size_t>(num_experts));
+    }
+  }
+}
 
 ExpertParallelism::Vote ExpertRebalancer::start_round(int64_t num_tokens, GroupForward kind) {
   if (round_pending_) record_round();
@@ -58,7 +66,16 @@ ExpertParallelism::Vote ExpertRebalancer::start_round(int64_t num_tokens, GroupF
 void ExpertRebalancer::record_round() {
   std::vector<std::vector<int64_t>> tokens;
   tokens.reserve(moved_.size());
-  for (MoeLayer* layer : moved_) tokens.push_back(layer->take_routed_tokens(*source_.backend));
+  for (MoeLayer* layer : moved_) tokens.push_back(layer->take_routed_tokens());
+  if (!routed_seen_.empty()) {
+    // Rounds planned on the device counted there; one copy for every layer.
+    std::vector<int64_t> totals(routed_seen_.size());
+    source_.backend->copy_to_host(totals.data(), routed_on_device_.data(), totals.size() * sizeof(int64_t));
+    for (size_t i = 0; i < totals.size(); ++i) {
+      tokens[i / tokens.front().size()][i % tokens.front().size()] += totals[i] - routed_seen_[i];
+    }
+    routed_seen_.swap(totals);
+  }
   const Result<void> recorded = recorder_.record_step(tokens);
   DI_CHECK(recorded.ok(), "EPLB: " << recorded.error().message);
   round_pending_ = false;

@@ -66,6 +66,11 @@ class ExpertRebalancer {
   std::vector<MoeLayer*> moved_;
   std::vector<const MoeLayer*> fixed_;
   ExpertLoadRecorder recorder_;
+  // Rounds planned on the device count each moved layer's routed tokens here ([moved layers,
+  // num_experts] int64, MoeLayer::count_routed_on_device), read back once a recorded round;
+  // routed_seen_ holds the totals read last time.
+  DeviceBuffer routed_on_device_;
+  std::vector<int64_t> routed_seen_;
   std::atomic<bool> requested_{false};
   bool round_pending_ = false;  // the last round ran a forward whose routing is not recorded yet
   int64_t num_rounds_ = 0;

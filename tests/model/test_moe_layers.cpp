@@ -562,6 +562,10 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
             source.backend->make_device_exchange(expert_parallel->group, ExchangeTransport::kAuto).value();
       }
       MoeLayer layer = MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value();
+      // Rounds planned on the device count their routed tokens in the backend's memory (a host
+      // backend's memory here), the others on the host.
+      DeviceBuffer routed_on_device = source.backend->allocate(experts * sizeof(int64_t));
+      layer.count_routed_on_device(routed_on_device.as<int64_t>());
       const int64_t n = num_tokens[rank];
       std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));
       std::vector<float> out(x[rank].size());
@@ -574,13 +578,18 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
         expert_parallel->vote(n);
         layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
       };
+      int64_t device_seen = 0;
       for (int round = 0; round < 2; ++round) {
         std::fill(out.begin(), out.end(), 0.0f);
         forward();
         EXPECT_EQ(out, want[rank]) << "rank " << rank << ", contiguous placement, round " << round;
-        int64_t routed = 0;
-        for (int64_t count : layer.take_routed_tokens(*source.backend)) routed += count;
-        EXPECT_EQ(routed, n * top_k) << "round " << round;
+        // Round 0 is planned on the host, round 1 on the device, whose counts are totals.
+        int64_t on_host = 0, on_device = 0;
+        for (int64_t count : layer.take_routed_tokens()) on_host += count;
+        for (int64_t e = 0; e < experts; ++e) on_device += routed_on_device.as<int64_t>()[e];
+        EXPECT_EQ(on_host + on_device - device_seen, n * top_k) << "round " << round;
+        EXPECT_EQ(on_host == 0, round == 1) << "round " << round;
+        device_seen = on_device;
       }
       for (size_t step = 0; step < steps.size(); ++step) {
         ExpertPlacement next{static_cast<int32_t>(experts), 2, 3, steps[step]};

@@ -263,8 +263,7 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
     layer.exchange_ = source.expert_exchange;
     layer.payload_ = source.expert_parallel->payload;
     layer.placement_ = std::move(*placement);
-    layer.current_round_ = source.expert_parallel->current_round;
-    layer.fixed_dispatch_tokens_ = source.expert_parallel->fixed_dispatch_tokens;
+    layer.parallel_ = source.expert_parallel;
   }
   const std::string router = prefix + "." + options.router_name;
   auto router_linear = Linear::load(source, router, routing.num_experts, hidden, options.router_bias);
@@ -294,7 +293,6 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
   layer.token_counts_ = source.backend->allocate(layer.gate_.size() * sizeof(int64_t));
   if (layer.group_) {
     layer.routed_tokens_.assign(static_cast<size_t>(routing.num_experts), 0);
-    layer.routed_on_device_ = source.backend->allocate(layer.routed_tokens_.size() * sizeof(int64_t));
     layer.upload_replicas(*source.backend);
   }
   return layer;
@@ -578,17 +576,9 @@ void MoeLayer::reset_expert_token_counts(Backend& backend) const {
   backend.copy_to_device(token_counts_.data(), zeros.data(), zeros.size() * sizeof(int64_t));
 }
 
-std::vector<int64_t> MoeLayer::take_routed_tokens(Backend& backend) {
+std::vector<int64_t> MoeLayer::take_routed_tokens() {
   std::vector<int64_t> taken(routed_tokens_.size(), 0);
   taken.swap(routed_tokens_);
-  if (!routed_on_device_used_) return taken;
-  routed_on_device_used_ = false;
-  std::vector<int64_t> on_device(taken.size());
-  const size_t bytes = on_device.size() * sizeof(int64_t);
-  backend.copy_to_host(on_device.data(), routed_on_device_.data(), bytes);
-  for (size_t e = 0; e < taken.size(); ++e) taken[e] += on_device[e];
-  const std::vector<int64_t> zeros(taken.size(), 0);
-  backend.copy_to_device(routed_on_device_.data(), zeros.data(), bytes);
   return taken;
 }
 

@@ -110,7 +110,11 @@ class MoeLayer {
 
   // Expert parallelism, EPLB (model/expert_rebalance.h). Tokens this rank routed to each logical
   // expert ([num_experts]) since the last call, which zeroes them.
-  std::vector<int64_t> take_routed_tokens(Backend& backend);
+  std::vector<int64_t> take_routed_tokens();
+  // Where rounds planned on the device (fixed-size blocks) count this rank's routed tokens per
+  // logical expert instead: [num_experts] int64 of the backend's memory, added to and never reset
+  // (the reader takes differences); null: such rounds count nothing.
+  void count_routed_on_device(int64_t* counter) { routed_counter_ = counter; }
   // The weights of this rank's slots under placement (same experts, ranks and slots per rank as
   // the layer's): experts the layer holds already are shared, the others read from the checkpoint
   // through the loaders load uses. Changes nothing; errors name the tensor.
@@ -177,15 +181,13 @@ class MoeLayer {
   ExchangePayload payload_;                   // with group_: the rows' element types each way
   ExpertPlacement placement_;
   mutable std::vector<int64_t> routed_tokens_;  // [num_experts] under expert parallelism (take_routed_tokens)
-  // Under expert parallelism: the fixed-size rounds' vote and token bound, placement_ as the
-  // device's dispatch reads it (kernels::ExpertDispatch), and those rounds' routed counts.
-  std::shared_ptr<const ExpertParallelism::Vote> current_round_;
-  int64_t fixed_dispatch_tokens_ = 0;
-  DeviceBuffer replica_offsets_;                // [num_experts + 1] int32
-  DeviceBuffer replica_slots_;                  // [num_physical] int32
-  DeviceBuffer routed_on_device_;               // [num_experts] int64, added to routed_tokens_ by take_routed_tokens
-  mutable bool routed_on_device_used_ = false;  // a fixed-size round added to it since take_routed_tokens
-  mutable DeviceBuffer ones_;                   // float 1s, the fixed-size rounds' expert weights (grown on demand)
+  // Under expert parallelism: the group's settings and the round's vote, placement_ as the
+  // device's dispatch reads it (kernels::ExpertDispatch), and where those rounds count their load.
+  std::shared_ptr<const ExpertParallelism> parallel_;  // its current_round and fixed_dispatch_tokens
+  DeviceBuffer replica_offsets_;                       // [num_experts + 1] int32
+  DeviceBuffer replica_slots_;                         // [num_physical] int32
+  int64_t* routed_counter_ = nullptr;                  // count_routed_on_device's
+  mutable DeviceBuffer ones_;  // float 1s, the fixed-size rounds' expert weights (grown on demand)
 };
 
 }  // namespace deepinfer

@@ -43,8 +43,8 @@ void exchange_rows(Backend& backend, DeviceExchange& exchange, const float* rows
 
 void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                        const float* expert_weights, float* out) const {
-  const int64_t round_tokens = current_round_->max_tokens;
-  if (round_tokens > 0 && round_tokens <= fixed_dispatch_tokens_) {
+  const int64_t round_tokens = parallel_->current_round->max_tokens;
+  if (round_tokens > 0 && round_tokens <= parallel_->fixed_dispatch_tokens) {
     forward_fixed_dispatch(backend, x, num_tokens, expert_ids, expert_weights, round_tokens, out);
     return;
   }
@@ -154,10 +154,9 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
   dispatch.room = room;
   dispatch.send_slot = send_slots.as<int32_t>();
   dispatch.row_of_slot = row_of_slot.as<int32_t>();
-  dispatch.routed_tokens = routed_on_device_.as<int64_t>();  // this rank's load on each expert, for EPLB
+  dispatch.routed_tokens = routed_counter_;  // this rank's load on each expert, for EPLB
   dispatch.scratch = scratch.as<int32_t>();
   backend.moe_dispatch(x, num_tokens, hidden, expert_ids, top_k, dispatch, send_rows.as<float>());
-  routed_on_device_used_ = true;
 
   // Every rank sends every other room rows and the slots they are for (-1: an empty row).
   const std::vector<int64_t> counts(static_cast<size_t>(world), room);
