@@ -90,23 +90,18 @@ Result<DataParallelGroup> join_data_parallel_group(const DataParallelConfig& con
   if (!config.expert_parallel) return joined;
   // Every rank must send rows of one size, and "auto" settles on each rank's own batch_invariant;
   // and every rank must pick the same rounds for fixed-size blocks.
-  const std::string payload_name(exchange_payload_name(*payload));
-  const std::vector<std::string> agreed =
-      joined.group->all_gather(payload_name + " " + std::to_string(config.expert_parallel_fixed_tokens));
-  for (size_t r = 1; r < agreed.size(); ++r) {
-    const auto split = [](const std::string& both) {
-      const size_t space = both.find(' ');
-      return std::make_pair(both.substr(0, space), both.substr(space + 1));
-    };
-    const auto [payload0, fixed0] = split(agreed[0]);
-    const auto [payload_r, fixed_r] = split(agreed[r]);
-    if (payload_r != payload0) {
-      return Error{"expert-parallel payload: rank 0 sends " + payload0 + " rows, rank " + std::to_string(r) + " " +
-                   payload_r + " rows (--expert-parallel-payload, or --batch-invariant on some ranks only)"};
+  const std::vector<std::string> payloads = joined.group->all_gather(std::string(exchange_payload_name(*payload)));
+  const std::vector<std::string> fixed_tokens =
+      joined.group->all_gather(std::to_string(config.expert_parallel_fixed_tokens));
+  for (size_t r = 1; r < payloads.size(); ++r) {
+    if (payloads[r] != payloads[0]) {
+      return Error{"expert-parallel payload: rank 0 sends " + payloads[0] + " rows, rank " + std::to_string(r) + " " +
+                   payloads[r] + " rows (--expert-parallel-payload, or --batch-invariant on some ranks only)"};
     }
-    if (fixed_r != fixed0) {
-      return Error{"expert-parallel fixed-size blocks: rank 0 sends them in rounds of up to " + fixed0 +
-                   " tokens, rank " + std::to_string(r) + " up to " + fixed_r + " (--expert-parallel-fixed-tokens)"};
+    if (fixed_tokens[r] != fixed_tokens[0]) {
+      return Error{"expert-parallel fixed-size blocks: rank 0 sends them in rounds of up to " + fixed_tokens[0] +
+                   " tokens, rank " + std::to_string(r) + " up to " + fixed_tokens[r] +
+                   " (--expert-parallel-fixed-tokens)"};
     }
   }
   auto expert_parallel = std::make_shared<ExpertParallelism>();

@@ -71,9 +71,8 @@ void ExpertRebalancer::record_round() {
     // Rounds planned on the device counted there; one copy for every layer.
     std::vector<int64_t> totals(routed_seen_.size());
     source_.backend->copy_to_host(totals.data(), routed_on_device_.data(), totals.size() * sizeof(int64_t));
-    for (size_t i = 0; i < totals.size(); ++i) {
-      tokens[i / tokens.front().size()][i % tokens.front().size()] += totals[i] - routed_seen_[i];
-    }
+    const size_t num_experts = tokens.front().size();
+    for (size_t i = 0; i < totals.size(); ++i) tokens[i / num_experts][i % num_experts] += totals[i] - routed_seen_[i];
     routed_seen_.swap(totals);
   }
   const Result<void> recorded = recorder_.record_step(tokens);

@@ -259,11 +259,9 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
     auto placement = source.expert_parallel->placement_for(moe_index, routing.num_experts);
     if (!placement.ok()) return Error{prefix + ": " + placement.error().message};
     if (!source.expert_exchange) return Error{prefix + ": expert parallelism needs the model's row exchange"};
-    layer.group_ = source.expert_parallel->group;
-    layer.exchange_ = source.expert_exchange;
-    layer.payload_ = source.expert_parallel->payload;
-    layer.placement_ = std::move(*placement);
     layer.parallel_ = source.expert_parallel;
+    layer.exchange_ = source.expert_exchange;
+    layer.placement_ = std::move(*placement);
   }
   const std::string router = prefix + "." + options.router_name;
   auto router_linear = Linear::load(source, router, routing.num_experts, hidden, options.router_bias);
@@ -291,7 +289,7 @@ Result<MoeLayer> MoeLayer::load(const ModelSource& source, const std::string& pr
     layer.shared_ = *shared;
   }
   layer.token_counts_ = source.backend->allocate(layer.gate_.size() * sizeof(int64_t));
-  if (layer.group_) {
+  if (layer.parallel_) {
     layer.routed_tokens_.assign(static_cast<size_t>(routing.num_experts), 0);
     layer.upload_replicas(*source.backend);
   }
@@ -429,8 +427,9 @@ int64_t MoeLayer::host_copy_bytes() const {
 }
 
 std::vector<int32_t> MoeLayer::slot_experts(const ExpertPlacement& placement) const {
-  if (group_) {
-    const auto first = placement.physical_to_logical.begin() + int64_t{group_->rank()} * placement.slots_per_rank;
+  if (parallel_) {
+    const auto first =
+        placement.physical_to_logical.begin() + int64_t{parallel_->group->rank()} * placement.slots_per_rank;
     return {first, first + placement.slots_per_rank};
   }
   std::vector<int32_t> all(static_cast<size_t>(routing_.num_experts));
@@ -548,7 +547,7 @@ void MoeLayer::forward(Backend& backend, const float* x, int64_t num_tokens, flo
     backend.end_side_work();
   }
   try {
-    if (group_) {
+    if (parallel_) {
       if (n > 0) backend.moe_route(logits, selection_bias_, n, routing_, expert_ids, expert_weights);
       forward_expert_parallel(backend, x, n, expert_ids, expert_weights, out);
     } else if (n > 0) {
@@ -594,7 +593,7 @@ void MoeLayer::upload_replicas(Backend& backend) {
 }
 
 Result<StagedPlacement> MoeLayer::stage_placement(const ModelSource& source, const ExpertPlacement& placement) const {
-  DI_CHECK(group_ != nullptr, "stage_placement needs expert parallelism");
+  DI_CHECK(parallel_ != nullptr, "stage_placement needs expert parallelism");
   if (placement.num_logical_experts != placement_.num_logical_experts || placement.num_ranks != placement_.num_ranks ||
       placement.slots_per_rank != placement_.slots_per_rank) {
     return Error{prefix_ + ": a new placement must keep " + std::to_string(placement_.num_logical_experts) +

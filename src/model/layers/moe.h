@@ -84,7 +84,7 @@ class MoeLayer {
   int32_t num_experts() const { return routing_.num_experts; }
   int32_t top_k() const { return routing_.top_k; }
   // Expert parallelism: the placement this layer's experts follow, and whether it has one.
-  bool expert_parallel() const { return group_ != nullptr; }
+  bool expert_parallel() const { return parallel_ != nullptr; }
   const ExpertPlacement& placement() const { return placement_; }
   // Bytes of one routed expert's weights and biases (the mean over the experts).
   int64_t expert_bytes() const;
@@ -176,14 +176,14 @@ class MoeLayer {
   std::vector<kernels::WeightView> gate_bias_, up_bias_, down_bias_;  // empty when the experts have none
   std::optional<GatedMlp> shared_;
   DeviceBuffer token_counts_;  // [held slots] int64
-  std::shared_ptr<Communicator> group_;  // expert parallelism: the group, or null
-  std::shared_ptr<DeviceExchange> exchange_;  // with group_: the token rows' way (ModelSource::expert_exchange)
-  ExchangePayload payload_;                   // with group_: the rows' element types each way
+  // Expert parallelism: the group, its settings (payload, fixed_dispatch_tokens) and the round's
+  // vote; null without it.
+  std::shared_ptr<const ExpertParallelism> parallel_;
+  std::shared_ptr<DeviceExchange> exchange_;  // with parallel_: the token rows' way (ModelSource::expert_exchange)
   ExpertPlacement placement_;
   mutable std::vector<int64_t> routed_tokens_;  // [num_experts] under expert parallelism (take_routed_tokens)
-  // Under expert parallelism: the group's settings and the round's vote, placement_ as the
-  // device's dispatch reads it (kernels::ExpertDispatch), and where those rounds count their load.
-  std::shared_ptr<const ExpertParallelism> parallel_;  // its current_round and fixed_dispatch_tokens
+  // Under expert parallelism: placement_ as the device's dispatch reads it (kernels::ExpertDispatch),
+  // and where fixed-size rounds count their load.
   DeviceBuffer replica_offsets_;                       // [num_experts + 1] int32
   DeviceBuffer replica_slots_;                         // [num_physical] int32
   int64_t* routed_counter_ = nullptr;                  // count_routed_on_device's

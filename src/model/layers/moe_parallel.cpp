@@ -48,7 +48,7 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
     forward_fixed_dispatch(backend, x, num_tokens, expert_ids, expert_weights, round_tokens, out);
     return;
   }
-  const int32_t world = group_->world_size();
+  const int32_t world = parallel_->group->world_size();
   const int32_t top_k = routing_.top_k;
   const int64_t hidden = hidden_;
   const int64_t num_slots = num_tokens * top_k;
@@ -59,7 +59,7 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   // Each slot's physical expert: the replicas of a logical expert in turn, starting at this rank's
   // offset so that ranks spread a hot expert's tokens over its copies.
   const std::vector<std::vector<int32_t>> replicas = placement_.replicas();
-  std::vector<int32_t> next_replica(replicas.size(), group_->rank());
+  std::vector<int32_t> next_replica(replicas.size(), parallel_->group->rank());
   std::vector<int32_t> slot_rank(static_cast<size_t>(num_slots)), slot_local(static_cast<size_t>(num_slots));
   std::vector<int64_t> send_counts(static_cast<size_t>(world), 0);
   for (int64_t s = 0; s < num_slots; ++s) {
@@ -87,11 +87,11 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
     slot_of_row[static_cast<size_t>(row)] = slot_local[static_cast<size_t>(s)];
   }
 
-  const std::vector<int64_t> recv_counts = group_->all_to_all_counts(send_counts);
+  const std::vector<int64_t> recv_counts = parallel_->group->all_to_all_counts(send_counts);
   int64_t num_received = 0;
   for (int64_t c : recv_counts) num_received += c;
   std::vector<int32_t> received_slots(static_cast<size_t>(num_received));
-  group_->all_to_all_v(slot_of_row.data(), send_counts, received_slots.data(), recv_counts, sizeof(int32_t));
+  parallel_->group->all_to_all_v(slot_of_row.data(), send_counts, received_slots.data(), recv_counts, sizeof(int32_t));
 
   // The send rows are copies of x's token rows (embedding over x as a float32 table is that gather).
   DeviceBuffer send_rows = allocate_elements<float>(backend, num_slots * hidden);
@@ -102,7 +102,7 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   }
   DeviceBuffer received = allocate_elements<float>(backend, num_received * hidden);
   exchange_rows(backend, *exchange_, send_rows.as<float>(), num_slots, send_counts, received.as<float>(), num_received,
-                recv_counts, hidden, payload_.dispatch);
+                recv_counts, hidden, parallel_->payload.dispatch);
 
   // This rank's experts over the rows it received, each row alone (top_k 1, weight 1).
   DeviceBuffer expert_out = allocate_elements<float>(backend, num_received * hidden);
@@ -120,7 +120,7 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   // The outputs go back the way the rows came.
   DeviceBuffer returned = allocate_elements<float>(backend, num_slots * hidden);
   exchange_rows(backend, *exchange_, expert_out.as<float>(), num_received, recv_counts, returned.as<float>(), num_slots,
-                send_counts, hidden, payload_.combine);
+                send_counts, hidden, parallel_->payload.combine);
   if (num_tokens == 0) return;
   const DeviceBuffer device_row_of_slot = upload_vector(backend, row_of_slot);
   backend.moe_combine(returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden,
@@ -131,7 +131,7 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
                                       const float* expert_weights, int64_t round_tokens, float* out) const {
   DI_CHECK(num_tokens <= round_tokens,
            "a fixed-size expert exchange for " << round_tokens << " tokens got " << num_tokens << " on this rank");
-  const int32_t world = group_->world_size();
+  const int32_t world = parallel_->group->world_size();
   const int32_t top_k = routing_.top_k;
   const int64_t hidden = hidden_;
   const int64_t num_slots = num_tokens * top_k;
@@ -150,7 +150,7 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
   dispatch.num_logical = routing_.num_experts;
   dispatch.slots_per_rank = placement_.slots_per_rank;
   dispatch.world = world;
-  dispatch.rank = group_->rank();
+  dispatch.rank = parallel_->group->rank();
   dispatch.room = room;
   dispatch.send_slot = send_slots.as<int32_t>();
   dispatch.row_of_slot = row_of_slot.as<int32_t>();
@@ -164,7 +164,7 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
   exchange_->all_to_all_v(send_slots.data(), counts, received_slots.data(), counts, sizeof(int32_t));
   DeviceBuffer received = allocate_elements<float>(backend, num_rows * hidden);
   exchange_rows(backend, *exchange_, send_rows.as<float>(), num_rows, counts, received.as<float>(), num_rows, counts,
-                hidden, payload_.dispatch);
+                hidden, parallel_->payload.dispatch);
 
   // This rank's experts over the rows it received, each row alone; empty rows come back as zeros.
   kernels::MoeExperts one = experts_view();
@@ -180,7 +180,7 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
 
   DeviceBuffer returned = allocate_elements<float>(backend, num_rows * hidden);
   exchange_rows(backend, *exchange_, expert_out.as<float>(), num_rows, counts, returned.as<float>(), num_rows, counts,
-                hidden, payload_.combine);
+                hidden, parallel_->payload.combine);
   if (num_tokens == 0) return;
   backend.moe_combine(returned.as<float>(), row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden, out);
 }
