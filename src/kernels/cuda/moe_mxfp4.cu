@@ -36,6 +36,8 @@ struct SpanCodes {
   uint32_t lo_scales;
   uint32_t hi_scales;
   static_assert(kUnroll <= 4, "a span's scale per byte of one word");
+  __device__ __forceinline__ uint32_t lo_scale(int u) const { return (lo_scales >> (8 * u)) & 0xFFu; }
+  __device__ __forceinline__ uint32_t hi_scale(int u) const { return (hi_scales >> (8 * u)) & 0xFFu; }
 };
 
 template <int kUnroll>
@@ -53,12 +55,17 @@ __device__ __forceinline__ void load_spans(const PackedRows<uint8_t>& rows, int6
   }
 }
 
-// The f16 pair (value * 2^-14) of codes kI and kI + 4 of a word, kI in 0..3: both codes moved to
-// the top nibble of their half, the sign kept there and the magnitude shifted to bits 9-11.
-template <int kI>
-__device__ __forceinline__ uint32_t f16_pair_of_codes(uint32_t word) {
-  const uint32_t top = word << (4 * (3 - kI));
-  return (top & 0x80008000u) | ((top & 0x70007000u) >> 3);
+// The f16 pairs (value * 2^-14) of a word's eight codes, pairs[i] holding codes i and i + 4: each
+// byte's high and low codes rebuilt as f16 high bytes (sign to bit 7, exponent and mantissa to bits
+// 1-3) in odd and even, then bytes 0 and 2, or 1 and 3, moved to the halves' high bytes. Four pairs
+// cost seven logic operations and four byte permutes (three operations a pair before).
+__device__ __forceinline__ void f16_pairs_of_codes(uint32_t word, uint32_t (&pairs)[4]) {
+  const uint32_t odd = (word & 0x80808080u) | ((word >> 3) & 0x0E0E0E0Eu);
+  const uint32_t even = ((word << 4) & 0x80808080u) | ((word << 1) & 0x0E0E0E0Eu);
+  pairs[0] = __byte_perm(even, 0, 0x2404);
+  pairs[1] = __byte_perm(odd, 0, 0x2404);
+  pairs[2] = __byte_perm(even, 0, 0x3414);
+  pairs[3] = __byte_perm(odd, 0, 0x3414);
 }
 
 // pair times factor, both f16 pairs.
@@ -67,10 +74,12 @@ __device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t factor) {
   return *reinterpret_cast<const uint32_t*>(&product);
 }
 
-// 2^(14 - r) as an f16 pair (subnormal from r = 29, zero past 38).
-__device__ __forceinline__ uint32_t f16_pair_of_power(int r) {
-  const uint32_t bits = r <= 28 ? static_cast<uint32_t>(29 - r) << 10 : r <= 38 ? 1u << (38 - r) : 0u;
-  return bits | (bits << 16);
+// 2^(14 + scale - the row's largest) as an f16 pair, bias = 141 - the row's largest: the float32
+// power rounded to f16 (subnormal from 2^-15, zero past 2^-24).
+__device__ __forceinline__ uint32_t f16_pair_of_scale(int bias, uint32_t scale) {
+  const float power = __int_as_float(max(bias + static_cast<int>(scale), 0) << 23);
+  const __half2 pair = __floats2half2_rn(power, power);
+  return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
 // in: x (gate|up: token rows, via the grouping) or h (down: grouped rows); out: h or y. kNTiles:
@@ -117,28 +126,32 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      if (k0 + int64_t{u} * kSpanK >= k_range.end) break;  // the warp's spans past its part of k
       const int64_t k = k0 + int64_t{u} * kSpanK + first_k;
-      const bool valid = k < k_range.end;
-      const uint32_t lo_factor = f16_pair_of_power(max_lo - static_cast<int>((current.lo_scales >> (8 * u)) & 0xFFu));
-      const uint32_t hi_factor = f16_pair_of_power(max_hi - static_cast<int>((current.hi_scales >> (8 * u)) & 0xFFu));
+      const uint32_t lo_factor = f16_pair_of_scale(141 - max_lo, current.lo_scale(u));
+      const uint32_t hi_factor = f16_pair_of_scale(141 - max_hi, current.hi_scale(u));
       const uint32_t lo_words[4] = {current.lo[u].x, current.lo[u].y, current.lo[u].z, current.lo[u].w};
       const uint32_t hi_words[4] = {current.hi[u].x, current.hi[u].y, current.hi[u].z, current.hi[u].w};
+      const int staged_span = 16 * (static_cast<int>(k0 / kSpanK) + u);
 #pragma unroll
       for (int word = 0; word < 4; ++word) {
         // Codes 8 word + {0, 4 | 1, 5} of both rows, then 8 word + {2, 6 | 3, 7}.
-        const uint32_t lo = lo_words[word];
-        const uint32_t hi = hi_words[word];
-        const uint32_t first[4] = {
-            scaled(f16_pair_of_codes<0>(lo), lo_factor), scaled(f16_pair_of_codes<0>(hi), hi_factor),
-            scaled(f16_pair_of_codes<1>(lo), lo_factor), scaled(f16_pair_of_codes<1>(hi), hi_factor)};
-        const uint32_t second[4] = {
-            scaled(f16_pair_of_codes<2>(lo), lo_factor), scaled(f16_pair_of_codes<2>(hi), hi_factor),
-            scaled(f16_pair_of_codes<3>(lo), lo_factor), scaled(f16_pair_of_codes<3>(hi), hi_factor)};
+        uint32_t lo[4];
+        uint32_t hi[4];
+        f16_pairs_of_codes(lo_words[word], lo);
+        f16_pairs_of_codes(hi_words[word], hi);
+        const uint32_t first[4] = {scaled(lo[0], lo_factor), scaled(hi[0], hi_factor), scaled(lo[1], lo_factor),
+                                   scaled(hi[1], hi_factor)};
+        const uint32_t second[4] = {scaled(lo[2], lo_factor), scaled(hi[2], hi_factor), scaled(lo[3], lo_factor),
+                                    scaled(hi[3], hi_factor)};
         if constexpr (kStaged) {
-          const uint4 x = valid ? staged_row[staged_chunk(static_cast<int>(k / 8) + word)] : uint4{};
+          // Lane t's word w of a span is staged chunk 16 span + 4 t + w, at staged_chunk() of it: the
+          // swap there is lane t's (t & 2). Staged rows are zero to whole spans: no bound needed.
+          const uint4 x = staged_row[staged_span + 4 * t + (word ^ (t & 2))];
           mma_f16(acc[0], first, x.x, x.y);
           mma_f16(acc[0], second, x.z, x.w);
         } else {
+          const bool valid = k < k_range.end;
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j) {
             if (j >= n_tiles) break;

@@ -24,8 +24,9 @@ constexpr size_t kPackedMaxSharedBytes = 227 * 1024;     // what a Hopper block 
 // (x0 x4, x1 x5 | x2 x6, x3 x7). Lane t reads chunks 4t + w of a 16-chunk span: chunks 8-15 of each
 // span swap their pairs (c ^ 2), and rows sit an odd number of 16-byte chunks apart modulo 8, so the
 // 8 lanes of a load phase (two rows, four t) hit distinct banks.
+// Rows take whole spans of 16 chunks, the chunks past k_in zero, so a span's loads need no bound.
 __device__ __forceinline__ int staged_chunk(int c) { return c ^ (((c >> 3) & 1) << 1); }
-__host__ __device__ inline int staged_row_chunks(int64_t k_in) { return static_cast<int>((k_in / 8 + 7) / 8 * 8 + 1); }
+__host__ __device__ inline int staged_row_chunks(int64_t k_in) { return static_cast<int>((k_in / 8 + 15) / 16 * 16 + 1); }
 constexpr int64_t kStagedRows = 8;
 constexpr int kStageLoads = 4;  // chunks a thread has in flight while staging
 
@@ -35,8 +36,13 @@ __device__ __forceinline__ void stage_input_f16(const float* in, const GroupedEx
                                                 uint4* staged) {
   const int chunks = static_cast<int>(k_in / 8);
   const int row_chunks = staged_row_chunks(k_in);
-  const int total = min(tile.num_rows, static_cast<int>(kStagedRows)) * chunks;
+  const int rows = min(tile.num_rows, static_cast<int>(kStagedRows));
+  const int total = rows * chunks;
   const int step = static_cast<int>(blockDim.x);
+  const int padding = row_chunks - 1 - chunks;
+  for (int i = static_cast<int>(threadIdx.x); i < rows * padding; i += step) {
+    staged[(i / padding) * row_chunks + staged_chunk(chunks + i % padding)] = uint4{};
+  }
   for (int first = static_cast<int>(threadIdx.x); first < total; first += kStageLoads * step) {
     float4 values[kStageLoads][2];
     int slots[kStageLoads];
