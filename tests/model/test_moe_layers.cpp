@@ -4,7 +4,8 @@
 // FP8 e4m3 decoding and block dequantisation against hand-computed values; the shared experts
 // enqueued as the backend's side work beside the routed ones; the layer switching
 // to a new expert placement between forwards under expert parallelism (EPLB), its exchange planned
-// on the host or in fixed-size blocks by the backend, with the same bits as one device.
+// on the host or in fixed-size blocks by the backend (whose transfers wait for the forward's end),
+// with the same bits as one device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -512,12 +514,39 @@ TEST(Fp8, DecodesE4m3AndDequantisesPerBlock) {
   EXPECT_NE(error.error().message.find("w_scale_inv"), std::string::npos);
 }
 
+// An exchange that counts how the layer calls it: waited for in each call, or left for the
+// forward's end (DeviceExchange::enqueue_all_to_all_v) and waited for once.
+class CountingExchange final : public DeviceExchange {
+ public:
+  explicit CountingExchange(std::unique_ptr<DeviceExchange> inner) : inner_(std::move(inner)) {}
+  std::string_view transport() const override { return inner_->transport(); }
+  void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                    const std::vector<int64_t>& recv_counts, size_t elem_bytes) override {
+    ++waited_each;
+    inner_->all_to_all_v(send, send_counts, recv, recv_counts, elem_bytes);
+  }
+  void enqueue_all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                            const std::vector<int64_t>& recv_counts, size_t elem_bytes) override {
+    ++left_enqueued;
+    inner_->enqueue_all_to_all_v(send, send_counts, recv, recv_counts, elem_bytes);
+  }
+  void wait_enqueued() override {
+    left_enqueued = 0;
+    inner_->wait_enqueued();
+  }
+  int64_t waited_each = 0;
+  int64_t left_enqueued = 0;  // since the last wait_enqueued
+
+ private:
+  std::unique_ptr<DeviceExchange> inner_;
+};
 
 // EPLB's switch between forwards (MoeLayer::stage_placement, install_placement, discard_placement)
 // under expert parallelism, two ranks as threads over Gloo, for every expert layout: after each
 // re-placement (experts moved, a rank holding two copies of one expert, copies given up) and after
 // a dropped one each rank's output is still the one-device output bit for bit (batch-invariant
-// backend), and each rank loads only the experts it did not hold.
+// backend), and each rank loads only the experts it did not hold. Rounds planned on the host wait
+// for each transfer; rounds of fixed blocks leave theirs for the wait at the forward's end.
 TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
   const int64_t experts = 4, top_k = 2, inter = 6;
   const int64_t num_tokens[2] = {5, 3};
@@ -555,12 +584,11 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
       source.expert_parallel = expert_parallel;
       // The fused layout's rows are staged through host copies of the backend's buffers, as on
       // ranks that share a GPU; the others' go through the group as they are.
-      if (layout == &layouts.fused) {
-        source.expert_exchange = make_staged_exchange(expert_parallel->group, *source.backend);
-      } else {
-        source.expert_exchange =
-            source.backend->make_device_exchange(expert_parallel->group, ExchangeTransport::kAuto).value();
-      }
+      auto exchange = std::make_shared<CountingExchange>(
+          layout == &layouts.fused
+              ? make_staged_exchange(expert_parallel->group, *source.backend)
+              : source.backend->make_device_exchange(expert_parallel->group, ExchangeTransport::kAuto).value());
+      source.expert_exchange = exchange;
       MoeLayer layer = MoeLayer::load(source, "model.layers.0.mlp", kHidden, options).value();
       // Rounds planned on the device count their routed tokens in the backend's memory (a host
       // backend's memory here), the others on the host.
@@ -569,14 +597,21 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
       const int64_t n = num_tokens[rank];
       std::vector<float> scratch(static_cast<size_t>(layer.scratch_floats(n)));
       std::vector<float> out(x[rank].size());
-      // Each forward starts with the group's vote, as in a model; rounds alternate between the
-      // exchange planned on the host (above the fixed-size bound) and fixed-size blocks planned by
-      // Backend::moe_dispatch, through every placement.
+      // Each forward starts with the group's vote and ends with the wait for the exchanges left on
+      // the stream, as in a model; rounds alternate between the exchange planned on the host (above
+      // the fixed-size bound), each transfer waited for (rows there and back), and fixed-size blocks
+      // planned by Backend::moe_dispatch, whose three transfers (slots, rows, results) are left
+      // for that wait, through every placement.
       int64_t forwards = 0;
       const auto forward = [&] {
-        expert_parallel->fixed_dispatch_tokens = forwards++ % 2 == 0 ? 0 : 256;
+        const bool fixed = forwards++ % 2 == 1;
+        expert_parallel->fixed_dispatch_tokens = fixed ? 256 : 0;
         expert_parallel->vote(n);
+        const int64_t waited_before = exchange->waited_each;
         layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
+        EXPECT_EQ(exchange->waited_each - waited_before, fixed ? 0 : 2) << "forward " << forwards;
+        EXPECT_EQ(exchange->left_enqueued, fixed ? 3 : 0) << "forward " << forwards;
+        exchange->wait_enqueued();
       };
       int64_t device_seen = 0;
       for (int round = 0; round < 2; ++round) {

@@ -509,6 +509,7 @@ const kernels::SampleParams* DenseDecoder::run_forward(const ForwardBatch& batch
   finish_inputs(backend_, device_batch);
   enqueue_forward(device_batch, all_rows ? nullptr : &batch.logit_rows,
                   batch.after_layer ? &batch.after_layer : nullptr);
+  wait_for_exchanges();
   return device_batch.draws;
 }
 
@@ -548,9 +549,11 @@ void DenseDecoder::run_idle_forward(GroupForward kind) {
   if (kind == GroupForward::kDraftModule) {
     DI_CHECK(!mtp_layers_.empty(), "the group ran a draft-module forward this rank's model does not have");
     idle(mtp_layers_.back().block.ffn);
+    wait_for_exchanges();
     return;
   }
   for (const Layer& layer : layers_) idle(layer.ffn);
+  wait_for_exchanges();
 }
 
 void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<int32_t>* logit_rows,
@@ -584,7 +587,10 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
     if (residual_stream) {
       enqueue_residual_layer(layer, batch);
       add_deepstack_rows(i);
-      if (after_layer != nullptr) (*after_layer)(static_cast<int32_t>(i));
+      if (after_layer != nullptr) {
+        wait_for_exchanges();
+        (*after_layer)(static_cast<int32_t>(i));
+      }
       continue;
     }
     if (i == 0) {
@@ -604,7 +610,10 @@ void DenseDecoder::enqueue_forward(const DeviceBatch& batch, const std::vector<i
       std::visit([&](const auto& f) { f.forward(backend_, normed, num_tokens, scratch, delta); }, layer.ffn);
     }
     add_deepstack_rows(i);
-    if (after_layer != nullptr) (*after_layer)(static_cast<int32_t>(i));
+    if (after_layer != nullptr) {
+      wait_for_exchanges();
+      (*after_layer)(static_cast<int32_t>(i));
+    }
   }
   if (residual_stream) {
     final_norm_.forward(backend_, residual, num_tokens, normed);

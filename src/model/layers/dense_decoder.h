@@ -129,7 +129,8 @@ class DenseDecoder final : public CausalLM {
       : CausalLM(source.config, *source.backend),
         weights_(source.weights),
         arena_(source.arena),
-        expert_parallel_(source.expert_parallel) {}
+        expert_parallel_(source.expert_parallel),
+        expert_exchange_(source.expert_exchange) {}
   // sliding_rope: the rope of sliding-window layers when it differs (Gemma 3's local layers).
   static Result<Layer> load_layer(const ModelSource& source, const DenseDecoderOptions& options, int64_t index,
                                   const RopeTable& rope, const RopeTable* sliding_rope = nullptr);
@@ -172,10 +173,16 @@ class DenseDecoder final : public CausalLM {
   // A round of the group without tokens of this rank's: its MoE layers of that kind serve the
   // other ranks' rows.
   void run_idle_forward(GroupForward kind);
+  // Expert parallelism: waits for the MoE layers' exchanges left on the stream (MoeLayer::forward),
+  // which notices a rank that is gone; before every wait of the host on the stream in a forward.
+  void wait_for_exchanges() const {
+    if (expert_exchange_) expert_exchange_->wait_enqueued();
+  }
 
   std::shared_ptr<const WeightStore> weights_;  // keeps the mapped weights alive
   std::shared_ptr<WeightArena> arena_;          // keeps weights computed at load alive
   std::shared_ptr<const ExpertParallelism> expert_parallel_;  // null outside an expert-parallel group
+  std::shared_ptr<DeviceExchange> expert_exchange_;           // with expert_parallel_: the MoE layers' rows
   // Under expert parallelism: every forward round starts with its start_round (the vote, EPLB).
   std::unique_ptr<ExpertRebalancer> rebalancer_;
   int64_t group_rounds_ = 0;

@@ -95,6 +95,7 @@ void DenseDecoder::forward_draft(const ForwardBatch& batch, const std::vector<in
       enqueue_draft(device, rows, /*all_rows=*/true);
     });
   }
+  wait_for_exchanges();
   // The draws run after the call (a replayed graph included), as a decode step's do.
   backend_.sample_rows(logits_.as<float>(), config_.vocab_size, device_draws, num_logit_rows,
                        draft_tokens_.as<int32_t>());

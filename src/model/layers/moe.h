@@ -93,7 +93,9 @@ class MoeLayer {
   // Bytes one token's forward reads: router, shared experts and top_k routed experts.
   int64_t weight_bytes() const;
   // x: [num_tokens, hidden] normalised input; out: [num_tokens, hidden]. Under expert parallelism
-  // every rank of the group calls it in the same round (num_tokens may be 0).
+  // every rank of the group calls it in the same round (num_tokens may be 0), and a round of fixed
+  // blocks leaves its exchanges on the stream: the caller waits for them with the exchange's
+  // wait_enqueued before the host waits on the stream.
   void forward(Backend& backend, const float* x, int64_t num_tokens, float* scratch, float* out) const;
   // Whether forward over num_tokens tokens reads the expert grouping back to the host
   // (Backend::moe_step_reads_back), which a captured graph cannot do.

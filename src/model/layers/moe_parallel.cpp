@@ -9,7 +9,8 @@
 // and the counts and each row's expert index go through the group before the rows. Rounds of few
 // tokens (decode; ExpertParallelism::fixed_dispatch_tokens) plan on the device instead
 // (Backend::moe_dispatch): each rank sends every other a block of room rows, empty ones included,
-// with the rows' expert slots (-1: empty) through the same exchange, so nothing waits on the host.
+// with the rows' expert slots (-1: empty) through the same exchange, and nothing waits on the host:
+// the exchanges stay on the backend's stream until the model waits for them at the forward's end.
 // Both send the same rows in the same order, so they give the same bits.
 #include <algorithm>
 #include <vector>
@@ -21,21 +22,35 @@
 namespace deepinfer {
 namespace {
 
+// How a round's exchanges meet the host: each waited for before the call returns, or left on the
+// backend's stream for the forward's end (DeviceExchange::enqueue_all_to_all_v).
+enum class ExchangeWait : uint8_t { kEach, kAtForwardEnd };
+
+void run_exchange(DeviceExchange& exchange, ExchangeWait wait, const void* send,
+                  const std::vector<int64_t>& send_counts, void* recv, const std::vector<int64_t>& recv_counts,
+                  size_t elem_bytes) {
+  if (wait == ExchangeWait::kEach) {
+    exchange.all_to_all_v(send, send_counts, recv, recv_counts, elem_bytes);
+  } else {
+    exchange.enqueue_all_to_all_v(send, send_counts, recv, recv_counts, elem_bytes);
+  }
+}
+
 // Sends rows ([num_sent, width] floats, in send order) to the ranks as send_counts says and receives
 // theirs into out ([num_received, width]), in the payload's element type on the way: float32 rows
 // travel as they are, others are packed before and unpacked after.
-void exchange_rows(Backend& backend, DeviceExchange& exchange, const float* rows, int64_t num_sent,
+void exchange_rows(Backend& backend, DeviceExchange& exchange, ExchangeWait wait, const float* rows, int64_t num_sent,
                    const std::vector<int64_t>& send_counts, float* out, int64_t num_received,
                    const std::vector<int64_t>& recv_counts, int64_t width, DType dtype) {
   const auto row_bytes = static_cast<size_t>(kernels::payload_row_bytes(dtype, width));
   if (dtype == DType::kF32) {
-    exchange.all_to_all_v(rows, send_counts, out, recv_counts, row_bytes);
+    run_exchange(exchange, wait, rows, send_counts, out, recv_counts, row_bytes);
     return;
   }
   DeviceBuffer packed_send = allocate_elements<char>(backend, num_sent * static_cast<int64_t>(row_bytes));
   DeviceBuffer packed_recv = allocate_elements<char>(backend, num_received * static_cast<int64_t>(row_bytes));
   backend.pack_rows(rows, num_sent, width, dtype, packed_send.data());
-  exchange.all_to_all_v(packed_send.data(), send_counts, packed_recv.data(), recv_counts, row_bytes);
+  run_exchange(exchange, wait, packed_send.data(), send_counts, packed_recv.data(), recv_counts, row_bytes);
   backend.unpack_rows(packed_recv.data(), num_received, width, dtype, out);
 }
 
@@ -54,6 +69,7 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   const int64_t num_slots = num_tokens * top_k;
 
   std::vector<int32_t> ids(static_cast<size_t>(num_slots));
+  exchange_->wait_enqueued();  // before the host waits on the stream (a draft round's, left before)
   if (num_slots > 0) backend.copy_to_host(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
 
   // Each slot's physical expert: the replicas of a logical expert in turn, starting at this rank's
@@ -101,8 +117,8 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
     backend.embedding(x_table, device_token_of_row.as<int32_t>(), num_slots, send_rows.as<float>());
   }
   DeviceBuffer received = allocate_elements<float>(backend, num_received * hidden);
-  exchange_rows(backend, *exchange_, send_rows.as<float>(), num_slots, send_counts, received.as<float>(), num_received,
-                recv_counts, hidden, parallel_->payload.dispatch);
+  exchange_rows(backend, *exchange_, ExchangeWait::kEach, send_rows.as<float>(), num_slots, send_counts,
+                received.as<float>(), num_received, recv_counts, hidden, parallel_->payload.dispatch);
 
   // This rank's experts over the rows it received, each row alone (top_k 1, weight 1).
   DeviceBuffer expert_out = allocate_elements<float>(backend, num_received * hidden);
@@ -119,8 +135,8 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
 
   // The outputs go back the way the rows came.
   DeviceBuffer returned = allocate_elements<float>(backend, num_slots * hidden);
-  exchange_rows(backend, *exchange_, expert_out.as<float>(), num_received, recv_counts, returned.as<float>(), num_slots,
-                send_counts, hidden, parallel_->payload.combine);
+  exchange_rows(backend, *exchange_, ExchangeWait::kEach, expert_out.as<float>(), num_received, recv_counts,
+                returned.as<float>(), num_slots, send_counts, hidden, parallel_->payload.combine);
   if (num_tokens == 0) return;
   const DeviceBuffer device_row_of_slot = upload_vector(backend, row_of_slot);
   backend.moe_combine(returned.as<float>(), device_row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden,
@@ -158,13 +174,15 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
   dispatch.scratch = scratch.as<int32_t>();
   backend.moe_dispatch(x, num_tokens, hidden, expert_ids, top_k, dispatch, send_rows.as<float>());
 
-  // Every rank sends every other room rows and the slots they are for (-1: an empty row).
+  // Every rank sends every other room rows and the slots they are for (-1: an empty row). Nothing
+  // here waits on the host: the model waits once, at the forward's end (DeviceExchange::wait_enqueued).
   const std::vector<int64_t> counts(static_cast<size_t>(world), room);
+  constexpr ExchangeWait kLater = ExchangeWait::kAtForwardEnd;
   DeviceBuffer received_slots = allocate_elements<int32_t>(backend, num_rows);
-  exchange_->all_to_all_v(send_slots.data(), counts, received_slots.data(), counts, sizeof(int32_t));
+  run_exchange(*exchange_, kLater, send_slots.data(), counts, received_slots.data(), counts, sizeof(int32_t));
   DeviceBuffer received = allocate_elements<float>(backend, num_rows * hidden);
-  exchange_rows(backend, *exchange_, send_rows.as<float>(), num_rows, counts, received.as<float>(), num_rows, counts,
-                hidden, parallel_->payload.dispatch);
+  exchange_rows(backend, *exchange_, kLater, send_rows.as<float>(), num_rows, counts, received.as<float>(), num_rows,
+                counts, hidden, parallel_->payload.dispatch);
 
   // This rank's experts over the rows it received, each row alone; empty rows come back as zeros.
   kernels::MoeExperts one = experts_view();
@@ -179,8 +197,8 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
                       workspace.as<float>(), token_counts_.as<int64_t>(), expert_out.as<float>());
 
   DeviceBuffer returned = allocate_elements<float>(backend, num_rows * hidden);
-  exchange_rows(backend, *exchange_, expert_out.as<float>(), num_rows, counts, returned.as<float>(), num_rows, counts,
-                hidden, parallel_->payload.combine);
+  exchange_rows(backend, *exchange_, kLater, expert_out.as<float>(), num_rows, counts, returned.as<float>(), num_rows,
+                counts, hidden, parallel_->payload.combine);
   if (num_tokens == 0) return;
   backend.moe_combine(returned.as<float>(), row_of_slot.as<int32_t>(), expert_weights, num_tokens, top_k, hidden, out);
 }

@@ -66,6 +66,17 @@ class DeviceExchange {
   // a rank that is gone ends the call with DeviceError(lost = true) naming the group.
   virtual void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
                             const std::vector<int64_t>& recv_counts, size_t elem_bytes) = 0;
+  // all_to_all_v left on the backend's stream without a wait: recv holds the rows for the work
+  // enqueued after the call. Transports that exchange through the host do the whole exchange here,
+  // as all_to_all_v. Only wait_enqueued notices a rank that is gone, so the host calls it before
+  // it waits on the stream for anything enqueued after this.
+  virtual void enqueue_all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                                    const std::vector<int64_t>& recv_counts, size_t elem_bytes) {
+    all_to_all_v(send, send_counts, recv, recv_counts, elem_bytes);
+  }
+  // Waits, within the group's timeout, for every exchange enqueue_all_to_all_v left on the stream;
+  // a rank that is gone ends it with DeviceError(lost = true). Returns at once when none is left.
+  virtual void wait_enqueued() {}
 };
 
 // Buffers in host memory: the group's all_to_all_v on them as they are.

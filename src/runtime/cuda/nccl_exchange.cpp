@@ -146,9 +146,34 @@ class NcclExchange final : public DeviceExchange {
 
   void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
                     const std::vector<int64_t>& recv_counts, size_t elem_bytes) override {
-    if (aborted_) fail("all_to_all_v", "the exchange was aborted after an earlier failure");
-    // One deadline for the whole exchange: enqueueing it and waiting for it.
+    // One deadline for the whole exchange: enqueueing it and waiting for it (and any left before).
     const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
+    enqueue(send, send_counts, recv, recv_counts, elem_bytes, deadline);
+    record_done(stream_for_());
+    wait_for_done(deadline);
+    pending_ = false;
+  }
+
+  void enqueue_all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                            const std::vector<int64_t>& recv_counts, size_t elem_bytes) override {
+    enqueue(send, send_counts, recv, recv_counts, elem_bytes, std::chrono::steady_clock::now() + group_->timeout());
+    // Marks the stream here, so the host's wait covers this exchange and not the work after it.
+    record_done(stream_for_());
+    pending_ = true;
+  }
+
+  void wait_enqueued() override {
+    if (!pending_) return;
+    wait_for_done(std::chrono::steady_clock::now() + group_->timeout());
+    pending_ = false;
+  }
+
+ private:
+  // The exchange's sends and receives on the stream, within deadline.
+  void enqueue(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+               const std::vector<int64_t>& recv_counts, size_t elem_bytes,
+               std::chrono::steady_clock::time_point deadline) {
+    if (aborted_) fail("all_to_all_v", "the exchange was aborted after an earlier failure");
     const int32_t world = group_->world_size();
     const int32_t self = group_->rank();
     const cudaStream_t stream = stream_for_();
@@ -192,17 +217,19 @@ class NcclExchange final : public DeviceExchange {
     const ncclResult_t enqueued = settle(nccl_, comm_, deadline);
     if (enqueued == ncclInProgress) fail("ncclGroupEnd", "not enqueued within the group's timeout");
     if (enqueued != ncclSuccess) fail("ncclGroupEnd", nccl_.error_string(enqueued));
-    wait(stream, deadline);
   }
 
- private:
-  // Waits for the exchange without blocking in the driver: a peer that died leaves the transfer
-  // pending forever, so NCCL's error state and the group's timeout are polled instead.
-  void wait(cudaStream_t stream, std::chrono::steady_clock::time_point deadline) {
+  // done_ at the stream's current end.
+  void record_done(cudaStream_t stream) {
     if (cudaEventRecord(done_, stream) != cudaSuccess) {
       (void)cudaGetLastError();
       fail("all_to_all_v", "cudaEventRecord failed");
     }
+  }
+
+  // Waits for done_ without blocking in the driver: a peer that died leaves the transfer pending
+  // forever, so NCCL's error state and the group's timeout are polled instead.
+  void wait_for_done(std::chrono::steady_clock::time_point deadline) {
     for (;;) {
       const cudaError_t state = cudaEventQuery(done_);
       if (state == cudaSuccess) return;
@@ -232,6 +259,7 @@ class NcclExchange final : public DeviceExchange {
   std::function<cudaStream_t()> stream_for_;
   cudaEvent_t done_ = nullptr;
   bool aborted_ = false;
+  bool pending_ = false;  // an exchange enqueued and not yet waited for
 };
 
 // One int from every rank to every other, checked on arrival: NCCL connects a pair of ranks at
