@@ -514,8 +514,8 @@ TEST(Fp8, DecodesE4m3AndDequantisesPerBlock) {
   EXPECT_NE(error.error().message.find("w_scale_inv"), std::string::npos);
 }
 
-// An exchange that counts how the layer calls it: waited for in each call, or left for the
-// forward's end (DeviceExchange::enqueue_all_to_all_v) and waited for once.
+// An exchange that counts how the layer calls it: waited for in each call, or left on the stream
+// for the forward's end (DeviceExchange::enqueue_all_to_all_v).
 class CountingExchange final : public DeviceExchange {
  public:
   explicit CountingExchange(std::unique_ptr<DeviceExchange> inner) : inner_(std::move(inner)) {}
@@ -527,15 +527,12 @@ class CountingExchange final : public DeviceExchange {
   }
   void enqueue_all_to_all_v(const void* send, const std::vector<int64_t>& send_counts, void* recv,
                             const std::vector<int64_t>& recv_counts, size_t elem_bytes) override {
-    ++left_enqueued;
+    ++enqueued;
     inner_->enqueue_all_to_all_v(send, send_counts, recv, recv_counts, elem_bytes);
   }
-  void wait_enqueued() override {
-    left_enqueued = 0;
-    inner_->wait_enqueued();
-  }
+  void wait_enqueued() override { inner_->wait_enqueued(); }
   int64_t waited_each = 0;
-  int64_t left_enqueued = 0;  // since the last wait_enqueued
+  int64_t enqueued = 0;
 
  private:
   std::unique_ptr<DeviceExchange> inner_;
@@ -608,9 +605,10 @@ TEST(MoeLayer, ReplacingExpertsBetweenForwardsChangesNoOutput) {
         expert_parallel->fixed_dispatch_tokens = fixed ? 256 : 0;
         expert_parallel->vote(n);
         const int64_t waited_before = exchange->waited_each;
+        const int64_t enqueued_before = exchange->enqueued;
         layer.forward(*source.backend, x[rank].data(), n, scratch.data(), out.data());
         EXPECT_EQ(exchange->waited_each - waited_before, fixed ? 0 : 2) << "forward " << forwards;
-        EXPECT_EQ(exchange->left_enqueued, fixed ? 3 : 0) << "forward " << forwards;
+        EXPECT_EQ(exchange->enqueued - enqueued_before, fixed ? 3 : 0) << "forward " << forwards;
         exchange->wait_enqueued();
       };
       int64_t device_seen = 0;

@@ -187,12 +187,16 @@ void MoeLayer::forward_fixed_dispatch(Backend& backend, const float* x, int64_t 
   // This rank's experts over the rows it received, each row alone; empty rows come back as zeros.
   kernels::MoeExperts one = experts_view();
   one.top_k = 1;
-  // The rows' weights are all 1: uploaded once for the most rows yet, not at every forward.
+  // The rows' weights are all 1: uploaded once for the most rows yet, not at every forward (an
+  // upload may wait on the stream, so the exchanges are waited for first).
   if (ones_.size_bytes() < static_cast<size_t>(num_rows) * sizeof(float)) {
+    exchange_->wait_enqueued();
     ones_ = upload_vector(backend, std::vector<float>(static_cast<size_t>(num_rows), 1.0f));
   }
   DeviceBuffer workspace = allocate_elements<float>(backend, kernels::moe_workspace_floats(num_rows, one));
   DeviceBuffer expert_out = allocate_elements<float>(backend, num_rows * hidden);
+  // Experts that read their grouping back make the host wait on the stream: the exchanges first.
+  if (backend.moe_step_reads_back(num_rows, one)) exchange_->wait_enqueued();
   backend.moe_experts(received.as<float>(), num_rows, received_slots.as<int32_t>(), ones_.as<float>(), one,
                       workspace.as<float>(), token_counts_.as<int64_t>(), expert_out.as<float>());
 
