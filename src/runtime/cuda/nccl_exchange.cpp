@@ -164,6 +164,8 @@ class NcclExchange final : public DeviceExchange {
 
   void wait_enqueued() override {
     if (!pending_) return;
+    // An earlier failure aborted (and freed) the communicator: nothing left to poll.
+    if (aborted_) fail("all_to_all_v", "the exchange was aborted after an earlier failure");
     wait_for_done(std::chrono::steady_clock::now() + group_->timeout());
     pending_ = false;
   }
