@@ -67,6 +67,10 @@ struct ExpertParallelism {
   int64_t fixed_dispatch_tokens = 256;
   // The last vote's result, which the MoE layers of the round read: the same on every rank.
   std::shared_ptr<Vote> current_round = std::make_shared<Vote>();
+  // Whether current_round's MoE layers exchange fixed-size blocks (fixed_dispatch_tokens).
+  bool fixed_round() const {
+    return current_round->max_tokens > 0 && current_round->max_tokens <= fixed_dispatch_tokens;
+  }
 };
 
 }  // namespace deepinfer

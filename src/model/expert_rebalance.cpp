@@ -67,8 +67,9 @@ void ExpertRebalancer::record_round() {
   std::vector<std::vector<int64_t>> tokens;
   tokens.reserve(moved_.size());
   for (MoeLayer* layer : moved_) tokens.push_back(layer->take_routed_tokens());
-  if (!routed_seen_.empty()) {
-    // Rounds planned on the device counted there; one copy for every layer.
+  // A round of fixed-size blocks (current_round is still the one recorded here) counted on the
+  // device: one copy for every layer. Other rounds counted on the host, and need no copy.
+  if (!routed_seen_.empty() && expert_parallel_.fixed_round()) {
     std::vector<int64_t> totals(routed_seen_.size());
     source_.backend->copy_to_host(totals.data(), routed_on_device_.data(), totals.size() * sizeof(int64_t));
     const size_t num_experts = tokens.front().size();

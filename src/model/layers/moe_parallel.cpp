@@ -58,9 +58,9 @@ void exchange_rows(Backend& backend, DeviceExchange& exchange, ExchangeWait wait
 
 void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t num_tokens, const int32_t* expert_ids,
                                        const float* expert_weights, float* out) const {
-  const int64_t round_tokens = parallel_->current_round->max_tokens;
-  if (round_tokens > 0 && round_tokens <= parallel_->fixed_dispatch_tokens) {
-    forward_fixed_dispatch(backend, x, num_tokens, expert_ids, expert_weights, round_tokens, out);
+  if (parallel_->fixed_round()) {
+    forward_fixed_dispatch(backend, x, num_tokens, expert_ids, expert_weights, parallel_->current_round->max_tokens,
+                           out);
     return;
   }
   const int32_t world = parallel_->group->world_size();
@@ -69,7 +69,6 @@ void MoeLayer::forward_expert_parallel(Backend& backend, const float* x, int64_t
   const int64_t num_slots = num_tokens * top_k;
 
   std::vector<int32_t> ids(static_cast<size_t>(num_slots));
-  exchange_->wait_enqueued();  // before the host waits on the stream (a draft round's, left before)
   if (num_slots > 0) backend.copy_to_host(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
 
   // Each slot's physical expert: the replicas of a logical expert in turn, starting at this rank's
